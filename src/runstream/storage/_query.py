@@ -1,0 +1,187 @@
+"""Listing semantics shared by every backend: paging, task filters and the upsert statement.
+
+A task filter is rendered twice, as a Python predicate (in-memory backend) and as a SQL ``WHERE``
+clause (SQL backends). Both live here, side by side, so they change together; the contract tests
+check that the backends agree. SQL is written in the dialect SQLite and PostgreSQL share; only
+the placeholder style differs (:class:`SqlParams`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import Any, Literal, TypeVar, cast, get_args
+
+from runstream.storage._rows import Row, to_utc
+from runstream.storage.errors import InvalidArgumentError
+from runstream.storage.records import (
+    TASK_STATUSES,
+    Page,
+    SortOrder,
+    TaskDateField,
+    TaskFilter,
+    TaskRecord,
+    TaskStatus,
+    ThreadOrderField,
+)
+
+T = TypeVar("T")
+
+TASK_EQUALITY_FIELDS = ("agent_id", "run_id", "thread_id", "resource_id", "tool_call_id", "tool_name")
+
+
+def check_paging(page: int, per_page: int | None) -> None:
+    if page < 0:
+        raise InvalidArgumentError(f"page must be >= 0, got {page}")
+    if per_page is not None and per_page < 1:
+        raise InvalidArgumentError(f"per_page must be >= 1 or None, got {per_page}")
+
+
+def check_last(last: int | None, page: int, per_page: int | None) -> None:
+    check_paging(page, per_page)
+    if last is None:
+        return
+    if last < 0:
+        raise InvalidArgumentError(f"last must be >= 0, got {last}")
+    if page != 0 or per_page is not None:
+        raise InvalidArgumentError("last cannot be combined with page/per_page")
+
+
+def check_order(order: str) -> SortOrder:
+    if order not in get_args(SortOrder):
+        raise InvalidArgumentError(f"order must be 'asc' or 'desc', got {order!r}")
+    return cast(SortOrder, order)
+
+
+def check_thread_order_field(order_by: str) -> ThreadOrderField:
+    if order_by not in get_args(ThreadOrderField):
+        raise InvalidArgumentError(f"threads cannot be ordered by {order_by!r}")
+    return cast(ThreadOrderField, order_by)
+
+
+def check_task_filter(task_filter: TaskFilter) -> None:
+    check_paging(task_filter.page, task_filter.per_page)
+    check_order(task_filter.order)
+    if task_filter.date_field not in get_args(TaskDateField):
+        raise InvalidArgumentError(f"tasks cannot be filtered by date field {task_filter.date_field!r}")
+
+
+def page_bounds(page: int, per_page: int | None) -> tuple[int, int | None]:
+    """``(offset, limit)`` for a zero-based page; ``limit`` is ``None`` for "all"."""
+    if per_page is None:
+        return 0, None
+    return page * per_page, per_page
+
+
+def make_page(items: list[T], total: int, page: int, per_page: int | None) -> Page[T]:
+    offset, _ = page_bounds(page, per_page)
+    return Page(items=items, total=total, page=page, per_page=per_page, has_more=offset + len(items) < total)
+
+
+def normalise_statuses(status: TaskStatus | Collection[TaskStatus] | None) -> tuple[TaskStatus, ...] | None:
+    """``None`` means "any status"; an empty collection matches nothing."""
+    if status is None:
+        return None
+    statuses = (status,) if isinstance(status, str) else tuple(status)
+    unknown = [s for s in statuses if s not in TASK_STATUSES]
+    if unknown:
+        raise InvalidArgumentError(f"unknown task status {unknown[0]!r}")
+    return statuses
+
+
+def task_matches(task_filter: TaskFilter, task: TaskRecord) -> bool:
+    statuses = normalise_statuses(task_filter.status)
+    if statuses is not None and task.status not in statuses:
+        return False
+    for name in TASK_EQUALITY_FIELDS:
+        wanted = getattr(task_filter, name)
+        if wanted is not None and getattr(task, name) != wanted:
+            return False
+    if task_filter.from_date is None and task_filter.to_date is None:
+        return True
+    value = getattr(task, task_filter.date_field)
+    if value is None:
+        return False
+    if task_filter.from_date is not None and value < to_utc(task_filter.from_date, what="from_date"):
+        return False
+    return task_filter.to_date is None or value < to_utc(task_filter.to_date, what="to_date")
+
+
+class SqlParams:
+    """Collects bind values and hands out placeholders: ``?`` (qmark) or ``$1`` (numeric)."""
+
+    def __init__(self, style: Literal["qmark", "numeric"]) -> None:
+        self.style = style
+        self.values: list[Any] = []
+
+    def add(self, value: Any) -> str:
+        self.values.append(value)
+        return "?" if self.style == "qmark" else f"${len(self.values)}"
+
+    def add_all(self, values: Sequence[Any]) -> str:
+        """Comma-separated placeholders for ``values`` (for ``IN (...)``)."""
+        return ", ".join(self.add(value) for value in values)
+
+
+def task_where(task_filter: TaskFilter, params: SqlParams) -> str:
+    """The ``WHERE`` clause for ``task_filter`` (empty string when it filters nothing)."""
+    check_task_filter(task_filter)
+    clauses: list[str] = []
+    statuses = normalise_statuses(task_filter.status)
+    if statuses is not None:
+        clauses.append(f"status IN ({params.add_all(statuses)})" if statuses else "1 = 0")
+    for name in TASK_EQUALITY_FIELDS:
+        wanted = getattr(task_filter, name)
+        if wanted is not None:
+            clauses.append(f"{name} = {params.add(wanted)}")
+    column = task_filter.date_field
+    if task_filter.from_date is not None:
+        clauses.append(f"{column} >= {params.add(to_utc(task_filter.from_date, what='from_date'))}")
+    if task_filter.to_date is not None:
+        clauses.append(f"{column} < {params.add(to_utc(task_filter.to_date, what='to_date'))}")
+    return f" WHERE {' AND '.join(clauses)}" if clauses else ""
+
+
+def upsert_sql(table: str, row: Row, conflict_columns: Sequence[str], params: SqlParams) -> str:
+    """``INSERT ... ON CONFLICT DO UPDATE`` replacing every non-key column of ``row``.
+
+    An update keeps the existing row's identity (its ``seq``), so a re-saved record keeps its
+    place among records with equal timestamps.
+    """
+    columns = list(row)
+    placeholders = params.add_all([row[column] for column in columns])
+    updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in conflict_columns)
+    return (
+        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({placeholders}) "
+        f"ON CONFLICT ({', '.join(conflict_columns)}) DO UPDATE SET {updates}"
+    )
+
+
+def task_expired(task: TaskRecord, statuses: tuple[TaskStatus, ...], before: datetime) -> bool:
+    """Cleanup-TTL semantics: in ``statuses`` and finished (or, if never finished, created)
+    before ``before``."""
+    return task.status in statuses and (task.completed_at or task.created_at) < before
+
+
+def expired_where(statuses: tuple[TaskStatus, ...], before: datetime, params: SqlParams) -> str:
+    """SQL rendering of :func:`task_expired`."""
+    if not statuses:
+        return " WHERE 1 = 0"
+    return (
+        f" WHERE status IN ({params.add_all(statuses)})"
+        f" AND COALESCE(completed_at, created_at) < {params.add(before)}"
+    )
+
+
+def order_clause(column: str, order: SortOrder) -> str:
+    """Order by ``column``, ties by ``seq`` (first-save order) in the same direction.
+
+    ``column`` must come from code, never from input: it is interpolated.
+    """
+    direction = check_order(order).upper()
+    return f" ORDER BY {column} {direction}, seq {direction}"
+
+
+def limit_clause(page: int, per_page: int | None, params: SqlParams) -> str:
+    offset, limit = page_bounds(page, per_page)
+    return "" if limit is None else f" LIMIT {params.add(limit)} OFFSET {params.add(offset)}"

@@ -1,0 +1,174 @@
+"""Record <-> row mapping shared by every backend.
+
+A *row* is a flat ``dict`` keyed by column name: JSON fields are encoded to ``str``, datetimes are
+aware UTC ``datetime`` objects (SQL backends convert them to their own type when binding). The
+in-memory backend stores these same rows, so it applies exactly the validation and JSON
+round-trip the SQL backends do, and its reads are copies by construction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import fields, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from runstream.storage.errors import InvalidArgumentError
+from runstream.storage.records import (
+    MESSAGE_ROLES,
+    TASK_STATUSES,
+    StoredMessage,
+    TaskRecord,
+    Thread,
+)
+
+Row = dict[str, Any]
+
+THREAD_COLUMNS = ("id", "resource_id", "title", "metadata", "created_at", "updated_at")
+MESSAGE_COLUMNS = ("id", "thread_id", "resource_id", "role", "type", "content", "created_at")
+TASK_COLUMNS = tuple(f.name for f in fields(TaskRecord))
+TASK_OBJECT_COLUMNS = frozenset({"args", "metadata"})
+TASK_JSON_COLUMNS = TASK_OBJECT_COLUMNS | {"result", "error", "suspend_payload", "resume_data"}
+TASK_DATETIME_COLUMNS = frozenset({"created_at", "started_at", "suspended_at", "completed_at"})
+
+
+def encode_json(value: Any, *, what: str) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"{what} is not JSON-serialisable: {exc}") from exc
+
+
+def encode_json_object(value: Mapping[str, Any], *, what: str) -> str:
+    if not isinstance(value, Mapping):
+        raise InvalidArgumentError(f"{what} must be a mapping, got {type(value).__name__}")
+    return encode_json(dict(value), what=what)
+
+
+def decode_json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def to_utc(value: datetime, *, what: str) -> datetime:
+    """Normalise to UTC; naive datetimes are refused rather than guessed at."""
+    if not isinstance(value, datetime):
+        raise InvalidArgumentError(f"{what} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidArgumentError(f"{what} is a naive datetime; pass a timezone-aware one")
+    return value.astimezone(UTC)
+
+
+def optional_utc(value: datetime | None, *, what: str) -> datetime | None:
+    return None if value is None else to_utc(value, what=what)
+
+
+def datetime_to_text(value: datetime) -> str:
+    """Fixed-width UTC text (``2024-01-02T03:04:05.000006``): sorts in chronological order."""
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds")
+
+
+def parse_datetime(value: datetime | str) -> datetime:
+    """Read a datetime column: a native value, or the text :func:`datetime_to_text` wrote."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC)
+    return datetime.fromisoformat(value).replace(tzinfo=UTC)
+
+
+def parse_optional_datetime(value: datetime | str | None) -> datetime | None:
+    return None if value is None else parse_datetime(value)
+
+
+def thread_to_row(thread: Thread) -> Row:
+    return {
+        "id": thread.id,
+        "resource_id": thread.resource_id,
+        "title": thread.title,
+        "metadata": encode_json_object(thread.metadata, what="thread metadata"),
+        "created_at": to_utc(thread.created_at, what="thread created_at"),
+        "updated_at": to_utc(thread.updated_at, what="thread updated_at"),
+    }
+
+
+def thread_from_row(row: Mapping[str, Any]) -> Thread:
+    return Thread(
+        id=row["id"],
+        resource_id=row["resource_id"],
+        title=row["title"],
+        metadata=decode_json(row["metadata"]),
+        created_at=parse_datetime(row["created_at"]),
+        updated_at=parse_datetime(row["updated_at"]),
+    )
+
+
+def message_to_row(message: StoredMessage) -> Row:
+    if message.role not in MESSAGE_ROLES:
+        raise InvalidArgumentError(f"message {message.id} has unknown role {message.role!r}")
+    return {
+        "id": message.id,
+        "thread_id": message.thread_id,
+        "resource_id": message.resource_id,
+        "role": message.role,
+        "type": message.type,
+        "content": encode_json_object(message.content, what=f"message {message.id} content"),
+        "created_at": to_utc(message.created_at, what=f"message {message.id} created_at"),
+    }
+
+
+def message_from_row(row: Mapping[str, Any]) -> StoredMessage:
+    return StoredMessage(
+        id=row["id"],
+        thread_id=row["thread_id"],
+        resource_id=row["resource_id"],
+        role=row["role"],
+        type=row["type"],
+        content=decode_json(row["content"]),
+        created_at=parse_datetime(row["created_at"]),
+    )
+
+
+def task_to_row(task: TaskRecord) -> Row:
+    if task.status not in TASK_STATUSES:
+        raise InvalidArgumentError(f"task {task.id} has unknown status {task.status!r}")
+    row: Row = {}
+    for column in TASK_COLUMNS:
+        value = getattr(task, column)
+        what = f"task {task.id} {column}"
+        if column in TASK_OBJECT_COLUMNS:
+            row[column] = encode_json_object(value, what=what)
+        elif column in TASK_JSON_COLUMNS:
+            row[column] = None if value is None else encode_json(value, what=what)
+        elif column == "created_at":
+            row[column] = to_utc(value, what=what)
+        elif column in TASK_DATETIME_COLUMNS:
+            row[column] = optional_utc(value, what=what)
+        else:
+            row[column] = value
+    return row
+
+
+def task_from_row(row: Mapping[str, Any]) -> TaskRecord:
+    values: dict[str, Any] = {}
+    for column in TASK_COLUMNS:
+        value = row[column]
+        if column in TASK_JSON_COLUMNS:
+            value = decode_json(value)
+        elif column in TASK_DATETIME_COLUMNS:
+            value = parse_optional_datetime(value)
+        values[column] = value
+    return TaskRecord(**values)
+
+
+TASK_UPDATABLE_COLUMNS = frozenset(TASK_COLUMNS) - {"id"}
+
+
+def check_task_update(changes: Mapping[str, Any]) -> None:
+    """Unknown field names are refused rather than silently ignored."""
+    unknown = sorted(set(changes) - TASK_UPDATABLE_COLUMNS)
+    if unknown:
+        raise InvalidArgumentError(f"cannot update task field(s): {', '.join(unknown)}")
+
+
+def apply_task_update(task: TaskRecord, changes: Mapping[str, Any]) -> TaskRecord:
+    check_task_update(changes)
+    return replace(task, **changes)

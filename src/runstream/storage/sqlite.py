@@ -1,0 +1,444 @@
+"""SQLite :class:`~runstream.storage.base.Storage` on ``aiosqlite``.
+
+One connection per instance, opened, tuned (WAL, ``synchronous=NORMAL``, foreign keys, a busy
+timeout) and migrated on first use. Every call holds an asyncio lock for its whole transaction:
+a single connection has a single transaction, so without the lock a statement from one task
+could land inside another task's transaction (and be rolled back with it). Writes use
+``BEGIN IMMEDIATE`` so read-modify-write calls are atomic against other processes too; reads use
+a deferred transaction so a count and its page see the same snapshot.
+
+Datetimes are stored as fixed-width UTC text (so text order is time order), JSON as text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from datetime import datetime
+from typing import Any, Unpack
+
+import aiosqlite
+
+from runstream.storage import _sqlite_schema as schema
+from runstream.storage._query import (
+    SqlParams,
+    check_last,
+    check_paging,
+    check_thread_order_field,
+    expired_where,
+    limit_clause,
+    make_page,
+    normalise_statuses,
+    order_clause,
+    task_where,
+    upsert_sql,
+)
+from runstream.storage._rows import (
+    MESSAGE_COLUMNS,
+    TASK_COLUMNS,
+    THREAD_COLUMNS,
+    Row,
+    apply_task_update,
+    check_task_update,
+    datetime_to_text,
+    decode_json,
+    encode_json,
+    encode_json_object,
+    message_from_row,
+    message_to_row,
+    task_from_row,
+    task_to_row,
+    thread_from_row,
+    thread_to_row,
+    to_utc,
+)
+from runstream.storage.base import MessageMutator
+from runstream.storage.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    StorageClosedError,
+    StorageError,
+    ThreadResourceMismatchError,
+)
+from runstream.storage.records import (
+    Page,
+    SortOrder,
+    StoredMessage,
+    TaskFilter,
+    TaskRecord,
+    TaskStatus,
+    TaskUpdate,
+    Thread,
+    ThreadOrderField,
+    utc_now,
+)
+
+_THREAD_SELECT = f"SELECT {', '.join(THREAD_COLUMNS)} FROM threads"
+_MESSAGE_SELECT = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM messages"
+_TASK_SELECT = f"SELECT {', '.join(TASK_COLUMNS)} FROM background_tasks"
+_IDS_PARAM = "(SELECT value FROM json_each(?))"
+"""Binds a whole id list as one JSON array, so no list outgrows SQLite's variable limit."""
+
+
+def _bind(value: Any) -> Any:
+    return datetime_to_text(value) if isinstance(value, datetime) else value
+
+
+def _ids_json(ids: Collection[str]) -> str:
+    return encode_json(list(ids), what="id list")
+
+
+@contextmanager
+def _translate_errors() -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StorageError(f"SQLite error: {exc}") from exc
+
+
+class _Tx:
+    """The statements a transaction runs; parameters are bound through :func:`_bind`."""
+
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        self._db = db
+
+    async def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        async with self._db.execute(sql, [_bind(p) for p in params]) as cursor:
+            return cursor.rowcount
+
+    async def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        async with self._db.execute(sql, [_bind(p) for p in params]) as cursor:
+            names = [column[0] for column in cursor.description]
+            return [dict(zip(names, values, strict=True)) for values in await cursor.fetchall()]
+
+    async def row(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        found = await self.rows(sql, params)
+        return found[0] if found else None
+
+    async def count(self, sql: str, params: Sequence[Any] = ()) -> int:
+        found = await self.row(sql, params)
+        return int(next(iter(found.values()))) if found else 0
+
+    async def upsert(self, table: str, row: Row, conflict_columns: Sequence[str] = ("id",)) -> None:
+        params = SqlParams("qmark")
+        await self.run(upsert_sql(table, row, conflict_columns, params), params.values)
+
+
+class SqliteStorage:
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000) -> None:
+        """``path`` is a file (created on first use) or ``":memory:"``.
+
+        ``busy_timeout_ms`` bounds how long a call waits for another process's write lock.
+        """
+        self._path = path
+        self._busy_timeout_ms = busy_timeout_ms
+        self._db: aiosqlite.Connection | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    async def _connection(self) -> aiosqlite.Connection:
+        """Open, tune and migrate on first use. Caller holds ``self._lock``."""
+        if self._closed:
+            raise StorageClosedError()
+        if self._db is None:
+            db = await aiosqlite.connect(os.fspath(self._path), isolation_level=None)
+            try:
+                await db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+                await db.execute("PRAGMA journal_mode = WAL")
+                await db.execute("PRAGMA synchronous = NORMAL")
+                await db.execute("PRAGMA foreign_keys = ON")
+                await schema.migrate(db, schema.MIGRATIONS)
+            except BaseException:
+                await db.close()
+                raise
+            self._db = db
+        return self._db
+
+    @asynccontextmanager
+    async def _transaction(self, begin: str) -> AsyncIterator[_Tx]:
+        async with self._lock:
+            with _translate_errors():
+                db = await self._connection()
+                await db.execute(begin)
+                try:
+                    yield _Tx(db)
+                    await db.execute("COMMIT")
+                except BaseException:
+                    await db.execute("ROLLBACK")
+                    raise
+
+    def _read(self) -> AbstractAsyncContextManager[_Tx]:
+        return self._transaction("BEGIN")
+
+    def _write(self) -> AbstractAsyncContextManager[_Tx]:
+        return self._transaction("BEGIN IMMEDIATE")
+
+    async def init(self) -> None:
+        async with self._lock:
+            with _translate_errors():
+                await self._connection()
+
+    async def close(self) -> None:
+        async with self._lock:
+            self._closed = True
+            if self._db is not None:
+                db, self._db = self._db, None
+                await db.close()
+
+    # -- threads ---------------------------------------------------------------------------
+
+    async def save_thread(self, thread: Thread) -> None:
+        row = thread_to_row(thread)
+        async with self._write() as tx:
+            existing = await tx.row("SELECT resource_id FROM threads WHERE id = ?", [thread.id])
+            if existing is not None and existing["resource_id"] != thread.resource_id:
+                raise ThreadResourceMismatchError(thread.id, existing["resource_id"], thread.resource_id)
+            await tx.upsert("threads", row)
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        async with self._read() as tx:
+            row = await tx.row(f"{_THREAD_SELECT} WHERE id = ?", [thread_id])
+        return None if row is None else thread_from_row(row)
+
+    async def list_threads(
+        self,
+        resource_id: str,
+        *,
+        page: int = 0,
+        per_page: int | None = None,
+        order_by: ThreadOrderField = "updated_at",
+        order: SortOrder = "desc",
+    ) -> Page[Thread]:
+        check_paging(page, per_page)
+        params = SqlParams("qmark")
+        sql = (
+            f"{_THREAD_SELECT} WHERE resource_id = {params.add(resource_id)}"
+            f"{order_clause(check_thread_order_field(order_by), order)}{limit_clause(page, per_page, params)}"
+        )
+        async with self._read() as tx:
+            total = await tx.count("SELECT COUNT(*) FROM threads WHERE resource_id = ?", [resource_id])
+            rows = await tx.rows(sql, params.values)
+        return make_page([thread_from_row(row) for row in rows], total, page, per_page)
+
+    async def update_thread(
+        self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> Thread:
+        async with self._write() as tx:
+            row = await tx.row(f"{_THREAD_SELECT} WHERE id = ?", [thread_id])
+            if row is None:
+                raise NotFoundError("Thread", thread_id)
+            thread = thread_from_row(row)
+            if title is not None:
+                thread.title = title
+            if metadata is not None:
+                thread.metadata = {**thread.metadata, **metadata}
+            thread.updated_at = utc_now()
+            new_row = thread_to_row(thread)
+            await tx.upsert("threads", new_row)
+        return thread_from_row(new_row)
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        async with self._write() as tx:
+            await tx.run("DELETE FROM messages WHERE thread_id = ?", [thread_id])
+            await tx.run("DELETE FROM thread_state WHERE thread_id = ?", [thread_id])
+            return await tx.run("DELETE FROM threads WHERE id = ?", [thread_id]) > 0
+
+    # -- messages --------------------------------------------------------------------------
+
+    @staticmethod
+    async def _check_owner(tx: _Tx, thread_id: str, resource_id: str) -> None:
+        thread = await tx.row("SELECT resource_id FROM threads WHERE id = ?", [thread_id])
+        if thread is None:
+            raise NotFoundError("Thread", thread_id)
+        if thread["resource_id"] != resource_id:
+            raise ThreadResourceMismatchError(thread_id, thread["resource_id"], resource_id)
+
+    async def _store_messages(self, tx: _Tx, rows: Sequence[Row]) -> None:
+        for thread_id, resource_id in dict.fromkeys((r["thread_id"], r["resource_id"]) for r in rows):
+            await self._check_owner(tx, thread_id, resource_id)
+        for row in rows:
+            await tx.upsert("messages", row)
+        thread_ids = list(dict.fromkeys(row["thread_id"] for row in rows))
+        await tx.run(
+            f"UPDATE threads SET updated_at = ? WHERE id IN {_IDS_PARAM}", [utc_now(), _ids_json(thread_ids)]
+        )
+
+    async def save_messages(self, messages: Sequence[StoredMessage]) -> None:
+        rows = [message_to_row(message) for message in messages]
+        if not rows:
+            return
+        async with self._write() as tx:
+            await self._store_messages(tx, rows)
+
+    async def list_messages(
+        self,
+        thread_id: str,
+        *,
+        resource_id: str | None = None,
+        last: int | None = None,
+        page: int = 0,
+        per_page: int | None = None,
+    ) -> Page[StoredMessage]:
+        check_last(last, page, per_page)
+        params = SqlParams("qmark")
+        where = f" WHERE thread_id = {params.add(thread_id)}"
+        if last is not None:
+            columns = ", ".join(MESSAGE_COLUMNS)
+            newest = (
+                f"SELECT {columns}, seq FROM messages{where}"
+                f"{order_clause('created_at', 'desc')} LIMIT {params.add(last)}"
+            )
+            sql = f"SELECT {columns} FROM ({newest}){order_clause('created_at', 'asc')}"
+        else:
+            sql = f"{_MESSAGE_SELECT}{where}{order_clause('created_at', 'asc')}{limit_clause(page, per_page, params)}"
+        async with self._read() as tx:
+            if resource_id is not None:
+                await self._check_owner(tx, thread_id, resource_id)
+            total = await tx.count("SELECT COUNT(*) FROM messages WHERE thread_id = ?", [thread_id])
+            rows = await tx.rows(sql, params.values)
+        items = [message_from_row(row) for row in rows]
+        return (
+            make_page(items, total, 0, last) if last is not None else make_page(items, total, page, per_page)
+        )
+
+    async def get_messages(self, message_ids: Collection[str]) -> list[StoredMessage]:
+        sql = f"{_MESSAGE_SELECT} WHERE id IN {_IDS_PARAM}{order_clause('created_at', 'asc')}"
+        async with self._read() as tx:
+            rows = await tx.rows(sql, [_ids_json(message_ids)])
+        return [message_from_row(row) for row in rows]
+
+    async def update_message(self, message_id: str, mutate: MessageMutator) -> StoredMessage:
+        async with self._write() as tx:
+            row = await tx.row(f"{_MESSAGE_SELECT} WHERE id = ?", [message_id])
+            if row is None:
+                raise NotFoundError("Message", message_id)
+            updated = mutate(message_from_row(row))
+            if updated.id != message_id:
+                raise InvalidArgumentError(
+                    f"update_message cannot change a message id ({message_id} -> {updated.id})"
+                )
+            new_row = message_to_row(updated)
+            await self._store_messages(tx, [new_row])
+        return message_from_row(new_row)
+
+    async def delete_messages(self, message_ids: Collection[str]) -> int:
+        async with self._write() as tx:
+            return await tx.run(f"DELETE FROM messages WHERE id IN {_IDS_PARAM}", [_ids_json(message_ids)])
+
+    # -- background tasks ------------------------------------------------------------------
+
+    async def save_task(self, task: TaskRecord) -> None:
+        row = task_to_row(task)
+        async with self._write() as tx:
+            await tx.upsert("background_tasks", row)
+
+    async def get_task(self, task_id: str) -> TaskRecord | None:
+        async with self._read() as tx:
+            row = await tx.row(f"{_TASK_SELECT} WHERE id = ?", [task_id])
+        return None if row is None else task_from_row(row)
+
+    async def list_tasks(self, task_filter: TaskFilter | None = None) -> Page[TaskRecord]:
+        task_filter = task_filter or TaskFilter()
+        count_params, params = SqlParams("qmark"), SqlParams("qmark")
+        count_sql = f"SELECT COUNT(*) FROM background_tasks{task_where(task_filter, count_params)}"
+        sql = (
+            f"{_TASK_SELECT}{task_where(task_filter, params)}{order_clause('created_at', task_filter.order)}"
+            f"{limit_clause(task_filter.page, task_filter.per_page, params)}"
+        )
+        async with self._read() as tx:
+            total = await tx.count(count_sql, count_params.values)
+            rows = await tx.rows(sql, params.values)
+        return make_page([task_from_row(row) for row in rows], total, task_filter.page, task_filter.per_page)
+
+    async def count_tasks(self, task_filter: TaskFilter | None = None) -> int:
+        params = SqlParams("qmark")
+        sql = f"SELECT COUNT(*) FROM background_tasks{task_where(task_filter or TaskFilter(), params)}"
+        async with self._read() as tx:
+            return await tx.count(sql, params.values)
+
+    async def update_task(
+        self,
+        task_id: str,
+        *,
+        expected_status: TaskStatus | Collection[TaskStatus] | None = None,
+        **fields: Unpack[TaskUpdate],
+    ) -> TaskRecord | None:
+        check_task_update(fields)
+        statuses = normalise_statuses(expected_status)
+        async with self._write() as tx:
+            row = await tx.row(f"{_TASK_SELECT} WHERE id = ?", [task_id])
+            if row is None:
+                return None
+            current = task_from_row(row)
+            if statuses is not None and current.status not in statuses:
+                return None
+            new_row = task_to_row(apply_task_update(current, fields))
+            await tx.upsert("background_tasks", new_row)
+        return task_from_row(new_row)
+
+    async def delete_tasks(self, task_ids: Collection[str]) -> int:
+        async with self._write() as tx:
+            return await tx.run(
+                f"DELETE FROM background_tasks WHERE id IN {_IDS_PARAM}", [_ids_json(task_ids)]
+            )
+
+    async def delete_tasks_older_than(
+        self, status: TaskStatus | Collection[TaskStatus], before: datetime
+    ) -> int:
+        params = SqlParams("qmark")
+        where = expired_where(normalise_statuses(status) or (), to_utc(before, what="before"), params)
+        async with self._write() as tx:
+            return await tx.run(f"DELETE FROM background_tasks{where}", params.values)
+
+    # -- thread state ----------------------------------------------------------------------
+
+    async def get_thread_state(self, thread_id: str, key: str) -> dict[str, Any] | None:
+        async with self._read() as tx:
+            row = await tx.row(
+                "SELECT value FROM thread_state WHERE thread_id = ? AND state_key = ?", [thread_id, key]
+            )
+        return None if row is None else dict(decode_json(row["value"]))
+
+    async def set_thread_state(self, thread_id: str, key: str, value: Mapping[str, Any]) -> None:
+        row = {
+            "thread_id": thread_id,
+            "state_key": key,
+            "value": encode_json_object(value, what=f"thread state {key!r}"),
+            "updated_at": utc_now(),
+        }
+        async with self._write() as tx:
+            await tx.upsert("thread_state", row, ("thread_id", "state_key"))
+
+    async def delete_thread_state(self, thread_id: str, key: str) -> bool:
+        async with self._write() as tx:
+            sql = "DELETE FROM thread_state WHERE thread_id = ? AND state_key = ?"
+            return await tx.run(sql, [thread_id, key]) > 0
+
+    # -- snapshots -------------------------------------------------------------------------
+
+    async def save_snapshot(self, namespace: str, snapshot_id: str, data: Mapping[str, Any]) -> None:
+        row = {
+            "namespace": namespace,
+            "id": snapshot_id,
+            "data": encode_json_object(data, what=f"snapshot {namespace}/{snapshot_id}"),
+            "updated_at": utc_now(),
+        }
+        async with self._write() as tx:
+            await tx.upsert("snapshots", row, ("namespace", "id"))
+
+    async def load_snapshot(self, namespace: str, snapshot_id: str) -> dict[str, Any] | None:
+        async with self._read() as tx:
+            row = await tx.row(
+                "SELECT data FROM snapshots WHERE namespace = ? AND id = ?", [namespace, snapshot_id]
+            )
+        return None if row is None else dict(decode_json(row["data"]))
+
+    async def delete_snapshot(self, namespace: str, snapshot_id: str) -> bool:
+        async with self._write() as tx:
+            return (
+                await tx.run("DELETE FROM snapshots WHERE namespace = ? AND id = ?", [namespace, snapshot_id])
+                > 0
+            )
