@@ -1,0 +1,845 @@
+"""Every chunk a run can stream, and the one place that knows Mastra's wire JSON.
+
+A chunk is ``{"type", "runId", "from", "payload"}`` on the wire (camelCase payload keys, dates as
+ISO strings, errors as ``{"message", "name"}``, bytes as base64). In Python each chunk type is a
+small slotted class whose ``payload`` is a plain dict already in wire shape (a ``TypedDict`` per
+type documents and type-checks its fields). Internally produced chunks are built without
+validation (the hot path); :func:`chunk_from_wire` validates at the boundary and keeps chunk
+types it does not know as :class:`UnknownChunk` instead of dropping them.
+
+Exceptions to the envelope, as in Mastra: ``object`` / ``object-result`` carry ``object`` at the
+top level, and ``data-*`` chunks carry ``data`` (plus optional ``id`` and ``transient``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any, ClassVar, Generic, Literal, NotRequired, TypeVar, cast
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
+from typing_extensions import TypedDict
+
+ChunkFrom = Literal["AGENT", "USER", "SYSTEM", "WORKFLOW", "NETWORK"]
+JSON = Any
+
+_OPEN = ConfigDict(extra="allow", arbitrary_types_allowed=True)
+
+# ---------------------------------------------------------------------------------------------
+# Payloads (field names exactly as on the wire)
+# ---------------------------------------------------------------------------------------------
+
+
+@with_config(_OPEN)
+class StartPayload(TypedDict, total=False):
+    id: str
+    messageId: str
+
+
+@with_config(_OPEN)
+class StepStartPayload(TypedDict, total=False):
+    messageId: str
+    request: dict[str, Any]
+    warnings: list[Any]
+    startedAt: int
+    inputMessages: list[Any]
+
+
+@with_config(_OPEN)
+class ResponseMetadataPayload(TypedDict, total=False):
+    signature: str
+    id: str
+    modelId: str
+    timestamp: datetime
+
+
+@with_config(_OPEN)
+class TextPayload(TypedDict):
+    id: str
+    providerMetadata: NotRequired[dict[str, Any]]
+
+
+@with_config(_OPEN)
+class TextDeltaPayload(TypedDict):
+    id: str
+    text: str
+    providerMetadata: NotRequired[dict[str, Any]]
+
+
+@with_config(_OPEN)
+class ReasoningPayload(TypedDict):
+    id: str
+    signature: NotRequired[str]
+    providerMetadata: NotRequired[dict[str, Any]]
+
+
+@with_config(_OPEN)
+class ReasoningSignaturePayload(TypedDict):
+    id: str
+    signature: str
+    providerMetadata: NotRequired[dict[str, Any]]
+
+
+@with_config(_OPEN)
+class RedactedReasoningPayload(TypedDict):
+    id: str
+    data: Any
+    providerMetadata: NotRequired[dict[str, Any]]
+
+
+@with_config(_OPEN)
+class SourcePayload(TypedDict):
+    id: str
+    sourceType: Literal["url", "document"]
+    title: NotRequired[str]
+    mimeType: NotRequired[str]
+    filename: NotRequired[str]
+    url: NotRequired[str]
+    providerMetadata: NotRequired[dict[str, Any]]
+
+
+@with_config(_OPEN)
+class FilePayload(TypedDict):
+    data: str | bytes
+    mimeType: str
+    base64: NotRequired[str]
+    filename: NotRequired[str]
+    providerMetadata: NotRequired[dict[str, Any]]
+
+
+@with_config(_OPEN)
+class CustomPayload(TypedDict):
+    kind: str
+    providerMetadata: NotRequired[dict[str, Any]]
+
+
+@with_config(_OPEN)
+class ToolInputStartPayload(TypedDict):
+    toolCallId: str
+    toolName: str
+    providerExecuted: NotRequired[bool]
+    dynamic: NotRequired[bool]
+    title: NotRequired[str]
+    providerMetadata: NotRequired[dict[str, Any]]
+
+
+@with_config(_OPEN)
+class ToolCallDeltaPayload(TypedDict):
+    argsTextDelta: str
+    toolCallId: str
+    toolName: NotRequired[str]
+    providerMetadata: NotRequired[dict[str, Any]]
+
+
+@with_config(_OPEN)
+class ToolInputEndPayload(TypedDict):
+    toolCallId: str
+    providerMetadata: NotRequired[dict[str, Any]]
+
+
+@with_config(_OPEN)
+class ToolCallPayload(TypedDict):
+    toolCallId: str
+    toolName: str
+    args: NotRequired[dict[str, Any]]
+    providerExecuted: NotRequired[bool]
+    dynamic: NotRequired[bool]
+    title: NotRequired[str]
+    output: NotRequired[Any]
+    providerMetadata: NotRequired[dict[str, Any]]
+
+
+@with_config(_OPEN)
+class ToolResultPayload(TypedDict):
+    toolCallId: str
+    toolName: str
+    result: Any
+    args: NotRequired[dict[str, Any]]
+    isError: NotRequired[bool]
+    providerExecuted: NotRequired[bool]
+    dynamic: NotRequired[bool]
+    providerMetadata: NotRequired[dict[str, Any]]
+
+
+@with_config(_OPEN)
+class ToolErrorPayload(TypedDict):
+    toolCallId: str
+    toolName: str
+    error: Any
+    id: NotRequired[str]
+    args: NotRequired[dict[str, Any]]
+    providerExecuted: NotRequired[bool]
+    providerMetadata: NotRequired[dict[str, Any]]
+
+
+@with_config(_OPEN)
+class ToolOutputPayload(TypedDict):
+    output: Any
+    toolCallId: str
+    toolName: NotRequired[str]
+
+
+@with_config(_OPEN)
+class ToolCallApprovalPayload(TypedDict):
+    toolCallId: str
+    toolName: str
+    args: dict[str, Any]
+    resumeSchema: str
+
+
+@with_config(_OPEN)
+class ToolCallSuspendedPayload(TypedDict):
+    toolCallId: str
+    toolName: str
+    suspendPayload: Any
+    args: dict[str, Any]
+    resumeSchema: NotRequired[str]
+
+
+@with_config(_OPEN)
+class ToolOutputDeniedPayload(TypedDict):
+    toolCallId: str
+    toolName: str
+    args: NotRequired[dict[str, Any]]
+    approval: NotRequired[dict[str, Any]]
+
+
+@with_config(_OPEN)
+class StepResult(TypedDict, total=False):
+    reason: str
+    rawReason: Any
+    warnings: list[Any]
+    isContinued: bool
+    logprobs: Any
+
+
+@with_config(_OPEN)
+class StepFinishPayload(TypedDict, total=False):
+    id: str
+    messageId: str
+    stepResult: StepResult
+    output: dict[str, Any]
+    metadata: dict[str, Any]
+    messages: dict[str, Any]
+    totalUsage: dict[str, Any]
+    response: dict[str, Any]
+    providerMetadata: dict[str, Any]
+    processorRetryCount: int
+    backgroundTaskPending: bool
+
+
+FinishPayload = StepFinishPayload
+
+
+@with_config(_OPEN)
+class ErrorPayload(TypedDict):
+    error: Any
+
+
+@with_config(_OPEN)
+class TripwirePayload(TypedDict):
+    reason: str
+    retry: NotRequired[bool]
+    metadata: NotRequired[Any]
+    processorId: NotRequired[str]
+
+
+@with_config(_OPEN)
+class ScorerResult(TypedDict):
+    score: float
+    passed: bool
+    scorerId: str
+    scorerName: str
+    duration: NotRequired[float]
+    reason: NotRequired[str]
+    errored: NotRequired[bool]
+
+
+@with_config(_OPEN)
+class IsTaskCompletePayload(TypedDict):
+    iteration: int
+    passed: bool
+    results: list[ScorerResult]
+    duration: float
+    timedOut: bool
+    maxIterationReached: bool
+    suppressFeedback: bool
+    reason: NotRequired[str]
+
+
+@with_config(_OPEN)
+class GoalPayload(TypedDict):
+    objective: str
+    iteration: int
+    maxRuns: int
+    passed: bool
+    status: Literal["active", "paused", "done"]
+    results: list[ScorerResult]
+    duration: float
+    timedOut: bool
+    maxRunsReached: bool
+    suppressFeedback: bool
+    reason: NotRequired[str]
+    pausedReason: NotRequired[str]
+    waitingForUser: NotRequired[bool]
+    judgeFailed: NotRequired[bool]
+    shouldContinue: NotRequired[bool]
+    pending: NotRequired[bool]
+    activity: NotRequired[list[dict[str, Any]]]
+
+
+@with_config(_OPEN)
+class WatchPayload(TypedDict, total=False):
+    workflowState: dict[str, Any]
+    eventTimestamp: int
+
+
+@with_config(_OPEN)
+class StepOutputPayload(TypedDict):
+    output: Any
+
+
+@with_config(_OPEN)
+class TaskStartedPayload(TypedDict):
+    taskId: str
+    toolName: str
+    toolCallId: str
+
+
+@with_config(_OPEN)
+class TaskEventPayload(TypedDict):
+    """Shared fields of every background-task lifecycle payload after ``started``."""
+
+    taskId: str
+    toolName: str
+    toolCallId: str
+    runId: str
+    agentId: str
+
+
+class TaskRunningPayload(TaskEventPayload):
+    startedAt: datetime
+    args: dict[str, Any]
+
+
+@with_config(_OPEN)
+class TaskProgressPayload(TypedDict):
+    taskIds: list[str]
+    runningCount: int
+    elapsedMs: float
+
+
+class TaskOutputPayload(TaskEventPayload):
+    payload: dict[str, Any]
+
+
+class TaskCompletedPayload(TaskEventPayload):
+    result: Any
+    completedAt: datetime
+    isError: NotRequired[bool]
+
+
+class TaskFailedPayload(TaskEventPayload):
+    error: dict[str, Any]
+    completedAt: datetime
+
+
+class TaskCancelledPayload(TaskEventPayload):
+    completedAt: datetime
+
+
+class TaskSuspendedPayload(TaskEventPayload):
+    args: dict[str, Any]
+    suspendPayload: NotRequired[Any]
+    suspendedAt: NotRequired[datetime]
+
+
+class TaskResumedPayload(TaskEventPayload):
+    startedAt: datetime
+    args: dict[str, Any]
+
+
+OpenPayload = dict[str, Any]
+
+# ---------------------------------------------------------------------------------------------
+# Chunk classes
+# ---------------------------------------------------------------------------------------------
+
+P = TypeVar("P")
+
+
+class Chunk(Generic[P]):
+    """One chunk of a run's stream. ``payload`` is already in wire shape."""
+
+    __slots__ = ("from_", "payload", "run_id", "type")
+    TYPE: ClassVar[str] = ""
+    PAYLOAD: ClassVar[Any] = OpenPayload
+
+    type: str
+    run_id: str
+    from_: ChunkFrom
+    payload: P
+
+    def __init__(self, run_id: str, payload: P, from_: ChunkFrom = "AGENT") -> None:
+        self.type = self.TYPE
+        self.run_id = run_id
+        self.from_ = from_
+        self.payload = payload
+
+    def to_wire(self) -> dict[str, Any]:
+        """The chunk as a JSON-ready dict (values still Python: see :func:`dumps`)."""
+        return {"type": self.type, "runId": self.run_id, "from": self.from_, "payload": self.payload}
+
+    def to_json(self) -> str:
+        return dumps(self.to_wire())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.to_wire()!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Chunk) and self.to_wire() == other.to_wire()
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _chunk(type_: str, payload: Any) -> Any:
+    """Class decorator setting a chunk class's wire type and payload type."""
+
+    def register(cls: type[Chunk[Any]]) -> type[Chunk[Any]]:
+        cls.TYPE = type_
+        cls.PAYLOAD = payload
+        CHUNK_CLASSES[type_] = cls
+        return cls
+
+    return register
+
+
+CHUNK_CLASSES: dict[str, type[Chunk[Any]]] = {}
+
+
+@_chunk("start", StartPayload)
+class StartChunk(Chunk[StartPayload]):
+    __slots__ = ()
+
+
+@_chunk("step-start", StepStartPayload)
+class StepStartChunk(Chunk[StepStartPayload]):
+    __slots__ = ()
+
+
+@_chunk("response-metadata", ResponseMetadataPayload)
+class ResponseMetadataChunk(Chunk[ResponseMetadataPayload]):
+    __slots__ = ()
+
+
+@_chunk("text-start", TextPayload)
+class TextStartChunk(Chunk[TextPayload]):
+    __slots__ = ()
+
+
+@_chunk("text-delta", TextDeltaPayload)
+class TextDeltaChunk(Chunk[TextDeltaPayload]):
+    __slots__ = ()
+
+
+@_chunk("text-end", TextPayload)
+class TextEndChunk(Chunk[TextPayload]):
+    __slots__ = ()
+
+
+@_chunk("reasoning-start", ReasoningPayload)
+class ReasoningStartChunk(Chunk[ReasoningPayload]):
+    __slots__ = ()
+
+
+@_chunk("reasoning-delta", TextDeltaPayload)
+class ReasoningDeltaChunk(Chunk[TextDeltaPayload]):
+    __slots__ = ()
+
+
+@_chunk("reasoning-end", ReasoningPayload)
+class ReasoningEndChunk(Chunk[ReasoningPayload]):
+    __slots__ = ()
+
+
+@_chunk("reasoning-signature", ReasoningSignaturePayload)
+class ReasoningSignatureChunk(Chunk[ReasoningSignaturePayload]):
+    __slots__ = ()
+
+
+@_chunk("redacted-reasoning", RedactedReasoningPayload)
+class RedactedReasoningChunk(Chunk[RedactedReasoningPayload]):
+    __slots__ = ()
+
+
+@_chunk("source", SourcePayload)
+class SourceChunk(Chunk[SourcePayload]):
+    __slots__ = ()
+
+
+@_chunk("file", FilePayload)
+class FileChunk(Chunk[FilePayload]):
+    __slots__ = ()
+
+
+@_chunk("reasoning-file", FilePayload)
+class ReasoningFileChunk(Chunk[FilePayload]):
+    __slots__ = ()
+
+
+@_chunk("custom", CustomPayload)
+class CustomChunk(Chunk[CustomPayload]):
+    __slots__ = ()
+
+
+@_chunk("tool-call-input-streaming-start", ToolInputStartPayload)
+class ToolCallInputStreamingStartChunk(Chunk[ToolInputStartPayload]):
+    __slots__ = ()
+
+
+@_chunk("tool-call-delta", ToolCallDeltaPayload)
+class ToolCallDeltaChunk(Chunk[ToolCallDeltaPayload]):
+    __slots__ = ()
+
+
+@_chunk("tool-call-input-streaming-end", ToolInputEndPayload)
+class ToolCallInputStreamingEndChunk(Chunk[ToolInputEndPayload]):
+    __slots__ = ()
+
+
+@_chunk("tool-call", ToolCallPayload)
+class ToolCallChunk(Chunk[ToolCallPayload]):
+    __slots__ = ()
+
+
+@_chunk("tool-result", ToolResultPayload)
+class ToolResultChunk(Chunk[ToolResultPayload]):
+    __slots__ = ()
+
+
+@_chunk("tool-error", ToolErrorPayload)
+class ToolErrorChunk(Chunk[ToolErrorPayload]):
+    __slots__ = ()
+
+
+@_chunk("tool-output", ToolOutputPayload)
+class ToolOutputChunk(Chunk[ToolOutputPayload]):
+    __slots__ = ()
+
+
+@_chunk("tool-call-approval", ToolCallApprovalPayload)
+class ToolCallApprovalChunk(Chunk[ToolCallApprovalPayload]):
+    __slots__ = ()
+
+
+@_chunk("tool-call-suspended", ToolCallSuspendedPayload)
+class ToolCallSuspendedChunk(Chunk[ToolCallSuspendedPayload]):
+    __slots__ = ()
+
+
+@_chunk("tool-output-denied", ToolOutputDeniedPayload)
+class ToolOutputDeniedChunk(Chunk[ToolOutputDeniedPayload]):
+    __slots__ = ()
+
+
+@_chunk("step-finish", StepFinishPayload)
+class StepFinishChunk(Chunk[StepFinishPayload]):
+    __slots__ = ()
+
+
+@_chunk("finish", StepFinishPayload)
+class FinishChunk(Chunk[StepFinishPayload]):
+    __slots__ = ()
+
+
+@_chunk("error", ErrorPayload)
+class ErrorChunk(Chunk[ErrorPayload]):
+    __slots__ = ()
+
+
+@_chunk("abort", OpenPayload)
+class AbortChunk(Chunk[OpenPayload]):
+    __slots__ = ()
+
+
+@_chunk("raw", Any)
+class RawChunk(Chunk[Any]):
+    __slots__ = ()
+
+
+@_chunk("step-output", StepOutputPayload)
+class StepOutputChunk(Chunk[StepOutputPayload]):
+    __slots__ = ()
+
+
+@_chunk("watch", WatchPayload)
+class WatchChunk(Chunk[WatchPayload]):
+    __slots__ = ()
+
+
+@_chunk("tripwire", TripwirePayload)
+class TripwireChunk(Chunk[TripwirePayload]):
+    __slots__ = ()
+
+
+@_chunk("is-task-complete", IsTaskCompletePayload)
+class IsTaskCompleteChunk(Chunk[IsTaskCompletePayload]):
+    __slots__ = ()
+
+
+@_chunk("goal", GoalPayload)
+class GoalChunk(Chunk[GoalPayload]):
+    __slots__ = ()
+
+
+@_chunk("background-task-started", TaskStartedPayload)
+class BackgroundTaskStartedChunk(Chunk[TaskStartedPayload]):
+    __slots__ = ()
+
+
+@_chunk("background-task-running", TaskRunningPayload)
+class BackgroundTaskRunningChunk(Chunk[TaskRunningPayload]):
+    __slots__ = ()
+
+
+@_chunk("background-task-progress", TaskProgressPayload)
+class BackgroundTaskProgressChunk(Chunk[TaskProgressPayload]):
+    __slots__ = ()
+
+
+@_chunk("background-task-output", TaskOutputPayload)
+class BackgroundTaskOutputChunk(Chunk[TaskOutputPayload]):
+    __slots__ = ()
+
+
+@_chunk("background-task-completed", TaskCompletedPayload)
+class BackgroundTaskCompletedChunk(Chunk[TaskCompletedPayload]):
+    __slots__ = ()
+
+
+@_chunk("background-task-failed", TaskFailedPayload)
+class BackgroundTaskFailedChunk(Chunk[TaskFailedPayload]):
+    __slots__ = ()
+
+
+@_chunk("background-task-cancelled", TaskCancelledPayload)
+class BackgroundTaskCancelledChunk(Chunk[TaskCancelledPayload]):
+    __slots__ = ()
+
+
+@_chunk("background-task-suspended", TaskSuspendedPayload)
+class BackgroundTaskSuspendedChunk(Chunk[TaskSuspendedPayload]):
+    __slots__ = ()
+
+
+@_chunk("background-task-resumed", TaskResumedPayload)
+class BackgroundTaskResumedChunk(Chunk[TaskResumedPayload]):
+    __slots__ = ()
+
+
+WORKFLOW_CHUNK_TYPES = (
+    "workflow-start",
+    "workflow-finish",
+    "workflow-canceled",
+    "workflow-paused",
+    "workflow-step-start",
+    "workflow-step-finish",
+    "workflow-step-suspended",
+    "workflow-step-waiting",
+    "workflow-step-output",
+    "workflow-step-progress",
+    "workflow-step-result",
+)
+
+
+class WorkflowChunk(Chunk[OpenPayload]):
+    """A workflow stream event (``workflow-*``); the payload is an open record."""
+
+    __slots__ = ()
+
+    def __init__(self, type_: str, run_id: str, payload: OpenPayload, from_: ChunkFrom = "WORKFLOW") -> None:
+        super().__init__(run_id, payload, from_)
+        self.type = type_
+
+
+class _ObjectChunkBase(Chunk[None]):
+    """``object`` / ``object-result``: the (partial) object sits at the top level."""
+
+    __slots__ = ("object",)
+
+    def __init__(self, run_id: str, obj: Any, from_: ChunkFrom = "AGENT") -> None:
+        super().__init__(run_id, None, from_)
+        self.object = obj
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": self.type, "runId": self.run_id, "from": self.from_, "object": self.object}
+
+
+@_chunk("object", None)
+class ObjectChunk(_ObjectChunkBase):
+    __slots__ = ()
+
+
+@_chunk("object-result", None)
+class ObjectResultChunk(_ObjectChunkBase):
+    __slots__ = ()
+
+
+class DataChunk(Chunk[None]):
+    """A custom ``data-<name>`` chunk written by a tool or step (``writer.custom``)."""
+
+    __slots__ = ("data", "id", "transient")
+
+    def __init__(
+        self,
+        type_: str,
+        data: Any,
+        *,
+        run_id: str = "",
+        from_: ChunkFrom = "USER",
+        id: str | None = None,
+        transient: bool | None = None,
+    ) -> None:
+        if not type_.startswith("data-"):
+            raise ValueError(f"custom chunk type must start with 'data-', got {type_!r}")
+        super().__init__(run_id, None, from_)
+        self.type = type_
+        self.data = data
+        self.id = id
+        self.transient = transient
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {"type": self.type, "data": self.data}
+        if self.id is not None:
+            wire["id"] = self.id
+        if self.transient is not None:
+            wire["transient"] = self.transient
+        if self.run_id:
+            wire["runId"] = self.run_id
+            wire["from"] = self.from_
+        return wire
+
+
+class UnknownChunk(Chunk[Any]):
+    """A chunk read from the wire whose type this version does not know: kept verbatim."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        super().__init__(str(raw.get("runId", "")), raw.get("payload"), raw.get("from", "AGENT"))
+        self.type = str(raw.get("type"))
+        self.raw = raw
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.raw
+
+
+AnyChunk = Chunk[Any]
+
+# ---------------------------------------------------------------------------------------------
+# Wire encoding
+# ---------------------------------------------------------------------------------------------
+
+
+def iso_datetime(value: datetime) -> str:
+    """JavaScript's ``Date.toISOString()`` form: UTC, milliseconds, ``Z``."""
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def error_to_wire(error: BaseException) -> dict[str, Any]:
+    """An exception as Mastra serialises it: ``{"message", "name"}``."""
+    name = getattr(error, "name", None)
+    return {"message": str(error), "name": name if isinstance(name, str) else type(error).__name__}
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return iso_datetime(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, BaseException):
+        return error_to_wire(value)
+    if isinstance(value, Chunk):
+        return value.to_wire()
+    to_wire = getattr(value, "to_wire", None)
+    if callable(to_wire):
+        return to_wire()
+    model_dump = getattr(value, "model_dump", None)
+    if callable(model_dump):
+        return model_dump(mode="json", by_alias=True)
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def dumps(value: Any) -> str:
+    """Serialise to compact one-line JSON the way a Mastra wire carries it."""
+    return json.dumps(value, default=_default, separators=(",", ":"), ensure_ascii=False)
+
+
+def to_jsonable(value: Any) -> Any:
+    """A deep copy of ``value`` with only JSON types (dates, errors, bytes converted)."""
+    return json.loads(dumps(value))
+
+
+# ---------------------------------------------------------------------------------------------
+# Wire decoding (the validation boundary)
+# ---------------------------------------------------------------------------------------------
+
+
+class ChunkDecodeError(ValueError):
+    """A wire chunk is malformed (not an object, no type, or a payload of the wrong shape)."""
+
+
+@cache
+def _payload_adapter(payload_type: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(payload_type)
+
+
+def chunk_from_wire(raw: dict[str, Any] | str) -> AnyChunk:
+    """Build a chunk from its wire JSON (a dict or a JSON string), validating the payload.
+
+    Unknown types become :class:`UnknownChunk` (kept, not dropped).
+    """
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError as exc:
+            raise ChunkDecodeError(f"chunk is not valid JSON: {exc}") from exc
+    if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+        raise ChunkDecodeError("a chunk must be a JSON object with a string 'type'")
+    wire: dict[str, Any] = raw
+    type_: str = wire["type"]
+    run_id = str(wire.get("runId", ""))
+    from_ = cast(ChunkFrom, wire.get("from", "AGENT"))
+    if type_.startswith("data-"):
+        return DataChunk(
+            type_,
+            wire.get("data"),
+            run_id=run_id,
+            from_=from_,
+            id=wire.get("id"),
+            transient=wire.get("transient"),
+        )
+    if type_ in ("object", "object-result"):
+        cls = ObjectChunk if type_ == "object" else ObjectResultChunk
+        return cls(run_id, wire.get("object"), from_)
+    if type_ in WORKFLOW_CHUNK_TYPES:
+        return WorkflowChunk(type_, run_id, dict(wire.get("payload") or {}), from_)
+    chunk_cls = CHUNK_CLASSES.get(type_)
+    if chunk_cls is None:
+        return UnknownChunk(wire)
+    payload = wire.get("payload", {})
+    try:
+        payload = _payload_adapter(chunk_cls.PAYLOAD).validate_python(payload)
+    except ValidationError as exc:
+        raise ChunkDecodeError(f"invalid payload for chunk type {type_!r}: {exc}") from exc
+    return chunk_cls(run_id, payload, from_)
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)

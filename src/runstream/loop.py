@@ -1,0 +1,1026 @@
+"""The agentic loop: model steps, tool execution, stop conditions, and the chunks they make.
+
+``agent_loop`` is one async generator: it pulls provider parts from the model and yields chunks,
+so a consumer's ``async for`` drives the whole run with no producer task or queue on the token
+path (see DESIGN.md, hot-path rules). Tools of one step run concurrently; their writer output is
+streamed live while they run, their results follow in call order once all have finished.
+
+A run that needs a human (a tool awaiting approval, a tool that suspended) ends its stream after
+the ``tool-call-approval`` / ``tool-call-suspended`` chunk and leaves a :class:`PendingToolStep`
+in the :class:`RunState`; ``agent_loop(..., resume=...)`` continues it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic_core import from_json
+
+from runstream.abort import AbortError, AbortSignal
+from runstream.chunks import (
+    AbortChunk,
+    AnyChunk,
+    ErrorChunk,
+    FileChunk,
+    FinishChunk,
+    ObjectChunk,
+    ObjectResultChunk,
+    RawChunk,
+    ReasoningDeltaChunk,
+    ReasoningEndChunk,
+    ReasoningStartChunk,
+    SourceChunk,
+    StartChunk,
+    StepFinishChunk,
+    StepStartChunk,
+    TextDeltaChunk,
+    TextEndChunk,
+    TextStartChunk,
+    ToolCallApprovalChunk,
+    ToolCallChunk,
+    ToolCallDeltaChunk,
+    ToolCallInputStreamingEndChunk,
+    ToolCallInputStreamingStartChunk,
+    ToolCallSuspendedChunk,
+    ToolErrorChunk,
+    ToolOutputDeniedChunk,
+    ToolResultChunk,
+    TripwireChunk,
+)
+from runstream.models.base import LanguageModel, ModelRequest, ModelSettings, PromptMessage
+from runstream.processors import (
+    ProcessorContext,
+    StepView,
+    TripWire,
+    run_step_processors,
+    run_stream_processors,
+)
+from runstream.structured import StructuredOutput
+from runstream.tools import (
+    APPROVAL_RESUME_SCHEMA,
+    Tool,
+    ToolArgumentsError,
+    ToolContext,
+    ToolNotFoundError,
+    ToolSuspended,
+    ToolWriter,
+    resume_schema_json,
+)
+
+Status = Literal["running", "success", "failed", "suspended", "aborted", "tripwire"]
+
+ToolDispatcher = Callable[["ToolCall", Tool, "LoopConfig", "RunState"], Awaitable["ToolOutcome | None"]]
+"""Hook that may take a tool call away from inline execution (background tasks). Returning
+``None`` means "run it inline"."""
+
+
+@dataclass(slots=True)
+class LoopConfig:
+    """Everything about a run that does not change while it runs."""
+
+    agent_id: str
+    model: LanguageModel
+    tools: dict[str, Tool]
+    system: list[PromptMessage] = field(default_factory=list)
+    max_steps: int = 5
+    tool_choice: dict[str, Any] | None = None
+    include_raw_chunks: bool = False
+    structured_output: StructuredOutput | None = None
+    output_processors: list[Any] = field(default_factory=list)
+    max_processor_retries: int = 0
+    model_settings: ModelSettings = field(default_factory=ModelSettings)
+    abort_signal: AbortSignal = field(default_factory=AbortSignal)
+    context: list[PromptMessage] = field(default_factory=list)
+    """Extra messages for the model that are not part of the conversation (not saved)."""
+    thread_id: str | None = None
+    resource_id: str | None = None
+    dispatch_tool: ToolDispatcher | None = None
+    tool_call_concurrency: int = 10
+
+
+@dataclass(slots=True)
+class ToolCall:
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+    args_error: str | None = None
+    provider_metadata: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class ToolOutcome:
+    """How one tool call ended."""
+
+    call: ToolCall
+    kind: Literal["result", "error", "suspended", "denied"]
+    value: Any = None
+    provider_metadata: dict[str, Any] | None = None
+    """Extra tool-result metadata (the background-task link)."""
+    model_output: dict[str, Any] | None = None
+    """What the model sees instead of ``value`` (e.g. a background placeholder)."""
+
+
+@dataclass(slots=True)
+class PendingToolStep:
+    """A step whose tools wait for a human: approvals or a suspended tool."""
+
+    calls: list[ToolCall]
+    awaiting_approval: set[str]
+    suspended: dict[str, Any]
+    """tool call id -> suspend payload"""
+    done: dict[str, ToolOutcome]
+    step_record: dict[str, Any]
+
+
+@dataclass(slots=True)
+class ResumeAction:
+    """How to continue a run that stopped for a human."""
+
+    kind: Literal["approve", "decline", "resume"]
+    tool_call_id: str | None = None
+    data: Any = None
+    reason: str | None = None
+
+
+@dataclass
+class RunState:
+    """The mutable state of one run, shared by the loop and its :class:`RunOutput`."""
+
+    run_id: str
+    message_id: str
+    messages: list[PromptMessage]
+    """The conversation in model-prompt form: input (history + new user) then responses."""
+    input_count: int
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, Any] = field(default_factory=dict)
+    finish_reason: str | None = None
+    status: Status = "running"
+    error: BaseException | None = None
+    tripwire: dict[str, Any] | None = None
+    object: Any = None
+    tool_calls: list[AnyChunk] = field(default_factory=list)
+    tool_results: list[AnyChunk] = field(default_factory=list)
+    sources: list[AnyChunk] = field(default_factory=list)
+    files: list[AnyChunk] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    pending: PendingToolStep | None = None
+    processor_retry_count: int = 0
+    suspend_payload: Any = None
+    background_task_pending: bool = False
+    step_number: int = 0
+
+    @property
+    def text(self) -> str:
+        """The final step's text (Mastra's ``text`` aggregate)."""
+        return str(self.steps[-1]["text"]) if self.steps else ""
+
+    @property
+    def response_messages(self) -> list[PromptMessage]:
+        return self.messages[self.input_count :]
+
+
+_USAGE_KEYS = ("inputTokens", "outputTokens", "totalTokens")
+
+
+def normalize_usage(usage: Any) -> dict[str, Any]:
+    """AI SDK v2 usage as is; v3's nested usage flattened the way Mastra reports it."""
+    if not isinstance(usage, dict):
+        return {}
+    inp, out = usage.get("inputTokens"), usage.get("outputTokens")
+    if isinstance(inp, dict) or isinstance(out, dict):
+        inp = inp or {}
+        out = out or {}
+        total_in = inp.get("total") or 0
+        total_out = out.get("total") or 0
+        return {
+            "inputTokens": total_in,
+            "outputTokens": total_out,
+            "totalTokens": total_in + total_out,
+            "reasoningTokens": out.get("reasoning") or 0,
+            "cachedInputTokens": inp.get("cacheRead") or 0,
+            "cacheCreationInputTokens": inp.get("cacheWrite") or 0,
+            "raw": usage,
+        }
+    return {**usage, "raw": dict(usage)}
+
+
+def _add_usage(total: dict[str, Any], step: dict[str, Any]) -> None:
+    for key, value in step.items():
+        if key == "raw":
+            total["raw"] = value
+        elif isinstance(value, int | float):
+            total[key] = total.get(key, 0) + value
+    for key in _USAGE_KEYS:
+        total.setdefault(key, 0)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def tool_output_for_model(outcome: ToolOutcome) -> dict[str, Any]:
+    """The ``output`` of a tool-result prompt part."""
+    if outcome.model_output is not None:
+        return outcome.model_output
+    if outcome.kind == "error" or outcome.kind == "denied":
+        return {"type": "error-text", "value": str(outcome.value)}
+    return {"type": "json", "value": outcome.value}
+
+
+async def agent_loop(
+    cfg: LoopConfig, state: RunState, resume: ResumeAction | None = None
+) -> AsyncIterator[AnyChunk]:
+    """Run the agent until it stops; yields every chunk of the run."""
+    run_id = state.run_id
+    signal = cfg.abort_signal
+    if resume is None:
+        yield StartChunk(run_id, {"id": cfg.agent_id, "messageId": state.message_id})
+    else:
+        yield StartChunk(run_id, {"id": cfg.agent_id, "messageId": state.message_id})
+        pending = state.pending
+        if pending is None:
+            raise RuntimeError("agent_loop resumed without a pending tool step")
+        async for resumed_chunk in _finish_pending_step(cfg, state, pending, resume):
+            yield resumed_chunk
+        if state.status != "running":
+            return
+    processors = cfg.output_processors
+    proc_ctx = {p.id: ProcessorContext(processor_id=p.id, run_id=run_id) for p in processors}
+    stream_processors = [p for p in processors if hasattr(p, "process_output_stream")]
+    step_processors = [p for p in processors if hasattr(p, "process_output_step")]
+    structured = cfg.structured_output
+    retry_feedback: list[PromptMessage] = []
+
+    while state.status == "running":
+        if signal.aborted:
+            yield from_abort(state)
+            yield _finish_chunk(cfg, state, "aborted")
+            return
+        state.step_number += 1
+        step_started = _now_ms()
+        tools_offered = [] if (cfg.tool_choice or {}).get("type") == "none" else list(cfg.tools.values())
+        request = ModelRequest(
+            prompt=[*cfg.system, *retry_feedback, *cfg.context, *state.messages],
+            tools=[t.spec() for t in tools_offered],
+            tool_choice=(cfg.tool_choice or {"type": "auto"}) if cfg.tools else cfg.tool_choice,
+            response_format=structured.response_format() if structured else None,
+            include_raw_chunks=cfg.include_raw_chunks,
+            settings=cfg.model_settings,
+            abort_signal=signal,
+        )
+        step_text: list[str] = []
+        reasoning_text: list[str] = []
+        content: list[dict[str, Any]] = []
+        calls: list[ToolCall] = []
+        step_usage: dict[str, Any] = {}
+        step_result: dict[str, Any] = {}
+        response_meta: dict[str, Any] = {}
+        finish_reason = "unknown"
+        step_error: BaseException | None = None
+        tripwire: TripWire | None = None
+        last_object: Any = None
+        request_info: dict[str, Any] = {}
+        step_started_emitted = False
+        warnings: list[Any] = []
+        streaming_tool_names: dict[str, str] = {}
+        try:
+            model_stream = await cfg.model.stream(request)
+            request_info = model_stream.request
+            parts = model_stream.parts
+        except Exception as exc:  # the request itself failed
+            step_error = exc
+            parts = None
+        if parts is None:
+            yield StepStartChunk(
+                run_id,
+                {"request": {}, "warnings": [], "messageId": state.message_id, "startedAt": step_started},
+            )
+            step_result["warnings"] = []
+            step_started_emitted = True
+        else:
+            try:
+                async for part in parts:
+                    kind = part["type"]
+                    chunk: AnyChunk | None
+                    if kind == "text-delta":
+                        delta = part["delta"]
+                        step_text.append(delta)
+                        chunk = TextDeltaChunk(run_id, {"id": part["id"], "text": delta})
+                    elif kind == "stream-start":
+                        warnings = part.get("warnings") or []
+                        if not step_started_emitted:
+                            step_started_emitted = True
+                            yield StepStartChunk(
+                                run_id,
+                                {
+                                    "request": request_info,
+                                    "warnings": warnings,
+                                    "messageId": state.message_id,
+                                    "startedAt": step_started,
+                                },
+                            )
+                        continue
+                    elif kind == "reasoning-delta":
+                        reasoning_text.append(part["delta"])
+                        chunk = ReasoningDeltaChunk(
+                            run_id, _with_pm({"id": part["id"], "text": part["delta"]}, part)
+                        )
+                    elif kind == "text-start":
+                        chunk = TextStartChunk(run_id, _with_pm({"id": part["id"]}, part))
+                    elif kind == "text-end":
+                        chunk = TextEndChunk(run_id, _with_pm({"type": "text-end", "id": part["id"]}, part))
+                    elif kind == "reasoning-start":
+                        chunk = ReasoningStartChunk(run_id, _with_pm({"id": part["id"]}, part))
+                    elif kind == "reasoning-end":
+                        chunk = ReasoningEndChunk(run_id, _with_pm({"id": part["id"]}, part))
+                    elif kind == "tool-input-start":
+                        streaming_tool_names[part["id"]] = part["toolName"]
+                        chunk = ToolCallInputStreamingStartChunk(
+                            run_id, _with_pm({"toolCallId": part["id"], "toolName": part["toolName"]}, part)
+                        )
+                    elif kind == "tool-input-delta":
+                        chunk = ToolCallDeltaChunk(
+                            run_id,
+                            {
+                                "argsTextDelta": part["delta"],
+                                "toolCallId": part["id"],
+                                "toolName": streaming_tool_names.get(part["id"], ""),
+                            },
+                        )
+                    elif kind == "tool-input-end":
+                        chunk = ToolCallInputStreamingEndChunk(run_id, {"toolCallId": part["id"]})
+                    elif kind == "tool-call":
+                        call = _parse_tool_call(part)
+                        calls.append(call)
+                        payload: dict[str, Any] = {
+                            "toolCallId": call.tool_call_id,
+                            "toolName": call.tool_name,
+                            "args": call.args,
+                        }
+                        if call.provider_metadata:
+                            payload["providerMetadata"] = call.provider_metadata
+                        chunk = ToolCallChunk(run_id, payload)  # type: ignore[arg-type]
+                        state.tool_calls.append(chunk)
+                    elif kind == "source":
+                        chunk = SourceChunk(run_id, _source_payload(part))
+                        state.sources.append(chunk)
+                    elif kind == "file":
+                        chunk = FileChunk(run_id, _file_payload(part))
+                        state.files.append(chunk)
+                    elif kind == "raw":
+                        if not cfg.include_raw_chunks:
+                            continue
+                        chunk = RawChunk(run_id, part.get("rawValue"))
+                    elif kind == "response-metadata":
+                        response_meta = {k: v for k, v in part.items() if k != "type"}
+                        continue
+                    elif kind == "finish":
+                        reason = part.get("finishReason", "unknown")
+                        if isinstance(reason, dict):  # AI SDK v3
+                            step_result["rawReason"] = reason.get("raw")
+                            reason = reason.get("unified", "unknown")
+                        finish_reason = str(reason)
+                        step_usage = normalize_usage(part.get("usage"))
+                        continue
+                    elif kind == "error":
+                        step_error = _as_exception(part.get("error"))
+                        break
+                    else:
+                        continue
+                    if not step_started_emitted:
+                        step_started_emitted = True
+                        yield StepStartChunk(
+                            run_id,
+                            {
+                                "request": request_info,
+                                "warnings": warnings,
+                                "messageId": state.message_id,
+                                "startedAt": step_started,
+                            },
+                        )
+                    if structured is not None and kind == "text-delta":
+                        partial = _partial_object("".join(step_text))
+                        if partial is not None and partial != last_object:
+                            last_object = partial
+                            yield ObjectChunk(run_id, partial)
+                    if stream_processors:
+                        processed = await run_stream_processors(stream_processors, chunk, proc_ctx)
+                        if processed is None:
+                            continue
+                        chunk = processed
+                    yield chunk
+                    if signal.aborted:
+                        break
+            except TripWire as trip:
+                tripwire = trip
+            except AbortError:
+                pass
+            except Exception as exc:  # the part stream failed mid-way
+                if not signal.aborted:
+                    step_error = exc
+            finally:
+                aclose = getattr(parts, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            if not step_started_emitted:
+                step_started_emitted = True
+                yield StepStartChunk(
+                    run_id,
+                    {
+                        "request": request_info,
+                        "warnings": warnings,
+                        "messageId": state.message_id,
+                        "startedAt": step_started,
+                    },
+                )
+
+        if signal.aborted:
+            yield from_abort(state)
+            yield _finish_chunk(cfg, state, "aborted")
+            return
+
+        text = "".join(step_text)
+        if reasoning_text:
+            state.reasoning.append("".join(reasoning_text))
+            content.append({"type": "reasoning", "text": "".join(reasoning_text)})
+        if text:
+            content.append({"type": "text", "text": text})
+        for call in calls:
+            content.append(
+                {
+                    "type": "tool-call",
+                    "toolCallId": call.tool_call_id,
+                    "toolName": call.tool_name,
+                    "input": call.args,
+                }
+            )
+
+        if tripwire is not None:
+            state.tripwire = tripwire.payload()
+            yield TripwireChunk(run_id, tripwire.payload())  # type: ignore[arg-type]
+            state.status = "tripwire"
+            record = _step_record(
+                state, text, content, step_usage, "tripwire", request_info, response_meta, warnings
+            )
+            yield _step_finish_chunk(cfg, state, record, "tripwire", continued=False)
+            yield _finish_chunk(cfg, state, "tripwire")
+            return
+
+        if step_error is not None:
+            state.error = step_error
+            state.status = "failed"
+            yield ErrorChunk(run_id, {"type": "error", "error": step_error})  # type: ignore[typeddict-unknown-key]
+            record = _step_record(
+                state, text, content, step_usage, "error", request_info, response_meta, warnings
+            )
+            yield _step_finish_chunk(cfg, state, record, "error", continued=False, step_result=step_result)
+            yield _finish_chunk(cfg, state, "error", step_result=step_result)
+            return
+
+        # Step-level processors (may ask for a retry with feedback).
+        if step_processors:
+            try:
+                await run_step_processors(
+                    step_processors,
+                    StepView(
+                        text=text,
+                        tool_calls=[{"toolCallId": c.tool_call_id} for c in calls],
+                        finish_reason=finish_reason,
+                        step_number=state.step_number,
+                    ),
+                    proc_ctx,
+                )
+            except TripWire as trip:
+                record = _step_record(
+                    state, text, content, step_usage, "retry", request_info, response_meta, warnings
+                )
+                if trip.retry and state.processor_retry_count < cfg.max_processor_retries:
+                    state.processor_retry_count += 1
+                    for ctx in proc_ctx.values():
+                        ctx.retry_count = state.processor_retry_count
+                    feedback = (
+                        "[Processor Feedback] Your previous response was not accepted: "
+                        f"{trip.reason}. Please try again with the feedback in mind."
+                    )
+                    retry_feedback.append({"role": "system", "content": feedback})
+                    retry_result = {
+                        "reason": "retry",
+                        "isContinued": True,
+                        "retryReason": trip.reason,
+                        "retryMetadata": trip.metadata,
+                        "retryProcessorId": trip.processor_id,
+                    }
+                    chunk = _step_finish_chunk(
+                        cfg, state, record, "retry", continued=True, step_result=retry_result
+                    )
+                    chunk.payload["processorRetryFeedback"] = feedback  # type: ignore[typeddict-unknown-key]
+                    yield chunk
+                    continue
+                state.tripwire = trip.payload()
+                state.status = "tripwire"
+                yield TripwireChunk(run_id, trip.payload())  # type: ignore[arg-type]
+                yield _step_finish_chunk(cfg, state, record, "tripwire", continued=False)
+                yield _finish_chunk(cfg, state, "tripwire")
+                return
+
+        # The assistant's response message for this step.
+        assistant_content = list(content)
+        if assistant_content:
+            state.messages.append({"role": "assistant", "content": assistant_content})
+
+        if structured is not None and not calls and text:
+            try:
+                obj = structured.parse_final(text)
+            except ValueError as exc:
+                state.error = exc
+                state.status = "failed"
+                yield ErrorChunk(run_id, {"type": "error", "error": exc})  # type: ignore[typeddict-unknown-key]
+                record = _step_record(
+                    state, text, content, step_usage, "error", request_info, response_meta, warnings
+                )
+                yield _step_finish_chunk(cfg, state, record, "error", continued=False)
+                yield _finish_chunk(cfg, state, "error")
+                return
+            state.object = obj
+            yield ObjectResultChunk(run_id, obj)
+
+        record = _step_record(
+            state, text, content, step_usage, finish_reason, request_info, response_meta, warnings
+        )
+        if not calls:
+            yield _step_finish_chunk(
+                cfg, state, record, finish_reason, continued=False, step_result=step_result
+            )
+            state.status = "success"
+            yield _finish_chunk(cfg, state, finish_reason, step_result=step_result)
+            return
+
+        pending = PendingToolStep(
+            calls=calls, awaiting_approval=set(), suspended={}, done={}, step_record=record
+        )
+        record["finishReason"] = finish_reason
+        state.pending = pending
+        async for chunk in _run_tool_step(cfg, state, pending):
+            yield chunk
+        if state.status != "running":
+            return
+        if state.pending is not None:  # waiting for a human
+            return
+        cont = _should_continue(cfg, state)
+        yield _step_finish_chunk(cfg, state, record, finish_reason, continued=cont, step_result=step_result)
+        if not cont:
+            state.status = "success"
+            yield _finish_chunk(cfg, state, finish_reason, step_result=step_result)
+            return
+
+
+def _should_continue(cfg: LoopConfig, state: RunState) -> bool:
+    return state.step_number < cfg.max_steps and not cfg.abort_signal.aborted
+
+
+async def _finish_pending_step(
+    cfg: LoopConfig, state: RunState, pending: PendingToolStep, resume: ResumeAction
+) -> AsyncIterator[AnyChunk]:
+    """Apply an approval, decline or resume, then run the rest of the stopped step."""
+    target = resume.tool_call_id
+    if resume.kind in ("approve", "decline"):
+        ids = [target] if target else sorted(pending.awaiting_approval)
+        for call_id in ids:
+            if call_id not in pending.awaiting_approval:
+                raise ValueError(f"tool call {call_id!r} is not waiting for approval")
+            pending.awaiting_approval.discard(call_id)
+            if resume.kind == "decline":
+                call = next(c for c in pending.calls if c.tool_call_id == call_id)
+                reason = resume.reason or "Tool call was not approved by the user"
+                pending.done[call_id] = ToolOutcome(call, "denied", reason)
+                yield ToolOutputDeniedChunk(
+                    state.run_id,
+                    {
+                        "toolCallId": call_id,
+                        "toolName": call.tool_name,
+                        "args": call.args,
+                        "approval": {"id": call_id, "approved": False, "reason": reason},
+                    },
+                )
+            else:
+                pending.done.pop(call_id, None)
+                pending.suspended.pop(call_id, None)
+                # Mark approved so the tool step runs it.
+                pending.step_record.setdefault("approved", []).append(call_id)
+    else:
+        ids = [target] if target else list(pending.suspended)
+        for call_id in ids:
+            if call_id not in pending.suspended:
+                raise ValueError(f"tool call {call_id!r} is not suspended")
+            pending.suspended.pop(call_id)
+            pending.step_record.setdefault("resume_data", {})[call_id] = resume.data
+    async for chunk in _run_tool_step(cfg, state, pending):
+        yield chunk
+    if state.status != "running" or state.pending is not None:
+        return
+    record = pending.step_record
+    cont = _should_continue(cfg, state)
+    step_result: dict[str, Any] = {"messageId": state.message_id}
+    yield _step_finish_chunk(
+        cfg, state, record, record.get("finishReason", "tool-calls"), continued=cont, step_result=step_result
+    )
+    if not cont:
+        state.status = "success"
+        yield _finish_chunk(cfg, state, record.get("finishReason", "tool-calls"))
+
+
+async def _run_tool_step(
+    cfg: LoopConfig, state: RunState, pending: PendingToolStep
+) -> AsyncIterator[AnyChunk]:
+    """Execute the step's tool calls, streaming their output; stop for approvals/suspensions."""
+    run_id = state.run_id
+    approved: list[str] = pending.step_record.get("approved", [])
+    resume_data: dict[str, Any] = pending.step_record.get("resume_data", {})
+    to_run: list[ToolCall] = []
+    for call in pending.calls:
+        if call.tool_call_id in pending.done or call.tool_call_id in pending.suspended:
+            continue
+        tool = cfg.tools.get(call.tool_name)
+        if (
+            tool is not None
+            and tool.require_approval
+            and call.args_error is None
+            and call.tool_call_id not in approved
+        ):
+            pending.awaiting_approval.add(call.tool_call_id)
+            continue
+        to_run.append(call)
+    if pending.awaiting_approval:
+        for call in pending.calls:
+            if call.tool_call_id in pending.awaiting_approval:
+                yield ToolCallApprovalChunk(
+                    run_id,
+                    {
+                        "toolCallId": call.tool_call_id,
+                        "toolName": call.tool_name,
+                        "args": call.args,
+                        "resumeSchema": resume_schema_json(APPROVAL_RESUME_SCHEMA),
+                    },
+                )
+        state.status = "suspended"
+        state.finish_reason = "suspended"
+        return
+
+    outbox: asyncio.Queue[AnyChunk | None] = asyncio.Queue()
+    emit = outbox.put_nowait
+
+    async def run_one(call: ToolCall) -> None:
+        try:
+            pending.done[call.tool_call_id] = await _execute_call(
+                cfg, state, call, emit, resume_data.get(call.tool_call_id)
+            )
+        finally:
+            emit(None)
+
+    tasks = [asyncio.create_task(run_one(call)) for call in to_run]
+    remaining = len(tasks)
+    try:
+        while remaining:
+            item = await outbox.get()
+            if item is None:
+                remaining -= 1
+            else:
+                if not item.run_id:
+                    item.run_id = run_id
+                yield item
+    finally:
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+
+    for call in pending.calls:
+        outcome = pending.done.get(call.tool_call_id)
+        if outcome is None or call.tool_call_id in pending.suspended:
+            continue
+        if outcome.kind == "suspended":
+            tool = cfg.tools.get(call.tool_name)
+            pending.suspended[call.tool_call_id] = outcome.value
+            del pending.done[call.tool_call_id]
+            state.suspend_payload = outcome.value
+            payload: dict[str, Any] = {
+                "toolCallId": call.tool_call_id,
+                "toolName": call.tool_name,
+                "suspendPayload": outcome.value,
+                "args": call.args,
+            }
+            if tool is not None and tool.resume_schema is not None:
+                payload["resumeSchema"] = resume_schema_json(tool.resume_schema)
+            yield ToolCallSuspendedChunk(run_id, payload)  # type: ignore[arg-type]
+    if pending.suspended:
+        state.status = "suspended"
+        state.finish_reason = "suspended"
+        return
+
+    tool_parts: list[dict[str, Any]] = []
+    for call in pending.calls:
+        outcome = pending.done[call.tool_call_id]
+        if outcome.kind == "result":
+            payload = {
+                "args": call.args,
+                "toolCallId": call.tool_call_id,
+                "toolName": call.tool_name,
+                "result": outcome.value,
+            }
+            if outcome.provider_metadata:
+                payload["providerMetadata"] = outcome.provider_metadata
+            result_chunk = ToolResultChunk(run_id, payload)  # type: ignore[arg-type]
+            state.tool_results.append(result_chunk)
+            yield result_chunk
+        elif outcome.kind == "error":
+            yield ToolErrorChunk(
+                run_id,
+                {
+                    "error": outcome.value,
+                    "args": call.args,
+                    "toolCallId": call.tool_call_id,
+                    "toolName": call.tool_name,
+                },
+            )
+        part: dict[str, Any] = {
+            "type": "tool-result",
+            "toolCallId": call.tool_call_id,
+            "toolName": call.tool_name,
+            "output": tool_output_for_model(outcome),
+            "input": call.args,
+        }
+        if outcome.provider_metadata:
+            part["providerOptions"] = outcome.provider_metadata
+        tool_parts.append(part)
+    state.messages.append({"role": "tool", "content": tool_parts})
+    pending.step_record["content"].extend(
+        {
+            "type": "tool-result",
+            "toolCallId": p["toolCallId"],
+            "toolName": p["toolName"],
+            "output": p["output"],
+            "input": p["input"],
+        }
+        for p in tool_parts
+    )
+    state.pending = None
+
+
+async def _execute_call(
+    cfg: LoopConfig, state: RunState, call: ToolCall, emit: Callable[[AnyChunk], None], resume_data: Any
+) -> ToolOutcome:
+    tool = cfg.tools.get(call.tool_name)
+    if tool is None:
+        available = ", ".join(cfg.tools) or "none"
+        return ToolOutcome(
+            call,
+            "error",
+            ToolNotFoundError(
+                f'Tool "{call.tool_name}" not found. Available tools: {available}. '
+                "Call tools by their exact name only \u2014 never add prefixes, namespaces, or colons."
+            ),
+        )
+    if call.args_error is not None:
+        return ToolOutcome(call, "error", ToolArgumentsError(call.args_error))
+    if cfg.dispatch_tool is not None and resume_data is None:
+        dispatched = await cfg.dispatch_tool(call, tool, cfg, state)
+        if dispatched is not None:
+            return dispatched
+    try:
+        args = tool.validate_args(call.args)
+    except ToolArgumentsError as exc:
+        return ToolOutcome(call, "error", exc)
+    ctx = ToolContext(
+        tool_call_id=call.tool_call_id,
+        tool_name=call.tool_name,
+        run_id=state.run_id,
+        agent_id=cfg.agent_id,
+        writer=ToolWriter(emit, state.run_id, call.tool_call_id, call.tool_name),
+        abort_signal=cfg.abort_signal,
+        resume_data=resume_data,
+        thread_id=cfg.thread_id,
+        resource_id=cfg.resource_id,
+        messages=state.messages,
+    )
+    return await run_tool(tool, args, ctx, call)
+
+
+async def run_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext, call: ToolCall) -> ToolOutcome:
+    """Execute a tool and classify how it ended (result, error or suspension)."""
+    try:
+        result = await tool.execute(args, ctx)
+    except ToolSuspended as suspended:
+        return ToolOutcome(call, "suspended", suspended.payload)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        if ctx.suspended:
+            return ToolOutcome(call, "suspended", ctx.suspended_with)
+        return ToolOutcome(call, "error", exc)
+    if ctx.suspended:
+        return ToolOutcome(call, "suspended", ctx.suspended_with)
+    return ToolOutcome(call, "result", result)
+
+
+def from_abort(state: RunState) -> AnyChunk:
+    state.status = "aborted"
+    state.finish_reason = "aborted"
+    return AbortChunk(state.run_id, {})
+
+
+def _with_pm(payload: dict[str, Any], part: dict[str, Any]) -> Any:
+    pm = part.get("providerMetadata")
+    if pm:
+        payload["providerMetadata"] = pm
+    return payload
+
+
+def _parse_tool_call(part: dict[str, Any]) -> ToolCall:
+    raw = part.get("input", "")
+    args_error = None
+    if isinstance(raw, str):
+        try:
+            args = json.loads(raw) if raw.strip() else {}
+        except ValueError as exc:
+            args, args_error = {}, f"Tool call arguments are not valid JSON: {exc}"
+    else:
+        args = raw
+    if not isinstance(args, dict):
+        args_error = f"Tool call arguments must be a JSON object, got {type(args).__name__}"
+        args = {}
+    return ToolCall(
+        tool_call_id=str(part.get("toolCallId", "")),
+        tool_name=str(part.get("toolName", "")),
+        args=args,
+        args_error=args_error,
+        provider_metadata=part.get("providerMetadata"),
+    )
+
+
+def _source_payload(part: dict[str, Any]) -> Any:
+    payload: dict[str, Any] = {"id": part.get("id", ""), "sourceType": part.get("sourceType", "url")}
+    for src, dst in (("title", "title"), ("mediaType", "mimeType"), ("filename", "filename"), ("url", "url")):
+        if part.get(src) is not None:
+            payload[dst] = part[src]
+    return _with_pm(payload, part)
+
+
+def _file_payload(part: dict[str, Any]) -> Any:
+    import base64
+
+    data = part.get("data", "")
+    b64 = base64.b64encode(data).decode("ascii") if isinstance(data, bytes | bytearray) else str(data)
+    return _with_pm({"data": b64, "base64": b64, "mimeType": part.get("mediaType", "")}, part)
+
+
+def _as_exception(error: Any) -> BaseException:
+    if isinstance(error, BaseException):
+        return error
+    if isinstance(error, dict):
+        exc = Exception(str(error.get("message", error)))
+        exc.name = str(error.get("name", "Error"))  # type: ignore[attr-defined]
+        return exc
+    return Exception(str(error))
+
+
+def _partial_object(text: str) -> Any:
+    try:
+        value = from_json(text, allow_partial="trailing-strings")
+    except ValueError:
+        return None
+    if value == {} or value == []:
+        return None
+    return value
+
+
+def _step_record(
+    state: RunState,
+    text: str,
+    content: list[dict[str, Any]],
+    usage: dict[str, Any],
+    reason: str,
+    request: dict[str, Any],
+    response_meta: dict[str, Any],
+    warnings: list[Any],
+) -> dict[str, Any]:
+    record = {
+        "text": text,
+        "content": content,
+        "usage": usage,
+        "finishReason": reason,
+        "warnings": warnings,
+        "request": request,
+        "response": response_meta,
+        "toolCalls": [
+            {"toolCallId": c["toolCallId"], "toolName": c["toolName"], "args": c["input"]}
+            for c in content
+            if c["type"] == "tool-call"
+        ],
+    }
+    state.steps.append(record)
+    _add_usage(state.usage, usage)
+    return record
+
+
+def _model_metadata(cfg: LoopConfig, record: dict[str, Any]) -> dict[str, Any]:
+    response = record.get("response") or {}
+    meta: dict[str, Any] = {k: v for k, v in response.items()}
+    meta["modelId"] = response.get("modelId", cfg.model.model_id)
+    meta["headers"] = {}
+    meta["modelMetadata"] = {
+        "modelId": cfg.model.model_id,
+        "modelVersion": cfg.model.specification_version,
+        "modelProvider": cfg.model.provider,
+    }
+    meta["request"] = record.get("request") or {}
+    return meta
+
+
+def _messages_payload(state: RunState) -> dict[str, Any]:
+    user = [m for m in state.messages if m["role"] == "user"]
+    return {
+        "all": list(state.messages),
+        "user": user,
+        "nonUser": [m for m in state.messages if m["role"] != "user"],
+    }
+
+
+def _output_payload(state: RunState, record: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+    output: dict[str, Any] = {
+        "text": record["text"],
+        "toolCalls": record["toolCalls"],
+        "usage": usage,
+        "steps": [_public_step(s) for s in state.steps],
+    }
+    if state.object is not None:
+        output["object"] = state.object
+    return output
+
+
+def _public_step(record: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "content": record["content"],
+        "usage": record["usage"],
+        "warnings": record["warnings"],
+        "request": record["request"],
+        "response": record["response"],
+    }
+
+
+def _step_finish_chunk(
+    cfg: LoopConfig,
+    state: RunState,
+    record: dict[str, Any],
+    reason: str,
+    *,
+    continued: bool,
+    step_result: dict[str, Any] | None = None,
+) -> StepFinishChunk:
+    result: dict[str, Any] = {"reason": reason, **(step_result or {}), "isContinued": continued}
+    if step_result and "reason" in step_result:
+        result["reason"] = step_result["reason"]
+    payload: dict[str, Any] = {
+        "messageId": state.message_id,
+        "stepResult": result,
+        "metadata": _model_metadata(cfg, record),
+        "output": _output_payload(state, record, record["usage"]),
+        "messages": _messages_payload(state),
+        "processorRetryCount": state.processor_retry_count,
+    }
+    if state.background_task_pending:
+        payload["backgroundTaskPending"] = True
+    return StepFinishChunk(state.run_id, payload)  # type: ignore[arg-type]
+
+
+def _finish_chunk(
+    cfg: LoopConfig, state: RunState, reason: str, *, step_result: dict[str, Any] | None = None
+) -> FinishChunk:
+    if state.finish_reason is None or state.status == "running" or reason != "aborted":
+        state.finish_reason = reason
+    if state.status == "running":
+        state.status = "success"
+    record = (
+        state.steps[-1]
+        if state.steps
+        else {"text": "", "toolCalls": [], "usage": {}, "request": {}, "response": {}}
+    )
+    usage = dict(state.usage) or {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}
+    for key in _USAGE_KEYS:
+        usage.setdefault(key, 0)
+    result: dict[str, Any] = {"reason": reason, **(step_result or {}), "isContinued": False}
+    result["reason"] = reason
+    payload: dict[str, Any] = {
+        "messageId": state.message_id,
+        "stepResult": result,
+        "metadata": _model_metadata(cfg, record),
+        "output": _output_payload(state, record, usage),
+        "messages": _messages_payload(state),
+        "processorRetryCount": state.processor_retry_count,
+    }
+    if state.background_task_pending:
+        payload["backgroundTaskPending"] = True
+    return FinishChunk(state.run_id, payload)  # type: ignore[arg-type]

@@ -1,0 +1,244 @@
+"""``RunOutput``: what ``agent.stream()`` returns.
+
+The run's chunks come from one async generator (the loop). ``full_stream`` can be iterated by
+any number of consumers, each from the first chunk, whenever they start: chunks are kept in a
+buffer, and whichever consumer is ahead pulls the next chunk from the generator (the others wait
+for it). With one consumer that is a plain pull-through, no task and no queue.
+
+Aggregates (``await out.text``, ``await out.usage`` …) drive the stream to its end if nobody
+else does, then read the run's state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any
+
+from runstream.abort import AbortController
+from runstream.chunks import AnyChunk, ObjectChunk
+from runstream.loop import RunState
+
+
+class RunOutput:
+    """A run's streams and aggregates (Mastra's ``MastraModelOutput``)."""
+
+    def __init__(
+        self,
+        source: AsyncIterator[AnyChunk],
+        state: RunState,
+        controller: AbortController,
+        *,
+        on_close: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self._source = source
+        self._buffer: list[AnyChunk] = []
+        self._done = False
+        self._pulling = False
+        self._waiters: list[asyncio.Future[None]] = []
+        self._on_close = on_close
+        self.state = state
+        self._controller = controller
+
+    # -- identity -------------------------------------------------------------------------------
+    @property
+    def run_id(self) -> str:
+        return self.state.run_id
+
+    @property
+    def message_id(self) -> str:
+        return self.state.message_id
+
+    # -- streams --------------------------------------------------------------------------------
+    @property
+    def full_stream(self) -> AsyncIterator[AnyChunk]:
+        """Every chunk of the run, from the first one."""
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[AnyChunk]:
+        buffer = self._buffer
+        i = 0
+        while True:
+            if i < len(buffer):
+                yield buffer[i]
+                i += 1
+                continue
+            if self._done:
+                return
+            if self._pulling:
+                waiter = asyncio.get_running_loop().create_future()
+                self._waiters.append(waiter)
+                await waiter
+                continue
+            await self._pull()
+
+    async def _pull(self) -> None:
+        self._pulling = True
+        try:
+            chunk = await self._source.__anext__()
+        except StopAsyncIteration:
+            await self._close()
+        except (asyncio.CancelledError, GeneratorExit):
+            # A consumer was cancelled mid-pull: that ends the run (reader cancel = abort).
+            self._controller.abort("stream consumer cancelled")
+            if self.state.status == "running":
+                self.state.status = "aborted"
+            await self._close()
+            raise
+        except Exception as exc:  # a bug below the loop must still end the stream
+            self.state.error = exc
+            self.state.status = "failed"
+            await self._close()
+            raise
+        else:
+            self._buffer.append(chunk)
+        finally:
+            self._pulling = False
+            if self._waiters:
+                waiters, self._waiters = self._waiters, []
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+
+    async def _close(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        if self._on_close is not None:
+            on_close, self._on_close = self._on_close, None
+            await on_close()
+
+    @property
+    def text_stream(self) -> AsyncIterator[str]:
+        """Only the text deltas."""
+
+        async def texts() -> AsyncIterator[str]:
+            async for chunk in self._iterate():
+                if chunk.type == "text-delta":
+                    yield chunk.payload["text"]
+
+        return texts()
+
+    @property
+    def object_stream(self) -> AsyncIterator[Any]:
+        """The partial objects of a structured-output run."""
+
+        async def objects() -> AsyncIterator[Any]:
+            async for chunk in self._iterate():
+                if isinstance(chunk, ObjectChunk):
+                    yield chunk.object
+
+        return objects()
+
+    # -- control --------------------------------------------------------------------------------
+    def abort(self, reason: object = None) -> None:
+        """Abort the run: the stream ends with ``abort`` and ``finish``."""
+        self._controller.abort(reason)
+
+    async def consume(self) -> None:
+        """Drive the stream to its end (without keeping a reference to the chunks)."""
+        async for _ in self._iterate():
+            pass
+
+    def _after(self, read: Callable[[], Any]) -> Coroutine[Any, Any, Any]:
+        async def wait() -> Any:
+            await self.consume()
+            return read()
+
+        return wait()
+
+    # -- aggregates (awaitables, like Mastra's promise getters) -----------------------------------
+    @property
+    def text(self) -> Awaitable[str]:
+        return self._after(lambda: self.state.text)
+
+    @property
+    def reasoning_text(self) -> Awaitable[str]:
+        return self._after(lambda: "".join(self.state.reasoning))
+
+    @property
+    def tool_calls(self) -> Awaitable[list[AnyChunk]]:
+        return self._after(lambda: list(self.state.tool_calls))
+
+    @property
+    def tool_results(self) -> Awaitable[list[AnyChunk]]:
+        return self._after(lambda: list(self.state.tool_results))
+
+    @property
+    def sources(self) -> Awaitable[list[AnyChunk]]:
+        return self._after(lambda: list(self.state.sources))
+
+    @property
+    def files(self) -> Awaitable[list[AnyChunk]]:
+        return self._after(lambda: list(self.state.files))
+
+    @property
+    def finish_reason(self) -> Awaitable[str | None]:
+        return self._after(lambda: self.state.finish_reason)
+
+    @property
+    def usage(self) -> Awaitable[dict[str, Any]]:
+        """Token usage summed over all steps (``totalUsage`` in Mastra)."""
+        return self._after(self._usage)
+
+    total_usage = usage
+
+    @property
+    def steps(self) -> Awaitable[list[dict[str, Any]]]:
+        return self._after(lambda: list(self.state.steps))
+
+    @property
+    def object(self) -> Awaitable[Any]:
+        return self._after(lambda: self.state.object)
+
+    @property
+    def messages(self) -> Awaitable[list[dict[str, Any]]]:
+        """The response messages of this run (assistant and tool messages)."""
+        return self._after(lambda: list(self.state.response_messages))
+
+    @property
+    def suspend_payload(self) -> Awaitable[Any]:
+        return self._after(lambda: self.state.suspend_payload)
+
+    def _usage(self) -> dict[str, Any]:
+        usage = {k: v for k, v in self.state.usage.items() if k != "raw"}
+        for key in ("inputTokens", "outputTokens", "totalTokens"):
+            usage.setdefault(key, 0)
+        return usage
+
+    async def get_full_output(self) -> dict[str, Any]:
+        """Everything at once, after the run ends."""
+        await self.consume()
+        s = self.state
+        return {
+            "runId": s.run_id,
+            "text": s.text,
+            "reasoningText": "".join(s.reasoning),
+            "usage": self._usage(),
+            "totalUsage": self._usage(),
+            "steps": list(s.steps),
+            "finishReason": s.finish_reason,
+            "toolCalls": [c.payload for c in s.tool_calls],
+            "toolResults": [c.payload for c in s.tool_results],
+            "sources": [c.payload for c in s.sources],
+            "files": [c.payload for c in s.files],
+            "object": s.object,
+            "error": s.error,
+            "tripwire": s.tripwire,
+            "suspendPayload": s.suspend_payload,
+            "messages": list(s.response_messages),
+            "status": s.status,
+        }
+
+    # -- synchronous state ------------------------------------------------------------------------
+    @property
+    def status(self) -> str:
+        return self.state.status
+
+    @property
+    def error(self) -> BaseException | None:
+        return self.state.error
+
+    @property
+    def tripwire(self) -> dict[str, Any] | None:
+        return self.state.tripwire

@@ -1,0 +1,79 @@
+"""Structured output: a JSON schema or pydantic model the final answer must match.
+
+While the model streams JSON text the loop emits ``object`` chunks with the partial object
+(parsed by pydantic-core's partial JSON mode); at the end of the final step the whole text is
+parsed and validated, and ``object-result`` carries the result.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+from pydantic import BaseModel, ValidationError
+
+
+class StructuredOutputError(ValueError):
+    """The model's final answer is not valid JSON or does not match the schema."""
+
+    name = "StructuredOutputError"
+
+
+@dataclass(slots=True)
+class StructuredOutput:
+    """``structured_output=`` on a run: a pydantic model class or a JSON schema."""
+
+    schema: dict[str, Any]
+    model: type[BaseModel] | None = None
+
+    @classmethod
+    def coerce(cls, value: Any) -> StructuredOutput | None:
+        """Accept a pydantic model class, a JSON schema, or ``{"schema": ...}``."""
+        if value is None or isinstance(value, StructuredOutput):
+            return value
+        if isinstance(value, type) and issubclass(value, BaseModel):
+            return cls(schema=value.model_json_schema(), model=value)
+        if isinstance(value, Mapping):
+            inner = value.get("schema", value)
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                return cls(schema=inner.model_json_schema(), model=inner)
+            schema = dict(inner)
+            jsonschema.validators.validator_for(schema).check_schema(schema)
+            if "$schema" not in schema:
+                schema = {"$schema": "http://json-schema.org/draft-07/schema#", **schema}
+            return cls(schema=schema)
+        raise TypeError(
+            f"structured_output must be a pydantic model or a JSON schema, not {type(value).__name__}"
+        )
+
+    def response_format(self) -> dict[str, Any]:
+        return {"type": "json", "schema": self.schema}
+
+    def parse_final(self, text: str) -> Any:
+        """Parse and validate the complete answer; raises :class:`StructuredOutputError`."""
+        try:
+            value = json.loads(_strip_fences(text))
+        except ValueError as exc:
+            raise StructuredOutputError(f"Structured output is not valid JSON: {exc}") from None
+        if self.model is not None:
+            try:
+                return self.model.model_validate(value)
+            except ValidationError as exc:
+                raise StructuredOutputError(f"Structured output validation failed: {exc}") from None
+        errors = list(jsonschema.validators.validator_for(self.schema)(self.schema).iter_errors(value))
+        if errors:
+            problems = "; ".join(e.message for e in errors)
+            raise StructuredOutputError(f"Structured output validation failed: {problems}")
+        return value
+
+
+def _strip_fences(text: str) -> str:
+    stripped = text.strip()
+    if stripped.startswith("```"):
+        stripped = stripped.split("\n", 1)[1] if "\n" in stripped else ""
+        if stripped.rstrip().endswith("```"):
+            stripped = stripped.rstrip()[:-3]
+    return stripped

@@ -1,0 +1,362 @@
+"""Tools: definitions from typed functions or JSON schemas, argument validation, and the
+context a running tool sees (writer, abort signal, suspend/resume).
+
+A tool's arguments are validated before it runs; invalid arguments raise
+:class:`ToolArgumentsError`, which the loop turns into a ``tool-error`` chunk the model can
+recover from. ``await ctx.suspend(payload)`` ends the execution without a result; the run (or
+background task) can later be resumed, running the tool again with ``ctx.resume_data`` set.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_type_hints, overload
+
+import docstring_parser
+import jsonschema
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from runstream.abort import AbortSignal
+from runstream.chunks import AnyChunk, DataChunk, ToolOutputChunk
+from runstream.models.base import FunctionToolSpec
+
+Emit = Callable[[AnyChunk], None]
+"""Where a tool's writer puts the chunks it makes (the loop's live output queue)."""
+
+
+class ToolArgumentsError(ValueError):
+    """The model called a tool with arguments that do not match its input schema."""
+
+    name = "ToolArgumentsError"
+
+
+class ToolNotFoundError(LookupError):
+    """The model called a tool the agent does not have."""
+
+    name = "ToolNotFoundError"
+
+
+class ToolSuspended(Exception):
+    """Raised by :meth:`ToolContext.suspend` to end the tool's execution without a result."""
+
+    def __init__(self, payload: Any) -> None:
+        super().__init__("tool execution suspended")
+        self.payload = payload
+
+
+class ToolWriter:
+    """What a tool writes while it runs: ``write`` → ``tool-output``, ``custom`` → ``data-*``."""
+
+    __slots__ = ("_emit", "run_id", "tool_call_id", "tool_name")
+
+    def __init__(self, emit: Emit, run_id: str, tool_call_id: str, tool_name: str) -> None:
+        self._emit = emit
+        self.run_id = run_id
+        self.tool_call_id = tool_call_id
+        self.tool_name = tool_name
+
+    async def write(self, value: Any) -> None:
+        self._emit(
+            ToolOutputChunk(
+                self.run_id,
+                {"output": value, "toolCallId": self.tool_call_id, "toolName": self.tool_name},
+                "USER",
+            )
+        )
+
+    async def custom(self, chunk: Mapping[str, Any]) -> None:
+        """Emit a custom ``data-<name>`` chunk: ``{"type": "data-x", "data": ..., "transient"?}``."""
+        self._emit(
+            DataChunk(
+                str(chunk.get("type", "")),
+                chunk.get("data"),
+                id=chunk.get("id"),
+                transient=chunk.get("transient"),
+            )
+        )
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """Everything a running tool can reach besides its arguments."""
+
+    tool_call_id: str
+    tool_name: str
+    run_id: str
+    agent_id: str
+    writer: ToolWriter
+    abort_signal: AbortSignal
+    resume_data: Any = None
+    suspend_payload: Any = None
+    thread_id: str | None = None
+    resource_id: str | None = None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    is_background_task: bool = False
+    attempt: int = 1
+    suspended: bool = False
+    suspended_with: Any = None
+
+    async def suspend(self, payload: Any = None) -> None:
+        """Suspend this execution: nothing after this call runs; resuming runs the tool again."""
+        self.suspended = True
+        self.suspended_with = payload
+        raise ToolSuspended(payload)
+
+
+@dataclass(slots=True)
+class BackgroundToolConfig:
+    """A tool's opt-in to run as a background task (Mastra's ``ToolBackgroundConfig``)."""
+
+    enabled: bool = True
+    timeout_ms: int | None = None
+    max_retries: int | None = None
+    default_disposition: Literal["foreground", "deferred"] = "deferred"
+    wait_timeout_ms: int | None = None
+
+    @classmethod
+    def coerce(
+        cls, value: BackgroundToolConfig | bool | Mapping[str, Any] | None
+    ) -> BackgroundToolConfig | None:
+        """Accept ``True``, a config, or Mastra's camelCase mapping."""
+        if value is None or value is False:
+            return None
+        if value is True:
+            return cls()
+        if isinstance(value, BackgroundToolConfig):
+            return value
+        return cls(
+            enabled=bool(value.get("enabled", True)),
+            timeout_ms=value.get("timeoutMs", value.get("timeout_ms")),
+            max_retries=value.get("maxRetries", value.get("max_retries")),
+            default_disposition=value.get("defaultDisposition", value.get("default_disposition", "deferred")),
+            wait_timeout_ms=value.get("waitTimeoutMs", value.get("wait_timeout_ms")),
+        )
+
+
+Execute = Callable[[dict[str, Any], ToolContext], Awaitable[Any] | Any]
+
+APPROVAL_RESUME_SCHEMA: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "type": "object",
+    "properties": {
+        "approved": {
+            "type": "boolean",
+            "description": "Controls if the tool call is approved or not, should be true when approved and false when declined",
+        },
+        "reason": {
+            "description": "Optional explanation for the decision, surfaced to the model when the tool call is declined",
+            "type": "string",
+        },
+    },
+    "required": ["approved"],
+    "additionalProperties": False,
+}
+
+
+class Tool:
+    """A callable the model can use. Build one with :func:`tool` or directly with a JSON schema."""
+
+    def __init__(
+        self,
+        name: str,
+        execute: Execute,
+        *,
+        description: str = "",
+        input_schema: Mapping[str, Any] | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+        suspend_schema: Mapping[str, Any] | None = None,
+        resume_schema: Mapping[str, Any] | None = None,
+        require_approval: bool = False,
+        background: BackgroundToolConfig | bool | Mapping[str, Any] | None = None,
+        args_model: type[BaseModel] | None = None,
+    ) -> None:
+        if not name:
+            raise ValueError("a tool needs a name")
+        self.name = name
+        self.description = description
+        self.input_schema: dict[str, Any] = dict(input_schema or {"type": "object", "properties": {}})
+        self.output_schema = dict(output_schema) if output_schema else None
+        self.suspend_schema = dict(suspend_schema) if suspend_schema else None
+        self.resume_schema = dict(resume_schema) if resume_schema else None
+        self.require_approval = require_approval
+        self.background = BackgroundToolConfig.coerce(background)
+        self._execute = execute
+        self._args_model = args_model
+        self._validator: Any = None if args_model else _json_validator(self.input_schema)
+
+    def spec(self, input_schema: dict[str, Any] | None = None) -> FunctionToolSpec:
+        """The tool as offered to the model."""
+        return {
+            "type": "function",
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": input_schema or self.input_schema,
+        }
+
+    def validate_args(self, args: Any) -> dict[str, Any]:
+        """Return the validated arguments or raise :class:`ToolArgumentsError`."""
+        if self._args_model is not None:
+            try:
+                model = self._args_model.model_validate(args)
+            except ValidationError as exc:
+                problems = "\n".join(
+                    f"- {'.'.join(str(p) for p in err['loc']) or 'root'}: {err['msg']}"
+                    for err in exc.errors()
+                )
+                raise ToolArgumentsError(self._invalid_message(problems)) from None
+            return {name: getattr(model, name) for name in type(model).model_fields}
+        errors = sorted(self._validator.iter_errors(args), key=lambda e: list(e.absolute_path))
+        if errors:
+            problems = "\n".join(
+                f"- {'.'.join(str(p) for p in err.absolute_path) or 'root'}: {err.message}" for err in errors
+            )
+            raise ToolArgumentsError(self._invalid_message(problems))
+        return dict(args)
+
+    def _invalid_message(self, problems: str) -> str:
+        return (
+            f"Tool input validation failed for {self.name}. "
+            f"Please fix the following errors and try again:\n{problems}"
+        )
+
+    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        result = self._execute(args, ctx)
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+
+def _json_validator(schema: Mapping[str, Any]) -> Any:
+    try:
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(dict(schema))
+    except jsonschema.SchemaError as exc:
+        raise ValueError(f"invalid JSON schema: {exc.message}") from exc
+    return cls(dict(schema))
+
+
+def _strip_titles(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _strip_titles(v) for k, v in schema.items() if k != "title"}
+    if isinstance(schema, list):
+        return [_strip_titles(v) for v in schema]
+    return schema
+
+
+def _from_function(
+    fn: Callable[..., Any],
+    *,
+    name: str | None,
+    description: str | None,
+    require_approval: bool,
+    background: BackgroundToolConfig | bool | Mapping[str, Any] | None,
+    output_schema: Mapping[str, Any] | None,
+    resume_schema: Mapping[str, Any] | None,
+    suspend_schema: Mapping[str, Any] | None,
+) -> Tool:
+    hints = get_type_hints(fn)
+    doc = docstring_parser.parse(inspect.getdoc(fn) or "")
+    param_docs = {p.arg_name: p.description for p in doc.params}
+    fields: dict[str, Any] = {}
+    ctx_param: str | None = None
+    for param in inspect.signature(fn).parameters.values():
+        annotation = hints.get(param.name, Any)
+        if annotation is ToolContext:
+            ctx_param = param.name
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"tool {fn.__name__}: *args/**kwargs parameters are not supported")
+        default = ... if param.default is param.empty else param.default
+        from pydantic import Field
+
+        fields[param.name] = (annotation, Field(default, description=param_docs.get(param.name)))
+    args_model = create_model(f"{fn.__name__}_args", __config__=ConfigDict(extra="forbid"), **fields)
+    schema = _strip_titles(args_model.model_json_schema())
+    schema.setdefault("properties", {})
+    summary = " ".join(p for p in (doc.short_description, doc.long_description) if p)
+
+    async def execute(args: dict[str, Any], ctx: ToolContext) -> Any:
+        call_args = dict(args)
+        if ctx_param is not None:
+            call_args[ctx_param] = ctx
+        result = fn(**call_args)
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+    return Tool(
+        name or fn.__name__,
+        execute,
+        description=description if description is not None else summary,
+        input_schema=schema,
+        output_schema=output_schema,
+        resume_schema=resume_schema,
+        suspend_schema=suspend_schema,
+        require_approval=require_approval,
+        background=background,
+        args_model=args_model,
+    )
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    require_approval: bool = False,
+    background: BackgroundToolConfig | bool | Mapping[str, Any] | None = None,
+    output_schema: Mapping[str, Any] | None = None,
+    resume_schema: Mapping[str, Any] | None = None,
+    suspend_schema: Mapping[str, Any] | None = None,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    require_approval: bool = False,
+    background: BackgroundToolConfig | bool | Mapping[str, Any] | None = None,
+    output_schema: Mapping[str, Any] | None = None,
+    resume_schema: Mapping[str, Any] | None = None,
+    suspend_schema: Mapping[str, Any] | None = None,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a :class:`Tool` from a typed function (sync or async).
+
+    The input schema comes from the type hints, the description from the docstring (its
+    ``Args:`` section describes the parameters). A parameter annotated :class:`ToolContext`
+    receives the context instead of a model argument::
+
+        @tool
+        async def get_weather(city: str, ctx: ToolContext) -> dict:
+            \"\"\"Get the weather for a city.\"\"\"
+    """
+
+    def build(f: Callable[..., Any]) -> Tool:
+        return _from_function(
+            f,
+            name=name,
+            description=description,
+            require_approval=require_approval,
+            background=background,
+            output_schema=output_schema,
+            resume_schema=resume_schema,
+            suspend_schema=suspend_schema,
+        )
+
+    return build(fn) if fn is not None else build
+
+
+def resume_schema_json(schema: Mapping[str, Any] | None) -> str:
+    """A resume schema as the JSON string Mastra puts in approval/suspension chunks."""
+    return json.dumps(schema or {}, separators=(",", ":"))
