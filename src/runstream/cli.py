@@ -1,0 +1,28 @@
+"""The ``runstream`` command: ``demo`` and ``replay`` (a conformance scenario)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="runstream")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("demo", help="stream a research agent live in the terminal")
+    replay = commands.add_parser("replay", help="run a conformance scenario, chunks as JSONL on stdout")
+    replay.add_argument("scenario")
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        from runstream.demo.research import run_demo
+
+        asyncio.run(run_demo())
+        return 0
+    from runstream.conformance.__main__ import main as replay_main
+
+    return replay_main([args.scenario])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The terminal demo behind ``make demo`` / ``runstream demo``."""
