@@ -60,10 +60,15 @@ def check_thread_order_field(order_by: str) -> ThreadOrderField:
 
 
 def check_task_filter(task_filter: TaskFilter) -> None:
+    """Refuse a bad filter up front, even when no record would reach the predicate."""
     check_paging(task_filter.page, task_filter.per_page)
     check_order(task_filter.order)
+    normalise_statuses(task_filter.status)
     if task_filter.date_field not in get_args(TaskDateField):
         raise InvalidArgumentError(f"tasks cannot be filtered by date field {task_filter.date_field!r}")
+    for bound in (task_filter.from_date, task_filter.to_date):
+        if bound is not None:
+            to_utc(bound, what="task filter date")
 
 
 def page_bounds(page: int, per_page: int | None) -> tuple[int, int | None]:

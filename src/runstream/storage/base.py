@@ -79,7 +79,8 @@ class Storage(Protocol):
         ...
 
     async def delete_thread(self, thread_id: str) -> bool:
-        """Delete a thread with its messages and thread state. False if it did not exist."""
+        """Delete a thread with its messages and thread state (the state goes even if the thread
+        itself never existed). Returns whether the thread existed."""
         ...
 
     # -- messages --------------------------------------------------------------------------

@@ -138,13 +138,11 @@ class InMemoryStorage:
 
     async def delete_thread(self, thread_id: str) -> bool:
         self._check_open()
-        if self._threads.pop(thread_id, None) is None:
-            return False
         for message_id in [m["id"] for m in self._messages.values() if m["thread_id"] == thread_id]:
             del self._messages[message_id]
         for key in [key for key in self._thread_state if key[0] == thread_id]:
             del self._thread_state[key]
-        return True
+        return self._threads.pop(thread_id, None) is not None
 
     # -- messages --------------------------------------------------------------------------
 
