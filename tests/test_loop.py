@@ -1,0 +1,708 @@
+"""The agentic loop, driven through ``Agent`` and ``ScriptedModel``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from runstream import AbortController, AbortError, Agent, ProcessorContext, RunNotFoundError, StepView, tool
+from runstream.chunks import AnyChunk, DataChunk
+from runstream.models.base import StreamPart
+from runstream.output import RunOutput
+from runstream.testing import ScriptedError, ScriptedModel
+from runstream.tools import ToolArgumentsError, ToolContext, ToolNotFoundError
+
+USAGE = {"inputTokens": 10, "outputTokens": 5, "totalTokens": 15}
+START: StreamPart = {"type": "stream-start", "warnings": []}
+
+
+def finish(reason: str = "stop", usage: dict[str, int] = USAGE) -> StreamPart:
+    return {"type": "finish", "finishReason": reason, "usage": usage}
+
+
+def reply(*deltas: str, usage: dict[str, int] = USAGE) -> list[StreamPart]:
+    """A model call that answers with text."""
+    return [
+        START,
+        {"type": "text-start", "id": "t"},
+        *({"type": "text-delta", "id": "t", "delta": d} for d in deltas),
+        {"type": "text-end", "id": "t"},
+        finish("stop", usage),
+    ]
+
+
+def call(call_id: str, name: str, args: Any) -> StreamPart:
+    return {"type": "tool-call", "toolCallId": call_id, "toolName": name, "input": json.dumps(args)}
+
+
+def tool_step(*calls: StreamPart, usage: dict[str, int] = USAGE) -> list[StreamPart]:
+    """A model call that only calls tools."""
+    return [START, *calls, finish("tool-calls", usage)]
+
+
+async def collect(out: RunOutput) -> list[AnyChunk]:
+    async with asyncio.timeout(5):
+        return [chunk async for chunk in out.full_stream]
+
+
+def types(chunks: list[AnyChunk]) -> list[str]:
+    return [c.type for c in chunks]
+
+
+def of_type(chunks: list[AnyChunk], type_: str) -> list[AnyChunk]:
+    return [c for c in chunks if c.type == type_]
+
+
+def last_tool_message(model: ScriptedModel) -> list[dict[str, Any]]:
+    message = model.recorded[-1].prompt[-1]
+    assert message["role"] == "tool"
+    content: list[dict[str, Any]] = message["content"]
+    return content
+
+
+@tool
+def ping() -> str:
+    return "pong"
+
+
+# ---------------------------------------------------------------------------------------------
+# Text, tools, steps
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_plain_text() -> None:
+    model = ScriptedModel.text("Hello there", chunk_size=1)
+    agent = Agent("greeter", model=model, instructions="Be brief.")
+    out = await agent.stream("hi", run_id="run-1")
+    chunks = await collect(out)
+    assert types(chunks) == [
+        "start",
+        "step-start",
+        "text-start",
+        "text-delta",
+        "text-delta",
+        "text-end",
+        "step-finish",
+        "finish",
+    ]
+    assert {c.run_id for c in chunks} == {"run-1"}
+    assert chunks[0].payload == {"id": "greeter", "messageId": out.message_id}
+    assert [c.payload["text"] for c in of_type(chunks, "text-delta")] == ["Hello ", "there"]
+    assert chunks[-1].payload["stepResult"] == {"reason": "stop", "isContinued": False}
+    assert await out.text == "Hello there"
+    assert await out.finish_reason == "stop"
+    assert out.status == "success"
+    assert model.recorded[0].prompt == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+    ]
+
+
+async def test_parallel_tool_calls_stream_output_live_and_report_results_in_call_order() -> None:
+    finished: list[str] = []
+    fast_done = asyncio.Event()
+    seen_while_slow_running: list[str] = []
+
+    @tool
+    async def slow(ctx: ToolContext) -> str:
+        await ctx.writer.write("slow started")
+        await fast_done.wait()
+        finished.append("slow")
+        return "slow result"
+
+    @tool
+    async def fast(ctx: ToolContext) -> str:
+        await ctx.writer.write("fast started")
+        await ctx.writer.custom({"type": "data-progress", "data": {"pct": 100}})
+        finished.append("fast")
+        fast_done.set()
+        return "fast result"
+
+    model = ScriptedModel(
+        calls=[tool_step(call("c1", "slow", {}), call("c2", "fast", {})), reply("both done")]
+    )
+    out = await Agent("a", model=model, tools=[slow, fast]).stream("go")
+    chunks: list[AnyChunk] = []
+    async for chunk in out.full_stream:
+        chunks.append(chunk)
+        if chunk.type in ("tool-output", "data-progress") and "slow" not in finished:
+            seen_while_slow_running.append(chunk.type)
+
+    assert finished == ["fast", "slow"]
+    assert seen_while_slow_running == ["tool-output", "tool-output", "data-progress"]
+    tool_types = [t for t in types(chunks) if t.startswith(("tool-", "data-"))]
+    assert tool_types == [
+        "tool-call",
+        "tool-call",
+        "tool-output",
+        "tool-output",
+        "data-progress",
+        "tool-result",
+        "tool-result",
+    ]
+    outputs = of_type(chunks, "tool-output")
+    assert [(c.payload["toolCallId"], c.payload["output"], c.from_) for c in outputs] == [
+        ("c1", "slow started", "USER"),
+        ("c2", "fast started", "USER"),
+    ]
+    data = of_type(chunks, "data-progress")[0]
+    assert isinstance(data, DataChunk)
+    assert data.run_id == out.run_id
+    assert data.data == {"pct": 100}
+    assert [c.payload["result"] for c in of_type(chunks, "tool-result")] == ["slow result", "fast result"]
+    assert [(p["toolCallId"], p["output"]) for p in last_tool_message(model)] == [
+        ("c1", {"type": "json", "value": "slow result"}),
+        ("c2", {"type": "json", "value": "fast result"}),
+    ]
+    assert [c.payload["toolCallId"] for c in await out.tool_results] == ["c1", "c2"]
+    assert await out.text == "both done"
+
+
+async def test_tool_error_is_reported_and_the_model_answers() -> None:
+    @tool
+    def lookup(key: str) -> str:
+        raise RuntimeError(f"database down while reading {key}")
+
+    model = ScriptedModel(
+        calls=[tool_step(call("c1", "lookup", {"key": "k"})), reply("Sorry, the lookup failed.")]
+    )
+    out = await Agent("a", model=model, tools=[lookup]).stream("look it up")
+    chunks = await collect(out)
+    (error,) = of_type(chunks, "tool-error")
+    assert json.loads(error.to_json())["payload"] == {
+        "error": {"message": "database down while reading k", "name": "RuntimeError"},
+        "args": {"key": "k"},
+        "toolCallId": "c1",
+        "toolName": "lookup",
+    }
+    assert of_type(chunks, "tool-result") == []
+    assert last_tool_message(model)[0]["output"] == {
+        "type": "error-text",
+        "value": "database down while reading k",
+    }
+    assert await out.text == "Sorry, the lookup failed."
+    assert out.status == "success"
+
+
+async def test_unknown_tool_gives_tool_not_found_error() -> None:
+    model = ScriptedModel(calls=[tool_step(call("c1", "pnig", {})), reply("I used the wrong name.")])
+    out = await Agent("a", model=model, tools=[ping]).stream("ping")
+    chunks = await collect(out)
+    (error,) = of_type(chunks, "tool-error")
+    assert isinstance(error.payload["error"], ToolNotFoundError)
+    assert json.loads(error.to_json())["payload"]["error"]["name"] == "ToolNotFoundError"
+    assert 'Tool "pnig" not found. Available tools: ping.' in str(error.payload["error"])
+    assert model.call_count == 2
+    assert await out.text == "I used the wrong name."
+
+
+async def test_invalid_arguments_give_tool_error_and_the_model_recovers() -> None:
+    calls: list[int] = []
+
+    @tool
+    def square(n: int) -> int:
+        calls.append(n)
+        return n * n
+
+    model = ScriptedModel(
+        calls=[
+            tool_step(
+                call("c1", "square", {"n": "four"}),
+                {"type": "tool-call", "toolCallId": "c2", "toolName": "square", "input": "{not json"},
+            ),
+            tool_step(call("c3", "square", {"n": 4})),
+            reply("16"),
+        ]
+    )
+    out = await Agent("a", model=model, tools=[square]).stream("square four")
+    chunks = await collect(out)
+    bad_type, bad_json = (c.payload["error"] for c in of_type(chunks, "tool-error"))
+    assert isinstance(bad_type, ToolArgumentsError)
+    assert "- n: Input should be a valid integer" in str(bad_type)
+    assert isinstance(bad_json, ToolArgumentsError)
+    assert "not valid JSON" in str(bad_json)
+    assert [p["output"]["type"] for p in model.recorded[1].prompt[-1]["content"]] == [
+        "error-text",
+        "error-text",
+    ]
+    assert [c.payload["result"] for c in of_type(chunks, "tool-result")] == [16]
+    assert calls == [4]
+    assert await out.text == "16"
+
+
+async def test_max_steps_stops_the_loop() -> None:
+    model = ScriptedModel(calls=[tool_step(call("c1", "ping", {}))])
+    out = await Agent("a", model=model, tools=[ping], max_steps=5).stream("ping forever", max_steps=2)
+    chunks = await collect(out)
+    assert model.call_count == 2
+    assert [c.payload["stepResult"]["isContinued"] for c in of_type(chunks, "step-finish")] == [True, False]
+    assert chunks[-1].type == "finish"
+    assert chunks[-1].payload["stepResult"]["reason"] == "tool-calls"
+    assert len(await out.steps) == 2
+
+
+async def test_tool_choice_none_offers_no_tools() -> None:
+    model = ScriptedModel.text("no tools", "with tools")
+    agent = Agent("a", model=model, tools=[ping])
+    await (await agent.stream("hi", tool_choice="none")).consume()
+    await (await agent.stream("hi")).consume()
+    assert [(r.tools, r.tool_choice) for r in model.recorded] == [
+        ([], {"type": "none"}),
+        (["ping"], {"type": "auto"}),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Model failures
+# ---------------------------------------------------------------------------------------------
+
+
+def assert_failed_run(chunks: list[AnyChunk], out: RunOutput, message: str) -> None:
+    assert types(chunks)[-3:] == ["error", "step-finish", "finish"]
+    error = chunks[-3].payload["error"]
+    assert str(error) == message
+    assert chunks[-2].payload["stepResult"]["reason"] == "error"
+    assert chunks[-1].payload["stepResult"]["reason"] == "error"
+    assert out.error is error
+    assert out.status == "failed"
+
+
+async def test_model_error_part() -> None:
+    model = ScriptedModel(
+        calls=[
+            [
+                START,
+                {"type": "text-start", "id": "t"},
+                {"type": "text-delta", "id": "t", "delta": "partial"},
+                {
+                    "type": "error",
+                    "error": {"message": "overloaded", "name": "APICallError", "statusCode": 529},
+                },
+            ]
+        ]
+    )
+    out = await Agent("a", model=model).stream("hi")
+    chunks = await collect(out)
+    assert_failed_run(chunks, out, "overloaded")
+    assert json.loads(chunks[-3].to_json())["payload"]["error"] == {
+        "message": "overloaded",
+        "name": "APICallError",
+    }
+    assert await out.finish_reason == "error"
+
+
+async def test_model_call_raising() -> None:
+    model = ScriptedModel(calls=[{"throwOnCall": {"message": "401 unauthorized", "name": "APICallError"}}])
+    out = await Agent("a", model=model).stream("hi")
+    chunks = await collect(out)
+    assert types(chunks) == ["start", "step-start", "error", "step-finish", "finish"]
+    assert_failed_run(chunks, out, "401 unauthorized")
+    assert isinstance(out.error, ScriptedError)
+
+
+async def test_stream_raising_midway_ends_with_error() -> None:
+    model = ScriptedModel(
+        calls=[{"parts": reply("one ", "two"), "streamError": {"afterParts": 3, "error": "socket closed"}}]
+    )
+    out = await Agent("a", model=model).stream("hi")
+    chunks = await collect(out)
+    assert [c.payload["text"] for c in of_type(chunks, "text-delta")] == ["one "]
+    assert_failed_run(chunks, out, "socket closed")
+
+
+# ---------------------------------------------------------------------------------------------
+# Abort
+# ---------------------------------------------------------------------------------------------
+
+
+def slow_reply() -> dict[str, Any]:
+    """A reply whose second delta would come an hour later (the scripted wait is abortable)."""
+    parts = reply("first ", "second")
+    parts[3] = {**parts[3], "delayMs": 3_600_000}
+    return {"parts": parts}
+
+
+async def test_abort_via_run_output() -> None:
+    model = ScriptedModel(calls=[slow_reply()])
+    out = await Agent("a", model=model).stream("hi")
+    chunks: list[AnyChunk] = []
+    async with asyncio.timeout(5):
+        async for chunk in out.full_stream:
+            chunks.append(chunk)
+            if chunk.type == "text-delta":
+                out.abort("user pressed stop")
+    assert types(chunks)[-3:] == ["text-delta", "abort", "finish"]
+    assert chunks[-2].payload == {}
+    assert out.status == "aborted"
+    assert await out.finish_reason == "aborted"
+    assert await out.text == ""
+
+
+async def test_abort_via_signal_passed_in() -> None:
+    controller = AbortController()
+    model = ScriptedModel(calls=[slow_reply()])
+    out = await Agent("a", model=model).stream("hi", abort_signal=controller.signal)
+    chunks: list[AnyChunk] = []
+    async with asyncio.timeout(5):
+        async for chunk in out.full_stream:
+            chunks.append(chunk)
+            if chunk.type == "text-delta":
+                controller.abort()
+    assert types(chunks)[-2:] == ["abort", "finish"]
+    assert out.status == "aborted"
+
+
+async def test_signal_aborted_before_the_run_never_calls_the_model() -> None:
+    controller = AbortController()
+    controller.abort()
+    model = ScriptedModel.text("never")
+    out = await Agent("a", model=model).stream("hi", abort_signal=controller.signal)
+    assert types(await collect(out)) == ["start", "abort", "finish"]
+    assert model.call_count == 0
+
+
+async def abort_during_tool(reason: object) -> tuple[list[AnyChunk], RunOutput, list[object], ScriptedModel]:
+    """Run a tool that sleeps until its abort signal fires, and abort the run while it sleeps."""
+    seen: list[object] = []
+    started = asyncio.Event()
+
+    @tool
+    async def sleeper(ctx: ToolContext) -> str:
+        started.set()
+        seen.append(await ctx.abort_signal.wait())
+        raise AbortError("Tool execution aborted")
+
+    model = ScriptedModel(calls=[tool_step(call("c1", "sleeper", {})), reply("should not run")])
+    out = await Agent("a", model=model, tools=[sleeper]).stream("work")
+    consumer = asyncio.create_task(collect(out))
+    await started.wait()
+    out.abort(reason)
+    return await consumer, out, seen, model
+
+
+async def test_sleeping_tool_sees_the_abort_signal() -> None:
+    chunks, _, seen, model = await abort_during_tool("stop the tool")
+    assert seen == ["stop the tool"]
+    assert model.call_count == 1
+    assert chunks[-1].type == "finish"
+
+
+@pytest.mark.xfail(
+    reason="BUG: an abort while tools run is not reported: the step ends with tool-error, "
+    "step-finish and finish('tool-calls'), status 'success', no abort chunk (loop.py agent_loop: no abort check after _run_tool_step)",
+    strict=True,
+)
+async def test_abort_during_tool_execution_ends_with_abort_then_finish() -> None:
+    chunks, out, _, _ = await abort_during_tool(None)
+    assert types(chunks)[-2:] == ["abort", "finish"]
+    assert out.status == "aborted"
+    assert await out.finish_reason == "aborted"
+
+
+# ---------------------------------------------------------------------------------------------
+# Human in the loop
+# ---------------------------------------------------------------------------------------------
+
+
+def approval_agent(executed: list[int]) -> tuple[Agent, ScriptedModel]:
+    @tool(require_approval=True)
+    def delete_files(count: int) -> str:
+        executed.append(count)
+        return f"deleted {count}"
+
+    model = ScriptedModel(calls=[tool_step(call("c1", "delete_files", {"count": 3})), reply("Done.")])
+    return Agent("a", model=model, tools=[delete_files]), model
+
+
+async def test_approval_stops_the_run_and_approve_continues_it() -> None:
+    executed: list[int] = []
+    agent, model = approval_agent(executed)
+    out = await agent.stream("clean up")
+    chunks = await collect(out)
+    assert types(chunks) == ["start", "step-start", "tool-call", "tool-call-approval"]
+    approval = chunks[-1].payload
+    assert (approval["toolCallId"], approval["toolName"], approval["args"]) == (
+        "c1",
+        "delete_files",
+        {"count": 3},
+    )
+    assert json.loads(approval["resumeSchema"])["required"] == ["approved"]
+    assert out.status == "suspended"
+    assert executed == []
+
+    resumed = await agent.approve_tool_call(run_id=out.run_id, tool_call_id="c1")
+    assert resumed is not out
+    chunks = await collect(resumed)
+    assert types(chunks) == [
+        "start",
+        "tool-result",
+        "step-finish",
+        "step-start",
+        "text-start",
+        "text-delta",
+        "text-end",
+        "step-finish",
+        "finish",
+    ]
+    assert {c.run_id for c in chunks} == {out.run_id}
+    assert chunks[1].payload["result"] == "deleted 3"
+    assert executed == [3]
+    assert last_tool_message(model)[0]["output"] == {"type": "json", "value": "deleted 3"}
+    assert await resumed.text == "Done."
+    with pytest.raises(RunNotFoundError):
+        await agent.approve_tool_call(run_id=out.run_id, tool_call_id="c1")
+
+
+async def test_decline_reports_denial_and_tells_the_model() -> None:
+    executed: list[int] = []
+    agent, model = approval_agent(executed)
+    out = await agent.stream("clean up")
+    await out.consume()
+    resumed = await agent.decline_tool_call(run_id=out.run_id, tool_call_id="c1", reason="too risky")
+    chunks = await collect(resumed)
+    (denied,) = of_type(chunks, "tool-output-denied")
+    assert denied.payload == {
+        "toolCallId": "c1",
+        "toolName": "delete_files",
+        "args": {"count": 3},
+        "approval": {"id": "c1", "approved": False, "reason": "too risky"},
+    }
+    assert of_type(chunks, "tool-result") == []
+    assert executed == []
+    assert last_tool_message(model)[0]["output"] == {"type": "error-text", "value": "too risky"}
+    assert chunks[-1].type == "finish"
+
+
+async def test_suspended_tool_resumes_with_resume_data() -> None:
+    seen: list[Any] = []
+
+    @tool(resume_schema={"type": "object", "properties": {"ok": {"type": "boolean"}}})
+    async def deploy(env: str, ctx: ToolContext) -> str:
+        seen.append(ctx.resume_data)
+        if ctx.resume_data is None:
+            await ctx.suspend({"confirm": env})
+        return f"deployed to {env}: {ctx.resume_data}"
+
+    model = ScriptedModel(calls=[tool_step(call("c1", "deploy", {"env": "prod"})), reply("Deployed.")])
+    agent = Agent("a", model=model, tools=[deploy])
+    out = await agent.stream("deploy")
+    chunks = await collect(out)
+    assert types(chunks)[-1] == "tool-call-suspended"
+    suspended = chunks[-1].payload
+    assert suspended["suspendPayload"] == {"confirm": "prod"}
+    assert json.loads(suspended["resumeSchema"]) == {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}},
+    }
+    assert await out.suspend_payload == {"confirm": "prod"}
+    assert out.status == "suspended"
+
+    resumed = await agent.resume_stream({"ok": True}, run_id=out.run_id)
+    chunks = await collect(resumed)
+    assert of_type(chunks, "tool-result")[0].payload["result"] == "deployed to prod: {'ok': True}"
+    assert seen == [None, {"ok": True}]
+    assert types(chunks)[-1] == "finish"
+    assert await resumed.text == "Deployed."
+
+
+async def test_continuing_an_unknown_run_raises_run_not_found() -> None:
+    agent = Agent("a", model=ScriptedModel.text("hi"))
+    with pytest.raises(RunNotFoundError):
+        await agent.resume_stream({}, run_id="nope")
+    with pytest.raises(RunNotFoundError):
+        await agent.approve_tool_call(run_id="nope")
+    finished = await agent.stream("hi")
+    await finished.consume()
+    with pytest.raises(RunNotFoundError):
+        await agent.decline_tool_call(run_id=finished.run_id)
+
+
+async def test_approving_a_call_that_is_not_waiting_raises_value_error() -> None:
+    executed: list[int] = []
+    agent, _ = approval_agent(executed)
+    out = await agent.stream("clean up")
+    await out.consume()
+    with pytest.raises(ValueError, match=r"'other' .* is not waiting for approval"):
+        await agent.approve_tool_call(run_id=out.run_id, tool_call_id="other")
+    with pytest.raises(ValueError, match="is not suspended"):
+        await agent.resume_stream({}, run_id=out.run_id, tool_call_id="c1")
+    resumed = await agent.approve_tool_call(run_id=out.run_id, tool_call_id="c1")
+    await resumed.consume()
+    assert executed == [3]
+
+
+# ---------------------------------------------------------------------------------------------
+# Output processors
+# ---------------------------------------------------------------------------------------------
+
+
+class Redactor:
+    """Drops deltas containing 'drop', rewrites 'secret', trips on 'forbidden'."""
+
+    id = "redactor"
+
+    async def process_output_stream(self, chunk: AnyChunk, ctx: ProcessorContext) -> AnyChunk | None:
+        if chunk.type != "text-delta":
+            return chunk
+        text = chunk.payload["text"]
+        if "forbidden" in text:
+            ctx.abort("forbidden word", metadata={"word": "forbidden"})
+        if "drop" in text:
+            return None
+        if "secret" in text:
+            chunk.payload["text"] = "[redacted] "
+        return chunk
+
+
+class StepJudge:
+    """Asks for a retry when the step's text says 'wrong'."""
+
+    id = "judge"
+
+    def __init__(self) -> None:
+        self.retry_counts: list[int] = []
+
+    async def process_output_step(self, step: StepView, ctx: ProcessorContext) -> None:
+        self.retry_counts.append(ctx.retry_count)
+        if "wrong" in step.text:
+            ctx.abort("answer was wrong", retry=True, metadata={"attempt": ctx.retry_count})
+
+
+async def test_stream_processor_drops_and_rewrites_chunks() -> None:
+    model = ScriptedModel(calls=[reply("keep ", "drop this ", "secret ", "end")])
+    out = await Agent("a", model=model, output_processors=[Redactor()]).stream("hi")
+    chunks = await collect(out)
+    assert [c.payload["text"] for c in of_type(chunks, "text-delta")] == ["keep ", "[redacted] ", "end"]
+    assert types(chunks)[-2:] == ["step-finish", "finish"]
+
+
+@pytest.mark.xfail(
+    reason="BUG: the text aggregate (and the assistant message) is built from the model's deltas "
+    "before output processors run (loop.py agent_loop, text-delta branch), so dropped/redacted text still comes out",
+    strict=True,
+)
+async def test_text_aggregate_reflects_processed_stream() -> None:
+    model = ScriptedModel(calls=[reply("keep ", "drop this ", "secret ", "end")])
+    out = await Agent("a", model=model, output_processors=[Redactor()]).stream("hi")
+    assert await out.text == "keep [redacted] end"
+
+
+async def test_stream_processor_tripwire_ends_the_run() -> None:
+    model = ScriptedModel(calls=[reply("fine ", "forbidden ", "never streamed")])
+    out = await Agent("a", model=model, output_processors=[Redactor()]).stream("hi")
+    chunks = await collect(out)
+    assert types(chunks)[-5:] == ["text-start", "text-delta", "tripwire", "step-finish", "finish"]
+    tripwire = {"reason": "forbidden word", "metadata": {"word": "forbidden"}, "processorId": "redactor"}
+    assert chunks[-3].payload == tripwire
+    assert chunks[-1].payload["stepResult"]["reason"] == "tripwire"
+    assert out.tripwire == tripwire
+    assert out.status == "tripwire"
+
+
+async def test_step_tripwire_with_retry_sends_feedback() -> None:
+    judge = StepJudge()
+    model = ScriptedModel(calls=[reply("wrong answer"), reply("right answer")])
+    agent = Agent(
+        "a", model=model, instructions="Answer.", output_processors=[judge], max_processor_retries=2
+    )
+    out = await agent.stream("question")
+    chunks = await collect(out)
+    first_step = of_type(chunks, "step-finish")[0].payload
+    assert first_step["stepResult"] == {
+        "reason": "retry",
+        "isContinued": True,
+        "retryReason": "answer was wrong",
+        "retryMetadata": {"attempt": 0},
+        "retryProcessorId": "judge",
+    }
+    assert model.call_count == 2
+    feedback = model.recorded[1].prompt[1]
+    assert feedback["role"] == "system"
+    assert "answer was wrong" in feedback["content"]
+    assert model.recorded[1].prompt[0] == {"role": "system", "content": "Answer."}
+    assert judge.retry_counts == [0, 1]
+    assert await out.text == "right answer"
+    assert out.tripwire is None
+    assert chunks[-1].payload["processorRetryCount"] == 1
+
+
+async def test_step_retries_exhausted_end_with_tripwire() -> None:
+    model = ScriptedModel(calls=[reply("wrong answer")])
+    out = await Agent("a", model=model, output_processors=[StepJudge()], max_processor_retries=1).stream("q")
+    chunks = await collect(out)
+    assert model.call_count == 2
+    assert types(chunks)[-3:] == ["tripwire", "step-finish", "finish"]
+    assert chunks[-3].payload["reason"] == "answer was wrong"
+    assert chunks[-1].payload["stepResult"]["reason"] == "tripwire"
+    assert out.status == "tripwire"
+    assert out.tripwire is not None and out.tripwire["retry"] is True
+
+
+# ---------------------------------------------------------------------------------------------
+# Raw chunks, usage, sub-agents
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_include_raw_chunks() -> None:
+    parts = [START, {"type": "raw", "rawValue": {"vendor": "event"}}, *reply("hi")[1:]]
+    model = ScriptedModel(calls=[parts])
+    agent = Agent("a", model=model)
+    without = await collect(await agent.stream("hi"))
+    with_raw = await collect(await agent.stream("hi", include_raw_chunks=True))
+    assert "raw" not in types(without)
+    assert [c.payload for c in of_type(with_raw, "raw")] == [{"vendor": "event"}]
+    assert [r.include_raw_chunks for r in model.recorded] == [False, True]
+
+
+async def test_usage_is_summed_over_steps() -> None:
+    model = ScriptedModel(
+        calls=[
+            tool_step(
+                call("c1", "ping", {}), usage={"inputTokens": 10, "outputTokens": 2, "totalTokens": 12}
+            ),
+            reply("pong!", usage={"inputTokens": 20, "outputTokens": 3, "totalTokens": 23}),
+        ]
+    )
+    out = await Agent("a", model=model, tools=[ping]).stream("ping")
+    chunks = await collect(out)
+    total = {"inputTokens": 30, "outputTokens": 5, "totalTokens": 35}
+    assert await out.usage == total
+    assert [c.payload["output"]["usage"]["totalTokens"] for c in of_type(chunks, "step-finish")] == [12, 23]
+    finish_usage = chunks[-1].payload["output"]["usage"]
+    assert {k: finish_usage[k] for k in total} == total
+
+
+async def test_agent_as_tool_wraps_sub_agent_chunks_in_tool_output() -> None:
+    sub_model = ScriptedModel.text("Paris is in France.")
+    researcher = Agent("researcher", model=sub_model, description="Researches topics")
+    model = ScriptedModel(
+        calls=[tool_step(call("c1", "agent-researcher", {"prompt": "Where is Paris?"})), reply("France.")]
+    )
+    out = await Agent("main", model=model, agents=[researcher]).stream("where?")
+    chunks = await collect(out)
+    assert model.recorded[0].tools == ["agent-researcher"]
+    outputs = of_type(chunks, "tool-output")
+    inner = [c.payload["output"] for c in outputs]
+    assert types(inner) == [
+        "start",
+        "step-start",
+        "text-start",
+        "text-delta",
+        "text-end",
+        "step-finish",
+        "finish",
+    ]
+    assert {c.payload["toolCallId"] for c in outputs} == {"c1"}
+    assert len({c.run_id for c in inner}) == 1 and inner[0].run_id != out.run_id
+    wire = json.loads(outputs[3].to_json())
+    assert wire["payload"]["output"]["payload"]["text"] == "Paris is in France."
+    (result,) = of_type(chunks, "tool-result")
+    assert result.payload["result"]["text"] == "Paris is in France."
+    assert sub_model.recorded[0].prompt[-1] == {
+        "role": "user",
+        "content": [{"type": "text", "text": "Where is Paris?"}],
+    }
+    assert await out.text == "France."
