@@ -1,0 +1,216 @@
+"""RunOutput: replay to any number of consumers, derived streams, aggregates, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from runstream import Agent, tool
+from runstream.chunks import AnyChunk
+from runstream.models.base import StreamPart
+from runstream.output import RunOutput
+from runstream.testing import ScriptedModel
+
+START: StreamPart = {"type": "stream-start", "warnings": []}
+USAGE = {"inputTokens": 4, "outputTokens": 2, "totalTokens": 6}
+
+
+def reply(*deltas: str) -> list[StreamPart]:
+    return [
+        START,
+        {"type": "text-start", "id": "t"},
+        *({"type": "text-delta", "id": "t", "delta": d} for d in deltas),
+        {"type": "text-end", "id": "t"},
+        {"type": "finish", "finishReason": "stop", "usage": USAGE},
+    ]
+
+
+def gated_agent(release: asyncio.Event) -> Agent:
+    """An agent whose run holds in the middle (a tool waits for ``release``), then answers."""
+
+    @tool
+    async def wait_for_release() -> str:
+        await release.wait()
+        return "released"
+
+    model = ScriptedModel(
+        calls=[
+            [
+                START,
+                {"type": "tool-call", "toolCallId": "c1", "toolName": "wait_for_release", "input": "{}"},
+                {"type": "finish", "finishReason": "tool-calls", "usage": USAGE},
+            ],
+            reply("all ", "done"),
+        ]
+    )
+    return Agent("a", model=model, tools=[wait_for_release])
+
+
+async def read_all(out: RunOutput, sink: list[AnyChunk], seen: asyncio.Event | None = None) -> None:
+    """Collect every chunk; set ``seen`` once the tool call went by."""
+    async for chunk in out.full_stream:
+        sink.append(chunk)
+        if seen is not None and chunk.type == "tool-call":
+            seen.set()
+
+
+async def test_consumers_started_at_different_times_each_see_every_chunk() -> None:
+    release = asyncio.Event()
+    out = await gated_agent(release).stream("go")
+    early: list[AnyChunk] = []
+    middle: list[AnyChunk] = []
+    early_saw_call = asyncio.Event()
+    middle_saw_call = asyncio.Event()
+    async with asyncio.timeout(5):
+        first = asyncio.create_task(read_all(out, early, early_saw_call))
+        await early_saw_call.wait()
+        second = asyncio.create_task(read_all(out, middle, middle_saw_call))
+        await middle_saw_call.wait()
+        assert middle == early
+        release.set()
+        await asyncio.gather(first, second)
+        late: list[AnyChunk] = []
+        await read_all(out, late)
+
+    assert [c.type for c in early][:3] == ["start", "step-start", "tool-call"]
+    assert early[-1].type == "finish"
+    for other in (middle, late):
+        assert len(other) == len(early)
+        assert all(a is b for a, b in zip(early, other, strict=True))
+
+
+async def test_text_stream_yields_only_text_deltas() -> None:
+    out = await Agent("a", model=ScriptedModel(calls=[reply("Hel", "lo", "!")])).stream("hi")
+    assert [t async for t in out.text_stream] == ["Hel", "lo", "!"]
+    assert [c.type async for c in out.full_stream][-1] == "finish"
+
+
+async def test_object_stream_yields_partial_objects() -> None:
+    model = ScriptedModel(calls=[reply('{"items": [1', ", 2]", ', "n": 2}')])
+    out = await Agent("a", model=model).stream("list", structured_output={"schema": {"type": "object"}})
+    assert [o async for o in out.object_stream] == [
+        {"items": [1]},
+        {"items": [1, 2]},
+        {"items": [1, 2], "n": 2},
+    ]
+    assert await out.object == {"items": [1, 2], "n": 2}
+
+
+async def test_aggregates_drive_the_stream_without_a_consumer() -> None:
+    release = asyncio.Event()
+    release.set()
+    out = await gated_agent(release).stream("go")
+    async with asyncio.timeout(5):
+        text, usage, steps, calls, results, reason = await asyncio.gather(
+            out.text, out.usage, out.steps, out.tool_calls, out.tool_results, out.finish_reason
+        )
+    assert text == "all done"
+    assert usage == {"inputTokens": 8, "outputTokens": 4, "totalTokens": 12}
+    assert len(steps) == 2
+    assert [c.payload["toolName"] for c in calls] == ["wait_for_release"]
+    assert [c.payload["result"] for c in results] == ["released"]
+    assert reason == "stop"
+    assert out.status == "success"
+    replay = [c.type async for c in out.full_stream]
+    assert (replay[0], replay[-1]) == ("start", "finish")
+
+
+async def test_get_full_output_fields() -> None:
+    parts: list[StreamPart] = [
+        START,
+        {"type": "reasoning-start", "id": "r"},
+        {"type": "reasoning-delta", "id": "r", "delta": "Let me think."},
+        {"type": "reasoning-end", "id": "r"},
+        {
+            "type": "source",
+            "sourceType": "url",
+            "id": "s1",
+            "url": "https://example.test",
+            "title": "Example",
+        },
+        {"type": "file", "mediaType": "image/png", "data": b"\x89PNG"},
+        *reply("Answer.")[1:],
+    ]
+    out = await Agent("a", model=ScriptedModel(calls=[parts])).stream("q", run_id="run-9")
+    full: dict[str, Any] = await out.get_full_output()
+    assert set(full) == {
+        "runId",
+        "text",
+        "reasoningText",
+        "usage",
+        "totalUsage",
+        "steps",
+        "finishReason",
+        "toolCalls",
+        "toolResults",
+        "sources",
+        "files",
+        "object",
+        "error",
+        "tripwire",
+        "suspendPayload",
+        "messages",
+        "status",
+    }
+    assert full["runId"] == "run-9"
+    assert full["text"] == "Answer."
+    assert full["reasoningText"] == "Let me think."
+    assert full["usage"] == full["totalUsage"] == USAGE
+    assert len(full["steps"]) == 1 and full["steps"][0]["finishReason"] == "stop"
+    assert full["finishReason"] == "stop"
+    assert full["sources"] == [
+        {"id": "s1", "sourceType": "url", "title": "Example", "url": "https://example.test"}
+    ]
+    assert full["files"] == [{"data": "iVBORw==", "base64": "iVBORw==", "mimeType": "image/png"}]
+    assert (full["toolCalls"], full["toolResults"]) == ([], [])
+    assert (full["object"], full["error"], full["tripwire"], full["suspendPayload"]) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    assert full["messages"] == [
+        {
+            "role": "assistant",
+            "content": [{"type": "reasoning", "text": "Let me think."}, {"type": "text", "text": "Answer."}],
+        }
+    ]
+    assert full["status"] == "success"
+
+
+async def test_cancelled_consumer_ends_the_run_without_hanging_others() -> None:
+    parts = reply("first ", "second")
+    parts[3] = {**parts[3], "delayMs": 3_600_000}
+    out = await Agent("a", model=ScriptedModel(calls=[{"parts": parts}])).stream("hi")
+    puller: list[AnyChunk] = []
+    follower: list[AnyChunk] = []
+    puller_saw_text = asyncio.Event()
+    follower_caught_up = asyncio.Event()
+
+    async def pull() -> None:
+        async for chunk in out.full_stream:
+            puller.append(chunk)
+            if chunk.type == "text-delta":
+                puller_saw_text.set()
+
+    async def follow() -> None:
+        async for chunk in out.full_stream:
+            follower.append(chunk)
+            if len(follower) == len(puller):
+                follower_caught_up.set()
+
+    async with asyncio.timeout(5):
+        pulling = asyncio.create_task(pull())
+        await puller_saw_text.wait()
+        following = asyncio.create_task(follow())
+        await follower_caught_up.wait()
+        pulling.cancel()
+        results = await asyncio.gather(pulling, following, return_exceptions=True)
+        text = await out.text
+
+    assert isinstance(results[0], asyncio.CancelledError)
+    assert results[1] is None
+    assert [c.type for c in follower] == ["start", "step-start", "text-start", "text-delta"]
+    assert follower == puller
+    assert out.status == "aborted"
+    assert text == ""
