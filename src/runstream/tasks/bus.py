@@ -1,0 +1,190 @@
+"""How background-task lifecycle events travel from the manager to whoever listens.
+
+:class:`EventBus` is the interface; :class:`InProcessEventBus` delivers within one process. A
+bus for several processes (Redis pub/sub, say) is a sibling implementation: it would send
+``event.chunk.to_wire()`` plus ``event.record.to_wire()`` and rebuild both on the other side.
+
+Delivery contract, which every implementation keeps: a subscriber sees the matching events in
+publish order, none lost, however slowly it reads (buffers are unbounded). ``publish`` never
+blocks, so a tool's writer (a plain callback) can publish, and events published one after
+another cannot overtake each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Protocol
+
+from runstream.chunks import AnyChunk
+from runstream.storage import TaskRecord
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEvent:
+    """One lifecycle event: the chunk consumers see and the task record as of that moment."""
+
+    chunk: AnyChunk
+    record: TaskRecord
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEventFilter:
+    """Which events a subscriber wants; ``None`` fields do not filter."""
+
+    agent_id: str | None = None
+    run_id: str | None = None
+    thread_id: str | None = None
+    resource_id: str | None = None
+    task_ids: frozenset[str] | None = None
+
+    def matches(self, record: TaskRecord) -> bool:
+        return (
+            (self.agent_id is None or record.agent_id == self.agent_id)
+            and (self.run_id is None or record.run_id == self.run_id)
+            and (self.thread_id is None or record.thread_id == self.thread_id)
+            and (self.resource_id is None or record.resource_id == self.resource_id)
+            and (self.task_ids is None or record.id in self.task_ids)
+        )
+
+
+class BusSubscription(Protocol):
+    """The events matching one filter, as an async iterator that ends when closed."""
+
+    def __aiter__(self) -> BusSubscription: ...
+
+    async def __anext__(self) -> TaskEvent: ...
+
+    async def close(self) -> None:
+        """Stop at once (buffered events are dropped). Idempotent."""
+        ...
+
+
+class EventBus(Protocol):
+    def publish(self, event: TaskEvent) -> None:
+        """Hand the event to every matching subscriber; never blocks."""
+        ...
+
+    def subscribe(self, event_filter: TaskEventFilter) -> BusSubscription:
+        """Start receiving now: every event published after this call is delivered."""
+        ...
+
+    async def close(self) -> None:
+        """End every subscription once it has delivered what was already published."""
+        ...
+
+
+_END = None
+
+
+class _InProcessSubscription:
+    def __init__(self, bus: InProcessEventBus, event_filter: TaskEventFilter) -> None:
+        self._bus = bus
+        self.filter = event_filter
+        self._queue: asyncio.Queue[TaskEvent | None] = asyncio.Queue()
+        self._closed = False
+
+    def deliver(self, event: TaskEvent | None) -> None:
+        self._queue.put_nowait(event)
+
+    def __aiter__(self) -> _InProcessSubscription:
+        return self
+
+    async def __anext__(self) -> TaskEvent:
+        if self._closed:
+            raise StopAsyncIteration
+        event = await self._queue.get()
+        if event is _END or self._closed:
+            self._closed = True
+            self._bus.discard(self)
+            raise StopAsyncIteration
+        return event
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._bus.discard(self)
+            self._queue.put_nowait(_END)  # wake a reader blocked in __anext__
+
+
+class InProcessEventBus:
+    """Fan-out to subscribers of this process through one unbounded queue each."""
+
+    def __init__(self) -> None:
+        self._subscribers: list[_InProcessSubscription] = []
+        self._closed = False
+
+    def publish(self, event: TaskEvent) -> None:
+        for subscriber in list(self._subscribers):
+            if subscriber.filter.matches(event.record):
+                subscriber.deliver(event)
+
+    def subscribe(self, event_filter: TaskEventFilter) -> BusSubscription:
+        subscriber = _InProcessSubscription(self, event_filter)
+        if self._closed:
+            subscriber.deliver(_END)
+        else:
+            self._subscribers.append(subscriber)
+        return subscriber
+
+    def discard(self, subscriber: _InProcessSubscription) -> None:
+        if subscriber in self._subscribers:
+            self._subscribers.remove(subscriber)
+
+    async def close(self) -> None:
+        self._closed = True
+        subscribers, self._subscribers = self._subscribers, []
+        for subscriber in subscribers:
+            subscriber.deliver(_END)
+
+
+Snapshot = Callable[[], Awaitable[list[AnyChunk]]]
+
+
+class TaskSubscription:
+    """The lifecycle chunks of the tasks matching a filter (``BackgroundTaskManager.subscribe``).
+
+    With a ``snapshot`` (``include_existing``), its chunks come first. The bus subscription is
+    opened before the snapshot is read, so nothing falls between the two; a ``running`` event
+    that repeats a snapshot entry (same task, same start time) is skipped.
+    """
+
+    def __init__(self, source: BusSubscription, snapshot: Snapshot | None = None) -> None:
+        self._source = source
+        self._snapshot = snapshot
+        self._prelude: deque[AnyChunk] = deque()
+        self._seen_running: set[tuple[str, Any]] = set()
+
+    def __aiter__(self) -> TaskSubscription:
+        return self
+
+    async def __anext__(self) -> AnyChunk:
+        if self._snapshot is not None:
+            snapshot, self._snapshot = self._snapshot, None
+            self._prelude.extend(await snapshot())
+            self._seen_running = {_running_key(chunk) for chunk in self._prelude}
+        if self._prelude:
+            return self._prelude.popleft()
+        while True:
+            chunk = (await anext(self._source)).chunk
+            if chunk.type != "background-task-running" or _running_key(chunk) not in self._seen_running:
+                return chunk
+
+    async def close(self) -> None:
+        self._prelude.clear()
+        await self._source.close()
+
+    async def __aenter__(self) -> TaskSubscription:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+def _running_key(chunk: AnyChunk) -> tuple[str, Any]:
+    return (chunk.payload["taskId"], chunk.payload["startedAt"])
