@@ -30,10 +30,10 @@ for _name in SCENARIOS:
         LATER[_name] = "goals and task-completion scoring (issue 6)"
     elif _name.startswith("k8"):
         LATER[_name] = "durable agent loop (issue 6)"
-    elif _name.startswith(("k", "l-", "m-", "n-", "o-")) or "-bg-" in _name:
-        LATER[_name] = "background tasks and until-idle streams (issue 3)"
-    elif _name == "s15-multi-turn-memory":
-        LATER[_name] = "memory (issue 3)"
+LATER["n-bg-suspend-resume"] = (
+    "race in the scenario: the task is resumed 10 ms after its suspension; Mastra's continuation turn "
+    "takes ~28 ms so the resume lands inside it, ours ends sooner and the stream closes first"
+)
 
 
 def _run(name: str, out_dir: Path) -> tuple[str, int, str]:

@@ -9,17 +9,24 @@ approval, a suspended tool) are remembered by run id so ``approve_tool_call``,
 from __future__ import annotations
 
 import uuid
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from runstream.abort import AbortController, AbortSignal
 from runstream.chunks import AnyChunk
 from runstream.loop import LoopConfig, ResumeAction, RunState, agent_loop
+from runstream.memory import Memory, MemoryScope, rewrite_prompt_result
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.output import RunOutput
+from runstream.storage import TaskRecord
 from runstream.structured import StructuredOutput
 from runstream.tools import Tool, ToolContext
+
+if TYPE_CHECKING:
+    from runstream.runtime import Runstream
+    from runstream.tasks.policy import AgentBackgroundConfig
 
 MessagesInput = str | Sequence[str] | Sequence[Mapping[str, Any]]
 
@@ -64,6 +71,23 @@ def normalize_tool_choice(choice: str | Mapping[str, Any] | None) -> dict[str, A
     return dict(choice)
 
 
+@dataclass(slots=True)
+class RunOptions:
+    """The per-call options of ``stream()``, kept so continuation turns can reuse them."""
+
+    max_steps: int | None = None
+    tool_choice: str | Mapping[str, Any] | None = None
+    include_raw_chunks: bool = False
+    structured_output: Any = None
+    output_processors: list[Any] | None = None
+    max_processor_retries: int | None = None
+    model_settings: ModelSettings | None = None
+    abort_signal: AbortSignal | None = None
+    memory: MemoryScope | None = None
+    disable_background_tasks: bool = False
+    context: list[PromptMessage] = field(default_factory=list)
+
+
 class Agent:
     """An LLM agent whose every step streams out as typed chunks."""
 
@@ -83,7 +107,11 @@ class Agent:
         output_processors: Iterable[Any] = (),
         max_processor_retries: int = 0,
         model_settings: ModelSettings | None = None,
+        memory: Memory | Mapping[str, Any] | bool | None = None,
+        background_tasks: AgentBackgroundConfig | Mapping[str, Any] | None = None,
     ) -> None:
+        from runstream.tasks.policy import AgentBackgroundConfig
+
         self.id = id
         self.name = name or id
         self.description = description
@@ -100,10 +128,23 @@ class Agent:
         self.output_processors = list(output_processors)
         self.max_processor_retries = max_processor_retries
         self.model_settings = model_settings or ModelSettings()
+        self.memory = Memory.coerce(memory)
+        self.background_config = AgentBackgroundConfig.coerce(background_tasks)
+        self.runtime: Runstream | None = None
         self._suspended: dict[str, tuple[LoopConfig, RunState]] = {}
+        self._idle_streams: dict[tuple[str, str], AbortController] = {}
 
     def __repr__(self) -> str:
         return f"Agent({self.id!r})"
+
+    def bind(self, runtime: Runstream) -> None:
+        """Attach the agent to a :class:`~runstream.Runstream` (its storage and task manager)."""
+        self.runtime = runtime
+        if self.memory is not None and self.memory.storage is None:
+            self.memory.storage = runtime.storage
+        if runtime.task_manager is not None:
+            for tool in self.tools.values():
+                runtime.task_manager.register_tool(self.id, tool)
 
     # -- running -----------------------------------------------------------------------------------
     async def stream(
@@ -120,50 +161,205 @@ class Agent:
         abort_signal: AbortSignal | None = None,
         run_id: str | None = None,
         context: Sequence[Mapping[str, Any]] = (),
+        memory: MemoryScope | Mapping[str, Any] | None = None,
+        until_idle: bool | Mapping[str, Any] = False,
+        disable_background_tasks: bool = False,
     ) -> RunOutput:
-        """Start a run; iterate ``out.full_stream`` for its chunks."""
-        controller = AbortController()
-        signal = AbortSignal.any(controller.signal, abort_signal) if abort_signal else controller.signal
-        structured = StructuredOutput.coerce(structured_output) or self.structured_output
-        system: list[PromptMessage] = (
-            [{"role": "system", "content": self.instructions}] if self.instructions else []
+        """Start a run; iterate ``out.full_stream`` for its chunks.
+
+        ``memory={"thread": ..., "resource": ...}`` loads the thread's history and saves the new
+        messages. ``until_idle=True`` (or ``{"max_idle_ms": n}``) keeps the stream open while the
+        run's background tasks work and adds a continuation turn when they finish.
+        """
+        options = RunOptions(
+            max_steps=max_steps,
+            tool_choice=tool_choice,
+            include_raw_chunks=include_raw_chunks,
+            structured_output=structured_output,
+            output_processors=list(output_processors) if output_processors is not None else None,
+            max_processor_retries=max_processor_retries,
+            model_settings=model_settings,
+            abort_signal=abort_signal,
+            memory=MemoryScope.coerce(memory),
+            disable_background_tasks=disable_background_tasks,
+            context=normalize_messages(list(context)) if context else [],
         )
+        input_messages = normalize_messages(messages)
+        manager = self.runtime.task_manager if self.runtime is not None else None
+        if until_idle is not False and manager is not None and options.memory is not None and self.memory:
+            return await self._stream_until_idle(input_messages, options, until_idle, run_id)
+        return await self._start_run(input_messages, options, run_id)
+
+    async def stream_until_idle(
+        self, messages: MessagesInput | None = None, *, max_idle_ms: float | None = None, **options: Any
+    ) -> RunOutput:
+        """Deprecated: use ``stream(..., until_idle=True)``."""
+        warnings.warn(
+            "Agent.stream_until_idle() is deprecated; use Agent.stream(..., until_idle=True)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        idle: bool | dict[str, Any] = {"max_idle_ms": max_idle_ms} if max_idle_ms is not None else True
+        return await self.stream(messages, until_idle=idle, **options)
+
+    async def _start_run(
+        self,
+        input_messages: list[PromptMessage],
+        options: RunOptions,
+        run_id: str | None,
+        controller: AbortController | None = None,
+    ) -> RunOutput:
+        controller = controller or AbortController()
+        signal = controller.signal
+        if options.abort_signal is not None:
+            signal = AbortSignal.any(signal, options.abort_signal)
+        instructions = self.instructions
+        history: list[PromptMessage] = []
+        scope = options.memory
+        if scope is not None:
+            if self.memory is None:
+                raise ValueError(f"agent {self.id!r} has no memory: pass Agent(..., memory=Memory(...))")
+            if self.runtime is not None:
+                await self.runtime.start()
+            await self.memory.ensure_thread(scope)
+            history = await self.memory.load_prompt(scope)
         cfg = LoopConfig(
             agent_id=self.id,
             model=self.model,
             tools=self.tools,
-            system=system,
-            max_steps=max_steps if max_steps is not None else self.max_steps,
-            tool_choice=normalize_tool_choice(tool_choice) or self.tool_choice,
-            include_raw_chunks=include_raw_chunks,
-            structured_output=structured,
-            output_processors=list(output_processors)
-            if output_processors is not None
-            else self.output_processors,
-            max_processor_retries=(
-                max_processor_retries if max_processor_retries is not None else self.max_processor_retries
+            max_steps=options.max_steps if options.max_steps is not None else self.max_steps,
+            tool_choice=normalize_tool_choice(options.tool_choice) or self.tool_choice,
+            include_raw_chunks=options.include_raw_chunks,
+            structured_output=StructuredOutput.coerce(options.structured_output) or self.structured_output,
+            output_processors=(
+                options.output_processors if options.output_processors is not None else self.output_processors
             ),
-            model_settings=model_settings or self.model_settings,
+            max_processor_retries=(
+                options.max_processor_retries
+                if options.max_processor_retries is not None
+                else self.max_processor_retries
+            ),
+            model_settings=options.model_settings or self.model_settings,
             abort_signal=signal,
-            context=normalize_messages(list(context)) if context else [],
+            context=list(options.context),
+            thread_id=scope.thread_id if scope else None,
+            resource_id=scope.resource_id if scope else None,
         )
-        input_messages = normalize_messages(messages)
         state = RunState(
             run_id=run_id or str(uuid.uuid4()),
             message_id=str(uuid.uuid4()),
-            messages=input_messages,
-            input_count=len(input_messages),
+            messages=[*history, *input_messages],
+            input_count=len(history) + len(input_messages),
+            history_count=len(history),
         )
+        instructions += await self._attach_background(cfg, state, options)
+        cfg.system = [{"role": "system", "content": instructions}] if instructions else []
         return self._output(cfg, state, controller, None)
+
+    async def _attach_background(self, cfg: LoopConfig, state: RunState, options: RunOptions) -> str:
+        """Wire the task manager into the run; returns text to append to the instructions."""
+        manager = self.runtime.task_manager if self.runtime is not None else None
+        if manager is None or options.disable_background_tasks or self.background_config.disabled:
+            return ""
+        from runstream.tasks.dispatch import BackgroundDispatcher
+        from runstream.tasks.policy import system_prompt_section, tool_schema_with_override
+
+        await self.runtime.start()  # type: ignore[union-attr]
+        dispatcher = BackgroundDispatcher(manager, self.background_config, self._terminal_hook)
+        eligible = dispatcher.eligible_tools(self.tools)
+        if not eligible:
+            return ""
+        cfg.dispatch_tool = dispatcher
+        cfg.tool_schemas = {name: tool_schema_with_override(self.tools[name]) for name in eligible}
+        state.tasks_pending = lambda ids: any(manager.is_active(task_id) for task_id in ids)
+        return system_prompt_section(eligible)
+
+    def _terminal_hook(self, state: RunState, cfg: LoopConfig) -> Any:
+        """Writes a background task's outcome into the run (if still live) or into memory."""
+        memory = self.memory
+
+        async def on_terminal(task: TaskRecord) -> None:
+            if task.status == "suspended":
+                return
+            if not state.saved:
+                rewrite_prompt_result(state.messages, task)
+            elif memory is not None and cfg.thread_id is not None:
+                await memory.apply_task_result(task)
+
+        return on_terminal
 
     def _output(
         self, cfg: LoopConfig, state: RunState, controller: AbortController, resume: ResumeAction | None
     ) -> RunOutput:
+        memory = self.memory if cfg.thread_id is not None else None
+
         async def on_close() -> None:
             if state.status == "suspended":
                 self._suspended[state.run_id] = (cfg, state)
+                return
+            if memory is not None and cfg.thread_id is not None and cfg.resource_id is not None:
+                state.saved = True
+                await memory.save_turn(
+                    MemoryScope(cfg.thread_id, cfg.resource_id),
+                    state.new_input_messages,
+                    state.response_messages,
+                    state.message_id,
+                )
 
         return RunOutput(agent_loop(cfg, state, resume), state, controller, on_close=on_close)
+
+    async def _stream_until_idle(
+        self,
+        input_messages: list[PromptMessage],
+        options: RunOptions,
+        until_idle: bool | Mapping[str, Any],
+        run_id: str | None,
+    ) -> RunOutput:
+        from runstream.tasks.until_idle import IdleOptions, until_idle_stream
+
+        runtime = self.runtime
+        assert runtime is not None and runtime.task_manager is not None and options.memory is not None
+        idle = IdleOptions.coerce(
+            dict(until_idle) if isinstance(until_idle, Mapping) else None,
+            runtime.task_manager.config.progress_interval_ms,
+        )
+        scope = options.memory
+        key = (scope.thread_id, scope.resource_id)
+        previous = self._idle_streams.get(key)
+        if previous is not None:
+            previous.abort("superseded by a newer until-idle stream on the same thread")
+        controller = AbortController()
+        self._idle_streams[key] = controller
+        if options.abort_signal is not None:
+            options.abort_signal.add_listener(controller.abort)
+        first = await self._start_run(input_messages, options, run_id, AbortController())
+        controller.signal.add_listener(first.abort)
+
+        async def continuation(context: list[PromptMessage]) -> RunOutput:
+            turn_options = replace(
+                options, context=[*options.context, *context], abort_signal=controller.signal
+            )
+            return await self._start_run([], turn_options, None)
+
+        async def first_turn() -> RunOutput:
+            return first
+
+        source = until_idle_stream(
+            first_turn,
+            continuation,
+            runtime.task_manager,
+            agent_id=self.id,
+            thread_id=scope.thread_id,
+            resource_id=scope.resource_id,
+            options=idle,
+            controller=controller,
+        )
+
+        async def forget() -> None:
+            if self._idle_streams.get(key) is controller:
+                del self._idle_streams[key]
+
+        return RunOutput(source, first.state, controller, on_close=forget)
 
     async def generate(self, messages: MessagesInput | None = None, **options: Any) -> dict[str, Any]:
         """Run to the end and return the full output (``text``, ``usage``, ``steps`` …)."""

@@ -74,7 +74,9 @@ from runstream.tools import (
 
 Status = Literal["running", "success", "failed", "suspended", "aborted", "tripwire"]
 
-ToolDispatcher = Callable[["ToolCall", Tool, "LoopConfig", "RunState"], Awaitable["ToolOutcome | None"]]
+ToolDispatcher = Callable[
+    ["ToolCall", Tool, "LoopConfig", "RunState", Callable[[AnyChunk], None]], Awaitable["ToolOutcome | None"]
+]
 """Hook that may take a tool call away from inline execution (background tasks). Returning
 ``None`` means "run it inline"."""
 
@@ -100,6 +102,8 @@ class LoopConfig:
     thread_id: str | None = None
     resource_id: str | None = None
     dispatch_tool: ToolDispatcher | None = None
+    tool_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Input schemas offered to the model instead of a tool's own (e.g. with ``_background``)."""
     tool_call_concurrency: int = 10
 
 
@@ -171,8 +175,26 @@ class RunState:
     pending: PendingToolStep | None = None
     processor_retry_count: int = 0
     suspend_payload: Any = None
-    background_task_pending: bool = False
     step_number: int = 0
+    history_count: int = 0
+    """How many of ``messages`` came from memory (the rest of the input is new)."""
+    background_task_ids: list[str] = field(default_factory=list)
+    tasks_pending: Callable[[list[str]], bool] | None = None
+    """Reports whether any of the run's background tasks still runs (``backgroundTaskPending``)."""
+    saved: bool = False
+    """Set when the run's messages have been handed to memory."""
+
+    @property
+    def background_task_pending(self) -> bool:
+        return (
+            bool(self.background_task_ids)
+            and self.tasks_pending is not None
+            and self.tasks_pending(self.background_task_ids)
+        )
+
+    @property
+    def new_input_messages(self) -> list[PromptMessage]:
+        return self.messages[self.history_count : self.input_count]
 
     @property
     def text(self) -> str:
@@ -266,7 +288,7 @@ async def agent_loop(
         tools_offered = [] if (cfg.tool_choice or {}).get("type") == "none" else list(cfg.tools.values())
         request = ModelRequest(
             prompt=[*cfg.system, *retry_feedback, *cfg.context, *state.messages],
-            tools=[t.spec() for t in tools_offered],
+            tools=[t.spec(cfg.tool_schemas.get(t.name)) for t in tools_offered],
             tool_choice=(cfg.tool_choice or {"type": "auto"}) if cfg.tools else cfg.tool_choice,
             response_format=structured.response_format() if structured else None,
             include_raw_chunks=cfg.include_raw_chunks,
@@ -360,7 +382,7 @@ async def agent_loop(
                         payload: dict[str, Any] = {
                             "toolCallId": call.tool_call_id,
                             "toolName": call.tool_name,
-                            "args": call.args,
+                            "args": dict(call.args),
                         }
                         if call.provider_metadata:
                             payload["providerMetadata"] = call.provider_metadata
@@ -787,7 +809,7 @@ async def _execute_call(
     if call.args_error is not None:
         return ToolOutcome(call, "error", ToolArgumentsError(call.args_error))
     if cfg.dispatch_tool is not None and resume_data is None:
-        dispatched = await cfg.dispatch_tool(call, tool, cfg, state)
+        dispatched = await cfg.dispatch_tool(call, tool, cfg, state, emit)
         if dispatched is not None:
             return dispatched
     try:

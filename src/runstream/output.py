@@ -57,6 +57,7 @@ class RunOutput:
 
     async def _iterate(self) -> AsyncIterator[AnyChunk]:
         buffer = self._buffer
+        source = self._source
         i = 0
         while True:
             if i < len(buffer):
@@ -70,35 +71,38 @@ class RunOutput:
                 self._waiters.append(waiter)
                 await waiter
                 continue
-            await self._pull()
+            # This consumer is the furthest ahead: pull the next chunk for everyone.
+            self._pulling = True
+            try:
+                chunk = await source.__anext__()
+            except StopAsyncIteration:
+                await self._close()
+                return
+            except (asyncio.CancelledError, GeneratorExit):
+                # A consumer was cancelled mid-pull: that ends the run (reader cancel = abort).
+                self._controller.abort("stream consumer cancelled")
+                if self.state.status == "running":
+                    self.state.status = "aborted"
+                await self._close()
+                raise
+            except Exception as exc:  # a bug below the loop must still end the stream
+                self.state.error = exc
+                self.state.status = "failed"
+                await self._close()
+                raise
+            finally:
+                self._pulling = False
+                if self._waiters:
+                    self._wake_waiters()
+            buffer.append(chunk)
+            i += 1
+            yield chunk
 
-    async def _pull(self) -> None:
-        self._pulling = True
-        try:
-            chunk = await self._source.__anext__()
-        except StopAsyncIteration:
-            await self._close()
-        except (asyncio.CancelledError, GeneratorExit):
-            # A consumer was cancelled mid-pull: that ends the run (reader cancel = abort).
-            self._controller.abort("stream consumer cancelled")
-            if self.state.status == "running":
-                self.state.status = "aborted"
-            await self._close()
-            raise
-        except Exception as exc:  # a bug below the loop must still end the stream
-            self.state.error = exc
-            self.state.status = "failed"
-            await self._close()
-            raise
-        else:
-            self._buffer.append(chunk)
-        finally:
-            self._pulling = False
-            if self._waiters:
-                waiters, self._waiters = self._waiters, []
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
+    def _wake_waiters(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def _close(self) -> None:
         if self._done:

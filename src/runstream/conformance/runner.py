@@ -8,7 +8,10 @@ one line of wire JSON; a ``{"type": "$stream", ...}`` marker precedes each strea
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+import os
+import tempfile
+import warnings
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -17,7 +20,16 @@ from runstream.agent import Agent
 from runstream.chunks import AnyChunk, dumps
 from runstream.conformance.behavior import RuleProcessor, ToolExecutionLog, build_tool, contains
 from runstream.output import RunOutput
+from runstream.runtime import Runstream
+from runstream.storage import InMemoryStorage, SqliteStorage, Storage, TaskFilter
 from runstream.testing.scripted import ScriptedModel
+
+
+def _as_async(fn: Callable[[], None]) -> Callable[[], Awaitable[None]]:
+    async def call() -> None:
+        fn()
+
+    return call
 
 
 class UnsupportedScenario(Exception):
@@ -53,10 +65,6 @@ def _check_supported(scenario: Mapping[str, Any]) -> None:
     missing = []
     if "workflow" in scenario:
         missing.append("workflows")
-    if scenario.get("mastra", {}).get("backgroundTasks") or agent.get("backgroundTasks"):
-        missing.append("background tasks")
-    if "memory" in agent:
-        missing.append("memory")
     if "goal" in agent:
         missing.append("goals")
     if "isTaskComplete" in agent or any("isTaskComplete" in r.get("options", {}) for r in _runs(scenario)):
@@ -71,6 +79,20 @@ def _runs(scenario: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     if "runs" in scenario:
         return list(scenario["runs"])
     return [scenario["run"]] if "run" in scenario else []
+
+
+def build_runtime(scenario: Mapping[str, Any], agent: Agent, tmp_dir: str) -> Runstream:
+    """The Mastra container of the scenario: storage and background task manager."""
+    mastra = scenario.get("mastra", {})
+    kind = mastra.get("storage", "in-memory")
+    storage: Storage
+    if kind == "libsql":
+        storage = SqliteStorage(os.path.join(tmp_dir, "runstream.db"))
+    elif kind in ("in-memory", "none"):
+        storage = InMemoryStorage()
+    else:
+        raise UnsupportedScenario(f"storage {kind!r} is not supported")
+    return Runstream(agents=[agent], storage=storage, background_tasks=mastra.get("backgroundTasks"))
 
 
 def build_agent(scenario: Mapping[str, Any], log: ToolExecutionLog) -> Agent:
@@ -105,6 +127,8 @@ def build_agent(scenario: Mapping[str, Any], log: ToolExecutionLog) -> Agent:
         tool_choice=spec.get("toolChoice"),
         structured_output=spec.get("structuredOutput"),
         output_processors=[RuleProcessor(p) for p in spec.get("outputProcessors", [])],
+        memory=spec.get("memory"),
+        background_tasks=spec.get("backgroundTasks"),
     )
 
 
@@ -121,6 +145,8 @@ def _stream_options(run: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in options.items():
         if key in mapping:
             out[mapping[key]] = value
+        elif key == "maxIdleMs":
+            continue
         elif key == "maxRetries":
             continue  # model-call retries: the scripted model never fails transiently
         else:
@@ -129,6 +155,8 @@ def _stream_options(run: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class ScenarioRunner:
+    runtime: Runstream
+
     def __init__(self, scenario: Mapping[str, Any], out: TextIO) -> None:
         self.scenario = scenario
         self.writer = StreamWriter(out)
@@ -138,11 +166,37 @@ class ScenarioRunner:
     async def run(self) -> None:
         _check_supported(self.scenario)
         agent = build_agent(self.scenario, self.log)
+        with tempfile.TemporaryDirectory() as tmp_dir:
+            runtime = build_runtime(self.scenario, agent, tmp_dir)
+            self.runtime = runtime
+            try:
+                await self._run_all(agent)
+            finally:
+                await runtime.close()
+
+    async def _start(self, agent: Agent, run: Mapping[str, Any], controller: AbortController) -> RunOutput:
+        options = _stream_options(run)
+        if run.get("memory"):
+            options["memory"] = run["memory"]
+        idle = run.get("untilIdle")
+        idle_options = {"max_idle_ms": idle["maxIdleMs"]} if isinstance(idle, Mapping) else None
+        if run.get("streamUntilIdle"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                return await agent.stream_until_idle(
+                    run.get("messages"),
+                    max_idle_ms=idle_options["max_idle_ms"] if idle_options else None,
+                    abort_signal=controller.signal,
+                    **options,
+                )
+        if idle:
+            options["until_idle"] = idle_options or True
+        return await agent.stream(run.get("messages"), abort_signal=controller.signal, **options)
+
+    async def _run_all(self, agent: Agent) -> None:
         for run in _runs(self.scenario):
             controller = AbortController()
-            out = await agent.stream(
-                run.get("messages"), abort_signal=controller.signal, **_stream_options(run)
-            )
+            out = await self._start(agent, run, controller)
             actions = [_Action(a) for a in run.get("actions", [])]
             follow_ups = await self._consume(
                 out, "run", actions, controller.abort, run.get("abortAfterChunks")
@@ -206,19 +260,67 @@ class ScenarioRunner:
             action.spec = {**spec, "_toolCallId": spec.get("toolCallId", payload.get("toolCallId"))}
             return True
         if do == "abort":
-            delay = spec.get("delayMs", 0)
-            if delay:
-                task = asyncio.create_task(self._later(delay, abort))
-                self.background.add(task)
-            else:
-                abort()
+            operation: Callable[[], Awaitable[None]] = _as_async(abort)
+        elif do in ("cancelTask", "resumeTask"):
+            operation = self._task_action(spec, chunk)
+        else:
+            raise UnsupportedScenario(f"action {do!r} is not supported")
+        if spec.get("watchMs") is not None:
+            await self._watch(operation, spec["watchMs"])
             return False
-        raise UnsupportedScenario(f"action {do!r} is not supported yet")
+        delay = spec.get("delayMs", 0)
+        if delay:
+            task = asyncio.create_task(self._later(delay, operation))
+            self.background.add(task)
+        else:
+            await operation()
+        return False
+
+    def _task_action(self, spec: Mapping[str, Any], chunk: AnyChunk | None) -> Callable[[], Awaitable[None]]:
+        manager = self.runtime.task_manager
+        if manager is None:
+            raise UnsupportedScenario(f"{spec['do']} needs mastra.backgroundTasks")
+        payload = chunk.payload if chunk is not None and isinstance(chunk.payload, dict) else {}
+
+        async def operation() -> None:
+            task_id = payload.get("taskId")
+            if spec.get("toolCallId"):
+                page = await manager.list_tasks(TaskFilter(tool_call_id=spec["toolCallId"]))
+                task_id = page.items[-1].id if page.items else None
+            if task_id is None:
+                raise RuntimeError(f"{spec['do']}: no task found for {spec}")
+            if spec["do"] == "cancelTask":
+                await manager.cancel(task_id)
+            else:
+                await manager.resume(task_id, spec.get("data"))
+
+        return operation
+
+    async def _watch(self, operation: Callable[[], Awaitable[None]], watch_ms: float) -> None:
+        """Subscribe to the task manager's stream, act, and record its events as a new section."""
+        manager = self.runtime.task_manager
+        assert manager is not None
+        events: list[AnyChunk] = []
+        subscription = manager.subscribe(agent_id=self.scenario["agent"]["id"])
+
+        async def record() -> None:
+            async for event in subscription:
+                events.append(event)
+
+        recorder = asyncio.create_task(record())
+        await operation()
+        await asyncio.sleep(watch_ms / 1000)
+        await subscription.close()
+        recorder.cancel()
+        await asyncio.gather(recorder, return_exceptions=True)
+        self.writer.begin("taskManager.stream")
+        for event in events:
+            self.writer.chunk(event)
 
     @staticmethod
-    async def _later(delay_ms: float, fn: Callable[[], None]) -> None:
+    async def _later(delay_ms: float, operation: Callable[[], Awaitable[None]]) -> None:
         await asyncio.sleep(delay_ms / 1000)
-        fn()
+        await operation()
 
     async def _follow_up(self, agent: Agent, out: RunOutput, action: _Action) -> RunOutput:
         spec = action.spec

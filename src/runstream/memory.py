@@ -1,0 +1,336 @@
+"""Conversation memory: threads of messages in storage, loaded into prompts and saved after runs.
+
+Messages are stored in Mastra's DB format 2 (``{"format": 2, "parts": [...]}``): one user message
+per input, and one assistant message per run whose parts are the run's steps (``step-start``,
+``text``, ``reasoning``, ``tool-invocation`` with its result, ``file``, ``source``). Loading turns
+them back into model-prompt messages (assistant + tool message per step).
+
+A background task's placeholder result is rewritten in place when the task ends
+(:meth:`Memory.apply_task_result`), matched by tool-call id *and* task id, so the next turn sees
+the real result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runstream.models.base import PromptMessage
+from runstream.storage import Storage, StoredMessage, TaskRecord, Thread, ThreadResourceMismatchError
+
+DEFAULT_LAST_MESSAGES = 40
+
+BACKGROUND_FAILED_PREFIX = "Background task failed: "
+
+
+@dataclass(slots=True, frozen=True)
+class MemoryScope:
+    """The thread and resource of one run (``memory={"thread": ..., "resource": ...}``)."""
+
+    thread_id: str
+    resource_id: str
+
+    @classmethod
+    def coerce(cls, value: MemoryScope | Mapping[str, Any] | None) -> MemoryScope | None:
+        if value is None or isinstance(value, MemoryScope):
+            return value
+        thread = value.get("thread", value.get("thread_id"))
+        if isinstance(thread, Mapping):
+            thread = thread.get("id")
+        resource = value.get("resource", value.get("resource_id"))
+        if not isinstance(thread, str) or not thread:
+            raise ValueError("memory needs a thread id: memory={'thread': ..., 'resource': ...}")
+        if not isinstance(resource, str) or not resource:
+            raise ValueError("memory needs a resource id: memory={'thread': ..., 'resource': ...}")
+        return cls(thread, resource)
+
+
+@dataclass
+class Memory:
+    """An agent's memory: which storage, and how much history goes into the prompt."""
+
+    storage: Storage | None = None
+    last_messages: int | None = DEFAULT_LAST_MESSAGES
+    _locks: dict[str, asyncio.Lock] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def coerce(cls, value: Memory | Mapping[str, Any] | bool | None) -> Memory | None:
+        """Accept a Memory, ``True``, or Mastra's options (``{"lastMessages": 50}``)."""
+        if value is None or value is False:
+            return None
+        if value is True:
+            return cls()
+        if isinstance(value, Memory):
+            return value
+        return cls(last_messages=value.get("lastMessages", value.get("last_messages", DEFAULT_LAST_MESSAGES)))
+
+    def _storage(self) -> Storage:
+        if self.storage is None:
+            raise RuntimeError(
+                "this memory has no storage: pass Memory(storage=...) or use Runstream(storage=...)"
+            )
+        return self.storage
+
+    def _lock(self, thread_id: str) -> asyncio.Lock:
+        lock = self._locks.get(thread_id)
+        if lock is None:
+            lock = self._locks[thread_id] = asyncio.Lock()
+        return lock
+
+    # -- threads ---------------------------------------------------------------------------------
+    async def ensure_thread(self, scope: MemoryScope) -> Thread:
+        """Get the thread, creating it on first use; a thread belongs to exactly one resource."""
+        storage = self._storage()
+        thread = await storage.get_thread(scope.thread_id)
+        if thread is None:
+            thread = Thread(id=scope.thread_id, resource_id=scope.resource_id)
+            await storage.save_thread(thread)
+        elif thread.resource_id != scope.resource_id:
+            raise ThreadResourceMismatchError(scope.thread_id, thread.resource_id, scope.resource_id)
+        return thread
+
+    # -- prompt history ----------------------------------------------------------------------------
+    async def load_prompt(self, scope: MemoryScope) -> list[PromptMessage]:
+        """The last N stored messages of the thread as model-prompt messages."""
+        stored = (await self._storage().list_messages(scope.thread_id, last=self.last_messages)).items
+        prompt: list[PromptMessage] = []
+        for message in stored:
+            prompt.extend(db_to_prompt(message))
+        return prompt
+
+    async def save_turn(
+        self,
+        scope: MemoryScope,
+        inputs: Sequence[PromptMessage],
+        responses: Sequence[PromptMessage],
+        response_id: str,
+    ) -> None:
+        """Save a run's new input messages and its response (one assistant message)."""
+        messages = [
+            StoredMessage(
+                id=str(uuid.uuid4()),
+                thread_id=scope.thread_id,
+                resource_id=scope.resource_id,
+                role=m["role"],
+                content={"format": 2, "parts": _input_parts(m), "content": _plain_text(m)},
+            )
+            for m in inputs
+            if m["role"] in ("user", "assistant")
+        ]
+        parts = responses_to_parts(responses)
+        if parts:
+            messages.append(
+                StoredMessage(
+                    id=response_id,
+                    thread_id=scope.thread_id,
+                    resource_id=scope.resource_id,
+                    role="assistant",
+                    content={"format": 2, "parts": parts},
+                )
+            )
+        if not messages:
+            return
+        async with self._lock(scope.thread_id):
+            await self._storage().save_messages(messages)
+
+    async def apply_task_result(self, task: TaskRecord) -> bool:
+        """Write a finished background task's result over its placeholder. True if found."""
+        if task.thread_id is None:
+            return False
+        storage = self._storage()
+        async with self._lock(task.thread_id):
+            for message in reversed((await storage.list_messages(task.thread_id)).items):
+                if message.role != "assistant":
+                    continue
+                if any(_is_task_part(p, task) for p in message.content.get("parts", [])):
+                    await storage.update_message(message.id, lambda m: _rewrite_message(m, task))
+                    return True
+        return False
+
+
+# -- format conversion ------------------------------------------------------------------------------
+
+
+def _input_parts(message: PromptMessage) -> list[dict[str, Any]]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [copy.deepcopy(p) for p in content or []]
+
+
+def _plain_text(message: PromptMessage) -> str:
+    return "".join(p.get("text", "") for p in _input_parts(message) if p.get("type") == "text")
+
+
+def responses_to_parts(responses: Sequence[PromptMessage]) -> list[dict[str, Any]]:
+    """A run's assistant/tool prompt messages as the parts of one stored assistant message."""
+    parts: list[dict[str, Any]] = []
+    invocations: dict[str, dict[str, Any]] = {}
+    for message in responses:
+        if message["role"] == "assistant":
+            parts.append({"type": "step-start"})
+            for part in message["content"]:
+                kind = part.get("type")
+                if kind == "text":
+                    parts.append({"type": "text", "text": part["text"]})
+                elif kind == "reasoning":
+                    parts.append(
+                        {
+                            "type": "reasoning",
+                            "reasoning": "",
+                            "details": [{"type": "text", "text": part["text"]}],
+                        }
+                    )
+                elif kind == "tool-call":
+                    invocation: dict[str, Any] = {
+                        "type": "tool-invocation",
+                        "toolInvocation": {
+                            "state": "call",
+                            "toolCallId": part["toolCallId"],
+                            "toolName": part["toolName"],
+                            "args": part.get("input", {}),
+                        },
+                    }
+                    invocations[part["toolCallId"]] = invocation
+                    parts.append(invocation)
+                else:
+                    parts.append(copy.deepcopy(part))
+        elif message["role"] == "tool":
+            for part in message["content"]:
+                found = invocations.get(part.get("toolCallId", ""))
+                if found is None:
+                    continue
+                invocation = found
+                output = part.get("output") or {}
+                inv = invocation["toolInvocation"]
+                if output.get("type") in ("error-text", "error-json"):
+                    inv["state"] = "output-error"
+                    inv["errorText"] = output.get("value")
+                else:
+                    inv["state"] = "result"
+                    inv["result"] = output.get("value")
+                if part.get("providerOptions"):
+                    invocation["providerMetadata"] = copy.deepcopy(part["providerOptions"])
+    return parts
+
+
+def db_to_prompt(message: StoredMessage) -> list[PromptMessage]:
+    """A stored message as prompt messages (an assistant message becomes one pair per step)."""
+    parts = message.content.get("parts", [])
+    if message.role != "assistant":
+        return [{"role": message.role, "content": copy.deepcopy(parts)}]
+    out: list[PromptMessage] = []
+    content: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        if content:
+            out.append({"role": "assistant", "content": list(content)})
+        if results:
+            out.append({"role": "tool", "content": list(results)})
+        content.clear()
+        results.clear()
+
+    for part in parts:
+        kind = part.get("type")
+        if kind == "step-start":
+            flush()
+        elif kind == "text":
+            content.append({"type": "text", "text": part["text"]})
+        elif kind == "reasoning":
+            text = "".join(d.get("text", "") for d in part.get("details", [])) or part.get("reasoning", "")
+            content.append({"type": "reasoning", "text": text})
+        elif kind == "tool-invocation":
+            inv = part["toolInvocation"]
+            content.append(
+                {
+                    "type": "tool-call",
+                    "toolCallId": inv["toolCallId"],
+                    "toolName": inv["toolName"],
+                    "input": inv["args"],
+                }
+            )
+            if inv["state"] in ("result", "output-error"):
+                output = (
+                    {"type": "error-text", "value": inv.get("errorText")}
+                    if inv["state"] == "output-error"
+                    else {"type": "json", "value": inv.get("result")}
+                )
+                result = {
+                    "type": "tool-result",
+                    "toolCallId": inv["toolCallId"],
+                    "toolName": inv["toolName"],
+                    "output": output,
+                    "input": inv["args"],
+                }
+                if part.get("providerMetadata"):
+                    result["providerOptions"] = copy.deepcopy(part["providerMetadata"])
+                results.append(result)
+    flush()
+    return out
+
+
+def _task_link(metadata: Any) -> Mapping[str, Any] | None:
+    if not isinstance(metadata, Mapping):
+        return None
+    mastra = metadata.get("mastra")
+    link = mastra.get("backgroundTask") if isinstance(mastra, Mapping) else None
+    return link if isinstance(link, Mapping) else None
+
+
+def _is_task_part(part: Mapping[str, Any], task: TaskRecord) -> bool:
+    if part.get("type") != "tool-invocation":
+        return False
+    link = _task_link(part.get("providerMetadata"))
+    return (
+        part["toolInvocation"].get("toolCallId") == task.tool_call_id
+        and link is not None
+        and link.get("taskId") == task.id
+    )
+
+
+def task_outcome(task: TaskRecord) -> tuple[str, Any]:
+    """``("result", value)`` or ``("output-error", text)`` for a finished task."""
+    if task.status == "completed":
+        return "result", task.result
+    if task.status == "cancelled":
+        return "output-error", "Background task cancelled by the user: no result."
+    message = (task.error or {}).get("message") or "Unknown error"
+    return "output-error", BACKGROUND_FAILED_PREFIX + message
+
+
+def _rewrite_message(message: StoredMessage, task: TaskRecord) -> StoredMessage:
+    state, value = task_outcome(task)
+    for part in message.content.get("parts", []):
+        if not _is_task_part(part, task):
+            continue
+        inv = part["toolInvocation"]
+        inv["state"] = state
+        inv.pop("result", None)
+        inv.pop("errorText", None)
+        inv["result" if state == "result" else "errorText"] = value
+        part["providerMetadata"]["mastra"]["backgroundTask"]["status"] = task.status
+    return message
+
+
+def rewrite_prompt_result(messages: list[PromptMessage], task: TaskRecord) -> bool:
+    """The same rewrite on a live run's prompt messages (before they are saved)."""
+    state, value = task_outcome(task)
+    for message in messages:
+        if message["role"] != "tool":
+            continue
+        for part in message["content"]:
+            link = _task_link(part.get("providerOptions"))
+            if (
+                part.get("toolCallId") == task.tool_call_id
+                and link is not None
+                and link.get("taskId") == task.id
+            ):
+                part["output"] = {"type": "json" if state == "result" else "error-text", "value": value}
+                part["providerOptions"]["mastra"]["backgroundTask"]["status"] = task.status
+                return True
+    return False

@@ -1,0 +1,94 @@
+"""Dispatching tool calls from the agent loop to the background task manager."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from runstream.chunks import AnyChunk, BackgroundTaskStartedChunk
+from runstream.loop import LoopConfig, RunState, ToolCall, ToolOutcome
+from runstream.tasks.config import BackgroundTaskError, TaskRequest, TerminalHook
+from runstream.tasks.manager import BackgroundTaskManager
+from runstream.tasks.policy import (
+    BACKGROUND_ARG,
+    AgentBackgroundConfig,
+    eligibility,
+    placeholder_text,
+    resolve,
+)
+from runstream.tools import Tool, ToolArgumentsError
+
+
+class BackgroundDispatcher:
+    """The loop's ``dispatch_tool`` hook for an agent with background tasks."""
+
+    def __init__(
+        self,
+        manager: BackgroundTaskManager,
+        config: AgentBackgroundConfig,
+        on_terminal: Callable[[RunState, LoopConfig], TerminalHook],
+    ) -> None:
+        self.manager = manager
+        self.config = config
+        self._on_terminal = on_terminal
+
+    def eligible_tools(self, tools: Mapping[str, Tool]) -> list[str]:
+        return [name for name, tool in tools.items() if eligibility(tool, self.config) is not None]
+
+    async def __call__(
+        self, call: ToolCall, tool: Tool, cfg: LoopConfig, state: RunState, emit: Callable[[AnyChunk], None]
+    ) -> ToolOutcome | None:
+        override = call.args.pop(BACKGROUND_ARG, None)
+        entry = eligibility(tool, self.config)
+        if entry is None:
+            return None
+        try:
+            resolved = resolve(entry, override)
+            args = tool.validate_args(call.args)
+        except ToolArgumentsError as exc:
+            return ToolOutcome(call, "error", exc)
+        if resolved.disposition == "foreground":
+            return None
+        try:
+            record = await self.manager.enqueue(
+                TaskRequest(
+                    tool=tool,
+                    tool_call_id=call.tool_call_id,
+                    args=args,
+                    agent_id=cfg.agent_id,
+                    run_id=state.run_id,
+                    thread_id=cfg.thread_id,
+                    resource_id=cfg.resource_id,
+                    timeout_ms=resolved.timeout_ms,
+                    max_retries=resolved.max_retries,
+                    on_terminal=self._on_terminal(state, cfg),
+                )
+            )
+        except BackgroundTaskError as exc:
+            return ToolOutcome(call, "error", exc)
+        if record is None:  # backpressure fallback-sync: run inline
+            return None
+        state.background_task_ids.append(record.id)
+        emit(
+            BackgroundTaskStartedChunk(
+                state.run_id, {"taskId": record.id, "toolName": tool.name, "toolCallId": call.tool_call_id}
+            )
+        )
+        if resolved.disposition == "awaited":
+            final = await self.manager.wait_for(record.id)
+            link = _task_link(record.id, final.status)
+            if final.status == "completed":
+                return ToolOutcome(call, "result", final.result, provider_metadata=link)
+            message = (final.error or {}).get("message") or f"Background task {final.status}: {record.id}"
+            return ToolOutcome(call, "error", BackgroundTaskError(message), provider_metadata=link)
+        return ToolOutcome(
+            call,
+            "result",
+            placeholder_text(record.id, tool.name),
+            provider_metadata=_task_link(record.id, "running"),
+        )
+
+
+def _task_link(task_id: str, status: str) -> dict[str, Any]:
+    """Mastra's link from a tool result to its background task."""
+    return {"mastra": {"backgroundTask": {"taskId": task_id, "status": status}}}

@@ -1,0 +1,203 @@
+"""Until-idle streams: one outer stream over the first turn, the lifecycle chunks of the thread's
+background tasks, and a continuation turn each time the agent is idle with finished tasks.
+
+The outer stream merges two sources — the current turn's chunks and the task manager's events
+for this thread and resource — through one queue. Between turns, while tasks run, it emits a
+``background-task-progress`` snapshot every ``progress_interval_ms`` and closes silently after
+``max_idle_ms`` without events. When no task runs and terminal events are queued, it starts one
+continuation turn (``agent.stream([], …)`` with a system directive naming the finished tool
+calls, not saved to memory) for the whole batch. It closes when nothing runs, nothing is queued
+and no turn is active.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from runstream.abort import AbortController
+from runstream.chunks import AnyChunk, BackgroundTaskProgressChunk
+from runstream.output import RunOutput
+from runstream.tasks.manager import BackgroundTaskManager
+
+DEFAULT_MAX_IDLE_MS = 300_000
+
+TERMINAL = {
+    "background-task-completed": "completed",
+    "background-task-failed": "failed",
+    "background-task-cancelled": "cancelled",
+    "background-task-suspended": "suspended",
+}
+STARTS_RUNNING = {"background-task-started", "background-task-running", "background-task-resumed"}
+
+StartTurn = Callable[[list[dict[str, Any]]], Awaitable[RunOutput]]
+"""Starts a continuation turn given its extra system context messages."""
+
+
+@dataclass(slots=True)
+class IdleOptions:
+    max_idle_ms: float = DEFAULT_MAX_IDLE_MS
+    progress_interval_ms: float = 3000
+
+    @classmethod
+    def coerce(cls, value: Any, progress_interval_ms: float) -> IdleOptions:
+        if isinstance(value, IdleOptions):
+            return value
+        max_idle: Any = DEFAULT_MAX_IDLE_MS
+        if isinstance(value, dict):
+            max_idle = value.get("max_idle_ms", value.get("maxIdleMs", DEFAULT_MAX_IDLE_MS))
+        if not isinstance(max_idle, int | float) or max_idle <= 0:
+            raise ValueError(f"max_idle_ms must be a positive number, got {max_idle!r}")
+        return cls(max_idle_ms=max_idle, progress_interval_ms=progress_interval_ms)
+
+
+def continuation_directive(batch: list[AnyChunk]) -> str:
+    """The system message of a continuation turn: which background calls ended, and how."""
+    by_outcome: dict[str, list[str]] = {}
+    for chunk in batch:
+        payload = chunk.payload
+        entry = f"{payload['toolCallId']} ({payload['toolName']}), background task {payload['taskId']}"
+        by_outcome.setdefault(TERMINAL[chunk.type], []).append(entry)
+    lines = [
+        "The following tool calls ran as background tasks; they are not new foreground calls and "
+        "must not be reinterpreted as such."
+    ]
+    guidance = {
+        "completed": "Completed — their results are now in the conversation; do not call the same tool again "
+        "for them:",
+        "failed": "Failed — the failure is in the conversation; do not retry unless the user asks:",
+        "cancelled": "Cancelled by the user — there are no results; do not treat them as completed or call "
+        "them again:",
+        "suspended": "Suspended — they wait for explicit input from the user; do not resume them yourself, "
+        "tell the user what they are waiting for:",
+    }
+    for outcome in ("completed", "failed", "cancelled", "suspended"):
+        if outcome in by_outcome:
+            lines.append(guidance[outcome])
+            lines.extend(f"- {entry}" for entry in by_outcome[outcome])
+    return "\n".join(lines)
+
+
+async def until_idle_stream(
+    first_turn: Callable[[], Awaitable[RunOutput]],
+    continuation: StartTurn,
+    manager: BackgroundTaskManager,
+    *,
+    agent_id: str,
+    thread_id: str,
+    resource_id: str,
+    options: IdleOptions,
+    controller: AbortController,
+) -> AsyncIterator[AnyChunk]:
+    """The merged outer stream (see the module docstring)."""
+    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+    subscription = manager.subscribe(agent_id=agent_id, thread_id=thread_id, resource_id=resource_id)
+    pumps: list[asyncio.Task[None]] = []
+
+    async def pump_events() -> None:
+        async for event in subscription:
+            queue.put_nowait(("task", event))
+
+    async def pump_turn(out: RunOutput) -> None:
+        try:
+            async for chunk in out.full_stream:
+                queue.put_nowait(("turn", chunk))
+        finally:
+            queue.put_nowait(("turn-end", out))
+
+    def start_turn(out: RunOutput) -> None:
+        pumps.append(asyncio.create_task(pump_turn(out)))
+
+    pumps.append(asyncio.create_task(pump_events()))
+    stop_waiting: asyncio.Future[Any] = asyncio.ensure_future(controller.signal.wait())
+    running: set[str] = set()
+    queued: list[AnyChunk] = []
+    processed: set[tuple[str, str]] = set()
+    turn_active = True
+    idle_deadline: float | None = None
+    next_progress = 0.0
+    waiting_since = 0.0
+    run_id = ""
+    try:
+        first = await first_turn()
+        run_id = first.run_id
+        start_turn(first)
+        while True:
+            now = time.monotonic()
+            wait: float | None = None
+            if not turn_active and running:
+                if idle_deadline is None:
+                    idle_deadline = now + options.max_idle_ms / 1000
+                wait = max(0.0, min(idle_deadline, next_progress) - now)
+            getter = asyncio.ensure_future(queue.get())
+            done, _ = await asyncio.wait(
+                {getter, stop_waiting}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+            )
+            if getter not in done:
+                getter.cancel()
+                if stop_waiting in done:
+                    if not turn_active:
+                        return  # aborted between turns: pending continuations never start
+                    # Aborted mid-turn: drain the turn (its abort and finish chunks), then close.
+                    stop_waiting = asyncio.get_running_loop().create_future()
+                    continue
+                now = time.monotonic()
+                if idle_deadline is not None and now >= idle_deadline:
+                    return  # idle timeout: close silently
+                if now >= next_progress:
+                    next_progress = now + options.progress_interval_ms / 1000
+                    yield BackgroundTaskProgressChunk(
+                        run_id,
+                        {
+                            "taskIds": sorted(running),
+                            "runningCount": len(running),
+                            "elapsedMs": round((now - waiting_since) * 1000),
+                        },
+                    )
+                continue
+            kind, item = getter.result()
+            if kind == "turn":
+                if item.type == "background-task-started":
+                    running.add(item.payload["taskId"])
+                yield item
+                continue
+            if kind == "task":
+                task_id = item.payload["taskId"]
+                if item.type in TERMINAL:
+                    key = (task_id, item.type)
+                    if key in processed:
+                        continue
+                    processed.add(key)
+                    running.discard(task_id)
+                    queued.append(item)
+                elif item.type in STARTS_RUNNING:
+                    running.add(task_id)
+                idle_deadline = None  # every manager event re-arms the idle window
+                yield item
+            else:  # turn-end
+                turn_active = False
+                waiting_since = time.monotonic()
+                next_progress = waiting_since + options.progress_interval_ms / 1000
+                if controller.signal.aborted:
+                    return
+            if turn_active:
+                continue
+            if not running and queued:
+                batch, queued = queued, []
+                idle_deadline = None
+                turn_active = True
+                start_turn(await continuation([{"role": "system", "content": continuation_directive(batch)}]))
+            elif not running and not queued:
+                return
+    finally:
+        stop_waiting.cancel()
+        if not controller.signal.aborted and (turn_active or running):
+            # The reader went away mid-stream: stop the turn in flight (tasks keep running).
+            controller.abort("until-idle stream closed")
+        await subscription.close()
+        for pump in pumps:
+            pump.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)

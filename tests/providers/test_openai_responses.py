@@ -1,0 +1,364 @@
+"""OpenAI Responses API: recorded transcripts through the real SDK to exact parts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from runstream.models.base import ModelRequest, ModelSettings
+from runstream.models.openai import OpenAIResponsesModel
+
+from .loopback import LoopbackServer, Reply, collect, error_of, fixture
+
+CREATED = datetime(2025, 3, 6, 19, 55, 58, tzinfo=UTC)
+HI = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+
+
+def model(server: LoopbackServer, model_id: str = "gpt-4.1", **kw: Any) -> OpenAIResponsesModel:
+    return OpenAIResponsesModel(model_id, api_key="sk-test", base_url=server.url("/v1"), **kw)
+
+
+async def run(server: LoopbackServer, name: str, **request: Any) -> list[dict[str, Any]]:
+    server.queue(Reply(fixture(name)))
+    stream = await model(server).stream(ModelRequest(prompt=HI, **request))
+    return await collect(stream.parts)
+
+
+async def test_text_with_citation_and_usage(loopback: LoopbackServer) -> None:
+    parts = await run(loopback, "openai_responses_text.sse")
+    assert parts == [
+        {"type": "stream-start", "warnings": []},
+        {
+            "type": "response-metadata",
+            "id": "resp_text_1",
+            "modelId": "gpt-4.1-2025-04-14",
+            "timestamp": CREATED,
+        },
+        {"type": "text-start", "id": "msg_text_1"},
+        {"type": "text-delta", "id": "msg_text_1", "delta": "Hello"},
+        {"type": "text-delta", "id": "msg_text_1", "delta": " world!"},
+        {"type": "text-delta", "id": "msg_text_1", "delta": " See the docs."},
+        {
+            "type": "source",
+            "sourceType": "url",
+            "id": "resp_text_1-src-1",
+            "url": "https://example.com/docs",
+            "title": "Example docs",
+        },
+        {"type": "text-end", "id": "msg_text_1"},
+        {
+            "type": "finish",
+            "finishReason": "stop",
+            "usage": {
+                "inputTokens": 36,
+                "outputTokens": 9,
+                "totalTokens": 45,
+                "reasoningTokens": 0,
+                "cachedInputTokens": 12,
+            },
+            "providerMetadata": {"openai": {"responseId": "resp_text_1"}},
+        },
+    ]
+    request = loopback.requests[0]
+    assert (request.method, request.path) == ("POST", "/v1/responses")
+    assert request.headers["authorization"] == "Bearer sk-test"
+    assert request.body == {
+        "model": "gpt-4.1",
+        "stream": True,
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+    }
+
+
+async def test_reasoning_summaries_and_parallel_tool_calls(loopback: LoopbackServer) -> None:
+    parts = await run(loopback, "openai_responses_reasoning_tools.sse")
+    start_meta = {"openai": {"itemId": "rs_1", "reasoningEncryptedContent": None}}
+    end_meta = {"openai": {"itemId": "rs_1", "reasoningEncryptedContent": "gAAAAABo-encrypted-reasoning"}}
+    delta_meta = {"openai": {"itemId": "rs_1"}}
+    assert parts[2:] == [
+        {"type": "reasoning-start", "id": "rs_1:0", "providerMetadata": start_meta},
+        {
+            "type": "reasoning-delta",
+            "id": "rs_1:0",
+            "delta": "The user wants weather",
+            "providerMetadata": delta_meta,
+        },
+        {
+            "type": "reasoning-delta",
+            "id": "rs_1:0",
+            "delta": " for two cities.",
+            "providerMetadata": delta_meta,
+        },
+        {"type": "reasoning-start", "id": "rs_1:1", "providerMetadata": start_meta},
+        {
+            "type": "reasoning-delta",
+            "id": "rs_1:1",
+            "delta": "I will call get_weather twice.",
+            "providerMetadata": delta_meta,
+        },
+        {"type": "reasoning-end", "id": "rs_1:0", "providerMetadata": end_meta},
+        {"type": "reasoning-end", "id": "rs_1:1", "providerMetadata": end_meta},
+        {"type": "tool-input-start", "id": "call_sf", "toolName": "get_weather"},
+        {"type": "tool-input-delta", "id": "call_sf", "delta": '{"city":'},
+        {"type": "tool-input-start", "id": "call_ny", "toolName": "get_weather"},
+        {"type": "tool-input-delta", "id": "call_sf", "delta": '"San Francisco"}'},
+        {"type": "tool-input-delta", "id": "call_ny", "delta": '{"city":"New York"}'},
+        {"type": "tool-input-end", "id": "call_sf"},
+        {
+            "type": "tool-call",
+            "toolCallId": "call_sf",
+            "toolName": "get_weather",
+            "input": '{"city":"San Francisco"}',
+            "providerMetadata": {"openai": {"itemId": "fc_1"}},
+        },
+        {"type": "tool-input-end", "id": "call_ny"},
+        {
+            "type": "tool-call",
+            "toolCallId": "call_ny",
+            "toolName": "get_weather",
+            "input": '{"city":"New York"}',
+            "providerMetadata": {"openai": {"itemId": "fc_2"}},
+        },
+        {
+            "type": "finish",
+            "finishReason": "tool-calls",
+            "usage": {
+                "inputTokens": 80,
+                "outputTokens": 120,
+                "totalTokens": 200,
+                "reasoningTokens": 64,
+                "cachedInputTokens": 0,
+            },
+            "providerMetadata": {"openai": {"responseId": "resp_tools_1"}},
+        },
+    ]
+
+
+async def test_refusal_streams_as_text_and_finishes_content_filter(loopback: LoopbackServer) -> None:
+    parts = await run(loopback, "openai_responses_refusal.sse")
+    assert [p for p in parts if p["type"] == "text-delta"] == [
+        {"type": "text-delta", "id": "msg_refusal_1", "delta": "I'm sorry, "},
+        {"type": "text-delta", "id": "msg_refusal_1", "delta": "I can't help with that."},
+    ]
+    assert parts[-1]["finishReason"] == "content-filter"
+
+
+async def test_incomplete_for_max_output_tokens_finishes_length(loopback: LoopbackServer) -> None:
+    parts = await run(loopback, "openai_responses_incomplete.sse")
+    assert parts[-1]["finishReason"] == "length"
+    assert parts[-1]["usage"]["outputTokens"] == 4
+
+
+async def test_mid_stream_error_event_ends_the_stream(loopback: LoopbackServer) -> None:
+    parts = await run(loopback, "openai_responses_error.sse")
+    assert [p["type"] for p in parts] == [
+        "stream-start",
+        "response-metadata",
+        "text-start",
+        "text-delta",
+        "error",
+    ]
+    message = "The server had an error while processing your request. Sorry about that!"
+    assert error_of(parts[-1]) == (None, message, True)
+    assert parts[-1]["error"].body["code"] == "server_error"
+
+
+async def test_dropped_connection_yields_an_error_part(loopback: LoopbackServer) -> None:
+    loopback.queue(Reply(fixture("openai_responses_truncated.sse"), complete=False))
+    stream = await model(loopback).stream(ModelRequest(prompt=HI))
+    parts = await collect(stream.parts)
+    assert [p.get("delta") for p in parts if p["type"] == "text-delta"] == ["Hello", " world!"]
+    status, _, retryable = error_of(parts[-1])
+    assert (status, retryable) == (None, True)
+
+
+async def test_stream_closed_without_terminal_event_yields_an_error_part(loopback: LoopbackServer) -> None:
+    loopback.queue(Reply(fixture("openai_responses_truncated.sse"), framing="eof"))
+    stream = await model(loopback).stream(ModelRequest(prompt=HI))
+    parts = await collect(stream.parts)
+    assert parts[-2] == {"type": "text-delta", "id": "msg_text_1", "delta": " world!"}
+    assert error_of(parts[-1]) == (None, "OpenAI stream ended before its terminal event", True)
+
+
+async def test_raw_chunks_precede_their_parts(loopback: LoopbackServer) -> None:
+    parts = await run(loopback, "openai_responses_incomplete.sse", include_raw_chunks=True)
+    raw = [p["rawValue"] for p in parts if p["type"] == "raw"]
+    assert raw[0]["type"] == "response.created"
+    assert raw[-1]["type"] == "response.incomplete"
+    assert parts[1]["type"] == "raw" and parts[2]["type"] == "response-metadata"
+    delta = parts.index({"type": "text-delta", "id": "msg_len_1", "delta": "Once upon"})
+    assert parts[delta - 1]["rawValue"]["delta"] == "Once upon"
+
+
+async def test_settings_tools_format_and_provider_options_shape_the_request(loopback: LoopbackServer) -> None:
+    loopback.queue(Reply(fixture("openai_responses_incomplete.sse")))
+    settings = ModelSettings(
+        temperature=0.2,
+        top_p=0.9,
+        max_output_tokens=64,
+        seed=7,
+        top_k=3,
+        headers={"x-trace": "abc"},
+        provider_options={"openai": {"store": False, "text": {"verbosity": "low"}}, "anthropic": {"x": 1}},
+    )
+    request = ModelRequest(
+        prompt=[{"role": "system", "content": "Be terse."}, *HI],
+        tools=[
+            {
+                "type": "function",
+                "name": "get_weather",
+                "description": "Weather",
+                "inputSchema": {"type": "object"},
+            }
+        ],
+        tool_choice={"type": "tool", "toolName": "get_weather"},
+        response_format={"type": "json", "schema": {"type": "object"}, "name": "answer"},
+        settings=settings,
+    )
+    stream = await model(loopback).stream(request)
+    parts = await collect(stream.parts)
+    assert parts[0] == {
+        "type": "stream-start",
+        "warnings": [
+            {"type": "unsupported-setting", "setting": "topK"},
+            {"type": "unsupported-setting", "setting": "seed"},
+        ],
+    }
+    sent = loopback.requests[0]
+    assert sent.headers["x-trace"] == "abc"
+    assert sent.body == {
+        "model": "gpt-4.1",
+        "stream": True,
+        "input": [
+            {"role": "system", "content": "Be terse."},
+            {"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+        ],
+        "temperature": 0.2,
+        "top_p": 0.9,
+        "max_output_tokens": 64,
+        "tools": [
+            {
+                "type": "function",
+                "name": "get_weather",
+                "description": "Weather",
+                "parameters": {"type": "object"},
+                "strict": False,
+            }
+        ],
+        "tool_choice": {"type": "function", "name": "get_weather"},
+        "text": {
+            "format": {
+                "type": "json_schema",
+                "name": "answer",
+                "schema": {"type": "object"},
+                "strict": False,
+            },
+            "verbosity": "low",
+        },
+        "store": False,
+    }
+    assert stream.request["body"] == sent.body
+    assert stream.response["headers"]["content-type"] == "text/event-stream"
+
+
+async def test_reasoning_model_gets_developer_role_and_no_sampling(loopback: LoopbackServer) -> None:
+    loopback.queue(Reply(fixture("openai_responses_incomplete.sse")))
+    request = ModelRequest(
+        prompt=[{"role": "system", "content": "Be terse."}, *HI], settings=ModelSettings(temperature=0.5)
+    )
+    stream = await model(loopback, "o4-mini").stream(request)
+    parts = await collect(stream.parts)
+    assert parts[0]["warnings"] == [{"type": "unsupported-setting", "setting": "temperature"}]
+    body = loopback.requests[0].body
+    assert body["input"][0] == {"role": "developer", "content": "Be terse."}
+    assert "temperature" not in body
+
+
+async def test_conversation_history_becomes_input_items(loopback: LoopbackServer) -> None:
+    loopback.queue(Reply(fixture("openai_responses_incomplete.sse")))
+    reasoning_meta = {"openai": {"itemId": "rs_1", "reasoningEncryptedContent": "enc"}}
+    prompt: list[dict[str, Any]] = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Weather?"},
+                {"type": "file", "mediaType": "image/png", "data": b"\x89PNG"},
+                {"type": "file", "mediaType": "application/pdf", "data": "https://example.com/a.pdf"},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "reasoning", "text": "Think 1", "providerOptions": reasoning_meta},
+                {"type": "reasoning", "text": "Think 2", "providerOptions": reasoning_meta},
+                {"type": "reasoning", "text": "no item id, dropped"},
+                {"type": "text", "text": "Checking."},
+                {
+                    "type": "tool-call",
+                    "toolCallId": "call_1",
+                    "toolName": "get_weather",
+                    "input": {"city": "SF"},
+                },
+            ],
+        },
+        {
+            "role": "tool",
+            "content": [
+                {
+                    "type": "tool-result",
+                    "toolCallId": "call_1",
+                    "toolName": "get_weather",
+                    "output": {"type": "json", "value": {"temp": 18}},
+                }
+            ],
+        },
+    ]
+    stream = await model(loopback).stream(ModelRequest(prompt=prompt))
+    await collect(stream.parts)
+    assert loopback.requests[0].body["input"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "Weather?"},
+                {"type": "input_image", "image_url": "data:image/png;base64,iVBORw=="},
+                {"type": "input_file", "file_url": "https://example.com/a.pdf"},
+            ],
+        },
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [
+                {"type": "summary_text", "text": "Think 1"},
+                {"type": "summary_text", "text": "Think 2"},
+            ],
+            "encrypted_content": "enc",
+        },
+        {"role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "SF"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": '{"temp": 18}'},
+    ]
+
+
+async def test_generated_image_becomes_a_file_and_file_citation_a_document_source(
+    loopback: LoopbackServer,
+) -> None:
+    parts = await run(loopback, "openai_responses_image.sse")
+    assert parts[2:7] == [
+        {"type": "file", "mediaType": "image/png", "data": "iVBORw0KGgo="},
+        {"type": "text-start", "id": "msg_img_1"},
+        {"type": "text-delta", "id": "msg_img_1", "delta": "Here it is."},
+        {
+            "type": "source",
+            "sourceType": "document",
+            "id": "resp_img_1-src-1",
+            "mediaType": "text/plain",
+            "title": "notes.txt",
+            "filename": "notes.txt",
+        },
+        {"type": "text-end", "id": "msg_img_1"},
+    ]
+
+
+async def test_failed_response_ends_with_an_error_part(loopback: LoopbackServer) -> None:
+    parts = await run(loopback, "openai_responses_failed.sse")
+    assert [p["type"] for p in parts] == ["stream-start", "response-metadata", "error"]
+    assert error_of(parts[-1]) == (None, "The model failed to generate a response.", True)
