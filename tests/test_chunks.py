@@ -206,8 +206,11 @@ def test_every_chunk_type_round_trips(type_: str, data: st.DataObject) -> None:
     chunk = data.draw(typed_chunks(type_))
     wire = assert_round_trips(chunk)
     assert wire["type"] == type_
-    assert wire["runId"] == chunk.run_id
-    assert wire["from"] == chunk.from_
+    if chunk.run_id:
+        assert wire["runId"] == chunk.run_id
+        assert wire["from"] == chunk.from_
+    else:  # a chunk without a run id (as Mastra sends some) is written without the envelope
+        assert "runId" not in wire and "from" not in wire
     if isinstance(chunk, ObjectChunk | ObjectResultChunk):
         assert "payload" not in wire
         assert wire["object"] == expected_wire(chunk.object)
@@ -267,11 +270,6 @@ def test_dates_encode_as_javascript_iso() -> None:
     assert JS_ISO.match(json.loads(chunk.to_json())["payload"]["startedAt"])
 
 
-@pytest.mark.xfail(
-    reason="BUG: iso_datetime uses strftime('%Y'), which does not zero-pad years < 1000 "
-    "(JS toISOString gives '0999-…'), so such dates do not decode again",
-    strict=True,
-)
 def test_dates_before_year_1000_are_zero_padded() -> None:
     assert iso_datetime(datetime(999, 1, 2, 3, 4, 5, 6000)) == "0999-01-02T03:04:05.006Z"
 
@@ -328,11 +326,6 @@ def test_missing_required_field_is_named() -> None:
     assert "Field required" in str(info.value)
 
 
-@pytest.mark.xfail(
-    reason="BUG: a workflow chunk whose payload is not an object raises ValueError/TypeError "
-    "from dict(...) instead of ChunkDecodeError (chunks.py:832)",
-    strict=True,
-)
 @pytest.mark.parametrize("payload", ["abc", 5])
 def test_malformed_workflow_payload_raises_decode_error(payload: Any) -> None:
     with pytest.raises(ChunkDecodeError):
@@ -371,11 +364,6 @@ def test_golden_lines_decode_and_reencode(path: Path) -> None:
         assert json.loads(chunk.to_json()) == line
 
 
-@pytest.mark.xfail(
-    reason="BUG: chunks that arrive without runId/from (tripwire, background-task-*) gain "
-    "runId '' and from 'AGENT' when re-encoded (chunks.py:817-818 and Chunk.to_wire:391)",
-    strict=True,
-)
 def test_golden_lines_without_envelope_reencode_verbatim() -> None:
     bare = [line for path in GOLDEN_FILES for line in golden_lines(path) if not is_enveloped(line)]
     assert {line["type"] for line in bare} >= {"tripwire", "background-task-completed"}

@@ -78,11 +78,6 @@ def test_decorator_options_override_name_and_description() -> None:
     assert total.input_schema["properties"] == {"values": {"type": "array", "items": {"type": "integer"}}}
 
 
-@pytest.mark.xfail(
-    reason="BUG: _strip_titles (tools.py:244) deletes every 'title' key, including a parameter "
-    "named 'title' in 'properties'; the schema then requires a property it does not describe",
-    strict=True,
-)
 def test_parameter_named_title_stays_in_the_schema() -> None:
     @tool
     def create_issue(title: str, body: str = "") -> str:

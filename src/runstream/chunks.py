@@ -389,7 +389,13 @@ class Chunk(Generic[P]):
         self.payload = payload
 
     def to_wire(self) -> dict[str, Any]:
-        """The chunk as a JSON-ready dict (values still Python: see :func:`dumps`)."""
+        """The chunk as a JSON-ready dict (values still Python: see :func:`dumps`).
+
+        A chunk read from the wire without ``runId`` (Mastra omits it on some types) is written
+        back without the envelope; every chunk runstream makes has one.
+        """
+        if not self.run_id:
+            return {"type": self.type, "payload": self.payload}
         return {"type": self.type, "runId": self.run_id, "from": self.from_, "payload": self.payload}
 
     def to_json(self) -> str:
@@ -674,6 +680,8 @@ class _ObjectChunkBase(Chunk[None]):
         self.object = obj
 
     def to_wire(self) -> dict[str, Any]:
+        if not self.run_id:
+            return {"type": self.type, "object": self.object}
         return {"type": self.type, "runId": self.run_id, "from": self.from_, "object": self.object}
 
 
@@ -747,7 +755,10 @@ def iso_datetime(value: datetime) -> str:
     """JavaScript's ``Date.toISOString()`` form: UTC, milliseconds, ``Z``."""
     if value.tzinfo is not None:
         value = value.astimezone(UTC)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    return (
+        f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:{value.minute:02d}:"
+        f"{value.second:02d}.{value.microsecond // 1000:03d}Z"
+    )
 
 
 def error_to_wire(error: BaseException) -> dict[str, Any]:
@@ -829,7 +840,10 @@ def chunk_from_wire(raw: dict[str, Any] | str) -> AnyChunk:
         cls = ObjectChunk if type_ == "object" else ObjectResultChunk
         return cls(run_id, wire.get("object"), from_)
     if type_ in WORKFLOW_CHUNK_TYPES:
-        return WorkflowChunk(type_, run_id, dict(wire.get("payload") or {}), from_)
+        workflow_payload = wire.get("payload", {})
+        if not isinstance(workflow_payload, dict):
+            raise ChunkDecodeError(f"the payload of a {type_!r} chunk must be an object")
+        return WorkflowChunk(type_, run_id, dict(workflow_payload), from_)
     chunk_cls = CHUNK_CLASSES.get(type_)
     if chunk_cls is None:
         return UnknownChunk(wire)

@@ -432,6 +432,10 @@ async def agent_loop(
                             yield ObjectChunk(run_id, partial)
                     if stream_processors:
                         processed = await run_stream_processors(stream_processors, chunk, proc_ctx)
+                        if kind == "text-delta":  # the step's text is what the processors let through
+                            step_text.pop()
+                            if processed is not None:
+                                step_text.append(processed.payload["text"])
                         if processed is None:
                             continue
                         chunk = processed
@@ -589,6 +593,10 @@ async def agent_loop(
         state.pending = pending
         async for chunk in _run_tool_step(cfg, state, pending):
             yield chunk
+        if signal.aborted:
+            yield from_abort(state)
+            yield _finish_chunk(cfg, state, "aborted")
+            return
         if state.status != "running":
             return
         if state.pending is not None:  # waiting for a human
@@ -643,6 +651,10 @@ async def _finish_pending_step(
             pending.step_record.setdefault("resume_data", {})[call_id] = resume.data
     async for chunk in _run_tool_step(cfg, state, pending):
         yield chunk
+    if cfg.abort_signal.aborted:
+        yield from_abort(state)
+        yield _finish_chunk(cfg, state, "aborted")
+        return
     if state.status != "running" or state.pending is not None:
         return
     record = pending.step_record

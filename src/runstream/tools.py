@@ -242,11 +242,20 @@ def _json_validator(schema: Mapping[str, Any]) -> Any:
 
 
 def _strip_titles(schema: Any) -> Any:
-    if isinstance(schema, dict):
-        return {k: _strip_titles(v) for k, v in schema.items() if k != "title"}
+    """Drop pydantic's generated ``title`` annotations (noise for a model), not properties named so."""
     if isinstance(schema, list):
         return [_strip_titles(v) for v in schema]
-    return schema
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
+            out[key] = {name: _strip_titles(sub) for name, sub in value.items()}
+        else:
+            out[key] = _strip_titles(value)
+    return out
 
 
 def _from_function(
