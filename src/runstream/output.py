@@ -3,7 +3,9 @@
 The run's chunks come from one async generator (the loop). ``full_stream`` can be iterated by
 any number of consumers, each from the first chunk, whenever they start: chunks are kept in a
 buffer, and whichever consumer is ahead pulls the next chunk from the generator (the others wait
-for it). With one consumer that is a plain pull-through, no task and no queue.
+for it). With one consumer that is a plain pull-through, no task and no queue. Text and
+reasoning deltas are buffered as plain strings, so a late consumer gets equal (not identical)
+delta chunks; that keeps a long reply at a few bytes per token.
 
 Aggregates (``await out.text``, ``await out.usage`` …) drive the stream to its end if nobody
 else does, then read the run's state.
@@ -16,8 +18,24 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 from runstream.abort import AbortController
-from runstream.chunks import AnyChunk, ObjectChunk
+from runstream.chunks import AnyChunk, ChunkFrom, ObjectChunk, ReasoningDeltaChunk, TextDeltaChunk
 from runstream.loop import RunState
+
+
+class _DeltaRun:
+    """Consecutive deltas of one text or reasoning block, as kept in the replay buffer."""
+
+    __slots__ = ("cls", "from_", "id", "run_id", "texts")
+
+    def __init__(self, cls: type[AnyChunk], run_id: str, from_: ChunkFrom, id: str, first: str) -> None:
+        self.cls = cls
+        self.run_id = run_id
+        self.from_ = from_
+        self.id = id
+        self.texts = [first]
+
+    def chunk(self, index: int) -> AnyChunk:
+        return self.cls(self.run_id, {"id": self.id, "text": self.texts[index]}, self.from_)
 
 
 class RunOutput:
@@ -32,7 +50,7 @@ class RunOutput:
         on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._source = source
-        self._buffer: list[AnyChunk] = []
+        self._buffer: list[AnyChunk | _DeltaRun] = []
         self._done = False
         self._pulling = False
         self._waiters: list[asyncio.Future[None]] = []
@@ -58,12 +76,25 @@ class RunOutput:
     async def _iterate(self) -> AsyncIterator[AnyChunk]:
         buffer = self._buffer
         source = self._source
-        i = 0
+        i = 0  # position: entry i of the buffer, and j texts into it when it is a delta run
+        j = 0
         while True:
             if i < len(buffer):
-                yield buffer[i]
-                i += 1
-                continue
+                entry = buffer[i]
+                if type(entry) is not _DeltaRun:
+                    yield entry  # type: ignore[misc]
+                    i += 1
+                    continue
+                if j < len(entry.texts):
+                    yield entry.chunk(j)
+                    j += 1
+                    continue
+                if i + 1 < len(buffer) or self._done:
+                    i += 1
+                    j = 0
+                    continue
+            elif self._done:
+                return
             if self._done:
                 return
             if self._pulling:
@@ -94,9 +125,33 @@ class RunOutput:
                 self._pulling = False
                 if self._waiters:
                     self._wake_waiters()
-            buffer.append(chunk)
-            i += 1
+            i, j = self._keep(chunk)
             yield chunk
+
+    def _keep(self, chunk: AnyChunk) -> tuple[int, int]:
+        """Buffer a chunk for later consumers; returns the position just after it.
+
+        Runs of plain text/reasoning deltas are kept as one list of strings (a few bytes per
+        token instead of a chunk object and a dict): later consumers get equal, fresh chunks.
+        """
+        buffer = self._buffer
+        kind = type(chunk)
+        if (kind is TextDeltaChunk or kind is ReasoningDeltaChunk) and len(chunk.payload) == 2:
+            last = buffer[-1] if buffer else None
+            payload = chunk.payload
+            if (
+                type(last) is _DeltaRun
+                and last.cls is kind
+                and last.id == payload["id"]
+                and last.run_id == chunk.run_id
+                and last.from_ == chunk.from_
+            ):
+                last.texts.append(payload["text"])
+                return len(buffer) - 1, len(last.texts)
+            buffer.append(_DeltaRun(kind, chunk.run_id, chunk.from_, payload["id"], payload["text"]))
+            return len(buffer) - 1, 1
+        buffer.append(chunk)
+        return len(buffer), 0
 
     def _wake_waiters(self) -> None:
         waiters, self._waiters = self._waiters, []
