@@ -15,9 +15,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m runstream demo
 
+LINTED := $(wildcard src tests bench examples)
+
 lint: $(STAMP)
-	$(BIN)/ruff format --check src tests bench examples
-	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/ruff check $(LINTED)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
