@@ -325,11 +325,17 @@ class Agent:
         )
         scope = options.memory
         key = (scope.thread_id, scope.resource_id)
+        manager = runtime.task_manager
+        running: set[str] = set()
         previous = self._idle_streams.get(key)
-        if previous is not None:
+        if previous is not None:  # take over the tasks the older stream was waiting for
             previous.abort("superseded by a newer until-idle stream on the same thread")
+            running.update(manager.running_task_ids(thread_id=scope.thread_id, resource_id=scope.resource_id))
         controller = AbortController()
         self._idle_streams[key] = controller
+        subscription = manager.subscribe(
+            agent_id=self.id, thread_id=scope.thread_id, resource_id=scope.resource_id
+        )
         if options.abort_signal is not None:
             options.abort_signal.add_listener(controller.abort)
         first = await self._start_run(input_messages, options, run_id, AbortController())
@@ -347,12 +353,10 @@ class Agent:
         source = until_idle_stream(
             first_turn,
             continuation,
-            runtime.task_manager,
-            agent_id=self.id,
-            thread_id=scope.thread_id,
-            resource_id=scope.resource_id,
+            subscription,
             options=idle,
             controller=controller,
+            running=running,
         )
 
         async def forget() -> None:

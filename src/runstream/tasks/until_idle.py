@@ -21,7 +21,7 @@ from typing import Any
 from runstream.abort import AbortController
 from runstream.chunks import AnyChunk, BackgroundTaskProgressChunk
 from runstream.output import RunOutput
-from runstream.tasks.manager import BackgroundTaskManager
+from runstream.tasks.bus import TaskSubscription
 
 DEFAULT_MAX_IDLE_MS = 300_000
 
@@ -84,17 +84,19 @@ def continuation_directive(batch: list[AnyChunk]) -> str:
 async def until_idle_stream(
     first_turn: Callable[[], Awaitable[RunOutput]],
     continuation: StartTurn,
-    manager: BackgroundTaskManager,
+    subscription: TaskSubscription,
     *,
-    agent_id: str,
-    thread_id: str,
-    resource_id: str,
     options: IdleOptions,
     controller: AbortController,
+    running: set[str],
 ) -> AsyncIterator[AnyChunk]:
-    """The merged outer stream (see the module docstring)."""
+    """The merged outer stream (see the module docstring).
+
+    ``subscription`` delivers the task manager's events for the thread and resource (made
+    before the first turn runs, so no event is missed). ``running`` is the set of task ids the
+    stream waits for; it may start non-empty (tasks taken over from a superseded stream).
+    """
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-    subscription = manager.subscribe(agent_id=agent_id, thread_id=thread_id, resource_id=resource_id)
     pumps: list[asyncio.Task[None]] = []
 
     async def pump_events() -> None:
@@ -113,7 +115,6 @@ async def until_idle_stream(
 
     pumps.append(asyncio.create_task(pump_events()))
     stop_waiting: asyncio.Future[Any] = asyncio.ensure_future(controller.signal.wait())
-    running: set[str] = set()
     queued: list[AnyChunk] = []
     processed: set[tuple[str, str]] = set()
     turn_active = True

@@ -1,0 +1,366 @@
+"""Background tasks through the agent: dispatch, memory rewrites and until-idle streams."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from runstream import AbortController, Agent, ToolContext, tool
+from runstream.chunks import AnyChunk
+from runstream.memory import Memory
+from runstream.runtime import Runstream
+from runstream.storage import InMemoryStorage, TaskFilter
+from runstream.tasks import TaskNotFoundError, TaskStateError
+from runstream.testing import ScriptedModel
+
+USAGE = {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2}
+MEMORY = {"thread": "t1", "resource": "u1"}
+
+
+def call(*tool_calls: tuple[str, str, str]) -> list[dict[str, Any]]:
+    return [
+        {"type": "stream-start", "warnings": []},
+        *(
+            {"type": "tool-call", "toolCallId": cid, "toolName": name, "input": args}
+            for cid, name, args in tool_calls
+        ),
+        {"type": "finish", "finishReason": "tool-calls", "usage": USAGE},
+    ]
+
+
+def say(text: str) -> list[dict[str, Any]]:
+    return [
+        {"type": "stream-start", "warnings": []},
+        {"type": "text-start", "id": text[:8]},
+        {"type": "text-delta", "id": text[:8], "delta": text},
+        {"type": "text-end", "id": text[:8]},
+        {"type": "finish", "finishReason": "stop", "usage": USAGE},
+    ]
+
+
+class Gate:
+    """Lets a test decide when each background task finishes."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, asyncio.Event] = {}
+        self.started: dict[str, asyncio.Event] = {}
+
+    def get(self, name: str) -> asyncio.Event:
+        return self.events.setdefault(name, asyncio.Event())
+
+    def started_event(self, name: str) -> asyncio.Event:
+        return self.started.setdefault(name, asyncio.Event())
+
+
+def research_tool(gate: Gate) -> Any:
+    @tool(background=True)
+    async def research(topic: str, ctx: ToolContext) -> dict[str, str]:
+        """Research a topic (slow)."""
+        gate.started_event(topic).set()
+        await ctx.writer.write({"status": "halfway", "topic": topic})
+        await gate.get(topic).wait()
+        if topic == "boom":
+            raise RuntimeError("research exploded")
+        return {"topic": topic, "summary": f"{topic} is fast"}
+
+    return research
+
+
+def build(model: ScriptedModel, gate: Gate, **config: Any) -> tuple[Runstream, Agent]:
+    agent = Agent("bg", instructions="Research.", model=model, tools=[research_tool(gate)], memory=Memory())
+    runtime = Runstream(
+        agents=[agent], storage=InMemoryStorage(), background_tasks={"enabled": True, **config}
+    )
+    return runtime, agent
+
+
+async def collect(stream: AsyncIterator[AnyChunk], on_chunk: Any = None) -> list[AnyChunk]:
+    chunks = []
+    async with asyncio.timeout(10):
+        async for chunk in stream:
+            chunks.append(chunk)
+            if on_chunk is not None:
+                await on_chunk(chunk)
+    return chunks
+
+
+def types(chunks: list[AnyChunk]) -> list[str]:
+    return [c.type for c in chunks]
+
+
+async def release_on(gate: Gate, trigger: str, *topics: str) -> Any:
+    async def on_chunk(chunk: AnyChunk) -> None:
+        if chunk.type == trigger:
+            for topic in topics:
+                gate.get(topic).set()
+
+    return on_chunk
+
+
+async def test_until_idle_streams_the_task_and_a_continuation_turn() -> None:
+    gate = Gate()
+    model = ScriptedModel(
+        calls=[call(("c1", "research", '{"topic":"sol"}')), say("Started."), say("Done: sol.")]
+    )
+    runtime, agent = build(model, gate)
+    async with runtime:
+        out = await agent.stream("Research sol", memory=MEMORY, until_idle=True)
+        chunks = await collect(out.full_stream, await release_on(gate, "finish", "sol"))
+        kinds = types(chunks)
+        assert kinds.count("start") == 2 and kinds.count("finish") == 2
+        first_finish = kinds.index("finish")
+        assert kinds.index("background-task-started") < kinds.index("tool-result") < first_finish
+        completed = kinds.index("background-task-completed")
+        assert first_finish < completed < kinds.index("start", 1)
+        assert chunks[completed].payload["result"] == {"topic": "sol", "summary": "sol is fast"}
+        assert "background-task-output" in kinds
+        placeholder = next(c for c in chunks if c.type == "tool-result").payload
+        assert placeholder["result"].startswith("Background task started. Task ID: ")
+        assert placeholder["providerMetadata"]["mastra"]["backgroundTask"]["status"] == "running"
+        # The first turn's step-finish says a task was still running.
+        assert next(c for c in chunks if c.type == "step-finish").payload["backgroundTaskPending"] is True
+        # Aggregates describe the first turn.
+        assert await out.text == "Started."
+        # The continuation saw the real result (from memory), and a directive naming the call.
+        prompt = model.recorded[2].prompt
+        assert any("c1 (research)" in m["content"] for m in prompt if m["role"] == "system")
+        results = [p for m in prompt if m["role"] == "tool" for p in m["content"]]
+        assert results[0]["output"] == {"type": "json", "value": {"topic": "sol", "summary": "sol is fast"}}
+        # The directive is not saved to memory; the continuation's text is.
+        history = await agent.memory.load_prompt(agent.memory and _scope())  # type: ignore[union-attr]
+        texts = [p.get("text") for m in history for p in m["content"] if isinstance(p, dict)]
+        assert "Done: sol." in texts
+        assert all("background tasks" not in (t or "") for t in texts)
+
+
+def _scope() -> Any:
+    from runstream.memory import MemoryScope
+
+    return MemoryScope("t1", "u1")
+
+
+async def test_two_tasks_finishing_apart_get_one_continuation() -> None:
+    gate = Gate()
+    model = ScriptedModel(
+        calls=[
+            call(("ca", "research", '{"topic":"a"}'), ("cb", "research", '{"topic":"b"}')),
+            say("Started both."),
+            say("Both done."),
+        ]
+    )
+    runtime, agent = build(model, gate)
+
+    async def on_chunk(chunk: AnyChunk) -> None:
+        if chunk.type == "finish" and chunk.payload["messageId"] == out.message_id:
+            gate.get("a").set()
+        if chunk.type == "background-task-completed" and chunk.payload["toolCallId"] == "ca":
+            gate.get("b").set()
+
+    async with runtime:
+        out = await agent.stream("Research a and b", memory=MEMORY, until_idle=True)
+        kinds = types(await collect(out.full_stream, on_chunk))
+    assert kinds.count("background-task-completed") == 2
+    assert kinds.count("start") == 2  # one continuation for both
+    assert model.call_count == 3
+
+
+async def test_failed_task_is_written_into_memory_before_its_event() -> None:
+    gate = Gate()
+    model = ScriptedModel(
+        calls=[call(("c1", "research", '{"topic":"boom"}')), say("Started."), say("It failed.")]
+    )
+    runtime, agent = build(model, gate)
+    seen_in_memory: list[Any] = []
+
+    async def on_chunk(chunk: AnyChunk) -> None:
+        if chunk.type == "finish" and chunk.payload["messageId"] == out.message_id:
+            gate.get("boom").set()
+        if chunk.type == "background-task-failed":
+            history = await agent.memory.load_prompt(_scope())  # type: ignore[union-attr]
+            seen_in_memory.extend(p["output"] for m in history if m["role"] == "tool" for p in m["content"])
+
+    async with runtime:
+        out = await agent.stream("Research boom", memory=MEMORY, until_idle=True)
+        chunks = await collect(out.full_stream, on_chunk)
+    failed = next(c for c in chunks if c.type == "background-task-failed")
+    assert failed.payload["error"]["message"] == "research exploded"
+    assert seen_in_memory == [{"type": "error-text", "value": "Background task failed: research exploded"}]
+    assert types(chunks).count("start") == 2
+
+
+async def test_idle_timeout_closes_the_stream_but_not_the_task() -> None:
+    gate = Gate()
+    model = ScriptedModel(calls=[call(("c1", "research", '{"topic":"slow"}')), say("Started.")])
+    runtime, agent = build(model, gate)
+    async with runtime:
+        out = await agent.stream("Research slow", memory=MEMORY, until_idle={"max_idle_ms": 50})
+        chunks = await collect(out.full_stream)
+        assert types(chunks).count("finish") == 1 and types(chunks).count("start") == 1
+        assert "background-task-completed" not in types(chunks)
+        page = await runtime.task_manager.list_tasks(TaskFilter(tool_call_id="c1"))  # type: ignore[union-attr]
+        assert page.items[0].status == "running"
+        gate.get("slow").set()
+        final = await runtime.task_manager.wait_for(page.items[0].id)  # type: ignore[union-attr]
+        assert final.status == "completed"
+
+
+async def test_progress_snapshots_while_waiting_between_turns() -> None:
+    gate = Gate()
+    model = ScriptedModel(calls=[call(("c1", "research", '{"topic":"p"}')), say("Started."), say("Done.")])
+    runtime, agent = build(model, gate, progressIntervalMs=20)
+
+    async def on_chunk(chunk: AnyChunk) -> None:
+        if chunk.type == "background-task-progress" and chunk.payload["elapsedMs"] >= 40:
+            gate.get("p").set()
+
+    async with runtime:
+        out = await agent.stream("Research p", memory=MEMORY, until_idle=True)
+        chunks = await collect(out.full_stream, on_chunk)
+    progress = [c for c in chunks if c.type == "background-task-progress"]
+    assert len(progress) >= 2
+    task_id = next(c for c in chunks if c.type == "background-task-started").payload["taskId"]
+    assert progress[0].payload["taskIds"] == [task_id] and progress[0].payload["runningCount"] == 1
+    assert types(chunks).count("start") == 2
+
+
+async def test_abort_between_turns_stops_pending_continuations() -> None:
+    gate = Gate()
+    model = ScriptedModel(calls=[call(("c1", "research", '{"topic":"x"}')), say("Started."), say("Never.")])
+    runtime, agent = build(model, gate)
+    controller = AbortController()
+
+    async def on_chunk(chunk: AnyChunk) -> None:
+        if chunk.type == "finish":
+            controller.abort("user left")
+            gate.get("x").set()
+
+    async with runtime:
+        out = await agent.stream("Research x", memory=MEMORY, until_idle=True, abort_signal=controller.signal)
+        chunks = await collect(out.full_stream, on_chunk)
+    assert types(chunks).count("start") == 1
+    assert model.call_count == 2
+
+
+async def test_a_newer_until_idle_stream_on_the_thread_replaces_the_older() -> None:
+    gate = Gate()
+    model = ScriptedModel(
+        calls=[call(("c1", "research", '{"topic":"one"}')), say("Started."), say("Hello again."), say("x")]
+    )
+    runtime, agent = build(model, gate)
+    async with runtime:
+        older = await agent.stream("Research one", memory=MEMORY, until_idle=True)
+        older_chunks: list[AnyChunk] = []
+
+        async def read_older() -> None:
+            async for chunk in older.full_stream:
+                older_chunks.append(chunk)
+
+        reader = asyncio.create_task(read_older())
+        await gate.started_event("one").wait()
+        newer = await agent.stream("Something else", memory=MEMORY, until_idle=True)
+        async with asyncio.timeout(5):
+            await reader  # the older stream closes once superseded
+        assert types(older_chunks).count("start") == 1
+        gate.get("one").set()
+        newer_chunks = await collect(newer.full_stream)
+    assert "background-task-completed" in types(newer_chunks)
+
+
+async def test_until_idle_without_memory_is_a_plain_stream() -> None:
+    gate = Gate()
+    model = ScriptedModel(calls=[call(("c1", "research", '{"topic":"m"}')), say("Started."), say("Never.")])
+    runtime, agent = build(model, gate)
+    async with runtime:
+        out = await agent.stream("Research m", until_idle=True)
+        chunks = await collect(out.full_stream)
+        assert types(chunks)[-1] == "finish" and "background-task-completed" not in types(chunks)
+        gate.get("m").set()
+    assert model.call_count == 2
+
+
+async def test_stream_until_idle_is_deprecated_but_works() -> None:
+    gate = Gate()
+    model = ScriptedModel(calls=[call(("c1", "research", '{"topic":"d"}')), say("Started."), say("Done.")])
+    runtime, agent = build(model, gate)
+    async with runtime:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = await agent.stream_until_idle("Research d", memory=MEMORY)
+        assert any(issubclass(w.category, DeprecationWarning) for w in caught)
+        chunks = await collect(out.full_stream, await release_on(gate, "finish", "d"))
+    assert types(chunks).count("start") == 2
+
+
+async def test_streams_only_see_their_own_threads_tasks() -> None:
+    gate = Gate()
+    model = ScriptedModel(calls=[call(("c1", "research", '{"topic":"mine"}')), say("Started."), say("Done.")])
+    other_model = ScriptedModel(calls=[call(("c9", "research", '{"topic":"theirs"}')), say("Started.")])
+    runtime, agent = build(model, gate)
+    other = Agent("bg", instructions="x", model=other_model, tools=agent.tools, memory=Memory())
+    other.bind(runtime)
+    async with runtime:
+        theirs = await other.stream("Research theirs", memory={"thread": "t2", "resource": "u2"})
+        await theirs.consume()
+
+        async def on_chunk(chunk: AnyChunk) -> None:
+            if chunk.type == "finish":
+                gate.get("theirs").set()
+                gate.get("mine").set()
+
+        out = await agent.stream("Research mine", memory=MEMORY, until_idle=True)
+        chunks = await collect(out.full_stream, on_chunk)
+    task_events = [c for c in chunks if c.type.startswith("background-task-")]
+    assert task_events and all(c.payload["toolCallId"] == "c1" for c in task_events)
+
+
+async def test_malformed_background_override_is_a_tool_error() -> None:
+    gate = Gate()
+    model = ScriptedModel(
+        calls=[
+            call(("c1", "research", '{"topic":"q","_background":{"disposition":"sideways"}}')),
+            say("Oops."),
+        ]
+    )
+    runtime, agent = build(model, gate)
+    async with runtime:
+        out = await agent.stream("Research q")
+        chunks = await collect(out.full_stream)
+    error = next(c for c in chunks if c.type == "tool-error")
+    assert "disposition" in str(error.payload["error"])
+    assert "background-task-started" not in types(chunks)
+
+
+async def test_foreground_override_runs_inline_without_the_argument() -> None:
+    gate = Gate()
+    gate.get("inline").set()
+    model = ScriptedModel(
+        calls=[call(("c1", "research", '{"topic":"inline","_background":{"enabled":false}}')), say("Done.")]
+    )
+    runtime, agent = build(model, gate)
+    async with runtime:
+        chunks = await collect((await agent.stream("Research inline")).full_stream)
+    result = next(c for c in chunks if c.type == "tool-result").payload
+    assert result["result"] == {"topic": "inline", "summary": "inline is fast"}
+    assert result["args"] == {"topic": "inline"}
+    assert not any(c.type.startswith("background-task-") for c in chunks)
+
+
+async def test_bad_task_operations_raise_clear_errors() -> None:
+    gate = Gate()
+    gate.get("done").set()
+    model = ScriptedModel(calls=[call(("c1", "research", '{"topic":"done"}')), say("Started.")])
+    runtime, agent = build(model, gate)
+    async with runtime:
+        await (await agent.stream("Research done")).consume()
+        manager = runtime.task_manager
+        assert manager is not None
+        task = (await manager.list_tasks(TaskFilter(tool_call_id="c1"))).items[0]
+        task = await manager.wait_for(task.id)
+        with pytest.raises(TaskNotFoundError, match="Task not found: nope"):
+            await manager.cancel("nope")
+        with pytest.raises(TaskStateError, match="Cannot resume task in status 'completed'"):
+            await manager.resume(task.id, {"x": 1})
