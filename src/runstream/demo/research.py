@@ -1,5 +1,10 @@
 """A research agent streaming live in the terminal, every chunk type visible.
 
+The agent looks up a price with a foreground tool, then starts two background research tasks
+that finish at different times. One until-idle stream carries it all: the first turn, the tasks'
+progress and results, and the continuation turn that reacts to them. Memory and task records
+live in an embedded SQLite file.
+
 With no API key it uses a scripted model (deterministic, no network); with ``OPENAI_API_KEY``
 or ``ANTHROPIC_API_KEY`` set (and the provider extra installed) it talks to the real model.
 """
@@ -8,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -15,7 +22,10 @@ from rich.text import Text
 
 from runstream import Agent, ToolContext, tool
 from runstream.chunks import AnyChunk
+from runstream.memory import Memory
 from runstream.models.base import LanguageModel
+from runstream.runtime import Runstream
+from runstream.storage import SqliteStorage
 from runstream.testing import ScriptedModel
 
 STYLES = {
@@ -27,7 +37,10 @@ STYLES = {
     "tool-error": "bold red",
     "error": "bold red",
     "finish": "bold magenta",
+    "start": "bold magenta",
 }
+TASK_STYLE = "bold yellow"
+RESEARCH_SECONDS = {"solana": 1.2, "ethereum": 2.6}
 
 
 @tool
@@ -38,55 +51,77 @@ async def lookup_price(symbol: str, ctx: ToolContext) -> dict[str, Any]:
         symbol: The ticker, e.g. SOL.
     """
     await ctx.writer.write({"status": f"querying exchanges for {symbol}"})
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.2)
     return {"symbol": symbol, "usd": 142.17}
 
 
-def _words(text: str, call: int) -> list[dict[str, Any]]:
+@tool(background=True)
+async def research(topic: str, ctx: ToolContext) -> dict[str, Any]:
+    """Research a blockchain in depth (slow: runs in the background).
+
+    Args:
+        topic: The blockchain to research.
+    """
+    seconds = RESEARCH_SECONDS.get(topic, 1.0)
+    for step in ("reading whitepaper", "checking on-chain data"):
+        await asyncio.sleep(seconds / 2)
+        await ctx.writer.write({"topic": topic, "status": step})
+    return {"topic": topic, "finding": f"{topic} looks healthy; {seconds:.1f}s of research"}
+
+
+def _words(text: str, block: str) -> list[dict[str, Any]]:
     words = text.split(" ")
     return [
-        {
-            "type": "text-delta",
-            "id": f"t{call}",
-            "delta": w + (" " if i < len(words) - 1 else ""),
-            "delayMs": 40,
-        }
+        {"type": "text-delta", "id": block, "delta": w + (" " if i < len(words) - 1 else ""), "delayMs": 35}
         for i, w in enumerate(words)
+    ]
+
+
+def _reply(text: str, block: str) -> list[dict[str, Any]]:
+    return [
+        {"type": "stream-start", "warnings": []},
+        {"type": "text-start", "id": block},
+        *_words(text, block),
+        {"type": "text-end", "id": block},
+        {
+            "type": "finish",
+            "finishReason": "stop",
+            "usage": {"inputTokens": 60, "outputTokens": 20, "totalTokens": 80},
+        },
     ]
 
 
 def scripted_model() -> ScriptedModel:
     usage = {"inputTokens": 42, "outputTokens": 17, "totalTokens": 59}
+
+    def call(call_id: str, name: str, args: str) -> list[dict[str, Any]]:
+        return [
+            {"type": "tool-input-start", "id": call_id, "toolName": name},
+            {"type": "tool-input-delta", "id": call_id, "delta": args, "delayMs": 40},
+            {"type": "tool-input-end", "id": call_id},
+            {"type": "tool-call", "toolCallId": call_id, "toolName": name, "input": args},
+        ]
+
     return ScriptedModel(
         calls=[
             [
                 {"type": "stream-start", "warnings": []},
                 {"type": "reasoning-start", "id": "r0"},
-                {"type": "reasoning-delta", "id": "r0", "delta": "The user wants a price; ", "delayMs": 60},
-                {"type": "reasoning-delta", "id": "r0", "delta": "I should call the tool.", "delayMs": 60},
-                {"type": "reasoning-end", "id": "r0"},
-                {"type": "text-start", "id": "t0"},
-                *_words("Let me check the current SOL price.", 0),
-                {"type": "text-end", "id": "t0"},
-                {"type": "tool-input-start", "id": "call-1", "toolName": "lookup_price"},
-                {"type": "tool-input-delta", "id": "call-1", "delta": '{"symbol":', "delayMs": 50},
-                {"type": "tool-input-delta", "id": "call-1", "delta": '"SOL"}', "delayMs": 50},
-                {"type": "tool-input-end", "id": "call-1"},
                 {
-                    "type": "tool-call",
-                    "toolCallId": "call-1",
-                    "toolName": "lookup_price",
-                    "input": '{"symbol":"SOL"}',
+                    "type": "reasoning-delta",
+                    "id": "r0",
+                    "delta": "Price first, then deep research ",
+                    "delayMs": 60,
                 },
+                {"type": "reasoning-delta", "id": "r0", "delta": "in the background.", "delayMs": 60},
+                {"type": "reasoning-end", "id": "r0"},
+                *call("call-price", "lookup_price", '{"symbol":"SOL"}'),
+                *call("call-sol", "research", '{"topic":"solana"}'),
+                *call("call-eth", "research", '{"topic":"ethereum"}'),
                 {"type": "finish", "finishReason": "tool-calls", "usage": usage},
             ],
-            [
-                {"type": "stream-start", "warnings": []},
-                {"type": "text-start", "id": "t1"},
-                *_words("Solana (SOL) trades at $142.17 right now.", 1),
-                {"type": "text-end", "id": "t1"},
-                {"type": "finish", "finishReason": "stop", "usage": usage},
-            ],
+            _reply("SOL trades at $142.17. I started research on Solana and Ethereum; results follow.", "t1"),
+            _reply("Both reports are in: Solana and Ethereum look healthy. Want a comparison?", "t2"),
         ]
     )
 
@@ -115,9 +150,21 @@ def render(console: Console, chunk: AnyChunk, inline: bool) -> bool:
     if kind in ("text-delta", "reasoning-delta"):
         console.print(Text(payload["text"], style=STYLES[kind]), end="")
         return True
-    label = Text(("\n" if inline else "") + f"[{kind}]", style=STYLES.get(kind, "dim"))
     detail = ""
-    if kind == "tool-call":
+    style = STYLES.get(kind, "dim")
+    if kind.startswith("background-task-"):
+        style = TASK_STYLE
+        if kind == "background-task-progress":
+            detail = f" {payload['runningCount']} running, {payload['elapsedMs'] / 1000:.1f}s"
+        elif kind == "background-task-output":
+            detail = f" {payload['toolCallId']}: {payload['payload']['payload']['output']}"
+        elif kind == "background-task-completed":
+            detail = f" {payload['toolCallId']} -> {payload['result']}"
+        elif kind == "background-task-failed":
+            detail = f" {payload['toolCallId']}: {payload['error']['message']}"
+        else:
+            detail = f" {payload.get('toolCallId', '')}"
+    elif kind == "tool-call":
         detail = f" {payload['toolName']}({payload.get('args')})"
     elif kind == "tool-result":
         detail = f" {payload['toolName']} -> {payload['result']}"
@@ -131,22 +178,34 @@ def render(console: Console, chunk: AnyChunk, inline: bool) -> bool:
         )
     elif kind == "error":
         detail = f" {payload['error']}"
-    console.print(label, Text(detail, style=STYLES.get(kind, "")), sep="")
+    console.print(
+        Text(("\n" if inline else "") + f"[{kind}]", style=style), Text(detail, style=style), sep=""
+    )
     return False
 
 
-async def run_demo(console: Console | None = None) -> None:
+async def run_demo(console: Console | None = None, db_path: Path | None = None) -> None:
     console = console or Console()
-    agent = Agent(
-        "research-agent",
-        instructions="You are a crypto research assistant. Use tools for prices.",
-        model=pick_model(),
-        tools=[lookup_price],
-    )
-    console.rule("[bold]runstream demo: an agent with a tool, every chunk type visible")
-    out = await agent.stream("What is SOL trading at?")
-    inline = False
-    async for chunk in out.full_stream:
-        inline = render(console, chunk, inline)
-    console.print()
-    console.rule(f"text: {await out.text!r}  usage: {await out.usage}")
+    with tempfile.TemporaryDirectory() as tmp:
+        storage = SqliteStorage(db_path or Path(tmp) / "runstream-demo.db")
+        agent = Agent(
+            "research-agent",
+            instructions="You are a crypto research assistant. Use tools for prices and research.",
+            model=pick_model(),
+            tools=[lookup_price, research],
+            memory=Memory(),
+        )
+        async with Runstream(
+            agents=[agent], storage=storage, background_tasks={"enabled": True, "progressIntervalMs": 500}
+        ):
+            console.rule("[bold]runstream demo: one until-idle stream, two background tasks")
+            out = await agent.stream(
+                "What is SOL at, and how healthy are Solana and Ethereum?",
+                memory={"thread": "demo-thread", "resource": "demo-user"},
+                until_idle=True,
+            )
+            inline = False
+            async for chunk in out.full_stream:
+                inline = render(console, chunk, inline)
+            console.print()
+            console.rule(f"first turn: {await out.text!r}")
