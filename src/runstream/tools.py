@@ -269,7 +269,8 @@ def _from_function(
     resume_schema: Mapping[str, Any] | None,
     suspend_schema: Mapping[str, Any] | None,
 ) -> Tool:
-    hints = get_type_hints(fn)
+    # ToolContext resolves even where the tool's module imported it locally (string annotations).
+    hints = get_type_hints(fn, localns={"ToolContext": ToolContext})
     doc = docstring_parser.parse(inspect.getdoc(fn) or "")
     param_docs = {p.arg_name: p.description for p in doc.params}
     fields: dict[str, Any] = {}

@@ -75,6 +75,8 @@ class InMemoryStorage:
         self._threads: dict[str, Row] = {}
         self._messages: dict[str, Row] = {}
         self._tasks: dict[str, Row] = {}
+        # Decoded twins of the task rows, for filtering without decoding every row (never handed out).
+        self._task_view: dict[str, TaskRecord] = {}
         self._thread_state: dict[tuple[str, str], str] = {}
         self._snapshots: dict[tuple[str, str], str] = {}
         self._closed = False
@@ -218,7 +220,9 @@ class InMemoryStorage:
 
     async def save_task(self, task: TaskRecord) -> None:
         self._check_open()
-        self._tasks[task.id] = task_to_row(task)
+        row = task_to_row(task)
+        self._tasks[task.id] = row
+        self._task_view[task.id] = task_from_row(row)
 
     async def get_task(self, task_id: str) -> TaskRecord | None:
         self._check_open()
@@ -227,7 +231,7 @@ class InMemoryStorage:
 
     def _matching_rows(self, task_filter: TaskFilter) -> list[Row]:
         check_task_filter(task_filter)
-        rows = (row for row in self._tasks.values() if task_matches(task_filter, task_from_row(row)))
+        rows = (self._tasks[i] for i, view in self._task_view.items() if task_matches(task_filter, view))
         return _ordered(rows, "created_at", task_filter.order)
 
     async def list_tasks(self, task_filter: TaskFilter | None = None) -> Page[TaskRecord]:
@@ -239,7 +243,9 @@ class InMemoryStorage:
 
     async def count_tasks(self, task_filter: TaskFilter | None = None) -> int:
         self._check_open()
-        return len(self._matching_rows(task_filter or TaskFilter()))
+        task_filter = task_filter or TaskFilter()
+        check_task_filter(task_filter)
+        return sum(1 for view in self._task_view.values() if task_matches(task_filter, view))
 
     async def update_task(
         self,
@@ -259,11 +265,16 @@ class InMemoryStorage:
             return None
         new_row = task_to_row(apply_task_update(current, fields))
         self._tasks[task_id] = new_row
+        self._task_view[task_id] = task_from_row(new_row)
         return task_from_row(new_row)
 
     async def delete_tasks(self, task_ids: Collection[str]) -> int:
         self._check_open()
-        return sum(self._tasks.pop(task_id, None) is not None for task_id in set(task_ids))
+        deleted = 0
+        for task_id in set(task_ids):
+            self._task_view.pop(task_id, None)
+            deleted += self._tasks.pop(task_id, None) is not None
+        return deleted
 
     async def delete_tasks_older_than(
         self, status: TaskStatus | Collection[TaskStatus], before: datetime
@@ -272,12 +283,11 @@ class InMemoryStorage:
         statuses = normalise_statuses(status) or ()
         cutoff = to_utc(before, what="before")
         expired = [
-            task_id
-            for task_id, row in self._tasks.items()
-            if task_expired(task_from_row(row), statuses, cutoff)
+            task_id for task_id, view in self._task_view.items() if task_expired(view, statuses, cutoff)
         ]
         for task_id in expired:
             del self._tasks[task_id]
+            del self._task_view[task_id]
         return len(expired)
 
     # -- thread state ----------------------------------------------------------------------
