@@ -26,8 +26,6 @@ LATER: dict[str, str] = {}
 for _name in SCENARIOS:
     if _name.startswith("w"):
         LATER[_name] = "workflows (issue 6)"
-    elif _name.startswith(("p-", "q-", "s29")):
-        LATER[_name] = "goals and task-completion scoring (issue 6)"
     elif _name.startswith("k8"):
         LATER[_name] = "durable agent loop (issue 6)"
 LATER["n-bg-suspend-resume"] = (

@@ -16,11 +16,21 @@ from typing import TYPE_CHECKING, Any
 
 from runstream.abort import AbortController, AbortSignal
 from runstream.chunks import AnyChunk
+from runstream.goals import (
+    GoalCheck,
+    GoalConfig,
+    Goals,
+    GoalStatus,
+    Objective,
+    objective_signal,
+    resolve_judge,
+)
 from runstream.loop import LoopConfig, ResumeAction, RunState, agent_loop
 from runstream.memory import Memory, MemoryScope, rewrite_prompt_result
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.output import RunOutput
-from runstream.storage import TaskRecord
+from runstream.scoring import TaskCompletion
+from runstream.storage import Storage, TaskRecord
 from runstream.structured import StructuredOutput
 from runstream.tools import Tool, ToolContext
 
@@ -86,6 +96,7 @@ class RunOptions:
     memory: MemoryScope | None = None
     disable_background_tasks: bool = False
     context: list[PromptMessage] = field(default_factory=list)
+    is_task_complete: TaskCompletion | None = None
 
 
 class Agent:
@@ -109,6 +120,8 @@ class Agent:
         model_settings: ModelSettings | None = None,
         memory: Memory | Mapping[str, Any] | bool | None = None,
         background_tasks: AgentBackgroundConfig | Mapping[str, Any] | None = None,
+        goal: GoalConfig | None = None,
+        is_task_complete: TaskCompletion | Mapping[str, Any] | None = None,
     ) -> None:
         from runstream.tasks.policy import AgentBackgroundConfig
 
@@ -130,6 +143,8 @@ class Agent:
         self.model_settings = model_settings or ModelSettings()
         self.memory = Memory.coerce(memory)
         self.background_config = AgentBackgroundConfig.coerce(background_tasks)
+        self.goal = goal
+        self.is_task_complete = TaskCompletion.coerce(is_task_complete)
         self.runtime: Runstream | None = None
         self._suspended: dict[str, tuple[LoopConfig, RunState]] = {}
         self._idle_streams: dict[tuple[str, str], AbortController] = {}
@@ -164,6 +179,7 @@ class Agent:
         memory: MemoryScope | Mapping[str, Any] | None = None,
         until_idle: bool | Mapping[str, Any] = False,
         disable_background_tasks: bool = False,
+        is_task_complete: TaskCompletion | Mapping[str, Any] | None = None,
     ) -> RunOutput:
         """Start a run; iterate ``out.full_stream`` for its chunks.
 
@@ -183,6 +199,7 @@ class Agent:
             memory=MemoryScope.coerce(memory),
             disable_background_tasks=disable_background_tasks,
             context=normalize_messages(list(context)) if context else [],
+            is_task_complete=TaskCompletion.coerce(is_task_complete),
         )
         input_messages = normalize_messages(messages)
         manager = self.runtime.task_manager if self.runtime is not None else None
@@ -253,6 +270,11 @@ class Agent:
             history_count=len(history),
         )
         instructions += await self._attach_background(cfg, state, options)
+        completion = options.is_task_complete or self.is_task_complete
+        if completion is not None:
+            cfg.completion_checks.append(completion.check)
+        if scope is not None:
+            await self._attach_goal(cfg, state, scope)
         cfg.system = [{"role": "system", "content": instructions}] if instructions else []
         return self._output(cfg, state, controller, None)
 
@@ -273,6 +295,58 @@ class Agent:
         cfg.tool_schemas = {name: tool_schema_with_override(self.tools[name]) for name in eligible}
         state.tasks_pending = lambda ids: any(manager.is_active(task_id) for task_id in ids)
         return system_prompt_section(eligible)
+
+    async def _attach_goal(self, cfg: LoopConfig, state: RunState, scope: MemoryScope) -> None:
+        """Judge the thread's active goal after the run (when a judge resolves)."""
+        if self.goal is None:
+            return
+        goals = Goals(self._goal_storage())
+        record = await goals.get(scope.thread_id)
+        if record is None or record.status != "active":
+            return
+        judge = await resolve_judge(self.goal.judge, state)
+        if judge is None and self.goal.scorer is None:
+            return
+        signal, message = objective_signal(record, scope.thread_id)
+        cfg.start_chunks.append(signal)
+        cfg.after_input.append(message)
+        cfg.completion_checks.append(GoalCheck(goals, self.goal, scope.thread_id, judge))
+
+    def _goal_storage(self) -> Storage:
+        storage = self.memory.storage if self.memory is not None else None
+        if storage is None and self.runtime is not None:
+            storage = self.runtime.storage
+        if storage is None:
+            raise ValueError(f"agent {self.id!r} needs storage for goals: give it memory or a Runstream")
+        return storage
+
+    # -- goals -----------------------------------------------------------------------------------------
+    async def set_objective(
+        self, objective: str, *, thread_id: str, max_runs: int | None = None, prompt: str | None = None
+    ) -> Objective:
+        """Give a thread a goal; the judge checks it after each run on that thread."""
+        return await Goals(self._goal_storage()).set(
+            objective, thread_id=thread_id, max_runs=max_runs, prompt=prompt
+        )
+
+    async def get_objective(self, *, thread_id: str) -> Objective | None:
+        return await Goals(self._goal_storage()).get(thread_id)
+
+    async def update_objective_options(
+        self,
+        *,
+        thread_id: str,
+        max_runs: int | None = None,
+        prompt: str | None = None,
+        status: GoalStatus | None = None,
+    ) -> Objective | None:
+        """Change a goal's options; ``status="active"`` (with a higher ``max_runs``) resumes a paused one."""
+        return await Goals(self._goal_storage()).update(
+            thread_id, max_runs=max_runs, prompt=prompt, status=status
+        )
+
+    async def clear_objective(self, *, thread_id: str) -> bool:
+        return await Goals(self._goal_storage()).clear(thread_id)
 
     def _terminal_hook(self, state: RunState, cfg: LoopConfig) -> Any:
         """Writes a background task's outcome into the run (if still live) or into memory."""

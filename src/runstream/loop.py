@@ -82,6 +82,23 @@ ToolDispatcher = Callable[
 
 
 @dataclass(slots=True)
+class CheckVerdict:
+    """What a completion check (task-completion scorers, a goal judge) decided about a final step."""
+
+    continue_loop: bool
+    feedback: list[PromptMessage] = field(default_factory=list)
+    """Messages the model sees in the next step when the loop continues."""
+    authoritative: bool = False
+    """An authoritative verdict (the goal judge) overrides the others."""
+    payload_extra: dict[str, Any] = field(default_factory=dict)
+    """Extra fields for the step-finish payload."""
+
+
+CompletionCheck = Callable[["LoopConfig", "RunState", str], AsyncIterator["AnyChunk | CheckVerdict"]]
+"""Runs after a step that ends the model's turn; yields chunks, then one :class:`CheckVerdict`."""
+
+
+@dataclass(slots=True)
 class LoopConfig:
     """Everything about a run that does not change while it runs."""
 
@@ -104,6 +121,11 @@ class LoopConfig:
     dispatch_tool: ToolDispatcher | None = None
     tool_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Input schemas offered to the model instead of a tool's own (e.g. with ``_background``)."""
+    completion_checks: list[CompletionCheck] = field(default_factory=list)
+    after_input: list[PromptMessage] = field(default_factory=list)
+    """Messages shown to the model right after the run's input (state signals), not saved."""
+    start_chunks: list[AnyChunk] = field(default_factory=list)
+    """Chunks streamed right after ``start`` (e.g. the current-objective signal)."""
     tool_call_concurrency: int = 10
 
 
@@ -183,6 +205,8 @@ class RunState:
     """Reports whether any of the run's background tasks still runs (``backgroundTaskPending``)."""
     saved: bool = False
     """Set when the run's messages have been handed to memory."""
+    check_counts: dict[str, int] = field(default_factory=dict)
+    """Evaluations so far per completion check (their ``iteration``)."""
 
     @property
     def background_task_pending(self) -> bool:
@@ -262,6 +286,8 @@ async def agent_loop(
     signal = cfg.abort_signal
     if resume is None:
         yield StartChunk(run_id, {"id": cfg.agent_id, "messageId": state.message_id})
+        for start_chunk in cfg.start_chunks:
+            yield start_chunk
     else:
         yield StartChunk(run_id, {"id": cfg.agent_id, "messageId": state.message_id})
         pending = state.pending
@@ -287,7 +313,14 @@ async def agent_loop(
         step_started = _now_ms()
         tools_offered = [] if (cfg.tool_choice or {}).get("type") == "none" else list(cfg.tools.values())
         request = ModelRequest(
-            prompt=[*cfg.system, *retry_feedback, *cfg.context, *state.messages],
+            prompt=[
+                *cfg.system,
+                *retry_feedback,
+                *cfg.context,
+                *state.messages[: state.input_count],
+                *cfg.after_input,
+                *state.messages[state.input_count :],
+            ],
             tools=[t.spec(cfg.tool_schemas.get(t.name)) for t in tools_offered],
             tool_choice=(cfg.tool_choice or {"type": "auto"}) if cfg.tools else cfg.tool_choice,
             response_format=structured.response_format() if structured else None,
@@ -579,9 +612,25 @@ async def agent_loop(
             state, text, content, step_usage, finish_reason, request_info, response_meta, warnings
         )
         if not calls:
-            yield _step_finish_chunk(
-                cfg, state, record, finish_reason, continued=False, step_result=step_result
+            verdicts: list[CheckVerdict] = []
+            for check in cfg.completion_checks:
+                async for item in check(cfg, state, text):
+                    if isinstance(item, CheckVerdict):
+                        verdicts.append(item)
+                    else:
+                        yield item
+            chosen = [v for v in verdicts if v.authoritative] or verdicts
+            cont = any(v.continue_loop for v in chosen) and _should_continue(cfg, state)
+            step_finish = _step_finish_chunk(
+                cfg, state, record, finish_reason, continued=cont, step_result=step_result
             )
+            for verdict in verdicts:
+                step_finish.payload.update(verdict.payload_extra)  # type: ignore[typeddict-item]
+            yield step_finish
+            if cont:
+                for verdict in chosen:
+                    state.messages.extend(verdict.feedback)
+                continue
             state.status = "success"
             yield _finish_chunk(cfg, state, finish_reason, step_result=step_result)
             return

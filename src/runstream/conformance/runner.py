@@ -19,8 +19,10 @@ from runstream.abort import AbortController
 from runstream.agent import Agent
 from runstream.chunks import AnyChunk, dumps
 from runstream.conformance.behavior import RuleProcessor, ToolExecutionLog, build_tool, contains
+from runstream.goals import DEFAULT_MAX_RUNS, GoalConfig
 from runstream.output import RunOutput
 from runstream.runtime import Runstream
+from runstream.scoring import ScoreInput, Scorer, TaskCompletion
 from runstream.storage import InMemoryStorage, SqliteStorage, Storage, TaskFilter
 from runstream.testing.scripted import ScriptedModel
 
@@ -65,10 +67,6 @@ def _check_supported(scenario: Mapping[str, Any]) -> None:
     missing = []
     if "workflow" in scenario:
         missing.append("workflows")
-    if "goal" in agent:
-        missing.append("goals")
-    if "isTaskComplete" in agent or any("isTaskComplete" in r.get("options", {}) for r in _runs(scenario)):
-        missing.append("isTaskComplete scorers")
     if agent.get("durable"):
         missing.append("durable agents")
     if missing:
@@ -129,7 +127,40 @@ def build_agent(scenario: Mapping[str, Any], log: ToolExecutionLog) -> Agent:
         output_processors=[RuleProcessor(p) for p in spec.get("outputProcessors", [])],
         memory=spec.get("memory"),
         background_tasks=spec.get("backgroundTasks"),
+        goal=_goal_config(spec.get("goal")),
+        is_task_complete=_task_completion(spec.get("isTaskComplete")),
     )
+
+
+def _goal_config(spec: Mapping[str, Any] | None) -> GoalConfig | None:
+    if spec is None:
+        return None
+    return GoalConfig(
+        judge=ScriptedModel.from_script(spec["judge"]), max_runs=spec.get("maxRuns", DEFAULT_MAX_RUNS)
+    )
+
+
+def _task_completion(spec: Mapping[str, Any] | None) -> TaskCompletion | None:
+    """Scorers that pass when the answer contains a string (the scenario format's scorer)."""
+    if spec is None:
+        return None
+
+    def scorer(definition: Mapping[str, Any]) -> Scorer:
+        needle = definition["passIfOutputContains"]
+
+        def score(data: ScoreInput) -> tuple[float, str]:
+            if needle in data.text:
+                return 1.0, definition.get("passReason", "")
+            return 0.0, definition.get("failReason", "")
+
+        return Scorer(
+            definition["id"],
+            score,
+            name=definition.get("name", ""),
+            description=definition.get("description", ""),
+        )
+
+    return TaskCompletion(scorers=[scorer(d) for d in spec["scorers"]], strategy=spec.get("strategy", "all"))
 
 
 def _stream_options(run: Mapping[str, Any]) -> dict[str, Any]:
@@ -142,6 +173,8 @@ def _stream_options(run: Mapping[str, Any]) -> dict[str, Any]:
         "structuredOutput": "structured_output",
         "maxProcessorRetries": "max_processor_retries",
     }
+    if "isTaskComplete" in options:
+        out["is_task_complete"] = _task_completion(options.pop("isTaskComplete"))
     for key, value in options.items():
         if key in mapping:
             out[mapping[key]] = value
@@ -194,6 +227,11 @@ class ScenarioRunner:
         return await agent.stream(run.get("messages"), abort_signal=controller.signal, **options)
 
     async def _run_all(self, agent: Agent) -> None:
+        goal = self.scenario["agent"].get("goal")
+        if goal is not None:
+            target = goal.get("thread") or _runs(self.scenario)[0].get("memory") or {}
+            await self.runtime.start()
+            await agent.set_objective(goal["objective"], thread_id=target["thread"])
         for run in _runs(self.scenario):
             controller = AbortController()
             out = await self._start(agent, run, controller)

@@ -1,0 +1,135 @@
+"""``is_task_complete``: scorers that judge the final answer of each loop iteration.
+
+After a step that ends the model's turn (no tool calls), every scorer scores the answer; the loop
+emits an ``is-task-complete`` chunk and, when the check fails and steps remain, continues with the
+results as feedback (an assistant message the model sees next).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from runstream.chunks import AnyChunk, IsTaskCompleteChunk
+from runstream.loop import CheckVerdict, LoopConfig, RunState
+
+
+@dataclass(slots=True)
+class ScoreInput:
+    """What a scorer sees: the final text of the step and the conversation so far."""
+
+    text: str
+    messages: list[dict[str, Any]]
+    iteration: int
+
+
+ScoreFn = Callable[[ScoreInput], Awaitable[tuple[float, str]] | tuple[float, str]]
+
+
+@dataclass(slots=True)
+class Scorer:
+    """A named check returning ``(score, reason)``; it passes at ``score >= threshold``."""
+
+    id: str
+    score: ScoreFn
+    name: str = ""
+    description: str = ""
+    threshold: float = 1.0
+
+    async def run(self, data: ScoreInput) -> dict[str, Any]:
+        started = time.perf_counter()
+        outcome = self.score(data)
+        score, reason = await outcome if inspect.isawaitable(outcome) else outcome
+        return {
+            "score": score,
+            "passed": score >= self.threshold,
+            "reason": reason,
+            "scorerId": self.id,
+            "scorerName": self.name or self.id,
+            "duration": round((time.perf_counter() - started) * 1000),
+        }
+
+
+@dataclass(slots=True)
+class TaskCompletion:
+    """``is_task_complete=`` on an agent or a run."""
+
+    scorers: Sequence[Scorer]
+    strategy: Literal["all", "any"] = "all"
+    timeout_ms: float = 600_000
+    suppress_feedback: bool = False
+
+    @classmethod
+    def coerce(cls, value: TaskCompletion | Mapping[str, Any] | None) -> TaskCompletion | None:
+        if value is None or isinstance(value, TaskCompletion):
+            return value
+        return cls(
+            scorers=list(value["scorers"]),
+            strategy=value.get("strategy", "all"),
+            timeout_ms=value.get("timeout", value.get("timeout_ms", 600_000)),
+            suppress_feedback=bool(value.get("suppressFeedback", value.get("suppress_feedback", False))),
+        )
+
+    async def check(
+        self, cfg: LoopConfig, state: RunState, text: str
+    ) -> AsyncIterator[AnyChunk | CheckVerdict]:
+        """The loop's completion check: one ``is-task-complete`` chunk and a verdict."""
+        iteration = state.check_counts["is-task-complete"] = state.check_counts.get("is-task-complete", 0) + 1
+        data = ScoreInput(text=text, messages=list(state.messages), iteration=iteration)
+        started = time.perf_counter()
+        timed_out = False
+        try:
+            async with asyncio.timeout(self.timeout_ms / 1000):
+                results = list(await asyncio.gather(*(s.run(data) for s in self.scorers)))
+        except TimeoutError:
+            timed_out = True
+            results = []
+        duration = round((time.perf_counter() - started) * 1000)
+        verdicts = [r["passed"] for r in results]
+        passed = bool(verdicts) and (all(verdicts) if self.strategy == "all" else any(verdicts))
+        max_reached = not passed and state.step_number >= cfg.max_steps
+        reasons = [r["reason"] for r in results if r["passed"] == passed and r.get("reason")]
+        payload: dict[str, Any] = {
+            "iteration": iteration,
+            "passed": passed,
+            "results": results,
+            "duration": duration,
+            "timedOut": timed_out,
+            "reason": "; ".join(reasons) if reasons else ("timed out" if timed_out else ""),
+            "maxIterationReached": max_reached,
+            "suppressFeedback": self.suppress_feedback,
+        }
+        yield IsTaskCompleteChunk(state.run_id, payload)  # type: ignore[arg-type]
+        feedback = (
+            [] if passed else [{"role": "assistant", "content": [{"type": "text", "text": _report(payload)}]}]
+        )
+        yield CheckVerdict(
+            continue_loop=not passed,
+            feedback=feedback,
+            payload_extra={"isTaskCompleteCheckFailed": not passed},
+        )
+
+
+def _report(payload: Mapping[str, Any]) -> str:
+    """The feedback the model sees when the check fails."""
+    lines = [
+        "#### Completion Check Results",
+        "",
+        f"Overall: {'✅ COMPLETE' if payload['passed'] else '❌ NOT COMPLETE'}",
+        f"Duration: {payload['duration']}ms",
+    ]
+    for result in payload["results"]:
+        mark = "✅" if result["passed"] else "❌"
+        lines += [
+            "",
+            f"**{result['scorerName']}** ({result['scorerId']})",
+            f"Score: {result['score']} {mark}",
+        ]
+        if result.get("reason"):
+            lines.append(f"Reason: {result['reason']}")
+    lines += ["", "🔄 The task is not yet complete. Please continue working based on the feedback above."]
+    return "\n".join(lines)
