@@ -26,8 +26,6 @@ LATER: dict[str, str] = {}
 for _name in SCENARIOS:
     if _name.startswith("w"):
         LATER[_name] = "workflows (issue 6)"
-    elif _name.startswith("k8"):
-        LATER[_name] = "durable agent loop (issue 6)"
 LATER["n-bg-suspend-resume"] = (
     "race in the scenario: the task is resumed 10 ms after its suspension; Mastra's continuation turn "
     "takes ~28 ms so the resume lands inside it, ours ends sooner and the stream closes first"

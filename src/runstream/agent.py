@@ -12,6 +12,7 @@ import uuid
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from runstream.abort import AbortController, AbortSignal
@@ -122,6 +123,7 @@ class Agent:
         background_tasks: AgentBackgroundConfig | Mapping[str, Any] | None = None,
         goal: GoalConfig | None = None,
         is_task_complete: TaskCompletion | Mapping[str, Any] | None = None,
+        durable: bool = False,
     ) -> None:
         from runstream.tasks.policy import AgentBackgroundConfig
 
@@ -144,6 +146,7 @@ class Agent:
         self.memory = Memory.coerce(memory)
         self.background_config = AgentBackgroundConfig.coerce(background_tasks)
         self.goal = goal
+        self.durable = durable
         self.is_task_complete = TaskCompletion.coerce(is_task_complete)
         self.runtime: Runstream | None = None
         self._suspended: dict[str, tuple[LoopConfig, RunState]] = {}
@@ -283,7 +286,7 @@ class Agent:
         manager = self.runtime.task_manager if self.runtime is not None else None
         if manager is None or options.disable_background_tasks or self.background_config.disabled:
             return ""
-        from runstream.tasks.dispatch import BackgroundDispatcher
+        from runstream.tasks.dispatch import BackgroundDispatcher, wait_in_loop
         from runstream.tasks.policy import system_prompt_section, tool_schema_with_override
 
         await self.runtime.start()  # type: ignore[union-attr]
@@ -293,6 +296,8 @@ class Agent:
             return ""
         cfg.dispatch_tool = dispatcher
         cfg.tool_schemas = {name: tool_schema_with_override(self.tools[name]) for name in eligible}
+        if self.durable:
+            cfg.wait_for_background = partial(wait_in_loop, manager)
         state.tasks_pending = lambda ids: any(manager.is_active(task_id) for task_id in ids)
         return system_prompt_section(eligible)
 

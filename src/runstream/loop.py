@@ -34,6 +34,7 @@ from runstream.chunks import (
     ReasoningDeltaChunk,
     ReasoningEndChunk,
     ReasoningStartChunk,
+    ResponseMetadataChunk,
     SourceChunk,
     StartChunk,
     StepFinishChunk,
@@ -94,6 +95,9 @@ class CheckVerdict:
     """Extra fields for the step-finish payload."""
 
 
+BackgroundWaiter = Callable[["RunState", list[str]], AsyncIterator[AnyChunk]]
+"""Waits for background tasks inside the loop; yields progress chunks and their final results."""
+
 CompletionCheck = Callable[["LoopConfig", "RunState", str], AsyncIterator["AnyChunk | CheckVerdict"]]
 """Runs after a step that ends the model's turn; yields chunks, then one :class:`CheckVerdict`."""
 
@@ -126,6 +130,9 @@ class LoopConfig:
     """Messages shown to the model right after the run's input (state signals), not saved."""
     start_chunks: list[AnyChunk] = field(default_factory=list)
     """Chunks streamed right after ``start`` (e.g. the current-objective signal)."""
+    wait_for_background: BackgroundWaiter | None = None
+    """Durable mode: after a step that dispatched background tasks, wait for them in the loop
+    (this yields progress and the real results) instead of leaving placeholders."""
     tool_call_concurrency: int = 10
 
 
@@ -303,6 +310,7 @@ async def agent_loop(
     step_processors = [p for p in processors if hasattr(p, "process_output_step")]
     structured = cfg.structured_output
     retry_feedback: list[PromptMessage] = []
+    waited: set[str] = set()
 
     while state.status == "running":
         if signal.aborted:
@@ -433,7 +441,10 @@ async def agent_loop(
                         chunk = RawChunk(run_id, part.get("rawValue"))
                     elif kind == "response-metadata":
                         response_meta = {k: v for k, v in part.items() if k != "type"}
-                        continue
+                        if cfg.wait_for_background is None:
+                            continue
+                        metadata_payload: Any = {"type": "response-metadata", **response_meta}
+                        chunk = ResponseMetadataChunk(run_id, metadata_payload)
                     elif kind == "finish":
                         reason = part.get("finishReason", "unknown")
                         if isinstance(reason, dict):  # AI SDK v3
@@ -652,6 +663,11 @@ async def agent_loop(
             return
         cont = _should_continue(cfg, state)
         yield _step_finish_chunk(cfg, state, record, finish_reason, continued=cont, step_result=step_result)
+        dispatched = [t for t in state.background_task_ids if t not in waited]
+        if cfg.wait_for_background is not None and dispatched:
+            waited.update(dispatched)
+            async for chunk in cfg.wait_for_background(state, dispatched):
+                yield chunk
         if not cont:
             state.status = "success"
             yield _finish_chunk(cfg, state, finish_reason, step_result=step_result)
@@ -818,7 +834,8 @@ async def _run_tool_step(
                 payload["providerMetadata"] = outcome.provider_metadata
             result_chunk = ToolResultChunk(run_id, payload)  # type: ignore[arg-type]
             state.tool_results.append(result_chunk)
-            yield result_chunk
+            if cfg.wait_for_background is None or not _is_placeholder(outcome):
+                yield result_chunk  # in durable mode the real result follows once the task ends
         elif outcome.kind == "error":
             yield ToolErrorChunk(
                 run_id,
@@ -907,6 +924,11 @@ async def run_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext, call: Too
     if ctx.suspended:
         return ToolOutcome(call, "suspended", ctx.suspended_with)
     return ToolOutcome(call, "result", result)
+
+
+def _is_placeholder(outcome: ToolOutcome) -> bool:
+    mastra = (outcome.provider_metadata or {}).get("mastra") or {}
+    return bool((mastra.get("backgroundTask") or {}).get("status") == "running")
 
 
 def from_abort(state: RunState) -> AnyChunk:

@@ -63,14 +63,8 @@ class StreamWriter:
 
 
 def _check_supported(scenario: Mapping[str, Any]) -> None:
-    agent = scenario.get("agent", {})
-    missing = []
     if "workflow" in scenario:
-        missing.append("workflows")
-    if agent.get("durable"):
-        missing.append("durable agents")
-    if missing:
-        raise UnsupportedScenario("not implemented yet: " + ", ".join(missing))
+        raise UnsupportedScenario("not implemented yet: workflows")
 
 
 def _runs(scenario: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -129,6 +123,7 @@ def build_agent(scenario: Mapping[str, Any], log: ToolExecutionLog) -> Agent:
         background_tasks=spec.get("backgroundTasks"),
         goal=_goal_config(spec.get("goal")),
         is_task_complete=_task_completion(spec.get("isTaskComplete")),
+        durable=bool(spec.get("durable", False)),
     )
 
 

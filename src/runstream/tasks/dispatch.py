@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from runstream.chunks import AnyChunk, BackgroundTaskStartedChunk
+from runstream.chunks import (
+    AnyChunk,
+    BackgroundTaskProgressChunk,
+    BackgroundTaskStartedChunk,
+    ToolErrorChunk,
+    ToolResultChunk,
+)
 from runstream.loop import LoopConfig, RunState, ToolCall, ToolOutcome
 from runstream.tasks.config import BackgroundTaskError, TaskRequest, TerminalHook
 from runstream.tasks.manager import BackgroundTaskManager
@@ -87,6 +95,52 @@ class BackgroundDispatcher:
             placeholder_text(record.id, tool.name),
             provider_metadata=_task_link(record.id, "running"),
         )
+
+
+async def wait_in_loop(
+    manager: BackgroundTaskManager, state: RunState, task_ids: list[str]
+) -> AsyncIterator[AnyChunk]:
+    """Durable agents wait for a step's background tasks inside the loop.
+
+    Yields a ``background-task-progress`` snapshot at once and every progress interval while
+    any task runs, then each task's real outcome as a ``tool-result`` (or ``tool-error``). The
+    task's terminal hook has already put the result into the run's messages, so the next model
+    step sees it.
+    """
+    started = time.monotonic()
+    interval = manager.config.progress_interval_ms / 1000
+    waits = [asyncio.ensure_future(manager.wait_for(task_id)) for task_id in task_ids]
+    try:
+        while True:
+            running = [t for t, w in zip(task_ids, waits, strict=True) if not w.done()]
+            if not running:
+                break
+            yield BackgroundTaskProgressChunk(
+                state.run_id,
+                {
+                    "taskIds": running,
+                    "runningCount": len(running),
+                    "elapsedMs": round((time.monotonic() - started) * 1000),
+                },
+            )
+            await asyncio.wait(waits, timeout=interval)
+    finally:
+        for wait in waits:
+            wait.cancel()
+    for wait in waits:
+        record = wait.result()
+        payload: dict[str, Any] = {
+            "toolCallId": record.tool_call_id,
+            "toolName": record.tool_name,
+            "args": record.args,
+        }
+        if record.status == "completed":
+            chunk: AnyChunk = ToolResultChunk(state.run_id, {**payload, "result": record.result})  # type: ignore[typeddict-item]
+            state.tool_results.append(chunk)
+            yield chunk
+        elif record.status in ("failed", "timed_out", "cancelled"):
+            message = (record.error or {}).get("message") or f"Background task {record.status}"
+            yield ToolErrorChunk(state.run_id, {**payload, "error": BackgroundTaskError(message)})  # type: ignore[typeddict-item]
 
 
 def _task_link(task_id: str, status: str) -> dict[str, Any]:
