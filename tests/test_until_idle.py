@@ -364,3 +364,30 @@ async def test_bad_task_operations_raise_clear_errors() -> None:
             await manager.cancel("nope")
         with pytest.raises(TaskStateError, match="Cannot resume task in status 'completed'"):
             await manager.resume(task.id, {"x": 1})
+
+
+async def test_durable_agent_waits_for_its_task_in_the_loop() -> None:
+    gate = Gate()
+    model = ScriptedModel(
+        calls=[call(("c1", "research", '{"topic":"dur"}')), say("Research done: dur is fast.")]
+    )
+    agent = Agent("durable", model=model, tools=[research_tool(gate)], memory=Memory(), durable=True)
+    runtime = Runstream(agents=[agent], background_tasks={"enabled": True, "progressIntervalMs": 20})
+
+    async def on_chunk(chunk: AnyChunk) -> None:
+        if chunk.type == "background-task-progress" and chunk.payload["elapsedMs"] >= 20:
+            gate.get("dur").set()
+
+    async with runtime:
+        chunks = await collect((await agent.stream("Research dur", memory=MEMORY)).full_stream, on_chunk)
+    kinds = types(chunks)
+    assert kinds.count("start") == 1 and kinds.count("finish") == 1
+    assert kinds.count("tool-result") == 1  # no placeholder result, only the real one
+    assert kinds.index("step-finish") < kinds.index("background-task-progress") < kinds.index("tool-result")
+    assert next(c for c in chunks if c.type == "tool-result").payload["result"] == {
+        "topic": "dur",
+        "summary": "dur is fast",
+    }
+    # The answer step saw the real result.
+    results = [p for m in model.recorded[1].prompt if m["role"] == "tool" for p in m["content"]]
+    assert results[0]["output"]["value"] == {"topic": "dur", "summary": "dur is fast"}
