@@ -1,0 +1,73 @@
+"""``create_app``: the ASGI application serving a :class:`~runstream.Runstream` over HTTP.
+
+Routes: Mastra's REST + SSE surface under ``prefix`` (``/api``), the AI SDK UI message stream at
+``/chat/:agentId``, and the playground at ``/playground``. The app starts the runtime on startup
+and, on shutdown, aborts detached runs and closes the runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import Mount
+
+from runstream.runtime import Runstream
+from runstream.server.auth import AuthHook, AuthMiddleware, default_auth
+from runstream.server.context import ServerContext
+from runstream.server.errors import EXCEPTION_HANDLERS, BodyLimitMiddleware
+from runstream.server.mastra import MastraRoutes
+from runstream.server.memory_api import MemoryRoutes
+from runstream.server.playground import PLAYGROUND_PATH, playground_route
+from runstream.server.resumable import InMemoryReplayLog, ReplayLog, RunRegistry
+from runstream.server.tasks_api import TaskRoutes
+from runstream.server.ui_stream import ChatRoutes
+
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+def create_app(
+    runstream: Runstream,
+    *,
+    auth: AuthHook | None = None,
+    prefix: str = "/api",
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    heartbeat_s: float | None = 15.0,
+    replay_log: ReplayLog | None = None,
+) -> Starlette:
+    """Serve ``runstream``'s agents.
+
+    ``auth`` decides who may call (default: a bearer token from ``RUNSTREAM_API_TOKEN`` when set,
+    open otherwise). ``heartbeat_s`` is the idle time after which an SSE stream gets a comment
+    (``None``: never). ``replay_log`` keeps the events of detached runs (default: in memory).
+    """
+    if prefix and (not prefix.startswith("/") or prefix.endswith("/")):
+        raise ValueError(f"prefix must start with '/' and not end with one, got {prefix!r}")
+    registry = RunRegistry(replay_log if replay_log is not None else InMemoryReplayLog())
+    ctx = ServerContext(runstream, registry, heartbeat_s)
+    api = [*MastraRoutes(ctx).routes(), *MemoryRoutes(ctx).routes(), *TaskRoutes(ctx).routes()]
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await runstream.start()
+        try:
+            yield
+        finally:
+            await registry.close()
+            await runstream.close()
+
+    app = Starlette(
+        routes=[Mount(prefix, routes=api), *ChatRoutes(ctx).routes(), playground_route(prefix)],
+        middleware=[
+            Middleware(
+                AuthMiddleware, hook=auth or default_auth(), public_paths=frozenset({PLAYGROUND_PATH})
+            ),
+            Middleware(BodyLimitMiddleware, max_bytes=max_body_bytes),
+        ],
+        exception_handlers=EXCEPTION_HANDLERS,
+        lifespan=lifespan,
+    )
+    app.state.context = ctx
+    return app

@@ -1,0 +1,172 @@
+"""The body of Mastra's agent generate/stream requests, validated into ``Agent.stream`` options.
+
+Field names are exactly those client-js sends (``messages``, ``memory``, ``runId``, ``maxSteps``,
+``toolChoice``, ``modelSettings``, ``providerOptions``, ``structuredOutput``, ``untilIdle``,
+``maxIdleMs``, ``context``, ``clientTools``, ``activeTools``, ``instructions``,
+``requireToolApproval``). Unknown fields are ignored, as Mastra's passthrough schema does.
+Every mistake is a 400 with a message naming the field, raised before any run starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from runstream.memory import MemoryScope
+from runstream.models.base import ModelSettings
+from runstream.server.auth import Principal
+from runstream.server.errors import ApiError
+from runstream.server.messages import Prompt, to_prompt
+
+_SETTINGS = {
+    "temperature": "temperature",
+    "maxOutputTokens": "max_output_tokens",
+    "maxTokens": "max_output_tokens",
+    "topP": "top_p",
+    "topK": "top_k",
+    "stopSequences": "stop_sequences",
+    "seed": "seed",
+    "presencePenalty": "presence_penalty",
+    "frequencyPenalty": "frequency_penalty",
+    "maxRetries": "max_retries",
+    "headers": "headers",
+}
+
+
+def invalid(message: str) -> ApiError:
+    return ApiError(400, f"Invalid request body: {message}")
+
+
+@dataclass(slots=True)
+class StreamRequest:
+    messages: list[Prompt]
+    memory: MemoryScope | None = None
+    run_id: str | None = None
+    max_steps: int | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    model_settings: ModelSettings | None = None
+    structured_output: dict[str, Any] | None = None
+    until_idle: bool | dict[str, Any] = False
+    context: list[Prompt] = field(default_factory=list)
+    client_tools: dict[str, dict[str, Any]] = field(default_factory=dict)
+    active_tools: list[str] | None = None
+    instructions: str | None = None
+    require_tool_approval: bool = False
+
+    def stream_options(self) -> dict[str, Any]:
+        """Keyword arguments for ``Agent.stream``."""
+        return {
+            "max_steps": self.max_steps,
+            "tool_choice": self.tool_choice,
+            "model_settings": self.model_settings,
+            "structured_output": self.structured_output,
+            "run_id": self.run_id,
+            "context": self.context,
+            "memory": self.memory,
+            "until_idle": self.until_idle,
+        }
+
+
+def _optional(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
+    value = body.get(key)
+    if value is not None and (not isinstance(value, kind) or (isinstance(value, bool) and kind is int)):
+        raise invalid(f"'{key}' must be {what}")
+    return value
+
+
+def memory_scope(value: Any, principal: Principal) -> MemoryScope | None:
+    """``memory: {thread, resource}`` with the resource forced to the principal's."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise invalid("'memory' must be an object with 'thread' and 'resource'")
+    thread = value.get("thread")
+    if isinstance(thread, Mapping):
+        thread = thread.get("id")
+    if not isinstance(thread, str) or not thread:
+        raise invalid("'memory.thread' must be a thread id (or an object with an 'id')")
+    requested = value.get("resource")
+    if requested is not None and (not isinstance(requested, str) or not requested):
+        raise invalid("'memory.resource' must be a non-empty string")
+    resource = principal.resource(requested)
+    if resource is None:
+        raise ApiError(400, "A resource ID is required when using memory: pass memory.resource")
+    return MemoryScope(thread, resource)
+
+
+def _tool_choice(value: Any) -> str | dict[str, Any] | None:
+    if value is None or value in ("auto", "none", "required"):
+        return value  # type: ignore[no-any-return]
+    if isinstance(value, Mapping) and value.get("type") == "tool" and isinstance(value.get("toolName"), str):
+        return dict(value)
+    raise invalid("'toolChoice' must be 'auto', 'none', 'required' or {type: 'tool', toolName}")
+
+
+def _model_settings(body: Mapping[str, Any]) -> ModelSettings | None:
+    settings = _optional(body, "modelSettings", Mapping, "an object")
+    provider_options = _optional(body, "providerOptions", Mapping, "an object")
+    if settings is None and provider_options is None:
+        return None
+    out = ModelSettings(provider_options=dict(provider_options or {}))
+    for key, value in (settings or {}).items():
+        if key in _SETTINGS and value is not None:
+            setattr(out, _SETTINGS[key], value)
+    return out
+
+
+def _until_idle(body: Mapping[str, Any], forced: bool) -> bool | dict[str, Any]:
+    value = body.get("untilIdle")
+    max_idle = body.get("maxIdleMs")
+    if isinstance(value, Mapping):
+        max_idle = value.get("maxIdleMs", max_idle)
+        value = True
+    elif value is not None and not isinstance(value, bool):
+        raise invalid("'untilIdle' must be a boolean or {maxIdleMs}")
+    if max_idle is not None and (
+        isinstance(max_idle, bool) or not isinstance(max_idle, int | float) or max_idle <= 0
+    ):
+        raise invalid("'maxIdleMs' must be a positive number")
+    if not (value or forced):
+        return False
+    return {"max_idle_ms": max_idle} if max_idle is not None else True
+
+
+def _client_tools(value: Any) -> dict[str, dict[str, Any]]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
+        raise invalid("'clientTools' must map tool names to tool definitions")
+    return {str(name): dict(spec) for name, spec in value.items()}
+
+
+def parse_stream_body(
+    body: Mapping[str, Any], principal: Principal, *, until_idle: bool = False, need_messages: bool = True
+) -> StreamRequest:
+    """Validate a generate/stream body (``until_idle`` forces until-idle, as the route does)."""
+    messages = body.get("messages")
+    if need_messages and (messages is None or messages == "" or messages == []):
+        raise invalid("'messages' is required (a string or a non-empty array)")
+    active = _optional(body, "activeTools", list, "an array of tool names")
+    if active is not None and not all(isinstance(name, str) for name in active):
+        raise invalid("'activeTools' must be an array of tool names")
+    structured = _optional(body, "structuredOutput", Mapping, "an object with a 'schema'")
+    max_steps = _optional(body, "maxSteps", int, "a positive integer")
+    if max_steps is not None and max_steps < 1:
+        raise invalid("'maxSteps' must be a positive integer")
+    context = _optional(body, "context", list, "an array of messages")
+    return StreamRequest(
+        messages=to_prompt(messages) if messages is not None else [],
+        memory=memory_scope(body.get("memory"), principal),
+        run_id=_optional(body, "runId", str, "a string"),
+        max_steps=max_steps,
+        tool_choice=_tool_choice(body.get("toolChoice")),
+        model_settings=_model_settings(body),
+        structured_output=dict(structured) if structured is not None else None,
+        until_idle=_until_idle(body, until_idle),
+        context=to_prompt(context, "context") if context else [],
+        client_tools=_client_tools(body.get("clientTools")),
+        active_tools=active,
+        instructions=_optional(body, "instructions", str, "a string"),
+        require_tool_approval=bool(_optional(body, "requireToolApproval", bool, "a boolean")),
+    )

@@ -1,0 +1,301 @@
+"""Mastra's agent and tool routes, as ``@mastra/client-js`` calls them.
+
+Agents: list, details, ``generate`` (JSON), ``stream`` / ``stream-until-idle`` (SSE),
+``approve-tool-call`` / ``decline-tool-call`` / ``resume-stream`` (SSE continuations of a run that
+stopped for a human), ``observe`` (replay of a detached run). Tools: list, details, execute, both
+at ``/tools`` and under an agent. Our extensions: ``GET /runs/:runId/stream`` (resumable replay
+with SSE ids) and ``POST /runs/:runId/abort``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from runstream.abort import AbortController
+from runstream.agent import Agent, RunNotFoundError
+from runstream.output import RunOutput
+from runstream.server.auth import principal_of
+from runstream.server.body import StreamRequest, parse_stream_body
+from runstream.server.context import ServerContext, json_body
+from runstream.server.errors import ApiError
+from runstream.server.overrides import absorb_tool_results, request_agent, settle_client_run
+from runstream.server.streaming import Run, owned_run, parse_event_id, reconnect, replay, respond
+from runstream.server.tasks_api import resume_task_stream
+from runstream.server.wire import encode_json
+from runstream.storage import ThreadResourceMismatchError
+from runstream.tools import Tool, ToolArgumentsError, ToolContext, ToolWriter
+
+
+def serialize_tool(tool: Tool) -> dict[str, Any]:
+    """Mastra's tool shape: schemas as JSON strings."""
+    out: dict[str, Any] = {
+        "id": tool.name,
+        "description": tool.description,
+        "inputSchema": json.dumps(tool.input_schema),
+        "requireApproval": tool.require_approval,
+    }
+    if tool.output_schema is not None:
+        out["outputSchema"] = json.dumps(tool.output_schema)
+    return out
+
+
+def serialize_agent(agent: Agent) -> dict[str, Any]:
+    return {
+        "id": agent.id,
+        "name": agent.name,
+        "description": agent.description,
+        "instructions": agent.instructions,
+        "tools": {name: serialize_tool(tool) for name, tool in agent.tools.items()},
+        "agents": {},
+        "workflows": {},
+        "provider": agent.model.provider,
+        "modelId": agent.model.model_id,
+        "defaultOptions": {"maxSteps": agent.max_steps},
+        "hasMemory": agent.memory is not None,
+    }
+
+
+def json_response(value: Any, status: int = 200) -> Response:
+    text = encode_json(value)
+    if text is None:
+        raise ApiError(500, "The response could not be encoded as JSON")
+    return Response(text, status_code=status, media_type="application/json")
+
+
+async def start_stream(agent: Agent, request: StreamRequest) -> Run:
+    """Start a run for a generate/stream body; caller mistakes become 4xx before anything runs."""
+    view = request_agent(agent, request)
+    messages = request.messages
+    if request.memory is not None:
+        messages = await absorb_tool_results(view, request.memory, messages)
+    try:
+        out = await view.stream(messages, **request.stream_options())
+    except ThreadResourceMismatchError:
+        thread = request.memory.thread_id if request.memory else ""
+        raise ApiError(403, f"Thread {thread} belongs to another resource") from None
+    except (ValueError, TypeError) as exc:
+        raise ApiError(400, str(exc)) from None
+    return Run(out, view, request.memory, tuple(request.client_tools))
+
+
+async def full_output(run: Run) -> dict[str, Any]:
+    """Mastra's ``generate`` response, with ChunkType-style ``toolCalls`` (client-js reads ``payload``)."""
+    out = run.out
+    await out.consume()
+    await settle_client_run(run.agent, out, run.scope, run.client_tools)
+    full = await out.get_full_output()
+    state = out.state
+    full["toolCalls"] = [chunk.to_wire() for chunk in state.tool_calls]
+    full["toolResults"] = [chunk.to_wire() for chunk in state.tool_results]
+    full["finishReason"] = state.finish_reason
+    full["response"] = {"id": state.message_id, "messages": full.pop("messages")}
+    full["steps"] = [{k: v for k, v in step.items() if k != "request"} for step in full["steps"]]
+    return full
+
+
+Continuation = Callable[[Agent, str, dict[str, Any]], Awaitable[RunOutput]]
+
+
+class MastraRoutes:
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+
+    def routes(self) -> list[Route]:
+        a = "/agents/{agent_id}"
+        return [
+            Route("/agents", self.list_agents),
+            Route(a, self.agent_details),
+            Route(f"{a}/generate", self.generate, methods=["POST"]),
+            Route(f"{a}/stream", self.stream, methods=["POST"]),
+            Route(f"{a}/stream-until-idle", self.stream_until_idle, methods=["POST"]),
+            Route(f"{a}/approve-tool-call", self.approve, methods=["POST"]),
+            Route(f"{a}/decline-tool-call", self.decline, methods=["POST"]),
+            Route(f"{a}/resume-stream", self.resume_stream, methods=["POST"]),
+            Route(f"{a}/observe", self.observe, methods=["POST"]),
+            Route(f"{a}/tools/{{tool_id}}", self.agent_tool),
+            Route(f"{a}/tools/{{tool_id}}/execute", self.execute_agent_tool, methods=["POST"]),
+            Route("/tools", self.list_tools),
+            Route("/tools/{tool_id}", self.tool_details),
+            Route("/tools/{tool_id}/execute", self.execute_tool, methods=["POST"]),
+            Route("/runs/{run_id}/stream", self.run_stream),
+            Route("/runs/{run_id}/abort", self.abort_run, methods=["POST"]),
+        ]
+
+    # -- agents -------------------------------------------------------------------------------------
+    async def list_agents(self, request: Request) -> Response:
+        return json_response(
+            {agent_id: serialize_agent(a) for agent_id, a in self.ctx.runstream.agents.items()}
+        )
+
+    async def agent_details(self, request: Request) -> Response:
+        return json_response(serialize_agent(self.ctx.agent(request.path_params["agent_id"])))
+
+    async def _body(self, request: Request, *, until_idle: bool = False) -> tuple[Agent, StreamRequest]:
+        agent = self.ctx.agent(request.path_params["agent_id"])
+        body = await json_body(request)
+        return agent, parse_stream_body(body, principal_of(request), until_idle=until_idle)
+
+    async def generate(self, request: Request) -> Response:
+        agent, body = await self._body(request)
+        body.until_idle = False
+        run = await start_stream(agent, body)
+        self.ctx.remember_owner(run.run_id, principal_of(request), run.scope)
+        return json_response(await full_output(run))
+
+    async def stream(self, request: Request) -> Response:
+        return await self._stream(request, until_idle=False)
+
+    async def stream_until_idle(self, request: Request) -> Response:
+        return await self._stream(request, until_idle=True)
+
+    async def _stream(self, request: Request, *, until_idle: bool) -> Response:
+        principal = principal_of(request)
+        resumed = await reconnect(self.ctx, request, principal)
+        if resumed is not None:
+            return resumed
+        agent, body = await self._body(request, until_idle=until_idle)
+        run = await start_stream(agent, body)
+        self.ctx.remember_owner(run.run_id, principal, run.scope)
+        return await respond(self.ctx, request, run, principal, detach=body.until_idle is not False)
+
+    # -- continuations of a run that stopped for a human ---------------------------------------------
+    async def _continue(self, request: Request, body: dict[str, Any], start: Continuation) -> Response:
+        principal = principal_of(request)
+        agent = self.ctx.agent(request.path_params["agent_id"])
+        run_id = body.get("runId")
+        if not isinstance(run_id, str) or not run_id:
+            raise ApiError(400, "Invalid request body: 'runId' is required")
+        if not principal.owns(self.ctx.run_owners.get(run_id)):
+            raise ApiError(404, f"Run {run_id} not found")
+        try:
+            out = await start(agent, run_id, body)
+        except RunNotFoundError as exc:
+            raise ApiError(404, str(exc)) from None
+        except ValueError as exc:
+            raise ApiError(409, str(exc)) from None
+        return await respond(self.ctx, request, Run(out, agent), principal)
+
+    async def approve(self, request: Request) -> Response:
+        async def start(agent: Agent, run_id: str, body: dict[str, Any]) -> RunOutput:
+            return await agent.approve_tool_call(run_id=run_id, tool_call_id=body.get("toolCallId"))
+
+        return await self._continue(request, await json_body(request), start)
+
+    async def decline(self, request: Request) -> Response:
+        async def start(agent: Agent, run_id: str, body: dict[str, Any]) -> RunOutput:
+            return await agent.decline_tool_call(
+                run_id=run_id, tool_call_id=body.get("toolCallId"), reason=body.get("reason")
+            )
+
+        return await self._continue(request, await json_body(request), start)
+
+    async def resume_stream(self, request: Request) -> Response:
+        """Resume a suspended tool of a run, or (Mastra's remote path) a suspended background task."""
+        body = await json_body(request)
+        agent = self.ctx.agent(request.path_params["agent_id"])
+        run_id, call_id = body.get("runId"), body.get("toolCallId")
+        if isinstance(run_id, str) and isinstance(call_id, str):
+            task_stream = await resume_task_stream(
+                self.ctx, principal_of(request), agent.id, run_id, call_id, body.get("resumeData")
+            )
+            if task_stream is not None:
+                return task_stream
+
+        async def start(agent: Agent, run_id: str, body: dict[str, Any]) -> RunOutput:
+            return await agent.resume_stream(
+                body.get("resumeData"), run_id=run_id, tool_call_id=body.get("toolCallId")
+            )
+
+        return await self._continue(request, body, start)
+
+    # -- replays of detached runs ----------------------------------------------------------------------
+    async def observe(self, request: Request) -> Response:
+        """Mastra's ``observe``: the run's events from index ``offset`` (no SSE ids: client-js)."""
+        self.ctx.agent(request.path_params["agent_id"])
+        body = await json_body(request)
+        run_id, offset = body.get("runId"), body.get("offset", 0)
+        if (
+            not isinstance(run_id, str)
+            or not isinstance(offset, int)
+            or isinstance(offset, bool)
+            or offset < 0
+        ):
+            raise ApiError(400, "Invalid request body: 'runId' (string) is required, 'offset' must be >= 0")
+        await owned_run(self.ctx, run_id, principal_of(request))
+        return replay(self.ctx, run_id, offset, ids=False)
+
+    async def run_stream(self, request: Request) -> Response:
+        """Our resumable replay: ``Last-Event-ID`` or ``?after=<seq>``; events carry ``id:``."""
+        run_id = request.path_params["run_id"]
+        await owned_run(self.ctx, run_id, principal_of(request))
+        after = 0
+        header = request.headers.get("last-event-id") or request.query_params.get("after")
+        if header:
+            named, after = parse_event_id(header)
+            if named not in (None, run_id):
+                raise ApiError(400, f"Last-Event-ID {header!r} belongs to another run")
+        return replay(self.ctx, run_id, after, ids=True)
+
+    async def abort_run(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        await owned_run(self.ctx, run_id, principal_of(request))
+        return json_response({"runId": run_id, "aborted": self.ctx.registry.abort(run_id)})
+
+    # -- tools -------------------------------------------------------------------------------------------
+    def _all_tools(self) -> dict[str, Tool]:
+        return {
+            name: tool for agent in self.ctx.runstream.agents.values() for name, tool in agent.tools.items()
+        }
+
+    def _tool(self, tools: dict[str, Tool], tool_id: str) -> Tool:
+        tool = tools.get(tool_id)
+        if tool is None:
+            raise ApiError(404, f"Tool {tool_id} not found")
+        return tool
+
+    async def list_tools(self, request: Request) -> Response:
+        return json_response({name: serialize_tool(tool) for name, tool in self._all_tools().items()})
+
+    async def tool_details(self, request: Request) -> Response:
+        return json_response(serialize_tool(self._tool(self._all_tools(), request.path_params["tool_id"])))
+
+    async def agent_tool(self, request: Request) -> Response:
+        agent = self.ctx.agent(request.path_params["agent_id"])
+        return json_response(serialize_tool(self._tool(agent.tools, request.path_params["tool_id"])))
+
+    async def execute_tool(self, request: Request) -> Response:
+        tool = self._tool(self._all_tools(), request.path_params["tool_id"])
+        return await self._execute(request, tool, "")
+
+    async def execute_agent_tool(self, request: Request) -> Response:
+        agent = self.ctx.agent(request.path_params["agent_id"])
+        return await self._execute(request, self._tool(agent.tools, request.path_params["tool_id"]), agent.id)
+
+    async def _execute(self, request: Request, tool: Tool, agent_id: str) -> Response:
+        body = await json_body(request)
+        try:
+            args = tool.validate_args(body.get("data", {}))
+        except ToolArgumentsError as exc:
+            raise ApiError(400, str(exc)) from None
+        run_id = request.query_params.get("runId") or str(uuid.uuid4())
+        call_id = str(uuid.uuid4())
+        ctx = ToolContext(
+            tool_call_id=call_id,
+            tool_name=tool.name,
+            run_id=run_id,
+            agent_id=agent_id,
+            writer=ToolWriter(lambda chunk: None, run_id, call_id, tool.name),
+            abort_signal=AbortController().signal,
+        )
+        try:
+            result = await tool.execute(args, ctx)
+        except Exception as exc:
+            raise ApiError(500, f"Tool {tool.name} failed: {exc}") from exc
+        return json_response(result)

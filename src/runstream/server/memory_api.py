@@ -1,0 +1,193 @@
+"""Mastra's memory routes: threads CRUD and a thread's messages, resource-scoped.
+
+A thread belongs to one resource. A confined principal lists only its resource's threads, and
+another resource's thread (or its messages) answers 404 as if it did not exist.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from runstream.server.auth import principal_of
+from runstream.server.context import ServerContext, json_body, query_int
+from runstream.server.errors import ApiError
+from runstream.server.messages import to_ui_message
+from runstream.storage import NotFoundError, Storage, StoredMessage, Thread
+from runstream.storage.records import js_iso
+
+
+def thread_wire(thread: Thread) -> dict[str, Any]:
+    return {
+        "id": thread.id,
+        "title": thread.title,
+        "resourceId": thread.resource_id,
+        "createdAt": js_iso(thread.created_at),
+        "updatedAt": js_iso(thread.updated_at),
+        "metadata": thread.metadata,
+    }
+
+
+def message_wire(message: StoredMessage) -> dict[str, Any]:
+    return {
+        "id": message.id,
+        "role": message.role,
+        "createdAt": js_iso(message.created_at),
+        "threadId": message.thread_id,
+        "resourceId": message.resource_id,
+        "type": message.type,
+        "content": message.content,
+    }
+
+
+def _page(request: Request) -> tuple[int, int | None]:
+    return query_int(request, "page", 0) or 0, query_int(request, "perPage", None, minimum=1)
+
+
+class MemoryRoutes:
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+
+    @property
+    def storage(self) -> Storage:
+        return self.ctx.runstream.storage
+
+    def routes(self) -> list[Route]:
+        t = "/memory/threads/{thread_id}"
+        return [
+            Route("/memory/status", self.status),
+            Route("/memory/threads", self.list_threads),
+            Route("/memory/threads", self.create_thread, methods=["POST"]),
+            Route(t, self.get_thread),
+            Route(t, self.update_thread, methods=["PATCH"]),
+            Route(t, self.delete_thread, methods=["DELETE"]),
+            Route(f"{t}/messages", self.list_messages),
+            Route("/memory/messages/delete", self.delete_messages, methods=["POST"]),
+        ]
+
+    async def _owned(self, request: Request) -> Thread:
+        thread_id = request.path_params["thread_id"]
+        thread = await self.storage.get_thread(thread_id)
+        principal = principal_of(request)
+        if thread is None or not principal.owns(thread.resource_id):
+            raise ApiError(404, "Thread not found")
+        requested = request.query_params.get("resourceId")
+        if requested and requested != thread.resource_id:
+            raise ApiError(404, "Thread not found")
+        return thread
+
+    async def status(self, request: Request) -> Response:
+        agent_id = request.query_params.get("agentId")
+        if agent_id:
+            return JSONResponse({"result": self.ctx.agent(agent_id).memory is not None})
+        return JSONResponse({"result": any(a.memory is not None for a in self.ctx.runstream.agents.values())})
+
+    async def list_threads(self, request: Request) -> Response:
+        resource = principal_of(request).resource(request.query_params.get("resourceId") or None)
+        if resource is None:
+            raise ApiError(400, "Query parameter 'resourceId' is required")
+        field = request.query_params.get("orderBy[field]", "updatedAt")
+        direction = request.query_params.get("orderBy[direction]", "DESC").lower()
+        if field not in ("createdAt", "updatedAt") or direction not in ("asc", "desc"):
+            raise ApiError(400, "orderBy must be createdAt|updatedAt and ASC|DESC")
+        page, per_page = _page(request)
+        found = await self.storage.list_threads(
+            resource,
+            page=page,
+            per_page=per_page,
+            order_by="created_at" if field == "createdAt" else "updated_at",
+            order="asc" if direction == "asc" else "desc",
+        )
+        return JSONResponse(
+            {
+                "threads": [thread_wire(t) for t in found.items],
+                "total": found.total,
+                "page": found.page,
+                "perPage": found.per_page if found.per_page is not None else False,
+                "hasMore": found.has_more,
+            }
+        )
+
+    async def create_thread(self, request: Request) -> Response:
+        body = await json_body(request)
+        principal = principal_of(request)
+        requested = body.get("resourceId")
+        resource = principal.resource(requested if isinstance(requested, str) and requested else None)
+        if resource is None:
+            raise ApiError(400, "Invalid request body: 'resourceId' is required")
+        thread_id = body.get("threadId") or str(uuid.uuid4())
+        title, metadata = body.get("title"), body.get("metadata") or {}
+        if (
+            not isinstance(thread_id, str)
+            or not (title is None or isinstance(title, str))
+            or not isinstance(metadata, dict)
+        ):
+            raise ApiError(
+                400, "Invalid request body: 'threadId'/'title' must be strings, 'metadata' an object"
+            )
+        if await self.storage.get_thread(thread_id) is not None:
+            raise ApiError(409, f"Thread {thread_id} already exists")
+        thread = Thread(id=thread_id, resource_id=resource, title=title, metadata=metadata)
+        await self.storage.save_thread(thread)
+        return JSONResponse(thread_wire(thread))
+
+    async def get_thread(self, request: Request) -> Response:
+        return JSONResponse(thread_wire(await self._owned(request)))
+
+    async def update_thread(self, request: Request) -> Response:
+        thread = await self._owned(request)
+        body = await json_body(request)
+        if body.get("resourceId") not in (None, thread.resource_id):
+            raise ApiError(400, "A thread cannot move to another resource")
+        title, metadata = body.get("title"), body.get("metadata")
+        if not (title is None or isinstance(title, str)) or not (
+            metadata is None or isinstance(metadata, dict)
+        ):
+            raise ApiError(400, "Invalid request body: 'title' must be a string, 'metadata' an object")
+        updated = await self.storage.update_thread(thread.id, title=title, metadata=metadata)
+        return JSONResponse(thread_wire(updated))
+
+    async def delete_thread(self, request: Request) -> Response:
+        thread = await self._owned(request)
+        await self.storage.delete_thread(thread.id)
+        return JSONResponse({"result": "Thread deleted"})
+
+    async def list_messages(self, request: Request) -> Response:
+        thread = await self._owned(request)
+        page, per_page = _page(request)
+        try:
+            found = await self.storage.list_messages(
+                thread.id, resource_id=thread.resource_id, page=page, per_page=per_page
+            )
+        except NotFoundError:
+            raise ApiError(404, "Thread not found") from None
+        return JSONResponse(
+            {
+                "messages": [message_wire(m) for m in found.items],
+                "uiMessages": [to_ui_message(m) for m in found.items],
+                "total": found.total,
+                "page": found.page,
+                "perPage": found.per_page if found.per_page is not None else False,
+                "hasMore": found.has_more,
+            }
+        )
+
+    async def delete_messages(self, request: Request) -> Response:
+        body = await json_body(request)
+        ids = _message_ids(body.get("messageIds"))
+        principal = principal_of(request)
+        owned = [m.id for m in await self.storage.get_messages(ids) if principal.owns(m.resource_id)]
+        deleted = await self.storage.delete_messages(owned)
+        return JSONResponse({"success": True, "message": f"{deleted} message(s) deleted"})
+
+
+def _message_ids(value: Any) -> list[str]:
+    items = value if isinstance(value, list) else [value]
+    ids = [item.get("id") if isinstance(item, dict) else item for item in items]
+    if not ids or not all(isinstance(i, str) and i for i in ids):
+        raise ApiError(400, "Invalid request body: 'messageIds' must be an id, an {id}, or an array of them")
+    return [str(i) for i in ids]

@@ -1,0 +1,243 @@
+"""Message shapes that arrive over HTTP, as model-prompt messages; stored messages as UI messages.
+
+Accepted input, as clients really send it: a bare string; AI SDK model messages
+(``{role, content: string | parts}``); AI SDK v5 ``UIMessage`` s (``{id, role, parts}``); and the
+AI SDK v4-style messages client-js sends when it continues after client-side tools
+(``toolInvocations`` / ``tool-invocation`` parts, and ``tool-result`` parts carrying ``result``).
+An assistant UI message becomes one assistant (and tool) message per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from runstream.server.errors import ApiError
+from runstream.storage import StoredMessage
+
+Prompt = dict[str, Any]
+ROLES = ("user", "assistant", "system", "tool")
+
+
+def to_prompt(messages: Any, field: str = "messages") -> list[Prompt]:
+    """Any accepted ``messages`` value as prompt messages (400 on a malformed one)."""
+    if isinstance(messages, str):
+        return [_user_text(messages)]
+    if not isinstance(messages, list):
+        raise ApiError(400, f"Invalid request body: '{field}' must be a string or an array of messages")
+    out: list[Prompt] = []
+    for index, message in enumerate(messages):
+        if isinstance(message, str):
+            out.append(_user_text(message))
+        elif not isinstance(message, Mapping) or message.get("role") not in ROLES:
+            raise ApiError(
+                400,
+                f"Invalid request body: {field}[{index}] must be a string or a message with a role "
+                f"({', '.join(ROLES)})",
+            )
+        elif isinstance(message.get("parts"), list):
+            out.extend(_from_ui(message))
+        else:
+            out.extend(_from_model(message))
+    return _dedupe_results(out)
+
+
+def _dedupe_results(messages: list[Prompt]) -> list[Prompt]:
+    """Keep the first result per tool call (v4 history repeats results in a tool message)."""
+    seen: set[str] = set()
+    out: list[Prompt] = []
+    for message in messages:
+        if message["role"] == "tool":
+            content = [p for p in message["content"] if p.get("toolCallId") not in seen]
+            seen.update(str(p.get("toolCallId")) for p in content)
+            if not content:
+                continue
+            message = {**message, "content": content}
+        out.append(message)
+    return out
+
+
+def _user_text(text: str) -> Prompt:
+    return {"role": "user", "content": [{"type": "text", "text": text}]}
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p.get("text", "") for p in content if isinstance(p, Mapping) and p.get("type") == "text"
+        )
+    return ""
+
+
+def _tool_result(
+    call_id: str, tool_name: str, *, value: Any, error: bool, args: Any = None
+) -> dict[str, Any]:
+    part: dict[str, Any] = {
+        "type": "tool-result",
+        "toolCallId": call_id,
+        "toolName": tool_name,
+        "output": {"type": "error-text" if error else "json", "value": value},
+    }
+    if args is not None:
+        part["input"] = args
+    return part
+
+
+def _model_part(part: Any) -> dict[str, Any] | None:
+    if not isinstance(part, Mapping):
+        return None
+    kind = part.get("type")
+    if kind == "tool-call":
+        return {
+            "type": "tool-call",
+            "toolCallId": str(part.get("toolCallId", "")),
+            "toolName": str(part.get("toolName", "")),
+            "input": part.get("input", part.get("args", {})),
+        }
+    if kind == "tool-result":
+        output = part.get("output")
+        if isinstance(output, Mapping) and "type" in output:
+            return {**part, "output": dict(output)}
+        return _tool_result(
+            str(part.get("toolCallId", "")),
+            str(part.get("toolName", "")),
+            value=part.get("result", output),
+            error=bool(part.get("isError")),
+            args=part.get("input", part.get("args")),
+        )
+    return dict(part)
+
+
+def _from_model(message: Mapping[str, Any]) -> list[Prompt]:
+    role = message["role"]
+    content = message.get("content", "")
+    if role == "system":
+        return [{"role": "system", "content": _text_of(content)}]
+    parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    if not isinstance(parts, list):
+        raise ApiError(400, "Invalid request body: message content must be a string or an array of parts")
+    converted = [p for p in (_model_part(p) for p in parts) if p is not None]
+    if role == "assistant" and isinstance(message.get("toolInvocations"), list):
+        step = _Step()
+        step.content.extend(p for p in converted if not (p["type"] == "text" and not p.get("text")))
+        for invocation in message["toolInvocations"]:
+            step.invocation(invocation)
+        return step.messages()
+    return [{"role": role, "content": converted}]
+
+
+class _Step:
+    """The assistant content and tool results of one step of an assistant UI message."""
+
+    def __init__(self) -> None:
+        self.content: list[dict[str, Any]] = []
+        self.results: list[dict[str, Any]] = []
+
+    def invocation(self, inv: Any) -> None:
+        """An AI SDK v4 ``toolInvocation``."""
+        if not isinstance(inv, Mapping):
+            return
+        call_id, name, args = (
+            str(inv.get("toolCallId", "")),
+            str(inv.get("toolName", "")),
+            inv.get("args", {}),
+        )
+        self.content.append({"type": "tool-call", "toolCallId": call_id, "toolName": name, "input": args})
+        if inv.get("state") == "result":
+            self.results.append(_tool_result(call_id, name, value=inv.get("result"), error=False, args=args))
+
+    def tool_part(self, part: Mapping[str, Any], name: str) -> None:
+        """An AI SDK v5 ``tool-<name>`` / ``dynamic-tool`` part."""
+        call_id, args = str(part.get("toolCallId", "")), part.get("input", {})
+        self.content.append({"type": "tool-call", "toolCallId": call_id, "toolName": name, "input": args})
+        state = part.get("state")
+        if state == "output-available":
+            self.results.append(_tool_result(call_id, name, value=part.get("output"), error=False, args=args))
+        elif state in ("output-error", "output-denied"):
+            text = part.get("errorText") or "Tool call was not approved by the user"
+            self.results.append(_tool_result(call_id, name, value=text, error=True, args=args))
+
+    def messages(self) -> list[Prompt]:
+        out: list[Prompt] = []
+        if self.content:
+            out.append({"role": "assistant", "content": self.content})
+        if self.results:
+            out.append({"role": "tool", "content": self.results})
+        return out
+
+
+def _from_ui(message: Mapping[str, Any]) -> list[Prompt]:
+    role = message["role"]
+    parts = [p for p in message["parts"] if isinstance(p, Mapping)]
+    if role == "system":
+        return [{"role": "system", "content": _text_of(parts)}]
+    if role != "assistant":
+        content: list[dict[str, Any]] = []
+        for part in parts:
+            if part.get("type") == "text":
+                content.append({"type": "text", "text": str(part.get("text", ""))})
+            elif part.get("type") == "file":
+                content.append({"type": "file", "data": part.get("url"), "mediaType": part.get("mediaType")})
+            elif part.get("type") in ("tool-result", "tool-call"):
+                converted = _model_part(part)
+                if converted is not None:
+                    content.append(converted)
+        return [{"role": role, "content": content}]
+    out: list[Prompt] = []
+    step = _Step()
+    for part in parts:
+        kind = str(part.get("type", ""))
+        if kind == "step-start":
+            out.extend(step.messages())
+            step = _Step()
+        elif kind == "text" and part.get("text"):
+            step.content.append({"type": "text", "text": str(part["text"])})
+        elif kind == "reasoning" and part.get("text"):
+            step.content.append({"type": "reasoning", "text": str(part["text"])})
+        elif kind == "tool-invocation":
+            step.invocation(part.get("toolInvocation"))
+        elif kind == "dynamic-tool":
+            step.tool_part(part, str(part.get("toolName", "")))
+        elif kind.startswith("tool-"):
+            step.tool_part(part, kind[len("tool-") :])
+    if not message["parts"] and isinstance(message.get("content"), str):
+        step.content.append({"type": "text", "text": message["content"]})
+    out.extend(step.messages())
+    return out
+
+
+# -- stored messages as AI SDK v5 UI messages ------------------------------------------------------
+
+
+def _ui_tool_part(invocation: Mapping[str, Any]) -> dict[str, Any]:
+    inv = invocation["toolInvocation"]
+    part: dict[str, Any] = {
+        "type": f"tool-{inv['toolName']}",
+        "toolCallId": inv["toolCallId"],
+        "input": inv.get("args", {}),
+    }
+    if inv.get("state") == "result":
+        part.update(state="output-available", output=inv.get("result"))
+    elif inv.get("state") == "output-error":
+        part.update(state="output-error", errorText=str(inv.get("errorText")))
+    else:
+        part["state"] = "input-available"
+    return part
+
+
+def to_ui_message(message: StoredMessage) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    for part in message.content.get("parts", []):
+        kind = part.get("type")
+        if kind in ("text", "step-start"):
+            parts.append(dict(part))
+        elif kind == "reasoning":
+            details = "".join(d.get("text", "") for d in part.get("details", []))
+            parts.append({"type": "reasoning", "text": details or part.get("reasoning", "")})
+        elif kind == "tool-invocation":
+            parts.append(_ui_tool_part(part))
+        elif kind == "file":
+            parts.append({"type": "file", "mediaType": part.get("mediaType"), "url": part.get("data")})
+    return {"id": message.id, "role": message.role, "parts": parts}

@@ -1,0 +1,138 @@
+"""From a started run to an SSE response: streamed directly, or detached into the replay log.
+
+Direct: the response pulls the run; a client disconnect aborts it (Mastra's behaviour), and the
+run winds down in the background so its turn still reaches memory. Detached (until-idle runs,
+and any stream whose URL has ``?resumable=true``): the run is pumped into the replay log by the
+server and the response only reads the log, so a dropped connection loses nothing and stops
+nothing. With ``?resumable=true`` each event carries ``id: <runId>:<seq>``; re-sending the
+request with ``Last-Event-ID`` (or ``GET /runs/:runId/stream``) continues after that event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Collection
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+
+from runstream.agent import Agent
+from runstream.chunks import AnyChunk
+from runstream.memory import MemoryScope
+from runstream.output import RunOutput
+from runstream.server.auth import Principal
+from runstream.server.context import ServerContext
+from runstream.server.errors import ApiError
+from runstream.server.overrides import client_tool_stream, settle_client_run
+from runstream.server.resumable import ReplayGapError, RunInfo
+from runstream.server.sse import DONE, SSEResponse, data_frame
+from runstream.server.wire import encode_json, run_json
+
+logger = logging.getLogger("runstream.server")
+
+_winding_down: set[asyncio.Task[None]] = set()
+
+
+@dataclass(slots=True)
+class Run:
+    """A started run and what the server must do around it."""
+
+    out: RunOutput
+    agent: Agent
+    scope: MemoryScope | None = None
+    client_tools: Collection[str] = field(default_factory=tuple)
+
+    @property
+    def run_id(self) -> str:
+        return self.out.run_id
+
+    async def chunks(self) -> AsyncIterator[AnyChunk]:
+        async for chunk in client_tool_stream(self.out, self.client_tools):
+            yield chunk
+        await settle_client_run(self.agent, self.out, self.scope, self.client_tools)
+
+    def events(self) -> AsyncIterator[str]:
+        """The run as wire JSON, ending in-band with error + finish if it fails."""
+        return run_json(self.chunks(), self.run_id)
+
+    def abandon(self) -> None:
+        """The client went away: abort, and let the run wind down (its turn is still saved)."""
+        logger.info("run %s: client disconnected, aborting the run", self.run_id)
+        self.out.abort("client disconnected")
+        task = asyncio.create_task(self.out.consume())
+        _winding_down.add(task)
+        task.add_done_callback(_winding_down.discard)
+
+
+def wants_ids(request: Request) -> bool:
+    return request.query_params.get("resumable", "").lower() in ("1", "true", "yes")
+
+
+def parse_event_id(value: str) -> tuple[str | None, int]:
+    """``<runId>:<seq>`` (or a bare ``<seq>``) → ``(run id or None, seq)``; 400 if malformed."""
+    run_id, _, seq = value.rpartition(":")
+    if not seq.isdigit():
+        raise ApiError(400, f"Invalid Last-Event-ID {value!r}: expected '<runId>:<seq>'")
+    return run_id or None, int(seq)
+
+
+async def owned_run(ctx: ServerContext, run_id: str, principal: Principal) -> RunInfo:
+    info = await ctx.registry.log.info(run_id)
+    if info is None or not principal.owns(info.resource_id):
+        raise ApiError(404, f"Run {run_id} not found (finished runs are kept for a limited time)")
+    return info
+
+
+def replay(ctx: ServerContext, run_id: str, after: int, *, ids: bool) -> SSEResponse:
+    """The run's events after ``after``, then the live ones, then ``[DONE]``."""
+
+    async def frames() -> AsyncGenerator[bytes, None]:
+        try:
+            async for seq, data in ctx.registry.log.read(run_id, after):
+                yield data_frame(data, f"{run_id}:{seq}" if ids else None)
+        except ReplayGapError as exc:
+            error = {
+                "type": "error",
+                "runId": run_id,
+                "from": "AGENT",
+                "payload": {"error": {"message": str(exc)}},
+            }
+            yield data_frame(encode_json(error) or "{}")
+        yield DONE
+
+    return SSEResponse(frames(), heartbeat_s=ctx.heartbeat_s)
+
+
+async def reconnect(ctx: ServerContext, request: Request, principal: Principal) -> SSEResponse | None:
+    """A request carrying ``Last-Event-ID`` continues its run instead of starting a new one."""
+    header = request.headers.get("last-event-id")
+    if not header:
+        return None
+    run_id, seq = parse_event_id(header)
+    if run_id is None:
+        raise ApiError(400, "Last-Event-ID must name the run ('<runId>:<seq>') on this route")
+    await owned_run(ctx, run_id, principal)
+    return replay(ctx, run_id, seq, ids=True)
+
+
+async def respond(
+    ctx: ServerContext, request: Request, run: Run, principal: Principal, *, detach: bool = False
+) -> SSEResponse:
+    """Stream ``run`` as Mastra SSE (see the module docstring for direct vs detached)."""
+    ids = wants_ids(request)
+    if not (detach or ids):
+
+        async def frames() -> AsyncGenerator[bytes, None]:
+            async for text in run.events():
+                yield data_frame(text)
+            yield DONE
+
+        return SSEResponse(frames(), heartbeat_s=ctx.heartbeat_s, on_disconnect=run.abandon)
+    owner = run.scope.resource_id if run.scope is not None else principal.resource_id
+    try:
+        await ctx.registry.start(RunInfo(run.run_id, run.agent.id, owner), run.events(), run.out.abort)
+    except ValueError as exc:
+        run.out.abort("duplicate run id")
+        raise ApiError(409, str(exc)) from None
+    return replay(ctx, run.run_id, 0, ids=ids)

@@ -1,0 +1,207 @@
+"""Background-task routes: Mastra's list / get / stream, plus our cancel and resume.
+
+The stream (``GET /background-tasks/stream``) carries the manager's lifecycle events as
+``{"type", "payload"}`` and stays open until the client leaves. Tasks are resource-scoped: a
+confined principal sees only its resource's tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from runstream.server.auth import Principal, principal_of
+from runstream.server.context import ServerContext, json_body, query_int
+from runstream.server.errors import ApiError
+from runstream.server.sse import DONE, SSEResponse, data_frame
+from runstream.server.wire import chunk_json, encode_json
+from runstream.storage import TaskDateField, TaskFilter, TaskRecord, TaskStatus
+from runstream.storage.records import TASK_STATUSES
+from runstream.tasks.config import ConcurrencyLimitError, TaskNotFoundError, TaskStateError
+from runstream.tasks.manager import BackgroundTaskManager
+
+_DATE_FIELDS: dict[str, TaskDateField] = {
+    "createdAt": "created_at",
+    "startedAt": "started_at",
+    "completedAt": "completed_at",
+}
+SETTLED_EVENTS = frozenset(
+    {
+        "background-task-completed",
+        "background-task-failed",
+        "background-task-cancelled",
+        "background-task-suspended",
+    }
+)
+
+
+def _date(request: Request, name: str) -> datetime | None:
+    value = request.query_params.get(name)
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ApiError(400, f"Query parameter {name!r} must be an ISO 8601 date, got {value!r}") from None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def task_filter(request: Request, principal: Principal) -> TaskFilter:
+    q = request.query_params
+    status = q.get("status") or None
+    if status is not None and status not in TASK_STATUSES:
+        raise ApiError(400, f"Query parameter 'status' must be one of {', '.join(sorted(TASK_STATUSES))}")
+    date_by = q.get("dateFilterBy", "createdAt")
+    if date_by not in _DATE_FIELDS:
+        raise ApiError(400, f"Query parameter 'dateFilterBy' must be one of {', '.join(_DATE_FIELDS)}")
+    order = q.get("orderDirection", "asc").lower()
+    if order not in ("asc", "desc"):
+        raise ApiError(400, "Query parameter 'orderDirection' must be 'asc' or 'desc'")
+    return TaskFilter(
+        status=cast(TaskStatus | None, status),
+        agent_id=q.get("agentId") or None,
+        run_id=q.get("runId") or None,
+        thread_id=q.get("threadId") or None,
+        resource_id=principal.resource(q.get("resourceId") or None),
+        tool_call_id=q.get("toolCallId") or None,
+        tool_name=q.get("toolName") or None,
+        date_field=_DATE_FIELDS[date_by],
+        from_date=_date(request, "fromDate"),
+        to_date=_date(request, "toDate"),
+        order="desc" if order == "desc" else "asc",
+        page=query_int(request, "page", 0) or 0,
+        per_page=query_int(request, "perPage", None, minimum=1),
+    )
+
+
+async def owned_task(manager: BackgroundTaskManager, task_id: str, principal: Principal) -> TaskRecord:
+    task = await manager.get_task(task_id)
+    if task is None or not principal.owns(task.resource_id):
+        raise ApiError(404, "Background task not found")
+    return task
+
+
+def _manager(ctx: ServerContext) -> BackgroundTaskManager:
+    if ctx.tasks is None:
+        raise ApiError(404, "Background tasks are not enabled on this server")
+    return ctx.tasks
+
+
+async def resume_task_stream(
+    ctx: ServerContext, principal: Principal, agent_id: str, run_id: str, call_id: str, data: Any
+) -> SSEResponse | None:
+    """Resume the suspended background task of that tool call; stream its events until it settles.
+
+    ``None`` when no such task is suspended (the call then resumes a suspended run instead).
+    """
+    if ctx.tasks is None:
+        return None
+    manager = ctx.tasks
+    found = await manager.list_tasks(
+        TaskFilter(agent_id=agent_id, run_id=run_id, tool_call_id=call_id, status="suspended")
+    )
+    if not found.items or not principal.owns(found.items[0].resource_id):
+        return None
+    task = found.items[0]
+    subscription = manager.subscribe(task_id=task.id)
+    try:
+        await _resume(manager, task.id, data)
+    except BaseException:
+        await subscription.close()
+        raise
+
+    async def frames() -> AsyncGenerator[bytes, None]:
+        try:
+            async for chunk in subscription:
+                text = chunk_json(chunk)
+                if text is not None:
+                    yield data_frame(text)
+                if chunk.type in SETTLED_EVENTS:
+                    break
+        finally:
+            await subscription.close()
+        yield DONE
+
+    return SSEResponse(frames(), heartbeat_s=ctx.heartbeat_s)
+
+
+async def _resume(manager: BackgroundTaskManager, task_id: str, data: Any) -> TaskRecord:
+    try:
+        return await manager.resume(task_id, data)
+    except TaskNotFoundError:
+        raise ApiError(404, "Background task not found") from None
+    except TaskStateError as exc:
+        raise ApiError(409, str(exc)) from None
+    except ConcurrencyLimitError as exc:
+        raise ApiError(429, str(exc)) from None
+
+
+class TaskRoutes:
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/background-tasks", self.list_tasks),
+            Route("/background-tasks/stream", self.stream),
+            Route("/background-tasks/{task_id}", self.get_task),
+            Route("/background-tasks/{task_id}/cancel", self.cancel, methods=["POST"]),
+            Route("/background-tasks/{task_id}/resume", self.resume, methods=["POST"]),
+        ]
+
+    async def list_tasks(self, request: Request) -> Response:
+        wanted = task_filter(request, principal_of(request))
+        if self.ctx.tasks is None:
+            return JSONResponse({"tasks": [], "total": 0})
+        page = await self.ctx.tasks.list_tasks(wanted)
+        return JSONResponse({"tasks": [task.to_wire() for task in page.items], "total": page.total})
+
+    async def get_task(self, request: Request) -> Response:
+        task = await owned_task(_manager(self.ctx), request.path_params["task_id"], principal_of(request))
+        return JSONResponse(task.to_wire())
+
+    async def stream(self, request: Request) -> Response:
+        principal = principal_of(request)
+        q = request.query_params
+        resource = principal.resource(q.get("resourceId") or None)
+        manager = self.ctx.tasks
+
+        async def frames() -> AsyncGenerator[bytes, None]:
+            if manager is None:
+                await asyncio.Event().wait()  # nothing will ever happen: heartbeats until the client leaves
+                return
+            subscription = manager.subscribe(
+                agent_id=q.get("agentId") or None,
+                run_id=q.get("runId") or None,
+                thread_id=q.get("threadId") or None,
+                resource_id=resource,
+                task_id=q.get("taskId") or None,
+            )
+            try:
+                async for chunk in subscription:
+                    text = encode_json({"type": chunk.type, "payload": chunk.payload})
+                    if text is not None:
+                        yield data_frame(text)
+            finally:
+                await subscription.close()
+
+        return SSEResponse(frames(), heartbeat_s=self.ctx.heartbeat_s)
+
+    async def cancel(self, request: Request) -> Response:
+        manager = _manager(self.ctx)
+        task = await owned_task(manager, request.path_params["task_id"], principal_of(request))
+        await manager.cancel(task.id)
+        return JSONResponse((await owned_task(manager, task.id, principal_of(request))).to_wire())
+
+    async def resume(self, request: Request) -> Response:
+        manager = _manager(self.ctx)
+        task = await owned_task(manager, request.path_params["task_id"], principal_of(request))
+        body = await json_body(request)
+        resumed = await _resume(manager, task.id, body.get("resumeData"))
+        return JSONResponse(resumed.to_wire())

@@ -1,0 +1,235 @@
+"""The AI SDK UI message stream (what ``useChat`` reads), at ``POST /chat/:agentId``.
+
+Chunks map as Mastra's ``@mastra/ai-sdk`` ``chatRoute`` maps them (v5 parts by default, which
+AI SDK 5, 6 and 7 clients all accept; ``?v=6`` adds the v6 approval parts). Background tasks
+become ``data-background-task-*`` parts. An until-idle run is one assistant message: its turns'
+``start`` and ``finish`` are merged into one pair. Mastra's v5 gap (``tool-output-denied``, which
+v5 clients reject) is closed by sending a declined call as ``tool-output-error``.
+
+The request is ``useChat``'s (``{id, messages: UIMessage[], trigger}``) plus any stream options
+(``memory``, ``clientTools``, ``untilIdle`` ...). With a memory thread only the new messages
+are run, since memory holds the history; results of client tools (``addToolResult``) are
+written into the stored assistant message first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from runstream.server.auth import principal_of
+from runstream.server.body import parse_stream_body
+from runstream.server.context import ServerContext, json_body
+from runstream.server.errors import ApiError
+from runstream.server.mastra import start_stream
+from runstream.server.sse import DONE, UI_STREAM_HEADERS, SSEResponse, data_frame
+from runstream.server.wire import encode_json
+
+FINISH_REASONS = frozenset({"stop", "length", "content-filter", "tool-calls", "error", "other", "unknown"})
+_TOOL_PARTS = {
+    "tool-call-input-streaming-start": "tool-input-start",
+    "tool-call-delta": "tool-input-delta",
+    "tool-call": "tool-input-available",
+    "tool-result": "tool-output-available",
+    "tool-error": "tool-output-error",
+}
+
+
+class UIStreamEncoder:
+    """Turns Mastra wire chunks into UI message chunks (stateful: one per response)."""
+
+    def __init__(self, version: int = 5, message_id: str | None = None) -> None:
+        self.version = version
+        self.message_id = message_id
+        self.started = False
+        self.finish_reason: str | None = None
+
+    def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+        kind = str(chunk.get("type"))
+        p: dict[str, Any] = chunk.get("payload") or {}
+        if kind == "step-start":
+            return [*self._start(p.get("messageId")), {"type": "start-step"}]
+        if kind == "step-finish":
+            return [{"type": "finish-step"}]
+        if kind in ("text-start", "text-end"):
+            return [{"type": kind, "id": p.get("id")}]
+        if kind == "text-delta":
+            return [{"type": "text-delta", "id": p.get("id"), "delta": p.get("text", "")}]
+        if kind == "file":
+            return [
+                {
+                    "type": "file",
+                    "mediaType": p.get("mimeType"),
+                    "url": f"data:{p.get('mimeType')};base64,{p.get('data')}",
+                }
+            ]
+        if kind in _TOOL_PARTS:
+            return [self._tool(kind, p)]
+        if kind == "tool-call-approval":
+            return self._approval(chunk, p)
+        if kind == "tool-call-suspended":
+            data = {**{k: p.get(k) for k in ("toolCallId", "toolName", "suspendPayload", "resumeSchema")}}
+            return [
+                {
+                    "type": "data-tool-call-suspended",
+                    "id": p.get("toolCallId"),
+                    "data": {"state": "suspended", "runId": chunk.get("runId"), **data},
+                }
+            ]
+        if kind == "tool-output-denied":
+            if self.version >= 6:
+                return [{"type": "tool-output-denied", "toolCallId": p.get("toolCallId")}]
+            reason = (p.get("approval") or {}).get("reason") or "Tool call was not approved by the user"
+            return [{"type": "tool-output-error", "toolCallId": p.get("toolCallId"), "errorText": reason}]
+        if kind.startswith("background-task-"):
+            return [self._background(kind, chunk, p)]
+        if kind.startswith("data-"):
+            return [{k: chunk[k] for k in ("type", "data", "id", "transient") if k in chunk}]
+        if kind == "object-result":
+            return [{"type": "data-structured-output", "data": {"object": chunk.get("object")}}]
+        if kind == "tripwire":
+            keys = ("reason", "retry", "metadata", "processorId")
+            self.finish_reason = self.finish_reason or "other"
+            return [{"type": "data-tripwire", "data": {k: p.get(k) for k in keys}}]
+        if kind == "error":
+            return [{"type": "error", "errorText": _error_text(p.get("error"))}]
+        if kind == "abort":
+            return [{"type": "abort"}]
+        if kind == "finish":
+            reason = (p.get("stepResult") or {}).get("reason")
+            self.finish_reason = reason if reason in FINISH_REASONS else "other"
+        return []  # start (held until step-start), reasoning, sources, raw, progress metadata ...
+
+    def _start(self, message_id: Any) -> list[dict[str, Any]]:
+        if self.started:
+            return []
+        self.started = True
+        return [{"type": "start", "messageId": self.message_id or message_id}]
+
+    def _tool(self, kind: str, p: dict[str, Any]) -> dict[str, Any]:
+        part: dict[str, Any] = {"type": _TOOL_PARTS[kind], "toolCallId": p.get("toolCallId")}
+        if kind == "tool-call-input-streaming-start":
+            part.update(toolName=p.get("toolName"), dynamic=False)
+        elif kind == "tool-call-delta":
+            part["inputTextDelta"] = p.get("argsTextDelta", "")
+        elif kind == "tool-call":
+            part.update(toolName=p.get("toolName"), input=p.get("args", {}))
+        elif kind == "tool-result":
+            part["output"] = p.get("result")
+        else:
+            part["errorText"] = _error_text(p.get("error"))
+        return part
+
+    def _approval(self, chunk: dict[str, Any], p: dict[str, Any]) -> list[dict[str, Any]]:
+        run_id, call_id = chunk.get("runId"), p.get("toolCallId")
+        data = {
+            "state": "data-tool-call-approval",
+            "runId": run_id,
+            **{k: p.get(k) for k in ("toolCallId", "toolName", "args", "resumeSchema")},
+        }
+        parts = [{"type": "data-tool-call-approval", "id": call_id, "data": data}]
+        if self.version >= 6:
+            parts.insert(
+                0,
+                {
+                    "type": "tool-approval-request",
+                    "approvalId": f"{run_id}::{call_id}",
+                    "toolCallId": call_id,
+                },
+            )
+        return parts
+
+    def _background(self, kind: str, chunk: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
+        name = f"data-{kind}"
+        part: dict[str, Any] = {"type": name, "data": {**p, "state": name, "runId": chunk.get("runId")}}
+        part_id = p.get("taskId") or p.get("toolCallId")
+        if part_id:
+            part["id"] = part_id
+        return part
+
+    def close(self) -> list[dict[str, Any]]:
+        """The closing chunks: one ``finish`` for the whole response (if the run got that far)."""
+        if self.finish_reason is None:
+            return []
+        return [*self._start(None), {"type": "finish", "finishReason": self.finish_reason}]
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, dict):
+        return str(error.get("message") or encode_json(error))
+    return str(error)
+
+
+async def ui_frames(events: AsyncIterator[str], encoder: UIStreamEncoder) -> AsyncGenerator[bytes, None]:
+    async for text in events:
+        for part in encoder.feed(json.loads(text)):
+            encoded = encode_json(part)
+            if encoded is not None:
+                yield data_frame(encoded)
+    for part in encoder.close():
+        yield data_frame(encode_json(part) or "{}")
+    yield DONE
+
+
+def _new_messages(messages: Any, with_memory: bool) -> Any:
+    """With memory, only what follows the last assistant message is new (memory has the rest);
+    a trailing assistant message carries client tool results and is kept."""
+    if not with_memory or not isinstance(messages, list):
+        return messages
+    last = max(
+        (i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"),
+        default=-1,
+    )
+    if last == len(messages) - 1:
+        return messages[last:]
+    return messages[last + 1 :]
+
+
+class ChatRoutes:
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+
+    def routes(self) -> list[Route]:
+        return [Route("/chat/{agent_id}", self.chat, methods=["POST"])]
+
+    async def chat(self, request: Request) -> Response:
+        agent = self.ctx.agent(request.path_params["agent_id"])
+        version = request.query_params.get("v", "5")
+        if version not in ("5", "6", "7"):
+            raise ApiError(400, "Query parameter 'v' must be 5, 6 or 7")
+        body = await json_body(request)
+        if body.get("trigger") == "regenerate-message" and isinstance(body.get("messages"), list):
+            messages = list(body["messages"])
+            if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
+                messages.pop()
+            body["messages"] = messages
+        continuation_id = _continued_message_id(body.get("messages"))
+        body["messages"] = _new_messages(body.get("messages"), body.get("memory") is not None)
+        principal = principal_of(request)
+        parsed = parse_stream_body(body, principal)
+        parsed.run_id = None  # useChat's ids are chat/message ids, not run ids
+        if continuation_id is not None and parsed.memory is not None:
+            parsed.messages = [m for m in parsed.messages if m["role"] == "tool"]  # the rest is in memory
+        run = await start_stream(agent, parsed)
+        self.ctx.remember_owner(run.run_id, principal, run.scope)
+        encoder = UIStreamEncoder(int(version), continuation_id)
+        return SSEResponse(
+            ui_frames(run.events(), encoder),
+            heartbeat_s=self.ctx.heartbeat_s,
+            headers=UI_STREAM_HEADERS,
+            on_disconnect=run.abandon,
+        )
+
+
+def _continued_message_id(messages: Any) -> str | None:
+    """A request ending with an assistant message continues it (client tool results)."""
+    if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
+        last = messages[-1]
+        if last.get("role") == "assistant" and isinstance(last.get("id"), str):
+            return str(last["id"])
+    return None
