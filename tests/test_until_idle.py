@@ -391,3 +391,23 @@ async def test_durable_agent_waits_for_its_task_in_the_loop() -> None:
     # The answer step saw the real result.
     results = [p for m in model.recorded[1].prompt if m["role"] == "tool" for p in m["content"]]
     assert results[0]["output"]["value"] == {"topic": "dur", "summary": "dur is fast"}
+
+
+async def test_a_reader_that_stops_stops_continuations_but_not_the_task() -> None:
+    gate = Gate()
+    model = ScriptedModel(calls=[call(("c1", "research", '{"topic":"r"}')), say("Started."), say("Never.")])
+    runtime, agent = build(model, gate)
+    async with runtime:
+        out = await agent.stream("Research r", memory=MEMORY, until_idle=True)
+        async for chunk in out.full_stream:
+            if chunk.type == "background-task-started":
+                break
+        manager = runtime.task_manager
+        assert manager is not None
+        task = (await manager.list_tasks(TaskFilter(tool_call_id="c1"))).items[0]
+        gate.get("r").set()
+        assert (await manager.wait_for(task.id)).status == "completed"
+        for _ in range(50):  # give a (wrongly) started continuation every chance to run
+            await asyncio.sleep(0)
+    assert out.state.status == "success"  # the first turn still ran to its end
+    assert model.call_count == 2  # but no continuation turn started for a reader that left
