@@ -1,0 +1,403 @@
+"""The execution engine: one pass over a workflow's entries for one run (a start or a resume).
+
+It follows Mastra's default engine step by step, because the chunk stream shows its internals:
+a step's start payload carries the fields of its previous result in this run (so a resumed
+step keeps its first ``startedAt`` and a later loop iteration still shows the resume payload),
+a failed attempt that is retried emits nothing, ``setState`` merges into the state when the
+step ends, and the run is checked for cancellation between entries (``workflow-canceled``).
+Step results live in ``results`` keyed by step id (``"input"`` holds the run's input) and are
+persisted as a snapshot after every entry, so a suspended run can be resumed by another process.
+
+One deliberate difference: a step that calls ``bail()`` inside a ``.branch()`` ends the run
+(Mastra only marks it ``bailed`` and goes on with the next step; see :mod:`.control`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from runstream.abort import AbortSignal
+from runstream.processors import TripWire
+from runstream.workflows import control
+from runstream.workflows._results import UNDEFINED, now_ms, omit_completion
+from runstream.workflows.errors import WorkflowError, error_from_wire
+from runstream.workflows.events import PrefixSink, Sink
+from runstream.workflows.flow import Entry, ForeachEntry, LoopEntry, SleepEntry, StepEntry
+from runstream.workflows.output import WorkflowResult
+from runstream.workflows.schema import SchemaValidationError, to_plain
+from runstream.workflows.snapshots import RunStore, prepare_resume
+from runstream.workflows.step import StepBailed, StepContext, StepSuspended, StepWriter
+
+if TYPE_CHECKING:
+    from runstream.workflows.workflow import Workflow
+
+
+@dataclass(slots=True)
+class Resume:
+    """What a resume targets: the step path (outer to inner) and where it sits in the flow."""
+
+    steps: list[str]
+    payload: Any
+    path: list[int]
+    foreach_index: int | None = None
+
+
+@dataclass(slots=True)
+class StepCall:
+    """A step that has started (its start event is out) and is about to run."""
+
+    entry: StepEntry
+    call_id: str
+    input_data: Any
+    validation_error: Exception | None
+    resume_data: Any
+    suspend_data: Any
+    info: dict[str, Any]
+    path: list[int]
+    skip_emits: bool
+    resume: Resume | None
+
+
+@dataclass(slots=True)
+class _Outcome:
+    status: str
+    value: Any = UNDEFINED
+    state: dict[str, Any] | None = None
+
+
+_DEFAULT: Any = object()
+
+
+@dataclass(slots=True)
+class Execution:
+    workflow: Workflow
+    run_id: str
+    sink: Sink
+    abort: AbortSignal
+    store: RunStore
+    results: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+    resume: Resume | None = None
+    suspended_paths: dict[str, list[int]] = field(default_factory=dict)
+
+    # -- the run -------------------------------------------------------------------------------
+    async def start(self, input_data: Any, state: dict[str, Any]) -> WorkflowResult:
+        self.results = {"input": input_data}
+        self.state = state
+        await self.store.save(self.snapshot("running"))
+        return await self.run_from(0)
+
+    async def run_from(self, start: int) -> WorkflowResult:
+        entries = self.workflow.entries
+        if not entries:
+            raise WorkflowError("Workflow must have at least one step")
+        last: dict[str, Any] = {"status": "success", "output": self.results.get("input")}
+        for i in range(start, len(entries)):
+            if self.abort.aborted:
+                return await self._finish({"status": "canceled"})
+            self.suspended_paths = {}
+            prev = self.entry_output(entries[i - 1]) if i > 0 else self.results.get("input")
+            last = await self.run_entry(entries[i], [i], prev)
+            if last["status"] != "success":
+                if last["status"] == "bailed":
+                    last = {**last, "status": "success"}
+                return await self._finish(last)
+        return await self._finish(last)
+
+    async def run_entry(self, entry: Entry, path: list[int], prev: Any) -> dict[str, Any]:
+        if isinstance(entry, StepEntry):
+            result = await self.run_step(entry, self.resumed_input(entry.id, prev), path)
+        elif isinstance(entry, SleepEntry):
+            result = await control.run_sleep(self, entry, prev)
+        elif isinstance(entry, LoopEntry):
+            result = await control.run_loop(self, entry, path, prev)
+            self.results[entry.step.id] = result
+        elif isinstance(entry, ForeachEntry):
+            result = await control.run_foreach(self, entry, path, self.resumed_input(entry.step.id, prev))
+            self.results[entry.step.id] = result
+        else:
+            result = await control.run_block(self, entry, path, prev)
+        if self.abort.aborted:
+            result = {**result, "status": "canceled"}
+        await self.store.save(self.snapshot("running" if result["status"] == "success" else result["status"]))
+        if result["status"] == "canceled":
+            self.sink.event("workflow-canceled", {})
+        return result
+
+    def resumed_input(self, step_id: str, prev: Any) -> Any:
+        """A resumed step runs on the input it had when it suspended."""
+        if self.resume is not None and step_id in self.resume.steps:
+            previous = self.results.get(step_id)
+            if isinstance(previous, Mapping) and "payload" in previous:
+                return previous["payload"]
+        return prev
+
+    def entry_output(self, entry: Entry) -> Any:
+        """The input the entry after ``entry`` receives."""
+        if isinstance(entry, StepEntry | LoopEntry | ForeachEntry):
+            step_id = entry.id if isinstance(entry, StepEntry) else entry.step.id
+            return self._output_of(step_id)
+        if isinstance(entry, SleepEntry):
+            return self._output_of(entry.id)
+        return {s.id: self._output_of(s.id) for s in entry.steps if self._output_of(s.id) is not UNDEFINED}
+
+    def _output_of(self, step_id: str) -> Any:
+        result = self.results.get(step_id)
+        return result.get("output", UNDEFINED) if isinstance(result, Mapping) else UNDEFINED
+
+    async def _finish(self, last: dict[str, Any]) -> WorkflowResult:
+        result = self.result(last)
+        await self.store.save(self.snapshot(result.status, result))
+        return result
+
+    def result(self, last: Mapping[str, Any]) -> WorkflowResult:
+        out = WorkflowResult(
+            status=last["status"],
+            run_id=self.run_id,
+            steps={k: v for k, v in self.results.items() if k != "input"},
+            input=self.results.get("input"),
+            state=self.state,
+        )
+        if out.status == "success":
+            out.result = last.get("output")
+        elif out.status == "failed":
+            if last.get("tripwire"):
+                out.status, out.tripwire = "tripwire", last["tripwire"]
+            else:
+                out.error = last.get("error")
+        elif out.status == "suspended":
+            for step_id, step_result in out.steps.items():
+                if isinstance(step_result, Mapping) and step_result.get("status") == "suspended":
+                    payload = dict(step_result.get("suspendPayload") or {})
+                    meta = payload.pop("__workflow_meta", None) or {}
+                    out.suspend_payload[step_id] = payload
+                    out.suspended.append([step_id, *meta.get("path", [])])
+        return out
+
+    def snapshot(self, status: str, result: WorkflowResult | None = None) -> dict[str, Any]:
+        snapshot: dict[str, Any] = {
+            "workflowId": self.workflow.id,
+            "runId": self.run_id,
+            "status": status,
+            "context": self.results,
+            "state": self.state,
+            "suspendedPaths": self.suspended_paths,
+            "updatedAt": now_ms(),
+        }
+        if result is not None and result.status == "success":
+            snapshot["result"] = result.result
+        if result is not None and result.error is not None:
+            snapshot["error"] = result.error
+        return snapshot
+
+    # -- steps ---------------------------------------------------------------------------------
+    async def run_step(
+        self,
+        entry: StepEntry,
+        prev: Any,
+        path: list[int],
+        *,
+        iteration: int | None = None,
+        foreach_index: int | None = None,
+        resume: Any = _DEFAULT,
+    ) -> dict[str, Any]:
+        call = self.begin_step(
+            entry, prev, path, iteration=iteration, foreach_index=foreach_index, resume=resume
+        )
+        return await self.complete_step(call)
+
+    def begin_step(
+        self,
+        entry: StepEntry,
+        prev: Any,
+        path: list[int],
+        *,
+        iteration: int | None = None,
+        foreach_index: int | None = None,
+        resume: Any = _DEFAULT,
+    ) -> StepCall:
+        """Validate the input and emit ``workflow-step-start`` (skipped for foreach items)."""
+        step = entry.step
+        active: Resume | None = self.resume if resume is _DEFAULT else resume
+        validation_error: Exception | None = None
+        if step.input_schema is not None and self.workflow.validate_inputs:
+            try:
+                step.input_schema.validate(prev, "Step input validation failed:")
+            except SchemaValidationError as exc:
+                validation_error = exc
+        resume_data = active.payload if active is not None and active.steps[:1] == [step.id] else None
+        previous = self.results.get(step.id)
+        info = omit_completion(previous)
+        now = now_ms()
+        if resume_data is not None:
+            info.update(resumePayload=resume_data, resumedAt=now)
+        else:
+            info.update(payload=prev, startedAt=now)
+        info["status"] = "running"
+        if iteration:
+            info["metadata"] = {"iterationCount": iteration}
+        call = StepCall(
+            entry=entry,
+            call_id=str(uuid.uuid4()),
+            input_data=prev,
+            validation_error=validation_error,
+            resume_data=resume_data,
+            suspend_data=_suspend_data(previous, foreach_index),
+            info=info,
+            path=path,
+            skip_emits=foreach_index is not None,
+            resume=active,
+        )
+        if not call.skip_emits:
+            self.sink.event("workflow-step-start", {"id": step.id, "stepCallId": call.call_id, **info})
+        return call
+
+    async def complete_step(self, call: StepCall) -> dict[str, Any]:
+        """Run the step (with retries) and emit its result or suspension."""
+        step = call.entry.step
+        retries = step.retries if step.retries is not None else self.workflow.retry_attempts
+        error: Exception | None = None
+        outcome = _Outcome("failed")
+        for attempt in range(retries + 1):
+            if attempt and self.workflow.retry_delay_ms:
+                await asyncio.sleep(self.workflow.retry_delay_ms / 1000)
+            try:
+                if call.validation_error is not None:
+                    raise call.validation_error
+                outcome = await self._attempt(call, attempt)
+                break
+            except Exception as exc:
+                error = exc
+        now = now_ms()
+        if outcome.status == "failed":
+            ending: dict[str, Any] = {"status": "failed", "error": error, "endedAt": now}
+            if isinstance(error, TripWire):
+                ending["tripwire"] = {
+                    "reason": error.reason,
+                    "retry": error.retry,
+                    "metadata": error.metadata,
+                    "processorId": error.processor_id,
+                }
+        elif outcome.status == "suspended":
+            ending = {"status": "suspended", "suspendPayload": outcome.value, "suspendedAt": now}
+            self.suspended_paths[step.id] = list(call.path)
+        else:
+            ending = {"status": outcome.status, "endedAt": now}
+            if outcome.value is not UNDEFINED:
+                ending["output"] = outcome.value
+        if outcome.state is not None:
+            self.state.update(outcome.state)
+        result = {**call.info, **ending}
+        if not call.skip_emits:
+            kind = "workflow-step-suspended" if outcome.status == "suspended" else "workflow-step-result"
+            self.sink.event(kind, {"id": step.id, "stepCallId": call.call_id, **result})
+        self.results[step.id] = result
+        return result
+
+    async def _attempt(self, call: StepCall, attempt: int) -> _Outcome:
+        step = call.entry.step
+        input_data = call.input_data
+        if step.input_schema is not None:
+            input_data = step.input_schema.for_step(input_data)
+        resume_data = call.resume_data
+        if resume_data is not None and step.resume_schema is not None:
+            resume_data = step.resume_schema.for_step(resume_data)
+        ctx = StepContext(
+            step=step,
+            run_id=self.run_id,
+            workflow_id=self.workflow.id,
+            input_data=input_data,
+            state=self.state,
+            writer=StepWriter(self.sink, step.id),
+            abort_signal=self.abort,
+            retry_count=attempt,
+            resume_data=resume_data,
+            suspend_data=call.suspend_data,
+            results=self.results,
+        )
+        try:
+            if call.entry.workflow is not None:
+                output = await self._run_nested(call, ctx)
+            else:
+                output = to_plain(await step.execute(ctx))
+        except StepSuspended as suspended:
+            return _Outcome("suspended", suspended.payload, ctx.state_update)
+        except StepBailed as bailed:
+            return _Outcome("bailed", to_plain(bailed.value), ctx.state_update)
+        if output is not UNDEFINED and step.output_schema is not None and self.workflow.validate_outputs:
+            step.output_schema.validate(output, "Step output validation failed:")
+        return _Outcome("success", output, ctx.state_update)
+
+    async def _run_nested(self, call: StepCall, ctx: StepContext) -> Any:
+        """Run a nested workflow step as its own execution sharing this run's id and signal.
+
+        Its events reach the stream with ids ``<nested id>.<step id>``; a suspension inside it
+        suspends this step with the inner payload plus ``__workflow_meta`` (the inner path).
+        """
+        workflow = call.entry.workflow
+        assert workflow is not None
+        child = Execution(
+            workflow=workflow,
+            run_id=self.run_id,
+            sink=PrefixSink(self.sink, workflow.id),
+            abort=self.abort,
+            store=self.store.child(call.entry.id),
+        )
+        previous = self.results.get(call.entry.id)
+        suspended_before = isinstance(previous, Mapping) and previous.get("status") == "suspended"
+        if call.resume_data is not None and call.resume is not None and suspended_before:
+            snapshot = await child.store.load()
+            inner_steps = call.resume.steps[1:] or None
+            child.resume = prepare_resume(snapshot, workflow, inner_steps, call.resume_data, self.run_id)
+            assert snapshot is not None
+            child.results = dict(snapshot["context"])
+            child.state = dict(snapshot.get("state") or self.state)
+            outcome = await child.run_from(child.resume.path.pop(0))
+        else:
+            input_data = workflow.validate_input(call.input_data)
+            outcome = await child.start(input_data, dict(self.state))
+        await ctx.set_state(outcome.state)
+        suspended = [
+            (step_id, r)
+            for step_id, r in outcome.steps.items()
+            if isinstance(r, Mapping) and r.get("status") == "suspended"
+        ]
+        for step_id, r in suspended:
+            payload = dict(r.get("suspendPayload") or {})
+            meta = dict(payload.get("__workflow_meta") or {})
+            meta.update(runId=child.run_id, path=[step_id, *meta.get("path", [])])
+            payload["__workflow_meta"] = meta
+            if r is suspended[-1][1]:
+                raise StepSuspended(payload)
+        if outcome.status == "failed":
+            raise (
+                outcome.error if isinstance(outcome.error, BaseException) else error_from_wire(outcome.error)
+            )
+        if outcome.status == "tripwire" and outcome.tripwire is not None:
+            trip = outcome.tripwire
+            raise TripWire(
+                str(trip.get("reason", "Processor tripwire triggered")),
+                retry=bool(trip.get("retry")),
+                metadata=trip.get("metadata"),
+                processor_id=trip.get("processorId"),
+            )
+        return outcome.result if outcome.status == "success" else UNDEFINED
+
+
+def _suspend_data(previous: Any, foreach_index: int | None) -> Any:
+    """The payload a previously suspended step suspended with (without engine metadata)."""
+    if not isinstance(previous, Mapping) or previous.get("status") != "suspended":
+        return None
+    data = previous.get("suspendPayload")
+    if not isinstance(data, Mapping):
+        return data
+    if foreach_index is not None:
+        items = (data.get("__workflow_meta") or {}).get("foreachOutput") or []
+        item = items[foreach_index] if foreach_index < len(items) else None
+        if isinstance(item, Mapping) and item.get("status") == "suspended" and item.get("suspendPayload"):
+            data = item["suspendPayload"]
+    return {k: v for k, v in data.items() if k != "__workflow_meta"}
