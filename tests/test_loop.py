@@ -154,8 +154,8 @@ async def test_parallel_tool_calls_stream_output_live_and_report_results_in_call
     assert data.data == {"pct": 100}
     assert [c.payload["result"] for c in of_type(chunks, "tool-result")] == ["slow result", "fast result"]
     assert [(p["toolCallId"], p["output"]) for p in last_tool_message(model)] == [
-        ("c1", {"type": "json", "value": "slow result"}),
-        ("c2", {"type": "json", "value": "fast result"}),
+        ("c1", {"type": "text", "value": "slow result"}),
+        ("c2", {"type": "text", "value": "fast result"}),
     ]
     assert [c.payload["toolCallId"] for c in await out.tool_results] == ["c1", "c2"]
     assert await out.text == "both done"
@@ -445,7 +445,7 @@ async def test_approval_stops_the_run_and_approve_continues_it() -> None:
     assert {c.run_id for c in chunks} == {out.run_id}
     assert chunks[1].payload["result"] == "deleted 3"
     assert executed == [3]
-    assert last_tool_message(model)[0]["output"] == {"type": "json", "value": "deleted 3"}
+    assert last_tool_message(model)[0]["output"] == {"type": "text", "value": "deleted 3"}
     assert await resumed.text == "Done."
     with pytest.raises(RunNotFoundError):
         await agent.approve_tool_call(run_id=out.run_id, tool_call_id="c1")

@@ -42,7 +42,7 @@ def _tool_turn() -> list[dict[str, Any]]:
                     "type": "tool-result",
                     "toolCallId": "call-1",
                     "toolName": "research",
-                    "output": {"type": "json", "value": "Background task started. Task ID: task-123."},
+                    "output": {"type": "text", "value": "Background task started. Task ID: task-123."},
                     "input": {"topic": "sol"},
                     "providerOptions": {
                         "mastra": {"backgroundTask": {"taskId": "task-123", "status": "running"}}

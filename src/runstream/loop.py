@@ -53,7 +53,13 @@ from runstream.chunks import (
     ToolResultChunk,
     TripwireChunk,
 )
-from runstream.models.base import LanguageModel, ModelRequest, ModelSettings, PromptMessage
+from runstream.models.base import (
+    LanguageModel,
+    ModelRequest,
+    ModelSettings,
+    PromptMessage,
+    tool_result_output,
+)
 from runstream.processors import (
     ProcessorContext,
     StepView,
@@ -280,9 +286,7 @@ def tool_output_for_model(outcome: ToolOutcome) -> dict[str, Any]:
     """The ``output`` of a tool-result prompt part."""
     if outcome.model_output is not None:
         return outcome.model_output
-    if outcome.kind == "error" or outcome.kind == "denied":
-        return {"type": "error-text", "value": str(outcome.value)}
-    return {"type": "json", "value": outcome.value}
+    return tool_result_output(outcome.value, is_error=outcome.kind in ("error", "denied"))
 
 
 async def agent_loop(
@@ -663,6 +667,7 @@ async def agent_loop(
             return
         cont = _should_continue(cfg, state)
         yield _step_finish_chunk(cfg, state, record, finish_reason, continued=cont, step_result=step_result)
+        record["content"].extend(record.pop("pendingResults", []))
         dispatched = [t for t in state.background_task_ids if t not in waited]
         if cfg.wait_for_background is not None and dispatched:
             waited.update(dispatched)
@@ -728,6 +733,7 @@ async def _finish_pending_step(
     yield _step_finish_chunk(
         cfg, state, record, record.get("finishReason", "tool-calls"), continued=cont, step_result=step_result
     )
+    record["content"].extend(record.pop("pendingResults", []))
     if not cont:
         state.status = "success"
         yield _finish_chunk(cfg, state, record.get("finishReason", "tool-calls"))
@@ -855,9 +861,11 @@ async def _run_tool_step(
         }
         if outcome.provider_metadata:
             part["providerOptions"] = outcome.provider_metadata
+            _link_call(state, call.tool_call_id, outcome.provider_metadata)
         tool_parts.append(part)
     state.messages.append({"role": "tool", "content": tool_parts})
-    pending.step_record["content"].extend(
+    # The step's content gains its tool results once its step-finish is out (as in Mastra).
+    pending.step_record["pendingResults"] = [
         {
             "type": "tool-result",
             "toolCallId": p["toolCallId"],
@@ -866,7 +874,7 @@ async def _run_tool_step(
             "input": p["input"],
         }
         for p in tool_parts
-    )
+    ]
     state.pending = None
 
 
@@ -924,6 +932,17 @@ async def run_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext, call: Too
     if ctx.suspended:
         return ToolOutcome(call, "suspended", ctx.suspended_with)
     return ToolOutcome(call, "result", result)
+
+
+def _link_call(state: RunState, tool_call_id: str, provider_metadata: dict[str, Any]) -> None:
+    """Mark the assistant's tool-call part with the same metadata as its result (task link)."""
+    for message in reversed(state.messages):
+        if message["role"] != "assistant":
+            continue
+        for part in message["content"]:
+            if part.get("type") == "tool-call" and part.get("toolCallId") == tool_call_id:
+                part["providerOptions"] = provider_metadata
+                return
 
 
 def _is_placeholder(outcome: ToolOutcome) -> bool:
@@ -1026,6 +1045,11 @@ def _step_record(
             if c["type"] == "tool-call"
         ],
     }
+    # The response messages as of this step (a tool step's results are not in yet).
+    messages = [dict(m, content=list(m["content"])) for m in state.response_messages]
+    if record["toolCalls"]:
+        messages.append({"role": "tool", "content": []})
+    record["responseMessages"] = messages
     state.steps.append(record)
     _add_usage(state.usage, usage)
     return record
@@ -1068,11 +1092,11 @@ def _output_payload(state: RunState, record: dict[str, Any], usage: dict[str, An
 
 def _public_step(record: dict[str, Any]) -> dict[str, Any]:
     return {
-        "content": record["content"],
+        "content": list(record["content"]),
         "usage": record["usage"],
         "warnings": record["warnings"],
         "request": record["request"],
-        "response": record["response"],
+        "response": {**record["response"], "headers": {}, "messages": record["responseMessages"]},
     }
 
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runstream.models.base import PromptMessage
+from runstream.models.base import PromptMessage, tool_result_output
 from runstream.storage import Storage, StoredMessage, TaskRecord, Thread, ThreadResourceMismatchError
 
 DEFAULT_LAST_MESSAGES = 40
@@ -256,9 +256,9 @@ def db_to_prompt(message: StoredMessage) -> list[PromptMessage]:
             )
             if inv["state"] in ("result", "output-error"):
                 output = (
-                    {"type": "error-text", "value": inv.get("errorText")}
+                    tool_result_output(inv.get("errorText"), is_error=True)
                     if inv["state"] == "output-error"
-                    else {"type": "json", "value": inv.get("result")}
+                    else tool_result_output(inv.get("result"))
                 )
                 result = {
                     "type": "tool-result",
@@ -330,7 +330,7 @@ def rewrite_prompt_result(messages: list[PromptMessage], task: TaskRecord) -> bo
                 and link is not None
                 and link.get("taskId") == task.id
             ):
-                part["output"] = {"type": "json" if state == "result" else "error-text", "value": value}
+                part["output"] = tool_result_output(value, is_error=state != "result")
                 part["providerOptions"]["mastra"]["backgroundTask"]["status"] = task.status
                 return True
     return False

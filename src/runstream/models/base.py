@@ -33,6 +33,15 @@ PromptMessage = dict[str, Any]
 """One prompt message (``LanguageModelV2Prompt`` element)."""
 
 
+def tool_result_output(value: Any, *, is_error: bool = False) -> dict[str, Any]:
+    """A tool result as a prompt ``output``: text for strings, JSON otherwise (AI SDK's rule)."""
+    if is_error:
+        return {"type": "error-text", "value": str(value)}
+    if isinstance(value, str):
+        return {"type": "text", "value": value}
+    return {"type": "json", "value": value}
+
+
 class Usage(TypedDict, total=False):
     inputTokens: int
     outputTokens: int

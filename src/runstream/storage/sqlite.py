@@ -91,6 +91,21 @@ def _ids_json(ids: Collection[str]) -> str:
     return encode_json(list(ids), what="id list")
 
 
+async def _enable_wal(db: aiosqlite.Connection, timeout_ms: int) -> None:
+    """Switch the file to WAL mode; retried, since SQLite's busy handler does not cover this
+    switch while another connection (e.g. a second process opening the file) holds a lock."""
+    deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+    while True:
+        try:
+            async with db.execute("PRAGMA journal_mode = WAL") as cursor:
+                await cursor.fetchone()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.01)
+
+
 @contextmanager
 def _translate_errors() -> Iterator[None]:
     try:
@@ -147,7 +162,7 @@ class SqliteStorage:
             db = await aiosqlite.connect(os.fspath(self._path), isolation_level=None)
             try:
                 await db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-                await db.execute("PRAGMA journal_mode = WAL")
+                await _enable_wal(db, self._busy_timeout_ms)
                 await db.execute("PRAGMA synchronous = NORMAL")
                 await db.execute("PRAGMA foreign_keys = ON")
                 await schema.migrate(db, schema.MIGRATIONS)
