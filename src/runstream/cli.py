@@ -1,4 +1,4 @@
-"""The ``runstream`` command: ``demo`` and ``replay`` (a conformance scenario)."""
+"""The ``runstream`` command: ``demo``, ``serve`` and ``replay`` (a conformance scenario)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,17 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:
+        from runstream.server.cli import serve_command
+
+        return serve_command(argv[1:])
     parser = argparse.ArgumentParser(prog="runstream")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("demo", help="stream a research agent live in the terminal")
+    commands.add_parser("demo", help="stream a research agent with background tasks live in the terminal")
+    commands.add_parser(
+        "serve", help="serve agents over HTTP: runstream serve module:attr [--host --port ...]"
+    )
     replay = commands.add_parser("replay", help="run a conformance scenario, chunks as JSONL on stdout")
     replay.add_argument("scenario")
     args = parser.parse_args(argv)
