@@ -13,11 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import jsonschema
+
 from runstream.memory import MemoryScope
 from runstream.models.base import ModelSettings
 from runstream.server.auth import Principal
 from runstream.server.errors import ApiError
 from runstream.server.messages import Prompt, to_prompt
+from runstream.structured import StructuredOutput
 
 _SETTINGS = {
     "temperature": "temperature",
@@ -46,7 +49,7 @@ class StreamRequest:
     max_steps: int | None = None
     tool_choice: str | dict[str, Any] | None = None
     model_settings: ModelSettings | None = None
-    structured_output: dict[str, Any] | None = None
+    structured_output: StructuredOutput | None = None
     until_idle: bool | dict[str, Any] = False
     context: list[Prompt] = field(default_factory=list)
     client_tools: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -132,6 +135,18 @@ def _until_idle(body: Mapping[str, Any], forced: bool) -> bool | dict[str, Any]:
     return {"max_idle_ms": max_idle} if max_idle is not None else True
 
 
+def _structured(value: Mapping[str, Any] | None) -> StructuredOutput | None:
+    if value is None:
+        return None
+    if "schema" not in value:
+        raise invalid("'structuredOutput' needs a 'schema' (a JSON Schema)")
+    try:
+        return StructuredOutput.coerce(dict(value))
+    except (jsonschema.SchemaError, TypeError, ValueError) as exc:
+        message = exc.message if isinstance(exc, jsonschema.SchemaError) else str(exc)
+        raise invalid(f"'structuredOutput.schema' is not a valid JSON Schema: {message}") from None
+
+
 def _client_tools(value: Any) -> dict[str, dict[str, Any]]:
     if value is None:
         return {}
@@ -162,7 +177,7 @@ def parse_stream_body(
         max_steps=max_steps,
         tool_choice=_tool_choice(body.get("toolChoice")),
         model_settings=_model_settings(body),
-        structured_output=dict(structured) if structured is not None else None,
+        structured_output=_structured(structured),
         until_idle=_until_idle(body, until_idle),
         context=to_prompt(context, "context") if context else [],
         client_tools=_client_tools(body.get("clientTools")),

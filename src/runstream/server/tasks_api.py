@@ -142,6 +142,11 @@ async def _resume(manager: BackgroundTaskManager, task_id: str, data: Any) -> Ta
         raise ApiError(429, str(exc)) from None
 
 
+async def _never() -> AsyncGenerator[bytes, None]:
+    await asyncio.Event().wait()
+    yield b""
+
+
 class TaskRoutes:
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
@@ -167,22 +172,21 @@ class TaskRoutes:
         return JSONResponse(task.to_wire())
 
     async def stream(self, request: Request) -> Response:
-        principal = principal_of(request)
         q = request.query_params
-        resource = principal.resource(q.get("resourceId") or None)
+        resource = principal_of(request).resource(q.get("resourceId") or None)
         manager = self.ctx.tasks
+        if manager is None:  # nothing will ever happen: heartbeats until the client leaves
+            return SSEResponse(_never(), heartbeat_s=self.ctx.heartbeat_s)
+        # Subscribe before answering, so events right after the response starts are not missed.
+        subscription = manager.subscribe(
+            agent_id=q.get("agentId") or None,
+            run_id=q.get("runId") or None,
+            thread_id=q.get("threadId") or None,
+            resource_id=resource,
+            task_id=q.get("taskId") or None,
+        )
 
         async def frames() -> AsyncGenerator[bytes, None]:
-            if manager is None:
-                await asyncio.Event().wait()  # nothing will ever happen: heartbeats until the client leaves
-                return
-            subscription = manager.subscribe(
-                agent_id=q.get("agentId") or None,
-                run_id=q.get("runId") or None,
-                thread_id=q.get("threadId") or None,
-                resource_id=resource,
-                task_id=q.get("taskId") or None,
-            )
             try:
                 async for chunk in subscription:
                     text = encode_json({"type": chunk.type, "payload": chunk.payload})
