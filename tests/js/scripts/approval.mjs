@@ -1,0 +1,24 @@
+// requireApproval: tool-call-approval, then approveToolCall / declineToolCall continue the run.
+import { agent, collect, emit, text, types, unique } from "./lib.mjs";
+
+async function stop() {
+  const chunks = await collect(await agent.stream("delete the report", { memory: { thread: unique("t"), resource: "js-user" } }));
+  const approval = chunks.find((c) => c.type === "tool-call-approval");
+  return { chunks, runId: approval.runId, toolCallId: approval.payload.toolCallId };
+}
+
+const first = await stop();
+const approved = await collect(await agent.approveToolCall({ runId: first.runId, toolCallId: first.toolCallId }));
+const second = await stop();
+const declined = await collect(
+  await agent.declineToolCall({ runId: second.runId, toolCallId: second.toolCallId, reason: "not today" }),
+);
+emit({
+  stopped: types(first.chunks),
+  approved: { types: types(approved), text: text(approved), sameRun: approved.every((c) => c.runId === first.runId) },
+  declined: {
+    types: types(declined),
+    denied: declined.find((c) => c.type === "tool-output-denied")?.payload,
+    text: text(declined),
+  },
+});
