@@ -1,0 +1,139 @@
+"""Deterministic agents for the server tests: the reply depends on the prompt, not on call order.
+
+One shared server serves many tests (and the Node scripts), so the model decides from what it is
+asked: ``weather`` calls a server tool, ``research <topic>`` a background tool, ``client`` the
+client tool ``clientEcho``, ``delete`` a tool that needs approval, ``fail`` breaks mid-stream,
+``slow`` streams for a long time; anything else is greeted. A tool result gets a summary, and
+an until-idle continuation turn says the background work is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import uuid
+from typing import Any
+
+from runstream import Agent, ToolContext, tool
+from runstream.memory import Memory
+from runstream.models.base import ModelRequest, ModelStream
+from runstream.runtime import Runstream
+from runstream.storage import InMemoryStorage
+from runstream.testing import ScriptedModel
+
+USAGE = {"inputTokens": 5, "outputTokens": 3, "totalTokens": 8}
+GREETING = ["Hello ", "from ", "runstream!"]
+
+
+def say(*deltas: str, delay_ms: float = 0) -> list[dict[str, Any]]:
+    return [
+        {"type": "stream-start", "warnings": []},
+        {"type": "text-start", "id": "t"},
+        *({"type": "text-delta", "id": "t", "delta": d, "delayMs": delay_ms} for d in deltas),
+        {"type": "text-end", "id": "t"},
+        {"type": "finish", "finishReason": "stop", "usage": USAGE},
+    ]
+
+
+def call_tool(name: str, args: dict[str, Any]) -> list[dict[str, Any]]:
+    call_id = f"call-{uuid.uuid4().hex[:10]}"
+    text = json.dumps(args)
+    return [
+        {"type": "stream-start", "warnings": []},
+        {"type": "tool-input-start", "id": call_id, "toolName": name},
+        {"type": "tool-input-delta", "id": call_id, "delta": text},
+        {"type": "tool-input-end", "id": call_id},
+        {"type": "tool-call", "toolCallId": call_id, "toolName": name, "input": text},
+        {"type": "finish", "finishReason": "tool-calls", "usage": USAGE},
+    ]
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content or [] if p.get("type") == "text")
+
+
+def reply(prompt: list[dict[str, Any]]) -> Any:
+    if any(m["role"] == "system" and "ran as background tasks" in _text(m) for m in prompt):
+        return say("All ", "background ", "work ", "is ", "done.")
+    last = prompt[-1]
+    if last["role"] == "tool":
+        value = last["content"][-1].get("output", {}).get("value")
+        if isinstance(value, str) and value.startswith("Background task started"):
+            return say("Working ", "on ", "it.")
+        return say("Tool ", "said: ", json.dumps(value))
+    text = _text(last).strip().lower()
+    if text.startswith("weather"):
+        return call_tool("get_weather", {"city": "Paris"})
+    if text.startswith("research"):
+        return call_tool("research", {"topic": text.removeprefix("research").strip() or "sol"})
+    if text.startswith("client"):
+        return call_tool("clientEcho", {"text": "ping"})
+    if text.startswith("delete"):
+        return call_tool("delete_file", {"path": "/tmp/report.txt"})
+    if text.startswith("fail"):
+        return {"parts": say("Partial ")[:3], "streamError": {"afterParts": 3, "error": "model exploded"}}
+    if text.startswith("slow"):
+        return say(*(f"w{i} " for i in range(200)), delay_ms=20)
+    return say(*GREETING)
+
+
+class PromptModel:
+    """A :class:`~runstream.models.LanguageModel` answering by :func:`reply`."""
+
+    provider = "test"
+    model_id = "prompt-model"
+    specification_version = "v2"
+
+    async def stream(self, request: ModelRequest) -> ModelStream:
+        return await ScriptedModel(calls=[reply(request.prompt)]).stream(request)
+
+
+class Gates:
+    """Background research on a topic starting with ``gated`` waits until the test opens it."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def get(self, topic: str) -> threading.Event:
+        with self._lock:
+            return self._events.setdefault(topic, threading.Event())
+
+    def open(self, topic: str) -> None:
+        self.get(topic).set()
+
+
+def build_runstream(gates: Gates) -> Runstream:
+    @tool
+    async def get_weather(city: str) -> dict[str, Any]:
+        """Current weather for a city."""
+        return {"city": city, "sky": "sunny", "celsius": 21}
+
+    @tool(background=True)
+    async def research(topic: str, ctx: ToolContext) -> dict[str, str]:
+        """Research a topic (slow: runs in the background)."""
+        await ctx.writer.write({"status": "reading", "topic": topic})
+        if topic.startswith("gated"):
+            await asyncio.to_thread(gates.get(topic).wait, 30)
+        return {"topic": topic, "summary": f"{topic} explained"}
+
+    @tool(require_approval=True)
+    async def delete_file(path: str) -> dict[str, Any]:
+        """Delete a file (needs approval)."""
+        return {"deleted": path}
+
+    assistant = Agent(
+        "assistant",
+        name="Assistant",
+        description="Answers, checks the weather, researches in the background.",
+        instructions="Be helpful.",
+        model=PromptModel(),
+        tools=[get_weather, research, delete_file],
+        memory=Memory(),
+    )
+    plain = Agent("plain", instructions="Greets.", model=PromptModel())
+    return Runstream(agents=[assistant, plain], storage=InMemoryStorage(), background_tasks={"enabled": True})
