@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from runstream.abort import AbortSignal
+from runstream.abort import AbortController, AbortSignal
 from runstream.processors import TripWire
 from runstream.workflows import control
 from runstream.workflows._results import UNDEFINED, now_ms, omit_completion
@@ -56,6 +56,7 @@ class StepCall:
     validation_error: Exception | None
     resume_data: Any
     suspend_data: Any
+    was_suspended: bool
     info: dict[str, Any]
     path: list[int]
     skip_emits: bool
@@ -247,11 +248,13 @@ class Execution:
             validation_error=validation_error,
             resume_data=resume_data,
             suspend_data=_suspend_data(previous, foreach_index),
+            was_suspended=isinstance(previous, Mapping) and previous.get("status") == "suspended",
             info=info,
             path=path,
             skip_emits=foreach_index is not None,
             resume=active,
         )
+        self.results[step.id] = info
         if not call.skip_emits:
             self.sink.event("workflow-step-start", {"id": step.id, "stepCallId": call.call_id, **info})
         return call
@@ -292,10 +295,10 @@ class Execution:
         if outcome.state is not None:
             self.state.update(outcome.state)
         result = {**call.info, **ending}
+        self.results[step.id] = result
         if not call.skip_emits:
             kind = "workflow-step-suspended" if outcome.status == "suspended" else "workflow-step-result"
             self.sink.event(kind, {"id": step.id, "stepCallId": call.call_id, **result})
-        self.results[step.id] = result
         return result
 
     async def _attempt(self, call: StepCall, attempt: int) -> _Outcome:
@@ -344,12 +347,10 @@ class Execution:
             workflow=workflow,
             run_id=self.run_id,
             sink=PrefixSink(self.sink, workflow.id),
-            abort=self.abort,
+            abort=_nested_signal(self.abort),
             store=self.store.child(call.entry.id),
         )
-        previous = self.results.get(call.entry.id)
-        suspended_before = isinstance(previous, Mapping) and previous.get("status") == "suspended"
-        if call.resume_data is not None and call.resume is not None and suspended_before:
+        if call.resume_data is not None and call.resume is not None and call.was_suspended:
             snapshot = await child.store.load()
             inner_steps = call.resume.steps[1:] or None
             child.resume = prepare_resume(snapshot, workflow, inner_steps, call.resume_data, self.run_id)
@@ -386,6 +387,18 @@ class Execution:
                 processor_id=trip.get("processorId"),
             )
         return outcome.result if outcome.status == "success" else UNDEFINED
+
+
+def _nested_signal(parent: AbortSignal) -> AbortSignal:
+    """The abort signal of a nested execution: fired just after ``parent``.
+
+    In Mastra the parent's abort cancels the nested run from an abort listener, so steps of the
+    parent that were already waiting on the signal react first; the stream shows that order.
+    """
+    controller = AbortController()
+    loop = asyncio.get_running_loop()
+    parent.add_listener(lambda reason: loop.call_soon(controller.abort, reason))
+    return controller.signal
 
 
 def _suspend_data(previous: Any, foreach_index: int | None) -> Any:

@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from runstream.workflows.errors import WorkflowError
 from runstream.workflows.step import Step, StepContext
 
 _UNDEFINED: Any = object()
@@ -89,7 +90,7 @@ def traverse(root: Any, path: str, label: str) -> Any:
         elif isinstance(value, list):
             value = value[int(part)] if part.isdigit() and int(part) < len(value) else _UNDEFINED
         else:
-            raise ValueError(f"Invalid path {path} in {label}")
+            raise WorkflowError(f"Invalid path {path} in {label}")
     return value
 
 
@@ -120,7 +121,7 @@ def resolve_template(template: str, ctx: StepContext) -> str:
             step_id, _, sub = rest.partition(".")
             result = ctx.get_step_result(step_id)
             if result is None:
-                raise ValueError(
+                raise WorkflowError(
                     f'{label} references stepResults.{step_id} but step "{step_id}" has no successful output '
                     "(not run yet, not registered, failed, or produced no output)."
                 )
