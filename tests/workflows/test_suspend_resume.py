@@ -145,3 +145,17 @@ def test_a_suspended_run_is_resumed_by_a_new_process_from_sqlite(tmp_path: Path)
     assert events(chunks, "workflow-step-start")[0]["resumePayload"] == {"approved": True, "by": "ops"}
     assert events(chunks, "workflow-step-start")[0]["payload"] == {"amount": 120}
     assert chunks[-1]["payload"]["finalWorkflowResult"] == {"booked": True}
+
+
+def test_the_approval_example_runs() -> None:
+    proc = subprocess.run(
+        [sys.executable, "examples/workflow_approval.py"],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "waiting for a person" in proc.stdout
+    assert "'published': True" in proc.stdout
