@@ -28,6 +28,7 @@ CASES = [(CONFORMANCE, p.stem) for p in sorted((CONFORMANCE / "scenarios").glob(
 AGENT_DETAILS = {
     "p20-agent-step-error": "the agent's step-finish metadata after a failed model call",
     "r05-agent-step-retry": "the agent's step-finish metadata after a failed model call",
+    "s02-foreach-nested-and-agent": "the agent's response id when the model sends no response-metadata",
 }
 
 

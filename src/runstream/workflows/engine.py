@@ -25,7 +25,7 @@ from runstream.processors import TripWire
 from runstream.workflows import control
 from runstream.workflows._results import UNDEFINED, now_ms, omit_completion
 from runstream.workflows.errors import WorkflowError, error_from_wire
-from runstream.workflows.events import PrefixSink, Sink
+from runstream.workflows.events import DetachedSink, PrefixSink, Sink
 from runstream.workflows.flow import Entry, ForeachEntry, LoopEntry, SleepEntry, StepEntry
 from runstream.workflows.output import WorkflowResult
 from runstream.workflows.schema import SchemaValidationError, to_plain
@@ -59,8 +59,13 @@ class StepCall:
     was_suspended: bool
     info: dict[str, Any]
     path: list[int]
-    skip_emits: bool
+    foreach_index: int | None
     resume: Resume | None
+
+    @property
+    def skip_emits(self) -> bool:
+        """Foreach items stream only progress events, no start or result of their own."""
+        return self.foreach_index is not None
 
 
 @dataclass(slots=True)
@@ -251,7 +256,7 @@ class Execution:
             was_suspended=isinstance(previous, Mapping) and previous.get("status") == "suspended",
             info=info,
             path=path,
-            skip_emits=foreach_index is not None,
+            foreach_index=foreach_index,
             resume=active,
         )
         self.results[step.id] = info
@@ -315,7 +320,7 @@ class Execution:
             workflow_id=self.workflow.id,
             input_data=input_data,
             state=self.state,
-            writer=StepWriter(self.sink, step.id),
+            writer=StepWriter(self.sink, step.id, self.run_id),
             abort_signal=self.abort,
             retry_count=attempt,
             resume_data=resume_data,
@@ -343,12 +348,13 @@ class Execution:
         """
         workflow = call.entry.workflow
         assert workflow is not None
+        item = call.foreach_index
         child = Execution(
             workflow=workflow,
-            run_id=self.run_id,
-            sink=PrefixSink(self.sink, workflow.id),
+            run_id=self.run_id if item is None else str(uuid.uuid4()),
+            sink=PrefixSink(self.sink, workflow.id) if item is None else DetachedSink(self.sink, workflow.id),
             abort=_nested_signal(self.abort),
-            store=self.store.child(call.entry.id),
+            store=self.store.child(call.entry.id if item is None else f"{call.entry.id}[{item}]"),
         )
         if call.resume_data is not None and call.resume is not None and call.was_suspended:
             snapshot = await child.store.load()

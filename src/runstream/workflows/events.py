@@ -19,7 +19,7 @@ from runstream.chunks import AnyChunk, DataChunk, UnknownChunk, WorkflowChunk
 class Sink(Protocol):
     def event(self, type_: str, payload: dict[str, Any]) -> None: ...
 
-    def output(self, step_name: str, value: Any) -> None: ...
+    def output(self, step_name: str, run_id: str, value: Any) -> None: ...
 
     def custom(self, chunk: Mapping[str, Any]) -> None: ...
 
@@ -36,11 +36,19 @@ class PrefixSink:
             payload = {**payload, "id": f"{self.prefix}.{payload['id']}"}
         self.parent.event(type_, payload)
 
-    def output(self, step_name: str, value: Any) -> None:
-        self.parent.output(step_name, value)
+    def output(self, step_name: str, run_id: str, value: Any) -> None:
+        self.parent.output(step_name, run_id, value)
 
     def custom(self, chunk: Mapping[str, Any]) -> None:
         self.parent.custom(chunk)
+
+
+class DetachedSink(PrefixSink):
+    """A nested workflow run by a foreach item: Mastra gives it a run id of its own, so the
+    parent stream drops its lifecycle events; its writer output still arrives."""
+
+    def event(self, type_: str, payload: dict[str, Any]) -> None:
+        return
 
 
 class ChunkSink:
@@ -68,8 +76,8 @@ class ChunkSink:
         self._push(WorkflowChunk(type_, self.run_id, body))
         self._on_change()
 
-    def output(self, step_name: str, value: Any) -> None:
-        payload = {"stepName": step_name, "output": value, "runId": self.run_id}
+    def output(self, step_name: str, run_id: str, value: Any) -> None:
+        payload = {"stepName": step_name, "output": value, "runId": run_id}
         self._push(WorkflowChunk("workflow-step-output", self.run_id, payload, "USER"))
 
     def custom(self, chunk: Mapping[str, Any]) -> None:

@@ -8,6 +8,7 @@ suspend(...)`` in Mastra code means anyway).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -115,19 +116,26 @@ def step(
 
 class StepWriter:
     """``write(value)`` → a ``workflow-step-output`` chunk; ``custom({"type": "data-x", ...})`` →
-    that ``data-*`` chunk."""
+    that ``data-*`` chunk.
 
-    __slots__ = ("_sink", "step_name")
+    Each call yields to the event loop once, as a write into Mastra's streams does: steps
+    writing concurrently (two agents in a foreach) interleave chunk by chunk.
+    """
 
-    def __init__(self, sink: Sink, step_name: str) -> None:
+    __slots__ = ("_sink", "run_id", "step_name")
+
+    def __init__(self, sink: Sink, step_name: str, run_id: str) -> None:
         self._sink = sink
         self.step_name = step_name
+        self.run_id = run_id
 
     async def write(self, value: Any) -> None:
-        self._sink.output(self.step_name, value)
+        self._sink.output(self.step_name, self.run_id, value)
+        await asyncio.sleep(0)
 
     async def custom(self, chunk: Mapping[str, Any]) -> None:
         self._sink.custom(chunk)
+        await asyncio.sleep(0)
 
 
 class StepContext:
