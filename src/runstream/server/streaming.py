@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Collection
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from starlette.requests import Request
 
@@ -27,11 +28,12 @@ from runstream.server.errors import ApiError
 from runstream.server.overrides import client_tool_stream, settle_client_run
 from runstream.server.resumable import ReplayGapError, RunInfo
 from runstream.server.sse import DONE, SSEResponse, data_frame
-from runstream.server.wire import encode_json, run_json
+from runstream.server.wire import encode_json, run_events
 
 logger = logging.getLogger("runstream.server")
 
 _winding_down: set[asyncio.Task[None]] = set()
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -47,14 +49,17 @@ class Run:
     def run_id(self) -> str:
         return self.out.run_id
 
-    async def chunks(self) -> AsyncIterator[AnyChunk]:
+    def chunks(self) -> AsyncIterator[AnyChunk]:
+        return self._with_client_tools() if self.client_tools else self.out.full_stream
+
+    async def _with_client_tools(self) -> AsyncIterator[AnyChunk]:
         async for chunk in client_tool_stream(self.out, self.client_tools):
             yield chunk
         await settle_client_run(self.agent, self.out, self.scope, self.client_tools)
 
-    def events(self) -> AsyncIterator[str]:
-        """The run as wire JSON, ending in-band with error + finish if it fails."""
-        return run_json(self.chunks(), self.run_id)
+    def events(self, wrap: Callable[[str], T]) -> AsyncIterator[T]:
+        """The run as ``wrap(wire JSON)``, ending in-band with error + finish if it fails."""
+        return run_events(self.chunks(), self.run_id, wrap)
 
     def abandon(self) -> None:
         """The client went away: abort, and let the run wind down (its turn is still saved)."""
@@ -124,14 +129,14 @@ async def respond(
     if not (detach or ids):
 
         async def frames() -> AsyncGenerator[bytes, None]:
-            async for text in run.events():
-                yield data_frame(text)
+            async for frame in run.events(data_frame):
+                yield frame
             yield DONE
 
         return SSEResponse(frames(), heartbeat_s=ctx.heartbeat_s, on_disconnect=run.abandon)
     owner = run.scope.resource_id if run.scope is not None else principal.resource_id
     try:
-        await ctx.registry.start(RunInfo(run.run_id, run.agent.id, owner), run.events(), run.out.abort)
+        await ctx.registry.start(RunInfo(run.run_id, run.agent.id, owner), run.events(str), run.out.abort)
     except ValueError as exc:
         run.out.abort("duplicate run id")
         raise ApiError(409, str(exc)) from None

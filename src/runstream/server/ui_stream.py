@@ -219,7 +219,7 @@ class ChatRoutes:
         self.ctx.remember_owner(run.run_id, principal, run.scope)
         encoder = UIStreamEncoder(int(version), continuation_id)
         return SSEResponse(
-            ui_frames(run.events(), encoder),
+            ui_frames(run.events(str), encoder),
             heartbeat_s=self.ctx.heartbeat_s,
             headers=UI_STREAM_HEADERS,
             on_disconnect=run.abandon,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 from runstream.chunks import AnyChunk, dumps, error_to_wire
 
@@ -28,7 +28,7 @@ def encode_json(value: Any) -> str | None:
         return json.dumps(
             value, default=_jsonable, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         )
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         logger.warning("skipping a value that cannot be sent as JSON: %s", exc)
         return None
 
@@ -76,14 +76,19 @@ def failure_json(run_id: str, error: BaseException) -> list[str]:
     return [text for text in (encode_json(error_chunk), encode_json(finish)) if text is not None]
 
 
-async def run_json(chunks: AsyncIterator[AnyChunk], run_id: str) -> AsyncIterator[str]:
-    """Each chunk as wire JSON; an exception from the run ends the stream with error + finish."""
+T = TypeVar("T")
+
+
+async def run_events(
+    chunks: AsyncIterator[AnyChunk], run_id: str, wrap: Callable[[str], T]
+) -> AsyncIterator[T]:
+    """Each chunk as ``wrap(wire JSON)``; an exception from the run ends it with error + finish."""
     try:
         async for chunk in chunks:
             text = chunk_json(chunk)
             if text is not None:
-                yield text
+                yield wrap(text)
     except Exception as exc:
         logger.exception("run %s failed while streaming", run_id)
         for text in failure_json(run_id, exc):
-            yield text
+            yield wrap(text)
