@@ -2,7 +2,8 @@
 
 One shared server serves many tests (and the Node scripts), so the model decides from what it is
 asked: ``weather`` calls a server tool, ``research <topic>`` a background tool, ``client`` the
-client tool ``clientEcho``, ``delete`` a tool that needs approval, ``fail`` breaks mid-stream,
+client tool ``clientEcho``, ``delete`` a tool that needs approval, ``order`` a tool that suspends
+(``research ask...`` suspends in the background), ``fail`` breaks mid-stream,
 ``slow`` streams for a long time; anything else is greeted. A tool result gets a summary, and
 an until-idle continuation turn says the background work is done.
 """
@@ -72,6 +73,8 @@ def reply(prompt: list[dict[str, Any]]) -> Any:
         return call_tool("research", {"topic": text.removeprefix("research").strip() or "sol"})
     if text.startswith("client"):
         return call_tool("clientEcho", {"text": "ping"})
+    if text.startswith("order"):
+        return call_tool("place_order", {"item": "tea"})
     if text.startswith("delete"):
         return call_tool("delete_file", {"path": "/tmp/report.txt"})
     if text.startswith("fail"):
@@ -117,9 +120,19 @@ def build_runstream(gates: Gates) -> Runstream:
     async def research(topic: str, ctx: ToolContext) -> dict[str, str]:
         """Research a topic (slow: runs in the background)."""
         await ctx.writer.write({"status": "reading", "topic": topic})
+        if topic.startswith("ask") and ctx.resume_data is None:
+            await ctx.suspend({"question": f"Which aspect of {topic}?"})
         if topic.startswith("gated"):
             await asyncio.to_thread(gates.get(topic).wait, 30)
-        return {"topic": topic, "summary": f"{topic} explained"}
+        found = {"topic": topic, "summary": f"{topic} explained"}
+        return {**found, **ctx.resume_data} if ctx.resume_data else found
+
+    @tool
+    async def place_order(item: str, ctx: ToolContext) -> dict[str, Any]:
+        """Place an order (asks the user to confirm first)."""
+        if ctx.resume_data is None:
+            await ctx.suspend({"confirm": f"Order {item}?"})
+        return {"item": item, "confirmed": ctx.resume_data["confirmed"]}
 
     @tool(require_approval=True)
     async def delete_file(path: str) -> dict[str, Any]:
@@ -132,7 +145,7 @@ def build_runstream(gates: Gates) -> Runstream:
         description="Answers, checks the weather, researches in the background.",
         instructions="Be helpful.",
         model=PromptModel(),
-        tools=[get_weather, research, delete_file],
+        tools=[get_weather, research, delete_file, place_order],
         memory=Memory(),
     )
     plain = Agent("plain", instructions="Greets.", model=PromptModel())

@@ -52,11 +52,11 @@ def test_discovery(live: Live) -> None:
     out = node(live, "discovery")
     assert out["agentIds"] == ["assistant", "plain"]
     assert out["details"]["id"] == "assistant" and out["details"]["name"] == "Assistant"
-    assert out["details"]["toolIds"] == ["delete_file", "get_weather", "research"]
+    assert out["details"]["toolIds"] == ["delete_file", "get_weather", "place_order", "research"]
     assert out["details"]["inputSchema"]["required"] == ["city"]
     assert out["unknown"]["name"] == "MastraClientError" and out["unknown"]["status"] == 404
     assert out["unknown"]["body"] == {"error": "Agent with id nope not found"}
-    assert out["toolIds"] == ["delete_file", "get_weather", "research"]
+    assert out["toolIds"] == ["delete_file", "get_weather", "place_order", "research"]
     assert out["executed"] == {"city": "Oslo", "sky": "sunny", "celsius": 21}
 
 

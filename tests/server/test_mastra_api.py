@@ -114,3 +114,50 @@ def test_abort_a_detached_run(live: Live, client: httpx.Client) -> None:
         kinds = [json.loads(d)["type"] for _, d in map(parse_block, blocks(response)) if d and d != "[DONE]"]
     assert kinds[-2:] == ["abort", "finish"]
     assert client.post(f"/api/runs/{run_id}/abort").json()["aborted"] is False
+
+
+def test_resume_a_suspended_tool(client: httpx.Client) -> None:
+    memory = {"thread": f"t-{uuid.uuid4().hex[:6]}", "resource": "orderer"}
+    chunks = chunks_of(
+        client.post("/api/agents/assistant/stream", json={"messages": "order tea", "memory": memory}).content
+    )
+    suspended = chunks[-1]
+    assert suspended["type"] == "tool-call-suspended" and suspended["payload"]["suspendPayload"] == {
+        "confirm": "Order tea?"
+    }
+    body = {
+        "runId": suspended["runId"],
+        "toolCallId": suspended["payload"]["toolCallId"],
+        "resumeData": {"confirmed": True},
+    }
+    resumed = chunks_of(client.post("/api/agents/assistant/resume-stream", json=body).content)
+    result = next(c for c in resumed if c["type"] == "tool-result")
+    assert result["payload"]["result"] == {"item": "tea", "confirmed": True}
+    assert resumed[-1]["type"] == "finish" and all(c["runId"] == suspended["runId"] for c in resumed)
+    again = client.post("/api/agents/assistant/resume-stream", json=body)
+    assert again.status_code == 404  # the run is no longer waiting
+
+
+def test_resume_a_suspended_background_task(client: httpx.Client) -> None:
+    memory = {"thread": f"t-{uuid.uuid4().hex[:6]}", "resource": "asker"}
+    body = {"messages": "research ask-corals", "memory": memory}
+    chunks = chunks_of(client.post("/api/agents/assistant/stream-until-idle", json=body).content)
+    suspended = next(c for c in chunks if c["type"] == "background-task-suspended")["payload"]
+    assert suspended["suspendPayload"] == {"question": "Which aspect of ask-corals?"}
+    resume = {
+        "runId": suspended["runId"],
+        "toolCallId": suspended["toolCallId"],
+        "resumeData": {"focus": "reefs"},
+    }
+    events = chunks_of(client.post("/api/agents/assistant/resume-stream", json=resume).content)
+    assert [e["type"] for e in events] == [
+        "background-task-resumed",
+        "background-task-output",
+        "background-task-completed",
+    ]
+    assert events[-1]["payload"]["result"] == {
+        "topic": "ask-corals",
+        "summary": "ask-corals explained",
+        "focus": "reefs",
+    }
+    assert client.get(f"/api/background-tasks/{suspended['taskId']}").json()["status"] == "completed"
