@@ -159,3 +159,25 @@ def test_the_approval_example_runs() -> None:
     )
     assert "waiting for a person" in proc.stdout
     assert "'published': True" in proc.stdout
+
+
+async def test_suspended_foreach_items_resume_one_at_a_time() -> None:
+    async def check(ctx: StepContext) -> dict[str, Any]:
+        if ctx.resume_data is None:
+            await ctx.suspend({"item": ctx.input_data})
+        return {"item": ctx.input_data, "ok": ctx.resume_data["ok"]}
+
+    wf = (
+        Workflow("each")
+        .then(returning("items", [0, 1]))
+        .foreach(Step("check", check), concurrency=2)
+        .commit()
+    )
+    run = await wf.create_run()
+    first = await run.start(input_data={})
+    assert first.status == "suspended" and first.suspend_payload == {"check": {"item": 0}}
+
+    second = await run.resume(resume_data={"ok": True}, foreach_index=1)
+    assert second.status == "suspended"
+    done = await run.resume(resume_data={"ok": False}, foreach_index=0)
+    assert done.result == [{"item": 0, "ok": False}, {"item": 1, "ok": True}]

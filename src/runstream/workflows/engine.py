@@ -80,6 +80,8 @@ _DEFAULT: Any = object()
 
 @dataclass(slots=True)
 class Execution:
+    """Runs a workflow's entries for one run, reporting to ``sink`` and saving to ``store``."""
+
     workflow: Workflow
     run_id: str
     sink: Sink
@@ -107,6 +109,8 @@ class Execution:
                 return await self._finish({"status": "canceled"})
             self.suspended_paths = {}
             prev = self.entry_output(entries[i - 1]) if i > 0 else self.results.get("input")
+            if prev is UNDEFINED:
+                prev = None
             last = await self.run_entry(entries[i], [i], prev)
             if last["status"] != "success":
                 if last["status"] == "bailed":

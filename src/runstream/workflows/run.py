@@ -57,15 +57,16 @@ class WorkflowRun:
         return self._launch(start, resumed=False, on_error="failed")
 
     async def resume_stream(
-        self, *, resume_data: Any = None, step: StepPath | None = None
+        self, *, resume_data: Any = None, step: StepPath | None = None, foreach_index: int | None = None
     ) -> WorkflowRunOutput:
         """Resume a suspended step (``step``; the only suspended one when omitted) with
-        ``resume_data``. A run that is not suspended gives a stream that ends ``failed`` with
-        ``This workflow run was not suspended`` (Mastra's behaviour); :meth:`resume` raises."""
+        ``resume_data`` (``foreach_index``: which suspended item of a foreach step). A run that
+        is not suspended gives a stream that ends ``failed`` with ``This workflow run was not
+        suspended`` (Mastra's behaviour); :meth:`resume` raises."""
 
         async def resume(ex: Execution) -> WorkflowResult:
             snapshot = await self.store.load()
-            ex.resume = prepare_resume(snapshot, self.workflow, step, resume_data, self.run_id)
+            ex.resume = prepare_resume(snapshot, self.workflow, step, resume_data, self.run_id, foreach_index)
             assert snapshot is not None
             ex.results = dict(snapshot["context"])
             ex.state = dict(snapshot.get("state") or {})
@@ -79,9 +80,11 @@ class WorkflowRun:
         out = await self.stream(input_data=input_data, initial_state=initial_state)
         return await out.result
 
-    async def resume(self, *, resume_data: Any = None, step: StepPath | None = None) -> WorkflowResult:
+    async def resume(
+        self, *, resume_data: Any = None, step: StepPath | None = None, foreach_index: int | None = None
+    ) -> WorkflowResult:
         """Resume and wait; raises :class:`~.errors.RunNotSuspendedError` if nothing is suspended."""
-        out = await self.resume_stream(resume_data=resume_data, step=step)
+        out = await self.resume_stream(resume_data=resume_data, step=step, foreach_index=foreach_index)
         return await out.result
 
     async def cancel(self) -> None:

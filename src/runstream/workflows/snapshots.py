@@ -43,7 +43,12 @@ class RunStore:
 
 
 def prepare_resume(
-    snapshot: Mapping[str, Any] | None, workflow: Workflow, step: StepPath | None, data: Any, run_id: str
+    snapshot: Mapping[str, Any] | None,
+    workflow: Workflow,
+    step: StepPath | None,
+    data: Any,
+    run_id: str,
+    foreach_index: int | None = None,
 ) -> Resume:
     """Check that the run can be resumed at ``step`` with ``data`` (Mastra's messages)."""
     from runstream.workflows.engine import Resume
@@ -61,7 +66,7 @@ def prepare_resume(
     target = workflow.steps.get(steps[0])
     if target is not None and target.resume_schema is not None and workflow.validate_inputs:
         target.resume_schema.validate(data, "Invalid resume data:")
-    return Resume(steps=steps, payload=data, path=list(paths[steps[0]]))
+    return Resume(steps=steps, payload=data, path=list(paths[steps[0]]), foreach_index=foreach_index)
 
 
 def _step_ids(step: StepPath) -> list[str]:
