@@ -25,6 +25,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
+	sh tests/js/setup.sh
 	$(BIN)/python -m pytest
 
 test: lint typecheck unit
