@@ -1,4 +1,4 @@
-"""Control-flow entries: parallel / branch blocks, loops, foreach and sleep (Mastra semantics).
+"""Control-flow entries: parallel / branch blocks, loops and sleep (Mastra semantics).
 
 Blocks start all their steps (every ``workflow-step-start``) before any of them runs, as
 Mastra's ``Promise.all`` does; results arrive in completion order. The one departure from
@@ -9,17 +9,14 @@ marks it ``bailed`` and continues, allow-list entry ``bail-in-branch-does-not-en
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from runstream.abort import AbortSignal
-from runstream.workflows._results import now_ms, omit_completion
-from runstream.workflows.errors import WorkflowError
+from runstream.workflows._results import now_ms
 from runstream.workflows.flow import (
     BranchEntry,
     ConditionContext,
-    ForeachEntry,
     LoopEntry,
     ParallelEntry,
     SleepEntry,
@@ -173,136 +170,3 @@ async def _abortable_sleep(ms: float, signal: AbortSignal) -> None:
         await asyncio.wait_for(signal.wait(), ms / 1000)
     except TimeoutError:
         return
-
-
-async def run_foreach(ex: Execution, entry: ForeachEntry, path: list[int], items: Any) -> dict[str, Any]:
-    """Run the step once per item, ``concurrency`` at a time; progress events in completion
-    order, the output in input order. A suspended or failed item stops items not yet started."""
-    if not isinstance(items, list):
-        raise WorkflowError(
-            f"foreach step {entry.step.id!r} needs an array as input, got {type(items).__name__}"
-        )
-    step_id = entry.step.id
-    resume = ex.resume if ex.resume is not None and ex.resume.steps[:1] == [step_id] else None
-    previous = ex.results.get(step_id) if isinstance(ex.results.get(step_id), Mapping) else {}
-    info = omit_completion(previous)
-    if resume is not None:
-        info.update(resumePayload=resume.payload, resumedAt=now_ms())
-    else:
-        info.update(payload=items, startedAt=now_ms())
-    ex.sink.event("workflow-step-start", {"id": step_id, **info, "status": "running"})
-
-    meta = (previous.get("suspendPayload") or {}).get("__workflow_meta") or {} if previous else {}
-    item_results: list[Any] = list(meta.get("foreachOutput") or [])
-    item_results += [None] * (len(items) - len(item_results))
-    first_suspended = meta.get("foreachIndex", 0) if previous and previous.get("status") == "suspended" else 0
-    outputs: list[Any] = [None] * len(items)
-    suspended: dict[int, dict[str, Any]] = {}
-    state = _ForeachState(len(items))
-    queue: deque[tuple[int, Resume | None]] = deque()
-    for k in range(len(items)):
-        before = item_results[k] if isinstance(item_results[k], Mapping) else None
-        target = ex.resume.foreach_index if ex.resume is not None else None
-        if before and (
-            before.get("status") == "success"
-            or (before.get("status") == "suspended" and target not in (None, k))
-        ):
-            if before.get("status") == "success":
-                outputs[k] = before.get("output")
-            else:
-                suspended[k] = _suspension(before)
-            continue
-        if target is not None:
-            queue.append((k, ex.resume if target == k else None))
-        else:
-            is_target = (before and before.get("status") == "suspended") or first_suspended == k
-            queue.append((k, ex.resume if is_target else None))
-
-    async def worker() -> None:
-        while queue:
-            k, item_resume = queue.popleft()
-            if ex.abort.aborted:
-                queue.clear()
-                return
-            result = await ex.run_step(entry.step, items[k], path, foreach_index=k, resume=item_resume)
-            status = result["status"]
-            if status == "success":
-                state.completed += 1
-                outputs[k] = result.get("output")
-                _progress(ex, step_id, state, k, "success", result.get("output"))
-            else:
-                if status == "suspended":
-                    suspended.setdefault(k, _suspension(result))
-                    _progress(ex, step_id, state, k, "suspended")
-                else:
-                    state.completed += 1
-                    _progress(ex, step_id, state, k, "failed")
-                    if status == "failed":
-                        state.error = state.error or result
-                    else:
-                        state.exit = state.exit or result
-                queue.clear()
-            item_results[k] = result if status == "suspended" else {**result, "suspendPayload": {}}
-
-    await asyncio.gather(*(worker() for _ in range(min(max(entry.concurrency, 1), len(queue)))))
-
-    if ex.abort.aborted:
-        return {**info, "status": "canceled", "output": outputs, "endedAt": now_ms()}
-    if state.error is not None:
-        ending = {
-            "status": "failed",
-            "error": state.error.get("error"),
-            "endedAt": state.error.get("endedAt"),
-        }
-        ex.sink.event("workflow-step-result", {"id": step_id, **ending})
-        return {**state.error, "suspendPayload": {"__workflow_meta": {"foreachOutput": item_results}}}
-    if state.exit is not None:
-        ex.sink.event("workflow-step-result", {"id": step_id, **state.exit})
-        return state.exit
-    if suspended:
-        index = min(suspended)
-        ex.sink.event("workflow-step-suspended", {"id": step_id, **suspended[index]})
-        ex.suspended_paths[step_id] = list(path)
-        payload = dict(suspended[index].get("suspendPayload") or {})
-        payload["__workflow_meta"] = {
-            **(payload.get("__workflow_meta") or {}),
-            "foreachIndex": index,
-            "foreachOutput": item_results,
-        }
-        return {**info, "suspendedAt": now_ms(), "status": "suspended", "suspendPayload": payload}
-    ended = now_ms()
-    ex.sink.event(
-        "workflow-step-result", {"id": step_id, "status": "success", "output": outputs, "endedAt": ended}
-    )
-    return {**info, "status": "success", "output": outputs, "endedAt": ended}
-
-
-class _ForeachState:
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.completed = 0
-        self.error: dict[str, Any] | None = None
-        self.exit: dict[str, Any] | None = None
-
-
-def _suspension(result: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "status": "suspended",
-        "suspendPayload": result.get("suspendPayload"),
-        "suspendedAt": result.get("suspendedAt"),
-    }
-
-
-def _progress(
-    ex: Execution, step_id: str, state: _ForeachState, index: int, status: str, output: Any = None
-) -> None:
-    payload: dict[str, Any] = {
-        "id": step_id,
-        "completedCount": state.completed,
-        "totalCount": state.total,
-        "currentIndex": index,
-        "iterationStatus": status,
-    }
-    if status == "success" and output is not None:
-        payload["iterationOutput"] = output
-    ex.sink.event("workflow-step-progress", payload)

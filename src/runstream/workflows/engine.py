@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from runstream.abort import AbortController, AbortSignal
 from runstream.processors import TripWire
-from runstream.workflows import control
+from runstream.workflows import control, foreach
 from runstream.workflows._results import UNDEFINED, now_ms, omit_completion
 from runstream.workflows.errors import WorkflowError, error_from_wire
 from runstream.workflows.events import DetachedSink, PrefixSink, Sink
@@ -127,7 +127,7 @@ class Execution:
             result = await control.run_loop(self, entry, path, prev)
             self.results[entry.step.id] = result
         elif isinstance(entry, ForeachEntry):
-            result = await control.run_foreach(self, entry, path, self.resumed_input(entry.step.id, prev))
+            result = await foreach.run_foreach(self, entry, path, self.resumed_input(entry.step.id, prev))
             self.results[entry.step.id] = result
         else:
             result = await control.run_block(self, entry, path, prev)
