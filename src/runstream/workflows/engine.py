@@ -20,16 +20,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from runstream.abort import AbortController, AbortSignal
+from runstream.abort import AbortSignal
 from runstream.processors import TripWire
 from runstream.workflows import control, foreach
 from runstream.workflows._results import UNDEFINED, now_ms, omit_completion
-from runstream.workflows.errors import WorkflowError, error_from_wire
-from runstream.workflows.events import DetachedSink, PrefixSink, Sink
+from runstream.workflows.errors import WorkflowError
+from runstream.workflows.events import Sink
 from runstream.workflows.flow import Entry, ForeachEntry, LoopEntry, SleepEntry, StepEntry
+from runstream.workflows.nested import run_nested
 from runstream.workflows.output import WorkflowResult
 from runstream.workflows.schema import SchemaValidationError, to_plain
-from runstream.workflows.snapshots import RunStore, prepare_resume
+from runstream.workflows.snapshots import RunStore
 from runstream.workflows.step import StepBailed, StepContext, StepSuspended, StepWriter
 
 if TYPE_CHECKING:
@@ -333,7 +334,7 @@ class Execution:
         )
         try:
             if call.entry.workflow is not None:
-                output = await self._run_nested(call, ctx)
+                output = await run_nested(self, call, ctx)
             else:
                 output = to_plain(await step.execute(ctx))
         except StepSuspended as suspended:
@@ -343,72 +344,6 @@ class Execution:
         if output is not UNDEFINED and step.output_schema is not None and self.workflow.validate_outputs:
             step.output_schema.validate(output, "Step output validation failed:")
         return _Outcome("success", output, ctx.state_update)
-
-    async def _run_nested(self, call: StepCall, ctx: StepContext) -> Any:
-        """Run a nested workflow step as its own execution sharing this run's id and signal.
-
-        Its events reach the stream with ids ``<nested id>.<step id>``; a suspension inside it
-        suspends this step with the inner payload plus ``__workflow_meta`` (the inner path).
-        """
-        workflow = call.entry.workflow
-        assert workflow is not None
-        item = call.foreach_index
-        child = Execution(
-            workflow=workflow,
-            run_id=self.run_id if item is None else str(uuid.uuid4()),
-            sink=PrefixSink(self.sink, workflow.id) if item is None else DetachedSink(self.sink, workflow.id),
-            abort=_nested_signal(self.abort),
-            store=self.store.child(call.entry.id if item is None else f"{call.entry.id}[{item}]"),
-        )
-        if call.resume_data is not None and call.resume is not None and call.was_suspended:
-            snapshot = await child.store.load()
-            inner_steps = call.resume.steps[1:] or None
-            child.resume = prepare_resume(snapshot, workflow, inner_steps, call.resume_data, self.run_id)
-            assert snapshot is not None
-            child.results = dict(snapshot["context"])
-            child.state = dict(snapshot.get("state") or self.state)
-            outcome = await child.run_from(child.resume.path.pop(0))
-        else:
-            input_data = workflow.validate_input(call.input_data)
-            outcome = await child.start(input_data, dict(self.state))
-        await ctx.set_state(outcome.state)
-        suspended = [
-            (step_id, r)
-            for step_id, r in outcome.steps.items()
-            if isinstance(r, Mapping) and r.get("status") == "suspended"
-        ]
-        for step_id, r in suspended:
-            payload = dict(r.get("suspendPayload") or {})
-            meta = dict(payload.get("__workflow_meta") or {})
-            meta.update(runId=child.run_id, path=[step_id, *meta.get("path", [])])
-            payload["__workflow_meta"] = meta
-            if r is suspended[-1][1]:
-                raise StepSuspended(payload)
-        if outcome.status == "failed":
-            raise (
-                outcome.error if isinstance(outcome.error, BaseException) else error_from_wire(outcome.error)
-            )
-        if outcome.status == "tripwire" and outcome.tripwire is not None:
-            trip = outcome.tripwire
-            raise TripWire(
-                str(trip.get("reason", "Processor tripwire triggered")),
-                retry=bool(trip.get("retry")),
-                metadata=trip.get("metadata"),
-                processor_id=trip.get("processorId"),
-            )
-        return outcome.result if outcome.status == "success" else UNDEFINED
-
-
-def _nested_signal(parent: AbortSignal) -> AbortSignal:
-    """The abort signal of a nested execution: fired just after ``parent``.
-
-    In Mastra the parent's abort cancels the nested run from an abort listener, so steps of the
-    parent that were already waiting on the signal react first; the stream shows that order.
-    """
-    controller = AbortController()
-    loop = asyncio.get_running_loop()
-    parent.add_listener(lambda reason: loop.call_soon(controller.abort, reason))
-    return controller.signal
 
 
 def _suspend_data(previous: Any, foreach_index: int | None) -> Any:
