@@ -312,7 +312,7 @@ class Agent:
         judge = await resolve_judge(self.goal.judge, state)
         if judge is None and self.goal.scorer is None:
             return
-        signal, message = objective_signal(record, scope.thread_id)
+        signal, message = objective_signal(record, scope.thread_id, state.run_id)
         cfg.start_chunks.append(signal)
         cfg.after_input.append(message)
         cfg.completion_checks.append(GoalCheck(goals, self.goal, scope.thread_id, judge))

@@ -179,7 +179,7 @@ class Goals:
         await self.storage.set_thread_state(thread_id, STATE_KEY, record.to_state())
 
 
-def objective_signal(record: Objective, thread_id: str) -> tuple[DataChunk, PromptMessage]:
+def objective_signal(record: Objective, thread_id: str, run_id: str) -> tuple[DataChunk, PromptMessage]:
     """The ``current-objective`` state signal: a chunk for the stream, a message for the model."""
     contents = f"\n  {record.objective}\n"
     chunk = DataChunk(
@@ -196,6 +196,8 @@ def objective_signal(record: Objective, thread_id: str) -> tuple[DataChunk, Prom
                 "state": {"id": STATE_KEY, "threadId": thread_id},
             },
         },
+        run_id=run_id,
+        from_="AGENT",
         transient=True,
     )
     message: PromptMessage = {
@@ -309,6 +311,8 @@ class GoalCheck:
                 "attributes": {"type": "goal-judge"},
                 "metadata": {"goalEvaluation": final.payload},
             },
+            run_id=state.run_id,
+            from_="AGENT",
             transient=True,
         )
         yield final
