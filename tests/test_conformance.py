@@ -23,9 +23,6 @@ SCENARIOS = sorted(p.stem for p in (CONFORMANCE / "scenarios").glob("*.json"))
 DEVIATIONS = compare.load_deviations(str(CONFORMANCE / "deviations.json"))
 
 LATER: dict[str, str] = {}
-for _name in SCENARIOS:
-    if _name.startswith("w"):
-        LATER[_name] = "workflows (issue 6)"
 LATER["n-bg-suspend-resume"] = (
     "race in the scenario: the task is resumed 10 ms after its suspension; Mastra's continuation turn "
     "takes ~28 ms so the resume lands inside it, ours ends sooner and the stream closes first"

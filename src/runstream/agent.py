@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from runstream import suspension
 from runstream.abort import AbortController, AbortSignal
 from runstream.chunks import AnyChunk
 from runstream.goals import (
@@ -80,6 +81,36 @@ def normalize_tool_choice(choice: str | Mapping[str, Any] | None) -> dict[str, A
             raise ValueError(f"tool_choice must be 'auto', 'none', 'required' or a tool, not {choice!r}")
         return {"type": choice}
     return dict(choice)
+
+
+def _options_to_json(options: RunOptions) -> dict[str, Any]:
+    """The run options a restored run can get back (code-valued ones fall back to the agent's)."""
+    structured = StructuredOutput.coerce(options.structured_output)
+    return {
+        "maxSteps": options.max_steps,
+        "toolChoice": normalize_tool_choice(options.tool_choice),
+        "includeRawChunks": options.include_raw_chunks,
+        "structuredOutput": structured.schema if structured is not None else None,
+        "maxProcessorRetries": options.max_processor_retries,
+        "memory": {"thread": options.memory.thread_id, "resource": options.memory.resource_id}
+        if options.memory
+        else None,
+        "disableBackgroundTasks": options.disable_background_tasks,
+        "context": options.context,
+    }
+
+
+def _options_from_json(data: Mapping[str, Any]) -> RunOptions:
+    return RunOptions(
+        max_steps=data.get("maxSteps"),
+        tool_choice=data.get("toolChoice"),
+        include_raw_chunks=bool(data.get("includeRawChunks")),
+        structured_output={"schema": data["structuredOutput"]} if data.get("structuredOutput") else None,
+        max_processor_retries=data.get("maxProcessorRetries"),
+        memory=MemoryScope.coerce(data.get("memory")),
+        disable_background_tasks=bool(data.get("disableBackgroundTasks")),
+        context=list(data.get("context") or []),
+    )
 
 
 @dataclass(slots=True)
@@ -149,7 +180,7 @@ class Agent:
         self.durable = durable
         self.is_task_complete = TaskCompletion.coerce(is_task_complete)
         self.runtime: Runstream | None = None
-        self._suspended: dict[str, tuple[LoopConfig, RunState]] = {}
+        self._suspended: dict[str, tuple[LoopConfig, RunState, RunOptions]] = {}
         self._idle_streams: dict[tuple[str, str], AbortController] = {}
 
     def __repr__(self) -> str:
@@ -230,10 +261,6 @@ class Agent:
         controller: AbortController | None = None,
     ) -> RunOutput:
         controller = controller or AbortController()
-        signal = controller.signal
-        if options.abort_signal is not None:
-            signal = AbortSignal.any(signal, options.abort_signal)
-        instructions = self.instructions
         history: list[PromptMessage] = []
         scope = options.memory
         if scope is not None:
@@ -243,6 +270,26 @@ class Agent:
                 await self.runtime.start()
             await self.memory.ensure_thread(scope)
             history = await self.memory.load_prompt(scope)
+        state = RunState(
+            run_id=run_id or str(uuid.uuid4()),
+            message_id=str(uuid.uuid4()),
+            messages=[*history, *input_messages],
+            input_count=len(history) + len(input_messages),
+            history_count=len(history),
+        )
+        cfg = await self._configure(options, state, controller)
+        if scope is not None:
+            await self._attach_goal(cfg, state, scope)
+        return self._output(cfg, state, controller, None, options)
+
+    async def _configure(
+        self, options: RunOptions, state: RunState, controller: AbortController
+    ) -> LoopConfig:
+        """The loop configuration of a run (new or restored) from its options and the agent."""
+        signal = controller.signal
+        if options.abort_signal is not None:
+            signal = AbortSignal.any(signal, options.abort_signal)
+        scope = options.memory
         cfg = LoopConfig(
             agent_id=self.id,
             model=self.model,
@@ -265,21 +312,12 @@ class Agent:
             thread_id=scope.thread_id if scope else None,
             resource_id=scope.resource_id if scope else None,
         )
-        state = RunState(
-            run_id=run_id or str(uuid.uuid4()),
-            message_id=str(uuid.uuid4()),
-            messages=[*history, *input_messages],
-            input_count=len(history) + len(input_messages),
-            history_count=len(history),
-        )
-        instructions += await self._attach_background(cfg, state, options)
+        instructions = self.instructions + await self._attach_background(cfg, state, options)
         completion = options.is_task_complete or self.is_task_complete
         if completion is not None:
             cfg.completion_checks.append(completion.check)
-        if scope is not None:
-            await self._attach_goal(cfg, state, scope)
         cfg.system = [{"role": "system", "content": instructions}] if instructions else []
-        return self._output(cfg, state, controller, None)
+        return cfg
 
     async def _attach_background(self, cfg: LoopConfig, state: RunState, options: RunOptions) -> str:
         """Wire the task manager into the run; returns text to append to the instructions."""
@@ -368,14 +406,25 @@ class Agent:
         return on_terminal
 
     def _output(
-        self, cfg: LoopConfig, state: RunState, controller: AbortController, resume: ResumeAction | None
+        self,
+        cfg: LoopConfig,
+        state: RunState,
+        controller: AbortController,
+        resume: ResumeAction | None,
+        options: RunOptions,
     ) -> RunOutput:
         memory = self.memory if cfg.thread_id is not None else None
 
         async def on_close() -> None:
+            storage = self._run_storage()
             if state.status == "suspended":
-                self._suspended[state.run_id] = (cfg, state)
+                self._suspended[state.run_id] = (cfg, state, options)
+                if storage is not None:
+                    data = suspension.snapshot(self.id, state, _options_to_json(options))
+                    await storage.save_snapshot(suspension.NAMESPACE, state.run_id, data)
                 return
+            if resume is not None and storage is not None:
+                await storage.delete_snapshot(suspension.NAMESPACE, state.run_id)
             if memory is not None and cfg.thread_id is not None and cfg.resource_id is not None:
                 state.saved = True
                 await memory.save_turn(
@@ -386,6 +435,11 @@ class Agent:
                 )
 
         return RunOutput(agent_loop(cfg, state, resume), state, controller, on_close=on_close)
+
+    def _run_storage(self) -> Storage | None:
+        if self.memory is not None and self.memory.storage is not None:
+            return self.memory.storage
+        return self.runtime.storage if self.runtime is not None else None
 
     async def _stream_until_idle(
         self,
@@ -452,35 +506,59 @@ class Agent:
     # -- human in the loop ---------------------------------------------------------------------------
     async def approve_tool_call(self, *, run_id: str, tool_call_id: str | None = None) -> RunOutput:
         """Approve a tool call the run stopped for; the returned stream continues the run."""
-        return self._continue(run_id, ResumeAction("approve", tool_call_id))
+        return await self._continue(run_id, ResumeAction("approve", tool_call_id))
 
     async def decline_tool_call(
         self, *, run_id: str, tool_call_id: str | None = None, reason: str | None = None
     ) -> RunOutput:
         """Decline it: the model is told the call was not approved (``tool-output-denied``)."""
-        return self._continue(run_id, ResumeAction("decline", tool_call_id, reason=reason))
+        return await self._continue(run_id, ResumeAction("decline", tool_call_id, reason=reason))
 
     async def resume_stream(self, data: Any, *, run_id: str, tool_call_id: str | None = None) -> RunOutput:
         """Resume a suspended tool with ``data`` (it runs again with ``ctx.resume_data``)."""
-        return self._continue(run_id, ResumeAction("resume", tool_call_id, data=data))
+        return await self._continue(run_id, ResumeAction("resume", tool_call_id, data=data))
 
-    def _continue(self, run_id: str, action: ResumeAction) -> RunOutput:
-        try:
-            cfg, state = self._suspended.pop(run_id)
-        except KeyError:
-            raise RunNotFoundError(f"no suspended run {run_id!r} on agent {self.id!r}") from None
+    async def suspended_run(self, run_id: str) -> suspension.SuspendedRun | None:
+        """What a run that stopped for a human waits for (and its thread and resource)."""
+        found = await self._find_suspended(run_id)
+        if found is None:
+            return None
+        _, state, options = found
+        return suspension.describe(self.id, state, options.memory)
+
+    async def _find_suspended(self, run_id: str) -> tuple[LoopConfig | None, RunState, RunOptions] | None:
+        if run_id in self._suspended:
+            return self._suspended[run_id]
+        storage = self._run_storage()
+        data = await storage.load_snapshot(suspension.NAMESPACE, run_id) if storage is not None else None
+        if data is None or data.get("agentId") != self.id:
+            return None
+        return None, suspension.restore(data), _options_from_json(data["options"])
+
+    async def _continue(self, run_id: str, action: ResumeAction) -> RunOutput:
+        found = await self._find_suspended(run_id)
+        if found is None:
+            raise RunNotFoundError(f"no suspended run {run_id!r} on agent {self.id!r}")
+        stored_cfg, state, options = found
+        self._suspended.pop(run_id, None)
         pending = state.pending
         if pending is None:
             raise RunNotFoundError(f"run {run_id!r} is not waiting for anything")
         waiting = pending.awaiting_approval if action.kind != "resume" else set(pending.suspended)
         if action.tool_call_id is not None and action.tool_call_id not in waiting:
-            self._suspended[run_id] = (cfg, state)
+            if stored_cfg is not None:
+                self._suspended[run_id] = (stored_cfg, state, options)
             what = "waiting for approval" if action.kind != "resume" else "suspended"
             raise ValueError(f"tool call {action.tool_call_id!r} of run {run_id!r} is not {what}")
         controller = AbortController()
         state.status = "running"
-        cfg = replace(cfg, abort_signal=controller.signal)
-        return self._output(cfg, state, controller, action)
+        if stored_cfg is not None:
+            cfg = replace(stored_cfg, abort_signal=controller.signal)
+        else:  # restored from storage: rebuild the configuration from the agent
+            if self.runtime is not None:
+                await self.runtime.start()
+            cfg = await self._configure(options, state, controller)
+        return self._output(cfg, state, controller, action, options)
 
     # -- composition -----------------------------------------------------------------------------------
     def as_tool(self) -> Tool:

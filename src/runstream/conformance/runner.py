@@ -19,6 +19,7 @@ from runstream.abort import AbortController
 from runstream.agent import Agent
 from runstream.chunks import AnyChunk, dumps
 from runstream.conformance.behavior import RuleProcessor, ToolExecutionLog, build_tool, contains
+from runstream.conformance.workflow_runner import build_workflow, run_workflow_scenario
 from runstream.goals import DEFAULT_MAX_RUNS, GoalConfig
 from runstream.output import RunOutput
 from runstream.runtime import Runstream
@@ -62,11 +63,6 @@ class StreamWriter:
         self.out.write(dumps(chunk.to_wire()) + "\n")
 
 
-def _check_supported(scenario: Mapping[str, Any]) -> None:
-    if "workflow" in scenario:
-        raise UnsupportedScenario("not implemented yet: workflows")
-
-
 def _runs(scenario: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     if "runs" in scenario:
         return list(scenario["runs"])
@@ -104,7 +100,7 @@ def build_agent(scenario: Mapping[str, Any], log: ToolExecutionLog) -> Agent:
                 )
             )
         elif kind == "workflow":
-            raise UnsupportedScenario("not implemented yet: workflows as tools")
+            tools.append(build_workflow(tool_spec["workflow"], log).as_tool(name=tool_spec["name"]))
         else:
             tools.append(build_tool(tool_spec, log))
     return Agent(
@@ -192,7 +188,9 @@ class ScenarioRunner:
         self.background: set[asyncio.Task[Any]] = set()
 
     async def run(self) -> None:
-        _check_supported(self.scenario)
+        if "workflow" in self.scenario:
+            await run_workflow_scenario(self.scenario, self.writer, self.log)
+            return
         agent = build_agent(self.scenario, self.log)
         with tempfile.TemporaryDirectory() as tmp_dir:
             runtime = build_runtime(self.scenario, agent, tmp_dir)
