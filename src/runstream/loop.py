@@ -162,6 +162,8 @@ class ToolOutcome:
     """Extra tool-result metadata (the background-task link)."""
     model_output: dict[str, Any] | None = None
     """What the model sees instead of ``value`` (e.g. a background placeholder)."""
+    resume_schema: dict[str, Any] | None = None
+    """For a suspension: the schema of the data that resumes it (if the call gave one)."""
 
 
 @dataclass(slots=True)
@@ -818,8 +820,9 @@ async def _run_tool_step(
                 "suspendPayload": outcome.value,
                 "args": call.args,
             }
-            if tool is not None and tool.resume_schema is not None:
-                payload["resumeSchema"] = resume_schema_json(tool.resume_schema)
+            schema = outcome.resume_schema or (tool.resume_schema if tool is not None else None)
+            if schema is not None:
+                payload["resumeSchema"] = resume_schema_json(schema)
             yield ToolCallSuspendedChunk(run_id, payload)  # type: ignore[arg-type]
     if pending.suspended:
         state.status = "suspended"
@@ -921,17 +924,17 @@ async def run_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext, call: Too
     """Execute a tool and classify how it ended (result, error or suspension)."""
     try:
         result = await tool.execute(args, ctx)
-    except ToolSuspended as suspended:
-        return ToolOutcome(call, "suspended", suspended.payload)
+    except ToolSuspended:
+        pass  # classified below, from the context
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        if ctx.suspended:
-            return ToolOutcome(call, "suspended", ctx.suspended_with)
-        return ToolOutcome(call, "error", exc)
-    if ctx.suspended:
-        return ToolOutcome(call, "suspended", ctx.suspended_with)
-    return ToolOutcome(call, "result", result)
+        if not ctx.suspended:
+            return ToolOutcome(call, "error", exc)
+    else:
+        if not ctx.suspended:
+            return ToolOutcome(call, "result", result)
+    return ToolOutcome(call, "suspended", ctx.suspended_with, resume_schema=ctx.suspend_resume_schema)
 
 
 def _link_call(state: RunState, tool_call_id: str, provider_metadata: dict[str, Any]) -> None:

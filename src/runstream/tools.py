@@ -98,11 +98,17 @@ class ToolContext:
     attempt: int = 1
     suspended: bool = False
     suspended_with: Any = None
+    suspend_resume_schema: dict[str, Any] | None = None
 
-    async def suspend(self, payload: Any = None) -> None:
-        """Suspend this execution: nothing after this call runs; resuming runs the tool again."""
+    async def suspend(self, payload: Any = None, *, resume_schema: Mapping[str, Any] | None = None) -> None:
+        """Suspend this execution: nothing after this call runs; resuming runs the tool again.
+
+        ``resume_schema`` describes the data a resume must bring, when it differs per call
+        (otherwise the tool's own ``resume_schema`` is shown).
+        """
         self.suspended = True
         self.suspended_with = payload
+        self.suspend_resume_schema = dict(resume_schema) if resume_schema is not None else None
         raise ToolSuspended(payload)
 
 

@@ -53,8 +53,10 @@ def workflow_tool(workflow: Workflow, name: str, *, step_output: bool = False) -
             return {"error": message or "Workflow execution failed", "runId": run.run_id}
         if result.status == "suspended" and result.suspended:
             suspended_runs[key] = run
-            tool.resume_schema = _resume_schema(workflow, result)
-            await ctx.suspend(result.suspend_payload.get(result.suspended[0][0]))
+            await ctx.suspend(
+                result.suspend_payload.get(result.suspended[0][0]),
+                resume_schema=_resume_schema(workflow, result),
+            )
         return {
             "error": "Workflow should never reach this path, workflow returned no status",
             "runId": run.run_id,
@@ -84,11 +86,8 @@ def _json(schema: Any) -> dict[str, Any] | None:
 
 
 def _resume_schema(workflow: Workflow, result: WorkflowResult) -> dict[str, Any] | None:
-    """The resume schema of the first suspended step (walking into nested workflows).
-
-    The loop reads it from ``tool.resume_schema`` when it builds ``tool-call-suspended``; the
-    tool context has no per-call way to pass it.
-    """
+    """The resume schema of the first suspended step (walking into nested workflows); the tool
+    passes it to ``ctx.suspend`` so ``tool-call-suspended`` shows what this call's resume needs."""
     current = workflow
     for step_id in result.suspended[0]:
         if step_id in current.nested:
