@@ -1,8 +1,12 @@
 """Storage for memory (threads, messages), background-task records, thread state and snapshots.
 
-Pick a backend: :class:`InMemoryStorage` for tests, :class:`SqliteStorage` for a file on disk.
-Both implement the :class:`Storage` protocol.
+Pick a backend: :class:`InMemoryStorage` for tests, :class:`SqliteStorage` for a file on disk,
+:class:`PostgresStorage` for several processes sharing one database (needs the ``postgres``
+extra; imported on first access, so this package imports without ``asyncpg``). All implement
+the :class:`Storage` protocol.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from runstream.storage.base import MessageMutator, Storage
 from runstream.storage.errors import (
@@ -31,6 +35,18 @@ from runstream.storage.records import (
 )
 from runstream.storage.sqlite import SqliteStorage
 
+if TYPE_CHECKING:
+    from runstream.storage.postgres import PostgresStorage
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PostgresStorage":
+        from runstream.storage.postgres import PostgresStorage
+
+        return PostgresStorage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "DEFAULT_TASK_TIMEOUT_MS",
     "InMemoryStorage",
@@ -39,6 +55,7 @@ __all__ = [
     "MessageRole",
     "NotFoundError",
     "Page",
+    "PostgresStorage",
     "SchemaVersionError",
     "SortOrder",
     "SqliteStorage",

@@ -1,0 +1,462 @@
+"""PostgreSQL :class:`~runstream.storage.base.Storage` on ``asyncpg``: several processes, one database.
+
+An ``asyncpg`` pool is created, and the schema migrated, on first use (see
+:mod:`runstream.storage._postgres_schema`). Single statements run on a pooled connection in
+autocommit. Calls that read more than once (a count and its page) run in a read-only
+``REPEATABLE READ`` transaction, so they see one snapshot. Writes that read first lock the rows
+they change (``SELECT ... FOR UPDATE``) in a ``READ COMMITTED`` transaction; ``update_task``'s
+compare-and-set is a single conditional ``UPDATE``, and ``save_thread``'s owner check is part of
+its upsert, so no concurrent writer can slip in between a check and a write.
+
+Lock order: a thread's row before its messages' rows (``save_messages``, ``update_message`` and
+``delete_thread`` all take them so, threads sorted by id), so these calls never deadlock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from datetime import datetime
+from typing import Any, Unpack
+
+import asyncpg
+
+from runstream.storage import _postgres_schema as _schema
+from runstream.storage._postgres_schema import Connection
+from runstream.storage._query import (
+    SqlParams,
+    check_last,
+    check_paging,
+    check_thread_order_field,
+    expired_where,
+    limit_clause,
+    make_page,
+    normalise_statuses,
+    order_clause,
+    task_where,
+    upsert_sql,
+)
+from runstream.storage._rows import (
+    MESSAGE_COLUMNS,
+    TASK_COLUMNS,
+    THREAD_COLUMNS,
+    Row,
+    apply_task_update,
+    decode_json,
+    encode_json_object,
+    message_from_row,
+    message_to_row,
+    task_from_row,
+    task_to_row,
+    thread_from_row,
+    thread_to_row,
+    to_utc,
+)
+from runstream.storage.base import MessageMutator
+from runstream.storage.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    StorageClosedError,
+    StorageError,
+    ThreadResourceMismatchError,
+)
+from runstream.storage.records import (
+    Page,
+    SortOrder,
+    StoredMessage,
+    TaskFilter,
+    TaskRecord,
+    TaskStatus,
+    TaskUpdate,
+    Thread,
+    ThreadOrderField,
+    utc_now,
+)
+
+_MAX_IDENTIFIER_BYTES = 63
+"""PostgreSQL silently truncates longer identifiers, which could merge two schemas into one."""
+
+
+@contextmanager
+def _translate_errors() -> Iterator[None]:
+    try:
+        yield
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        raise StorageError(f"PostgreSQL error: {exc}") from exc
+
+
+def _row(record: asyncpg.Record | None) -> Row | None:
+    return None if record is None else dict(record.items())
+
+
+def _rows(records: Sequence[asyncpg.Record]) -> list[Row]:
+    return [dict(record.items()) for record in records]
+
+
+def _affected(status: str) -> int:
+    """The row count of a command tag such as ``DELETE 3`` or ``INSERT 0 1``."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+def _upsert(table: str, row: Row, conflict_columns: Sequence[str] = ("id",)) -> tuple[str, list[Any]]:
+    params = SqlParams("numeric")
+    return upsert_sql(table, row, conflict_columns, params), params.values
+
+
+def _task_changes(task_id: str, fields: Mapping[str, Any]) -> Row:
+    """``fields`` as column values, validated and encoded exactly as a whole record would be."""
+    placeholder = TaskRecord(
+        id=task_id, status="pending", tool_name="", tool_call_id="", args={}, agent_id="", run_id=""
+    )
+    row = task_to_row(apply_task_update(placeholder, fields))
+    return {column: row[column] for column in fields}
+
+
+class PostgresStorage:
+    def __init__(self, dsn: str, *, schema: str = "runstream", min_size: int = 1, max_size: int = 10) -> None:
+        """``dsn`` is a libpq URL (``postgresql://user@host:5432/db``); tables live in ``schema``,
+        created on first use. ``min_size``/``max_size`` bound the connection pool."""
+        if not schema or len(schema.encode()) > _MAX_IDENTIFIER_BYTES:
+            raise InvalidArgumentError(f"schema name must be 1 to 63 bytes, got {schema!r}")
+        if not 0 <= min_size <= max_size or max_size < 1:
+            raise InvalidArgumentError(
+                f"need 0 <= min_size <= max_size and max_size >= 1, got {min_size}, {max_size}"
+            )
+        self._dsn = dsn
+        self._schema = schema
+        self._min_size = min_size
+        self._max_size = max_size
+        self._pool: asyncpg.Pool | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+        quoted = _schema.quote_ident(schema)
+        self._threads = f"{quoted}.threads"
+        self._messages = f"{quoted}.messages"
+        self._tasks = f"{quoted}.background_tasks"
+        self._state = f"{quoted}.thread_state"
+        self._snapshots = f"{quoted}.snapshots"
+        self._thread_select = f"SELECT {', '.join(THREAD_COLUMNS)} FROM {self._threads}"
+        self._message_select = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM {self._messages}"
+        self._task_select = f"SELECT {', '.join(TASK_COLUMNS)} FROM {self._tasks}"
+
+    async def _get_pool(self) -> asyncpg.Pool:
+        async with self._lock:
+            if self._closed:
+                raise StorageClosedError()
+            if self._pool is None:
+                pool = await asyncpg.create_pool(self._dsn, min_size=self._min_size, max_size=self._max_size)
+                try:
+                    async with pool.acquire() as conn:
+                        await _schema.migrate(conn, self._schema, _schema.MIGRATIONS)
+                except BaseException:
+                    pool.terminate()
+                    raise
+                self._pool = pool
+            return self._pool
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Connection]:
+        with _translate_errors():
+            pool = await self._get_pool()
+            async with pool.acquire() as conn:
+                yield conn
+
+    @asynccontextmanager
+    async def _transaction(self, *, read_only: bool) -> AsyncIterator[Connection]:
+        async with self._connection() as conn:
+            options: dict[str, Any] = {"isolation": "repeatable_read", "readonly": True} if read_only else {}
+            async with conn.transaction(**options):
+                yield conn
+
+    def _read(self) -> AbstractAsyncContextManager[Connection]:
+        return self._transaction(read_only=True)
+
+    def _write(self) -> AbstractAsyncContextManager[Connection]:
+        return self._transaction(read_only=False)
+
+    async def _fetchrow(self, sql: str, *args: Any) -> Row | None:
+        async with self._connection() as conn:
+            return _row(await conn.fetchrow(sql, *args))
+
+    async def _execute(self, sql: str, *args: Any) -> int:
+        async with self._connection() as conn:
+            return _affected(await conn.execute(sql, *args))
+
+    async def init(self) -> None:
+        with _translate_errors():
+            await self._get_pool()
+
+    async def close(self) -> None:
+        async with self._lock:
+            self._closed = True
+            if self._pool is not None:
+                pool, self._pool = self._pool, None
+                await pool.close()
+
+    # -- threads ---------------------------------------------------------------------------
+
+    async def save_thread(self, thread: Thread) -> None:
+        sql, values = _upsert(self._threads, thread_to_row(thread))
+        # The owner check is part of the upsert: a conflicting row of another resource is left as is.
+        sql += " WHERE threads.resource_id = excluded.resource_id"
+        async with self._write() as conn:
+            if _affected(await conn.execute(sql, *values)) == 0:
+                owner = await conn.fetchval(
+                    f"SELECT resource_id FROM {self._threads} WHERE id = $1", thread.id
+                )
+                raise ThreadResourceMismatchError(thread.id, owner, thread.resource_id)
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        row = await self._fetchrow(f"{self._thread_select} WHERE id = $1", thread_id)
+        return None if row is None else thread_from_row(row)
+
+    async def list_threads(
+        self,
+        resource_id: str,
+        *,
+        page: int = 0,
+        per_page: int | None = None,
+        order_by: ThreadOrderField = "updated_at",
+        order: SortOrder = "desc",
+    ) -> Page[Thread]:
+        check_paging(page, per_page)
+        params = SqlParams("numeric")
+        sql = (
+            f"{self._thread_select} WHERE resource_id = {params.add(resource_id)}"
+            f"{order_clause(check_thread_order_field(order_by), order)}{limit_clause(page, per_page, params)}"
+        )
+        async with self._read() as conn:
+            total = await conn.fetchval(
+                f"SELECT count(*) FROM {self._threads} WHERE resource_id = $1", resource_id
+            )
+            rows = _rows(await conn.fetch(sql, *params.values))
+        return make_page([thread_from_row(row) for row in rows], total, page, per_page)
+
+    async def update_thread(
+        self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> Thread:
+        async with self._write() as conn:
+            row = _row(await conn.fetchrow(f"{self._thread_select} WHERE id = $1 FOR UPDATE", thread_id))
+            if row is None:
+                raise NotFoundError("Thread", thread_id)
+            thread = thread_from_row(row)
+            if title is not None:
+                thread.title = title
+            if metadata is not None:
+                thread.metadata = {**thread.metadata, **metadata}
+            thread.updated_at = utc_now()
+            new_row = thread_to_row(thread)
+            sql, values = _upsert(self._threads, new_row)
+            await conn.execute(sql, *values)
+        return thread_from_row(new_row)
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        async with self._write() as conn:
+            await conn.execute(f"SELECT 1 FROM {self._threads} WHERE id = $1 FOR UPDATE", thread_id)
+            await conn.execute(f"DELETE FROM {self._messages} WHERE thread_id = $1", thread_id)
+            await conn.execute(f"DELETE FROM {self._state} WHERE thread_id = $1", thread_id)
+            return _affected(await conn.execute(f"DELETE FROM {self._threads} WHERE id = $1", thread_id)) > 0
+
+    # -- messages --------------------------------------------------------------------------
+
+    async def _check_owner(self, conn: Connection, thread_id: str, resource_id: str) -> None:
+        owner = await conn.fetchval(f"SELECT resource_id FROM {self._threads} WHERE id = $1", thread_id)
+        if owner is None:
+            raise NotFoundError("Thread", thread_id)
+        if owner != resource_id:
+            raise ThreadResourceMismatchError(thread_id, owner, resource_id)
+
+    async def _store_messages(self, conn: Connection, rows: Sequence[Row]) -> None:
+        """Lock the target threads (sorted), check their owners, upsert, bump ``updated_at``."""
+        pairs = dict.fromkeys((row["thread_id"], row["resource_id"]) for row in rows)
+        thread_ids = sorted({thread_id for thread_id, _ in pairs})
+        locked = await conn.fetch(
+            f"SELECT id, resource_id FROM {self._threads} WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE",
+            thread_ids,
+        )
+        owners = {record["id"]: record["resource_id"] for record in locked}
+        for thread_id, resource_id in pairs:
+            if thread_id not in owners:
+                raise NotFoundError("Thread", thread_id)
+            if owners[thread_id] != resource_id:
+                raise ThreadResourceMismatchError(thread_id, owners[thread_id], resource_id)
+        sql, _ = _upsert(self._messages, rows[0])
+        await conn.executemany(sql, [[row[column] for column in rows[0]] for row in rows])
+        await conn.execute(
+            f"UPDATE {self._threads} SET updated_at = $1 WHERE id = ANY($2::text[])", utc_now(), thread_ids
+        )
+
+    async def save_messages(self, messages: Sequence[StoredMessage]) -> None:
+        rows = [message_to_row(message) for message in messages]
+        if not rows:
+            return
+        async with self._write() as conn:
+            await self._store_messages(conn, rows)
+
+    async def list_messages(
+        self,
+        thread_id: str,
+        *,
+        resource_id: str | None = None,
+        last: int | None = None,
+        page: int = 0,
+        per_page: int | None = None,
+    ) -> Page[StoredMessage]:
+        check_last(last, page, per_page)
+        params = SqlParams("numeric")
+        where = f" WHERE thread_id = {params.add(thread_id)}"
+        if last is not None:
+            columns = ", ".join(MESSAGE_COLUMNS)
+            newest = (
+                f"SELECT {columns}, seq FROM {self._messages}{where}"
+                f"{order_clause('created_at', 'desc')} LIMIT {params.add(last)}"
+            )
+            sql = f"SELECT {columns} FROM ({newest}) AS newest{order_clause('created_at', 'asc')}"
+        else:
+            sql = (
+                f"{self._message_select}{where}{order_clause('created_at', 'asc')}"
+                f"{limit_clause(page, per_page, params)}"
+            )
+        async with self._read() as conn:
+            if resource_id is not None:
+                await self._check_owner(conn, thread_id, resource_id)
+            total = await conn.fetchval(
+                f"SELECT count(*) FROM {self._messages} WHERE thread_id = $1", thread_id
+            )
+            rows = _rows(await conn.fetch(sql, *params.values))
+        items = [message_from_row(row) for row in rows]
+        return (
+            make_page(items, total, 0, last) if last is not None else make_page(items, total, page, per_page)
+        )
+
+    async def get_messages(self, message_ids: Collection[str]) -> list[StoredMessage]:
+        sql = f"{self._message_select} WHERE id = ANY($1::text[]){order_clause('created_at', 'asc')}"
+        async with self._connection() as conn:
+            rows = _rows(await conn.fetch(sql, list(message_ids)))
+        return [message_from_row(row) for row in rows]
+
+    async def update_message(self, message_id: str, mutate: MessageMutator) -> StoredMessage:
+        async with self._write() as conn:
+            # The thread first, then the message: the order save_messages takes them in.
+            await conn.execute(
+                f"SELECT 1 FROM {self._threads} AS t JOIN {self._messages} AS m ON m.thread_id = t.id"
+                " WHERE m.id = $1 FOR UPDATE OF t",
+                message_id,
+            )
+            row = _row(await conn.fetchrow(f"{self._message_select} WHERE id = $1 FOR UPDATE", message_id))
+            if row is None:
+                raise NotFoundError("Message", message_id)
+            updated = mutate(message_from_row(row))
+            if updated.id != message_id:
+                raise InvalidArgumentError(
+                    f"update_message cannot change a message id ({message_id} -> {updated.id})"
+                )
+            new_row = message_to_row(updated)
+            await self._store_messages(conn, [new_row])
+        return message_from_row(new_row)
+
+    async def delete_messages(self, message_ids: Collection[str]) -> int:
+        return await self._execute(
+            f"DELETE FROM {self._messages} WHERE id = ANY($1::text[])", list(message_ids)
+        )
+
+    # -- background tasks ------------------------------------------------------------------
+
+    async def save_task(self, task: TaskRecord) -> None:
+        sql, values = _upsert(self._tasks, task_to_row(task))
+        await self._execute(sql, *values)
+
+    async def get_task(self, task_id: str) -> TaskRecord | None:
+        row = await self._fetchrow(f"{self._task_select} WHERE id = $1", task_id)
+        return None if row is None else task_from_row(row)
+
+    async def list_tasks(self, task_filter: TaskFilter | None = None) -> Page[TaskRecord]:
+        task_filter = task_filter or TaskFilter()
+        count_params, params = SqlParams("numeric"), SqlParams("numeric")
+        count_sql = f"SELECT count(*) FROM {self._tasks}{task_where(task_filter, count_params)}"
+        sql = (
+            f"{self._task_select}{task_where(task_filter, params)}{order_clause('created_at', task_filter.order)}"
+            f"{limit_clause(task_filter.page, task_filter.per_page, params)}"
+        )
+        async with self._read() as conn:
+            total = await conn.fetchval(count_sql, *count_params.values)
+            rows = _rows(await conn.fetch(sql, *params.values))
+        return make_page([task_from_row(row) for row in rows], total, task_filter.page, task_filter.per_page)
+
+    async def count_tasks(self, task_filter: TaskFilter | None = None) -> int:
+        params = SqlParams("numeric")
+        sql = f"SELECT count(*) FROM {self._tasks}{task_where(task_filter or TaskFilter(), params)}"
+        async with self._connection() as conn:
+            return int(await conn.fetchval(sql, *params.values))
+
+    async def update_task(
+        self,
+        task_id: str,
+        *,
+        expected_status: TaskStatus | Collection[TaskStatus] | None = None,
+        **fields: Unpack[TaskUpdate],
+    ) -> TaskRecord | None:
+        changes = _task_changes(task_id, fields)
+        statuses = normalise_statuses(expected_status)
+        params = SqlParams("numeric")
+        where = f"id = {params.add(task_id)}"
+        if statuses is not None:
+            where += f" AND status = ANY({params.add(list(statuses))}::text[])"
+        # With no fields to change, "id = id" still matches (and returns) the record like a write would.
+        assignments = ", ".join(f"{column} = {params.add(value)}" for column, value in changes.items())
+        sql = f"UPDATE {self._tasks} SET {assignments or 'id = id'} WHERE {where} RETURNING {', '.join(TASK_COLUMNS)}"
+        row = await self._fetchrow(sql, *params.values)
+        return None if row is None else task_from_row(row)
+
+    async def delete_tasks(self, task_ids: Collection[str]) -> int:
+        return await self._execute(f"DELETE FROM {self._tasks} WHERE id = ANY($1::text[])", list(task_ids))
+
+    async def delete_tasks_older_than(
+        self, status: TaskStatus | Collection[TaskStatus], before: datetime
+    ) -> int:
+        params = SqlParams("numeric")
+        where = expired_where(normalise_statuses(status) or (), to_utc(before, what="before"), params)
+        return await self._execute(f"DELETE FROM {self._tasks}{where}", *params.values)
+
+    # -- thread state ----------------------------------------------------------------------
+
+    async def get_thread_state(self, thread_id: str, key: str) -> dict[str, Any] | None:
+        sql = f"SELECT value FROM {self._state} WHERE thread_id = $1 AND state_key = $2"
+        row = await self._fetchrow(sql, thread_id, key)
+        return None if row is None else dict(decode_json(row["value"]))
+
+    async def set_thread_state(self, thread_id: str, key: str, value: Mapping[str, Any]) -> None:
+        row = {
+            "thread_id": thread_id,
+            "state_key": key,
+            "value": encode_json_object(value, what=f"thread state {key!r}"),
+            "updated_at": utc_now(),
+        }
+        sql, values = _upsert(self._state, row, ("thread_id", "state_key"))
+        await self._execute(sql, *values)
+
+    async def delete_thread_state(self, thread_id: str, key: str) -> bool:
+        sql = f"DELETE FROM {self._state} WHERE thread_id = $1 AND state_key = $2"
+        return await self._execute(sql, thread_id, key) > 0
+
+    # -- snapshots -------------------------------------------------------------------------
+
+    async def save_snapshot(self, namespace: str, snapshot_id: str, data: Mapping[str, Any]) -> None:
+        row = {
+            "namespace": namespace,
+            "id": snapshot_id,
+            "data": encode_json_object(data, what=f"snapshot {namespace}/{snapshot_id}"),
+            "updated_at": utc_now(),
+        }
+        sql, values = _upsert(self._snapshots, row, ("namespace", "id"))
+        await self._execute(sql, *values)
+
+    async def load_snapshot(self, namespace: str, snapshot_id: str) -> dict[str, Any] | None:
+        sql = f"SELECT data FROM {self._snapshots} WHERE namespace = $1 AND id = $2"
+        row = await self._fetchrow(sql, namespace, snapshot_id)
+        return None if row is None else dict(decode_json(row["data"]))
+
+    async def delete_snapshot(self, namespace: str, snapshot_id: str) -> bool:
+        sql = f"DELETE FROM {self._snapshots} WHERE namespace = $1 AND id = $2"
+        return await self._execute(sql, namespace, snapshot_id) > 0
