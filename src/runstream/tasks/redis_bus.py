@@ -1,0 +1,273 @@
+"""An :class:`~runstream.tasks.bus.EventBus` over Redis pub/sub, for managers in several processes.
+
+Every event reaches this process's subscribers at once (through an :class:`InProcessEventBus`)
+and goes to the Redis channel ``<prefix>:events`` for the other processes; a bus skips its own
+messages when they come back. A message is ``{"origin", "chunk", "record"}``: the chunk's wire
+JSON and ``TaskRecord.to_wire()``, rebuilt with :func:`chunk_from_wire` and
+:func:`record_from_wire`. Subscriptions filter locally.
+
+Delivery guarantee:
+
+* In this process, as :class:`InProcessEventBus`: every event, in publish order.
+* To other processes, in publish order per publishing process: one writer task sends the
+  events one after another, and a send that fails on a dropped connection is retried (with
+  backoff) before the next, so a publisher's outage loses nothing while fewer than
+  ``max_backlog`` events wait.
+* But Redis pub/sub is at-most-once: a subscriber whose connection is down misses what is
+  published meanwhile. The reader reconnects with backoff, re-subscribes and logs the gap. The
+  record in storage stays the truth, so a consumer must not depend on one event arriving:
+  ``DistributedTaskManager.wait_for`` re-reads the record whenever no event came for a while.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from runstream.chunks import chunk_from_wire, dumps
+from runstream.storage import TaskRecord
+from runstream.tasks.bus import BusSubscription, InProcessEventBus, TaskEvent, TaskEventFilter
+
+logger = logging.getLogger(__name__)
+
+READ_POLL_S = 1.0
+"""The reader wakes this often, so a health check can notice a silently dead connection."""
+HEALTH_CHECK_S = 15
+BACKOFF_MIN_S = 0.05
+BACKOFF_MAX_S = 5.0
+CLOSE_FLUSH_S = 2.0
+"""How long ``close`` waits for queued messages to be sent."""
+
+_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+def redis_client(url: str, name: str) -> Redis:
+    """A client whose commands fail at once on a dropped connection: the callers retry with
+    their own backoff (and, for pub/sub, know that they reconnected)."""
+    return Redis.from_url(
+        url,
+        decode_responses=True,
+        retry=Retry(NoBackoff(), 0),
+        health_check_interval=HEALTH_CHECK_S,
+        client_name=name,
+    )
+
+
+class _Backoff:
+    def __init__(self) -> None:
+        self.delay = BACKOFF_MIN_S
+
+    async def sleep(self) -> None:
+        await asyncio.sleep(self.delay)
+        self.delay = min(self.delay * 2, BACKOFF_MAX_S)
+
+    def reset(self) -> None:
+        self.delay = BACKOFF_MIN_S
+
+
+class RedisChannel:
+    """One pub/sub channel: ``send`` queues (never blocks) for a single writer task, so messages
+    leave in order; a reader task hands each incoming message to ``on_message``. Both reconnect
+    with exponential backoff. The tasks start on first use inside a running event loop."""
+
+    def __init__(
+        self, client: Redis, name: str, on_message: Callable[[str], None], *, max_backlog: int = 10_000
+    ) -> None:
+        self.client = client
+        self.name = name
+        self._on_message = on_message
+        self._max_backlog = max_backlog
+        self._backlog: deque[str] = deque()
+        self._queued = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._subscribed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+
+    def start(self) -> None:
+        if self._tasks or self._closed:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # not in a loop yet: the next call from async code starts them
+            return
+        self._tasks = [
+            asyncio.create_task(self._write_loop(), name=f"redis writer {self.name}"),
+            asyncio.create_task(self._read_loop(), name=f"redis reader {self.name}"),
+        ]
+
+    def send(self, payload: str) -> None:
+        if self._closed:
+            return
+        if len(self._backlog) >= self._max_backlog:
+            self._backlog.popleft()
+            logger.warning("Redis channel %s: backlog full, dropped the oldest message", self.name)
+        self._backlog.append(payload)
+        self._drained.clear()
+        self._queued.set()
+        self.start()
+
+    async def wait_subscribed(self, timeout_s: float) -> bool:
+        """Whether the reader is subscribed (messages published from now on arrive) in time."""
+        self.start()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._subscribed.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Send what is queued (for at most ``CLOSE_FLUSH_S``), then stop both tasks."""
+        self._closed = True
+        if self._tasks and self._backlog:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._drained.wait(), CLOSE_FLUSH_S)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _write_loop(self) -> None:
+        backoff = _Backoff()
+        while True:
+            while not self._backlog:
+                self._queued.clear()
+                await self._queued.wait()
+            try:
+                await self.client.publish(self.name, self._backlog[0])
+            except _TRANSIENT as exc:
+                logger.warning("Redis channel %s: send failed (%s), retrying", self.name, exc)
+                await backoff.sleep()
+                continue
+            except RedisError:
+                logger.exception("Redis channel %s: message rejected, dropped", self.name)
+            self._backlog.popleft()
+            if not self._backlog:
+                self._drained.set()
+            backoff.reset()
+
+    async def _read_loop(self) -> None:
+        backoff = _Backoff()
+        while True:
+            pubsub = self.client.pubsub()
+            try:
+                await pubsub.subscribe(self.name)
+                while True:
+                    message = await pubsub.get_message(timeout=READ_POLL_S)
+                    if message is None:
+                        continue
+                    if message["type"] == "subscribe":
+                        self._subscribed.set()
+                        backoff.reset()
+                    elif message["type"] == "message":
+                        self._deliver(message["data"])
+            except (RedisError, OSError) as exc:
+                if self._subscribed.is_set():
+                    logger.warning(
+                        "Redis channel %s: connection lost (%s); messages published until it is "
+                        "back are not received",
+                        self.name,
+                        exc,
+                    )
+                self._subscribed.clear()
+                await backoff.sleep()
+            finally:
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    def _deliver(self, data: str) -> None:
+        try:
+            self._on_message(data)
+        except Exception:
+            logger.exception("Redis channel %s: could not handle a message", self.name)
+
+
+class RedisEventBus:
+    """Task lifecycle events shared by every process on the same Redis and channel prefix."""
+
+    def __init__(self, url: str, *, channel_prefix: str = "runstream", max_backlog: int = 10_000) -> None:
+        self.client = redis_client(url, f"{channel_prefix}:bus")
+        self._origin = uuid.uuid4().hex
+        self._local = InProcessEventBus()
+        self._channel = RedisChannel(
+            self.client, f"{channel_prefix}:events", self._receive, max_backlog=max_backlog
+        )
+
+    async def connect(self, timeout_s: float = 5.0) -> bool:
+        """Start the Redis tasks; whether the bus receives other processes' events (in time).
+
+        ``subscribe`` is effective locally at once, but across processes only from here on.
+        """
+        return await self._channel.wait_subscribed(timeout_s)
+
+    def publish(self, event: TaskEvent) -> None:
+        self._local.publish(event)
+        try:
+            payload = dumps(
+                {"origin": self._origin, "chunk": event.chunk.to_wire(), "record": event.record.to_wire()}
+            )
+        except (TypeError, ValueError):
+            logger.exception("task %s: event is not JSON, not sent to other processes", event.record.id)
+            return
+        self._channel.send(payload)
+
+    def subscribe(self, event_filter: TaskEventFilter) -> BusSubscription:
+        self._channel.start()
+        return self._local.subscribe(event_filter)
+
+    async def close(self) -> None:
+        await self._channel.close()
+        await self._local.close()
+        await self.client.aclose()
+
+    def _receive(self, data: str) -> None:
+        message = json.loads(data)
+        if message.get("origin") != self._origin:
+            self._local.publish(
+                TaskEvent(chunk_from_wire(message["chunk"]), record_from_wire(message["record"]))
+            )
+
+
+def record_from_wire(wire: Mapping[str, Any]) -> TaskRecord:
+    """The inverse of :meth:`TaskRecord.to_wire` (dates come back at millisecond precision)."""
+
+    def date(key: str) -> datetime | None:
+        value = wire.get(key)
+        return None if value is None else datetime.fromisoformat(value)
+
+    return TaskRecord(
+        id=wire["id"],
+        status=wire["status"],
+        tool_name=wire["toolName"],
+        tool_call_id=wire["toolCallId"],
+        args=wire["args"],
+        agent_id=wire["agentId"],
+        run_id=wire["runId"],
+        thread_id=wire.get("threadId"),
+        resource_id=wire.get("resourceId"),
+        result=wire.get("result"),
+        error=wire.get("error"),
+        created_at=datetime.fromisoformat(wire["createdAt"]),
+        started_at=date("startedAt"),
+        suspended_at=date("suspendedAt"),
+        completed_at=date("completedAt"),
+        retry_count=wire["retryCount"],
+        max_retries=wire["maxRetries"],
+        timeout_ms=wire["timeoutMs"],
+        suspend_payload=wire.get("suspendPayload"),
+        resume_data=wire.get("resumeData"),
+        metadata=wire.get("metadata") or {},
+    )
