@@ -199,7 +199,7 @@ async def test_unknown_tool_gives_tool_not_found_error() -> None:
     assert await out.text == "I used the wrong name."
 
 
-async def test_invalid_arguments_give_tool_error_and_the_model_recovers() -> None:
+async def test_invalid_arguments_are_reported_to_the_model_which_recovers() -> None:
     calls: list[int] = []
 
     @tool
@@ -219,16 +219,17 @@ async def test_invalid_arguments_give_tool_error_and_the_model_recovers() -> Non
     )
     out = await Agent("a", model=model, tools=[square]).stream("square four")
     chunks = await collect(out)
-    bad_type, bad_json = (c.payload["error"] for c in of_type(chunks, "tool-error"))
-    assert isinstance(bad_type, ToolArgumentsError)
-    assert "- n: Input should be a valid integer" in str(bad_type)
-    assert isinstance(bad_json, ToolArgumentsError)
-    assert "not valid JSON" in str(bad_json)
-    assert [p["output"]["type"] for p in model.recorded[1].prompt[-1]["content"]] == [
-        "error-text",
-        "error-text",
+    # Arguments that fail the schema come back as the tool's result, as in Mastra ...
+    invalid = of_type(chunks, "tool-result")[0].payload["result"]
+    assert invalid["error"] is True and "- n: Input should be a valid integer" in invalid["message"]
+    assert invalid["validationErrors"]["fields"]["n"]["errors"] == [
+        "Input should be a valid integer, unable to parse string as an integer"
     ]
-    assert [c.payload["result"] for c in of_type(chunks, "tool-result")] == [16]
+    # ... while arguments that are not even JSON are a tool error.
+    (bad_json,) = (c.payload["error"] for c in of_type(chunks, "tool-error"))
+    assert isinstance(bad_json, ToolArgumentsError) and "not valid JSON" in str(bad_json)
+    assert [p["output"]["type"] for p in model.recorded[1].prompt[-1]["content"]] == ["json", "error-text"]
+    assert [c.payload["result"] for c in of_type(chunks, "tool-result")][1:] == [16]
     assert calls == [4]
     assert await out.text == "16"
 

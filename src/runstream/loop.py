@@ -903,8 +903,8 @@ async def _execute_call(
             return dispatched
     try:
         args = tool.validate_args(call.args)
-    except ToolArgumentsError as exc:
-        return ToolOutcome(call, "error", exc)
+    except ToolArgumentsError as exc:  # the model sees why, as the tool's result, and can retry
+        return ToolOutcome(call, "result", exc.as_result())
     ctx = ToolContext(
         tool_call_id=call.tool_call_id,
         tool_name=call.tool_name,
@@ -1018,8 +1018,6 @@ def _partial_object(text: str) -> Any:
     try:
         value = from_json(text, allow_partial="trailing-strings")
     except ValueError:
-        return None
-    if value == {} or value == []:
         return None
     return value
 

@@ -169,6 +169,9 @@ def _object_issues(schema: Mapping[str, Any], value: Mapping[str, Any], path: tu
             out.extend(_issues(sub, value[key], (*path, key)))
         elif key in required:
             out.extend(_issues(sub, _UNDEFINED, (*path, key)))
+    for key in sorted(required - set(properties)):  # required without a declared schema
+        if key not in value:
+            out.append((".".join((*path, key)), "Invalid input: expected nonoptional, received undefined"))
     extra = [k for k in value if k not in properties]
     additional = schema.get("additionalProperties", True)
     if additional is False and extra:

@@ -13,7 +13,7 @@ import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_type_hints, overload
+from typing import Any, Literal, NoReturn, get_type_hints, overload
 
 import docstring_parser
 import jsonschema
@@ -22,15 +22,38 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from runstream.abort import AbortSignal
 from runstream.chunks import AnyChunk, DataChunk, ToolOutputChunk
 from runstream.models.base import FunctionToolSpec
+from runstream.schema import Schema
 
 Emit = Callable[[AnyChunk], None]
 """Where a tool's writer puts the chunks it makes (the loop's live output queue)."""
 
 
 class ToolArgumentsError(ValueError):
-    """The model called a tool with arguments that do not match its input schema."""
+    """The model called a tool with arguments that do not match its input schema.
+
+    Like Mastra, the loop hands it to the model as the tool's result (``as_result()``: ``error``,
+    ``message`` and a tree of ``validationErrors``), so the model can fix its call.
+    """
 
     name = "ToolArgumentsError"
+
+    def __init__(self, message: str, validation_errors: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.validation_errors = validation_errors or {"errors": [], "fields": {}}
+
+    def as_result(self) -> dict[str, Any]:
+        return {"error": True, "message": str(self), "validationErrors": self.validation_errors}
+
+
+def _error_tree(issues: list[tuple[str, str]]) -> dict[str, Any]:
+    """zod's ``treeifyError`` shape: ``{errors: [...], fields: {name: {errors, fields}}}``."""
+    tree: dict[str, Any] = {"errors": [], "fields": {}}
+    for path, message in issues:
+        node = tree
+        for part in [p for p in path.split(".") if p]:
+            node = node["fields"].setdefault(part, {"errors": [], "fields": {}})
+        node["errors"].append(message)
+    return tree
 
 
 class ToolNotFoundError(LookupError):
@@ -191,7 +214,9 @@ class Tool:
         self.background = BackgroundToolConfig.coerce(background)
         self._execute = execute
         self._args_model = args_model
-        self._validator: Any = None if args_model else _json_validator(self.input_schema)
+        if args_model is None:
+            _check_schema(self.input_schema)
+        self._schema = Schema(self.input_schema)
 
     def spec(self, input_schema: dict[str, Any] | None = None) -> FunctionToolSpec:
         """The tool as offered to the model."""
@@ -203,29 +228,31 @@ class Tool:
         }
 
     def validate_args(self, args: Any) -> dict[str, Any]:
-        """Return the validated arguments or raise :class:`ToolArgumentsError`."""
+        """Return the validated arguments or raise :class:`ToolArgumentsError`.
+
+        JSON-schema tools report problems in zod's words, as Mastra does; typed-function tools
+        report pydantic's.
+        """
         if self._args_model is not None:
             try:
                 model = self._args_model.model_validate(args)
             except ValidationError as exc:
-                problems = "\n".join(
-                    f"- {'.'.join(str(p) for p in err['loc']) or 'root'}: {err['msg']}"
-                    for err in exc.errors()
+                self._reject(
+                    args, [(".".join(str(p) for p in err["loc"]), err["msg"]) for err in exc.errors()]
                 )
-                raise ToolArgumentsError(self._invalid_message(problems)) from None
             return {name: getattr(model, name) for name in type(model).model_fields}
-        errors = sorted(self._validator.iter_errors(args), key=lambda e: list(e.absolute_path))
-        if errors:
-            problems = "\n".join(
-                f"- {'.'.join(str(p) for p in err.absolute_path) or 'root'}: {err.message}" for err in errors
-            )
-            raise ToolArgumentsError(self._invalid_message(problems))
+        issues = self._schema.issues(args)
+        if issues:
+            self._reject(args, issues)
         return dict(args)
 
-    def _invalid_message(self, problems: str) -> str:
-        return (
-            f"Tool input validation failed for {self.name}. "
-            f"Please fix the following errors and try again:\n{problems}"
+    def _reject(self, args: Any, issues: list[tuple[str, str]]) -> NoReturn:
+        problems = "\n".join(f"- {path or 'root'}: {message}" for path, message in issues)
+        provided = json.dumps(args, indent=2, ensure_ascii=False, default=str)
+        raise ToolArgumentsError(
+            f"Tool input validation failed for {self.name}. Please fix the following errors and try again:\n"
+            f"{problems}\n\nProvided arguments: {provided}",
+            _error_tree(issues),
         )
 
     async def execute(self, args: dict[str, Any], ctx: ToolContext) -> Any:
@@ -238,13 +265,11 @@ class Tool:
         return f"Tool({self.name!r})"
 
 
-def _json_validator(schema: Mapping[str, Any]) -> Any:
+def _check_schema(schema: Mapping[str, Any]) -> None:
     try:
-        cls = jsonschema.validators.validator_for(schema)
-        cls.check_schema(dict(schema))
+        jsonschema.validators.validator_for(schema).check_schema(dict(schema))
     except jsonschema.SchemaError as exc:
         raise ValueError(f"invalid JSON schema: {exc.message}") from exc
-    return cls(dict(schema))
 
 
 def _strip_titles(schema: Any) -> Any:

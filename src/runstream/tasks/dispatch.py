@@ -52,9 +52,12 @@ class BackgroundDispatcher:
             return None
         try:
             resolved = resolve(entry, override)
-            args = tool.validate_args(call.args)
         except ToolArgumentsError as exc:
             return ToolOutcome(call, "error", exc)
+        try:
+            args = tool.validate_args(call.args)
+        except ToolArgumentsError as exc:
+            return ToolOutcome(call, "result", exc.as_result())
         if resolved.disposition == "foreground":
             return None
         try:

@@ -30,12 +30,12 @@ goes on with the next step), and step outputs are checked against their ``output
 (``Step output validation failed: ...``) unless ``Workflow(validate_outputs=False)``.
 """
 
+from runstream.schema import Schema, SchemaValidationError
 from runstream.workflows.agent_step import agent_step
 from runstream.workflows.errors import RunNotSuspendedError, WorkflowError, WorkflowRunNotFoundError
 from runstream.workflows.flow import ConditionContext
 from runstream.workflows.output import WorkflowResult, WorkflowRunOutput
 from runstream.workflows.run import WorkflowRun
-from runstream.workflows.schema import Schema, SchemaValidationError
 from runstream.workflows.step import Step, StepContext, StepWriter, step
 from runstream.workflows.workflow import Workflow
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from runstream.abort import AbortSignal
 from runstream.processors import TripWire
+from runstream.schema import SchemaValidationError, to_plain
 from runstream.workflows import control, foreach
 from runstream.workflows._results import UNDEFINED, now_ms, omit_completion
 from runstream.workflows.errors import WorkflowError
@@ -29,7 +30,6 @@ from runstream.workflows.events import Sink
 from runstream.workflows.flow import Entry, ForeachEntry, LoopEntry, SleepEntry, StepEntry
 from runstream.workflows.nested import run_nested
 from runstream.workflows.output import WorkflowResult
-from runstream.workflows.schema import SchemaValidationError, to_plain
 from runstream.workflows.snapshots import RunStore
 from runstream.workflows.step import StepBailed, StepContext, StepSuspended, StepWriter
 

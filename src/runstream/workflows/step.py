@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from pydantic import BaseModel
 
 from runstream.abort import AbortSignal
-from runstream.workflows.schema import Schema
+from runstream.schema import Schema
 
 if TYPE_CHECKING:
     from runstream.workflows.events import Sink

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from runstream.schema import Schema
 from runstream.storage import InMemoryStorage, Storage
 from runstream.workflows.agent_step import agent_step
 from runstream.workflows.errors import WorkflowError, WorkflowRunNotFoundError
@@ -39,7 +40,6 @@ from runstream.workflows.flow import (
 )
 from runstream.workflows.mapping import MappingConfig, mapping_step
 from runstream.workflows.run import WorkflowRun
-from runstream.workflows.schema import Schema
 from runstream.workflows.snapshots import NAMESPACE
 from runstream.workflows.step import SchemaLike, Step, StepContext
 
