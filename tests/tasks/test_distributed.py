@@ -1,0 +1,223 @@
+"""DistributedTaskManager across real processes sharing a SQLite file and a Redis.
+
+The test process is a producer (``worker=False``) unless a test says otherwise; the workers are
+``scaleout_worker.py`` subprocesses, whose tools print what they do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scaleout_worker import AGENT, REDIS_URL, ScriptProcess, require_redis
+
+from runstream.storage import SqliteStorage, TaskRecord
+from runstream.storage.records import utc_now
+from runstream.tasks.config import BackgroundTaskConfig, TaskRequest
+from runstream.tasks.distributed import DistributedTaskManager, ScaleOutConfig
+from runstream.tools import Tool, ToolContext
+
+SHORT = ("1000", "250", "200")
+"""Lease, renewal and sweep intervals (ms) for the lease tests."""
+LONG = ("60000", "20000", "200")
+"""A lease that never lapses within a test: what happens comes from control messages."""
+
+StartWorker = Callable[..., Awaitable[ScriptProcess]]
+
+
+async def _never(args: dict[str, Any], ctx: ToolContext) -> Any:
+    raise AssertionError("a producer runs no tool")
+
+
+def request(tool: str, label: str, **args: Any) -> TaskRequest:
+    max_retries = args.pop("max_retries", None)
+    return TaskRequest(
+        tool=Tool(tool, _never, input_schema={"type": "object"}),
+        tool_call_id=f"call-{label}",
+        args={"label": label, **args},
+        agent_id=AGENT,
+        run_id="run-1",
+        max_retries=max_retries,
+    )
+
+
+@pytest.fixture
+def prefix() -> str:
+    require_redis()
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[str]:
+    path = str(tmp_path / "tasks.db")
+    storage = SqliteStorage(path)
+    await storage.init()  # create the schema before several processes open the file
+    await storage.close()
+    yield path
+
+
+@pytest.fixture
+async def producer(db: str, prefix: str) -> AsyncIterator[DistributedTaskManager]:
+    manager = DistributedTaskManager(
+        SqliteStorage(db),
+        BackgroundTaskConfig(per_agent_concurrency=10),
+        redis_url=REDIS_URL,
+        worker=False,
+        channel_prefix=prefix,
+        scale_out=ScaleOutConfig(recheck_interval_ms=500, control_timeout_ms=10_000),
+    )
+    await manager.start()
+    yield manager
+    await manager.shutdown()
+    await manager.storage.close()
+
+
+@pytest.fixture
+async def start_worker(db: str, prefix: str, tmp_path: Path) -> AsyncIterator[StartWorker]:
+    workers: list[ScriptProcess] = []
+
+    async def start(timings: tuple[str, str, str] = LONG) -> ScriptProcess:
+        worker = await ScriptProcess.start(tmp_path, "worker", db, prefix, *timings)
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        await worker.stop()
+
+
+async def first_start(workers: list[ScriptProcess]) -> tuple[ScriptProcess, ScriptProcess]:
+    """The worker whose tool started first, and the other one."""
+    waits = [asyncio.ensure_future(w.expect(lambda line: line["event"] == "started")) for w in workers]
+    done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for wait in pending:
+        wait.cancel()
+    first = next(w for w, wait in zip(workers, waits, strict=True) if wait in done)
+    return first, next(w for w in workers if w is not first)
+
+
+async def enqueue(producer: DistributedTaskManager, tool: str, label: str, **args: Any) -> TaskRecord:
+    record = await producer.enqueue(request(tool, label, **args))
+    assert record is not None
+    return record
+
+
+async def test_a_producer_hands_tasks_to_a_worker_and_sees_their_events(
+    producer: DistributedTaskManager, start_worker: StartWorker
+) -> None:
+    settled: list[TaskRecord] = []
+
+    async def on_terminal(record: TaskRecord) -> None:
+        settled.append(record)
+
+    worker = await start_worker()
+    events = producer.subscribe(agent_id=AGENT)
+    record = await producer.enqueue(
+        TaskRequest(
+            tool=Tool("work", _never, input_schema={"type": "object"}),
+            tool_call_id="call-1",
+            args={"label": "one"},
+            agent_id=AGENT,
+            run_id="run-1",
+            on_terminal=on_terminal,
+        )
+    )
+    assert record is not None and not producer.is_active(record.id)
+    done = await producer.wait_for(record.id, timeout_ms=20_000)
+    assert done.status == "completed" and done.result == {"label": "one", "worker": worker.worker_id}
+    assert done.metadata["owner"] == worker.worker_id
+    async with asyncio.timeout(10):
+        types = [(await anext(events)).type for _ in range(2)]
+    assert types == ["background-task-running", "background-task-completed"]
+    async with asyncio.timeout(10):
+        while not settled:  # the hook runs here, on the settled event
+            await asyncio.sleep(0.01)
+    assert [r.status for r in settled] == ["completed"]
+
+
+async def test_cancel_from_another_process_aborts_the_running_tool(
+    producer: DistributedTaskManager, start_worker: StartWorker
+) -> None:
+    worker = await start_worker(LONG)
+    record = await enqueue(producer, "hang", "h")
+    await worker.expect(lambda line: line["event"] == "started")
+    await producer.cancel(record.id)
+    aborted = await worker.expect(lambda line: line["event"] == "aborted")
+    assert aborted["reason"] == "Task cancelled"
+    assert (await producer.wait_for(record.id, timeout_ms=5000)).status == "cancelled"
+
+
+async def test_resume_from_another_process_reruns_the_tool_where_it_suspended(
+    producer: DistributedTaskManager, start_worker: StartWorker
+) -> None:
+    worker = await start_worker(LONG)
+    record = await enqueue(producer, "ask", "a")
+    suspended = await producer.wait_for(record.id, timeout_ms=20_000)
+    assert suspended.status == "suspended" and suspended.suspend_payload == {"question": "name?"}
+    resumed = await producer.resume(record.id, {"name": "Ada"})
+    assert resumed.status == "running" and resumed.resume_data == {"name": "Ada"}
+    done = await producer.wait_for(record.id, timeout_ms=20_000)
+    assert done.result == {"answer": {"name": "Ada"}, "worker": worker.worker_id}
+    await worker.stop()
+    assert [line["event"] for line in await worker.drain()] == ["ready", "started", "started"]
+
+
+async def test_two_workers_run_each_of_ten_tasks_exactly_once(
+    producer: DistributedTaskManager, start_worker: StartWorker
+) -> None:
+    workers = [await start_worker(SHORT), await start_worker(SHORT)]
+    records = [await enqueue(producer, "work", f"t{i}", ms=50) for i in range(10)]
+    finished = [await producer.wait_for(r.id, timeout_ms=30_000) for r in records]
+    assert {r.status for r in finished} == {"completed"}
+    for worker in workers:
+        await worker.stop()
+    ran = [line["label"] for w in workers for line in await w.drain() if line["event"] == "ran"]
+    assert sorted(ran) == sorted(f"t{i}" for i in range(10))
+    by_worker = {r.result["label"]: r.result["worker"] for r in finished}
+    assert set(by_worker.values()) <= {w.worker_id for w in workers}
+
+
+async def test_a_killed_workers_task_is_reclaimed_once_its_lease_lapses(
+    producer: DistributedTaskManager, start_worker: StartWorker
+) -> None:
+    workers = [await start_worker(SHORT), await start_worker(SHORT)]
+    record = await enqueue(producer, "flaky", "f", max_retries=1)
+    victim, survivor = await first_start(workers)
+    await victim.kill()
+    killed_at = utc_now()
+    done = await producer.wait_for(record.id, timeout_ms=20_000)
+    assert done.status == "completed"
+    assert done.result == {"worker": survivor.worker_id, "attempt": 2}
+    assert done.retry_count == 1
+    assert done.started_at is not None and (done.started_at - killed_at).total_seconds() > 0.5
+
+
+async def test_a_live_workers_task_is_not_taken_by_another_worker(
+    producer: DistributedTaskManager, start_worker: StartWorker
+) -> None:
+    workers = [await start_worker(SHORT), await start_worker(SHORT)]
+    record = await enqueue(producer, "hang", "h")
+    owner, _ = await first_start(workers)
+    await asyncio.sleep(3.0)  # three leases: a lease that was not renewed would have lapsed
+    current = await producer.get_task(record.id)
+    assert current is not None and current.status == "running" and current.retry_count == 0
+    assert current.metadata["owner"] == owner.worker_id
+    await producer.cancel(record.id)
+    for worker in workers:
+        await worker.stop()
+    starts = [line for w in workers for line in w.lines if line["event"] == "started"]
+    assert len(starts) == 1
+
+
+async def test_wait_for_rereads_storage_when_the_settling_event_is_lost(
+    producer: DistributedTaskManager,
+) -> None:
+    record = await enqueue(producer, "work", "w")  # no worker runs it
+    waiting = asyncio.ensure_future(producer.wait_for(record.id, timeout_ms=10_000))
+    await asyncio.sleep(0.05)
+    await producer.storage.update_task(record.id, status="completed", result=1, completed_at=utc_now())
+    assert (await waiting).status == "completed"  # no event was published: found on a re-read

@@ -1,0 +1,210 @@
+"""RedisEventBus against a real Redis: wire round trip, fan-out, order, filtering, reconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scaleout_worker import REDIS_URL, ScriptProcess, require_redis
+
+from runstream.chunks import AnyChunk, BackgroundTaskOutputChunk, BackgroundTaskRunningChunk
+from runstream.storage import TaskRecord
+from runstream.tasks.bus import BusSubscription, TaskEvent, TaskEventFilter
+from runstream.tasks.redis_bus import RedisEventBus, record_from_wire
+
+MakeBus = Callable[..., RedisEventBus]
+
+
+def record(task_id: str = "task-1", run_id: str = "run-1", **fields: Any) -> TaskRecord:
+    fields.setdefault("created_at", datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC))
+    return TaskRecord(
+        id=task_id,
+        status="running",
+        tool_name="tool",
+        tool_call_id="call-1",
+        args={"q": 1},
+        agent_id="agent-1",
+        run_id=run_id,
+        started_at=datetime(2024, 1, 2, 3, 4, 5, 678_000, tzinfo=UTC),
+        **fields,
+    )
+
+
+def output(rec: TaskRecord, seq: int) -> TaskEvent:
+    payload: Any = {
+        "taskId": rec.id,
+        "toolName": rec.tool_name,
+        "toolCallId": rec.tool_call_id,
+        "runId": rec.run_id,
+        "agentId": rec.agent_id,
+        "payload": {"seq": seq},
+    }
+    return TaskEvent(BackgroundTaskOutputChunk(rec.run_id, payload), rec)
+
+
+def seqs(events: list[TaskEvent]) -> list[int]:
+    return [e.chunk.payload["payload"]["seq"] for e in events]
+
+
+async def take(subscription: BusSubscription, count: int, timeout_s: float = 10) -> list[TaskEvent]:
+    async with asyncio.timeout(timeout_s):
+        return [await anext(subscription) for _ in range(count)]
+
+
+@pytest.fixture
+def prefix() -> str:
+    require_redis()
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+async def make_bus(prefix: str) -> AsyncIterator[MakeBus]:
+    buses: list[RedisEventBus] = []
+
+    def make(channel_prefix: str = prefix) -> RedisEventBus:
+        bus = RedisEventBus(REDIS_URL, channel_prefix=channel_prefix)
+        buses.append(bus)
+        return bus
+
+    yield make
+    for bus in buses:
+        await bus.close()
+
+
+def test_record_round_trips_through_the_wire_at_millisecond_precision() -> None:
+    original = record(
+        thread_id="thread-1",
+        result={"ok": [1, 2]},
+        error={"message": "boom"},
+        created_at=datetime(2024, 1, 2, 3, 4, 5, 678_901, tzinfo=UTC),
+        completed_at=datetime(2024, 1, 2, 3, 5, tzinfo=UTC),
+        retry_count=1,
+        max_retries=2,
+        suspend_payload={"q": "?"},
+        resume_data={"a": "!"},
+        metadata={"owner": "w1"},
+    )
+    back = record_from_wire(original.to_wire())
+    assert back.created_at == datetime(2024, 1, 2, 3, 4, 5, 678_000, tzinfo=UTC)
+    back.created_at = original.created_at
+    assert back == original
+    assert record_from_wire(record().to_wire()) == record()
+
+
+async def test_an_event_reaches_local_and_remote_subscribers_intact(make_bus: MakeBus) -> None:
+    here, there = make_bus(), make_bus()
+    local, remote = here.subscribe(TaskEventFilter()), there.subscribe(TaskEventFilter())
+    assert await here.connect() and await there.connect()
+    rec = record(metadata={"owner": "w1", "lease_until": "2024-01-02T03:05:00.000Z"})
+    chunk: AnyChunk = BackgroundTaskRunningChunk(
+        rec.run_id, {**output(rec, 0).chunk.payload, "startedAt": rec.started_at, "args": rec.args}
+    )
+    here.publish(TaskEvent(chunk, rec))
+    [mine], [theirs] = await take(local, 1), await take(remote, 1)
+    assert mine.chunk is chunk and mine.record is rec
+    assert theirs.chunk.to_wire() == chunk.to_wire() and theirs.record == rec
+
+
+async def test_events_keep_publish_order_and_are_filtered_locally(make_bus: MakeBus) -> None:
+    here, there = make_bus(), make_bus()
+    everything = there.subscribe(TaskEventFilter())
+    one_run = there.subscribe(TaskEventFilter(run_id="run-b"))
+    assert await here.connect() and await there.connect()
+    a, b = record("task-a", "run-a"), record("task-b", "run-b")
+    for seq in range(200):
+        here.publish(output(a if seq % 3 else b, seq))
+    assert seqs(await take(everything, 200)) == list(range(200))
+    assert seqs(await take(one_run, 67)) == list(range(0, 200, 3))
+
+
+async def test_buses_with_another_prefix_do_not_hear_each_other(make_bus: MakeBus, prefix: str) -> None:
+    here, stranger = make_bus(), make_bus(prefix + "-other")
+    listener = make_bus()
+    events = listener.subscribe(TaskEventFilter())
+    assert await here.connect() and await stranger.connect() and await listener.connect()
+    stranger.publish(output(record(), 1))
+    here.publish(output(record(), 2))
+    assert seqs(await take(events, 1)) == [2]
+
+
+async def test_close_delivers_what_was_published_then_ends_subscriptions(make_bus: MakeBus) -> None:
+    bus = make_bus()
+    events = bus.subscribe(TaskEventFilter())
+    bus.publish(output(record(), 1))
+    await bus.close()
+    bus.publish(output(record(), 2))  # after close: neither raises nor arrives
+    assert seqs([e async for e in events]) == [1]
+
+
+async def kill_connections(client_name: str) -> int:
+    import redis.asyncio
+
+    admin = redis.asyncio.Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        clients = await admin.client_list()
+        killed = [c["id"] for c in clients if c.get("name") == client_name]
+        for client_id in killed:
+            await admin.client_kill_filter(_id=client_id)
+        return len(killed)
+    finally:
+        await admin.aclose()
+
+
+def client_name(bus: RedisEventBus) -> str:
+    return str(bus.client.connection_pool.connection_kwargs["client_name"])
+
+
+async def test_a_publisher_whose_connection_drops_resends_in_order(make_bus: MakeBus) -> None:
+    here, there = make_bus(), make_bus()
+    events = there.subscribe(TaskEventFilter())
+    assert await here.connect() and await there.connect()
+    here.publish(output(record(), 0))
+    assert seqs(await take(events, 1)) == [0]
+    assert await kill_connections(client_name(here)) == 2  # its reader and its writer
+    for seq in range(1, 6):
+        here.publish(output(record(), seq))
+    assert seqs(await take(events, 5)) == [1, 2, 3, 4, 5]
+
+
+async def test_a_subscriber_whose_connection_drops_reconnects(make_bus: MakeBus) -> None:
+    """Pub/sub is at-most-once: what is published while the subscriber is away is lost, and
+    everything after it is back arrives, in order."""
+    here, there = make_bus(), make_bus()
+    events = there.subscribe(TaskEventFilter())
+    assert await here.connect() and await there.connect()
+    assert await kill_connections(client_name(there)) == 1  # its reader (it never sent)
+    probe = 1000
+    async with asyncio.timeout(10):
+        while True:  # probe until the subscriber is back
+            here.publish(output(record(), probe))
+            try:
+                await asyncio.wait_for(anext(events), 0.2)
+                break
+            except TimeoutError:
+                probe += 1
+    for seq in range(5):
+        here.publish(output(record(), seq))
+    later: list[int] = []
+    async with asyncio.timeout(10):
+        while len(later) < 5:
+            later += [seq for seq in seqs([await anext(events)]) if seq < 1000]
+    assert later == [0, 1, 2, 3, 4]
+
+
+async def test_events_fan_out_to_every_process(make_bus: MakeBus, prefix: str, tmp_path: Path) -> None:
+    listeners = [await ScriptProcess.start(tmp_path, "listen", prefix, "40") for _ in range(2)]
+    bus = make_bus()
+    tasks = [record("task-a"), record("task-b")]
+    for seq in range(40):
+        bus.publish(output(tasks[seq % 2], seq))
+    for listener in listeners:
+        lines = [line for line in await listener.drain() if line["event"] == "got"]
+        assert [line["seq"] for line in lines] == list(range(40))
+        assert {line["task"] for line in lines[::2]} == {"task-a"}
+        assert listener.process.returncode == 0
+        await listener.stop()
