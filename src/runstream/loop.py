@@ -301,8 +301,7 @@ async def agent_loop(
         yield StartChunk(run_id, {"id": cfg.agent_id, "messageId": state.message_id})
         for start_chunk in cfg.start_chunks:
             yield start_chunk
-    else:
-        yield StartChunk(run_id, {"id": cfg.agent_id, "messageId": state.message_id})
+    else:  # a resumed run goes on where it stopped: no new start chunk (as in Mastra)
         pending = state.pending
         if pending is None:
             raise RuntimeError("agent_loop resumed without a pending tool step")

@@ -170,7 +170,7 @@ def test_abort(live: Live) -> None:
 def test_approval(live: Live) -> None:
     out = node(live, "approval")
     assert out["stopped"][-2:] == ["tool-call", "tool-call-approval"]
-    assert out["approved"]["sameRun"] and out["approved"]["types"][:2] == ["start", "tool-result"]
+    assert out["approved"]["sameRun"] and out["approved"]["types"][:2] == ["tool-result", "step-finish"]
     assert out["approved"]["text"] == 'Tool said: {"deleted": "/tmp/report.txt"}'
     assert out["declined"]["denied"]["approval"] == {
         "id": out["declined"]["denied"]["toolCallId"],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import tempfile
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
@@ -43,6 +44,8 @@ class UnsupportedScenario(Exception):
 class _Action:
     spec: Mapping[str, Any]
     fired: bool = False
+    chunk: AnyChunk | None = None
+    """The chunk that triggered it."""
 
 
 @dataclass
@@ -229,20 +232,34 @@ class ScenarioRunner:
             controller = AbortController()
             out = await self._start(agent, run, controller)
             actions = [_Action(a) for a in run.get("actions", [])]
-            follow_ups = await self._consume(
-                out, "run", actions, controller.abort, run.get("abortAfterChunks")
-            )
-            while follow_ups:
-                action = follow_ups.pop(0)
-                next_out = await self._follow_up(agent, out, action)
-                source = action.spec["do"]
-                more = await self._consume(next_out, source, actions, next_out.abort, None)
-                follow_ups.extend(more)
-                out = next_out
+            deferred = await self._consume(out, "run", actions, controller.abort, run.get("abortAfterChunks"))
             if run.get("settleMs"):
                 await asyncio.sleep(run["settleMs"] / 1000)
+            # After the stream closed (and settled), as the reference runner does: the chunk-triggered
+            # approve/decline/resumeStream actions, then the {"end": true} ones, each after its delay.
+            for action in deferred + [a for a in actions if a.spec["on"].get("end")]:
+                if action.spec.get("delayMs"):
+                    await asyncio.sleep(action.spec["delayMs"] / 1000)
+                try:
+                    await self._after_stream(agent, out, run, action)
+                except Exception as exc:  # recorded, not fatal (the reference runner does the same)
+                    print(f"action {action.spec['do']} failed: {exc!r}", file=sys.stderr)
         if self.background:
             await asyncio.gather(*self.background, return_exceptions=True)
+
+    async def _after_stream(
+        self, agent: Agent, out: RunOutput, run: Mapping[str, Any], action: _Action
+    ) -> None:
+        do = action.spec["do"]
+        if do in ("approveToolCall", "declineToolCall", "resumeStream"):
+            follow = await self._follow_up(agent, out, action)
+            await self._consume(follow, do, [], follow.abort, None)
+            return
+        operation = self._task_action(action.spec, action.chunk)
+        if action.spec.get("watchMs") is not None:
+            await self._watch(operation, action.spec["watchMs"])
+        else:
+            await operation()
 
     async def _consume(
         self,
@@ -252,9 +269,11 @@ class ScenarioRunner:
         abort: Callable[[], None],
         abort_after: int | None,
     ) -> list[_Action]:
+        """Write the stream's chunks and fire chunk-triggered actions; returns those that must
+        wait until the stream closed (approve/decline/resumeStream)."""
         self.writer.begin(source)
         counts: dict[str, int] = {}
-        follow_ups: list[_Action] = []
+        deferred: list[_Action] = []
         received = 0
         async for chunk in out.full_stream:
             self.writer.chunk(chunk)
@@ -270,42 +289,29 @@ class ScenarioRunner:
                 if "match" in trigger and not contains(payload, trigger["match"]):
                     continue
                 action.fired = True
-                follow = await self._fire(action, chunk, abort)
-                if follow:
-                    follow_ups.append(action)
+                action.chunk = chunk
+                if action.spec["do"] in ("approveToolCall", "declineToolCall", "resumeStream"):
+                    deferred.append(action)
+                else:
+                    await self._fire(action, chunk, abort)
             if abort_after is not None and received == abort_after:
                 abort()
-        for action in actions:
-            if not action.fired and action.spec["on"].get("end"):
-                action.fired = True
-                if await self._fire(action, None, abort):
-                    follow_ups.append(action)
-        return follow_ups
+        return deferred
 
-    async def _fire(self, action: _Action, chunk: AnyChunk | None, abort: Callable[[], None]) -> bool:
-        """Carry out an action now (or after its delay); True = it opens a follow-up stream."""
+    async def _fire(self, action: _Action, chunk: AnyChunk, abort: Callable[[], None]) -> None:
+        """Carry out a chunk-triggered action now, or after its delay while the stream goes on."""
         spec = action.spec
-        do = spec["do"]
-        if do in ("approveToolCall", "declineToolCall", "resumeStream"):
-            payload = chunk.payload if chunk is not None and isinstance(chunk.payload, dict) else {}
-            action.spec = {**spec, "_toolCallId": spec.get("toolCallId", payload.get("toolCallId"))}
-            return True
-        if do == "abort":
+        if spec["do"] == "abort":
             operation: Callable[[], Awaitable[None]] = _as_async(abort)
-        elif do in ("cancelTask", "resumeTask"):
+        elif spec["do"] in ("cancelTask", "resumeTask"):
             operation = self._task_action(spec, chunk)
         else:
-            raise UnsupportedScenario(f"action {do!r} is not supported")
-        if spec.get("watchMs") is not None:
-            await self._watch(operation, spec["watchMs"])
-            return False
-        delay = spec.get("delayMs", 0)
-        if delay:
-            task = asyncio.create_task(self._later(delay, operation))
+            raise UnsupportedScenario(f"action {spec['do']!r} is not supported")
+        if spec.get("delayMs"):
+            task = asyncio.create_task(self._later(spec["delayMs"], operation))
             self.background.add(task)
         else:
             await operation()
-        return False
 
     def _task_action(self, spec: Mapping[str, Any], chunk: AnyChunk | None) -> Callable[[], Awaitable[None]]:
         manager = self.runtime.task_manager
@@ -355,9 +361,8 @@ class ScenarioRunner:
 
     async def _follow_up(self, agent: Agent, out: RunOutput, action: _Action) -> RunOutput:
         spec = action.spec
-        call_id = spec.get("_toolCallId")
-        if spec.get("delayMs"):
-            await asyncio.sleep(spec["delayMs"] / 1000)
+        payload = action.chunk.payload if action.chunk is not None else {}
+        call_id = spec.get("toolCallId", payload.get("toolCallId") if isinstance(payload, dict) else None)
         if spec["do"] == "approveToolCall":
             return await agent.approve_tool_call(run_id=out.run_id, tool_call_id=call_id)
         if spec["do"] == "declineToolCall":
