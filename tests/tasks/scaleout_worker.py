@@ -152,17 +152,21 @@ class ScriptProcess:
             while True:
                 raw = await self.process.stdout.readline()
                 if not raw:
-                    raise AssertionError(f"process exited ({self.process.returncode}); see {self.stderr.name}")
-                line = json.loads(raw)
-                self.lines.append(line)
-                if match(line):
-                    return line
+                    raise AssertionError(
+                        f"process exited ({self.process.returncode}); see {self.stderr.name}"
+                    )
+                got: dict[str, Any] = json.loads(raw)
+                self.lines.append(got)
+                if match(got):
+                    return got
 
     async def drain(self) -> list[dict[str, Any]]:
         """Every line, once the process has ended."""
         assert self.process.stdout is not None
         async with asyncio.timeout(LINE_TIMEOUT_S):
-            self.lines.extend(json.loads(raw) for raw in (await self.process.stdout.read()).splitlines() if raw)
+            self.lines.extend(
+                json.loads(raw) for raw in (await self.process.stdout.read()).splitlines() if raw
+            )
             await self.process.wait()
         return self.lines
 

@@ -110,9 +110,11 @@ async def test_a_producer_hands_tasks_to_a_worker_and_sees_their_events(
     producer: DistributedTaskManager, start_worker: StartWorker
 ) -> None:
     settled: list[TaskRecord] = []
+    hook_ran = asyncio.Event()
 
     async def on_terminal(record: TaskRecord) -> None:
         settled.append(record)
+        hook_ran.set()
 
     worker = await start_worker()
     events = producer.subscribe(agent_id=AGENT)
@@ -134,8 +136,7 @@ async def test_a_producer_hands_tasks_to_a_worker_and_sees_their_events(
         types = [(await anext(events)).type for _ in range(2)]
     assert types == ["background-task-running", "background-task-completed"]
     async with asyncio.timeout(10):
-        while not settled:  # the hook runs here, on the settled event
-            await asyncio.sleep(0.01)
+        await hook_ran.wait()  # here, on the settled event
     assert [r.status for r in settled] == ["completed"]
 
 
@@ -221,3 +222,14 @@ async def test_wait_for_rereads_storage_when_the_settling_event_is_lost(
     await asyncio.sleep(0.05)
     await producer.storage.update_task(record.id, status="completed", result=1, completed_at=utc_now())
     assert (await waiting).status == "completed"  # no event was published: found on a re-read
+
+
+async def test_a_worker_shutting_down_releases_its_lease_at_once(
+    producer: DistributedTaskManager, start_worker: StartWorker
+) -> None:
+    workers = [await start_worker(LONG), await start_worker(LONG)]
+    record = await enqueue(producer, "flaky", "f", max_retries=1)
+    leaving, staying = await first_start(workers)
+    await leaving.stop()  # graceful: the task stays running, its lease ends now, not in 60 s
+    done = await producer.wait_for(record.id, timeout_ms=10_000)
+    assert done.result == {"worker": staying.worker_id, "attempt": 2}

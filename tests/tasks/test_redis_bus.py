@@ -101,9 +101,9 @@ async def test_an_event_reaches_local_and_remote_subscribers_intact(make_bus: Ma
     local, remote = here.subscribe(TaskEventFilter()), there.subscribe(TaskEventFilter())
     assert await here.connect() and await there.connect()
     rec = record(metadata={"owner": "w1", "lease_until": "2024-01-02T03:05:00.000Z"})
-    chunk: AnyChunk = BackgroundTaskRunningChunk(
-        rec.run_id, {**output(rec, 0).chunk.payload, "startedAt": rec.started_at, "args": rec.args}
-    )
+    payload: Any = {**output(rec, 0).chunk.payload, "startedAt": rec.started_at, "args": rec.args}
+    del payload["payload"]
+    chunk: AnyChunk = BackgroundTaskRunningChunk(rec.run_id, payload)
     here.publish(TaskEvent(chunk, rec))
     [mine], [theirs] = await take(local, 1), await take(remote, 1)
     assert mine.chunk is chunk and mine.record is rec

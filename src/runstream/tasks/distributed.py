@@ -175,17 +175,31 @@ class DistributedTaskManager(BackgroundTaskManager):
             if queued:
                 self._send_control({"op": "dispatch"})
             return
-        added: list[str] = []
-        if not self._closing:
-            for record in (await self.storage.list_tasks(TaskFilter(status="pending"))).items:
-                if record.id not in self._active and self._resolve_tool(record) is not None:
-                    self._active[record.id] = record
-                    added.append(record.id)
+        added = [] if self._closing else await self._claimable()
+        for record in added:
+            self._active[record.id] = record
         await super()._dispatch_pending()
-        for task_id in added:  # not claimed here: still another process's queue entry
-            left = self._active.get(task_id)
+        for record in added:  # not claimed here: still in the shared queue
+            left = self._active.get(record.id)
             if left is not None and left.status == "pending":
-                del self._active[task_id]
+                del self._active[record.id]
+
+    async def _claimable(self) -> list[TaskRecord]:
+        """The oldest pending tasks of the shared queue that this worker can run, at most
+        ``global_concurrency`` (no pass can claim more); paged, so that a run of tasks for tools
+        registered only elsewhere does not hide the rest."""
+        wanted = max(self.config.global_concurrency, 1)
+        found: list[TaskRecord] = []
+        page = 0
+        while len(found) < wanted:
+            batch = await self.storage.list_tasks(TaskFilter(status="pending", page=page, per_page=wanted))
+            found += [
+                r for r in batch.items if r.id not in self._active and self._resolve_tool(r) is not None
+            ]
+            if not batch.has_more:
+                return found
+            page += 1
+        return found[:wanted]
 
     async def _recover(self) -> None:
         """Reclaim only running tasks whose lease lapsed: other workers may be alive."""
