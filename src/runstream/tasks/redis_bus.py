@@ -199,8 +199,8 @@ class RedisEventBus:
     """Task lifecycle events shared by every process on the same Redis and channel prefix."""
 
     def __init__(self, url: str, *, channel_prefix: str = "runstream", max_backlog: int = 10_000) -> None:
-        self.client = redis_client(url, f"{channel_prefix}:bus")
         self._origin = uuid.uuid4().hex
+        self.client = redis_client(url, f"{channel_prefix}:bus:{self._origin[:8]}")
         self._local = InProcessEventBus()
         self._channel = RedisChannel(
             self.client, f"{channel_prefix}:events", self._receive, max_backlog=max_backlog
