@@ -2,7 +2,10 @@
 ``../shared/conformance/mastra-runner``) to pin behaviours the public traces do not show:
 invalid tool arguments, a structured-output stream that opens with a bare ``{``, declining an
 approval, processors that drop and rewrite, ``tool_choice: required``, the step limit, a background
-task timing out, a watched task-manager stream and invalid structured output. All must match at
+task timing out, a watched task-manager stream, invalid structured output, and more background
+cases (a concurrency limit of one, retries exhausted, aborting an until-idle stream, a later run
+seeing a finished result, a sub-agent opted in by its bare name, a failing awaited task, custom
+data from a task). All must match at
 level 2; those listed in ``LEVEL_3`` at level 3 too."""
 
 from __future__ import annotations
@@ -35,5 +38,8 @@ def test_matches_mastra(name: str, tmp_path: Path) -> None:
             timeout=60,
         )
     level = 3 if name in LEVEL_3 else 2
-    result = compare.compare(str(EXTRA / "golden" / f"{name}.jsonl"), str(out), level=level)
+    deviations = compare.load_deviations(str(EXTRA.parent / "conformance_data" / "deviations.json"))
+    result = compare.compare(
+        str(EXTRA / "golden" / f"{name}.jsonl"), str(out), level=level, devs=deviations, scenario=name
+    )
     assert result["passed"], compare.format_divergence(result["divergence"])

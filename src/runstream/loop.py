@@ -758,24 +758,22 @@ async def _run_tool_step(
             and call.args_error is None
             and call.tool_call_id not in approved
         ):
-            pending.awaiting_approval.add(call.tool_call_id)
-            continue
+            # One approval at a time, in call order (as Mastra): the next one is asked for
+            # when this one is answered; nothing of the step runs before all are answered.
+            pending.awaiting_approval = {call.tool_call_id}
+            yield ToolCallApprovalChunk(
+                run_id,
+                {
+                    "toolCallId": call.tool_call_id,
+                    "toolName": call.tool_name,
+                    "args": call.args,
+                    "resumeSchema": resume_schema_json(APPROVAL_RESUME_SCHEMA),
+                },
+            )
+            state.status = "suspended"
+            state.finish_reason = "suspended"
+            return
         to_run.append(call)
-    if pending.awaiting_approval:
-        for call in pending.calls:
-            if call.tool_call_id in pending.awaiting_approval:
-                yield ToolCallApprovalChunk(
-                    run_id,
-                    {
-                        "toolCallId": call.tool_call_id,
-                        "toolName": call.tool_name,
-                        "args": call.args,
-                        "resumeSchema": resume_schema_json(APPROVAL_RESUME_SCHEMA),
-                    },
-                )
-        state.status = "suspended"
-        state.finish_reason = "suspended"
-        return
 
     outbox: asyncio.Queue[AnyChunk | None] = asyncio.Queue()
     emit = outbox.put_nowait

@@ -108,7 +108,7 @@ def eligibility(tool: Tool, agent: AgentBackgroundConfig) -> ToolBackgroundEntry
             default_disposition=own.default_disposition if own else "deferred",
         )
     if isinstance(agent.tools, dict):
-        entry = agent.tools.get(tool.name) or agent.tools.get(_base_name(tool.name))
+        entry = agent.tools.get(_base_name(tool.name))  # sub-agents/workflows by bare name, as Mastra
         if entry is not None:
             return entry if entry.enabled else None
     own = tool.background

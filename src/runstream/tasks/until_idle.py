@@ -140,8 +140,10 @@ async def until_idle_stream(
             if getter not in done:
                 getter.cancel()
                 if stop_waiting in done:
-                    if not turn_active:
-                        return  # aborted between turns: pending continuations never start
+                    if not turn_active:  # aborted between turns: pending continuations never start
+                        for event in _already_queued_task_events(queue):
+                            yield event
+                        return
                     # Aborted mid-turn: drain the turn (its abort and finish chunks), then close.
                     stop_waiting = asyncio.get_running_loop().create_future()
                     continue
@@ -182,7 +184,9 @@ async def until_idle_stream(
                 turn_active = False
                 waiting_since = time.monotonic()
                 next_progress = waiting_since + options.progress_interval_ms / 1000
-                if controller.signal.aborted:
+                if controller.signal.aborted:  # what already happened still reaches the reader
+                    for event in _already_queued_task_events(queue):
+                        yield event
                     return
             if turn_active:
                 continue
@@ -202,3 +206,13 @@ async def until_idle_stream(
         for pump in pumps:
             pump.cancel()
         await asyncio.gather(*pumps, return_exceptions=True)
+
+
+def _already_queued_task_events(queue: asyncio.Queue[tuple[str, Any]]) -> list[AnyChunk]:
+    """The task events that arrived before the stream was aborted (no waiting for more)."""
+    events = []
+    while not queue.empty():
+        kind, item = queue.get_nowait()
+        if kind == "task":
+            events.append(item)
+    return events
