@@ -91,6 +91,14 @@ class ScaleOutConfig:
 
 
 class DistributedTaskManager(BackgroundTaskManager):
+    """A manager that shares ``storage`` and the Redis at ``redis_url`` with the managers of
+    other processes using the same ``channel_prefix``.
+
+    ``worker=False`` makes a producer: it never runs a tool, and its backpressure is always
+    ``queue`` (a worker may have a slot when it has none). Every process that may run a task
+    (recovered, claimed from the queue, resumed) must ``register_tool`` its tools.
+    """
+
     def __init__(
         self,
         storage: Storage,
