@@ -52,6 +52,7 @@ from runstream.chunks import (
     ToolOutputDeniedChunk,
     ToolResultChunk,
     TripwireChunk,
+    now_utc,
 )
 from runstream.models.base import (
     LanguageModel,
@@ -1150,4 +1151,64 @@ def _finish_chunk(
     }
     if state.background_task_pending:
         payload["backgroundTaskPending"] = True
+    payload["response"] = {
+        **_model_metadata(cfg, record),
+        "messages": [dict(m, content=list(m["content"])) for m in state.response_messages],
+        "uiMessages": [_ui_message(cfg, state)],
+    }
+    payload["response"].pop("request", None)
     return FinishChunk(state.run_id, payload)  # type: ignore[arg-type]
+
+
+def _ui_message(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
+    """The run's response as one AI SDK UI message (what a ``useChat`` client would hold)."""
+    parts: list[dict[str, Any]] = []
+    tools: dict[str, dict[str, Any]] = {}
+    background: dict[str, Any] = {}
+    steps = 0
+    for message in state.response_messages:
+        if message["role"] == "assistant":
+            if steps:
+                parts.append(
+                    {
+                        "type": "step-start",
+                        "createdAt": _now_ms(),
+                        "model": f"{cfg.model.provider}/{cfg.model.model_id}",
+                    }
+                )
+            steps += 1
+            for part in message["content"]:
+                kind = part.get("type")
+                if kind in ("text", "reasoning"):
+                    parts.append({"type": kind, "text": part["text"]})
+                elif kind == "tool-call":
+                    tool_part = {
+                        "type": f"tool-{part['toolName']}",
+                        "toolCallId": part["toolCallId"],
+                        "input": part.get("input", {}),
+                        "state": "input-available",
+                    }
+                    link = (part.get("providerOptions") or {}).get("mastra", {}).get("backgroundTask")
+                    if link:
+                        tool_part["callProviderMetadata"] = part["providerOptions"]
+                        background[part["toolCallId"]] = {"startedAt": now_utc(), "taskId": link["taskId"]}
+                    tools[part["toolCallId"]] = tool_part
+                    parts.append(tool_part)
+        elif message["role"] == "tool":
+            for part in message["content"]:
+                found = tools.get(part.get("toolCallId", ""))
+                output = part.get("output") or {}
+                if found is None:
+                    continue
+                tool_part = found
+                if output.get("type") in ("error-text", "error-json"):
+                    tool_part.update(state="output-error", errorText=output.get("value"))
+                else:
+                    tool_part.update(state="output-available", output=output.get("value"))
+    metadata: dict[str, Any] = {"modelId": cfg.model.model_id, "provider": cfg.model.provider}
+    if background:
+        metadata.update(mode="stream", backgroundTasks=background)
+    metadata["createdAt"] = now_utc()
+    if cfg.thread_id is not None:
+        metadata.update(threadId=cfg.thread_id, resourceId=cfg.resource_id)
+    return {"id": state.message_id, "role": "assistant", "metadata": metadata, "parts": parts}
