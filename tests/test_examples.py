@@ -1,0 +1,22 @@
+"""The examples in examples/ run as documented (scripted models, no network)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_goal_agent_example_reaches_done() -> None:
+    out = subprocess.run(
+        [sys.executable, "examples/goal_agent.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert "[goal] attempt 1/5: active - The haiku has no title: add one." in out
+    assert out.strip().endswith("objective: done after 2 judgements")
