@@ -181,6 +181,8 @@ class Agent:
         self.is_task_complete = TaskCompletion.coerce(is_task_complete)
         self.runtime: Runstream | None = None
         self._suspended: dict[str, tuple[LoopConfig, RunState, RunOptions]] = {}
+        self._live_runs: set[str] = set()
+        """Durable runs streaming in this process (not to be resumed from a snapshot)."""
         self._idle_streams: dict[tuple[str, str], AbortController] = {}
 
     def __repr__(self) -> str:
@@ -336,6 +338,9 @@ class Agent:
         cfg.tool_schemas = {name: tool_schema_with_override(self.tools[name]) for name in eligible}
         if self.durable:
             cfg.wait_for_background = partial(wait_in_loop, manager)
+            storage = self._run_storage()
+            if storage is not None:
+                cfg.on_step_end = partial(self._save_durable, storage, options)
         state.tasks_pending = lambda ids: any(manager.is_active(task_id) for task_id in ids)
         return system_prompt_section(eligible)
 
@@ -391,6 +396,38 @@ class Agent:
     async def clear_objective(self, *, thread_id: str) -> bool:
         return await Goals(self._goal_storage()).clear(thread_id)
 
+    async def _save_durable(self, storage: Storage, options: RunOptions, state: RunState) -> None:
+        data = suspension.snapshot(self.id, state, _options_to_json(options))
+        await storage.save_snapshot(suspension.DURABLE_NAMESPACE, state.run_id, data)
+
+    async def durable_runs(self) -> list[str]:
+        """Ids of this agent's durable runs that did not finish (e.g. cut off by a restart)."""
+        storage = self._run_storage()
+        if storage is None:
+            return []
+        ids = []
+        for run_id in await storage.list_snapshots(suspension.DURABLE_NAMESPACE):
+            data = await storage.load_snapshot(suspension.DURABLE_NAMESPACE, run_id)
+            if data is not None and data.get("agentId") == self.id and run_id not in self._live_runs:
+                ids.append(run_id)
+        return ids
+
+    async def resume_durable_run(self, run_id: str) -> RunOutput:
+        """Continue a durable run from its last finished step (waiting for its tasks first)."""
+        storage = self._run_storage()
+        data = await storage.load_snapshot(suspension.DURABLE_NAMESPACE, run_id) if storage else None
+        if data is None or data.get("agentId") != self.id or run_id in self._live_runs:
+            raise RunNotFoundError(f"no interrupted durable run {run_id!r} on agent {self.id!r}")
+        if self.runtime is not None:
+            await self.runtime.start()
+        state = suspension.restore(data)
+        state.status = "running"
+        state.saved = False
+        options = _options_from_json(data["options"])
+        controller = AbortController()
+        cfg = await self._configure(options, state, controller)
+        return self._output(cfg, state, controller, ResumeAction("continue"), options)
+
     def _terminal_hook(self, state: RunState, cfg: LoopConfig) -> Any:
         """Writes a background task's outcome into the run (if still live) or into memory."""
         memory = self.memory
@@ -415,8 +452,14 @@ class Agent:
     ) -> RunOutput:
         memory = self.memory if cfg.thread_id is not None else None
 
+        if cfg.on_step_end is not None:
+            self._live_runs.add(state.run_id)
+
         async def on_close() -> None:
+            self._live_runs.discard(state.run_id)
             storage = self._run_storage()
+            if cfg.on_step_end is not None and storage is not None:
+                await storage.delete_snapshot(suspension.DURABLE_NAMESPACE, state.run_id)
             if state.status == "suspended":
                 self._suspended[state.run_id] = (cfg, state, options)
                 if storage is not None:

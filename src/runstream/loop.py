@@ -137,6 +137,8 @@ class LoopConfig:
     """Messages shown to the model right after the run's input (state signals), not saved."""
     start_chunks: list[AnyChunk] = field(default_factory=list)
     """Chunks streamed right after ``start`` (e.g. the current-objective signal)."""
+    on_step_end: Callable[[RunState], Awaitable[None]] | None = None
+    """Called after each finished step (durable agents save a snapshot there)."""
     wait_for_background: BackgroundWaiter | None = None
     """Durable mode: after a step that dispatched background tasks, wait for them in the loop
     (this yields progress and the real results) instead of leaving placeholders."""
@@ -183,7 +185,8 @@ class PendingToolStep:
 class ResumeAction:
     """How to continue a run that stopped for a human."""
 
-    kind: Literal["approve", "decline", "resume"]
+    kind: Literal["approve", "decline", "resume", "continue"]
+    """``continue``: a durable run restored after a restart goes on from its last finished step."""
     tool_call_id: str | None = None
     data: Any = None
     reason: str | None = None
@@ -223,6 +226,8 @@ class RunState:
     """Set when the run's messages have been handed to memory."""
     check_counts: dict[str, int] = field(default_factory=dict)
     """Evaluations so far per completion check (their ``iteration``)."""
+    waited_task_ids: set[str] = field(default_factory=set)
+    """Durable mode: background tasks whose results the loop already waited for."""
 
     @property
     def background_task_pending(self) -> bool:
@@ -302,6 +307,9 @@ async def agent_loop(
         yield StartChunk(run_id, {"id": cfg.agent_id, "messageId": state.message_id})
         for start_chunk in cfg.start_chunks:
             yield start_chunk
+    elif resume.kind == "continue":
+        async for waited_chunk in _wait_for_background(cfg, state):
+            yield waited_chunk
     else:  # a resumed run goes on where it stopped: no new start chunk (as in Mastra)
         pending = state.pending
         if pending is None:
@@ -316,7 +324,6 @@ async def agent_loop(
     step_processors = [p for p in processors if hasattr(p, "process_output_step")]
     structured = cfg.structured_output
     retry_feedback: list[PromptMessage] = []
-    waited: set[str] = set()
 
     while state.status == "running":
         if signal.aborted:
@@ -670,15 +677,26 @@ async def agent_loop(
         cont = _should_continue(cfg, state)
         yield _step_finish_chunk(cfg, state, record, finish_reason, continued=cont, step_result=step_result)
         record["content"].extend(record.pop("pendingResults", []))
-        dispatched = [t for t in state.background_task_ids if t not in waited]
-        if cfg.wait_for_background is not None and dispatched:
-            waited.update(dispatched)
-            async for chunk in cfg.wait_for_background(state, dispatched):
-                yield chunk
+        if cfg.on_step_end is not None:
+            await cfg.on_step_end(state)
+        async for chunk in _wait_for_background(cfg, state):
+            yield chunk
         if not cont:
             state.status = "success"
             yield _finish_chunk(cfg, state, finish_reason, step_result=step_result)
             return
+
+
+async def _wait_for_background(cfg: LoopConfig, state: RunState) -> AsyncIterator[AnyChunk]:
+    """Durable mode: wait for the tasks the run dispatched and has not waited for yet."""
+    dispatched = [t for t in state.background_task_ids if t not in state.waited_task_ids]
+    if cfg.wait_for_background is None or not dispatched:
+        return
+    async for chunk in cfg.wait_for_background(state, dispatched):
+        yield chunk
+    state.waited_task_ids.update(dispatched)
+    if cfg.on_step_end is not None:
+        await cfg.on_step_end(state)
 
 
 def _should_continue(cfg: LoopConfig, state: RunState) -> bool:

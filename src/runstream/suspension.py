@@ -17,6 +17,8 @@ from runstream.loop import PendingToolStep, RunState, ToolCall, ToolOutcome
 from runstream.memory import MemoryScope
 
 NAMESPACE = "agent-runs"
+DURABLE_NAMESPACE = "durable-runs"
+"""Durable agents' runs in progress (a snapshot after every step)."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -61,6 +63,7 @@ def snapshot(agent_id: str, state: RunState, options: dict[str, Any]) -> dict[st
             "stepNumber": state.step_number,
             "processorRetryCount": state.processor_retry_count,
             "backgroundTaskIds": state.background_task_ids,
+            "waitedTaskIds": sorted(state.waited_task_ids),
             "reasoning": state.reasoning,
             "toolCalls": [c.to_wire() for c in state.tool_calls],
             "toolResults": [c.to_wire() for c in state.tool_results],
@@ -118,6 +121,7 @@ def restore(data: dict[str, Any]) -> RunState:
         step_number=data["stepNumber"],
         processor_retry_count=data["processorRetryCount"],
         background_task_ids=data["backgroundTaskIds"],
+        waited_task_ids=set(data.get("waitedTaskIds", [])),
         reasoning=data["reasoning"],
         tool_calls=[chunk_from_wire(c) for c in data["toolCalls"]],
         tool_results=[chunk_from_wire(c) for c in data["toolResults"]],

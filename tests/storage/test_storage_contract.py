@@ -705,6 +705,17 @@ async def test_snapshots(storage: Storage) -> None:
     assert await storage.load_snapshot("other", "run-1") == {"step": 9}
 
 
+async def test_list_snapshots_of_a_namespace_in_save_order(storage: Storage) -> None:
+    for snapshot_id in ("b", "a", "c"):
+        await storage.save_snapshot("runs", snapshot_id, {"id": snapshot_id})
+    await storage.save_snapshot("other", "x", {})
+    await storage.save_snapshot("runs", "b", {"again": True})  # an update keeps its place
+    assert await storage.list_snapshots("runs") == ["b", "a", "c"]
+    await storage.delete_snapshot("runs", "a")
+    assert await storage.list_snapshots("runs") == ["b", "c"]
+    assert await storage.list_snapshots("empty") == []
+
+
 async def test_state_and_snapshot_values_must_be_json_objects(storage: Storage) -> None:
     with pytest.raises(InvalidArgumentError):
         await storage.set_thread_state("t1", "goal", ["not", "a", "mapping"])  # type: ignore[arg-type]

@@ -321,3 +321,7 @@ class InMemoryStorage:
     async def delete_snapshot(self, namespace: str, snapshot_id: str) -> bool:
         self._check_open()
         return self._snapshots.pop((namespace, snapshot_id), None) is not None
+
+    async def list_snapshots(self, namespace: str) -> list[str]:
+        self._check_open()
+        return [snapshot_id for (ns, snapshot_id) in self._snapshots if ns == namespace]

@@ -460,3 +460,8 @@ class PostgresStorage:
     async def delete_snapshot(self, namespace: str, snapshot_id: str) -> bool:
         sql = f"DELETE FROM {self._snapshots} WHERE namespace = $1 AND id = $2"
         return await self._execute(sql, namespace, snapshot_id) > 0
+
+    async def list_snapshots(self, namespace: str) -> list[str]:
+        sql = f"SELECT id FROM {self._snapshots} WHERE namespace = $1 ORDER BY seq"
+        async with self._connection() as conn:
+            return [str(row["id"]) for row in await conn.fetch(sql, namespace)]

@@ -457,3 +457,8 @@ class SqliteStorage:
                 await tx.run("DELETE FROM snapshots WHERE namespace = ? AND id = ?", [namespace, snapshot_id])
                 > 0
             )
+
+    async def list_snapshots(self, namespace: str) -> list[str]:
+        async with self._read() as tx:
+            rows = await tx.rows("SELECT id FROM snapshots WHERE namespace = ? ORDER BY seq", [namespace])
+        return [str(row["id"]) for row in rows]

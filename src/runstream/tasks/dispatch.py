@@ -15,6 +15,7 @@ from runstream.chunks import (
     ToolResultChunk,
 )
 from runstream.loop import LoopConfig, RunState, ToolCall, ToolOutcome
+from runstream.memory import rewrite_prompt_result
 from runstream.tasks.config import BackgroundTaskError, TaskRequest, TerminalHook
 from runstream.tasks.manager import BackgroundTaskManager
 from runstream.tasks.policy import (
@@ -132,6 +133,7 @@ async def wait_in_loop(
             wait.cancel()
     for wait in waits:
         record = wait.result()
+        rewrite_prompt_result(state.messages, record)  # idempotent with the task's terminal hook
         payload: dict[str, Any] = {
             "toolCallId": record.tool_call_id,
             "toolName": record.tool_name,
