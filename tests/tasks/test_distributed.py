@@ -236,3 +236,26 @@ async def test_a_worker_shutting_down_releases_its_lease_at_once(
     await leaving.stop()  # graceful: the task stays running, its lease ends now, not in 60 s
     done = await producer.wait_for(record.id, timeout_ms=10_000)
     assert done.result == {"worker": staying.worker_id, "attempt": 2}
+
+
+async def test_resume_goes_to_another_worker_once_the_owner_is_gone(
+    producer: DistributedTaskManager, start_worker: StartWorker, prefix: str
+) -> None:
+    import redis.asyncio
+
+    workers = [await start_worker(SHORT), await start_worker(SHORT)]
+    record = await enqueue(producer, "ask", "a")
+    owner, other = await first_start(workers)
+    assert (await producer.wait_for(record.id, timeout_ms=20_000)).status == "suspended"
+    await owner.kill()
+    live = redis.asyncio.Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        async with asyncio.timeout(10):  # its presence expires one lease after its last beat
+            while await live.zscore(f"{prefix}:workers", owner.worker_id) is not None:
+                await live.zremrangebyscore(f"{prefix}:workers", "-inf", utc_now().timestamp() * 1000)
+                await asyncio.sleep(0.05)
+    finally:
+        await live.aclose()
+    await producer.resume(record.id, "Ada")
+    done = await producer.wait_for(record.id, timeout_ms=20_000)
+    assert done.result == {"answer": "Ada", "worker": other.worker_id}
