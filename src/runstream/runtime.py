@@ -27,10 +27,14 @@ class Runstream:
         agents: Iterable[Agent] = (),
         storage: Storage | None = None,
         background_tasks: BackgroundTaskConfig | Mapping[str, Any] | bool | None = None,
+        task_manager: BackgroundTaskManager | None = None,
     ) -> None:
         self.storage: Storage = storage if storage is not None else InMemoryStorage()
         config = BackgroundTaskConfig.coerce(background_tasks)
-        self.task_manager = BackgroundTaskManager(self.storage, config) if config is not None else None
+        if task_manager is None and config is not None:
+            task_manager = BackgroundTaskManager(self.storage, config)
+        self.task_manager = task_manager
+        """``task_manager=`` takes a ready manager, e.g. a ``DistributedTaskManager`` for scale-out."""
         self.agents: dict[str, Agent] = {}
         self._started = False
         self._start_lock = asyncio.Lock()
