@@ -5,7 +5,8 @@ approval, processors that drop and rewrite, ``tool_choice: required``, the step 
 task timing out, a watched task-manager stream, invalid structured output, and more background
 cases (a concurrency limit of one, retries exhausted, aborting an until-idle stream, a later run
 seeing a finished result, a sub-agent opted in by its bare name, a failing awaited task, custom
-data from a task). All must match at
+data from a task), and loop edge cases (one step only, a forced tool, a failing second model call,
+an error part after a tool call, two text blocks, a reasoning signature, a string tool result). All must match at
 level 2; those listed in ``LEVEL_3`` at level 3 too."""
 
 from __future__ import annotations

@@ -556,11 +556,22 @@ async def agent_loop(
 
         if step_error is not None:
             state.error = step_error
-            state.status = "failed"
             yield ErrorChunk(run_id, {"type": "error", "error": step_error})  # type: ignore[typeddict-unknown-key]
+            if content:
+                state.messages.append({"role": "assistant", "content": list(content)})
             record = _step_record(
                 state, text, content, step_usage, "error", request_info, response_meta, warnings
             )
+            if calls:  # the tools the model did call still run (as in Mastra); the run then ends
+                pending = PendingToolStep(
+                    calls=calls, awaiting_approval=set(), suspended={}, done={}, step_record=record
+                )
+                state.pending = pending
+                async for chunk in _run_tool_step(cfg, state, pending):
+                    yield chunk
+                if state.pending is not None:  # stopped for a human: the error ends nothing yet
+                    return
+            state.status = "failed"
             yield _step_finish_chunk(cfg, state, record, "error", continued=False, step_result=step_result)
             yield _finish_chunk(cfg, state, "error", step_result=step_result)
             return
@@ -1108,13 +1119,16 @@ def _output_payload(state: RunState, record: dict[str, Any], usage: dict[str, An
 
 
 def _public_step(record: dict[str, Any]) -> dict[str, Any]:
-    return {
+    step = {
         "content": list(record["content"]),
         "usage": record["usage"],
         "warnings": record["warnings"],
         "request": record["request"],
         "response": {**record["response"], "headers": {}, "messages": record["responseMessages"]},
     }
+    if record["finishReason"] == "error":  # Mastra names the reason only on failed steps
+        step["finishReason"] = "error"
+    return step
 
 
 def _step_finish_chunk(
