@@ -327,7 +327,7 @@ async def agent_loop(
 
     while state.status == "running":
         if signal.aborted:
-            yield from_abort(state)
+            yield _abort_chunk(state)
             yield _finish_chunk(cfg, state, "aborted")
             return
         state.step_number += 1
@@ -523,7 +523,7 @@ async def agent_loop(
                 )
 
         if signal.aborted:
-            yield from_abort(state)
+            yield _abort_chunk(state)
             yield _finish_chunk(cfg, state, "aborted")
             return
 
@@ -678,7 +678,7 @@ async def agent_loop(
         async for chunk in _run_tool_step(cfg, state, pending):
             yield chunk
         if signal.aborted:
-            yield from_abort(state)
+            yield _abort_chunk(state)
             yield _finish_chunk(cfg, state, "aborted")
             return
         if state.status != "running":
@@ -753,7 +753,7 @@ async def _finish_pending_step(
     async for chunk in _run_tool_step(cfg, state, pending):
         yield chunk
     if cfg.abort_signal.aborted:
-        yield from_abort(state)
+        yield _abort_chunk(state)
         yield _finish_chunk(cfg, state, "aborted")
         return
     if state.status != "running" or state.pending is not None:
@@ -980,7 +980,7 @@ def _is_placeholder(outcome: ToolOutcome) -> bool:
     return bool((mastra.get("backgroundTask") or {}).get("status") == "running")
 
 
-def from_abort(state: RunState) -> AnyChunk:
+def _abort_chunk(state: RunState) -> AnyChunk:
     state.status = "aborted"
     state.finish_reason = "aborted"
     return AbortChunk(state.run_id, {})
@@ -1141,8 +1141,6 @@ def _step_finish_chunk(
     step_result: dict[str, Any] | None = None,
 ) -> StepFinishChunk:
     result: dict[str, Any] = {"reason": reason, **(step_result or {}), "isContinued": continued}
-    if step_result and "reason" in step_result:
-        result["reason"] = step_result["reason"]
     payload: dict[str, Any] = {
         "messageId": state.message_id,
         "stepResult": result,
@@ -1159,8 +1157,7 @@ def _step_finish_chunk(
 def _finish_chunk(
     cfg: LoopConfig, state: RunState, reason: str, *, step_result: dict[str, Any] | None = None
 ) -> FinishChunk:
-    if state.finish_reason is None or state.status == "running" or reason != "aborted":
-        state.finish_reason = reason
+    state.finish_reason = reason
     if state.status == "running":
         state.status = "success"
     record = (
@@ -1171,8 +1168,7 @@ def _finish_chunk(
     usage = dict(state.usage) or {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}
     for key in _USAGE_KEYS:
         usage.setdefault(key, 0)
-    result: dict[str, Any] = {"reason": reason, **(step_result or {}), "isContinued": False}
-    result["reason"] = reason
+    result: dict[str, Any] = {**(step_result or {}), "reason": reason, "isContinued": False}
     payload: dict[str, Any] = {
         "messageId": state.message_id,
         "stepResult": result,
