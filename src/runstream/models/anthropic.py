@@ -12,7 +12,7 @@ import base64
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from runstream.models._retry import (
+from runstream.models._common import (
     DEFAULT_MAX_RETRIES,
     AbortScope,
     call_error,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from runstream.models._retry import (
+from runstream.models._common import (
     DEFAULT_MAX_RETRIES,
     AbortScope,
     call_error,
