@@ -122,6 +122,7 @@ class RunOptions:
     include_raw_chunks: bool = False
     structured_output: Any = None
     output_processors: list[Any] | None = None
+    input_processors: list[Any] | None = None
     max_processor_retries: int | None = None
     model_settings: ModelSettings | None = None
     abort_signal: AbortSignal | None = None
@@ -148,6 +149,7 @@ class Agent:
         tool_choice: str | Mapping[str, Any] | None = None,
         structured_output: Any = None,
         output_processors: Iterable[Any] = (),
+        input_processors: Iterable[Any] = (),
         max_processor_retries: int = 0,
         model_settings: ModelSettings | None = None,
         memory: Memory | Mapping[str, Any] | bool | None = None,
@@ -172,6 +174,7 @@ class Agent:
         self.tool_choice = normalize_tool_choice(tool_choice)
         self.structured_output = StructuredOutput.coerce(structured_output)
         self.output_processors = list(output_processors)
+        self.input_processors = list(input_processors)
         self.max_processor_retries = max_processor_retries
         self.model_settings = model_settings or ModelSettings()
         self.memory = Memory.coerce(memory)
@@ -207,6 +210,7 @@ class Agent:
         include_raw_chunks: bool = False,
         structured_output: Any = None,
         output_processors: Iterable[Any] | None = None,
+        input_processors: Iterable[Any] | None = None,
         max_processor_retries: int | None = None,
         model_settings: ModelSettings | None = None,
         abort_signal: AbortSignal | None = None,
@@ -229,6 +233,7 @@ class Agent:
             include_raw_chunks=include_raw_chunks,
             structured_output=structured_output,
             output_processors=list(output_processors) if output_processors is not None else None,
+            input_processors=list(input_processors) if input_processors is not None else None,
             max_processor_retries=max_processor_retries,
             model_settings=model_settings,
             abort_signal=abort_signal,
@@ -302,6 +307,9 @@ class Agent:
             structured_output=StructuredOutput.coerce(options.structured_output) or self.structured_output,
             output_processors=(
                 options.output_processors if options.output_processors is not None else self.output_processors
+            ),
+            input_processors=(
+                options.input_processors if options.input_processors is not None else self.input_processors
             ),
             max_processor_retries=(
                 options.max_processor_retries

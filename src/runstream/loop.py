@@ -122,6 +122,7 @@ class LoopConfig:
     include_raw_chunks: bool = False
     structured_output: StructuredOutput | None = None
     output_processors: list[Any] = field(default_factory=list)
+    input_processors: list[Any] = field(default_factory=list)
     max_processor_retries: int = 0
     model_settings: ModelSettings = field(default_factory=ModelSettings)
     abort_signal: AbortSignal = field(default_factory=AbortSignal)
@@ -307,6 +308,15 @@ async def agent_loop(
         yield StartChunk(run_id, {"id": cfg.agent_id, "messageId": state.message_id})
         for start_chunk in cfg.start_chunks:
             yield start_chunk
+        if cfg.input_processors:
+            try:
+                await _process_input(cfg, state)
+            except TripWire as trip:  # the model is never called
+                state.tripwire = trip.payload()
+                state.status = "tripwire"
+                yield TripwireChunk(run_id, trip.payload())  # type: ignore[arg-type]
+                yield _finish_chunk(cfg, state, "tripwire")
+                return
     elif resume.kind == "continue":
         async for waited_chunk in _wait_for_background(cfg, state):
             yield waited_chunk
@@ -708,6 +718,18 @@ async def _wait_for_background(cfg: LoopConfig, state: RunState) -> AsyncIterato
     state.waited_task_ids.update(dispatched)
     if cfg.on_step_end is not None:
         await cfg.on_step_end(state)
+
+
+async def _process_input(cfg: LoopConfig, state: RunState) -> None:
+    """Let input processors rewrite the run's new messages (or trip before the model is called)."""
+    new = state.messages[state.history_count : state.input_count]
+    for processor in cfg.input_processors:
+        ctx = ProcessorContext(processor_id=processor.id, run_id=state.run_id)
+        processed = await processor.process_input(list(new), ctx)
+        if processed is not None:
+            new = list(processed)
+    state.messages[state.history_count : state.input_count] = new
+    state.input_count = state.history_count + len(new)
 
 
 def _should_continue(cfg: LoopConfig, state: RunState) -> bool:

@@ -1,13 +1,16 @@
 """Output processors: inspect, rewrite or drop chunks as they stream, and judge whole steps.
 
-A processor implements either or both hooks:
+A processor implements any of these hooks:
 
+* ``process_input(messages, ctx)`` — an *input* processor (``input_processors=``): sees the run's
+  new messages before the first model call; returns replacements, or ``None`` to keep them.
 * ``process_output_stream(chunk, ctx)`` — called for each model chunk before it is streamed;
   return the chunk (possibly rewritten), or ``None`` to drop it.
 * ``process_output_step(step, ctx)`` — called after each model step with its text and tool calls.
 
-Either may call ``ctx.abort(reason, retry=..., metadata=...)``, which raises :class:`TripWire`:
-the run emits a ``tripwire`` chunk. From ``process_output_step`` a ``retry=True`` tripwire asks
+Any may call ``ctx.abort(reason, retry=..., metadata=...)``, which raises :class:`TripWire`:
+the run emits a ``tripwire`` chunk (from ``process_input``: before the model is ever called). From
+``process_output_step`` a ``retry=True`` tripwire asks
 the model to try the step again with the reason as feedback (up to ``max_processor_retries``).
 """
 
