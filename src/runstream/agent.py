@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from runstream import suspension
+from runstream import suspension, tracing
 from runstream.abort import AbortController, AbortSignal
 from runstream.chunks import AnyChunk
 from runstream.goals import (
@@ -462,8 +462,17 @@ class Agent:
 
         if cfg.on_step_end is not None:
             self._live_runs.add(state.run_id)
+        state.span = tracing.start_run_span(self.id, state.run_id, cfg.thread_id, cfg.resource_id)
 
         async def on_close() -> None:
+            tracing.end_span(
+                state.span,
+                state.error,
+                **{
+                    "runstream.run.status": state.status,
+                    "gen_ai.response.finish_reason": state.finish_reason,
+                },
+            )
             self._live_runs.discard(state.run_id)
             storage = self._run_storage()
             if cfg.on_step_end is not None and storage is not None:

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic_core import from_json
 
+from runstream import tracing
 from runstream.abort import AbortError, AbortSignal
 from runstream.chunks import (
     AbortChunk,
@@ -227,6 +228,8 @@ class RunState:
     """Set when the run's messages have been handed to memory."""
     check_counts: dict[str, int] = field(default_factory=dict)
     """Evaluations so far per completion check (their ``iteration``)."""
+    span: Any = None
+    """The run's tracing span (parent of its step and tool spans)."""
     waited_task_ids: set[str] = field(default_factory=set)
     """Durable mode: background tasks whose results the loop already waited for."""
 
@@ -374,6 +377,15 @@ async def agent_loop(
         step_started_emitted = False
         warnings: list[Any] = []
         streaming_tool_names: dict[str, str] = {}
+        step_span = tracing.start_child(
+            state.span,
+            "runstream.model.step",
+            {
+                "gen_ai.system": cfg.model.provider,
+                "gen_ai.request.model": cfg.model.model_id,
+                "runstream.step": state.step_number,
+            },
+        )
         try:
             model_stream = await cfg.model.stream(request)
             request_info = model_stream.request
@@ -531,6 +543,7 @@ async def agent_loop(
                         "startedAt": step_started,
                     },
                 )
+        tracing.end_step_span(step_span, step_usage, "error" if step_error else finish_reason, step_error)
 
         if signal.aborted:
             yield _abort_chunk(state)
@@ -966,7 +979,16 @@ async def _execute_call(
         resource_id=cfg.resource_id,
         messages=state.messages,
     )
-    return await run_tool(tool, args, ctx, call)
+    span = tracing.start_child(
+        state.span,
+        "runstream.tool",
+        {"runstream.tool.name": tool.name, "runstream.tool.call_id": call.tool_call_id},
+    )
+    outcome = await run_tool(tool, args, ctx, call)
+    tracing.end_span(
+        span, outcome.value if outcome.kind == "error" else None, **{"runstream.tool.outcome": outcome.kind}
+    )
+    return outcome
 
 
 async def run_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext, call: ToolCall) -> ToolOutcome:
