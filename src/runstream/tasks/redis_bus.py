@@ -139,7 +139,10 @@ class RedisChannel:
                 await asyncio.wait_for(self._drained.wait(), CLOSE_FLUSH_S)
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Bounded: a redis-py connection cancelled mid-read can be slow to let go; never hang here.
+        _, stuck = await asyncio.wait(self._tasks, timeout=CLOSE_FLUSH_S)
+        if stuck:
+            logger.warning("Redis channel %s: %d task(s) did not stop on close", self.name, len(stuck))
 
     async def _write_loop(self) -> None:
         backoff = _Backoff()
@@ -186,7 +189,8 @@ class RedisChannel:
                 self._subscribed.clear()
                 await backoff.sleep()
             finally:
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await asyncio.wait_for(pubsub.aclose(), CLOSE_FLUSH_S)  # type: ignore[no-untyped-call]
 
     def _deliver(self, data: str) -> None:
         try:
