@@ -28,7 +28,6 @@ from runstream.chunks import (
     AnyChunk,
     ErrorChunk,
     FileChunk,
-    FinishChunk,
     ObjectChunk,
     ObjectResultChunk,
     RawChunk,
@@ -38,7 +37,6 @@ from runstream.chunks import (
     ResponseMetadataChunk,
     SourceChunk,
     StartChunk,
-    StepFinishChunk,
     StepStartChunk,
     TextDeltaChunk,
     TextEndChunk,
@@ -53,7 +51,6 @@ from runstream.chunks import (
     ToolOutputDeniedChunk,
     ToolResultChunk,
     TripwireChunk,
-    now_utc,
 )
 from runstream.models.base import (
     LanguageModel,
@@ -69,6 +66,7 @@ from runstream.processors import (
     run_step_processors,
     run_stream_processors,
 )
+from runstream.step_results import finish_chunk, normalize_usage, step_finish_chunk, step_record
 from runstream.structured import StructuredOutput
 from runstream.tools import (
     APPROVAL_RESUME_SCHEMA,
@@ -255,41 +253,6 @@ class RunState:
         return self.messages[self.input_count :]
 
 
-_USAGE_KEYS = ("inputTokens", "outputTokens", "totalTokens")
-
-
-def normalize_usage(usage: Any) -> dict[str, Any]:
-    """AI SDK v2 usage as is; v3's nested usage flattened the way Mastra reports it."""
-    if not isinstance(usage, dict):
-        return {}
-    inp, out = usage.get("inputTokens"), usage.get("outputTokens")
-    if isinstance(inp, dict) or isinstance(out, dict):
-        inp = inp or {}
-        out = out or {}
-        total_in = inp.get("total") or 0
-        total_out = out.get("total") or 0
-        return {
-            "inputTokens": total_in,
-            "outputTokens": total_out,
-            "totalTokens": total_in + total_out,
-            "reasoningTokens": out.get("reasoning") or 0,
-            "cachedInputTokens": inp.get("cacheRead") or 0,
-            "cacheCreationInputTokens": inp.get("cacheWrite") or 0,
-            "raw": usage,
-        }
-    return {**usage, "raw": dict(usage)}
-
-
-def _add_usage(total: dict[str, Any], step: dict[str, Any]) -> None:
-    for key, value in step.items():
-        if key == "raw":
-            total["raw"] = value
-        elif isinstance(value, int | float):
-            total[key] = total.get(key, 0) + value
-    for key in _USAGE_KEYS:
-        total.setdefault(key, 0)
-
-
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -318,7 +281,7 @@ async def agent_loop(
                 state.tripwire = trip.payload()
                 state.status = "tripwire"
                 yield TripwireChunk(run_id, trip.payload())  # type: ignore[arg-type]
-                yield _finish_chunk(cfg, state, "tripwire")
+                yield finish_chunk(cfg, state, "tripwire")
                 return
     elif resume.kind == "continue":
         async for waited_chunk in _wait_for_background(cfg, state):
@@ -341,7 +304,7 @@ async def agent_loop(
     while state.status == "running":
         if signal.aborted:
             yield _abort_chunk(state)
-            yield _finish_chunk(cfg, state, "aborted")
+            yield finish_chunk(cfg, state, "aborted")
             return
         state.step_number += 1
         step_started = _now_ms()
@@ -547,7 +510,7 @@ async def agent_loop(
 
         if signal.aborted:
             yield _abort_chunk(state)
-            yield _finish_chunk(cfg, state, "aborted")
+            yield finish_chunk(cfg, state, "aborted")
             return
 
         text = "".join(step_text)
@@ -570,11 +533,11 @@ async def agent_loop(
             state.tripwire = tripwire.payload()
             yield TripwireChunk(run_id, tripwire.payload())  # type: ignore[arg-type]
             state.status = "tripwire"
-            record = _step_record(
+            record = step_record(
                 state, text, content, step_usage, "tripwire", request_info, response_meta, warnings
             )
-            yield _step_finish_chunk(cfg, state, record, "tripwire", continued=False)
-            yield _finish_chunk(cfg, state, "tripwire")
+            yield step_finish_chunk(cfg, state, record, "tripwire", continued=False)
+            yield finish_chunk(cfg, state, "tripwire")
             return
 
         if step_error is not None:
@@ -582,7 +545,7 @@ async def agent_loop(
             yield ErrorChunk(run_id, {"type": "error", "error": step_error})  # type: ignore[typeddict-unknown-key]
             if content:
                 state.messages.append({"role": "assistant", "content": list(content)})
-            record = _step_record(
+            record = step_record(
                 state, text, content, step_usage, "error", request_info, response_meta, warnings
             )
             if calls:  # the tools the model did call still run (as in Mastra); the run then ends
@@ -595,8 +558,8 @@ async def agent_loop(
                 if state.pending is not None:  # stopped for a human: the error ends nothing yet
                     return
             state.status = "failed"
-            yield _step_finish_chunk(cfg, state, record, "error", continued=False, step_result=step_result)
-            yield _finish_chunk(cfg, state, "error", step_result=step_result)
+            yield step_finish_chunk(cfg, state, record, "error", continued=False, step_result=step_result)
+            yield finish_chunk(cfg, state, "error", step_result=step_result)
             return
 
         # Step-level processors (may ask for a retry with feedback).
@@ -613,7 +576,7 @@ async def agent_loop(
                     proc_ctx,
                 )
             except TripWire as trip:
-                record = _step_record(
+                record = step_record(
                     state, text, content, step_usage, "retry", request_info, response_meta, warnings
                 )
                 if trip.retry and state.processor_retry_count < cfg.max_processor_retries:
@@ -632,7 +595,7 @@ async def agent_loop(
                         "retryMetadata": trip.metadata,
                         "retryProcessorId": trip.processor_id,
                     }
-                    chunk = _step_finish_chunk(
+                    chunk = step_finish_chunk(
                         cfg, state, record, "retry", continued=True, step_result=retry_result
                     )
                     chunk.payload["processorRetryFeedback"] = feedback  # type: ignore[typeddict-unknown-key]
@@ -641,8 +604,8 @@ async def agent_loop(
                 state.tripwire = trip.payload()
                 state.status = "tripwire"
                 yield TripwireChunk(run_id, trip.payload())  # type: ignore[arg-type]
-                yield _step_finish_chunk(cfg, state, record, "tripwire", continued=False)
-                yield _finish_chunk(cfg, state, "tripwire")
+                yield step_finish_chunk(cfg, state, record, "tripwire", continued=False)
+                yield finish_chunk(cfg, state, "tripwire")
                 return
 
         # The assistant's response message for this step.
@@ -657,16 +620,16 @@ async def agent_loop(
                 state.error = exc
                 state.status = "failed"
                 yield ErrorChunk(run_id, {"type": "error", "error": exc})  # type: ignore[typeddict-unknown-key]
-                record = _step_record(
+                record = step_record(
                     state, text, content, step_usage, "error", request_info, response_meta, warnings
                 )
-                yield _step_finish_chunk(cfg, state, record, "error", continued=False)
-                yield _finish_chunk(cfg, state, "error")
+                yield step_finish_chunk(cfg, state, record, "error", continued=False)
+                yield finish_chunk(cfg, state, "error")
                 return
             state.object = obj
             yield ObjectResultChunk(run_id, obj)
 
-        record = _step_record(
+        record = step_record(
             state, text, content, step_usage, finish_reason, request_info, response_meta, warnings
         )
         if not calls:
@@ -679,7 +642,7 @@ async def agent_loop(
                         yield item
             chosen = [v for v in verdicts if v.authoritative] or verdicts
             cont = any(v.continue_loop for v in chosen) and _should_continue(cfg, state)
-            step_finish = _step_finish_chunk(
+            step_finish = step_finish_chunk(
                 cfg, state, record, finish_reason, continued=cont, step_result=step_result
             )
             for verdict in verdicts:
@@ -690,7 +653,7 @@ async def agent_loop(
                     state.messages.extend(verdict.feedback)
                 continue
             state.status = "success"
-            yield _finish_chunk(cfg, state, finish_reason, step_result=step_result)
+            yield finish_chunk(cfg, state, finish_reason, step_result=step_result)
             return
 
         pending = PendingToolStep(
@@ -702,14 +665,14 @@ async def agent_loop(
             yield chunk
         if signal.aborted:
             yield _abort_chunk(state)
-            yield _finish_chunk(cfg, state, "aborted")
+            yield finish_chunk(cfg, state, "aborted")
             return
         if state.status != "running":
             return
         if state.pending is not None:  # waiting for a human
             return
         cont = _should_continue(cfg, state)
-        yield _step_finish_chunk(cfg, state, record, finish_reason, continued=cont, step_result=step_result)
+        yield step_finish_chunk(cfg, state, record, finish_reason, continued=cont, step_result=step_result)
         record["content"].extend(record.pop("pendingResults", []))
         if cfg.on_step_end is not None:
             await cfg.on_step_end(state)
@@ -717,7 +680,7 @@ async def agent_loop(
             yield chunk
         if not cont:
             state.status = "success"
-            yield _finish_chunk(cfg, state, finish_reason, step_result=step_result)
+            yield finish_chunk(cfg, state, finish_reason, step_result=step_result)
             return
 
 
@@ -789,20 +752,20 @@ async def _finish_pending_step(
         yield chunk
     if cfg.abort_signal.aborted:
         yield _abort_chunk(state)
-        yield _finish_chunk(cfg, state, "aborted")
+        yield finish_chunk(cfg, state, "aborted")
         return
     if state.status != "running" or state.pending is not None:
         return
     record = pending.step_record
     cont = _should_continue(cfg, state)
     step_result: dict[str, Any] = {"messageId": state.message_id}
-    yield _step_finish_chunk(
+    yield step_finish_chunk(
         cfg, state, record, record.get("finishReason", "tool-calls"), continued=cont, step_result=step_result
     )
     record["content"].extend(record.pop("pendingResults", []))
     if not cont:
         state.status = "success"
-        yield _finish_chunk(cfg, state, record.get("finishReason", "tool-calls"))
+        yield finish_chunk(cfg, state, record.get("finishReason", "tool-calls"))
 
 
 async def _run_tool_step(
@@ -1091,196 +1054,3 @@ def _partial_object(text: str) -> Any:
     except ValueError:
         return None
     return value
-
-
-def _step_record(
-    state: RunState,
-    text: str,
-    content: list[dict[str, Any]],
-    usage: dict[str, Any],
-    reason: str,
-    request: dict[str, Any],
-    response_meta: dict[str, Any],
-    warnings: list[Any],
-) -> dict[str, Any]:
-    record = {
-        "text": text,
-        "content": content,
-        "usage": usage,
-        "finishReason": reason,
-        "warnings": warnings,
-        "request": request,
-        "response": response_meta,
-        "toolCalls": [
-            {"toolCallId": c["toolCallId"], "toolName": c["toolName"], "args": c["input"]}
-            for c in content
-            if c["type"] == "tool-call"
-        ],
-    }
-    # The response messages as of this step (a tool step's results are not in yet).
-    messages = [dict(m, content=list(m["content"])) for m in state.response_messages]
-    if record["toolCalls"]:
-        messages.append({"role": "tool", "content": []})
-    record["responseMessages"] = messages
-    state.steps.append(record)
-    _add_usage(state.usage, usage)
-    return record
-
-
-def _model_metadata(cfg: LoopConfig, record: dict[str, Any]) -> dict[str, Any]:
-    response = record.get("response") or {}
-    meta: dict[str, Any] = {k: v for k, v in response.items()}
-    meta["modelId"] = response.get("modelId", cfg.model.model_id)
-    meta["headers"] = {}
-    meta["modelMetadata"] = {
-        "modelId": cfg.model.model_id,
-        "modelVersion": cfg.model.specification_version,
-        "modelProvider": cfg.model.provider,
-    }
-    meta["request"] = record.get("request") or {}
-    return meta
-
-
-def _messages_payload(state: RunState) -> dict[str, Any]:
-    user = [m for m in state.messages if m["role"] == "user"]
-    return {
-        "all": list(state.messages),
-        "user": user,
-        "nonUser": [m for m in state.messages if m["role"] != "user"],
-    }
-
-
-def _output_payload(state: RunState, record: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
-    output: dict[str, Any] = {
-        "text": record["text"],
-        "toolCalls": record["toolCalls"],
-        "usage": usage,
-        "steps": [_public_step(s) for s in state.steps],
-    }
-    if state.object is not None:
-        output["object"] = state.object
-    return output
-
-
-def _public_step(record: dict[str, Any]) -> dict[str, Any]:
-    step = {
-        "content": list(record["content"]),
-        "usage": record["usage"],
-        "warnings": record["warnings"],
-        "request": record["request"],
-        "response": {**record["response"], "headers": {}, "messages": record["responseMessages"]},
-    }
-    if record["finishReason"] == "error":  # Mastra names the reason only on failed steps
-        step["finishReason"] = "error"
-    return step
-
-
-def _step_finish_chunk(
-    cfg: LoopConfig,
-    state: RunState,
-    record: dict[str, Any],
-    reason: str,
-    *,
-    continued: bool,
-    step_result: dict[str, Any] | None = None,
-) -> StepFinishChunk:
-    result: dict[str, Any] = {"reason": reason, **(step_result or {}), "isContinued": continued}
-    payload: dict[str, Any] = {
-        "messageId": state.message_id,
-        "stepResult": result,
-        "metadata": _model_metadata(cfg, record),
-        "output": _output_payload(state, record, record["usage"]),
-        "messages": _messages_payload(state),
-        "processorRetryCount": state.processor_retry_count,
-    }
-    if state.background_task_pending:
-        payload["backgroundTaskPending"] = True
-    return StepFinishChunk(state.run_id, payload)  # type: ignore[arg-type]
-
-
-def _finish_chunk(
-    cfg: LoopConfig, state: RunState, reason: str, *, step_result: dict[str, Any] | None = None
-) -> FinishChunk:
-    state.finish_reason = reason
-    if state.status == "running":
-        state.status = "success"
-    record = (
-        state.steps[-1]
-        if state.steps
-        else {"text": "", "toolCalls": [], "usage": {}, "request": {}, "response": {}}
-    )
-    usage = dict(state.usage) or {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}
-    for key in _USAGE_KEYS:
-        usage.setdefault(key, 0)
-    result: dict[str, Any] = {**(step_result or {}), "reason": reason, "isContinued": False}
-    payload: dict[str, Any] = {
-        "messageId": state.message_id,
-        "stepResult": result,
-        "metadata": _model_metadata(cfg, record),
-        "output": _output_payload(state, record, usage),
-        "messages": _messages_payload(state),
-        "processorRetryCount": state.processor_retry_count,
-    }
-    if state.background_task_pending:
-        payload["backgroundTaskPending"] = True
-    payload["response"] = {
-        **_model_metadata(cfg, record),
-        "messages": [dict(m, content=list(m["content"])) for m in state.response_messages],
-        "uiMessages": [_ui_message(cfg, state)],
-    }
-    payload["response"].pop("request", None)
-    return FinishChunk(state.run_id, payload)  # type: ignore[arg-type]
-
-
-def _ui_message(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
-    """The run's response as one AI SDK UI message (what a ``useChat`` client would hold)."""
-    parts: list[dict[str, Any]] = []
-    tools: dict[str, dict[str, Any]] = {}
-    background: dict[str, Any] = {}
-    steps = 0
-    for message in state.response_messages:
-        if message["role"] == "assistant":
-            if steps:
-                parts.append(
-                    {
-                        "type": "step-start",
-                        "createdAt": _now_ms(),
-                        "model": f"{cfg.model.provider}/{cfg.model.model_id}",
-                    }
-                )
-            steps += 1
-            for part in message["content"]:
-                kind = part.get("type")
-                if kind in ("text", "reasoning"):
-                    parts.append({"type": kind, "text": part["text"]})
-                elif kind == "tool-call":
-                    tool_part = {
-                        "type": f"tool-{part['toolName']}",
-                        "toolCallId": part["toolCallId"],
-                        "input": part.get("input", {}),
-                        "state": "input-available",
-                    }
-                    link = (part.get("providerOptions") or {}).get("mastra", {}).get("backgroundTask")
-                    if link:
-                        tool_part["callProviderMetadata"] = part["providerOptions"]
-                        background[part["toolCallId"]] = {"startedAt": now_utc(), "taskId": link["taskId"]}
-                    tools[part["toolCallId"]] = tool_part
-                    parts.append(tool_part)
-        elif message["role"] == "tool":
-            for part in message["content"]:
-                found = tools.get(part.get("toolCallId", ""))
-                output = part.get("output") or {}
-                if found is None:
-                    continue
-                tool_part = found
-                if output.get("type") in ("error-text", "error-json"):
-                    tool_part.update(state="output-error", errorText=output.get("value"))
-                else:
-                    tool_part.update(state="output-available", output=output.get("value"))
-    metadata: dict[str, Any] = {"modelId": cfg.model.model_id, "provider": cfg.model.provider}
-    if background:
-        metadata.update(mode="stream", backgroundTasks=background)
-    metadata["createdAt"] = now_utc()
-    if cfg.thread_id is not None:
-        metadata.update(threadId=cfg.thread_id, resourceId=cfg.resource_id)
-    return {"id": state.message_id, "role": "assistant", "metadata": metadata, "parts": parts}

@@ -1,0 +1,247 @@
+"""The payloads of ``step-finish`` and ``finish``: step records, usage, messages, the UI message.
+
+Mastra's finish payloads carry a lot besides the key fields (every step's content and response
+messages, the conversation, the response as an AI SDK UI message); building them lives here so
+the loop reads as the loop.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from runstream.chunks import FinishChunk, StepFinishChunk, now_utc
+
+if TYPE_CHECKING:
+    from runstream.loop import LoopConfig, RunState
+
+_USAGE_KEYS = ("inputTokens", "outputTokens", "totalTokens")
+
+
+def normalize_usage(usage: Any) -> dict[str, Any]:
+    """AI SDK v2 usage as is; v3's nested usage flattened the way Mastra reports it."""
+    if not isinstance(usage, dict):
+        return {}
+    inp, out = usage.get("inputTokens"), usage.get("outputTokens")
+    if isinstance(inp, dict) or isinstance(out, dict):
+        inp = inp or {}
+        out = out or {}
+        total_in = inp.get("total") or 0
+        total_out = out.get("total") or 0
+        return {
+            "inputTokens": total_in,
+            "outputTokens": total_out,
+            "totalTokens": total_in + total_out,
+            "reasoningTokens": out.get("reasoning") or 0,
+            "cachedInputTokens": inp.get("cacheRead") or 0,
+            "cacheCreationInputTokens": inp.get("cacheWrite") or 0,
+            "raw": usage,
+        }
+    return {**usage, "raw": dict(usage)}
+
+
+def add_usage(total: dict[str, Any], step: dict[str, Any]) -> None:
+    for key, value in step.items():
+        if key == "raw":
+            total["raw"] = value
+        elif isinstance(value, int | float):
+            total[key] = total.get(key, 0) + value
+    for key in _USAGE_KEYS:
+        total.setdefault(key, 0)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def step_record(
+    state: RunState,
+    text: str,
+    content: list[dict[str, Any]],
+    usage: dict[str, Any],
+    reason: str,
+    request: dict[str, Any],
+    response_meta: dict[str, Any],
+    warnings: list[Any],
+) -> dict[str, Any]:
+    record = {
+        "text": text,
+        "content": content,
+        "usage": usage,
+        "finishReason": reason,
+        "warnings": warnings,
+        "request": request,
+        "response": response_meta,
+        "toolCalls": [
+            {"toolCallId": c["toolCallId"], "toolName": c["toolName"], "args": c["input"]}
+            for c in content
+            if c["type"] == "tool-call"
+        ],
+    }
+    # The response messages as of this step (a tool step's results are not in yet).
+    messages = [dict(m, content=list(m["content"])) for m in state.response_messages]
+    if record["toolCalls"]:
+        messages.append({"role": "tool", "content": []})
+    record["responseMessages"] = messages
+    state.steps.append(record)
+    add_usage(state.usage, usage)
+    return record
+
+
+def _model_metadata(cfg: LoopConfig, record: dict[str, Any]) -> dict[str, Any]:
+    response = record.get("response") or {}
+    meta: dict[str, Any] = {k: v for k, v in response.items()}
+    meta["modelId"] = response.get("modelId", cfg.model.model_id)
+    meta["headers"] = {}
+    meta["modelMetadata"] = {
+        "modelId": cfg.model.model_id,
+        "modelVersion": cfg.model.specification_version,
+        "modelProvider": cfg.model.provider,
+    }
+    meta["request"] = record.get("request") or {}
+    return meta
+
+
+def _messages_payload(state: RunState) -> dict[str, Any]:
+    user = [m for m in state.messages if m["role"] == "user"]
+    return {
+        "all": list(state.messages),
+        "user": user,
+        "nonUser": [m for m in state.messages if m["role"] != "user"],
+    }
+
+
+def _output_payload(state: RunState, record: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+    output: dict[str, Any] = {
+        "text": record["text"],
+        "toolCalls": record["toolCalls"],
+        "usage": usage,
+        "steps": [_public_step(s) for s in state.steps],
+    }
+    if state.object is not None:
+        output["object"] = state.object
+    return output
+
+
+def _public_step(record: dict[str, Any]) -> dict[str, Any]:
+    step = {
+        "content": list(record["content"]),
+        "usage": record["usage"],
+        "warnings": record["warnings"],
+        "request": record["request"],
+        "response": {**record["response"], "headers": {}, "messages": record["responseMessages"]},
+    }
+    if record["finishReason"] == "error":  # Mastra names the reason only on failed steps
+        step["finishReason"] = "error"
+    return step
+
+
+def step_finish_chunk(
+    cfg: LoopConfig,
+    state: RunState,
+    record: dict[str, Any],
+    reason: str,
+    *,
+    continued: bool,
+    step_result: dict[str, Any] | None = None,
+) -> StepFinishChunk:
+    result: dict[str, Any] = {"reason": reason, **(step_result or {}), "isContinued": continued}
+    payload: dict[str, Any] = {
+        "messageId": state.message_id,
+        "stepResult": result,
+        "metadata": _model_metadata(cfg, record),
+        "output": _output_payload(state, record, record["usage"]),
+        "messages": _messages_payload(state),
+        "processorRetryCount": state.processor_retry_count,
+    }
+    if state.background_task_pending:
+        payload["backgroundTaskPending"] = True
+    return StepFinishChunk(state.run_id, payload)  # type: ignore[arg-type]
+
+
+def finish_chunk(
+    cfg: LoopConfig, state: RunState, reason: str, *, step_result: dict[str, Any] | None = None
+) -> FinishChunk:
+    state.finish_reason = reason
+    if state.status == "running":
+        state.status = "success"
+    record = (
+        state.steps[-1]
+        if state.steps
+        else {"text": "", "toolCalls": [], "usage": {}, "request": {}, "response": {}}
+    )
+    usage = dict(state.usage) or {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}
+    for key in _USAGE_KEYS:
+        usage.setdefault(key, 0)
+    result: dict[str, Any] = {**(step_result or {}), "reason": reason, "isContinued": False}
+    payload: dict[str, Any] = {
+        "messageId": state.message_id,
+        "stepResult": result,
+        "metadata": _model_metadata(cfg, record),
+        "output": _output_payload(state, record, usage),
+        "messages": _messages_payload(state),
+        "processorRetryCount": state.processor_retry_count,
+    }
+    if state.background_task_pending:
+        payload["backgroundTaskPending"] = True
+    payload["response"] = {
+        **_model_metadata(cfg, record),
+        "messages": [dict(m, content=list(m["content"])) for m in state.response_messages],
+        "uiMessages": [_ui_message(cfg, state)],
+    }
+    payload["response"].pop("request", None)
+    return FinishChunk(state.run_id, payload)  # type: ignore[arg-type]
+
+
+def _ui_message(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
+    """The run's response as one AI SDK UI message (what a ``useChat`` client would hold)."""
+    parts: list[dict[str, Any]] = []
+    tools: dict[str, dict[str, Any]] = {}
+    background: dict[str, Any] = {}
+    steps = 0
+    for message in state.response_messages:
+        if message["role"] == "assistant":
+            if steps:
+                parts.append(
+                    {
+                        "type": "step-start",
+                        "createdAt": _now_ms(),
+                        "model": f"{cfg.model.provider}/{cfg.model.model_id}",
+                    }
+                )
+            steps += 1
+            for part in message["content"]:
+                kind = part.get("type")
+                if kind in ("text", "reasoning"):
+                    parts.append({"type": kind, "text": part["text"]})
+                elif kind == "tool-call":
+                    tool_part = {
+                        "type": f"tool-{part['toolName']}",
+                        "toolCallId": part["toolCallId"],
+                        "input": part.get("input", {}),
+                        "state": "input-available",
+                    }
+                    link = (part.get("providerOptions") or {}).get("mastra", {}).get("backgroundTask")
+                    if link:
+                        tool_part["callProviderMetadata"] = part["providerOptions"]
+                        background[part["toolCallId"]] = {"startedAt": now_utc(), "taskId": link["taskId"]}
+                    tools[part["toolCallId"]] = tool_part
+                    parts.append(tool_part)
+        elif message["role"] == "tool":
+            for part in message["content"]:
+                found = tools.get(part.get("toolCallId", ""))
+                output = part.get("output") or {}
+                if found is None:
+                    continue
+                tool_part = found
+                if output.get("type") in ("error-text", "error-json"):
+                    tool_part.update(state="output-error", errorText=output.get("value"))
+                else:
+                    tool_part.update(state="output-available", output=output.get("value"))
+    metadata: dict[str, Any] = {"modelId": cfg.model.model_id, "provider": cfg.model.provider}
+    if background:
+        metadata.update(mode="stream", backgroundTasks=background)
+    metadata["createdAt"] = now_utc()
+    if cfg.thread_id is not None:
+        metadata.update(threadId=cfg.thread_id, resourceId=cfg.resource_id)
+    return {"id": state.message_id, "role": "assistant", "metadata": metadata, "parts": parts}
