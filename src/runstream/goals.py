@@ -88,6 +88,8 @@ class Objective:
     id: str = ""
     started_at: int = 0
     updated_at: int = 0
+    active_duration_ms: int = 0
+    """Time spent judging so far (Mastra's ``activeDurationMs``)."""
 
     def to_state(self) -> dict[str, Any]:
         state = {
@@ -95,6 +97,7 @@ class Objective:
             "objective": self.objective,
             "status": self.status,
             "runsUsed": self.runs_used,
+            "activeDurationMs": self.active_duration_ms,
             "startedAt": self.started_at,
             "updatedAt": self.updated_at,
         }
@@ -119,6 +122,7 @@ class Objective:
             id=state.get("id", ""),
             started_at=state.get("startedAt", 0),
             updated_at=state.get("updatedAt", 0),
+            active_duration_ms=state.get("activeDurationMs", 0),
         )
 
 
@@ -193,7 +197,14 @@ def objective_signal(record: Objective, thread_id: str, run_id: str) -> tuple[Da
             "attributes": {"status": record.status},
             "metadata": {
                 "value": {"objective": record.to_state()},
-                "state": {"id": STATE_KEY, "threadId": thread_id},
+                "state": {
+                    "id": STATE_KEY,
+                    # Mastra's key for the signal's content: length-prefixed objective and status.
+                    "cacheKey": f"goal:{len(record.objective)}:{record.objective}{len(record.status)}:{record.status}",
+                    "mode": "snapshot",
+                    "threadId": thread_id,
+                    "version": 1,
+                },
             },
         },
         run_id=run_id,
@@ -260,6 +271,7 @@ class GoalCheck:
         except Exception as exc:  # a failing judge parks the goal instead of looping forever
             decision, reason, failed = "continue", f"Goal judge failed: {exc}", True
         duration = round((time.perf_counter() - started) * 1000)
+        record.active_duration_ms += duration
         if not failed and reason:
             yield GoalChunk(
                 state.run_id,
