@@ -82,6 +82,20 @@ class AbortSignal:
         return combined
 
 
+async def sleep(seconds: float, signal: AbortSignal | None = None) -> bool:
+    """Sleep, waking early if ``signal`` fires; returns whether it did."""
+    if signal is None:
+        await asyncio.sleep(seconds)
+        return False
+    if signal.aborted:
+        return True
+    try:
+        await asyncio.wait_for(signal.wait(), seconds)
+    except TimeoutError:
+        return False
+    return True
+
+
 class AbortController:
     """Owns an :class:`AbortSignal` and is the only one that can fire it."""
 

@@ -357,10 +357,7 @@ async def agent_loop(
             step_error = exc
             parts = None
         if parts is None:
-            yield StepStartChunk(
-                run_id,
-                {"request": {}, "warnings": [], "messageId": state.message_id, "startedAt": step_started},
-            )
+            yield _step_start(state, {}, [], step_started)
             step_result["warnings"] = []
             step_started_emitted = True
         else:
@@ -376,15 +373,7 @@ async def agent_loop(
                         warnings = part.get("warnings") or []
                         if not step_started_emitted:
                             step_started_emitted = True
-                            yield StepStartChunk(
-                                run_id,
-                                {
-                                    "request": request_info,
-                                    "warnings": warnings,
-                                    "messageId": state.message_id,
-                                    "startedAt": step_started,
-                                },
-                            )
+                            yield _step_start(state, request_info, warnings, step_started)
                         continue
                     elif kind == "reasoning-delta":
                         reasoning_text.append(part["delta"])
@@ -458,15 +447,7 @@ async def agent_loop(
                         continue
                     if not step_started_emitted:
                         step_started_emitted = True
-                        yield StepStartChunk(
-                            run_id,
-                            {
-                                "request": request_info,
-                                "warnings": warnings,
-                                "messageId": state.message_id,
-                                "startedAt": step_started,
-                            },
-                        )
+                        yield _step_start(state, request_info, warnings, step_started)
                     if structured is not None and kind == "text-delta":
                         partial = _partial_object("".join(step_text))
                         if partial is not None and partial != last_object:
@@ -497,15 +478,7 @@ async def agent_loop(
                     await aclose()
             if not step_started_emitted:
                 step_started_emitted = True
-                yield StepStartChunk(
-                    run_id,
-                    {
-                        "request": request_info,
-                        "warnings": warnings,
-                        "messageId": state.message_id,
-                        "startedAt": step_started,
-                    },
-                )
+                yield _step_start(state, request_info, warnings, step_started)
         tracing.end_step_span(step_span, step_usage, "error" if step_error else finish_reason, step_error)
 
         if signal.aborted:
@@ -706,6 +679,15 @@ async def _process_input(cfg: LoopConfig, state: RunState) -> None:
             new = list(processed)
     state.messages[state.history_count : state.input_count] = new
     state.input_count = state.history_count + len(new)
+
+
+def _step_start(
+    state: RunState, request: dict[str, Any], warnings: list[Any], started: int
+) -> StepStartChunk:
+    return StepStartChunk(
+        state.run_id,
+        {"request": request, "warnings": warnings, "messageId": state.message_id, "startedAt": started},
+    )
 
 
 def _should_continue(cfg: LoopConfig, state: RunState) -> bool:

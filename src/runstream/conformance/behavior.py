@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from runstream.abort import AbortSignal, sleep
 from runstream.chunks import AnyChunk
 from runstream.processors import ProcessorContext, StepView
 from runstream.testing.scripted import ScriptedError
@@ -55,20 +55,9 @@ def _holds(key: str, expected: Any, facts: Mapping[str, Any]) -> bool:
     return bool(facts.get(key) == expected)
 
 
-async def abortable_sleep(ms: float, signal: Any, message: str) -> None:
-    if signal is None:
-        await asyncio.sleep(ms / 1000)
-        return
-    if signal.aborted:
+async def abortable_sleep(ms: float, signal: AbortSignal | None, message: str) -> None:
+    if await sleep(ms / 1000, signal):
         raise ExecutionAborted(message)
-    waiter = asyncio.ensure_future(signal.wait())
-    try:
-        await asyncio.wait_for(asyncio.shield(waiter), ms / 1000)
-    except TimeoutError:
-        return
-    finally:
-        waiter.cancel()
-    raise ExecutionAborted(message)
 
 
 def build_tool(spec: Mapping[str, Any], log: ToolExecutionLog) -> Tool:

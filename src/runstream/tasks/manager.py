@@ -16,7 +16,6 @@ Behaviour follows Mastra's ``BackgroundTaskManager``. The points that shape this
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 import time
@@ -27,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
-from runstream.abort import AbortController, AbortError
+from runstream.abort import AbortController, AbortError, sleep
 from runstream.chunks import (
     AnyChunk,
     BackgroundTaskCancelledChunk,
@@ -325,8 +324,7 @@ class BackgroundTaskManager:
             ex.controller = AbortController()
             delay_s = self.config.default_retries.delay_ms(retried.retry_count) / 1000
             if delay_s > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(ex.controller.signal.wait(), delay_s)
+                await sleep(delay_s, ex.controller.signal)
         return None
 
     async def _attempt(self, ex: _Execution, tool: Tool, args: dict[str, Any]) -> _Outcome:

@@ -11,7 +11,6 @@ raises the abort reason.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from runstream.abort import AbortError, AbortSignal
+from runstream.abort import AbortError, AbortSignal, sleep
 from runstream.models.base import ModelRequest, ModelStream, StreamPart
 
 
@@ -183,15 +182,5 @@ class ScriptedModel:
 
 async def _sleep(ms: float, signal: AbortSignal | None) -> None:
     """Sleep ``ms`` milliseconds, returning early if ``signal`` fires."""
-    if not ms:
-        return
-    if signal is None:
-        await asyncio.sleep(ms / 1000)
-        return
-    waiter = asyncio.ensure_future(signal.wait())
-    try:
-        await asyncio.wait_for(asyncio.shield(waiter), ms / 1000)
-    except TimeoutError:
-        pass
-    finally:
-        waiter.cancel()
+    if ms:
+        await sleep(ms / 1000, signal)

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from runstream.abort import AbortSignal
+from runstream.abort import AbortSignal, sleep
 from runstream.workflows._results import now_ms
 from runstream.workflows.flow import (
     BranchEntry,
@@ -164,9 +164,4 @@ async def run_sleep(ex: Execution, entry: SleepEntry, prev: Any) -> dict[str, An
 
 
 async def _abortable_sleep(ms: float, signal: AbortSignal) -> None:
-    if signal.aborted:
-        return
-    try:
-        await asyncio.wait_for(signal.wait(), ms / 1000)
-    except TimeoutError:
-        return
+    await sleep(ms / 1000, signal)
