@@ -22,12 +22,6 @@ from tests.conftest import CONFORMANCE
 SCENARIOS = sorted(p.stem for p in (CONFORMANCE / "scenarios").glob("*.json"))
 DEVIATIONS = compare.load_deviations(str(CONFORMANCE / "deviations.json"))
 
-LATER: dict[str, str] = {}
-LATER["n-bg-suspend-resume"] = (
-    "race in the scenario: the task is resumed 10 ms after its suspension; Mastra's continuation turn "
-    "takes ~28 ms so the resume lands inside it, ours ends sooner and the stream closes first"
-)
-
 
 def _run(name: str, out_dir: Path) -> tuple[str, int, str]:
     out = out_dir / f"{name}.jsonl"
@@ -64,13 +58,7 @@ def candidate(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return results
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(reason=LATER[n], strict=True)) if n in LATER else n
-        for n in SCENARIOS
-    ],
-)
+@pytest.mark.parametrize("name", SCENARIOS)
 def test_scenario_matches_mastra_at_level_2(name: str, candidate: dict[str, Any]) -> None:
     code, stderr = candidate[name]["exit"]
     assert code == 0, f"runner exited {code}: {stderr[-2000:]}"
@@ -81,7 +69,6 @@ def test_scenario_matches_mastra_at_level_2(name: str, candidate: dict[str, Any]
 def test_report_pass_counts_per_level(candidate: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     level2 = sum(1 for r in candidate.values() if r[2]["passed"])
     level3 = sum(1 for r in candidate.values() if r[3]["passed"])
-    expected = len(SCENARIOS) - len(LATER)
     with capsys.disabled():
         print(f"\nconformance: level 2 {level2}/{len(SCENARIOS)}, level 3 {level3}/{len(SCENARIOS)}")
-    assert level2 >= expected
+    assert level2 == len(SCENARIOS)

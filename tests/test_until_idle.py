@@ -411,3 +411,104 @@ async def test_a_reader_that_stops_stops_continuations_but_not_the_task() -> Non
             await asyncio.sleep(0)
     assert out.state.status == "success"  # the first turn still ran to its end
     assert model.call_count == 2  # but no continuation turn started for a reader that left
+
+
+def deploy_tool() -> Any:
+    @tool(background=True)
+    async def deploy(env: str, ctx: ToolContext) -> dict[str, Any]:
+        """Deploy; asks for approval first, and a second time when told "again"."""
+        if ctx.resume_data is None or ctx.resume_data == "again":
+            await ctx.suspend({"question": f"Deploy to {env}?"})
+        return {"env": env, "deployed": ctx.resume_data}
+
+    return deploy
+
+
+def build_deploy(model: ScriptedModel) -> tuple[Runstream, Agent]:
+    agent = Agent("ops", model=model, tools=[deploy_tool()], memory=Memory())
+    return Runstream(agents=[agent], background_tasks={"enabled": True}), agent
+
+
+def resume_after(runtime: Runstream, trigger: str, *answers: Any) -> Any:
+    """Resumes the suspended task with the next answer each time ``trigger`` follows a suspension."""
+    pending = list(answers)
+    suspended: list[str] = []
+
+    async def on_chunk(chunk: AnyChunk) -> None:
+        if chunk.type == "background-task-suspended":
+            suspended.append(chunk.payload["taskId"])
+        elif chunk.type == trigger and suspended and pending:
+            assert runtime.task_manager is not None
+            await runtime.task_manager.resume(suspended.pop(), pending.pop(0))
+
+    return on_chunk
+
+
+async def test_a_resume_inside_the_window_is_followed_in_the_same_stream() -> None:
+    model = ScriptedModel(
+        calls=[
+            call(("c1", "deploy", '{"env":"prod"}')),
+            say("Deploying."),
+            say("Waiting for approval."),
+            say("Waiting again."),
+            say("Deployed."),
+        ]
+    )
+    runtime, agent = build_deploy(model)
+    async with runtime:
+        out = await agent.stream("Deploy", memory=MEMORY, until_idle={"resume_window_ms": 5000})
+        # Resumed only once the suspension's continuation turn has finished: the stream would
+        # have closed there without the window. The first resume makes the tool suspend again.
+        chunks = await collect(out.full_stream, resume_after(runtime, "finish", "again", True))
+    kinds = types(chunks)
+    assert kinds.count("background-task-suspended") == 2 and kinds.count("background-task-resumed") == 2
+    assert kinds.count("start") == 4  # first turn, a continuation per suspension, one for the result
+    completed = next(c for c in chunks if c.type == "background-task-completed")
+    assert completed.payload["result"] == {"env": "prod", "deployed": True}
+    assert kinds.index("background-task-completed") < len(kinds) - 1 - kinds[::-1].index("start")
+    directives = [m["content"] for m in model.recorded[4].prompt if m["role"] == "system"]
+    assert any("c1 (deploy)" in d and "Completed" in d for d in directives)
+
+
+async def test_without_a_window_the_stream_closes_after_the_suspension_turn() -> None:
+    model = ScriptedModel(
+        calls=[call(("c1", "deploy", '{"env":"prod"}')), say("Deploying."), say("Waiting for approval.")]
+    )
+    runtime, agent = build_deploy(model)
+    async with runtime:
+        out = await agent.stream("Deploy", memory=MEMORY, until_idle={"resume_window_ms": 0})
+        chunks = await collect(out.full_stream)
+        kinds = types(chunks)
+        assert kinds.count("start") == 2 and kinds[-1] == "finish"
+        assert "background-task-resumed" not in kinds
+        manager = runtime.task_manager
+        assert manager is not None
+        task_id = next(c for c in chunks if c.type == "background-task-suspended").payload["taskId"]
+        await manager.resume(task_id, True)
+        assert (await manager.wait_for(task_id)).status == "completed"
+        history = await agent.memory.load_prompt(_scope())  # type: ignore[union-attr]
+    results = [p["output"] for m in history if m["role"] == "tool" for p in m["content"]]
+    assert results == [{"type": "json", "value": {"env": "prod", "deployed": True}}]
+    assert model.call_count == 3  # the late result reaches memory, not a closed stream
+
+
+@pytest.mark.parametrize(
+    ("until_idle", "message"),
+    [
+        ({"resume_window_ms": -1}, "resume_window_ms must be a number >= 0"),
+        ({"max_idle_ms": 0}, "max_idle_ms must be a positive number"),
+        ({"max_idle": 10}, "unknown until_idle option"),
+    ],
+)
+async def test_bad_until_idle_options_are_clear_errors(until_idle: dict[str, Any], message: str) -> None:
+    runtime, agent = build_deploy(ScriptedModel(calls=[say("Hi.")]))
+    async with runtime:
+        with pytest.raises(ValueError, match=message):
+            await agent.stream("Hi", memory=MEMORY, until_idle=until_idle)
+        assert model_calls(agent) == 0
+        assert await agent.memory.load_prompt(_scope()) == []  # type: ignore[union-attr]
+
+
+def model_calls(agent: Agent) -> int:
+    assert isinstance(agent.model, ScriptedModel)
+    return agent.model.call_count

@@ -34,6 +34,7 @@ from runstream.output import RunOutput
 from runstream.scoring import TaskCompletion
 from runstream.storage import Storage, TaskRecord
 from runstream.structured import StructuredOutput
+from runstream.tasks.until_idle import IdleOptions, until_idle_stream
 from runstream.tools import Tool, ToolContext
 
 if TYPE_CHECKING:
@@ -224,9 +225,12 @@ class Agent:
         """Start a run; iterate ``out.full_stream`` for its chunks.
 
         ``memory={"thread": ..., "resource": ...}`` loads the thread's history and saves the new
-        messages. ``until_idle=True`` (or ``{"max_idle_ms": n}``) keeps the stream open while the
-        run's background tasks work and adds a continuation turn when they finish.
+        messages. ``until_idle=True`` (or ``{"max_idle_ms": n, "resume_window_ms": n}``) keeps the
+        stream open while the run's background tasks work and adds a continuation turn when they
+        finish (see ``runstream.tasks.until_idle``).
         """
+        if isinstance(until_idle, Mapping):  # bad options fail even where until-idle falls back
+            IdleOptions.coerce(dict(until_idle), progress_interval_ms=0)
         options = RunOptions(
             max_steps=max_steps,
             tool_choice=tool_choice,
@@ -249,7 +253,12 @@ class Agent:
         return await self._start_run(input_messages, options, run_id)
 
     async def stream_until_idle(
-        self, messages: MessagesInput | None = None, *, max_idle_ms: float | None = None, **options: Any
+        self,
+        messages: MessagesInput | None = None,
+        *,
+        max_idle_ms: float | None = None,
+        resume_window_ms: float | None = None,
+        **options: Any,
     ) -> RunOutput:
         """Deprecated: use ``stream(..., until_idle=True)``."""
         warnings.warn(
@@ -257,8 +266,9 @@ class Agent:
             DeprecationWarning,
             stacklevel=2,
         )
-        idle: bool | dict[str, Any] = {"max_idle_ms": max_idle_ms} if max_idle_ms is not None else True
-        return await self.stream(messages, until_idle=idle, **options)
+        chosen = {"max_idle_ms": max_idle_ms, "resume_window_ms": resume_window_ms}
+        idle = {key: value for key, value in chosen.items() if value is not None}
+        return await self.stream(messages, until_idle=idle or True, **options)
 
     async def _start_run(
         self,
@@ -508,8 +518,6 @@ class Agent:
         until_idle: bool | Mapping[str, Any],
         run_id: str | None,
     ) -> RunOutput:
-        from runstream.tasks.until_idle import IdleOptions, until_idle_stream
-
         runtime = self.runtime
         assert runtime is not None and runtime.task_manager is not None and options.memory is not None
         idle = IdleOptions.coerce(

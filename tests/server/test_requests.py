@@ -27,6 +27,10 @@ STREAM = "/api/agents/assistant/stream"
         (b'{"messages": "hi", "toolChoice": "sometimes"}', "'toolChoice' must be"),
         (b'{"messages": "hi", "untilIdle": "yes"}', "'untilIdle' must be a boolean"),
         (b'{"messages": "hi", "maxIdleMs": -1, "untilIdle": true}', "'maxIdleMs' must be a positive number"),
+        (
+            b'{"messages": "hi", "untilIdle": {"resumeWindowMs": "x"}}',
+            "'resumeWindowMs' must be a number >= 0",
+        ),
         (b'{"messages": "hi", "clientTools": {"x": {"inputSchema": {"type": 5}}}}', "clientTools.x"),
         (b'{"messages": "hi", "activeTools": [1]}', "'activeTools' must be an array of tool names"),
         (b'{"messages": "hi", "structuredOutput": {"schema": {"type": "nonsense"}}}', "nonsense"),

@@ -3,7 +3,7 @@
 Field names are exactly those client-js sends (``messages``, ``memory``, ``runId``, ``maxSteps``,
 ``toolChoice``, ``modelSettings``, ``providerOptions``, ``structuredOutput``, ``untilIdle``,
 ``maxIdleMs``, ``context``, ``clientTools``, ``activeTools``, ``instructions``,
-``requireToolApproval``). Unknown fields are ignored, as Mastra's passthrough schema does.
+``requireToolApproval``), plus runstream's ``resumeWindowMs`` (see ``tasks/until_idle.py``). Unknown fields are ignored, as Mastra's passthrough schema does.
 Every mistake is a 400 with a message naming the field, raised before any run starts.
 """
 
@@ -120,19 +120,25 @@ def _model_settings(body: Mapping[str, Any]) -> ModelSettings | None:
 
 def _until_idle(body: Mapping[str, Any], forced: bool) -> bool | dict[str, Any]:
     value = body.get("untilIdle")
-    max_idle = body.get("maxIdleMs")
+    options = {"maxIdleMs": body.get("maxIdleMs"), "resumeWindowMs": body.get("resumeWindowMs")}
     if isinstance(value, Mapping):
-        max_idle = value.get("maxIdleMs", max_idle)
+        options.update({key: value[key] for key in options if key in value})
         value = True
     elif value is not None and not isinstance(value, bool):
-        raise invalid("'untilIdle' must be a boolean or {maxIdleMs}")
-    if max_idle is not None and (
-        isinstance(max_idle, bool) or not isinstance(max_idle, int | float) or max_idle <= 0
-    ):
+        raise invalid("'untilIdle' must be a boolean or {maxIdleMs, resumeWindowMs}")
+    max_idle, resume_window = options["maxIdleMs"], options["resumeWindowMs"]
+    if max_idle is not None and (_not_a_number(max_idle) or max_idle <= 0):
         raise invalid("'maxIdleMs' must be a positive number")
+    if resume_window is not None and (_not_a_number(resume_window) or resume_window < 0):
+        raise invalid("'resumeWindowMs' must be a number >= 0")
     if not (value or forced):
         return False
-    return {"max_idle_ms": max_idle} if max_idle is not None else True
+    chosen = {"max_idle_ms": max_idle, "resume_window_ms": resume_window}
+    return {key: number for key, number in chosen.items() if number is not None} or True
+
+
+def _not_a_number(value: Any) -> bool:
+    return isinstance(value, bool) or not isinstance(value, int | float)
 
 
 def _structured(value: Mapping[str, Any] | None) -> StructuredOutput | None:

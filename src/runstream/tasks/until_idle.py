@@ -8,6 +8,13 @@ for this thread and resource — through one queue. Between turns, while tasks r
 continuation turn (``agent.stream([], …)`` with a system directive naming the finished tool
 calls, not saved to memory) for the whole batch. It closes when nothing runs, nothing is queued
 and no turn is active.
+
+A suspended task counts as finished (its continuation tells the user it waits for input), as in
+Mastra. Mastra's stream still catches a resume that lands while that continuation's model call
+runs, so whether a quick resume (a UI or policy answering the suspension at once) reaches the
+stream would depend on how fast the model is. Instead, the stream stays open for
+``resume_window_ms`` after a ``background-task-suspended`` event; a resume inside the window
+is followed in this stream, a later one only reaches memory.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from runstream.output import RunOutput
 from runstream.tasks.bus import TaskSubscription
 
 DEFAULT_MAX_IDLE_MS = 300_000
+DEFAULT_RESUME_WINDOW_MS = 500
 
 TERMINAL = {
     "background-task-completed": "completed",
@@ -41,17 +49,29 @@ StartTurn = Callable[[list[dict[str, Any]]], Awaitable[RunOutput]]
 class IdleOptions:
     max_idle_ms: float = DEFAULT_MAX_IDLE_MS
     progress_interval_ms: float = 3000
+    resume_window_ms: float = DEFAULT_RESUME_WINDOW_MS
 
     @classmethod
     def coerce(cls, value: Any, progress_interval_ms: float) -> IdleOptions:
         if isinstance(value, IdleOptions):
             return value
         max_idle: Any = DEFAULT_MAX_IDLE_MS
+        resume_window: Any = DEFAULT_RESUME_WINDOW_MS
         if isinstance(value, dict):
+            unknown = set(value) - {"max_idle_ms", "maxIdleMs", "resume_window_ms", "resumeWindowMs"}
+            if unknown:
+                raise ValueError(f"unknown until_idle option(s): {', '.join(sorted(unknown))}")
             max_idle = value.get("max_idle_ms", value.get("maxIdleMs", DEFAULT_MAX_IDLE_MS))
-        if not isinstance(max_idle, int | float) or max_idle <= 0:
+            resume_window = value.get(
+                "resume_window_ms", value.get("resumeWindowMs", DEFAULT_RESUME_WINDOW_MS)
+            )
+        if isinstance(max_idle, bool) or not isinstance(max_idle, int | float) or max_idle <= 0:
             raise ValueError(f"max_idle_ms must be a positive number, got {max_idle!r}")
-        return cls(max_idle_ms=max_idle, progress_interval_ms=progress_interval_ms)
+        if isinstance(resume_window, bool) or not isinstance(resume_window, int | float) or resume_window < 0:
+            raise ValueError(f"resume_window_ms must be a number >= 0, got {resume_window!r}")
+        return cls(
+            max_idle_ms=max_idle, progress_interval_ms=progress_interval_ms, resume_window_ms=resume_window
+        )
 
 
 def continuation_directive(batch: list[AnyChunk]) -> str:
@@ -117,6 +137,7 @@ async def until_idle_stream(
     stop_waiting: asyncio.Future[Any] = asyncio.ensure_future(controller.signal.wait())
     queued: list[AnyChunk] = []
     processed: set[tuple[str, str]] = set()
+    resume_windows: dict[str, float] = {}  # suspended task id -> when its resume window ends
     turn_active = True
     idle_deadline: float | None = None
     next_progress = 0.0
@@ -133,6 +154,8 @@ async def until_idle_stream(
                 if idle_deadline is None:
                     idle_deadline = now + options.max_idle_ms / 1000
                 wait = max(0.0, min(idle_deadline, next_progress) - now)
+            elif not turn_active and resume_windows:
+                wait = max(0.0, max(resume_windows.values()) - now)
             getter = asyncio.ensure_future(queue.get())
             done, _ = await asyncio.wait(
                 {getter, stop_waiting}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
@@ -150,6 +173,8 @@ async def until_idle_stream(
                 now = time.monotonic()
                 if idle_deadline is not None and now >= idle_deadline:
                     return  # idle timeout: close silently
+                if not running:  # only resume windows were open, and they have ended
+                    return
                 if now >= next_progress:
                     next_progress = now + options.progress_interval_ms / 1000
                     yield BackgroundTaskProgressChunk(
@@ -176,8 +201,13 @@ async def until_idle_stream(
                     processed.add(key)
                     running.discard(task_id)
                     queued.append(item)
+                    resume_windows.pop(task_id, None)
+                    if item.type == "background-task-suspended" and options.resume_window_ms:
+                        resume_windows[task_id] = time.monotonic() + options.resume_window_ms / 1000
                 elif item.type in STARTS_RUNNING:
                     running.add(task_id)
+                    resume_windows.pop(task_id, None)
+                    processed.discard((task_id, "background-task-suspended"))  # it may suspend again
                 idle_deadline = None  # every manager event re-arms the idle window
                 yield item
             else:  # turn-end
@@ -195,7 +225,7 @@ async def until_idle_stream(
                 idle_deadline = None
                 turn_active = True
                 start_turn(await continuation([{"role": "system", "content": continuation_directive(batch)}]))
-            elif not running and not queued:
+            elif not running and not queued and not _window_open(resume_windows):
                 return
     finally:
         stop_waiting.cancel()
@@ -206,6 +236,11 @@ async def until_idle_stream(
         for pump in pumps:
             pump.cancel()
         await asyncio.gather(*pumps, return_exceptions=True)
+
+
+def _window_open(resume_windows: dict[str, float]) -> bool:
+    now = time.monotonic()
+    return any(end > now for end in resume_windows.values())
 
 
 def _already_queued_task_events(queue: asyncio.Queue[tuple[str, Any]]) -> list[AnyChunk]:
