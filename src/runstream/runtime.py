@@ -11,12 +11,13 @@ from runstream.agent import Agent
 from runstream.storage import InMemoryStorage, Storage
 from runstream.tasks.config import BackgroundTaskConfig
 from runstream.tasks.manager import BackgroundTaskManager
+from runstream.workflows import Workflow
 
 
 class Runstream:
-    """Agents plus the services they share.
+    """Agents and workflows plus the services they share.
 
-    ``storage`` holds memory and task records (``SqliteStorage("runstream.db")`` for a file;
+    ``storage`` holds memory, task records and workflow run snapshots (``SqliteStorage("runstream.db")`` for a file;
     in-memory when omitted). ``background_tasks={"enabled": True, ...}`` creates the task
     manager; without it every tool runs in the foreground.
     """
@@ -25,6 +26,7 @@ class Runstream:
         self,
         *,
         agents: Iterable[Agent] = (),
+        workflows: Iterable[Workflow] = (),
         storage: Storage | None = None,
         background_tasks: BackgroundTaskConfig | Mapping[str, Any] | bool | None = None,
         task_manager: BackgroundTaskManager | None = None,
@@ -36,10 +38,13 @@ class Runstream:
         self.task_manager = task_manager
         """``task_manager=`` takes a ready manager, e.g. a ``DistributedTaskManager`` for scale-out."""
         self.agents: dict[str, Agent] = {}
+        self.workflows: dict[str, Workflow] = {}
         self._started = False
         self._start_lock = asyncio.Lock()
         for agent in agents:
             self.add_agent(agent)
+        for workflow in workflows:
+            self.add_workflow(workflow)
 
     def add_agent(self, agent: Agent) -> Agent:
         if agent.id in self.agents:
@@ -47,6 +52,17 @@ class Runstream:
         self.agents[agent.id] = agent
         agent.bind(self)
         return agent
+
+    def add_workflow(self, workflow: Workflow) -> Workflow:
+        """Register a committed workflow; it keeps its runs in this runtime's storage unless it
+        was built with its own."""
+        if workflow.id in self.workflows:
+            raise ValueError(f"a workflow with id {workflow.id!r} is already registered")
+        if not workflow.committed:
+            raise ValueError(f"workflow {workflow.id!r} is not committed: call .commit() first")
+        self.workflows[workflow.id] = workflow
+        workflow.use_storage(self.storage)
+        return workflow
 
     def get_agent(self, agent_id: str) -> Agent:
         try:

@@ -97,6 +97,12 @@ class Workflow:
             self._storage = InMemoryStorage()
         return self._storage
 
+    def use_storage(self, storage: Storage) -> None:
+        """Keep run snapshots in ``storage`` unless the workflow has its own (``Runstream`` calls
+        this, so its workflows' runs live next to its memory and tasks)."""
+        if self._storage is None:
+            self._storage = storage
+
     def __repr__(self) -> str:
         return f"Workflow({self.id!r})"
 
