@@ -5,7 +5,8 @@ approval, processors that drop and rewrite, ``tool_choice: required``, the step 
 task timing out, a watched task-manager stream, invalid structured output, and more background
 cases (a concurrency limit of one, retries exhausted, aborting an until-idle stream, a later run
 seeing a finished result, a sub-agent opted in by its bare name, a failing awaited task, custom
-data from a task), and loop edge cases (one step only, a forced tool, a failing second model call,
+data from a task, suspended tasks resumed after the stream closed, cancelled while suspended,
+suspended while another task runs, and suspended under a plain stream), and loop edge cases (one step only, a forced tool, a failing second model call,
 an error part after a tool call, two text blocks, a reasoning signature, a string tool result). All must match at
 level 2; those listed in ``LEVEL_3`` at level 3 too."""
 
@@ -25,6 +26,7 @@ LEVEL_3 = {
     "x25-structured-brace",
     "x-p03-tool-choice-required",
     "x-p09-structured-invalid",
+    "x-s05-bg-suspend-plain-stream",
 }
 
 
