@@ -631,6 +631,56 @@ async def test_update_task_compare_and_set(storage: Storage) -> None:
     assert applied is not None and applied.status == "cancelled" and applied.result == "final"
 
 
+async def test_update_task_compares_metadata_keys(storage: Storage) -> None:
+    await storage.save_task(task("k1", status="running", metadata={"lease": "a", "n": 1, "gone": None}))
+
+    wrong_lease = await storage.update_task("k1", expected_metadata={"lease": "b"}, status="completed")
+    number_is_not_a_string = await storage.update_task("k1", expected_metadata={"n": "1"}, result=0)
+    absent_key_is_none = await storage.update_task(
+        "k1",
+        expected_status="running",
+        expected_metadata={"lease": "a", "gone": None, "other": None},
+        result=1,
+    )
+    none_is_not_a_value = await storage.update_task("k1", expected_metadata={"lease": None}, result=2)
+
+    assert wrong_lease is None and number_is_not_a_string is None and none_is_not_a_value is None
+    assert absent_key_is_none is not None and absent_key_is_none.result == 1
+    stored = await storage.get_task("k1")
+    assert stored is not None and (stored.status, stored.result) == ("running", 1)
+
+
+async def test_update_task_refuses_bad_metadata_conditions(storage: Storage) -> None:
+    await storage.save_task(task("k1"))
+
+    with pytest.raises(InvalidArgumentError, match="identifier"):
+        await storage.update_task("k1", expected_metadata={"a.b": "x"}, status="running")
+    with pytest.raises(InvalidArgumentError, match="string"):
+        await storage.update_task("k1", expected_metadata={"n": 1}, status="running")  # type: ignore[dict-item]
+    assert await storage.get_task("k1") == task("k1")
+
+
+async def test_concurrent_fenced_updates_have_one_winner(storage: Storage) -> None:
+    """Twenty writers race to move the same lease on: exactly one compare-and-set succeeds."""
+    await storage.save_task(task("k1", status="running", metadata={"lease": "old"}))
+
+    results = await asyncio.gather(
+        *(
+            storage.update_task(
+                "k1",
+                expected_status="running",
+                expected_metadata={"lease": "old"},
+                metadata={"lease": f"new{i}"},
+            )
+            for i in range(20)
+        )
+    )
+
+    winners = [r for r in results if r is not None]
+    assert len(winners) == 1
+    assert await storage.get_task("k1") == winners[0]
+
+
 async def test_update_task_rejects_bad_fields(storage: Storage) -> None:
     await storage.save_task(task("k1"))
 

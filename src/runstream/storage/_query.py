@@ -8,7 +8,8 @@ the placeholder style differs (:class:`SqlParams`).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import re
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, TypeVar, cast, get_args
 
@@ -92,6 +93,26 @@ def normalise_statuses(status: TaskStatus | Collection[TaskStatus] | None) -> tu
     if unknown:
         raise InvalidArgumentError(f"unknown task status {unknown[0]!r}")
     return statuses
+
+
+_METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_expected_metadata(expected: Mapping[str, str | None] | None) -> dict[str, str | None] | None:
+    """The metadata half of ``update_task``'s compare-and-set: identifier keys, string or ``None``
+    values (``None`` means the key is absent or null)."""
+    if expected is None:
+        return None
+    for key, value in expected.items():
+        if not isinstance(key, str) or not _METADATA_KEY.fullmatch(key):
+            raise InvalidArgumentError(f"expected_metadata keys must be identifiers, got {key!r}")
+        if value is not None and not isinstance(value, str):
+            raise InvalidArgumentError(f"expected_metadata[{key!r}] must be a string or None")
+    return dict(expected)
+
+
+def metadata_matches(metadata: Mapping[str, Any], expected: Mapping[str, str | None]) -> bool:
+    return all(metadata.get(key) == value for key, value in expected.items())
 
 
 def task_matches(task_filter: TaskFilter, task: TaskRecord) -> bool:

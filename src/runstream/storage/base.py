@@ -146,13 +146,17 @@ class Storage(Protocol):
         task_id: str,
         *,
         expected_status: TaskStatus | Collection[TaskStatus] | None = None,
+        expected_metadata: Mapping[str, str | None] | None = None,
         **fields: Unpack[TaskUpdate],
     ) -> TaskRecord | None:
         """Change some fields; returns the updated record, or ``None`` if nothing was written.
 
         A missing task is a no-op, as in Mastra. With ``expected_status`` this is a
         compare-and-set: the write happens only if the current status is one of those (so a
-        stale dispatch cannot restart a finished task).
+        stale dispatch cannot restart a finished task). ``expected_metadata`` adds conditions on
+        top-level metadata keys (identifiers), each equal to a string, or absent/null for
+        ``None``: the distributed manager's lease fencing, so a worker that lost a task cannot
+        write over its new owner. Both are checked and the write made in one atomic step.
         """
         ...
 

@@ -13,12 +13,14 @@ from datetime import datetime
 from typing import Any, Unpack
 
 from runstream.storage._query import (
+    check_expected_metadata,
     check_last,
     check_order,
     check_paging,
     check_task_filter,
     check_thread_order_field,
     make_page,
+    metadata_matches,
     normalise_statuses,
     page_bounds,
     task_expired,
@@ -252,16 +254,20 @@ class InMemoryStorage:
         task_id: str,
         *,
         expected_status: TaskStatus | Collection[TaskStatus] | None = None,
+        expected_metadata: Mapping[str, str | None] | None = None,
         **fields: Unpack[TaskUpdate],
     ) -> TaskRecord | None:
         self._check_open()
         check_task_update(fields)
         statuses = normalise_statuses(expected_status)
+        expected = check_expected_metadata(expected_metadata)
         row = self._tasks.get(task_id)
         if row is None:
             return None
         current = task_from_row(row)
         if statuses is not None and current.status not in statuses:
+            return None
+        if expected is not None and not metadata_matches(current.metadata, expected):
             return None
         new_row = task_to_row(apply_task_update(current, fields))
         self._tasks[task_id] = new_row

@@ -26,6 +26,7 @@ from runstream.storage import _postgres_schema as _schema
 from runstream.storage._postgres_schema import Connection
 from runstream.storage._query import (
     SqlParams,
+    check_expected_metadata,
     check_last,
     check_paging,
     check_thread_order_field,
@@ -102,6 +103,15 @@ def _affected(status: str) -> int:
 def _upsert(table: str, row: Row, conflict_columns: Sequence[str] = ("id",)) -> tuple[str, list[Any]]:
     params = SqlParams("numeric")
     return upsert_sql(table, row, conflict_columns, params), params.values
+
+
+def _metadata_condition(key: str, value: str | None, params: SqlParams) -> str:
+    """SQL for "metadata's ``key`` is the string ``value``" (``None``: absent or null), as
+    :func:`~runstream.storage._query.metadata_matches` decides it."""
+    kind = f"json_typeof(metadata -> {key}::text)"
+    if value is None:
+        return f"COALESCE({kind}, 'null') = 'null'"
+    return f"({kind} = 'string' AND metadata ->> {key}::text = {params.add(value)}::text)"
 
 
 def _task_changes(task_id: str, fields: Mapping[str, Any]) -> Row:
@@ -395,14 +405,18 @@ class PostgresStorage:
         task_id: str,
         *,
         expected_status: TaskStatus | Collection[TaskStatus] | None = None,
+        expected_metadata: Mapping[str, str | None] | None = None,
         **fields: Unpack[TaskUpdate],
     ) -> TaskRecord | None:
         changes = _task_changes(task_id, fields)
         statuses = normalise_statuses(expected_status)
+        expected = check_expected_metadata(expected_metadata)
         params = SqlParams("numeric")
         where = f"id = {params.add(task_id)}"
         if statuses is not None:
             where += f" AND status = ANY({params.add(list(statuses))}::text[])"
+        for key, value in (expected or {}).items():
+            where += f" AND {_metadata_condition(params.add(key), value, params)}"
         # With no fields to change, "id = id" still matches (and returns) the record like a write would.
         assignments = ", ".join(f"{column} = {params.add(value)}" for column, value in changes.items())
         sql = f"UPDATE {self._tasks} SET {assignments or 'id = id'} WHERE {where} RETURNING {', '.join(TASK_COLUMNS)}"

@@ -25,12 +25,14 @@ import aiosqlite
 from runstream.storage import _sqlite_schema as schema
 from runstream.storage._query import (
     SqlParams,
+    check_expected_metadata,
     check_last,
     check_paging,
     check_thread_order_field,
     expired_where,
     limit_clause,
     make_page,
+    metadata_matches,
     normalise_statuses,
     order_clause,
     task_where,
@@ -379,16 +381,20 @@ class SqliteStorage:
         task_id: str,
         *,
         expected_status: TaskStatus | Collection[TaskStatus] | None = None,
+        expected_metadata: Mapping[str, str | None] | None = None,
         **fields: Unpack[TaskUpdate],
     ) -> TaskRecord | None:
         check_task_update(fields)
         statuses = normalise_statuses(expected_status)
+        expected = check_expected_metadata(expected_metadata)
         async with self._write() as tx:
             row = await tx.row(f"{_TASK_SELECT} WHERE id = ?", [task_id])
             if row is None:
                 return None
             current = task_from_row(row)
             if statuses is not None and current.status not in statuses:
+                return None
+            if expected is not None and not metadata_matches(current.metadata, expected):
                 return None
             new_row = task_to_row(apply_task_update(current, fields))
             await tx.upsert("background_tasks", new_row)
