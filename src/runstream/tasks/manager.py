@@ -256,7 +256,11 @@ class BackgroundTaskManager:
             if not await slots.take(record.agent_id):
                 continue
             claimed = await self.storage.update_task(
-                record.id, expected_status="pending", status="running", started_at=utc_now()
+                record.id,
+                expected_status="pending",
+                status="running",
+                started_at=utc_now(),
+                metadata=self._claim_metadata(record),
             )
             if claimed is None:  # cancelled (or deleted) meanwhile
                 slots.give_back(record.agent_id)
@@ -315,6 +319,7 @@ class BackgroundTaskManager:
             retried = await self.storage.update_task(
                 ex.record.id,
                 expected_status="running",
+                expected_metadata=self._lease_guard(ex.record),
                 retry_count=ex.record.retry_count + 1,
                 started_at=utc_now(),
             )
@@ -365,6 +370,16 @@ class BackgroundTaskManager:
         finally:
             ex.context = None
 
+    def _claim_metadata(self, record: TaskRecord) -> dict[str, Any]:
+        """The metadata written by the compare-and-set that makes a task ``running`` here (a
+        claim or a resume): unchanged here; the distributed manager takes a lease with it."""
+        return record.metadata
+
+    def _lease_guard(self, record: TaskRecord) -> dict[str, str | None] | None:
+        """Metadata the runner's own writes (retry, outcome) require: none here; the distributed
+        manager requires its lease, so a runner that lost the task cannot overwrite it."""
+        return None
+
     def _resolve_tool(self, record: TaskRecord) -> Tool | None:
         request = self._requests.get(record.id)
         if request is not None and request.tool.name == record.tool_name:
@@ -383,11 +398,19 @@ class BackgroundTaskManager:
             update = {"status": "timed_out", "error": {"message": outcome.value}, "completed_at": now}
         else:
             update = {"status": "failed", "error": _error_of(outcome.value), "completed_at": now}
+        guard = self._lease_guard(record)
         try:
-            stored = await self.storage.update_task(record.id, expected_status="running", **update)
+            stored = await self.storage.update_task(
+                record.id, expected_status="running", expected_metadata=guard, **update
+            )
         except InvalidArgumentError as exc:  # a result or suspend payload that is not JSON
             stored = await self.storage.update_task(
-                record.id, expected_status="running", status="failed", error=_error_of(exc), completed_at=now
+                record.id,
+                expected_status="running",
+                expected_metadata=guard,
+                status="failed",
+                error=_error_of(exc),
+                completed_at=now,
             )
         if stored is not None:
             await self._announce(stored)
@@ -469,6 +492,7 @@ class BackgroundTaskManager:
                 suspend_payload=None,
                 suspended_at=None,
                 resume_data=data,
+                metadata=self._claim_metadata(record),
             )
             if resumed is None:
                 current = await self.storage.get_task(task_id)
