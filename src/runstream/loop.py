@@ -837,6 +837,9 @@ async def _run_tool_step(
         return
 
     tool_parts: list[dict[str, Any]] = []
+    # As in Mastra, a step's tool errors come out before its results (each in call order).
+    errors: list[AnyChunk] = []
+    results: list[AnyChunk] = []
     for call in pending.calls:
         outcome = pending.done[call.tool_call_id]
         if outcome.kind == "result":
@@ -851,16 +854,18 @@ async def _run_tool_step(
             result_chunk = ToolResultChunk(run_id, payload)  # type: ignore[arg-type]
             state.tool_results.append(result_chunk)
             if cfg.wait_for_background is None or not _is_placeholder(outcome):
-                yield result_chunk  # in durable mode the real result follows once the task ends
+                results.append(result_chunk)  # in durable mode the real result follows once the task ends
         elif outcome.kind == "error":
-            yield ToolErrorChunk(
-                run_id,
-                {
-                    "error": outcome.value,
-                    "args": call.args,
-                    "toolCallId": call.tool_call_id,
-                    "toolName": call.tool_name,
-                },
+            errors.append(
+                ToolErrorChunk(
+                    run_id,
+                    {
+                        "error": outcome.value,
+                        "args": call.args,
+                        "toolCallId": call.tool_call_id,
+                        "toolName": call.tool_name,
+                    },
+                )
             )
         part: dict[str, Any] = {
             "type": "tool-result",
@@ -873,6 +878,8 @@ async def _run_tool_step(
             part["providerOptions"] = outcome.provider_metadata
             _link_call(state, call.tool_call_id, outcome.provider_metadata)
         tool_parts.append(part)
+    for chunk in (*errors, *results):
+        yield chunk
     state.messages.append({"role": "tool", "content": tool_parts})
     # The step's content gains its tool results once its step-finish is out (as in Mastra).
     pending.step_record["pendingResults"] = [
