@@ -6,6 +6,9 @@ client tool ``clientEcho``, ``delete`` a tool that needs approval, ``order`` a t
 (``research ask...`` suspends in the background), ``fail`` breaks mid-stream,
 ``slow`` streams for a long time; anything else is greeted. A tool result gets a summary, and
 an until-idle continuation turn says the background work is done.
+
+Workflows: ``approval`` drafts a post, suspends for a reviewer's decision, then publishes;
+``gated`` waits in its first step until the test opens the gate named by its input.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from runstream.models.base import ModelRequest, ModelStream
 from runstream.runtime import Runstream
 from runstream.storage import InMemoryStorage
 from runstream.testing import ScriptedModel
+from runstream.workflows import Step, StepContext, Workflow
 
 USAGE = {"inputTokens": 5, "outputTokens": 3, "totalTokens": 8}
 GREETING = ["Hello ", "from ", "runstream!"]
@@ -110,6 +114,49 @@ class Gates:
         self.get(topic).set()
 
 
+TOPIC = {"type": "object", "properties": {"topic": {"type": "string"}}, "required": ["topic"]}
+DECISION = {
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}, "note": {"type": "string"}},
+    "required": ["approved"],
+}
+
+
+def build_workflows(gates: Gates) -> list[Workflow]:
+    def draft(ctx: StepContext) -> dict[str, Any]:
+        return {"text": f"A post about {ctx.input_data['topic']}"}
+
+    async def review(ctx: StepContext) -> dict[str, Any]:
+        if ctx.resume_data is None:
+            await ctx.suspend({"draft": ctx.input_data["text"], "question": "Publish it?"})
+        return {"text": ctx.input_data["text"], **ctx.resume_data}
+
+    def publish(ctx: StepContext) -> dict[str, Any]:
+        if not ctx.input_data["approved"]:
+            return {"published": False, "note": ctx.input_data.get("note", "")}
+        return {"published": True, "text": ctx.input_data["text"]}
+
+    approval = (
+        Workflow("approval", description="Draft, review, publish", input_schema=TOPIC)
+        .then(Step("draft", draft, input_schema=TOPIC))
+        .then(Step("review", review, resume_schema=DECISION))
+        .then(Step("publish", publish))
+        .commit()
+    )
+
+    async def wait(ctx: StepContext) -> dict[str, Any]:
+        await asyncio.to_thread(gates.get(ctx.input_data["gate"]).wait, 30)
+        return {"gate": ctx.input_data["gate"]}
+
+    gated = (
+        Workflow("gated", description="Waits for the test")
+        .then(Step("wait", wait))
+        .then(Step("after", lambda ctx: {"done": True}))
+        .commit()
+    )
+    return [approval, gated]
+
+
 def build_runstream(gates: Gates) -> Runstream:
     @tool
     async def get_weather(city: str) -> dict[str, Any]:
@@ -149,4 +196,9 @@ def build_runstream(gates: Gates) -> Runstream:
         memory=Memory(),
     )
     plain = Agent("plain", instructions="Greets.", model=PromptModel())
-    return Runstream(agents=[assistant, plain], storage=InMemoryStorage(), background_tasks={"enabled": True})
+    return Runstream(
+        agents=[assistant, plain],
+        workflows=build_workflows(gates),
+        storage=InMemoryStorage(),
+        background_tasks={"enabled": True},
+    )

@@ -180,6 +180,43 @@ def test_approval(live: Live) -> None:
     assert out["declined"]["types"][-1] == "finish"
 
 
+def test_workflow_suspend_and_resume(live: Live) -> None:
+    out = node(live, "workflow")
+    assert out["workflowIds"] == ["approval", "gated"]
+    assert out["details"] == {
+        "name": "approval",
+        "steps": ["draft", "review", "publish"],
+        "graph": ["draft", "review", "publish"],
+    }
+    assert out["inputSchema"]["required"] == ["topic"]
+    assert out["first"] == [
+        ["workflow-start", None],
+        ["workflow-step-start", "draft"],
+        ["workflow-step-result", "draft"],
+        ["workflow-step-start", "review"],
+        ["workflow-step-suspended", "review"],
+        ["workflow-finish", "suspended"],
+    ]
+    assert out["suspendPayload"] == {"draft": "A post about tides", "question": "Publish it?"}
+    assert out["whileSuspended"] == {"status": "suspended", "steps": ["draft", "review"]}
+    assert out["listed"]["sameRun"]
+    assert out["second"] == [
+        ["workflow-start", None],
+        ["workflow-step-start", "review"],
+        ["workflow-step-result", "review"],
+        ["workflow-step-start", "publish"],
+        ["workflow-step-result", "publish"],
+        ["workflow-finish", "success"],
+    ]
+    assert out["sameRunId"] and out["final"] == {"published": True, "text": "A post about tides"}
+    assert out["finished"] == {"status": "success", "result": out["final"], "hasSteps": False}
+    assert out["started"]["status"] == "suspended" and out["started"]["suspended"] == [["review"]]
+    assert out["resumed"] == {"status": "success", "result": {"published": False, "note": "not yet"}}
+    assert out["cancelAnswer"] == {"message": "Workflow run cancelled"} and out["afterCancel"] == "canceled"
+    assert out["badInput"]["status"] == 400 and "topic: Invalid input" in out["badInput"]["body"]["error"]
+    assert out["badResume"]["status"] == 409
+
+
 @pytest.mark.parametrize("version", ["v5", "latest"])
 def test_use_chat(live: Live, version: str) -> None:
     before = len(live.log.matching("POST", "/chat/assistant"))

@@ -1,6 +1,6 @@
 """``create_app``: the ASGI application serving a :class:`~runstream.Runstream` over HTTP.
 
-Routes: Mastra's REST + SSE surface under ``prefix`` (``/api``), the AI SDK UI message stream at
+Routes: Mastra's REST + SSE surface (agents, memory, background tasks, workflows) under ``prefix`` (``/api``), the AI SDK UI message stream at
 ``/chat/:agentId``, and the playground at ``/playground``. The app starts the runtime on startup
 and, on shutdown, aborts detached runs and closes the runtime.
 """
@@ -24,6 +24,7 @@ from runstream.server.playground import PLAYGROUND_PATH, playground_route
 from runstream.server.resumable import InMemoryReplayLog, ReplayLog, RunRegistry
 from runstream.server.tasks_api import TaskRoutes
 from runstream.server.ui_stream import ChatRoutes
+from runstream.server.workflows_api import WorkflowRoutes
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 
@@ -47,7 +48,12 @@ def create_app(
         raise ValueError(f"prefix must start with '/' and not end with one, got {prefix!r}")
     registry = RunRegistry(replay_log if replay_log is not None else InMemoryReplayLog())
     ctx = ServerContext(runstream, registry, heartbeat_s)
-    api = [*MastraRoutes(ctx).routes(), *MemoryRoutes(ctx).routes(), *TaskRoutes(ctx).routes()]
+    api = [
+        *MastraRoutes(ctx).routes(),
+        *MemoryRoutes(ctx).routes(),
+        *TaskRoutes(ctx).routes(),
+        *WorkflowRoutes(ctx).routes(),
+    ]
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

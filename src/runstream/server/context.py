@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
@@ -70,3 +71,15 @@ def query_int(request: Request, name: str, default: int | None, *, minimum: int 
     if number < minimum:
         raise ApiError(400, f"Query parameter {name!r} must be at least {minimum}")
     return number
+
+
+def query_date(request: Request, name: str) -> datetime | None:
+    """An ISO 8601 query parameter (naive means UTC); 400 if malformed."""
+    value = request.query_params.get(name)
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ApiError(400, f"Query parameter {name!r} must be an ISO 8601 date, got {value!r}") from None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)

@@ -190,6 +190,12 @@ class RunRegistry:
             self._pumps.pop(run_id, None)
             self._aborts.pop(run_id, None)
 
+    async def wait(self, run_id: str) -> None:
+        """Wait until every event of the run is in its log (at once if it is not being pumped)."""
+        pump = self._pumps.get(run_id)
+        if pump is not None:
+            await asyncio.shield(pump)
+
     def abort(self, run_id: str) -> bool:
         """Abort a live detached run; False if it is not live here."""
         abort = self._aborts.get(run_id)

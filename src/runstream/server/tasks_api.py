@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
-from datetime import UTC, datetime
 from typing import Any, cast
 
 from starlette.requests import Request
@@ -17,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from runstream.server.auth import Principal, principal_of
-from runstream.server.context import ServerContext, json_body, query_int
+from runstream.server.context import ServerContext, json_body, query_date, query_int
 from runstream.server.errors import ApiError
 from runstream.server.sse import DONE, SSEResponse, data_frame
 from runstream.server.wire import chunk_json, encode_json
@@ -41,17 +40,6 @@ SETTLED_EVENTS = frozenset(
 )
 
 
-def _date(request: Request, name: str) -> datetime | None:
-    value = request.query_params.get(name)
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise ApiError(400, f"Query parameter {name!r} must be an ISO 8601 date, got {value!r}") from None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-
-
 def task_filter(request: Request, principal: Principal) -> TaskFilter:
     q = request.query_params
     status = q.get("status") or None
@@ -72,8 +60,8 @@ def task_filter(request: Request, principal: Principal) -> TaskFilter:
         tool_call_id=q.get("toolCallId") or None,
         tool_name=q.get("toolName") or None,
         date_field=_DATE_FIELDS[date_by],
-        from_date=_date(request, "fromDate"),
-        to_date=_date(request, "toDate"),
+        from_date=query_date(request, "fromDate"),
+        to_date=query_date(request, "toDate"),
         order="desc" if order == "desc" else "asc",
         page=query_int(request, "page", 0) or 0,
         per_page=query_int(request, "perPage", None, minimum=1),
