@@ -8,23 +8,31 @@
   channel ``<prefix>:control``: a cancel aborts the tool where it runs; a resume is carried out
   by the task's owner if it is alive, else here if this process can run the tool, else by
   another live worker;
-* running tasks hold a lease (``metadata.owner``, ``metadata.lease_until``) that the owner
-  renews every ``renew_interval_ms``. Workers reclaim a ``running`` task only once its lease
-  has lapsed, so live workers never take each other's tasks; an owner that could not renew in
-  time stops the tool and does not store its outcome;
-* workers (``worker=True``) take pending tasks from the shared storage, whoever enqueued them:
-  the storage's compare-and-set on ``pending`` makes every claim exclusive, so each task runs
-  once. A producer (``worker=False``) enqueues, reads, cancels and resumes, and runs nothing.
+* workers (``worker=True``) take pending tasks from the shared storage, whoever enqueued them.
+  A producer (``worker=False``) enqueues, reads, cancels and resumes, and runs nothing.
 
-Limits, all because ``Storage.update_task`` compares the status only: a reclaim re-reads the
-record just before its compare-and-set, but a claim landing in between (a millisecond window)
-could still be re-queued; leases compare wall clocks of different hosts (keep them synchronised,
-with leases far longer than the skew); concurrency limits count ``running`` rows, so they hold
-for the whole cluster but two workers dispatching at the same instant may overshoot by one.
+Ownership is a lease in the record's metadata: ``owner`` (the worker id), ``lease`` (a token
+new with every claim, resume or reclaim) and ``lease_until``. The compare-and-set that makes a
+task ``running`` writes all three, so a claim is exclusive and names its owner at once. Every
+later write of the runner (renewal, retry, outcome) requires its token
+(``Storage.update_task(expected_metadata=...)``), and a reclaim requires the token *and* the
+lapsed ``lease_until`` it read: of racing reclaims exactly one wins, a renewal landing first
+makes the reclaim fail, and an owner that lost the task cannot write over its new owner. The
+owner renews every ``renew_interval_ms``; one that could not renew in time stops the tool.
 
-A request's ``on_terminal`` hook stays in the process that enqueued it. When another process
-settles the task, the hook runs here on the settled event, hence after that event was published
-(and not at all if Redis lost it).
+Results reach memory before their event is published, in every process: the process that
+settles a task runs the enqueuing request's ``on_terminal`` hook if it holds the request, and
+else writes the result over the placeholder in the shared storage itself (the agents' memory is
+assumed to live in ``storage``, as :class:`~runstream.Runstream` wires it). The process holding
+the request runs its hook on the remote event before handing it to its own subscribers (the hook
+may rewrite a run still streaming there). Redis pub/sub can lose events, so each process
+re-reads the tasks it enqueued after a reconnect and every ``recheck_interval_ms``, and delivers
+a settled state it missed (hook first, as for an event).
+
+Limits: leases compare wall clocks of different hosts (keep them synchronised, with leases far
+longer than the skew); concurrency limits count ``running`` rows, so they hold for the whole
+cluster but two workers dispatching at the same instant may overshoot by one; a task whose tool
+no live worker registered stays ``pending``.
 """
 
 from __future__ import annotations
@@ -45,9 +53,10 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from runstream.chunks import dumps
+from runstream.memory import Memory
 from runstream.storage import Storage, TaskFilter, TaskRecord
 from runstream.storage.records import js_iso, utc_now
-from runstream.tasks.bus import BusSubscription, TaskEventFilter
+from runstream.tasks.bus import TaskEvent, TaskEventFilter
 from runstream.tasks.config import (
     BackgroundTaskConfig,
     BackgroundTaskError,
@@ -57,15 +66,19 @@ from runstream.tasks.config import (
 )
 from runstream.tasks.manager import (
     SETTLED_STATUSES,
+    STALE_TASK_MESSAGE,
     TERMINAL_STATUSES,
     BackgroundTaskManager,
     TaskHook,
     _Execution,
+    _lifecycle_chunk,
     _Outcome,
 )
 from runstream.tasks.redis_bus import RedisChannel, RedisEventBus, record_from_wire
 
 logger = logging.getLogger(__name__)
+
+LEASE_KEYS = ("owner", "lease", "lease_until")
 
 _REMOTE_ERRORS: dict[str, type[BackgroundTaskError]] = {
     cls.__name__: cls
@@ -83,7 +96,8 @@ class ScaleOutConfig:
     """How often a worker sweeps: lapsed leases, pending tasks (in case a notice was lost),
     its presence in Redis."""
     recheck_interval_ms: int = 5_000
-    """``wait_for`` re-reads the record after this long without an event (events can be lost)."""
+    """``wait_for`` re-reads the record after this long without an event, and each process
+    re-reads the unsettled tasks it enqueued this often (events can be lost)."""
     control_timeout_ms: int = 5_000
     """How long a resume sent to another process waits for its answer."""
     connect_timeout_ms: int = 5_000
@@ -111,7 +125,12 @@ class DistributedTaskManager(BackgroundTaskManager):
         on_task_complete: TaskHook | None = None,
         on_task_failed: TaskHook | None = None,
     ) -> None:
-        bus = RedisEventBus(redis_url, channel_prefix=channel_prefix)
+        bus = RedisEventBus(
+            redis_url,
+            channel_prefix=channel_prefix,
+            before_delivery=self._on_remote_event,
+            on_reconnect=self._recheck_soon,
+        )
         super().__init__(
             storage, config, bus=bus, on_task_complete=on_task_complete, on_task_failed=on_task_failed
         )
@@ -122,11 +141,13 @@ class DistributedTaskManager(BackgroundTaskManager):
         self._control = RedisChannel(bus.client, f"{channel_prefix}:control", self._on_control)
         self._workers_key = f"{channel_prefix}:workers"
         self._leases: dict[_Execution, datetime] = {}
-        self._announced: dict[str, set[tuple[str, str]]] = {}
+        self._delivered: dict[str, tuple[str, str]] = {}
+        """The last settled state delivered here of each task with a request here."""
         self._replies: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._handlers: set[asyncio.Task[None]] = set()
         self._loops: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
+        self._recheck = asyncio.Event()
         self._shutting_down = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -141,7 +162,7 @@ class DistributedTaskManager(BackgroundTaskManager):
         if not all(connected):
             logger.warning("Redis not reachable yet: events and control messages wait for it")
         if not self._loops:
-            self._loops.append(asyncio.create_task(self._watch(self.bus.subscribe(TaskEventFilter()))))
+            self._loops.append(asyncio.create_task(self._recheck_loop()))
             if self.worker:
                 await self._heartbeat()
                 self._loops.append(asyncio.create_task(self._poll_loop()))
@@ -162,16 +183,15 @@ class DistributedTaskManager(BackgroundTaskManager):
             except (RedisError, OSError):
                 logger.warning("could not remove worker %s from the live set", self.worker_id)
         await self._control.close()
-        leased = list(self._executions)
+        leased = [ex.record for ex in self._executions.values()]
         await super().shutdown()  # closes the bus and with it the Redis client
-        for task_id in leased:
-            current = await self.storage.get_task(task_id)
-            if current is not None and current.status == "running" and self._owns(current):
-                await self.storage.update_task(
-                    task_id,
-                    expected_status="running",
-                    metadata={**current.metadata, "lease_until": js_iso(utc_now())},
-                )
+        for record in leased:
+            await self.storage.update_task(
+                record.id,
+                expected_status="running",
+                expected_metadata=self._lease_guard(record),
+                metadata={**record.metadata, "lease_until": js_iso(utc_now())},
+            )
 
     # -- dispatch: workers claim from the shared queue, producers hand over -----------------
 
@@ -216,30 +236,41 @@ class DistributedTaskManager(BackgroundTaskManager):
 
     async def _reclaim_lapsed(self) -> None:
         for record in (await self.storage.list_tasks(TaskFilter(status="running"))).items:
-            if record.id in self._executions or not self._lapsed(record):
-                continue
-            current = await self.storage.get_task(record.id)  # narrow the window before the CAS
-            if current is None or current.status != "running" or not self._lapsed(current):
-                continue
-            logger.info("task %s: lease of %s lapsed, reclaiming", current.id, current.metadata.get("owner"))
-            if current.retry_count < current.max_retries:
-                await self.storage.update_task(
-                    current.id, expected_status="running", status="pending", started_at=None,
-                    retry_count=current.retry_count + 1,
-                )  # fmt: skip
-            else:
-                await self._settle_stale(current.id)
+            if record.id not in self._executions and self._lapsed(record):
+                await self._reclaim(record)
+
+    async def _reclaim(self, record: TaskRecord) -> bool:
+        """Re-queue a task whose lease lapsed (the lost attempt counts as a retry), or fail it
+        without retries left; only if its lease is still the lapsed one that was read. Whether
+        this call did it."""
+        lapsed = {key: _text(record.metadata.get(key)) for key in ("lease", "lease_until")}
+        released = {k: v for k, v in record.metadata.items() if k not in LEASE_KEYS}
+        if record.retry_count < record.max_retries:
+            requeued = await self.storage.update_task(
+                record.id, expected_status="running", expected_metadata=lapsed, status="pending",
+                started_at=None, retry_count=record.retry_count + 1, metadata=released,
+            )  # fmt: skip
+            if requeued is not None:
+                logger.info("task %s: lease of %s lapsed, re-queued", record.id, record.metadata.get("owner"))
+                self._wake.set()
+            return requeued is not None
+        failed = await self.storage.update_task(
+            record.id, expected_status="running", expected_metadata=lapsed, status="failed",
+            error={"message": STALE_TASK_MESSAGE}, completed_at=utc_now(), metadata=released,
+        )  # fmt: skip
+        if failed is not None:
+            await self._announce(failed)
+        return failed is not None
 
     def _lapsed(self, record: TaskRecord) -> bool:
-        """The lease counts once written for this run (``lease_run`` is its ``started_at``);
-        before that, a fresh claim is protected for ``lease_ms`` from ``started_at``."""
+        """Past ``lease_until``; a record without one (claimed by a plain manager) is protected
+        for ``lease_ms`` from ``started_at``."""
+        lease_until = record.metadata.get("lease_until")
+        if isinstance(lease_until, str):
+            return utc_now() > datetime.fromisoformat(lease_until)
         if record.started_at is None:
             return True
-        until = record.started_at + timedelta(milliseconds=self.scale_out.lease_ms)
-        lease_until = record.metadata.get("lease_until")
-        if isinstance(lease_until, str) and record.metadata.get("lease_run") == js_iso(record.started_at):
-            until = datetime.fromisoformat(lease_until)
-        return utc_now() > until
+        return utc_now() > record.started_at + timedelta(milliseconds=self.scale_out.lease_ms)
 
     async def _poll_loop(self) -> None:
         interval_s = self.scale_out.poll_interval_ms / 1000
@@ -274,33 +305,27 @@ class DistributedTaskManager(BackgroundTaskManager):
 
     # -- leases ----------------------------------------------------------------------------
 
+    def _claim_metadata(self, record: TaskRecord) -> dict[str, Any]:
+        """A new lease, written by the same compare-and-set that claims (or resumes) the task."""
+        until = utc_now() + timedelta(milliseconds=self.scale_out.lease_ms)
+        lease = {"owner": self.worker_id, "lease": uuid.uuid4().hex, "lease_until": js_iso(until)}
+        return {**record.metadata, **lease}
+
+    def _lease_guard(self, record: TaskRecord) -> dict[str, str | None]:
+        return {"lease": _text(record.metadata.get("lease"))}
+
     async def _run(self, ex: _Execution, announce: bool) -> None:
-        """Take the lease (so the record names its owner) before the tool starts; renew it."""
-        task_id = ex.record.id
-        self._leases[ex] = (ex.record.started_at or utc_now()) + timedelta(
-            milliseconds=self.scale_out.lease_ms
-        )
-        acquired = False
-        try:
-            until = await self._renew(ex, check_owner=False)
-        except Exception:
-            logger.exception("task %s: could not take the lease yet", task_id)
-        else:
-            if until is None:  # no longer running: cancelled since the claim
-                del self._leases[ex]
-                if self._executions.get(task_id) is ex:
-                    del self._executions[task_id]
-                    self._active.pop(task_id, None)
-                return
-            self._leases[ex], acquired = until, True
-        keeper = asyncio.create_task(self._keep_lease(ex, acquired))
+        """Run the task while renewing the lease its claim took."""
+        lease_until = ex.record.metadata.get("lease_until")
+        self._leases[ex] = datetime.fromisoformat(lease_until) if isinstance(lease_until, str) else utc_now()
+        keeper = asyncio.create_task(self._keep_lease(ex))
         try:
             await super()._run(ex, announce)
         finally:
             keeper.cancel()
             del self._leases[ex]
 
-    async def _keep_lease(self, ex: _Execution, acquired: bool) -> None:
+    async def _keep_lease(self, ex: _Execution) -> None:
         """Renew until the runner ends; once the lease is lost, stop the tool (if it still runs:
         a runner that is storing its outcome is left to its own compare-and-set)."""
         while True:
@@ -308,37 +333,31 @@ class DistributedTaskManager(BackgroundTaskManager):
             if ex.stopping:
                 return
             try:
-                until = await self._renew(ex, check_owner=acquired)
+                held = await self._renew(ex)
             except Exception:
                 logger.exception("task %s: lease renewal failed", ex.record.id)
-                until = self._leases[ex] if utc_now() < self._leases[ex] else None
-            if until is not None:
-                self._leases[ex], acquired = until, True
-            elif ex.attempt is None or not ex.attempt.done():
+                held = utc_now() < self._leases[ex]
+            if not held and (ex.attempt is None or not ex.attempt.done()):
                 logger.warning("task %s: lease lost, stopping the tool here", ex.record.id)
                 self._spawn(self._stop(ex, "Task lease lost"))
                 return
 
-    async def _renew(self, ex: _Execution, *, check_owner: bool) -> datetime | None:
-        """The new lease end, or ``None`` if the lease is lost (lapsed, or the task is no
-        longer running here). The first write after a claim takes over a stale owner field."""
+    async def _renew(self, ex: _Execution) -> bool:
+        """Extend the lease; ``False`` if it is lost (lapsed here, or the task is no longer
+        running under this lease: cancelled, reclaimed)."""
         if utc_now() >= self._leases[ex]:
-            return None
-        current = await self.storage.get_task(ex.record.id)
-        if current is None or current.status != "running" or (check_owner and not self._owns(current)):
-            return None
+            return False
         until = utc_now() + timedelta(milliseconds=self.scale_out.lease_ms)
-        metadata = {
-            **current.metadata,
-            "owner": self.worker_id,
-            "lease_until": js_iso(until),
-            "lease_run": js_iso(current.started_at) if current.started_at else None,
-        }
-        stored = await self.storage.update_task(ex.record.id, expected_status="running", metadata=metadata)
-        return None if stored is None else until
-
-    def _owns(self, record: TaskRecord) -> bool:
-        return record.metadata.get("owner") == self.worker_id
+        renewed = await self.storage.update_task(
+            ex.record.id,
+            expected_status="running",
+            expected_metadata=self._lease_guard(ex.record),
+            metadata={**ex.record.metadata, "lease_until": js_iso(until)},
+        )
+        if renewed is None:
+            return False
+        self._leases[ex] = until
+        return True
 
     async def _conclude(self, record: TaskRecord, outcome: _Outcome) -> None:
         ex = self._executions.get(record.id)
@@ -409,7 +428,7 @@ class DistributedTaskManager(BackgroundTaskManager):
     def _send_control(self, message: dict[str, Any]) -> None:
         self._control.send(dumps({**message, "origin": self.worker_id}))
 
-    def _on_control(self, data: str) -> None:
+    async def _on_control(self, data: str) -> None:
         message = json.loads(data)
         if message.get("origin") == self.worker_id or message.get("target", self.worker_id) != self.worker_id:
             return
@@ -490,31 +509,88 @@ class DistributedTaskManager(BackgroundTaskManager):
             raise TaskNotFoundError(f"Task not found: {task_id}")
         return record
 
-    # -- hooks of requests settled elsewhere -----------------------------------------------
+    # -- results into memory before their event, in every process -------------------------
 
     async def _announce(self, record: TaskRecord) -> None:
-        self._announced.setdefault(record.id, set()).add(_settled_key(record))
+        """As the base manager; without the enqueuing request here, write a terminal result
+        over its placeholder in memory before the event is published."""
+        request = self._requests.get(record.id)
+        if request is not None:
+            self._delivered[record.id] = _settled_key(record)
+        elif record.status in TERMINAL_STATUSES:
+            await self._write_result(record)
         await super()._announce(record)
+        if record.id not in self._requests:
+            self._delivered.pop(record.id, None)
 
-    async def _watch(self, events: BusSubscription) -> None:
-        """Run a request's ``on_terminal`` hook here when another process settled its task."""
-        async for event in events:
-            record = event.record
-            if record.status not in SETTLED_STATUSES:
-                continue
-            announced = self._announced.get(record.id, set())
-            terminal = record.status in TERMINAL_STATUSES
-            request = self._requests.pop(record.id, None) if terminal else self._requests.get(record.id)
-            if terminal:
-                self._announced.pop(record.id, None)
-            if _settled_key(record) in announced or request is None or request.on_terminal is None:
-                continue
+    async def _write_result(self, record: TaskRecord) -> None:
+        try:
+            await Memory(storage=self.storage).apply_task_result(record)
+        except Exception:
+            logger.exception("task %s: could not write its result into memory", record.id)
+
+    async def _on_remote_event(self, event: TaskEvent) -> bool:
+        """Before another process's event is delivered here: if it settles a task enqueued
+        here, its request's hook runs first; a state already delivered (found by a re-read) is
+        dropped."""
+        if event.record.status not in SETTLED_STATUSES:
+            return True
+        return await self._settled_elsewhere(event.record)
+
+    async def _settled_elsewhere(self, record: TaskRecord) -> bool:
+        """Run the request's hook for a settled state another process stored; whether that
+        state is new here."""
+        request = self._requests.get(record.id)
+        if request is None:
+            return True
+        key = _settled_key(record)
+        if self._delivered.get(record.id) == key:
+            return False
+        self._delivered[record.id] = key
+        if record.status in TERMINAL_STATUSES:
+            del self._requests[record.id]
+            del self._delivered[record.id]
+        if request.on_terminal is not None:
             try:
                 await request.on_terminal(record)
             except Exception:
                 logger.exception("background task %s: on_terminal hook failed", record.id)
+        return True
+
+    def _recheck_soon(self) -> None:
+        self._recheck.set()
+
+    async def _recheck_loop(self) -> None:
+        interval_s = self.scale_out.recheck_interval_ms / 1000
+        while True:
+            try:
+                async with asyncio.timeout(interval_s):
+                    await self._recheck.wait()
+            except TimeoutError:
+                pass
+            self._recheck.clear()
+            try:
+                await self._recheck_requests()
+            except Exception:
+                logger.exception("re-reading the tasks enqueued here failed")
+
+    async def _recheck_requests(self) -> None:
+        """Deliver the settled states of tasks enqueued here whose events never arrived."""
+        for task_id in list(self._requests):
+            if task_id in self._active:  # queued or running here: announced here
+                continue
+            record = await self.storage.get_task(task_id)
+            if record is None or record.status not in SETTLED_STATUSES:
+                continue
+            if await self._settled_elsewhere(record):
+                logger.info("task %s: %s found in storage, its event was lost", task_id, record.status)
+                self._redis_bus.deliver_locally(TaskEvent(_lifecycle_chunk(record), record))
 
 
 def _settled_key(record: TaskRecord) -> tuple[str, str]:
     moment = record.suspended_at if record.status == "suspended" else record.completed_at
     return (record.status, js_iso(moment) if moment else "")
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

@@ -14,9 +14,14 @@ Delivery guarantee:
   backoff) before the next, so a publisher's outage loses nothing while fewer than
   ``max_backlog`` events wait.
 * But Redis pub/sub is at-most-once: a subscriber whose connection is down misses what is
-  published meanwhile. The reader reconnects with backoff, re-subscribes and logs the gap. The
-  record in storage stays the truth, so a consumer must not depend on one event arriving:
-  ``DistributedTaskManager.wait_for`` re-reads the record whenever no event came for a while.
+  published meanwhile. The reader reconnects with backoff, re-subscribes, logs the gap and calls
+  ``on_reconnect``. The record in storage stays the truth, so a consumer must not depend on one
+  event arriving: ``DistributedTaskManager`` re-reads the records it waits for after a gap and
+  whenever no event came for a while.
+
+Events from other processes are handled one at a time, in arrival order; ``before_delivery``
+(if given) is awaited before each reaches this process's subscribers, and may drop it. That is
+how a manager makes a request's hook (the memory write) happen before its readers see the event.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import json
 import logging
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -53,6 +58,9 @@ CLOSE_FLUSH_S = 2.0
 """How long ``close`` waits for queued messages to be sent."""
 
 _TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+
+BeforeDelivery = Callable[[TaskEvent], Awaitable[bool]]
+"""Runs before another process's event reaches the subscribers here; ``False`` drops it."""
 
 
 def redis_client(url: str, name: str) -> Redis:
@@ -81,15 +89,24 @@ class _Backoff:
 
 class RedisChannel:
     """One pub/sub channel: ``send`` queues (never blocks) for a single writer task, so messages
-    leave in order; a reader task hands each incoming message to ``on_message``. Both reconnect
-    with exponential backoff. The tasks start on first use inside a running event loop."""
+    leave in order; a reader task awaits ``on_message`` for each incoming message, one after
+    another. Both reconnect with exponential backoff; ``on_reconnect`` is called when the reader
+    is subscribed again after losing its connection (messages may have been missed). The tasks
+    start on first use inside a running event loop."""
 
     def __init__(
-        self, client: Redis, name: str, on_message: Callable[[str], None], *, max_backlog: int = 10_000
+        self,
+        client: Redis,
+        name: str,
+        on_message: Callable[[str], Awaitable[None]],
+        *,
+        on_reconnect: Callable[[], None] | None = None,
+        max_backlog: int = 10_000,
     ) -> None:
         self.client = client
         self.name = name
         self._on_message = on_message
+        self._on_reconnect = on_reconnect
         self._max_backlog = max_backlog
         self._backlog: deque[str] = deque()
         self._queued = asyncio.Event()
@@ -137,6 +154,8 @@ class RedisChannel:
         if self._tasks and self._backlog:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._drained.wait(), CLOSE_FLUSH_S)
+        if not self._tasks:  # never started
+            return
         for task in self._tasks:
             task.cancel()
         # Bounded: a redis-py connection cancelled mid-read can be slow to let go; never hang here.
@@ -165,6 +184,7 @@ class RedisChannel:
 
     async def _read_loop(self) -> None:
         backoff = _Backoff()
+        lost = False
         while True:
             pubsub = self.client.pubsub()
             try:
@@ -176,10 +196,14 @@ class RedisChannel:
                     if message["type"] == "subscribe":
                         self._subscribed.set()
                         backoff.reset()
+                        if lost and self._on_reconnect is not None:
+                            self._on_reconnect()
+                        lost = False
                     elif message["type"] == "message":
-                        self._deliver(message["data"])
+                        await self._deliver(message["data"])
             except (RedisError, OSError) as exc:
                 if self._subscribed.is_set():
+                    lost = True
                     logger.warning(
                         "Redis channel %s: connection lost (%s); messages published until it is "
                         "back are not received",
@@ -192,9 +216,9 @@ class RedisChannel:
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await asyncio.wait_for(pubsub.aclose(), CLOSE_FLUSH_S)  # type: ignore[no-untyped-call]
 
-    def _deliver(self, data: str) -> None:
+    async def _deliver(self, data: str) -> None:
         try:
-            self._on_message(data)
+            await self._on_message(data)
         except Exception:
             logger.exception("Redis channel %s: could not handle a message", self.name)
 
@@ -202,12 +226,25 @@ class RedisChannel:
 class RedisEventBus:
     """Task lifecycle events shared by every process on the same Redis and channel prefix."""
 
-    def __init__(self, url: str, *, channel_prefix: str = "runstream", max_backlog: int = 10_000) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        channel_prefix: str = "runstream",
+        max_backlog: int = 10_000,
+        before_delivery: BeforeDelivery | None = None,
+        on_reconnect: Callable[[], None] | None = None,
+    ) -> None:
         self._origin = uuid.uuid4().hex
         self.client = redis_client(url, f"{channel_prefix}:bus:{self._origin[:8]}")
         self._local = InProcessEventBus()
+        self._before_delivery = before_delivery
         self._channel = RedisChannel(
-            self.client, f"{channel_prefix}:events", self._receive, max_backlog=max_backlog
+            self.client,
+            f"{channel_prefix}:events",
+            self._receive,
+            on_reconnect=on_reconnect,
+            max_backlog=max_backlog,
         )
 
     async def connect(self, timeout_s: float = 5.0) -> bool:
@@ -228,6 +265,10 @@ class RedisEventBus:
             return
         self._channel.send(payload)
 
+    def deliver_locally(self, event: TaskEvent) -> None:
+        """Hand an event to this process's subscribers only (one found in storage after a gap)."""
+        self._local.publish(event)
+
     def subscribe(self, event_filter: TaskEventFilter) -> BusSubscription:
         self._channel.start()
         return self._local.subscribe(event_filter)
@@ -237,12 +278,13 @@ class RedisEventBus:
         await self._local.close()
         await self.client.aclose()
 
-    def _receive(self, data: str) -> None:
+    async def _receive(self, data: str) -> None:
         message = json.loads(data)
-        if message.get("origin") != self._origin:
-            self._local.publish(
-                TaskEvent(chunk_from_wire(message["chunk"]), record_from_wire(message["record"]))
-            )
+        if message.get("origin") == self._origin:
+            return
+        event = TaskEvent(chunk_from_wire(message["chunk"]), record_from_wire(message["record"]))
+        if self._before_delivery is None or await self._before_delivery(event):
+            self._local.publish(event)
 
 
 def record_from_wire(wire: Mapping[str, Any]) -> TaskRecord:
