@@ -6,7 +6,10 @@ task timing out, a watched task-manager stream, invalid structured output, and m
 cases (a concurrency limit of one, retries exhausted, aborting an until-idle stream, a later run
 seeing a finished result, a sub-agent opted in by its bare name, a failing awaited task, custom
 data from a task, suspended tasks resumed after the stream closed, cancelled while suspended,
-suspended while another task runs, and suspended under a plain stream), and loop edge cases (one step only, a forced tool, a failing second model call,
+suspended while another task runs, and suspended under a plain stream, a continuation that starts
+another task, backpressure reject, a task after a foreground step, an awaited task under until-idle,
+a timeout with retries left), parallel tool calls (completion order, errors before results), and
+loop edge cases (one step only, a forced tool, a failing second model call,
 an error part after a tool call, two text blocks, a reasoning signature, a string tool result). All must match at
 level 2; those listed in ``LEVEL_3`` at level 3 too."""
 

@@ -512,3 +512,45 @@ async def test_bad_until_idle_options_are_clear_errors(until_idle: dict[str, Any
 def model_calls(agent: Agent) -> int:
     assert isinstance(agent.model, ScriptedModel)
     return agent.model.call_count
+
+
+async def test_a_task_never_finishes_before_its_tool_result() -> None:
+    """A background call that completes while a slow foreground call of the same step still runs:
+    its completion is held back until the step's tool results are out."""
+    gate = Gate()
+    gate.get("quick").set()
+    slow_done = asyncio.Event()
+
+    @tool
+    async def lookup(q: str) -> dict[str, str]:
+        """A slow foreground lookup."""
+        await slow_done.wait()
+        return {"q": q}
+
+    model = ScriptedModel(
+        calls=[
+            call(("c-bg", "research", '{"topic":"quick"}'), ("c-fg", "lookup", '{"q":"x"}')),
+            say("Both started."),
+            say("Research done."),
+        ]
+    )
+    agent = Agent("bg", model=model, tools=[research_tool(gate), lookup], memory=Memory())
+    runtime = Runstream(agents=[agent], background_tasks={"enabled": True})
+
+    async def on_chunk(chunk: AnyChunk) -> None:
+        if chunk.type == "background-task-running":
+            assert runtime.task_manager is not None
+            task_id = chunk.payload["taskId"]
+            # Only let the foreground call finish once the task has really completed.
+            assert (await runtime.task_manager.wait_for(task_id)).status == "completed"
+            slow_done.set()
+
+    async with runtime:
+        out = await agent.stream("Go", memory=MEMORY, until_idle=True)
+        kinds = [
+            (c.type, c.payload.get("toolCallId")) if isinstance(c.payload, dict) else (c.type, None)
+            for c in await collect(out.full_stream, on_chunk)
+        ]
+    result = kinds.index(("tool-result", "c-bg"))
+    assert result < kinds.index(("background-task-completed", "c-bg")) < kinds.index(("step-finish", None))
+    assert [k for k, _ in kinds].count("start") == 2

@@ -101,6 +101,77 @@ def continuation_directive(batch: list[AnyChunk]) -> str:
     return "\n".join(lines)
 
 
+class _Ledger:
+    """What the outer stream knows about the thread's tasks: which run, which finished (queued
+    for the next continuation), which wait in a resume window, and which terminal events are held
+    back because the turn has not yet emitted the tool result of their call — a reader never sees
+    a task finish before the tool call's (placeholder) result, whichever came first."""
+
+    def __init__(self, running: set[str], resume_window_ms: float) -> None:
+        self.running = running
+        self.queued: list[AnyChunk] = []
+        self.resume_window_ms = resume_window_ms
+        self.resume_windows: dict[str, float] = {}  # suspended task id -> when its window ends
+        self._processed: set[tuple[str, str]] = set()
+        self._unanswered_calls: set[str] = set()  # tool calls of the turn without a result yet
+        self._held: dict[str, list[AnyChunk]] = {}
+
+    def turn_chunk(self, chunk: AnyChunk) -> list[AnyChunk]:
+        """The turn's chunk, then any task events it releases."""
+        if chunk.type == "background-task-started":
+            self.running.add(chunk.payload["taskId"])
+        elif chunk.type == "tool-call":
+            self._unanswered_calls.add(chunk.payload["toolCallId"])
+        elif chunk.type in ("tool-result", "tool-error"):
+            call_id = chunk.payload["toolCallId"]
+            self._unanswered_calls.discard(call_id)
+            return [chunk, *self._accepted(self._held.pop(call_id, []))]
+        return [chunk]
+
+    def turn_ended(self) -> list[AnyChunk]:
+        """The turn is over: every held event is released."""
+        self._unanswered_calls.clear()
+        held = [event for events in self._held.values() for event in events]
+        self._held.clear()
+        return self._accepted(held)
+
+    def task_event(self, event: AnyChunk) -> list[AnyChunk]:
+        """The manager's event, unless it is a duplicate or held back."""
+        if event.type in TERMINAL and event.payload["toolCallId"] in self._unanswered_calls:
+            self._held.setdefault(event.payload["toolCallId"], []).append(event)
+            return []
+        return self._accepted([event])
+
+    def take_batch(self) -> list[AnyChunk]:
+        batch, self.queued = self.queued, []
+        return batch
+
+    def window_open(self) -> bool:
+        now = time.monotonic()
+        return any(end > now for end in self.resume_windows.values())
+
+    def _accepted(self, events: list[AnyChunk]) -> list[AnyChunk]:
+        accepted = []
+        for event in events:
+            task_id = event.payload["taskId"]
+            if event.type in TERMINAL:
+                key = (task_id, event.type)
+                if key in self._processed:  # delivered twice (at-least-once buses)
+                    continue
+                self._processed.add(key)
+                self.running.discard(task_id)
+                self.queued.append(event)
+                self.resume_windows.pop(task_id, None)
+                if event.type == "background-task-suspended" and self.resume_window_ms:
+                    self.resume_windows[task_id] = time.monotonic() + self.resume_window_ms / 1000
+            elif event.type in STARTS_RUNNING:
+                self.running.add(task_id)
+                self.resume_windows.pop(task_id, None)
+                self._processed.discard((task_id, "background-task-suspended"))  # may suspend again
+            accepted.append(event)
+        return accepted
+
+
 async def until_idle_stream(
     first_turn: Callable[[], Awaitable[RunOutput]],
     continuation: StartTurn,
@@ -135,9 +206,7 @@ async def until_idle_stream(
 
     pumps.append(asyncio.create_task(pump_events()))
     stop_waiting: asyncio.Future[Any] = asyncio.ensure_future(controller.signal.wait())
-    queued: list[AnyChunk] = []
-    processed: set[tuple[str, str]] = set()
-    resume_windows: dict[str, float] = {}  # suspended task id -> when its resume window ends
+    ledger = _Ledger(running, options.resume_window_ms)
     turn_active = True
     idle_deadline: float | None = None
     next_progress = 0.0
@@ -154,8 +223,8 @@ async def until_idle_stream(
                 if idle_deadline is None:
                     idle_deadline = now + options.max_idle_ms / 1000
                 wait = max(0.0, min(idle_deadline, next_progress) - now)
-            elif not turn_active and resume_windows:
-                wait = max(0.0, max(resume_windows.values()) - now)
+            elif not turn_active and ledger.resume_windows:
+                wait = max(0.0, max(ledger.resume_windows.values()) - now)
             getter = asyncio.ensure_future(queue.get())
             done, _ = await asyncio.wait(
                 {getter, stop_waiting}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
@@ -188,30 +257,19 @@ async def until_idle_stream(
                 continue
             kind, item = getter.result()
             if kind == "turn":
-                if item.type == "background-task-started":
-                    running.add(item.payload["taskId"])
-                yield item
+                for chunk in ledger.turn_chunk(item):
+                    yield chunk
                 continue
             if kind == "task":
-                task_id = item.payload["taskId"]
-                if item.type in TERMINAL:
-                    key = (task_id, item.type)
-                    if key in processed:
-                        continue
-                    processed.add(key)
-                    running.discard(task_id)
-                    queued.append(item)
-                    resume_windows.pop(task_id, None)
-                    if item.type == "background-task-suspended" and options.resume_window_ms:
-                        resume_windows[task_id] = time.monotonic() + options.resume_window_ms / 1000
-                elif item.type in STARTS_RUNNING:
-                    running.add(task_id)
-                    resume_windows.pop(task_id, None)
-                    processed.discard((task_id, "background-task-suspended"))  # it may suspend again
-                idle_deadline = None  # every manager event re-arms the idle window
-                yield item
+                events = ledger.task_event(item)
+                if events:
+                    idle_deadline = None  # every manager event re-arms the idle window
+                for event in events:
+                    yield event
             else:  # turn-end
                 turn_active = False
+                for event in ledger.turn_ended():
+                    yield event
                 waiting_since = time.monotonic()
                 next_progress = waiting_since + options.progress_interval_ms / 1000
                 if controller.signal.aborted:  # what already happened still reaches the reader
@@ -220,12 +278,12 @@ async def until_idle_stream(
                     return
             if turn_active:
                 continue
-            if not running and queued:
-                batch, queued = queued, []
+            if not running and ledger.queued:
+                batch = ledger.take_batch()
                 idle_deadline = None
                 turn_active = True
                 start_turn(await continuation([{"role": "system", "content": continuation_directive(batch)}]))
-            elif not running and not queued and not _window_open(resume_windows):
+            elif not running and not ledger.queued and not ledger.window_open():
                 return
     finally:
         stop_waiting.cancel()
@@ -236,11 +294,6 @@ async def until_idle_stream(
         for pump in pumps:
             pump.cancel()
         await asyncio.gather(*pumps, return_exceptions=True)
-
-
-def _window_open(resume_windows: dict[str, float]) -> bool:
-    now = time.monotonic()
-    return any(end > now for end in resume_windows.values())
 
 
 def _already_queued_task_events(queue: asyncio.Queue[tuple[str, Any]]) -> list[AnyChunk]:
