@@ -238,6 +238,16 @@ def test_use_chat(live: Live, version: str) -> None:
     assert tool_part["state"] == "output-available" and tool_part["output"] == {"echoed": "ping"}
 
 
+@pytest.mark.parametrize("version", ["v5", "latest"])
+def test_use_chat_resume(live: Live, version: str) -> None:
+    out = node(live, "ui-resume", version)
+    resumed = out["resumed"]
+    assert resumed["status"] == "ready" and resumed["error"] is None
+    assert resumed["roles"] == ["user", "assistant"]
+    assert resumed["text"] == "".join(f"w{i} " for i in range(200))
+    assert out["idle"] == {"status": "ready", "error": None, "roles": ["user"]}
+
+
 def test_playground_in_chromium(live: Live) -> None:
     chromium = shutil.which("chromium")
     if chromium is None:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 import httpx2 as httpx
 
 from runstream.server.ui_stream import UIStreamEncoder
-from tests.server.conftest import chunks_of
+from tests.server.conftest import Live, blocks, chunks_of, parse_block
+from tests.server.test_auth_and_isolation import by_token
 
 APPROVAL = {
     "type": "tool-call-approval",
@@ -98,3 +101,58 @@ def test_chat_with_memory_runs_only_the_new_messages(client: httpx.Client) -> No
         '"hello"',
         '"hello again"',
     ]
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"id": f"u-{uuid.uuid4().hex[:6]}", "role": "user", "parts": [{"type": "text", "text": text}]}
+
+
+def _text(parts: list[dict[str, Any]]) -> str:
+    return "".join(p["delta"] for p in parts if p["type"] == "text-delta")
+
+
+def test_resume_a_chat_stream_after_a_reload(live: Live, client: httpx.Client) -> None:
+    chat_id = f"chat-{uuid.uuid4().hex[:8]}"
+    assert client.get(f"/chat/assistant/{chat_id}/stream").status_code == 204  # nothing yet
+    body = {"id": chat_id, "messages": [_user("slow")], "trigger": "submit-message"}
+    first: list[dict[str, Any]] = []
+    with client.stream("POST", "/chat/assistant?resumable=true", json=body) as response:
+        for block in blocks(response):
+            _, data = parse_block(block)
+            if data is not None:
+                first.append(json.loads(data))
+            if len(first) == 5:
+                break  # the page reloads: the connection drops mid-stream
+    again = client.get(f"/chat/assistant/{chat_id}/stream")
+    assert again.status_code == 200 and again.headers["x-vercel-ai-ui-message-stream"] == "v1"
+    replayed = chunks_of(again.content)
+    assert replayed[:5] == first  # the same response, from its start
+    assert replayed[-1] == {"type": "finish", "finishReason": "stop"} and again.content.endswith(
+        b"data: [DONE]\n\n"
+    )
+    assert _text(replayed) == "".join(f"w{i} " for i in range(200))  # the run went on without a reader
+    assert client.get(f"/chat/assistant/{chat_id}/stream").status_code == 204  # it has ended
+    assert client.get(f"/chat/nope/{chat_id}/stream").status_code == 404
+
+
+def test_only_resumable_chat_streams_can_be_resumed(live: Live, client: httpx.Client) -> None:
+    chat_id = f"chat-{uuid.uuid4().hex[:8]}"
+    with client.stream(
+        "POST", "/chat/assistant", json={"id": chat_id, "messages": [_user("slow")]}
+    ) as response:
+        next(blocks(response))
+        assert client.get(f"/chat/assistant/{chat_id}/stream").status_code == 204
+
+
+def test_a_chat_stream_resumes_only_for_its_owner(app_factory: Callable[..., str]) -> None:
+    url = app_factory(auth=by_token)
+    alice, bob = (
+        httpx.Client(base_url=url, headers={"Authorization": f"Bearer {name}"}, timeout=20)
+        for name in ("alice", "bob")
+    )
+    body = {"id": "shared-chat-id", "messages": [_user("slow")]}
+    with alice, bob, alice.stream("POST", "/chat/assistant?resumable=true", json=body) as response:
+        next(blocks(response))
+        assert bob.get("/chat/assistant/shared-chat-id/stream").status_code == 204
+        with alice.stream("GET", "/chat/assistant/shared-chat-id/stream") as resumed:
+            assert resumed.status_code == 200

@@ -190,6 +190,10 @@ class RunRegistry:
             self._pumps.pop(run_id, None)
             self._aborts.pop(run_id, None)
 
+    def is_live(self, run_id: str) -> bool:
+        """Whether this process is still pumping the run into its log."""
+        return run_id in self._pumps
+
     async def wait(self, run_id: str) -> None:
         """Wait until every event of the run is in its log (at once if it is not being pumped)."""
         pump = self._pumps.get(run_id)

@@ -134,10 +134,15 @@ async def respond(
             yield DONE
 
         return SSEResponse(frames(), heartbeat_s=ctx.heartbeat_s, on_disconnect=run.abandon)
+    await detach_run(ctx, run, principal)
+    return replay(ctx, run.run_id, 0, ids=ids)
+
+
+async def detach_run(ctx: ServerContext, run: Run, principal: Principal) -> None:
+    """Have the server pump ``run`` into its replay log, owned by its memory resource."""
     owner = run.scope.resource_id if run.scope is not None else principal.resource_id
     try:
         await ctx.registry.start(RunInfo(run.run_id, run.agent.id, owner), run.events(str), run.out.abort)
     except ValueError as exc:
         run.out.abort("duplicate run id")
         raise ApiError(409, str(exc)) from None
-    return replay(ctx, run.run_id, 0, ids=ids)

@@ -10,12 +10,20 @@ The request is ``useChat``'s (``{id, messages: UIMessage[], trigger}``) plus any
 (``memory``, ``clientTools``, ``untilIdle`` ...). With a memory thread only the new messages
 are run, since memory holds the history; results of client tools (``addToolResult``) are
 written into the stored assistant message first.
+
+A response is detached from its connection when the URL has ``?resumable=true`` (or the run is
+until-idle): the run goes on if the page reloads, and ``useChat({resume: true})`` re-attaches with
+``GET /chat/:agentId/:chatId/stream`` (``DefaultChatTransport.reconnectToStream``), which replays
+the response in flight from its start, or answers 204 when there is none.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -24,11 +32,15 @@ from starlette.routing import Route
 
 from runstream.server.auth import principal_of
 from runstream.server.body import parse_stream_body
-from runstream.server.context import ServerContext, json_body
+from runstream.server.context import MAX_REMEMBERED_RUNS, ServerContext, json_body
 from runstream.server.errors import ApiError
 from runstream.server.mastra import start_stream
+from runstream.server.resumable import ReplayGapError
 from runstream.server.sse import DONE, UI_STREAM_HEADERS, SSEResponse, data_frame
+from runstream.server.streaming import detach_run, wants_ids
 from runstream.server.wire import encode_json
+
+logger = logging.getLogger("runstream.server")
 
 FINISH_REASONS = frozenset({"stop", "length", "content-filter", "tool-calls", "error", "other", "unknown"})
 _TOOL_PARTS = {
@@ -190,12 +202,26 @@ def _new_messages(messages: Any, with_memory: bool) -> Any:
     return messages[last + 1 :]
 
 
+@dataclass(frozen=True, slots=True)
+class ChatStream:
+    """A chat's detached response: its run and how its UI stream is encoded."""
+
+    run_id: str
+    version: int
+    message_id: str | None
+
+
 class ChatRoutes:
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
+        self._active: OrderedDict[tuple[str, str], ChatStream] = OrderedDict()
+        """(agent id, chat id) → the chat's latest detached response."""
 
     def routes(self) -> list[Route]:
-        return [Route("/chat/{agent_id}", self.chat, methods=["POST"])]
+        return [
+            Route("/chat/{agent_id}", self.chat, methods=["POST"]),
+            Route("/chat/{agent_id}/{chat_id}/stream", self.reconnect, methods=["GET"]),
+        ]
 
     async def chat(self, request: Request) -> Response:
         agent = self.ctx.agent(request.path_params["agent_id"])
@@ -217,12 +243,48 @@ class ChatRoutes:
             parsed.messages = [m for m in parsed.messages if m["role"] == "tool"]  # the rest is in memory
         run = await start_stream(agent, parsed)
         self.ctx.remember_owner(run.run_id, principal, run.scope)
-        encoder = UIStreamEncoder(int(version), continuation_id)
+        if not (wants_ids(request) or parsed.until_idle is not False):
+            return SSEResponse(
+                ui_frames(run.events(str), UIStreamEncoder(int(version), continuation_id)),
+                heartbeat_s=self.ctx.heartbeat_s,
+                headers=UI_STREAM_HEADERS,
+                on_disconnect=run.abandon,
+            )
+        await detach_run(self.ctx, run, principal)
+        stream = ChatStream(run.run_id, int(version), continuation_id)
+        chat_id = body.get("id")
+        if isinstance(chat_id, str) and chat_id:
+            self._active[(agent.id, chat_id)] = stream
+            self._active.move_to_end((agent.id, chat_id))
+            while len(self._active) > MAX_REMEMBERED_RUNS:
+                self._active.popitem(last=False)
+        return self._follow(stream)
+
+    async def reconnect(self, request: Request) -> Response:
+        """``useChat``'s resume: the chat's response in flight, replayed from its start; 204 when
+        there is none (it ended, or was never resumable)."""
+        agent = self.ctx.agent(request.path_params["agent_id"])
+        stream = self._active.get((agent.id, request.path_params["chat_id"]))
+        if stream is None or not self.ctx.registry.is_live(stream.run_id):
+            return Response(status_code=204)
+        info = await self.ctx.registry.log.info(stream.run_id)
+        if info is None or not principal_of(request).owns(info.resource_id):
+            return Response(status_code=204)
+        return self._follow(stream)
+
+    def _follow(self, stream: ChatStream) -> SSEResponse:
+        """Read the run's replay log from the start: a reconnect gets the very same stream."""
+
+        async def events() -> AsyncIterator[str]:
+            try:
+                async for _, data in self.ctx.registry.log.read(stream.run_id, 0):
+                    yield data
+            except ReplayGapError as exc:
+                logger.warning("chat stream of run %s cannot be replayed: %s", stream.run_id, exc)
+
+        encoder = UIStreamEncoder(stream.version, stream.message_id)
         return SSEResponse(
-            ui_frames(run.events(str), encoder),
-            heartbeat_s=self.ctx.heartbeat_s,
-            headers=UI_STREAM_HEADERS,
-            on_disconnect=run.abandon,
+            ui_frames(events(), encoder), heartbeat_s=self.ctx.heartbeat_s, headers=UI_STREAM_HEADERS
         )
 
 
