@@ -133,10 +133,11 @@ class ScriptProcess:
         self.worker_id = ""
 
     @classmethod
-    async def start(cls, tmp_path: Path, *args: str) -> ScriptProcess:
-        stderr = (tmp_path / f"{args[0]}-{os.urandom(4).hex()}.log").open("wb")
+    async def start(cls, tmp_path: Path, *args: str, script: Path = Path(__file__)) -> ScriptProcess:
+        """Run ``script`` (this one by default) with ``args``; its stderr goes to a log file."""
+        stderr = (tmp_path / f"{script.stem}-{os.urandom(4).hex()}.log").open("wb")
         process = await asyncio.create_subprocess_exec(
-            sys.executable, __file__, *args, stdout=asyncio.subprocess.PIPE, stderr=stderr
+            sys.executable, str(script), *args, stdout=asyncio.subprocess.PIPE, stderr=stderr
         )
         started = cls(process, stderr)
         ready = await started.expect(lambda line: line["event"] == "ready")

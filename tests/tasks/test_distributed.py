@@ -7,6 +7,7 @@ The test process is a producer (``worker=False``) unless a test says otherwise; 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
@@ -20,6 +21,7 @@ from runstream.storage import SqliteStorage, TaskRecord
 from runstream.storage.records import utc_now
 from runstream.tasks.config import BackgroundTaskConfig, TaskRequest
 from runstream.tasks.distributed import DistributedTaskManager, ScaleOutConfig
+from runstream.tasks.manager import STALE_TASK_MESSAGE
 from runstream.tools import Tool, ToolContext
 
 SHORT = ("1000", "250", "200")
@@ -259,3 +261,42 @@ async def test_resume_goes_to_another_worker_once_the_owner_is_gone(
     await producer.resume(record.id, "Ada")
     done = await producer.wait_for(record.id, timeout_ms=20_000)
     assert done.result == {"answer": "Ada", "worker": other.worker_id}
+
+
+def hooked_request(tool: str, label: str, hooked: list[str], **args: Any) -> TaskRequest:
+    async def on_terminal(record: TaskRecord) -> None:
+        hooked.append(record.status)
+
+    return dataclasses.replace(request(tool, label, **args), on_terminal=on_terminal)
+
+
+async def test_a_settled_state_whose_event_was_lost_reaches_the_enqueuer_on_a_re_read(
+    producer: DistributedTaskManager,
+) -> None:
+    hooked: list[str] = []
+    record = await producer.enqueue(hooked_request("work", "w", hooked))  # no worker runs it
+    assert record is not None
+    events = producer.subscribe(agent_id=AGENT)
+    await producer.storage.update_task(record.id, status="completed", result=1, completed_at=utc_now())
+    async with asyncio.timeout(10):  # no event was published: the periodic re-read finds it
+        chunk = await anext(events)
+    assert chunk.type == "background-task-completed" and chunk.payload["result"] == 1
+    assert hooked == ["completed"]  # the request's hook ran before the event was delivered
+
+
+async def test_a_killed_workers_task_without_retries_fails_and_its_enqueuer_hears_it(
+    producer: DistributedTaskManager, start_worker: StartWorker
+) -> None:
+    workers = [await start_worker(SHORT), await start_worker(SHORT)]
+    hooked: list[str] = []
+    events = producer.subscribe(agent_id=AGENT)
+    record = await producer.enqueue(hooked_request("flaky", "f", hooked, max_retries=0))
+    assert record is not None
+    victim, _ = await first_start(workers)
+    await victim.kill()
+    async with asyncio.timeout(20):
+        chunk = await anext(c async for c in events if c.type == "background-task-failed")
+    assert chunk.payload["error"]["message"] == STALE_TASK_MESSAGE
+    assert hooked == ["failed"]
+    failed = await producer.get_task(record.id)
+    assert failed is not None and failed.status == "failed" and failed.retry_count == 0

@@ -208,3 +208,38 @@ async def test_events_fan_out_to_every_process(make_bus: MakeBus, prefix: str, t
         assert {line["task"] for line in lines[::2]} == {"task-a"}
         assert listener.process.returncode == 0
         await listener.stop()
+
+
+async def test_a_reconnected_subscriber_says_so(prefix: str) -> None:
+    """What was published during the gap is lost, so the bus tells its owner it is back."""
+    back = asyncio.Event()
+    bus = RedisEventBus(REDIS_URL, channel_prefix=prefix, on_reconnect=back.set)
+    try:
+        assert await bus.connect()
+        assert not back.is_set()
+        assert await kill_connections(client_name(bus)) == 1
+        async with asyncio.timeout(10):
+            await back.wait()
+    finally:
+        await bus.close()
+
+
+async def test_before_delivery_runs_first_and_can_drop_an_event(make_bus: MakeBus, prefix: str) -> None:
+    order: list[str] = []
+
+    async def before_delivery(event: TaskEvent) -> bool:
+        order.append(f"before {event.chunk.payload['payload']['seq']}")
+        return event.chunk.payload["payload"]["seq"] != 1
+
+    here = make_bus()
+    there = RedisEventBus(REDIS_URL, channel_prefix=prefix, before_delivery=before_delivery)
+    try:
+        events = there.subscribe(TaskEventFilter())
+        assert await here.connect() and await there.connect()
+        for seq in range(3):
+            here.publish(output(record(), seq))
+        delivered = await take(events, 2)
+        order += [f"got {seq}" for seq in seqs(delivered)]
+        assert order == ["before 0", "before 1", "before 2", "got 0", "got 2"]
+    finally:
+        await there.close()
