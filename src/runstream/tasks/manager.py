@@ -179,7 +179,7 @@ class BackgroundTaskManager:
                 )
                 for ex in executions:
                     if ex.record.retry_count >= ex.record.max_retries:
-                        await self._settle_stale(ex.record.id)
+                        await self._settle_stale(ex.record)
         except TimeoutError:
             logger.warning("background task manager shutdown timed out")
         finally:
@@ -639,15 +639,16 @@ class BackgroundTaskManager:
                     retry_count=record.retry_count + 1,
                 )  # fmt: skip
             else:
-                await self._settle_stale(record.id)
+                await self._settle_stale(record)
         pending = await self.storage.list_tasks(TaskFilter(status="pending"))
         for record in pending.items:
             self._active.setdefault(record.id, record)
 
-    async def _settle_stale(self, task_id: str) -> None:
+    async def _settle_stale(self, record: TaskRecord) -> None:
         failed = await self.storage.update_task(
-            task_id,
+            record.id,
             expected_status="running",
+            expected_metadata=self._lease_guard(record),
             status="failed",
             error={"message": STALE_TASK_MESSAGE},
             completed_at=utc_now(),
