@@ -8,7 +8,16 @@ from typing import Any
 import pytest
 
 from runstream import Agent
-from runstream.memory import Memory, MemoryScope, db_to_prompt, responses_to_parts, rewrite_prompt_result
+from runstream.memory import (
+    ContinuedMessage,
+    Memory,
+    MemoryScope,
+    continues,
+    db_to_prompt,
+    merge_parts,
+    responses_to_parts,
+    rewrite_prompt_result,
+)
 from runstream.storage import (
     InMemoryStorage,
     SqliteStorage,
@@ -19,6 +28,10 @@ from runstream.storage import (
 from runstream.testing import ScriptedModel
 
 SCOPE = MemoryScope("thread-1", "user-1")
+
+
+def _task_link() -> dict[str, Any]:
+    return {"mastra": {"backgroundTask": {"taskId": "task-123", "status": "running"}}}
 
 
 def _tool_turn() -> list[dict[str, Any]]:
@@ -32,6 +45,8 @@ def _tool_turn() -> list[dict[str, Any]]:
                     "toolCallId": "call-1",
                     "toolName": "research",
                     "input": {"topic": "sol"},
+                    # A live run links the call to its task as it does the result.
+                    "providerOptions": _task_link(),
                 },
             ],
         },
@@ -44,9 +59,7 @@ def _tool_turn() -> list[dict[str, Any]]:
                     "toolName": "research",
                     "output": {"type": "text", "value": "Background task started. Task ID: task-123."},
                     "input": {"topic": "sol"},
-                    "providerOptions": {
-                        "mastra": {"backgroundTask": {"taskId": "task-123", "status": "running"}}
-                    },
+                    "providerOptions": _task_link(),
                 }
             ],
         },
@@ -185,3 +198,70 @@ def test_memory_scope_needs_thread_and_resource() -> None:
     with pytest.raises(ValueError, match="resource"):
         MemoryScope.coerce({"thread": "t"})
     assert MemoryScope.coerce({"thread": {"id": "t"}, "resource": "u"}) == MemoryScope("t", "u")
+
+
+async def test_a_run_without_input_continues_the_last_assistant_message(memory: Memory) -> None:
+    model = ScriptedModel.text("Hello.", "More.")
+    agent = Agent("mem", model=model, memory=memory)
+    scope = {"thread": "t", "resource": "u"}
+    first = await agent.stream("Hi", memory=scope)
+    await first.text
+    second = await agent.stream(None, memory=scope)
+    finish = [c async for c in second.full_stream][-1].payload
+    both = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "Hello."}, {"type": "text", "text": "More."}],
+    }
+    assert finish["messages"]["user"] == []
+    assert finish["messages"]["nonUser"] == [both]
+    assert finish["response"]["messages"] == [both]
+    ui = finish["response"]["uiMessages"][0]
+    assert ui["id"] == first.message_id and [p["text"] for p in ui["parts"]] == ["Hello.", "More."]
+    stored = (await memory.storage.list_messages("t")).items  # type: ignore[union-attr]
+    assert [m.role for m in stored] == ["user", "assistant"]
+    assert stored[1].id == first.message_id
+
+
+async def test_a_run_whose_first_step_calls_tools_starts_a_new_message() -> None:
+    stored = ContinuedMessage(
+        id="m1", parts=[{"type": "text", "text": "Hello."}], metadata={}, prompt_count=1
+    )
+    calling = [{"role": "assistant", "content": [{"type": "tool-call", "toolCallId": "c", "toolName": "t"}]}]
+    assert not continues(stored, calling)
+    assert continues(stored, [{"role": "assistant", "content": [{"type": "text", "text": "More."}]}])
+    assert not continues(None, [])
+
+
+def test_appended_text_after_a_tool_invocation_opens_a_new_step() -> None:
+    call = {
+        "type": "tool-invocation",
+        "toolInvocation": {"state": "call", "toolCallId": "c", "toolName": "t", "args": {}},
+    }
+    result = {
+        "type": "tool-invocation",
+        "toolInvocation": {**call["toolInvocation"], "state": "result", "result": 1},
+    }
+    merged = merge_parts([call], [result, {"type": "text", "text": "Done."}])
+    assert [p["type"] for p in merged] == ["tool-invocation", "step-start", "text"]
+    assert merged[0]["toolInvocation"]["state"] == "result"
+
+
+async def test_a_task_result_rewrite_records_when_the_task_ended(memory: Memory) -> None:
+    await memory.ensure_thread(SCOPE)
+    metadata = {
+        "backgroundTasks": {"call-1": {"taskId": "task-123", "startedAt": "2026-01-01T00:00:00+00:00"}}
+    }
+    await memory.save_turn(SCOPE, [], _tool_turn(), "resp-1", metadata=metadata)
+    assert await memory.apply_task_result(_task(result={"summary": "fast"}))
+    stored = (await memory.storage.list_messages(SCOPE.thread_id)).items  # type: ignore[union-attr]
+    assert "completedAt" in stored[0].content["metadata"]["backgroundTasks"]["call-1"]
+    part = next(p for p in stored[0].content["parts"] if p["type"] == "tool-invocation")
+    assert part["providerMetadata"]["mastra"]["modelOutput"] is None
+
+
+def test_a_foreground_tool_result_is_stored_with_its_time() -> None:
+    responses = _tool_turn()[:2]
+    del responses[0]["content"][1]["providerOptions"]
+    del responses[1]["content"][0]["providerOptions"]
+    invocation = next(p for p in responses_to_parts(responses) if p["type"] == "tool-invocation")
+    assert isinstance(invocation["providerMetadata"]["mastra"]["createdAt"], int)

@@ -28,10 +28,11 @@ from runstream.goals import (
     resolve_judge,
 )
 from runstream.loop import LoopConfig, ResumeAction, RunState, agent_loop
-from runstream.memory import Memory, MemoryScope, rewrite_prompt_result
+from runstream.memory import ContinuedMessage, Memory, MemoryScope, rewrite_prompt_result
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.output import RunOutput
 from runstream.scoring import TaskCompletion
+from runstream.step_results import model_label, run_metadata
 from runstream.storage import Storage, TaskRecord
 from runstream.structured import StructuredOutput
 from runstream.tasks.until_idle import IdleOptions, until_idle_stream
@@ -98,6 +99,10 @@ def _options_to_json(options: RunOptions) -> dict[str, Any]:
         else None,
         "disableBackgroundTasks": options.disable_background_tasks,
         "context": options.context,
+        "clientTools": {
+            name: {"description": tool.description, "inputSchema": tool.input_schema}
+            for name, tool in options.client_tools.items()
+        },
     }
 
 
@@ -111,7 +116,26 @@ def _options_from_json(data: Mapping[str, Any]) -> RunOptions:
         memory=MemoryScope.coerce(data.get("memory")),
         disable_background_tasks=bool(data.get("disableBackgroundTasks")),
         context=list(data.get("context") or []),
+        client_tools={
+            name: client_tool(
+                name, description=spec.get("description", ""), input_schema=spec.get("inputSchema")
+            )
+            for name, spec in (data.get("clientTools") or {}).items()
+        },
     )
+
+
+def _runs_on_the_client(args: dict[str, Any], ctx: ToolContext) -> None:
+    raise RuntimeError(f"{ctx.tool_name} is a client tool: the caller executes it, not the loop")
+
+
+def client_tool(name: str, *, description: str = "", input_schema: Mapping[str, Any] | None = None) -> Tool:
+    """A tool the caller executes (``stream(client_tools=[...])``): the model only sees its schema."""
+    return Tool(name, _runs_on_the_client, description=description, input_schema=input_schema)
+
+
+def _by_name(tools: Iterable[Tool] | Mapping[str, Tool]) -> dict[str, Tool]:
+    return {tool.name: tool for tool in (tools.values() if isinstance(tools, Mapping) else tools)}
 
 
 @dataclass(slots=True)
@@ -131,6 +155,7 @@ class RunOptions:
     disable_background_tasks: bool = False
     context: list[PromptMessage] = field(default_factory=list)
     is_task_complete: TaskCompletion | None = None
+    client_tools: dict[str, Tool] = field(default_factory=dict)
 
 
 class Agent:
@@ -221,13 +246,16 @@ class Agent:
         until_idle: bool | Mapping[str, Any] = False,
         disable_background_tasks: bool = False,
         is_task_complete: TaskCompletion | Mapping[str, Any] | None = None,
+        client_tools: Iterable[Tool] | Mapping[str, Tool] = (),
     ) -> RunOutput:
         """Start a run; iterate ``out.full_stream`` for its chunks.
 
         ``memory={"thread": ..., "resource": ...}`` loads the thread's history and saves the new
         messages. ``until_idle=True`` (or ``{"max_idle_ms": n, "resume_window_ms": n}``) keeps the
         stream open while the run's background tasks work and adds a continuation turn when they
-        finish (see ``runstream.tasks.until_idle``).
+        finish (see ``runstream.tasks.until_idle``). ``client_tools`` (see :func:`client_tool`) are
+        offered to the model but executed by the caller: a step that calls one ends the run with
+        reason ``tool-calls`` after its ``tool-call`` chunks; send the results in the next run.
         """
         if isinstance(until_idle, Mapping):  # bad options fail even where until-idle falls back
             IdleOptions.coerce(dict(until_idle), progress_interval_ms=0)
@@ -245,6 +273,7 @@ class Agent:
             disable_background_tasks=disable_background_tasks,
             context=normalize_messages(list(context)) if context else [],
             is_task_complete=TaskCompletion.coerce(is_task_complete),
+            client_tools=_by_name(client_tools),
         )
         input_messages = normalize_messages(messages)
         manager = self.runtime.task_manager if self.runtime is not None else None
@@ -279,6 +308,7 @@ class Agent:
     ) -> RunOutput:
         controller = controller or AbortController()
         history: list[PromptMessage] = []
+        continued: ContinuedMessage | None = None
         scope = options.memory
         if scope is not None:
             if self.memory is None:
@@ -287,12 +317,15 @@ class Agent:
                 await self.runtime.start()
             await self.memory.ensure_thread(scope)
             history = await self.memory.load_prompt(scope)
+            if not input_messages:  # e.g. an until-idle continuation
+                continued = await self.memory.continuable_message(scope)
         state = RunState(
             run_id=run_id or str(uuid.uuid4()),
             message_id=str(uuid.uuid4()),
             messages=[*history, *input_messages],
             input_count=len(history) + len(input_messages),
             history_count=len(history),
+            continued=continued,
         )
         cfg = await self._configure(options, state, controller)
         if scope is not None:
@@ -310,7 +343,8 @@ class Agent:
         cfg = LoopConfig(
             agent_id=self.id,
             model=self.model,
-            tools=self.tools,
+            tools={**self.tools, **options.client_tools},
+            client_tools=frozenset(options.client_tools),
             max_steps=options.max_steps if options.max_steps is not None else self.max_steps,
             tool_choice=normalize_tool_choice(options.tool_choice) or self.tool_choice,
             include_raw_chunks=options.include_raw_chunks,
@@ -502,6 +536,9 @@ class Agent:
                     state.new_input_messages,
                     state.response_messages,
                     state.message_id,
+                    metadata=run_metadata(cfg, state),
+                    model=model_label(cfg),
+                    continued=state.continued,
                 )
 
         return RunOutput(agent_loop(cfg, state, resume), state, controller, on_close=on_close)

@@ -52,6 +52,7 @@ from runstream.chunks import (
     ToolResultChunk,
     TripwireChunk,
 )
+from runstream.memory import ContinuedMessage
 from runstream.models.base import (
     LanguageModel,
     ModelRequest,
@@ -143,6 +144,8 @@ class LoopConfig:
     """Durable mode: after a step that dispatched background tasks, wait for them in the loop
     (this yields progress and the real results) instead of leaving placeholders."""
     tool_call_concurrency: int = 10
+    client_tools: frozenset[str] = frozenset()
+    """Tools (in ``tools``) that the client executes: a step that calls one ends the run."""
 
 
 @dataclass(slots=True)
@@ -230,6 +233,9 @@ class RunState:
     """The run's tracing span (parent of its step and tool spans)."""
     waited_task_ids: set[str] = field(default_factory=set)
     """Durable mode: background tasks whose results the loop already waited for."""
+    continued: ContinuedMessage | None = None
+    """For a run without new input: the thread's last stored message, an assistant one, which
+    the run's response is appended to (see ``runstream.memory``)."""
 
     @property
     def background_task_pending(self) -> bool:
@@ -644,7 +650,7 @@ async def agent_loop(
             return
         if state.pending is not None:  # waiting for a human
             return
-        cont = _should_continue(cfg, state)
+        cont = _should_continue(cfg, state) and not _calls_client_tools(cfg, pending)
         yield step_finish_chunk(cfg, state, record, finish_reason, continued=cont, step_result=step_result)
         record["content"].extend(record.pop("pendingResults", []))
         if cfg.on_step_end is not None:
@@ -694,6 +700,12 @@ def _should_continue(cfg: LoopConfig, state: RunState) -> bool:
     return state.step_number < cfg.max_steps and not cfg.abort_signal.aborted
 
 
+def _calls_client_tools(cfg: LoopConfig, pending: PendingToolStep) -> bool:
+    """A step that called client tools ends the run (reason ``tool-calls``), as in Mastra: the
+    client executes them and sends their results with its next request."""
+    return any(call.tool_name in cfg.client_tools for call in pending.calls)
+
+
 async def _finish_pending_step(
     cfg: LoopConfig, state: RunState, pending: PendingToolStep, resume: ResumeAction
 ) -> AsyncIterator[AnyChunk]:
@@ -739,7 +751,7 @@ async def _finish_pending_step(
     if state.status != "running" or state.pending is not None:
         return
     record = pending.step_record
-    cont = _should_continue(cfg, state)
+    cont = _should_continue(cfg, state) and not _calls_client_tools(cfg, pending)
     step_result: dict[str, Any] = {"messageId": state.message_id}
     yield step_finish_chunk(
         cfg, state, record, record.get("finishReason", "tool-calls"), continued=cont, step_result=step_result
@@ -759,7 +771,11 @@ async def _run_tool_step(
     resume_data: dict[str, Any] = pending.step_record.get("resume_data", {})
     to_run: list[ToolCall] = []
     for call in pending.calls:
-        if call.tool_call_id in pending.done or call.tool_call_id in pending.suspended:
+        if (
+            call.tool_call_id in pending.done
+            or call.tool_call_id in pending.suspended
+            or call.tool_name in cfg.client_tools
+        ):
             continue
         tool = cfg.tools.get(call.tool_name)
         if (
@@ -841,7 +857,9 @@ async def _run_tool_step(
     errors: list[AnyChunk] = []
     results: list[AnyChunk] = []
     for call in pending.calls:
-        outcome = pending.done[call.tool_call_id]
+        outcome = pending.done.get(call.tool_call_id)
+        if outcome is None:  # a client tool: its result comes with the client's next request
+            continue
         if outcome.kind == "result":
             payload = {
                 "args": call.args,
@@ -880,7 +898,8 @@ async def _run_tool_step(
         tool_parts.append(part)
     for chunk in (*errors, *results):
         yield chunk
-    state.messages.append({"role": "tool", "content": tool_parts})
+    if tool_parts:
+        state.messages.append({"role": "tool", "content": tool_parts})
     # The step's content gains its tool results once its step-finish is out (as in Mastra).
     pending.step_record["pendingResults"] = [
         {

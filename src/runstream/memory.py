@@ -8,15 +8,22 @@ them back into model-prompt messages (assistant + tool message per step).
 A background task's placeholder result is rewritten in place when the task ends
 (:meth:`Memory.apply_task_result`), matched by tool-call id *and* task id, so the next turn sees
 the real result.
+
+A run without new input whose thread ends with an assistant message (an until-idle
+continuation) does not start a new assistant message: as Mastra's message list, it appends its
+response to the stored one (:class:`ContinuedMessage`, :func:`merge_parts`), so its payloads show
+that whole message and memory keeps one assistant message per user turn.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from runstream.models.base import PromptMessage, tool_result_output
@@ -47,6 +54,35 @@ class MemoryScope:
         if not isinstance(resource, str) or not resource:
             raise ValueError("memory needs a resource id: memory={'thread': ..., 'resource': ...}")
         return cls(thread, resource)
+
+
+@dataclass(slots=True)
+class ContinuedMessage:
+    """The thread's last stored message, an assistant one, that a run without new input continues."""
+
+    id: str
+    parts: list[dict[str, Any]]
+    metadata: dict[str, Any]
+    prompt_count: int
+    """How many of the run's history prompt messages this message makes up (the last ones)."""
+
+    def merged_parts(
+        self, responses: Sequence[PromptMessage], model: str | None = None
+    ) -> list[dict[str, Any]]:
+        """This message's parts with the run's responses appended (see :func:`merge_parts`)."""
+        return merge_parts(copy.deepcopy(self.parts), responses_to_parts(responses, model))
+
+
+def continues(message: ContinuedMessage | None, responses: Sequence[PromptMessage]) -> bool:
+    """Whether a run's responses go into ``message``: not when its first step calls tools.
+
+    Mastra appends a response to the latest assistant message unless it brings new tool calls
+    (those open a message of their own).
+    """
+    if message is None:
+        return False
+    first = next((m for m in responses if m["role"] == "assistant"), None)
+    return first is None or not any(p.get("type") == "tool-call" for p in first["content"])
 
 
 @dataclass
@@ -102,14 +138,38 @@ class Memory:
             prompt.extend(db_to_prompt(message))
         return prompt
 
+    async def continuable_message(self, scope: MemoryScope) -> ContinuedMessage | None:
+        """The thread's last message if it is an assistant one (a run without input continues it)."""
+        stored = (await self._storage().list_messages(scope.thread_id, last=1)).items
+        if not stored or stored[-1].role != "assistant":
+            return None
+        last = stored[-1]
+        return ContinuedMessage(
+            id=last.id,
+            parts=copy.deepcopy(last.content.get("parts", [])),
+            metadata=copy.deepcopy(last.content.get("metadata") or {}),
+            prompt_count=len(db_to_prompt(last)),
+        )
+
     async def save_turn(
         self,
         scope: MemoryScope,
         inputs: Sequence[PromptMessage],
         responses: Sequence[PromptMessage],
         response_id: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        model: str | None = None,
+        continued: ContinuedMessage | None = None,
     ) -> None:
-        """Save a run's new input messages and its response (one assistant message)."""
+        """Save a run's new input messages and its response (one assistant message).
+
+        ``model`` (``provider/model-id``) labels the response's step boundaries; ``continued``
+        is the stored message a run without input appends its response to (see :func:`continues`).
+        """
+        if continued is not None and not inputs and continues(continued, responses):
+            await self._append_to(scope, continued.id, responses, metadata or {}, model)
+            return
         messages = [
             StoredMessage(
                 id=str(uuid.uuid4()),
@@ -121,21 +181,45 @@ class Memory:
             for m in inputs
             if m["role"] in ("user", "assistant")
         ]
-        parts = responses_to_parts(responses)
+        parts = responses_to_parts(responses, model)
         if parts:
+            content: dict[str, Any] = {"format": 2, "parts": parts}
+            if metadata:
+                content["metadata"] = copy.deepcopy(dict(metadata))
             messages.append(
                 StoredMessage(
                     id=response_id,
                     thread_id=scope.thread_id,
                     resource_id=scope.resource_id,
                     role="assistant",
-                    content={"format": 2, "parts": parts},
+                    content=content,
                 )
             )
         if not messages:
             return
         async with self._lock(scope.thread_id):
             await self._storage().save_messages(messages)
+
+    async def _append_to(
+        self,
+        scope: MemoryScope,
+        message_id: str,
+        responses: Sequence[PromptMessage],
+        metadata: Mapping[str, Any],
+        model: str | None,
+    ) -> None:
+        """Append a run's response to a stored message (re-read under the lock: a task may have
+        rewritten it meanwhile)."""
+        new_parts = responses_to_parts(responses, model)
+
+        def append(message: StoredMessage) -> StoredMessage:
+            content = message.content
+            content["parts"] = merge_parts(content.get("parts", []), new_parts)
+            content["metadata"] = _merge_metadata(content.get("metadata") or {}, metadata)
+            return message
+
+        async with self._lock(scope.thread_id):
+            await self._storage().update_message(message_id, append)
 
     async def apply_task_result(self, task: TaskRecord) -> bool:
         """Write a finished background task's result over its placeholder. True if found."""
@@ -166,13 +250,20 @@ def _plain_text(message: PromptMessage) -> str:
     return "".join(p.get("text", "") for p in _input_parts(message) if p.get("type") == "text")
 
 
-def responses_to_parts(responses: Sequence[PromptMessage]) -> list[dict[str, Any]]:
-    """A run's assistant/tool prompt messages as the parts of one stored assistant message."""
+def responses_to_parts(responses: Sequence[PromptMessage], model: str | None = None) -> list[dict[str, Any]]:
+    """A run's assistant/tool prompt messages as the parts of one stored assistant message.
+
+    Steps after the first open with a ``step-start`` part (labelled with ``model``, as Mastra
+    stores them); the first step has none.
+    """
     parts: list[dict[str, Any]] = []
     invocations: dict[str, dict[str, Any]] = {}
+    steps = 0
     for message in responses:
         if message["role"] == "assistant":
-            parts.append({"type": "step-start"})
+            if steps:
+                parts.append(_step_start(model))
+            steps += 1
             for part in message["content"]:
                 kind = part.get("type")
                 if kind == "text":
@@ -213,9 +304,43 @@ def responses_to_parts(responses: Sequence[PromptMessage]) -> list[dict[str, Any
                 else:
                     inv["state"] = "result"
                     inv["result"] = output.get("value")
-                if part.get("providerOptions"):
-                    invocation["providerMetadata"] = copy.deepcopy(part["providerOptions"])
+                # Mastra stamps a result's time here unless it carries other metadata (a task link).
+                invocation["providerMetadata"] = copy.deepcopy(part.get("providerOptions")) or {
+                    "mastra": {"createdAt": int(time.time() * 1000)}
+                }
     return parts
+
+
+def _step_start(model: str | None) -> dict[str, Any]:
+    if model is None:
+        return {"type": "step-start"}
+    return {"type": "step-start", "createdAt": int(time.time() * 1000), "model": model}
+
+
+def merge_parts(parts: list[dict[str, Any]], new_parts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Append a response's parts to a stored assistant message's parts (in place), as Mastra's
+    message merger: a result for a call already there updates that call; text right after a
+    tool invocation opens a new step."""
+    calls = {p["toolInvocation"]["toolCallId"]: p for p in parts if p.get("type") == "tool-invocation"}
+    for part in new_parts:
+        if part.get("type") == "tool-invocation":
+            known = calls.get(part["toolInvocation"]["toolCallId"])
+            if known is not None:
+                known.update(copy.deepcopy(part))
+                continue
+        elif part.get("type") == "text" and parts and parts[-1].get("type") == "tool-invocation":
+            parts.append({"type": "step-start"})
+        parts.append(copy.deepcopy(part))
+    return parts
+
+
+def _merge_metadata(stored: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored message's metadata with a later run's added (background tasks of both)."""
+    merged = {**copy.deepcopy(dict(new)), **copy.deepcopy(dict(stored))}
+    tasks = {**copy.deepcopy(new.get("backgroundTasks") or {}), **(merged.get("backgroundTasks") or {})}
+    if tasks:
+        merged["backgroundTasks"] = tasks
+    return merged
 
 
 def db_to_prompt(message: StoredMessage) -> list[PromptMessage]:
@@ -223,15 +348,26 @@ def db_to_prompt(message: StoredMessage) -> list[PromptMessage]:
     parts = message.content.get("parts", [])
     if message.role != "assistant":
         return [{"role": message.role, "content": copy.deepcopy(parts)}]
-    out: list[PromptMessage] = []
+    return [prompt for step in parts_to_steps(parts) for prompt in step]
+
+
+def parts_to_steps(parts: Sequence[Mapping[str, Any]]) -> list[list[PromptMessage]]:
+    """An assistant message's parts as prompt messages, grouped by step (split at ``step-start``).
+
+    A tool invocation becomes a ``tool-call`` and, once it has one, a ``tool-result`` in the
+    step's tool message; both carry the invocation's provider metadata (the task link).
+    """
+    steps: list[list[PromptMessage]] = []
     content: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
 
     def flush() -> None:
+        step: list[PromptMessage] = []
         if content:
-            out.append({"role": "assistant", "content": list(content)})
+            step.append({"role": "assistant", "content": list(content)})
         if results:
-            out.append({"role": "tool", "content": list(results)})
+            step.append({"role": "tool", "content": list(results)})
+        steps.append(step)
         content.clear()
         results.clear()
 
@@ -246,14 +382,15 @@ def db_to_prompt(message: StoredMessage) -> list[PromptMessage]:
             content.append({"type": "reasoning", "text": text})
         elif kind == "tool-invocation":
             inv = part["toolInvocation"]
-            content.append(
-                {
-                    "type": "tool-call",
-                    "toolCallId": inv["toolCallId"],
-                    "toolName": inv["toolName"],
-                    "input": inv["args"],
-                }
-            )
+            call: dict[str, Any] = {
+                "type": "tool-call",
+                "toolCallId": inv["toolCallId"],
+                "toolName": inv["toolName"],
+                "input": inv["args"],
+            }
+            if part.get("providerMetadata"):
+                call["providerOptions"] = copy.deepcopy(part["providerMetadata"])
+            content.append(call)
             if inv["state"] in ("result", "output-error"):
                 output = (
                     tool_result_output(inv.get("errorText"), is_error=True)
@@ -271,7 +408,42 @@ def db_to_prompt(message: StoredMessage) -> list[PromptMessage]:
                     result["providerOptions"] = copy.deepcopy(part["providerMetadata"])
                 results.append(result)
     flush()
-    return out
+    return [step for step in steps if step]
+
+
+def parts_to_ui(parts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Stored parts as AI SDK UI message parts (what a ``useChat`` client holds)."""
+    ui: list[dict[str, Any]] = []
+    for part in parts:
+        kind = part.get("type")
+        if kind == "tool-invocation":
+            ui.append(_ui_tool_part(part))
+        elif kind == "reasoning":
+            text = "".join(d.get("text", "") for d in part.get("details", [])) or part.get("reasoning", "")
+            ui.append({"type": "reasoning", "text": text})
+        elif kind == "text":
+            ui.append({"type": "text", "text": part["text"]})
+        else:
+            ui.append(copy.deepcopy(dict(part)))
+    return ui
+
+
+def _ui_tool_part(part: Mapping[str, Any]) -> dict[str, Any]:
+    inv = part["toolInvocation"]
+    tool: dict[str, Any] = {
+        "type": f"tool-{inv['toolName']}",
+        "toolCallId": inv["toolCallId"],
+        "input": inv.get("args", {}),
+    }
+    if inv["state"] == "result":
+        tool.update(state="output-available", output=inv.get("result"))
+    elif inv["state"] == "output-error":
+        tool.update(state="output-error", errorText=inv.get("errorText"))
+    else:
+        tool["state"] = "input-available"
+    if part.get("providerMetadata"):
+        tool["callProviderMetadata"] = copy.deepcopy(part["providerMetadata"])
+    return tool
 
 
 def _task_link(metadata: Any) -> Mapping[str, Any] | None:
@@ -313,7 +485,12 @@ def _rewrite_message(message: StoredMessage, task: TaskRecord) -> StoredMessage:
         inv.pop("result", None)
         inv.pop("errorText", None)
         inv["result" if state == "result" else "errorText"] = value
-        part["providerMetadata"]["mastra"]["backgroundTask"]["status"] = task.status
+        mastra = part["providerMetadata"]["mastra"]
+        mastra["backgroundTask"]["status"] = task.status
+        mastra["modelOutput"] = None  # as Mastra's rewrite: no model-output override for the result
+        tasks = message.content.get("metadata", {}).get("backgroundTasks", {})
+        if task.tool_call_id in tasks:
+            tasks[task.tool_call_id]["completedAt"] = (task.completed_at or datetime.now(UTC)).isoformat()
     return message
 
 

@@ -7,10 +7,11 @@ the loop reads as the loop.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from runstream.chunks import FinishChunk, StepFinishChunk, now_utc
+from runstream.memory import continues, parts_to_steps, parts_to_ui, responses_to_parts
+from runstream.models.base import PromptMessage
 
 if TYPE_CHECKING:
     from runstream.loop import LoopConfig, RunState
@@ -50,10 +51,6 @@ def add_usage(total: dict[str, Any], step: dict[str, Any]) -> None:
         total.setdefault(key, 0)
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def step_record(
     state: RunState,
     text: str,
@@ -79,10 +76,14 @@ def step_record(
         ],
     }
     # The response messages as of this step (a tool step's results are not in yet).
-    messages = [dict(m, content=list(m["content"])) for m in state.response_messages]
+    messages = response_view(state)
     if record["toolCalls"]:
         messages.append({"role": "tool", "content": []})
     record["responseMessages"] = messages
+    if _continues(state):
+        # Mastra takes a step's content from the response message by step position; continuing a
+        # stored message, that is the stored message's step of the same number.
+        record["content"] = _nth_step_content(_merged_parts(state), len(state.steps) + 1)
     state.steps.append(record)
     add_usage(state.usage, usage)
     return record
@@ -102,12 +103,49 @@ def _model_metadata(cfg: LoopConfig, record: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
+def _continues(state: RunState) -> bool:
+    return continues(state.continued, state.response_messages)
+
+
+def _merged_parts(state: RunState, model: str | None = None) -> list[dict[str, Any]]:
+    assert state.continued is not None
+    return state.continued.merged_parts(state.response_messages, model)
+
+
+def response_view(state: RunState) -> list[PromptMessage]:
+    """The run's response messages as Mastra reports them: a run that continues a stored
+    assistant message reports that whole message (with its own response appended)."""
+    if _continues(state):
+        return [m for step in parts_to_steps(_merged_parts(state)) for m in step]
+    return [dict(m, content=list(m["content"])) for m in state.response_messages]
+
+
+def _nth_step_content(parts: list[dict[str, Any]], number: int) -> list[dict[str, Any]]:
+    steps = parts_to_steps(parts)
+    if number > len(steps):
+        return []
+    content: list[dict[str, Any]] = []
+    for message in steps[number - 1]:
+        for part in message["content"]:
+            if part.get("type") == "tool-result":
+                content.append({k: v for k, v in part.items() if k != "providerOptions"})
+            else:
+                content.append(part)
+    return content
+
+
 def _messages_payload(state: RunState) -> dict[str, Any]:
-    user = [m for m in state.messages if m["role"] == "user"]
+    """The conversation (``all``), the run's new user input and its response (``nonUser``)."""
+    responses = response_view(state)
+    history = state.messages[: state.history_count]
+    if _continues(state):
+        assert state.continued is not None
+        history = history[: len(history) - state.continued.prompt_count]
+    inputs = state.new_input_messages
     return {
-        "all": list(state.messages),
-        "user": user,
-        "nonUser": [m for m in state.messages if m["role"] != "user"],
+        "all": [*history, *inputs, *responses],
+        "user": [m for m in inputs if m["role"] == "user"],
+        "nonUser": responses,
     }
 
 
@@ -186,62 +224,49 @@ def finish_chunk(
         payload["backgroundTaskPending"] = True
     payload["response"] = {
         **_model_metadata(cfg, record),
-        "messages": [dict(m, content=list(m["content"])) for m in state.response_messages],
+        "messages": response_view(state),
         "uiMessages": [_ui_message(cfg, state)],
     }
     payload["response"].pop("request", None)
     return FinishChunk(state.run_id, payload)  # type: ignore[arg-type]
 
 
-def _ui_message(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
-    """The run's response as one AI SDK UI message (what a ``useChat`` client would hold)."""
-    parts: list[dict[str, Any]] = []
-    tools: dict[str, dict[str, Any]] = {}
-    background: dict[str, Any] = {}
-    steps = 0
-    for message in state.response_messages:
-        if message["role"] == "assistant":
-            if steps:
-                parts.append(
-                    {
-                        "type": "step-start",
-                        "createdAt": _now_ms(),
-                        "model": f"{cfg.model.provider}/{cfg.model.model_id}",
-                    }
-                )
-            steps += 1
-            for part in message["content"]:
-                kind = part.get("type")
-                if kind in ("text", "reasoning"):
-                    parts.append({"type": kind, "text": part["text"]})
-                elif kind == "tool-call":
-                    tool_part = {
-                        "type": f"tool-{part['toolName']}",
-                        "toolCallId": part["toolCallId"],
-                        "input": part.get("input", {}),
-                        "state": "input-available",
-                    }
-                    link = (part.get("providerOptions") or {}).get("mastra", {}).get("backgroundTask")
-                    if link:
-                        tool_part["callProviderMetadata"] = part["providerOptions"]
-                        background[part["toolCallId"]] = {"startedAt": now_utc(), "taskId": link["taskId"]}
-                    tools[part["toolCallId"]] = tool_part
-                    parts.append(tool_part)
-        elif message["role"] == "tool":
-            for part in message["content"]:
-                found = tools.get(part.get("toolCallId", ""))
-                output = part.get("output") or {}
-                if found is None:
-                    continue
-                tool_part = found
-                if output.get("type") in ("error-text", "error-json"):
-                    tool_part.update(state="output-error", errorText=output.get("value"))
-                else:
-                    tool_part.update(state="output-available", output=output.get("value"))
+def model_label(cfg: LoopConfig) -> str:
+    """``provider/model-id``, as Mastra labels a message's step boundaries."""
+    return f"{cfg.model.provider}/{cfg.model.model_id}"
+
+
+def run_metadata(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
+    """The response message's metadata: the model, and the background tasks its calls started."""
     metadata: dict[str, Any] = {"modelId": cfg.model.model_id, "provider": cfg.model.provider}
+    background: dict[str, Any] = {}
+    for message in state.response_messages:
+        if message["role"] != "assistant":
+            continue
+        for part in message["content"]:
+            link = (part.get("providerOptions") or {}).get("mastra", {}).get("backgroundTask")
+            if part.get("type") == "tool-call" and link:
+                background[part["toolCallId"]] = {
+                    "startedAt": now_utc().isoformat(),
+                    "taskId": link["taskId"],
+                }
     if background:
         metadata.update(mode="stream", backgroundTasks=background)
+    return metadata
+
+
+def _ui_message(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
+    """The run's response as one AI SDK UI message (what a ``useChat`` client would hold)."""
+    message_id = state.message_id
+    metadata = run_metadata(cfg, state)
+    if _continues(state):
+        assert state.continued is not None
+        message_id = state.continued.id
+        parts = _merged_parts(state, model_label(cfg))
+        metadata = {**metadata, **state.continued.metadata}
+    else:
+        parts = responses_to_parts(state.response_messages, model_label(cfg))
     metadata["createdAt"] = now_utc()
     if cfg.thread_id is not None:
         metadata.update(threadId=cfg.thread_id, resourceId=cfg.resource_id)
-    return {"id": state.message_id, "role": "assistant", "metadata": metadata, "parts": parts}
+    return {"id": message_id, "role": "assistant", "metadata": metadata, "parts": parts_to_ui(parts)}
