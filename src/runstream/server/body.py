@@ -15,12 +15,14 @@ from typing import Any
 
 import jsonschema
 
+from runstream.agent import client_tool
 from runstream.memory import MemoryScope
 from runstream.models.base import ModelSettings
 from runstream.server.auth import Principal
 from runstream.server.errors import ApiError
 from runstream.server.messages import Prompt, to_prompt
 from runstream.structured import StructuredOutput
+from runstream.tools import Tool
 
 _SETTINGS = {
     "temperature": "temperature",
@@ -52,7 +54,7 @@ class StreamRequest:
     structured_output: StructuredOutput | None = None
     until_idle: bool | dict[str, Any] = False
     context: list[Prompt] = field(default_factory=list)
-    client_tools: dict[str, dict[str, Any]] = field(default_factory=dict)
+    client_tools: dict[str, Tool] = field(default_factory=dict)
     active_tools: list[str] | None = None
     instructions: str | None = None
     require_tool_approval: bool = False
@@ -68,6 +70,7 @@ class StreamRequest:
             "context": self.context,
             "memory": self.memory,
             "until_idle": self.until_idle,
+            "client_tools": self.client_tools,
         }
 
 
@@ -153,12 +156,22 @@ def _structured(value: Mapping[str, Any] | None) -> StructuredOutput | None:
         raise invalid(f"'structuredOutput.schema' is not a valid JSON Schema: {message}") from None
 
 
-def _client_tools(value: Any) -> dict[str, dict[str, Any]]:
+def _client_tools(value: Any) -> dict[str, Tool]:
+    """``clientTools: {name: {description, inputSchema | parameters}}`` as tools the client runs."""
     if value is None:
         return {}
     if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
         raise invalid("'clientTools' must map tool names to tool definitions")
-    return {str(name): dict(spec) for name, spec in value.items()}
+    tools: dict[str, Tool] = {}
+    for name, spec in value.items():
+        schema = spec.get("inputSchema") or spec.get("parameters")
+        try:
+            tools[str(name)] = client_tool(
+                str(name), description=str(spec.get("description") or ""), input_schema=schema
+            )
+        except (ValueError, TypeError) as exc:
+            raise invalid(f"clientTools.{name}: {exc}") from None
+    return tools
 
 
 def parse_stream_body(

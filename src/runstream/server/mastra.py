@@ -25,7 +25,7 @@ from runstream.server.auth import principal_of
 from runstream.server.body import StreamRequest, parse_stream_body
 from runstream.server.context import ServerContext, json_body
 from runstream.server.errors import ApiError
-from runstream.server.overrides import absorb_tool_results, request_agent, settle_client_run
+from runstream.server.overrides import absorb_tool_results, request_agent
 from runstream.server.streaming import Run, owned_run, parse_event_id, reconnect, replay, respond
 from runstream.server.tasks_api import resume_task_stream
 from runstream.server.wire import encode_json
@@ -82,14 +82,13 @@ async def start_stream(agent: Agent, request: StreamRequest) -> Run:
         raise ApiError(403, f"Thread {thread} belongs to another resource") from None
     except (ValueError, TypeError) as exc:
         raise ApiError(400, str(exc)) from None
-    return Run(out, view, request.memory, tuple(request.client_tools))
+    return Run(out, view, request.memory)
 
 
 async def full_output(run: Run) -> dict[str, Any]:
     """Mastra's ``generate`` response, with ChunkType-style ``toolCalls`` (client-js reads ``payload``)."""
     out = run.out
     await out.consume()
-    await settle_client_run(run.agent, out, run.scope, run.client_tools)
     full = await out.get_full_output()
     state = out.state
     full["toolCalls"] = [chunk.to_wire() for chunk in state.tool_calls]

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from starlette.requests import Request
@@ -25,7 +25,6 @@ from runstream.output import RunOutput
 from runstream.server.auth import Principal
 from runstream.server.context import ServerContext
 from runstream.server.errors import ApiError
-from runstream.server.overrides import client_tool_stream, settle_client_run
 from runstream.server.resumable import ReplayGapError, RunInfo
 from runstream.server.sse import DONE, SSEResponse, data_frame
 from runstream.server.wire import encode_json, run_events
@@ -43,19 +42,13 @@ class Run:
     out: RunOutput
     agent: Agent
     scope: MemoryScope | None = None
-    client_tools: Collection[str] = field(default_factory=tuple)
 
     @property
     def run_id(self) -> str:
         return self.out.run_id
 
     def chunks(self) -> AsyncIterator[AnyChunk]:
-        return self._with_client_tools() if self.client_tools else self.out.full_stream
-
-    async def _with_client_tools(self) -> AsyncIterator[AnyChunk]:
-        async for chunk in client_tool_stream(self.out, self.client_tools):
-            yield chunk
-        await settle_client_run(self.agent, self.out, self.scope, self.client_tools)
+        return self.out.full_stream
 
     def events(self, wrap: Callable[[str], T]) -> AsyncIterator[T]:
         """The run as ``wrap(wire JSON)``, ending in-band with error + finish if it fails."""
