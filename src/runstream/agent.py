@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from runstream import suspension, tracing
 from runstream.abort import AbortController, AbortSignal
-from runstream.chunks import AnyChunk
+from runstream.chunks import AnyChunk, iso_datetime, now_utc
 from runstream.goals import (
     GoalCheck,
     GoalConfig,
@@ -27,7 +27,7 @@ from runstream.goals import (
     objective_signal,
     resolve_judge,
 )
-from runstream.loop import LoopConfig, ResumeAction, RunState, agent_loop
+from runstream.loop import LoopConfig, ResumeAction, RunState, agent_loop, draft07_schema_json
 from runstream.memory import ContinuedMessage, Memory, MemoryScope, rewrite_prompt_result
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.output import RunOutput
@@ -486,6 +486,10 @@ class Agent:
 
         async def on_terminal(task: TaskRecord) -> None:
             if task.status == "suspended":
+                tool = cfg.tools.get(task.tool_name)
+                schema = tool.resume_schema if tool is not None else None
+                if state.saved and memory is not None and cfg.thread_id is not None:
+                    await memory.apply_task_suspension(task, draft07_schema_json(schema) if schema else None)
                 return
             if not state.saved:
                 rewrite_prompt_result(state.messages, task)
@@ -525,6 +529,7 @@ class Agent:
                 self._suspended[state.run_id] = (cfg, state, options)
                 if storage is not None:
                     data = suspension.snapshot(self.id, state, _options_to_json(options))
+                    data["suspendedAt"] = iso_datetime(now_utc())
                     await storage.save_snapshot(suspension.NAMESPACE, state.run_id, data)
                 return
             if resume is not None and storage is not None:
@@ -622,6 +627,19 @@ class Agent:
     async def resume_stream(self, data: Any, *, run_id: str, tool_call_id: str | None = None) -> RunOutput:
         """Resume a suspended tool with ``data`` (it runs again with ``ctx.resume_data``)."""
         return await self._continue(run_id, ResumeAction("resume", tool_call_id, data=data))
+
+    async def suspended_runs(self) -> list[dict[str, Any]]:
+        """The stored snapshots (see :func:`.suspension.snapshot`, plus ``suspendedAt``) of this
+        agent's runs that wait for a human, for listings."""
+        storage = self._run_storage()
+        if storage is None:
+            return []
+        found = []
+        for run_id in await storage.list_snapshots(suspension.NAMESPACE):
+            data = await storage.load_snapshot(suspension.NAMESPACE, run_id)
+            if data is not None and data.get("agentId") == self.id:
+                found.append(data)
+        return found
 
     async def suspended_run(self, run_id: str) -> suspension.SuspendedRun | None:
         """What a run that stopped for a human waits for (and its thread and resource)."""
