@@ -171,6 +171,15 @@ def test_abort(live: Live) -> None:
 def test_approval(live: Live) -> None:
     out = node(live, "approval")
     assert out["stopped"][-2:] == ["tool-call", "tool-call-approval"]
+    assert out["waiting"]["total"] == 1 and out["waiting"]["sameRun"]
+    assert out["waiting"]["toolCalls"] == [
+        {
+            "toolCallId": out["waiting"]["toolCalls"][0]["toolCallId"],
+            "toolName": "delete_file",
+            "args": {"path": "/tmp/report.txt"},
+            "requiresApproval": True,
+        }
+    ]
     assert out["approved"]["sameRun"] and out["approved"]["types"][:2] == ["tool-result", "step-finish"]
     assert out["approved"]["text"] == 'Tool said: {"deleted": "/tmp/report.txt"}'
     assert out["declined"]["denied"]["approval"] == {

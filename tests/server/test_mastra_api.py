@@ -161,3 +161,43 @@ def test_resume_a_suspended_background_task(client: httpx.Client) -> None:
         "focus": "reefs",
     }
     assert client.get(f"/api/background-tasks/{suspended['taskId']}").json()["status"] == "completed"
+
+
+def test_suspended_runs(client: httpx.Client) -> None:
+    thread = f"t-{uuid.uuid4().hex[:6]}"
+    memory = {"thread": thread, "resource": "lister"}
+    stopped = {}
+    for prompt in ("delete it", "order tea"):
+        chunks = chunks_of(
+            client.post("/api/agents/assistant/stream", json={"messages": prompt, "memory": memory}).content
+        )
+        stopped[prompt] = chunks[-1]
+    listed = client.get(f"/api/agents/assistant/suspended-runs?threadId={thread}").json()
+    assert listed["total"] == 2
+    by_run = {run["runId"]: run for run in listed["runs"]}
+    approval = by_run[stopped["delete it"]["runId"]]
+    assert approval["status"] == "suspended" and approval["threadId"] == thread
+    assert approval["resourceId"] == "lister" and approval["suspendedAt"].endswith("Z")
+    assert approval["toolCalls"] == [
+        {
+            "toolCallId": stopped["delete it"]["payload"]["toolCallId"],
+            "toolName": "delete_file",
+            "args": {"path": "/tmp/report.txt"},
+            "requiresApproval": True,
+        }
+    ]
+    order = by_run[stopped["order tea"]["runId"]]["toolCalls"][0]
+    assert order["requiresApproval"] is False and order["suspendPayload"] == {"confirm": "Order tea?"}
+    newest = client.get(f"/api/agents/assistant/suspended-runs?threadId={thread}&perPage=1").json()
+    assert newest["total"] == 2 and [r["runId"] for r in newest["runs"]] == [stopped["order tea"]["runId"]]
+
+    run_id = stopped["delete it"]["runId"]
+    client.post("/api/agents/assistant/approve-tool-call", json={"runId": run_id}).raise_for_status()
+    left = client.get(f"/api/agents/assistant/suspended-runs?threadId={thread}").json()
+    assert [r["runId"] for r in left["runs"]] == [stopped["order tea"]["runId"]]
+    assert client.get("/api/agents/assistant/suspended-runs?resourceId=nobody").json() == {
+        "runs": [],
+        "total": 0,
+    }
+    assert client.get("/api/agents/assistant/suspended-runs?perPage=0").status_code == 400
+    assert client.get("/api/agents/nope/suspended-runs").status_code == 404

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
+from starlette.responses import Response
 
 from runstream.agent import Agent
 from runstream.memory import MemoryScope
@@ -16,6 +17,7 @@ from runstream.runtime import Runstream
 from runstream.server.auth import Principal
 from runstream.server.errors import ApiError
 from runstream.server.resumable import RunRegistry
+from runstream.server.wire import encode_json
 from runstream.tasks.manager import BackgroundTaskManager
 
 MAX_REMEMBERED_RUNS = 10_000
@@ -83,3 +85,10 @@ def query_date(request: Request, name: str) -> datetime | None:
     except ValueError:
         raise ApiError(400, f"Query parameter {name!r} must be an ISO 8601 date, got {value!r}") from None
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def json_response(value: Any, status: int = 200) -> Response:
+    text = encode_json(value)
+    if text is None:
+        raise ApiError(500, "The response could not be encoded as JSON")
+    return Response(text, status_code=status, media_type="application/json")

@@ -2,8 +2,8 @@
 
 Agents: list, details, ``generate`` (JSON), ``stream`` / ``stream-until-idle`` (SSE),
 ``approve-tool-call`` / ``decline-tool-call`` / ``resume-stream`` (SSE continuations of a run that
-stopped for a human), ``observe`` (replay of a detached run). Tools: list, details, execute, both
-at ``/tools`` and under an agent. Our extensions: ``GET /runs/:runId/stream`` (resumable replay
+stopped for a human), ``suspended-runs`` (those runs, listed), ``observe`` (replay of a detached
+run). Tools: list, details, execute, both at ``/tools`` and under an agent. Our extensions: ``GET /runs/:runId/stream`` (resumable replay
 with SSE ids) and ``POST /runs/:runId/abort``.
 """
 
@@ -23,12 +23,12 @@ from runstream.agent import Agent, RunNotFoundError
 from runstream.output import RunOutput
 from runstream.server.auth import principal_of
 from runstream.server.body import StreamRequest, parse_stream_body
-from runstream.server.context import ServerContext, json_body
+from runstream.server.context import ServerContext, json_body, json_response
 from runstream.server.errors import ApiError
 from runstream.server.overrides import absorb_tool_results, request_agent
 from runstream.server.streaming import Run, owned_run, parse_event_id, reconnect, replay, respond
+from runstream.server.suspended_runs import list_suspended_runs
 from runstream.server.tasks_api import resume_task_stream
-from runstream.server.wire import encode_json
 from runstream.storage import ThreadResourceMismatchError
 from runstream.tools import Tool, ToolArgumentsError, ToolContext, ToolWriter
 
@@ -60,13 +60,6 @@ def serialize_agent(agent: Agent) -> dict[str, Any]:
         "defaultOptions": {"maxSteps": agent.max_steps},
         "hasMemory": agent.memory is not None,
     }
-
-
-def json_response(value: Any, status: int = 200) -> Response:
-    text = encode_json(value)
-    if text is None:
-        raise ApiError(500, "The response could not be encoded as JSON")
-    return Response(text, status_code=status, media_type="application/json")
 
 
 async def start_stream(agent: Agent, request: StreamRequest) -> Run:
@@ -118,6 +111,7 @@ class MastraRoutes:
             Route(f"{a}/decline-tool-call", self.decline, methods=["POST"]),
             Route(f"{a}/resume-stream", self.resume_stream, methods=["POST"]),
             Route(f"{a}/observe", self.observe, methods=["POST"]),
+            Route(f"{a}/suspended-runs", self.suspended_runs),
             Route(f"{a}/tools/{{tool_id}}", self.agent_tool),
             Route(f"{a}/tools/{{tool_id}}/execute", self.execute_agent_tool, methods=["POST"]),
             Route("/tools", self.list_tools),
@@ -213,6 +207,9 @@ class MastraRoutes:
             )
 
         return await self._continue(request, body, start)
+
+    async def suspended_runs(self, request: Request) -> Response:
+        return await list_suspended_runs(self.ctx, self.ctx.agent(request.path_params["agent_id"]), request)
 
     # -- replays of detached runs ----------------------------------------------------------------------
     async def observe(self, request: Request) -> Response:

@@ -31,9 +31,8 @@ from starlette.routing import Route
 from runstream.chunks import error_to_wire, to_jsonable
 from runstream.schema import SchemaValidationError
 from runstream.server.auth import Principal, principal_of
-from runstream.server.context import ServerContext, json_body, query_date, query_int
+from runstream.server.context import ServerContext, json_body, json_response, query_date, query_int
 from runstream.server.errors import ApiError
-from runstream.server.mastra import json_response
 from runstream.server.resumable import ReplayGapError, RunInfo
 from runstream.server.sse import SSE_HEADERS, SSEResponse
 from runstream.server.wire import chunk_json

@@ -1,0 +1,75 @@
+"""``GET /agents/:agentId/suspended-runs`` (client-js ``agent.listSuspendedRuns``): the agent's
+runs waiting for a human — a tool call to approve or a tool that suspended — read from storage,
+so they survive a restart. Each lists only the calls it waits for."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from runstream.agent import Agent
+from runstream.server.auth import principal_of
+from runstream.server.context import ServerContext, json_response, query_date, query_int
+
+
+def suspended_run_json(data: Mapping[str, Any]) -> dict[str, Any]:
+    """One stored snapshot (see ``runstream.suspension``) as a listing item."""
+    pending = data.get("pending") or {}
+    awaiting = set(pending.get("awaitingApproval") or [])
+    suspended = pending.get("suspended") or {}
+    calls = []
+    for call in pending.get("calls") or []:
+        call_id = call.get("toolCallId")
+        item = {"toolCallId": call_id, "toolName": call.get("toolName"), "args": call.get("args")}
+        if call_id in awaiting:
+            calls.append({**item, "requiresApproval": True})
+        elif call_id in suspended:
+            calls.append({**item, "requiresApproval": False, "suspendPayload": suspended[call_id]})
+    out: dict[str, Any] = {
+        "runId": data.get("runId"),
+        "status": "suspended",
+        "suspendedAt": data.get("suspendedAt"),
+        "toolCalls": calls,
+    }
+    memory = (data.get("options") or {}).get("memory") or {}
+    if memory.get("thread"):
+        out.update(threadId=memory["thread"], resourceId=memory.get("resource"))
+    return out
+
+
+def _within(stamp: Any, after: datetime | None, before: datetime | None) -> bool:
+    if after is None and before is None:
+        return True
+    if not isinstance(stamp, str):
+        return False
+    moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    return (after is None or moment >= after) and (before is None or moment <= before)
+
+
+async def list_suspended_runs(ctx: ServerContext, agent: Agent, request: Request) -> Response:
+    """Newest first; filters ``threadId``, ``resourceId``, ``fromDate``/``toDate`` (on
+    ``suspendedAt``); pages ``page``/``perPage``. A confined caller sees its resource's runs."""
+    principal = principal_of(request)
+    resource = principal.resource(request.query_params.get("resourceId") or None)
+    thread = request.query_params.get("threadId") or None
+    after, before = query_date(request, "fromDate"), query_date(request, "toDate")
+    per_page = query_int(request, "perPage", None, minimum=1)
+    page = query_int(request, "page", 0) or 0
+    runs = []
+    for data in await agent.suspended_runs():
+        run = suspended_run_json(data)
+        owner = run.get("resourceId") or ctx.run_owners.get(str(run["runId"]))
+        if (
+            principal.owns(owner)
+            and (resource is None or owner == resource)
+            and (thread is None or run.get("threadId") == thread)
+            and _within(run["suspendedAt"], after, before)
+        ):
+            runs.append(run)
+    runs.sort(key=lambda r: str(r["suspendedAt"] or ""), reverse=True)
+    shown = runs[page * per_page : (page + 1) * per_page] if per_page else runs
+    return json_response({"runs": shown, "total": len(runs)})
