@@ -44,6 +44,8 @@ def data_frame(json_text: str, event_id: str | None = None) -> bytes:
 class SSEResponse(Response):
     """Streams ``frames`` (already framed bytes) with heartbeats; a disconnect stops the reading.
 
+    Workflow streams (JSON records, not SSE) use it too, with their own headers and no heartbeats.
+
     When the client goes away, the task reading ``frames`` is cancelled, ``on_disconnect`` runs
     (a directly streamed run is aborted there) and ``frames`` is closed.
     """

@@ -19,7 +19,6 @@ from typing import TypeVar
 from starlette.requests import Request
 
 from runstream.agent import Agent
-from runstream.chunks import AnyChunk
 from runstream.memory import MemoryScope
 from runstream.output import RunOutput
 from runstream.server.auth import Principal
@@ -47,12 +46,9 @@ class Run:
     def run_id(self) -> str:
         return self.out.run_id
 
-    def chunks(self) -> AsyncIterator[AnyChunk]:
-        return self.out.full_stream
-
     def events(self, wrap: Callable[[str], T]) -> AsyncIterator[T]:
         """The run as ``wrap(wire JSON)``, ending in-band with error + finish if it fails."""
-        return run_events(self.chunks(), self.run_id, wrap)
+        return run_events(self.out.full_stream, self.run_id, wrap)
 
     def abandon(self) -> None:
         """The client went away: abort, and let the run wind down (its turn is still saved)."""
