@@ -6,11 +6,17 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
 
-from tests.server.conftest import Live
+from runstream.runtime import Runstream
+from runstream.server import create_app
+from runstream.server.auth import open_access
+from runstream.storage import SqliteStorage
+from tests.server.agents import Gates, build_workflows
+from tests.server.conftest import Live, serve
 from tests.server.test_auth_and_isolation import by_token
 
 W = "/api/workflows/approval"
@@ -218,3 +224,20 @@ def test_pages(app_factory: Callable[..., str]) -> None:
         assert [r["runId"] for r in first["runs"] + second["runs"]] == ids[::-1]  # newest first
         assert client.get(f"{W}/runs?offset=2&limit=2").json()["runs"] == second["runs"]
         assert {r["snapshot"]["status"] for r in first["runs"]} == {"pending"}
+
+
+def test_a_suspended_run_resumes_in_a_new_process(tmp_path: Path) -> None:
+    def server() -> Any:
+        runtime = Runstream(
+            workflows=build_workflows(Gates()), storage=SqliteStorage(str(tmp_path / "wf.db"))
+        )
+        return serve(create_app(runtime, auth=open_access))
+
+    with server() as url, httpx.Client(base_url=url, timeout=20) as first:
+        run_id = start_suspended(first, resourceId="r-1")
+    with server() as url, httpx.Client(base_url=url, timeout=20) as second:
+        assert second.get(f"{W}/runs/{run_id}").json()["status"] == "suspended"
+        resumed = second.post(f"{W}/resume-stream?runId={run_id}", json={"resumeData": {"approved": True}})
+        assert records(resumed.content)[-1]["payload"]["workflowStatus"] == "success"
+        listed = second.get(f"{W}/runs?resourceId=r-1").json()["runs"]
+        assert [(r["runId"], r["snapshot"]["status"]) for r in listed] == [(run_id, "success")]
