@@ -306,6 +306,7 @@ async def agent_loop(
     step_processors = [p for p in processors if hasattr(p, "process_output_step")]
     structured = cfg.structured_output
     retry_feedback: list[PromptMessage] = []
+    eager_allowed = not any(tool.require_approval for tool in cfg.tools.values())
 
     while state.status == "running":
         if signal.aborted:
@@ -346,6 +347,7 @@ async def agent_loop(
         step_started_emitted = False
         warnings: list[Any] = []
         streaming_tool_names: dict[str, str] = {}
+        eager = _EagerTools() if eager_allowed else None
         step_span = tracing.start_child(
             state.span,
             "runstream.model.step",
@@ -369,6 +371,9 @@ async def agent_loop(
         else:
             try:
                 async for part in parts:
+                    if eager is not None and eager.tasks:
+                        for emitted in eager.emitted():
+                            yield _with_run_id(emitted, run_id)
                     kind = part["type"]
                     chunk: AnyChunk | None
                     if kind == "text-delta":
@@ -422,6 +427,8 @@ async def agent_loop(
                             payload["providerMetadata"] = call.provider_metadata
                         chunk = ToolCallChunk(run_id, payload)  # type: ignore[arg-type]
                         state.tool_calls.append(chunk)
+                        if eager is not None:
+                            eager.start(cfg, state, call)
                     elif kind == "source":
                         chunk = SourceChunk(run_id, _source_payload(part))
                         state.sources.append(chunk)
@@ -487,6 +494,8 @@ async def agent_loop(
                 yield _step_start(state, request_info, warnings, step_started)
         tracing.end_step_span(step_span, step_usage, "error" if step_error else finish_reason, step_error)
 
+        if eager is not None and (signal.aborted or tripwire is not None):
+            await eager.cancel()
         if signal.aborted:
             yield _abort_chunk(state)
             yield finish_chunk(cfg, state, "aborted")
@@ -532,7 +541,7 @@ async def agent_loop(
                     calls=calls, awaiting_approval=set(), suspended={}, done={}, step_record=record
                 )
                 state.pending = pending
-                async for chunk in _run_tool_step(cfg, state, pending):
+                async for chunk in _run_tool_step(cfg, state, pending, eager):
                     yield chunk
                 if state.pending is not None:  # stopped for a human: the error ends nothing yet
                     return
@@ -555,6 +564,8 @@ async def agent_loop(
                     proc_ctx,
                 )
             except TripWire as trip:
+                if eager is not None:
+                    await eager.cancel()
                 record = step_record(
                     state, text, content, step_usage, "retry", request_info, response_meta, warnings
                 )
@@ -640,7 +651,7 @@ async def agent_loop(
         )
         record["finishReason"] = finish_reason
         state.pending = pending
-        async for chunk in _run_tool_step(cfg, state, pending):
+        async for chunk in _run_tool_step(cfg, state, pending, eager):
             yield chunk
         if signal.aborted:
             yield _abort_chunk(state)
@@ -762,8 +773,45 @@ async def _finish_pending_step(
         yield finish_chunk(cfg, state, record.get("finishReason", "tool-calls"))
 
 
+class _EagerTools:
+    """Tools started the moment the model's ``tool-call`` part arrives, as Mastra does: they run
+    while the model is still streaming (a second call's arguments, more text), and the tool step
+    then only collects them. What they emit meanwhile (``tool-output``, ``data-*``,
+    ``background-task-started``) is delivered between model parts, in the order it happened.
+
+    Only for agents without approval-gated tools: a step with an approval runs nothing before it
+    is answered."""
+
+    __slots__ = ("outbox", "tasks")
+
+    def __init__(self) -> None:
+        self.outbox: asyncio.Queue[AnyChunk | None] = asyncio.Queue()
+        self.tasks: dict[str, asyncio.Task[ToolOutcome]] = {}
+
+    def start(self, cfg: LoopConfig, state: RunState, call: ToolCall) -> None:
+        self.tasks[call.tool_call_id] = asyncio.create_task(
+            _execute_call(cfg, state, call, self.outbox.put_nowait, None)
+        )
+
+    def emitted(self) -> list[AnyChunk]:
+        """What the started tools emitted so far (never waits)."""
+        chunks = []
+        while not self.outbox.empty():
+            chunk = self.outbox.get_nowait()
+            if chunk is not None:
+                chunks.append(chunk)
+        return chunks
+
+    async def cancel(self) -> None:
+        """Stop tools whose step ended without running its tool calls (abort, tripwire)."""
+        for task in self.tasks.values():
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        self.tasks.clear()
+
+
 async def _run_tool_step(
-    cfg: LoopConfig, state: RunState, pending: PendingToolStep
+    cfg: LoopConfig, state: RunState, pending: PendingToolStep, eager: _EagerTools | None = None
 ) -> AsyncIterator[AnyChunk]:
     """Execute the step's tool calls, streaming their output; stop for approvals/suspensions."""
     run_id = state.run_id
@@ -801,13 +849,16 @@ async def _run_tool_step(
             return
         to_run.append(call)
 
-    outbox: asyncio.Queue[AnyChunk | None] = asyncio.Queue()
+    outbox: asyncio.Queue[AnyChunk | None] = eager.outbox if eager is not None else asyncio.Queue()
     emit = outbox.put_nowait
 
     async def run_one(call: ToolCall) -> None:
         try:
-            pending.done[call.tool_call_id] = await _execute_call(
-                cfg, state, call, emit, resume_data.get(call.tool_call_id)
+            started = eager.tasks.pop(call.tool_call_id, None) if eager is not None else None
+            pending.done[call.tool_call_id] = await (
+                started
+                if started is not None
+                else _execute_call(cfg, state, call, emit, resume_data.get(call.tool_call_id))
             )
         finally:
             emit(None)
@@ -820,9 +871,7 @@ async def _run_tool_step(
             if item is None:
                 remaining -= 1
             else:
-                if not item.run_id:
-                    item.run_id = run_id
-                yield item
+                yield _with_run_id(item, run_id)
     finally:
         for task in tasks:
             if not task.done():
@@ -993,6 +1042,13 @@ def _link_call(state: RunState, tool_call_id: str, provider_metadata: dict[str, 
 def _is_placeholder(outcome: ToolOutcome) -> bool:
     mastra = (outcome.provider_metadata or {}).get("mastra") or {}
     return bool((mastra.get("backgroundTask") or {}).get("status") == "running")
+
+
+def _with_run_id(chunk: AnyChunk, run_id: str) -> AnyChunk:
+    """Tools emit chunks without knowing the run; they get its id on the way out."""
+    if not chunk.run_id:
+        chunk.run_id = run_id
+    return chunk
 
 
 def _abort_chunk(state: RunState) -> AnyChunk:
