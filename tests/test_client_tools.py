@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from runstream import Agent, tool
+from runstream import Agent, Tool, tool
 from runstream.agent import client_tool
 from runstream.models.base import ModelRequest, ModelStream
 from runstream.testing import ScriptedModel
@@ -108,3 +108,16 @@ async def test_after_an_approval_the_run_still_stops_for_the_client() -> None:
     assert [c.payload["result"] for c in chunks if c.type == "tool-result"] == [{"wiped": True}]
     assert chunks[-1].type == "finish" and chunks[-1].payload["stepResult"]["reason"] == "tool-calls"
     assert approved.state.status == "success"
+
+
+async def test_the_loop_never_executes_a_client_tool() -> None:
+    executed: list[str] = []
+
+    async def recorded(args: dict[str, Any], ctx: Any) -> None:
+        executed.append(ctx.tool_call_id)
+
+    on_client = Tool("confirm", recorded, input_schema=CONFIRM.input_schema)
+    model = ScriptedModel(calls=[calls("clock", "confirm"), reply("never reached")])
+    out = await Agent("a", model=model, tools=[clock]).stream("go", client_tools=[on_client])
+    await out.consume()
+    assert out.state.finish_reason == "tool-calls" and executed == []

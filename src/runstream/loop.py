@@ -427,8 +427,8 @@ async def agent_loop(
                             payload["providerMetadata"] = call.provider_metadata
                         chunk = ToolCallChunk(run_id, payload)  # type: ignore[arg-type]
                         state.tool_calls.append(chunk)
-                        if eager is not None:
-                            eager.start(cfg, state, call)
+                        if eager is not None and call.tool_name not in cfg.client_tools:
+                            eager.start(cfg, state, call)  # a client tool runs on the client
                     elif kind == "source":
                         chunk = SourceChunk(run_id, _source_payload(part))
                         state.sources.append(chunk)
