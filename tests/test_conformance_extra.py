@@ -9,7 +9,8 @@ data from a task, suspended tasks resumed after the stream closed, cancelled whi
 suspended while another task runs, and suspended under a plain stream, a continuation that starts
 another task, backpressure reject, a task after a foreground step, an awaited task under until-idle,
 a timeout with retries left), parallel tool calls (completion order, errors before results), tools
-that start while the model still streams, and loop edge cases (one step only, a forced tool, a failing second model call,
+that start while the model still streams, goals (budget spent, a judge answering prose, waiting)
+and completion checks (never passing, strategy any), and loop edge cases (one step only, a forced tool, a failing second model call,
 an error part after a tool call, two text blocks, a reasoning signature, a string tool result). All must match at
 level 2; those listed in ``LEVEL_3`` at level 3 too."""
 

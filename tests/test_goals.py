@@ -87,7 +87,7 @@ async def test_budget_exhausted_pauses_the_goal_and_later_runs_skip_it() -> None
         chunks = await run(agent)
         final = goals(chunks)[-1]
         assert final["maxRunsReached"] and final["status"] == "paused" and not final["shouldContinue"]
-        assert "max_runs" in final["pausedReason"]
+        assert "Ran out of evaluation budget (2 runs)" in final["pausedReason"]
         record = await agent.get_objective(thread_id="t1")
         assert record is not None and record.status == "paused" and record.runs_used == 2
         again = await run(agent, "And now?")
@@ -124,6 +124,28 @@ async def test_a_failing_judge_pauses_the_goal_with_the_reason() -> None:
     assert final["judgeFailed"] and final["status"] == "paused" and "judge offline" in final["reason"]
     assert model.call_count == 1
     assert record is not None and record.runs_used == 1 and record.status == "paused"
+
+
+@pytest.mark.parametrize(
+    ("answer", "problem"),
+    [
+        ("Looks fine to me.", "- root: Invalid input: expected object, received undefined"),
+        ('{"reason": "fine"}', '- decision: Invalid option: expected one of "done"|"continue"|"waiting"'),
+        (
+            '{"decision": "maybe", "reason": "x"}',
+            '- decision: Invalid option: expected one of "done"|"continue"|"waiting"',
+        ),
+    ],
+)
+async def test_a_judge_answer_that_breaks_the_schema_pauses_the_goal(answer: str, problem: str) -> None:
+    runtime, agent = goal_agent(ScriptedModel(calls=[say("draft")]), ScriptedModel(calls=[say(answer)]))
+    async with runtime:
+        await agent.set_objective("Write a haiku", thread_id="t1")
+        final = goals(await run(agent))[-1]
+    assert final["judgeFailed"] and final["status"] == "paused"
+    assert final["reason"] == (
+        f"Scorer threw an error: Scorer Run Failed: Structured output validation failed: {problem}"
+    )
 
 
 async def test_no_judge_means_nothing_happens() -> None:

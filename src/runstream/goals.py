@@ -24,6 +24,7 @@ from pydantic_core import from_json
 from runstream.chunks import AnyChunk, DataChunk, GoalChunk, now_utc
 from runstream.loop import CheckVerdict, LoopConfig, RunState
 from runstream.models.base import LanguageModel, ModelRequest, PromptMessage
+from runstream.schema import UNDEFINED, Schema
 from runstream.storage import Storage
 
 GoalStatus = Literal["active", "paused", "done"]
@@ -51,6 +52,8 @@ VERDICT_SCHEMA: dict[str, Any] = {
     "required": ["decision", "reason"],
     "additionalProperties": False,
 }
+
+_VERDICT = Schema(VERDICT_SCHEMA)
 
 JudgeResolver = Callable[[RunState], LanguageModel | Awaitable[LanguageModel | None] | None]
 CustomScorer = Callable[["JudgeInput"], Awaitable[tuple[str, str]]]
@@ -269,7 +272,7 @@ class GoalCheck:
             decision, reason = await self._decide(judge_input, record)
             failed = False
         except Exception as exc:  # a failing judge parks the goal instead of looping forever
-            decision, reason, failed = "continue", f"Goal judge failed: {exc}", True
+            decision, reason, failed = "continue", f"Scorer threw an error: Scorer Run Failed: {exc}", True
         duration = round((time.perf_counter() - started) * 1000)
         record.active_duration_ms += duration
         if not failed and reason:
@@ -309,7 +312,7 @@ class GoalCheck:
             f"[Goal attempt {iteration}/{max_runs}] The goal is not yet complete. Judge feedback: {reason}\n\n"
             f"Continue working toward the goal: {record.objective}"
             if should_continue
-            else f"{record.status if not waiting else 'waiting'} ({iteration}/{max_runs})\n{final_reason or reason}"
+            else f"{record.status} ({iteration}/{max_runs})\n{final_reason or reason}"
         )
         yield DataChunk(
             "data-signal",
@@ -370,17 +373,26 @@ class GoalCheck:
                 text.append(part["delta"])
             elif part["type"] == "error":
                 raise RuntimeError(str(part.get("error")))
-        verdict = from_json("".join(text) or "{}")
-        decision = verdict.get("decision") if isinstance(verdict, dict) else None
-        if decision not in ("done", "continue", "waiting"):
-            raise ValueError(f"the judge answered without a valid decision: {''.join(text)[:200]!r}")
-        return str(decision), str(verdict.get("reason", ""))
+        verdict = _parse_verdict("".join(text))
+        return str(verdict["decision"]), str(verdict["reason"])
+
+
+def _parse_verdict(text: str) -> dict[str, Any]:
+    """The judge's JSON answer, checked the way Mastra checks structured output (zod's words)."""
+    try:
+        value = from_json(text) if text.strip() else UNDEFINED
+    except ValueError:
+        value = UNDEFINED
+    problems = _VERDICT.issues(value)
+    if problems:
+        listed = "\n".join(f"- {path or 'root'}: {message}" for path, message in problems)
+        raise ValueError(f"Structured output validation failed: {listed}")
+    return value  # type: ignore[no-any-return]
 
 
 def _budget_reason(max_runs: int) -> str:
     return (
-        f"The goal ran out of its evaluation budget ({max_runs} runs) before it was done. "
-        "Raise max_runs and set the status back to active to keep working on it."
+        f"Ran out of evaluation budget ({max_runs} runs) before reaching the goal — raise maxRuns to resume."
     )
 
 

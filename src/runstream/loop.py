@@ -643,7 +643,10 @@ async def agent_loop(
                     state.messages.extend(verdict.feedback)
                 continue
             state.status = "success"
-            yield finish_chunk(cfg, state, finish_reason, step_result=step_result)
+            finish = finish_chunk(cfg, state, finish_reason, step_result=step_result)
+            for verdict in verdicts:  # the final verdicts travel with the finish too (as in Mastra)
+                finish.payload.update(verdict.payload_extra)  # type: ignore[typeddict-item]
+            yield finish
             return
 
         pending = PendingToolStep(

@@ -21,7 +21,7 @@ from typing import Any
 import jsonschema
 from pydantic import BaseModel, ValidationError
 
-_UNDEFINED: Any = object()
+UNDEFINED: Any = object()
 """A required property that is absent (zod's ``undefined``)."""
 
 Issue = tuple[str, str]
@@ -86,7 +86,7 @@ def to_plain(value: Any) -> Any:
 
 
 def _received(value: Any) -> str:
-    if value is _UNDEFINED:
+    if value is UNDEFINED:
         return "undefined"
     if value is None:
         return "null"
@@ -118,21 +118,17 @@ def _type_issue(expected: str, value: Any) -> str:
 def _issues(schema: Mapping[str, Any], value: Any, path: tuple[str, ...]) -> list[Issue]:
     where = ".".join(path)
     if any(k in schema for k in ("anyOf", "oneOf", "allOf", "not")):
-        valid = value is not _UNDEFINED and jsonschema.validators.validator_for(schema)(schema).is_valid(
-            value
-        )
+        valid = value is not UNDEFINED and jsonschema.validators.validator_for(schema)(schema).is_valid(value)
         return [] if valid else [(where, "Invalid input")]
     if "const" in schema:
-        ok = value is not _UNDEFINED and value == schema["const"]
+        ok = value is not UNDEFINED and value == schema["const"]
         return [] if ok else [(where, f"Invalid input: expected {json.dumps(schema['const'])}")]
     if "enum" in schema:
         return _enum_issues(schema["enum"], value, where)
     expected = schema.get("type")
     if expected is None:
         return (
-            [(where, "Invalid input: expected nonoptional, received undefined")]
-            if value is _UNDEFINED
-            else []
+            [(where, "Invalid input: expected nonoptional, received undefined")] if value is UNDEFINED else []
         )
     if isinstance(expected, list):
         return [] if any(_type_ok(t, value) for t in expected) else [(where, "Invalid input")]
@@ -153,7 +149,7 @@ def _issues(schema: Mapping[str, Any], value: Any, path: tuple[str, ...]) -> lis
 
 
 def _enum_issues(options: list[Any], value: Any, where: str) -> list[Issue]:
-    if value is not _UNDEFINED and value in options:
+    if value is not UNDEFINED and value in options:
         return []
     if all(isinstance(o, str) for o in options):
         return [(where, "Invalid option: expected one of " + "|".join(json.dumps(o) for o in options))]
@@ -168,7 +164,7 @@ def _object_issues(schema: Mapping[str, Any], value: Mapping[str, Any], path: tu
         if key in value:
             out.extend(_issues(sub, value[key], (*path, key)))
         elif key in required:
-            out.extend(_issues(sub, _UNDEFINED, (*path, key)))
+            out.extend(_issues(sub, UNDEFINED, (*path, key)))
     for key in sorted(required - set(properties)):  # required without a declared schema
         if key not in value:
             out.append((".".join((*path, key)), "Invalid input: expected nonoptional, received undefined"))
