@@ -12,7 +12,6 @@ from runstream.memory import (
     ContinuedMessage,
     Memory,
     MemoryScope,
-    continues,
     db_to_prompt,
     merge_parts,
     responses_to_parts,
@@ -222,14 +221,14 @@ async def test_a_run_without_input_continues_the_last_assistant_message(memory: 
     assert stored[1].id == first.message_id
 
 
-async def test_a_run_whose_first_step_calls_tools_starts_a_new_message() -> None:
+def test_a_continuation_appends_its_tool_calls_to_the_stored_message() -> None:
     stored = ContinuedMessage(
         id="m1", parts=[{"type": "text", "text": "Hello."}], metadata={}, prompt_count=1
     )
     calling = [{"role": "assistant", "content": [{"type": "tool-call", "toolCallId": "c", "toolName": "t"}]}]
-    assert not continues(stored, calling)
-    assert continues(stored, [{"role": "assistant", "content": [{"type": "text", "text": "More."}]}])
-    assert not continues(None, [])
+    merged = stored.merged_parts(calling)
+    assert [p["type"] for p in merged] == ["text", "tool-invocation"]
+    assert stored.parts == [{"type": "text", "text": "Hello."}]  # the snapshot itself is left alone
 
 
 def test_appended_text_after_a_tool_invocation_opens_a_new_step() -> None:

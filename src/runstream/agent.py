@@ -27,7 +27,7 @@ from runstream.goals import (
     objective_signal,
     resolve_judge,
 )
-from runstream.loop import LoopConfig, ResumeAction, RunState, agent_loop
+from runstream.loop import LoopConfig, ResumeAction, RunState, agent_loop, draft07_schema_json
 from runstream.memory import ContinuedMessage, Memory, MemoryScope, rewrite_prompt_result
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.output import RunOutput
@@ -486,6 +486,10 @@ class Agent:
 
         async def on_terminal(task: TaskRecord) -> None:
             if task.status == "suspended":
+                tool = cfg.tools.get(task.tool_name)
+                schema = tool.resume_schema if tool is not None else None
+                if state.saved and memory is not None and cfg.thread_id is not None:
+                    await memory.apply_task_suspension(task, draft07_schema_json(schema) if schema else None)
                 return
             if not state.saved:
                 rewrite_prompt_result(state.messages, task)

@@ -67,7 +67,13 @@ from runstream.processors import (
     run_step_processors,
     run_stream_processors,
 )
-from runstream.step_results import finish_chunk, normalize_usage, step_finish_chunk, step_record
+from runstream.step_results import (
+    add_tool_results,
+    finish_chunk,
+    normalize_usage,
+    step_finish_chunk,
+    step_record,
+)
 from runstream.structured import StructuredOutput
 from runstream.tools import (
     APPROVAL_RESUME_SCHEMA,
@@ -666,7 +672,7 @@ async def agent_loop(
             return
         cont = _should_continue(cfg, state) and not _calls_client_tools(cfg, pending)
         yield step_finish_chunk(cfg, state, record, finish_reason, continued=cont, step_result=step_result)
-        record["content"].extend(record.pop("pendingResults", []))
+        add_tool_results(state, record)
         if cfg.on_step_end is not None:
             await cfg.on_step_end(state)
         async for chunk in _wait_for_background(cfg, state):
@@ -770,7 +776,7 @@ async def _finish_pending_step(
     yield step_finish_chunk(
         cfg, state, record, record.get("finishReason", "tool-calls"), continued=cont, step_result=step_result
     )
-    record["content"].extend(record.pop("pendingResults", []))
+    add_tool_results(state, record)
     if not cont:
         state.status = "success"
         yield finish_chunk(cfg, state, record.get("finishReason", "tool-calls"))
@@ -897,7 +903,7 @@ async def _run_tool_step(
             }
             schema = outcome.resume_schema or (tool.resume_schema if tool is not None else None)
             if schema is not None:
-                payload["resumeSchema"] = resume_schema_json(schema)
+                payload["resumeSchema"] = draft07_schema_json(schema)
             yield ToolCallSuspendedChunk(run_id, payload)  # type: ignore[arg-type]
     if pending.suspended:
         state.status = "suspended"
@@ -1029,6 +1035,11 @@ async def run_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext, call: Too
         if not ctx.suspended:
             return ToolOutcome(call, "result", result)
     return ToolOutcome(call, "suspended", ctx.suspended_with, resume_schema=ctx.suspend_resume_schema)
+
+
+def draft07_schema_json(schema: dict[str, Any]) -> str:
+    """A resume schema as Mastra sends it: a JSON Schema draft-07 string naming its ``$schema``."""
+    return resume_schema_json({"$schema": "http://json-schema.org/draft-07/schema#", **schema})
 
 
 def _link_call(state: RunState, tool_call_id: str, provider_metadata: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ import asyncio
 import copy
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -71,18 +71,6 @@ class ContinuedMessage:
     ) -> list[dict[str, Any]]:
         """This message's parts with the run's responses appended (see :func:`merge_parts`)."""
         return merge_parts(copy.deepcopy(self.parts), responses_to_parts(responses, model))
-
-
-def continues(message: ContinuedMessage | None, responses: Sequence[PromptMessage]) -> bool:
-    """Whether a run's responses go into ``message``: not when its first step calls tools.
-
-    Mastra appends a response to the latest assistant message unless it brings new tool calls
-    (those open a message of their own).
-    """
-    if message is None:
-        return False
-    first = next((m for m in responses if m["role"] == "assistant"), None)
-    return first is None or not any(p.get("type") == "tool-call" for p in first["content"])
 
 
 @dataclass
@@ -165,9 +153,10 @@ class Memory:
         """Save a run's new input messages and its response (one assistant message).
 
         ``model`` (``provider/model-id``) labels the response's step boundaries; ``continued``
-        is the stored message a run without input appends its response to (see :func:`continues`).
+        is the stored message a run without input appends its response to (Mastra 1.71 appends
+        even a response that opens with tool calls).
         """
-        if continued is not None and not inputs and continues(continued, responses):
+        if continued is not None and not inputs:
             await self._append_to(scope, continued.id, responses, metadata or {}, model)
             return
         messages = [
@@ -215,7 +204,7 @@ class Memory:
         def append(message: StoredMessage) -> StoredMessage:
             content = message.content
             content["parts"] = merge_parts(content.get("parts", []), new_parts)
-            content["metadata"] = _merge_metadata(content.get("metadata") or {}, metadata)
+            content["metadata"] = merge_metadata(content.get("metadata") or {}, metadata)
             return message
 
         async with self._lock(scope.thread_id):
@@ -223,6 +212,17 @@ class Memory:
 
     async def apply_task_result(self, task: TaskRecord) -> bool:
         """Write a finished background task's result over its placeholder. True if found."""
+        return await self._update_task_message(task, lambda m: _rewrite_message(m, task))
+
+    async def apply_task_suspension(self, task: TaskRecord, resume_schema: str | None) -> bool:
+        """Record a suspended background task in its message's metadata (``suspendedTools``),
+        which the UI message shows as a ``data-tool-call-suspended`` part. True if found."""
+        record = suspension_record(task, resume_schema)
+        return await self._update_task_message(task, lambda m: _record_suspension(m, task, record))
+
+    async def _update_task_message(
+        self, task: TaskRecord, mutate: Callable[[StoredMessage], StoredMessage]
+    ) -> bool:
         if task.thread_id is None:
             return False
         storage = self._storage()
@@ -231,7 +231,7 @@ class Memory:
                 if message.role != "assistant":
                     continue
                 if any(_is_task_part(p, task) for p in message.content.get("parts", [])):
-                    await storage.update_message(message.id, lambda m: _rewrite_message(m, task))
+                    await storage.update_message(message.id, mutate)
                     return True
         return False
 
@@ -334,7 +334,7 @@ def merge_parts(parts: list[dict[str, Any]], new_parts: Sequence[dict[str, Any]]
     return parts
 
 
-def _merge_metadata(stored: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+def merge_metadata(stored: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     """The stored message's metadata with a later run's added (background tasks of both)."""
     merged = {**copy.deepcopy(dict(new)), **copy.deepcopy(dict(stored))}
     tasks = {**copy.deepcopy(new.get("backgroundTasks") or {}), **(merged.get("backgroundTasks") or {})}
@@ -411,13 +411,20 @@ def parts_to_steps(parts: Sequence[Mapping[str, Any]]) -> list[list[PromptMessag
     return [step for step in steps if step]
 
 
-def parts_to_ui(parts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Stored parts as AI SDK UI message parts (what a ``useChat`` client holds)."""
+def parts_to_ui(
+    parts: Sequence[Mapping[str, Any]], metadata: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Stored parts as AI SDK UI message parts (what a ``useChat`` client holds); a call the
+    metadata lists as suspended is followed by a ``data-tool-call-suspended`` part."""
+    suspended = (metadata or {}).get("suspendedTools") or {}
     ui: list[dict[str, Any]] = []
     for part in parts:
         kind = part.get("type")
         if kind == "tool-invocation":
             ui.append(_ui_tool_part(part))
+            record = suspended.get(part["toolInvocation"]["toolCallId"])
+            if record is not None:
+                ui.append({"type": "data-tool-call-suspended", "data": copy.deepcopy(record)})
         elif kind == "reasoning":
             text = "".join(d.get("text", "") for d in part.get("details", [])) or part.get("reasoning", "")
             ui.append({"type": "reasoning", "text": text})
@@ -475,6 +482,38 @@ def task_outcome(task: TaskRecord) -> tuple[str, Any]:
     return "output-error", BACKGROUND_FAILED_PREFIX + message
 
 
+def link_status(task: TaskRecord) -> str:
+    """The status a task link records: a timeout is a failure (as the task's lifecycle event)."""
+    return "failed" if task.status == "timed_out" else task.status
+
+
+def suspension_record(task: TaskRecord, resume_schema: str | None) -> dict[str, Any]:
+    """What a stored message keeps about a suspended call (``metadata.suspendedTools``)."""
+    record = {
+        "toolCallId": task.tool_call_id,
+        "toolName": task.tool_name,
+        "args": copy.deepcopy(task.args),
+        "type": "suspension",
+        "runId": task.run_id,
+        "suspendPayload": copy.deepcopy(task.suspend_payload),
+    }
+    if resume_schema is not None:
+        record["resumeSchema"] = resume_schema
+    return record
+
+
+def _record_suspension(message: StoredMessage, task: TaskRecord, record: Mapping[str, Any]) -> StoredMessage:
+    for part in message.content.get("parts", []):
+        if _is_task_part(part, task):
+            part["providerMetadata"]["mastra"].setdefault("createdAt", int(time.time() * 1000))
+    metadata = message.content.setdefault("metadata", {})
+    metadata.setdefault("suspendedTools", {})[task.tool_call_id] = copy.deepcopy(dict(record))
+    timing = metadata.get("backgroundTasks", {}).get(task.tool_call_id)
+    if timing is not None:
+        timing["suspendedAt"] = (task.suspended_at or datetime.now(UTC)).isoformat()
+    return message
+
+
 def _rewrite_message(message: StoredMessage, task: TaskRecord) -> StoredMessage:
     state, value = task_outcome(task)
     for part in message.content.get("parts", []):
@@ -486,7 +525,7 @@ def _rewrite_message(message: StoredMessage, task: TaskRecord) -> StoredMessage:
         inv.pop("errorText", None)
         inv["result" if state == "result" else "errorText"] = value
         mastra = part["providerMetadata"]["mastra"]
-        mastra["backgroundTask"]["status"] = task.status
+        mastra["backgroundTask"]["status"] = link_status(task)
         mastra["modelOutput"] = None  # as Mastra's rewrite: no model-output override for the result
         tasks = message.content.get("metadata", {}).get("backgroundTasks", {})
         if task.tool_call_id in tasks:
@@ -508,6 +547,6 @@ def rewrite_prompt_result(messages: list[PromptMessage], task: TaskRecord) -> bo
                 and link.get("taskId") == task.id
             ):
                 part["output"] = tool_result_output(value, is_error=state != "result")
-                part["providerOptions"]["mastra"]["backgroundTask"]["status"] = task.status
+                part["providerOptions"]["mastra"]["backgroundTask"]["status"] = link_status(task)
                 return True
     return False

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from runstream.chunks import FinishChunk, StepFinishChunk, now_utc
-from runstream.memory import continues, parts_to_steps, parts_to_ui, responses_to_parts
+from runstream.memory import merge_metadata, parts_to_steps, parts_to_ui, responses_to_parts
 from runstream.models.base import PromptMessage
 
 if TYPE_CHECKING:
@@ -89,6 +89,14 @@ def step_record(
     return record
 
 
+def add_tool_results(state: RunState, record: dict[str, Any]) -> None:
+    """A tool step's content gains its results once its step-finish is out (as in Mastra); a
+    step read from a continued message keeps what that message said at its step-finish."""
+    results = record.pop("pendingResults", [])
+    if not _continues(state):
+        record["content"].extend(results)
+
+
 def _model_metadata(cfg: LoopConfig, record: dict[str, Any]) -> dict[str, Any]:
     response = record.get("response") or {}
     meta: dict[str, Any] = {k: v for k, v in response.items()}
@@ -104,7 +112,7 @@ def _model_metadata(cfg: LoopConfig, record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _continues(state: RunState) -> bool:
-    return continues(state.continued, state.response_messages)
+    return state.continued is not None
 
 
 def _merged_parts(state: RunState, model: str | None = None) -> list[dict[str, Any]]:
@@ -263,10 +271,15 @@ def _ui_message(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
         assert state.continued is not None
         message_id = state.continued.id
         parts = _merged_parts(state, model_label(cfg))
-        metadata = {**metadata, **state.continued.metadata}
+        metadata = merge_metadata(state.continued.metadata, metadata)
     else:
         parts = responses_to_parts(state.response_messages, model_label(cfg))
     metadata["createdAt"] = now_utc()
     if cfg.thread_id is not None:
         metadata.update(threadId=cfg.thread_id, resourceId=cfg.resource_id)
-    return {"id": message_id, "role": "assistant", "metadata": metadata, "parts": parts_to_ui(parts)}
+    return {
+        "id": message_id,
+        "role": "assistant",
+        "metadata": metadata,
+        "parts": parts_to_ui(parts, metadata),
+    }
