@@ -150,6 +150,9 @@ def test_mistakes_are_4xx_before_anything_runs(client: httpx.Client) -> None:
     pending = client.post(f"{W}/create-run", json={}).json()["runId"]
     assert "not suspended" in error(client.post(f"{W}/resume?runId={pending}", json={"resumeData": {}}), 409)
     assert client.get(f"{W}/runs/{run_id}").json()["status"] == "suspended"  # still resumable
+    taken = client.post(f"/api/workflows/gated/create-run?runId={run_id}", json={})
+    assert "taken by another workflow" in error(taken, 409)
+    assert "taken" in error(client.post(f"/api/workflows/gated/stream?runId={run_id}", json={}), 409)
 
 
 def test_cancel_a_running_run_while_observing(live: Live, client: httpx.Client) -> None:

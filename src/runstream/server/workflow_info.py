@@ -277,6 +277,15 @@ async def load_record(workflow: Workflow, run_id: str) -> RunRecord | None:
     return RunRecord(workflow, run_id, snapshot, meta)
 
 
+async def used_elsewhere(workflow: Workflow, run_id: str) -> bool:
+    """Whether another workflow sharing the storage has a run with this id (ids are global)."""
+    for namespace in (NAMESPACE, META_NAMESPACE):
+        data = await workflow.storage.load_snapshot(namespace, run_id)
+        if data is not None and data.get("workflowId") != workflow.id:
+            return True
+    return False
+
+
 async def list_records(workflow: Workflow) -> list[RunRecord]:
     """Every stored run of ``workflow``, newest first (nested executions are not runs)."""
     storage = workflow.storage

@@ -45,6 +45,7 @@ from runstream.server.workflow_info import (
     load_record,
     now_ms,
     save_meta,
+    used_elsewhere,
     workflow_info,
 )
 from runstream.workflows import (
@@ -180,6 +181,11 @@ class WorkflowRoutes:
             raise ApiError(400, f"runId required to {action}")
         return run_id
 
+    @staticmethod
+    async def _new_run_id(workflow: Workflow, run_id: str) -> None:
+        if await used_elsewhere(workflow, run_id):
+            raise ApiError(409, f"Run id {run_id} is taken by another workflow's run")
+
     async def _owned(self, workflow: Workflow, run_id: str, principal: Principal) -> RunRecord:
         record = await load_record(workflow, run_id)
         if record is None or not principal.owns(record.resource_id):
@@ -235,6 +241,7 @@ class WorkflowRoutes:
             if not principal.owns(record.resource_id):
                 raise ApiError(404, "Workflow run not found")
             return json_response({"runId": run_id})
+        await self._new_run_id(workflow, run_id)
         meta = RunMeta(workflow.id, principal.resource(start.resource_id), now_ms())
         await save_meta(workflow.storage, run_id, meta)
         return json_response({"runId": run_id})
@@ -258,6 +265,8 @@ class WorkflowRoutes:
                 workflow.validate_state(start.initial_state if start.initial_state is not None else {})
             except SchemaValidationError as exc:
                 raise ApiError(400, str(exc)) from None
+            if record is None:
+                await self._new_run_id(workflow, run_id)
             meta = record.meta if record is not None else None
             if meta is None:
                 meta = RunMeta(workflow.id, principal.resource(start.resource_id), now_ms())
