@@ -199,10 +199,14 @@ class WorkflowRoutes:
         while len(self._live) > MAX_LIVE_RUNS and settled:
             del self._live[settled.pop(0)]
 
+    def _live_run(self, workflow: Workflow, run_id: str) -> WorkflowRun | None:
+        live = self._live.get(run_id)
+        return live if live is not None and live.workflow is workflow else None
+
     async def _run_object(self, workflow: Workflow, run_id: str) -> WorkflowRun:
         """The run as this process knows it: live, else loaded from storage, else new."""
-        live = self._live.get(run_id)
-        if live is not None and live.workflow is workflow:
+        live = self._live_run(workflow, run_id)
+        if live is not None:
             return live
         if await workflow.storage.load_snapshot(NAMESPACE, run_id) is not None:
             return await workflow.get_run(run_id)
@@ -253,9 +257,11 @@ class WorkflowRoutes:
         start = parse_start(await json_body(request))
         async with self._launching:
             record = await load_record(workflow, run_id)
-            if record is not None and not principal.owns(record.resource_id):
+            if record is None:
+                await self._new_run_id(workflow, run_id)
+            elif not principal.owns(record.resource_id):
                 raise ApiError(404, "Workflow run not found")
-            live = self._live.get(run_id)
+            live = self._live_run(workflow, run_id)
             if (record is not None and record.status != "pending") or (
                 live is not None and live.status != "pending"
             ):
@@ -265,8 +271,6 @@ class WorkflowRoutes:
                 workflow.validate_state(start.initial_state if start.initial_state is not None else {})
             except SchemaValidationError as exc:
                 raise ApiError(400, str(exc)) from None
-            if record is None:
-                await self._new_run_id(workflow, run_id)
             meta = record.meta if record is not None else None
             if meta is None:
                 meta = RunMeta(workflow.id, principal.resource(start.resource_id), now_ms())
@@ -283,7 +287,7 @@ class WorkflowRoutes:
         resume = parse_resume(await json_body(request))
         async with self._launching:
             record = await self._owned(workflow, run_id, principal)
-            live = self._live.get(run_id)
+            live = self._live_run(workflow, run_id)
             if record.snapshot is None or (live is not None and live.status == "running"):
                 raise ApiError(409, f"Workflow run {run_id} is not suspended (status: {record.status})")
             try:
@@ -410,7 +414,7 @@ class WorkflowRoutes:
         workflow = self._workflow(request)
         run_id = request.path_params["run_id"]
         await self._owned(workflow, run_id, principal_of(request))
-        live = self._live.get(run_id)
+        live = self._live_run(workflow, run_id)
         if live is not None and live.status == "running":
             raise ApiError(409, f"Workflow run {run_id} is running: cancel it first")
         await delete_record(workflow, run_id)
