@@ -10,7 +10,8 @@ suspended while another task runs, and suspended under a plain stream, a continu
 another task, backpressure reject, a task after a foreground step, an awaited task under until-idle,
 a timeout with retries left), parallel tool calls (completion order, errors before results), tools
 that start while the model still streams, goals (budget spent, a judge answering prose, waiting)
-and completion checks (never passing, strategy any), and loop edge cases (one step only, a forced tool, a failing second model call,
+and completion checks (never passing, strategy any), a model stream failing right after (or some
+time after) its first parts, an abort right after start, and loop edge cases (one step only, a forced tool, a failing second model call,
 an error part after a tool call, two text blocks, a reasoning signature, a string tool result). All must match at
 level 2; those listed in ``LEVEL_3`` at level 3 too."""
 
