@@ -340,6 +340,19 @@ async def test_abort_via_run_output() -> None:
     assert out.status == "aborted"
     assert await out.finish_reason == "aborted"
     assert await out.text == ""
+    # The finish describes the step the abort cut short: its text so far and its response.
+    finish_payload = chunks[-1].payload
+    assert finish_payload["output"]["text"] == "first "
+    assert finish_payload["output"]["steps"] == []
+    assert finish_payload["metadata"]["modelId"] == model.model_id
+
+
+async def test_a_step_without_response_metadata_gets_an_id_and_time() -> None:
+    out = await Agent("a", model=ScriptedModel(calls=[reply("hi")])).stream("hi")
+    step_finish = of_type(await collect(out), "step-finish")[0].payload
+    response = step_finish["output"]["steps"][0]["response"]
+    assert response["id"] == step_finish["metadata"]["id"] and response["id"]
+    assert {"timestamp", "modelId", "modelVersion", "modelProvider"} <= set(response)
 
 
 async def test_abort_via_signal_passed_in() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -51,6 +52,7 @@ from runstream.chunks import (
     ToolOutputDeniedChunk,
     ToolResultChunk,
     TripwireChunk,
+    now_utc,
 )
 from runstream.memory import ContinuedMessage
 from runstream.models.base import (
@@ -499,12 +501,15 @@ async def agent_loop(
                 step_started_emitted = True
                 yield _step_start(state, request_info, warnings, step_started)
         tracing.end_step_span(step_span, step_usage, "error" if step_error else finish_reason, step_error)
+        response_meta = response_meta or default_response_metadata(cfg.model)
 
         if eager is not None and (signal.aborted or tripwire is not None):
             await eager.cancel()
         if signal.aborted:
             yield _abort_chunk(state)
-            yield finish_chunk(cfg, state, "aborted")
+            # The finish describes the step the abort cut short (its text so far, its response).
+            cut_short = {"text": "".join(step_text), "request": request_info, "response": response_meta}
+            yield finish_chunk(cfg, state, "aborted", current=cut_short)
             return
 
         text = "".join(step_text)
@@ -1040,6 +1045,18 @@ async def run_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext, call: Too
 def draft07_schema_json(schema: dict[str, Any]) -> str:
     """A resume schema as Mastra sends it: a JSON Schema draft-07 string naming its ``$schema``."""
     return resume_schema_json({"$schema": "http://json-schema.org/draft-07/schema#", **schema})
+
+
+def default_response_metadata(model: LanguageModel) -> dict[str, Any]:
+    """A step's response metadata when the model sent none (or its call failed), as Mastra
+    fills it in: a generated id, the time, and the model."""
+    return {
+        "id": str(uuid.uuid4()),
+        "timestamp": now_utc().isoformat(),
+        "modelId": model.model_id,
+        "modelVersion": model.specification_version,
+        "modelProvider": model.provider,
+    }
 
 
 def _link_call(state: RunState, tool_call_id: str, provider_metadata: dict[str, Any]) -> None:

@@ -206,16 +206,23 @@ def step_finish_chunk(
 
 
 def finish_chunk(
-    cfg: LoopConfig, state: RunState, reason: str, *, step_result: dict[str, Any] | None = None
+    cfg: LoopConfig,
+    state: RunState,
+    reason: str,
+    *,
+    step_result: dict[str, Any] | None = None,
+    current: dict[str, Any] | None = None,
 ) -> FinishChunk:
+    """The run's ``finish``; its metadata and text are the last finished step's, or those of
+    the ``current`` step (``text``, ``request``, ``response``) when that one was cut short."""
     state.finish_reason = reason
     if state.status == "running":
         state.status = "success"
-    record = (
-        state.steps[-1]
-        if state.steps
-        else {"text": "", "toolCalls": [], "usage": {}, "request": {}, "response": {}}
-    )
+    record: dict[str, Any] = {"text": "", "toolCalls": [], "usage": {}, "request": {}, "response": {}}
+    if current is not None:
+        record.update(current)
+    elif state.steps:
+        record = state.steps[-1]
     usage = dict(state.usage) or {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}
     for key in _USAGE_KEYS:
         usage.setdefault(key, 0)
