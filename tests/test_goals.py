@@ -216,6 +216,12 @@ async def test_task_completion_retries_until_the_scorer_passes() -> None:
     assert step_finishes[0]["stepResult"]["isContinued"] and step_finishes[0]["isTaskCompleteCheckFailed"]
     feedback = model.recorded[1].prompt[-1]["content"][0]["text"]
     assert "NOT COMPLETE" in feedback and "missing [1]" in feedback
+    assert "Score: 0 ❌" in feedback  # the score as JavaScript prints it
+    # The retry is a new response message (the run's id with the iteration's number), and the
+    # checked step's content gains the feedback once its step-finish is out.
+    assert step_finishes[1]["messageId"] == f"{chunks[0].payload['messageId']}-2"
+    first_step = step_finishes[1]["output"]["steps"][0]["content"]
+    assert [p["text"] for p in first_step] == ["no citation", feedback]
 
 
 async def test_task_completion_stops_at_the_step_limit() -> None:

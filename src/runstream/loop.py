@@ -70,6 +70,7 @@ from runstream.processors import (
     run_stream_processors,
 )
 from runstream.step_results import (
+    add_feedback,
     add_tool_results,
     finish_chunk,
     normalize_usage,
@@ -108,6 +109,9 @@ class CheckVerdict:
     """An authoritative verdict (the goal judge) overrides the others."""
     payload_extra: dict[str, Any] = field(default_factory=dict)
     """Extra fields for the step-finish payload."""
+    next_message_id: str | None = None
+    """The response message id the next iteration streams under (Mastra starts a new response
+    message after an is-task-complete feedback message)."""
 
 
 BackgroundWaiter = Callable[["RunState", list[str]], AsyncIterator[AnyChunk]]
@@ -652,6 +656,8 @@ async def agent_loop(
             if cont:
                 for verdict in chosen:
                     state.messages.extend(verdict.feedback)
+                    add_feedback(record, verdict.feedback)
+                    state.message_id = verdict.next_message_id or state.message_id
                 continue
             state.status = "success"
             finish = finish_chunk(cfg, state, finish_reason, step_result=step_result)

@@ -111,6 +111,8 @@ class TaskCompletion:
             continue_loop=not passed,
             feedback=feedback,
             payload_extra={"isTaskCompleteCheckFailed": not passed},
+            # The next answer is a new response message: the run's id with the iteration's number.
+            next_message_id=f"{state.message_id.removesuffix(f'-{iteration}')}-{iteration + 1}",
         )
 
 
@@ -127,9 +129,14 @@ def _report(payload: Mapping[str, Any]) -> str:
         lines += [
             "",
             f"**{result['scorerName']}** ({result['scorerId']})",
-            f"Score: {result['score']} {mark}",
+            f"Score: {_js_number(result['score'])} {mark}",
         ]
         if result.get("reason"):
             lines.append(f"Reason: {result['reason']}")
     lines += ["", "🔄 The task is not yet complete. Please continue working based on the feedback above."]
     return "\n".join(lines)
+
+
+def _js_number(value: float) -> str:
+    """A score as JavaScript prints a number (``0``, not ``0.0``)."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)

@@ -97,6 +97,14 @@ def add_tool_results(state: RunState, record: dict[str, Any]) -> None:
         record["content"].extend(results)
 
 
+def add_feedback(record: dict[str, Any], feedback: list[PromptMessage]) -> None:
+    """A completion check's assistant feedback joins the checked step's content once its
+    step-finish is out (as in Mastra: it is a response message of that step)."""
+    for message in feedback:
+        if message["role"] == "assistant":
+            record["content"].extend(dict(part) for part in message["content"])
+
+
 def _model_metadata(cfg: LoopConfig, record: dict[str, Any]) -> dict[str, Any]:
     response = record.get("response") or {}
     meta: dict[str, Any] = {k: v for k, v in response.items()}
