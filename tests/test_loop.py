@@ -710,3 +710,20 @@ async def test_agent_as_tool_wraps_sub_agent_chunks_in_tool_output() -> None:
         "content": [{"type": "text", "text": "Where is Paris?"}],
     }
     assert await out.text == "France."
+
+
+async def test_a_sub_agent_that_fails_is_a_tool_error_naming_both_agents() -> None:
+    researcher = Agent(
+        "researcher", model=ScriptedModel(calls=[{"throwOnCall": {"message": "sub model down"}}])
+    )
+    model = ScriptedModel(
+        calls=[tool_step(call("c1", "agent-researcher", {"prompt": "Where is Paris?"})), reply("Sorry.")]
+    )
+    chunks = await collect(
+        await Agent("main", name="Supervisor", model=model, agents=[researcher]).stream("?")
+    )
+    inner = [c.payload["output"].type for c in of_type(chunks, "tool-output")]
+    assert "error" in inner and inner[-1] == "finish"  # the sub-agent's own stream still arrives
+    (error,) = of_type(chunks, "tool-error")
+    assert str(error.payload["error"]) == "[Agent:Supervisor] - Failed agent tool execution for researcher"
+    assert "tool-result" not in types(chunks) and types(chunks)[-1] == "finish"

@@ -45,6 +45,12 @@ if TYPE_CHECKING:
 MessagesInput = str | Sequence[str] | Sequence[Mapping[str, Any]]
 
 
+class AgentToolError(Exception):
+    """An agent called as a tool ended in an error."""
+
+    name = "Error"
+
+
 class RunNotFoundError(LookupError):
     """No suspended run with that id (it finished, or it never stopped for a human)."""
 
@@ -342,6 +348,7 @@ class Agent:
         scope = options.memory
         cfg = LoopConfig(
             agent_id=self.id,
+            agent_name=self.name,
             model=self.model,
             tools={**self.tools, **options.client_tools},
             client_tools=frozenset(options.client_tools),
@@ -694,6 +701,10 @@ class Agent:
                 await ctx.writer.write(chunk)
                 if chunk.type == "tool-result":
                     results.append(chunk)
+            if out.state.status == "failed":  # the caller's model sees Mastra's words for it
+                raise AgentToolError(
+                    f"[Agent:{ctx.agent_name or ctx.agent_id}] - Failed agent tool execution for {self.id}"
+                )
             return {
                 "text": out.state.text,
                 "subAgentThreadId": str(uuid.uuid4()),

@@ -128,6 +128,7 @@ class LoopConfig:
     agent_id: str
     model: LanguageModel
     tools: dict[str, Tool]
+    agent_name: str = ""
     system: list[PromptMessage] = field(default_factory=list)
     max_steps: int = 5
     tool_choice: dict[str, Any] | None = None
@@ -1012,6 +1013,7 @@ async def _execute_call(
         tool_name=call.tool_name,
         run_id=state.run_id,
         agent_id=cfg.agent_id,
+        agent_name=cfg.agent_name,
         writer=ToolWriter(emit, state.run_id, call.tool_call_id, call.tool_name),
         abort_signal=cfg.abort_signal,
         resume_data=resume_data,

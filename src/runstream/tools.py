@@ -118,6 +118,7 @@ class ToolContext:
     resource_id: str | None = None
     messages: list[dict[str, Any]] = field(default_factory=list)
     is_background_task: bool = False
+    agent_name: str = ""
     attempt: int = 1
     suspended: bool = False
     suspended_with: Any = None
