@@ -1,16 +1,17 @@
-"""Scale-out: one producer process and 1 or 2 worker processes on a shared SQLite file and Redis.
+"""Scale-out: one producer process and 1 or 2 worker processes on a shared storage and Redis.
 
-``python -m bench.bench_scaleout [--tasks N] [--work-ms MS] [--redis URL]`` enqueues N tasks from
-this process (a ``worker=False`` :class:`DistributedTaskManager`) and measures, with one worker
-process and then with two:
+``python -m bench.bench_scaleout [--tasks N] [--work-ms MS] [--redis URL] [--postgres URL]``
+enqueues N tasks from this process (a ``worker=False`` :class:`DistributedTaskManager`) and
+measures, with one worker process and then with two:
 
 * throughput: tasks per second from the first enqueue to the last completion event here;
 * completion-event latency: from a task's ``completedAt`` (stored by the worker) to its
   ``background-task-completed`` event reaching this process, median and p99.
 
 Each task's tool keeps its process's CPU busy for ``--work-ms`` milliseconds, so two workers on
-two cores can show what a second process brings. Run as ``... worker DB PREFIX URL`` it is one
-worker (used by the benchmark itself).
+two cores can show what a second process brings. The storage is a SQLite file, or with
+``--postgres`` a fresh schema (dropped afterwards) in that PostgreSQL database. Run as
+``... worker PREFIX REDIS_URL DB [SCHEMA]`` it is one worker (used by the benchmark itself).
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from runstream.storage import SqliteStorage
+import asyncpg
+
+from runstream.storage import PostgresStorage, SqliteStorage, Storage
+from runstream.storage._postgres_schema import quote_ident
 from runstream.tasks.config import BackgroundTaskConfig, TaskRequest
 from runstream.tasks.distributed import DistributedTaskManager, ScaleOutConfig
 from runstream.tools import Tool, ToolContext
@@ -45,9 +49,14 @@ async def busy(args: dict[str, Any], ctx: ToolContext) -> Any:
     return args["n"]
 
 
-async def serve(db: str, prefix: str, url: str) -> None:
+def open_storage(db: str, schema: str | None) -> Storage:
+    """A SQLite file, or with a schema the PostgreSQL database at ``db``."""
+    return SqliteStorage(db) if schema is None else PostgresStorage(db, schema=schema)
+
+
+async def serve(prefix: str, url: str, db: str, schema: str | None) -> None:
     manager = DistributedTaskManager(
-        SqliteStorage(db), CONFIG, redis_url=url, channel_prefix=prefix, scale_out=SCALE_OUT
+        open_storage(db, schema), CONFIG, redis_url=url, channel_prefix=prefix, scale_out=SCALE_OUT
     )
     manager.register_tool(AGENT, Tool("busy", busy, input_schema={"type": "object"}))
     stop = asyncio.Event()
@@ -59,10 +68,13 @@ async def serve(db: str, prefix: str, url: str) -> None:
     await manager.storage.close()
 
 
-async def measure(workers: int, tasks: int, work_ms: int, url: str) -> dict[str, float]:
-    folder = tempfile.mkdtemp(prefix="bench-scaleout-")
-    db, prefix = str(Path(folder) / "tasks.db"), f"bench-{uuid.uuid4().hex[:8]}"
-    storage = SqliteStorage(db)
+async def measure(workers: int, tasks: int, work_ms: int, url: str, postgres: str | None) -> dict[str, float]:
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    if postgres is None:
+        db, schema = str(Path(tempfile.mkdtemp(prefix="bench-scaleout-")) / "tasks.db"), None
+    else:
+        db, schema = postgres, f"bench_scaleout_{uuid.uuid4().hex[:8]}"
+    storage = open_storage(db, schema)
     await storage.init()
     processes = [
         await asyncio.create_subprocess_exec(
@@ -70,9 +82,10 @@ async def measure(workers: int, tasks: int, work_ms: int, url: str) -> dict[str,
             "-m",
             "bench.bench_scaleout",
             "worker",
-            db,
             prefix,
             url,
+            db,
+            *([schema] if schema else []),
             stdout=asyncio.subprocess.PIPE,
         )
         for _ in range(workers)
@@ -109,6 +122,8 @@ async def measure(workers: int, tasks: int, work_ms: int, url: str) -> dict[str,
         for process in processes:
             process.terminate()
             await process.wait()
+        if schema is not None:
+            await drop_schema(db, schema)
     latencies.sort()
     return {
         "tasks_per_s": tasks / elapsed,
@@ -117,11 +132,20 @@ async def measure(workers: int, tasks: int, work_ms: int, url: str) -> dict[str,
     }
 
 
-async def run(tasks: int, work_ms: int, url: str) -> None:
-    print(f"{tasks} tasks of {work_ms} ms CPU each, {os.cpu_count()} cores")
+async def drop_schema(db: str, schema: str) -> None:
+    conn = await asyncpg.connect(db)
+    try:
+        await conn.execute(f"DROP SCHEMA IF EXISTS {quote_ident(schema)} CASCADE")
+    finally:
+        await conn.close()
+
+
+async def run(tasks: int, work_ms: int, url: str, postgres: str | None) -> None:
+    storage = "PostgreSQL" if postgres else "SQLite"
+    print(f"{tasks} tasks of {work_ms} ms CPU each, {os.cpu_count()} cores, {storage}")
     print(f"{'workers':>7}  {'tasks/s':>8}  {'p50 ms':>7}  {'p99 ms':>7}")
     for workers in (1, 2):
-        result = await measure(workers, tasks, work_ms, url)
+        result = await measure(workers, tasks, work_ms, url, postgres)
         print(
             f"{workers:>7}  {result['tasks_per_s']:>8.1f}  "
             f"{result['latency_p50_ms']:>7.1f}  {result['latency_p99_ms']:>7.1f}"
@@ -130,8 +154,8 @@ async def run(tasks: int, work_ms: int, url: str) -> None:
 
 def main() -> None:
     if sys.argv[1:2] == ["worker"]:
-        db, prefix, url = sys.argv[2:5]
-        asyncio.run(serve(db, prefix, url))
+        prefix, url, db = sys.argv[2:5]
+        asyncio.run(serve(prefix, url, db, sys.argv[5] if len(sys.argv) > 5 else None))
         return
     parser = argparse.ArgumentParser(prog="python -m bench.bench_scaleout", description=__doc__)
     parser.add_argument("--tasks", type=int, default=200)
@@ -139,8 +163,9 @@ def main() -> None:
     parser.add_argument(
         "--redis", default=os.environ.get("RUNSTREAM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
     )
+    parser.add_argument("--postgres", metavar="URL", help="use this PostgreSQL database, not SQLite")
     args = parser.parse_args()
-    asyncio.run(run(args.tasks, args.work_ms, args.redis))
+    asyncio.run(run(args.tasks, args.work_ms, args.redis, args.postgres))
 
 
 if __name__ == "__main__":

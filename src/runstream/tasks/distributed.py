@@ -45,6 +45,7 @@ import random
 import socket
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -79,6 +80,7 @@ from runstream.tasks.redis_bus import RedisChannel, RedisEventBus, record_from_w
 logger = logging.getLogger(__name__)
 
 LEASE_KEYS = ("owner", "lease", "lease_until")
+FINISHED_REMEMBERED = 10_000
 
 _REMOTE_ERRORS: dict[str, type[BackgroundTaskError]] = {
     cls.__name__: cls
@@ -143,6 +145,8 @@ class DistributedTaskManager(BackgroundTaskManager):
         self._leases: dict[_Execution, datetime] = {}
         self._delivered: dict[str, tuple[str, str]] = {}
         """The last settled state delivered here of each task with a request here."""
+        self._finished: OrderedDict[str, None] = OrderedDict()
+        """The latest tasks whose request here ended: a late duplicate of their end is dropped."""
         self._replies: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._handlers: set[asyncio.Task[None]] = set()
         self._loops: list[asyncio.Task[None]] = []
@@ -186,12 +190,15 @@ class DistributedTaskManager(BackgroundTaskManager):
         leased = [ex.record for ex in self._executions.values()]
         await super().shutdown()  # closes the bus and with it the Redis client
         for record in leased:
-            await self.storage.update_task(
-                record.id,
-                expected_status="running",
-                expected_metadata=self._lease_guard(record),
-                metadata={**record.metadata, "lease_until": js_iso(utc_now())},
-            )
+            try:
+                await self.storage.update_task(
+                    record.id,
+                    expected_status="running",
+                    expected_metadata=self._lease_guard(record),
+                    metadata={**record.metadata, "lease_until": js_iso(utc_now())},
+                )
+            except Exception:  # the lease then lapses in its own time
+                logger.exception("task %s: could not release its lease", record.id)
 
     # -- dispatch: workers claim from the shared queue, producers hand over -----------------
 
@@ -533,23 +540,27 @@ class DistributedTaskManager(BackgroundTaskManager):
         """Before another process's event is delivered here: if it settles a task enqueued
         here, its request's hook runs first; a state already delivered (found by a re-read) is
         dropped."""
-        if event.record.status not in SETTLED_STATUSES:
+        record = event.record
+        if record.status not in SETTLED_STATUSES:
             return True
-        return await self._settled_elsewhere(event.record)
+        if record.id in self._requests:
+            return await self._settled_elsewhere(record)
+        return not (record.status in TERMINAL_STATUSES and record.id in self._finished)
 
     async def _settled_elsewhere(self, record: TaskRecord) -> bool:
         """Run the request's hook for a settled state another process stored; whether that
-        state is new here."""
+        state is new here (``False`` once delivered, or without a request here)."""
         request = self._requests.get(record.id)
-        if request is None:
-            return True
         key = _settled_key(record)
-        if self._delivered.get(record.id) == key:
+        if request is None or self._delivered.get(record.id) == key:
             return False
         self._delivered[record.id] = key
         if record.status in TERMINAL_STATUSES:
             del self._requests[record.id]
             del self._delivered[record.id]
+            self._finished[record.id] = None
+            if len(self._finished) > FINISHED_REMEMBERED:
+                self._finished.popitem(last=False)
         if request.on_terminal is not None:
             try:
                 await request.on_terminal(record)
@@ -580,9 +591,9 @@ class DistributedTaskManager(BackgroundTaskManager):
             if task_id in self._active:  # queued or running here: announced here
                 continue
             record = await self.storage.get_task(task_id)
-            if record is None or record.status not in SETTLED_STATUSES:
-                continue
-            if await self._settled_elsewhere(record):
+            if record is None:  # deleted: nothing will settle it
+                self._requests.pop(task_id, None)
+            elif record.status in SETTLED_STATUSES and await self._settled_elsewhere(record):
                 logger.info("task %s: %s found in storage, its event was lost", task_id, record.status)
                 self._redis_bus.deliver_locally(TaskEvent(_lifecycle_chunk(record), record))
 
