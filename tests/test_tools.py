@@ -244,3 +244,37 @@ def test_background_config_accepts_mastra_mapping() -> None:
     )
     assert config == BackgroundToolConfig(timeout_ms=500, max_retries=2, default_disposition="foreground")
     assert BackgroundToolConfig.coerce(False) is None
+
+
+async def test_an_output_the_schema_rejects_becomes_an_error_result() -> None:
+    def forecast(args: dict[str, Any], ctx: ToolContext) -> Any:
+        return args["out"]
+
+    weather = Tool(
+        "forecast",
+        forecast,
+        input_schema={"type": "object", "properties": {"out": {}}},
+        output_schema={
+            "type": "object",
+            "properties": {"tempC": {"type": "number"}},
+            "required": ["tempC"],
+            "additionalProperties": False,
+        },
+    )
+    ctx = make_context([])
+    assert await weather.execute({"out": {"tempC": 21}}, ctx) == {"tempC": 21}
+    rejected = await weather.execute({"out": {"tempC": "warm"}}, ctx)
+    assert rejected == {
+        "error": True,
+        "message": "Tool output validation failed for forecast. The tool returned invalid output:\n"
+        "- tempC: Invalid input: expected number, received string\n\n"
+        'Returned output: {\n  "tempC": "warm"\n}',
+        "validationErrors": {
+            "errors": [],
+            "fields": {
+                "tempC": {"errors": ["Invalid input: expected number, received string"], "fields": {}}
+            },
+        },
+    }
+    with pytest.raises(ValueError, match="invalid JSON schema"):
+        Tool("bad", forecast, output_schema={"type": "nonsense"})

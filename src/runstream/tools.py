@@ -218,6 +218,9 @@ class Tool:
         if args_model is None:
             _check_schema(self.input_schema)
         self._schema = Schema(self.input_schema)
+        if self.output_schema is not None:
+            _check_schema(self.output_schema)
+        self._output_schema = Schema(self.output_schema) if self.output_schema is not None else None
 
     def spec(self, input_schema: dict[str, Any] | None = None) -> FunctionToolSpec:
         """The tool as offered to the model."""
@@ -259,8 +262,25 @@ class Tool:
     async def execute(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         result = self._execute(args, ctx)
         if inspect.isawaitable(result):
-            return await result
-        return result
+            result = await result
+        return self._checked_output(result)
+
+    def _checked_output(self, result: Any) -> Any:
+        """A result the output schema rejects becomes, as in Mastra, an error result that tells
+        the model what was wrong (the tool did run; its output is not passed on as valid)."""
+        if self._output_schema is None:
+            return result
+        issues = self._output_schema.issues(result)
+        if not issues:
+            return result
+        problems = "\n".join(f"- {path or 'root'}: {message}" for path, message in issues)
+        returned = json.dumps(result, indent=2, ensure_ascii=False, default=str)
+        return {
+            "error": True,
+            "message": f"Tool output validation failed for {self.name}. The tool returned invalid output:\n"
+            f"{problems}\n\nReturned output: {returned}",
+            "validationErrors": _error_tree(issues),
+        }
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
