@@ -597,7 +597,7 @@ class BackgroundTaskManager:
         Queued tasks count too: the caller is waiting for them as well. ``since`` is a
         ``time.monotonic()`` reading; ``elapsedMs`` is measured from it (0 without it).
         """
-        active = [task_id for task_id in task_ids if task_id in self._active]
+        active = [task_id for task_id in task_ids if self.is_active(task_id)]
         elapsed = 0 if since is None else round((time.monotonic() - since) * 1000)
         return BackgroundTaskProgressChunk(
             run_id, {"taskIds": active, "runningCount": len(active), "elapsedMs": elapsed}
