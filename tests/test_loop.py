@@ -468,7 +468,7 @@ async def test_decline_reports_denial_and_tells_the_model() -> None:
     executed: list[int] = []
     agent, model = approval_agent(executed)
     out = await agent.stream("clean up")
-    await out.consume()
+    first = await collect(out)
     resumed = await agent.decline_tool_call(run_id=out.run_id, tool_call_id="c1", reason="too risky")
     chunks = await collect(resumed)
     (denied,) = of_type(chunks, "tool-output-denied")
@@ -480,8 +480,11 @@ async def test_decline_reports_denial_and_tells_the_model() -> None:
     }
     assert of_type(chunks, "tool-result") == []
     assert executed == []
-    assert last_tool_message(model)[0]["output"] == {"type": "error-text", "value": "too risky"}
+    # The model reads the reason as the call's result (a decline is not a tool failure).
+    assert last_tool_message(model)[0]["output"] == {"type": "text", "value": "too risky"}
     assert chunks[-1].type == "finish"
+    # The resumed run streams as a new response message (as in Mastra).
+    assert chunks[-1].payload["messageId"] not in (None, first[0].payload["messageId"])
 
 
 async def test_suspended_tool_resumes_with_resume_data() -> None:

@@ -101,7 +101,7 @@ async def test_decline_after_a_restart(tmp_path: Path) -> None:
     denied = next(c for c in chunks if c.type == "tool-output-denied")
     assert denied.payload["approval"] == {"id": "c1", "approved": False, "reason": "Too dangerous"}
     tool_message = model.recorded[0].prompt[-1]
-    assert tool_message["content"][0]["output"] == {"type": "error-text", "value": "Too dangerous"}
+    assert tool_message["content"][0]["output"] == {"type": "text", "value": "Too dangerous"}  # as Mastra
 
 
 async def test_resume_a_suspended_tool_from_another_process(tmp_path: Path) -> None:

@@ -280,7 +280,8 @@ def tool_output_for_model(outcome: ToolOutcome) -> dict[str, Any]:
     """The ``output`` of a tool-result prompt part."""
     if outcome.model_output is not None:
         return outcome.model_output
-    return tool_result_output(outcome.value, is_error=outcome.kind in ("error", "denied"))
+    # A declined call is not a failure: the model reads the reason as the result (as in Mastra).
+    return tool_result_output(outcome.value, is_error=outcome.kind == "error")
 
 
 async def agent_loop(
@@ -309,6 +310,7 @@ async def agent_loop(
         pending = state.pending
         if pending is None:
             raise RuntimeError("agent_loop resumed without a pending tool step")
+        state.message_id = str(uuid.uuid4())  # and, as in Mastra, as a new response message
         async for resumed_chunk in _finish_pending_step(cfg, state, pending, resume):
             yield resumed_chunk
         if state.status != "running":
