@@ -12,7 +12,8 @@ a timeout with retries left), parallel tool calls (completion order, errors befo
 that start while the model still streams, goals (budget spent, a judge answering prose, waiting)
 and completion checks (never passing, strategy any), a model stream failing right after (or some
 time after) its first parts, an abort right after start, a failing sub-agent, approvals of a background
-tool and with memory, tool output checked against its output schema, and loop edge cases (one step only, a forced tool, a failing second model call,
+tool and with memory, tool output checked against its output schema, workflows as tools (plain, suspended and resumed),
+and loop edge cases (one step only, a forced tool, a failing second model call,
 an error part after a tool call, two text blocks, a reasoning signature, a string tool result). All must match at
 level 2; those listed in ``LEVEL_3`` at level 3 too."""
 
@@ -33,6 +34,14 @@ LEVEL_3 = {
     "x-p03-tool-choice-required",
     "x-p09-structured-invalid",
     "x-s05-bg-suspend-plain-stream",
+    "x-t01-parallel-completion-order",
+    "x-t02-parallel-error-first",
+    "x-t03-parallel-late-error",
+    "x-u03-tool-call-before-slow-finish",
+    "x-v04-itc-two-scorers-any",
+    "x-wt02-workflow-tool-plain",
+    "x-z01-tool-output-schema-mismatch",
+    "x-z03-tool-output-schema-ok",
 }
 
 
