@@ -131,7 +131,8 @@ async def test_a_producer_hands_tasks_to_a_worker_and_sees_their_events(
             on_terminal=on_terminal,
         )
     )
-    assert record is not None and not producer.is_active(record.id)
+    assert record is not None and producer.is_active(record.id)  # waited for here, run elsewhere
+    assert producer.running_task_ids(agent_id=AGENT) == [record.id]
     done = await producer.wait_for(record.id, timeout_ms=20_000)
     assert done.status == "completed" and done.result == {"label": "one", "worker": worker.worker_id}
     assert done.metadata["owner"] == worker.worker_id
@@ -141,6 +142,7 @@ async def test_a_producer_hands_tasks_to_a_worker_and_sees_their_events(
     async with asyncio.timeout(10):
         await hook_ran.wait()  # here, on the settled event
     assert [r.status for r in settled] == ["completed"]
+    assert not producer.is_active(record.id) and producer.running_task_ids() == []
 
 
 async def test_cancel_from_another_process_aborts_the_running_tool(

@@ -148,6 +148,8 @@ async def test_an_until_idle_stream_follows_a_task_another_process_runs(cluster:
     assert types.index("background-task-started") < types.index("finish")
     assert types.index("finish") < types.index("background-task-completed") < types.index("start", 1)
     assert "background-task-running" in types  # B's event, over Redis
+    first_step = next(c for c in chunks if c.type == "step-finish")
+    assert first_step.payload["backgroundTaskPending"] is True  # A knows B is still on it
     completed = next(c for c in chunks if c.type == "background-task-completed")
     result = {"topic": "sol", "summary": "sol is fast"}
     assert completed.payload["result"] == result

@@ -516,6 +516,42 @@ class DistributedTaskManager(BackgroundTaskManager):
             raise TaskNotFoundError(f"Task not found: {task_id}")
         return record
 
+    # -- the tasks enqueued here run elsewhere --------------------------------------------
+
+    def is_active(self, task_id: str) -> bool:
+        """Pending or running here, or enqueued here and, as far as this process has heard,
+        pending or running in another process (what this process's runs wait for)."""
+        return task_id in self._active or self._active_elsewhere(task_id)
+
+    def running_task_ids(
+        self,
+        *,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+    ) -> list[str]:
+        """As the base manager, plus the matching tasks enqueued here that are active in
+        another process (so a newer until-idle stream takes them over too)."""
+        here = super().running_task_ids(
+            agent_id=agent_id, run_id=run_id, thread_id=thread_id, resource_id=resource_id
+        )
+        wanted = {"agent_id": agent_id, "run_id": run_id, "thread_id": thread_id, "resource_id": resource_id}
+        elsewhere = [
+            task_id
+            for task_id, request in self._requests.items()
+            if self._active_elsewhere(task_id)
+            and all(value is None or getattr(request, key) == value for key, value in wanted.items())
+        ]
+        return here + elsewhere
+
+    def _active_elsewhere(self, task_id: str) -> bool:
+        return (
+            task_id not in self._active
+            and task_id in self._requests
+            and self._delivered.get(task_id, ("",))[0] != "suspended"
+        )
+
     # -- results into memory before their event, in every process -------------------------
 
     async def _announce(self, record: TaskRecord) -> None:
@@ -542,6 +578,8 @@ class DistributedTaskManager(BackgroundTaskManager):
         dropped."""
         record = event.record
         if record.status not in SETTLED_STATUSES:
+            if record.status == "running":  # resumed elsewhere: no longer suspended
+                self._delivered.pop(record.id, None)
             return True
         if record.id in self._requests:
             return await self._settled_elsewhere(record)
