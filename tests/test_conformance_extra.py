@@ -13,7 +13,7 @@ that start while the model still streams, goals (budget spent, a judge answering
 and completion checks (never passing, strategy any), a model stream failing right after (or some
 time after) its first parts, an abort right after start, a failing sub-agent, approvals of a background
 tool and with memory, tool output checked against its output schema, workflows as tools (plain, suspended and resumed),
-and loop edge cases (one step only, a forced tool, a failing second model call,
+durable agents (a failing task, a task done before the first wait, no tools), and loop edge cases (one step only, a forced tool, a failing second model call,
 an error part after a tool call, two text blocks, a reasoning signature, a string tool result). All must match at
 level 2; those listed in ``LEVEL_3`` at level 3 too."""
 
