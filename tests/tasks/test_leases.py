@@ -186,7 +186,7 @@ async def test_an_owner_that_lost_its_lease_cannot_settle_over_the_new_owner(
     assert stale_runner is not None
     stale_release.set()  # the stale owner's tool returns while the new owner's still runs
     done_here, _ = await asyncio.wait({stale_runner}, timeout=10)
-    assert done_here and not stale.is_active(record.id)
+    assert done_here and record.id not in stale._executions
 
     current = await fresh.storage.get_task(record.id)
     assert current is not None and current.status == "running" and current.result is None
