@@ -730,3 +730,27 @@ async def test_a_sub_agent_that_fails_is_a_tool_error_naming_both_agents() -> No
     (error,) = of_type(chunks, "tool-error")
     assert str(error.payload["error"]) == "[Agent:Supervisor] - Failed agent tool execution for researcher"
     assert "tool-result" not in types(chunks) and types(chunks)[-1] == "finish"
+
+
+async def test_a_background_override_reaches_the_conversation_but_not_the_tool() -> None:
+    from runstream.runtime import Runstream
+    from runstream.storage import InMemoryStorage
+
+    seen: list[dict[str, Any]] = []
+
+    @tool(background=True)
+    async def research(topic: str) -> str:
+        """Research a topic."""
+        seen.append({"topic": topic})
+        return f"{topic} is fast"
+
+    args = {"topic": "sol", "_background": {"enabled": False}}
+    model = ScriptedModel(calls=[tool_step(call("c1", "research", args)), reply("Done.")])
+    agent = Agent("a", model=model, tools=[research])
+    async with Runstream(agents=[agent], storage=InMemoryStorage(), background_tasks={"enabled": True}):
+        chunks = await collect(await agent.stream("Research sol"))
+    assert seen == [{"topic": "sol"}]
+    assert of_type(chunks, "tool-result")[0].payload["args"] == {"topic": "sol"}
+    # The model's own call, as it made it, stays in the conversation (as in Mastra).
+    conversation = of_type(chunks, "finish")[0].payload["messages"]["nonUser"]
+    assert [p["input"] for m in conversation[:2] for p in m["content"]] == [args, args]

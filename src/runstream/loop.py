@@ -166,8 +166,16 @@ class ToolCall:
     tool_call_id: str
     tool_name: str
     args: dict[str, Any]
+    """The arguments the tool gets."""
     args_error: str | None = None
     provider_metadata: dict[str, Any] | None = None
+    model_input: dict[str, Any] | None = None
+    """The arguments as the model sent them, when they differ from ``args`` (e.g. with a
+    ``_background`` override); the conversation keeps these."""
+
+    @property
+    def sent_args(self) -> dict[str, Any]:
+        return self.args if self.model_input is None else self.model_input
 
 
 @dataclass(slots=True)
@@ -531,7 +539,7 @@ async def agent_loop(
                     "type": "tool-call",
                     "toolCallId": call.tool_call_id,
                     "toolName": call.tool_name,
-                    "input": call.args,
+                    "input": call.sent_args,
                 }
             )
 
@@ -962,7 +970,7 @@ async def _run_tool_step(
             "toolCallId": call.tool_call_id,
             "toolName": call.tool_name,
             "output": tool_output_for_model(outcome),
-            "input": call.args,
+            "input": call.sent_args,
         }
         if outcome.provider_metadata:
             part["providerOptions"] = outcome.provider_metadata

@@ -47,7 +47,10 @@ class BackgroundDispatcher:
     async def __call__(
         self, call: ToolCall, tool: Tool, cfg: LoopConfig, state: RunState, emit: Callable[[AnyChunk], None]
     ) -> ToolOutcome | None:
-        override = call.args.pop(BACKGROUND_ARG, None)
+        override = call.args.get(BACKGROUND_ARG)
+        if BACKGROUND_ARG in call.args:  # the tool never sees it; the conversation keeps it
+            call.model_input = call.args
+            call.args = {key: value for key, value in call.args.items() if key != BACKGROUND_ARG}
         entry = eligibility(tool, self.config)
         if entry is None:
             return None
