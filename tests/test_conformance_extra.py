@@ -13,7 +13,9 @@ that start while the model still streams, goals (budget spent, a judge answering
 and completion checks (never passing, strategy any), a model stream failing right after (or some
 time after) its first parts, an abort right after start, a failing sub-agent, approvals of a background
 tool and with memory, tool output checked against its output schema, workflows as tools (plain, suspended and resumed),
-durable agents (a failing task, a task done before the first wait, no tools), and loop edge cases (one step only, a forced tool, a failing second model call,
+durable agents (a failing task, a task done before the first wait, no tools), finish reasons
+(content-filter, other and unknown going on, error without an error part, usage details), and loop
+edge cases (one step only, a forced tool, a failing second model call,
 an error part after a tool call, two text blocks, a reasoning signature, a string tool result). All must match at
 level 2; those listed in ``LEVEL_3`` at level 3 too."""
 
@@ -40,6 +42,9 @@ LEVEL_3 = {
     "x-u03-tool-call-before-slow-finish",
     "x-v04-itc-two-scorers-any",
     "x-wt02-workflow-tool-plain",
+    "x-f01-content-filter",
+    "x-f02-usage-details",
+    "x-f05-finish-error-reason",
     "x-z01-tool-output-schema-mismatch",
     "x-z03-tool-output-schema-ok",
 }

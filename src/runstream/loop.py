@@ -57,6 +57,7 @@ from runstream.chunks import (
 from runstream.memory import ContinuedMessage
 from runstream.models.base import (
     LanguageModel,
+    ModelCallError,
     ModelRequest,
     ModelSettings,
     PromptMessage,
@@ -473,7 +474,8 @@ async def agent_loop(
                         if isinstance(reason, dict):  # AI SDK v3
                             step_result["rawReason"] = reason.get("raw")
                             reason = reason.get("unified", "unknown")
-                        finish_reason = str(reason)
+                        # Mastra reports an unknown reason as "other" (and keeps looping on it).
+                        finish_reason = "other" if reason == "unknown" else str(reason)
                         step_usage = normalize_usage(part.get("usage"))
                         continue
                     elif kind == "error":
@@ -515,6 +517,11 @@ async def agent_loop(
             if not step_started_emitted:
                 step_started_emitted = True
                 yield _step_start(state, request_info, warnings, step_started)
+        if finish_reason == "error" and step_error is None and tripwire is None and not signal.aborted:
+            step_error = ModelCallError(
+                'Agent stream finished with finishReason "error" but no error payload was provided',
+                name="Error",
+            )
         tracing.end_step_span(step_span, step_usage, "error" if step_error else finish_reason, step_error)
         response_meta = response_meta or default_response_metadata(cfg.model)
 
@@ -657,7 +664,9 @@ async def agent_loop(
                     else:
                         yield item
             chosen = [v for v in verdicts if v.authoritative] or verdicts
-            cont = any(v.continue_loop for v in chosen) and _should_continue(cfg, state)
+            # Like a tool step, a step that ended for an unknown reason goes on (as Mastra does).
+            wants_more = finish_reason == "other" or any(v.continue_loop for v in chosen)
+            cont = wants_more and _should_continue(cfg, state)
             step_finish = step_finish_chunk(
                 cfg, state, record, finish_reason, continued=cont, step_result=step_result
             )

@@ -38,7 +38,10 @@ def normalize_usage(usage: Any) -> dict[str, Any]:
             "cacheCreationInputTokens": inp.get("cacheWrite") or 0,
             "raw": usage,
         }
-    return {**usage, "raw": dict(usage)}
+    normalized = {**usage, "raw": dict(usage)}
+    if usage.get("totalTokens") is None:  # Mastra sums what it has (a missing count is 0)
+        normalized["totalTokens"] = (inp or 0) + (out or 0)
+    return normalized
 
 
 def add_usage(total: dict[str, Any], step: dict[str, Any]) -> None:
