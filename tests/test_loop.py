@@ -754,3 +754,21 @@ async def test_a_background_override_reaches_the_conversation_but_not_the_tool()
     # The model's own call, as it made it, stays in the conversation (as in Mastra).
     conversation = of_type(chunks, "finish")[0].payload["messages"]["nonUser"]
     assert [p["input"] for m in conversation[:2] for p in m["content"]] == [args, args]
+
+
+async def test_a_generated_file_is_part_of_the_step_and_its_message() -> None:
+    file_part = {"type": "file", "mediaType": "image/png", "data": "iVBORw0KGgo="}
+    parts = reply("See the image.")
+    parts.insert(-1, file_part)
+    out = await Agent("a", model=ScriptedModel(calls=[parts])).stream("draw")
+    step_finish = of_type(await collect(out), "step-finish")[0].payload
+    assert step_finish["output"]["steps"][0]["content"][1] == {
+        "type": "file",
+        "file": {"base64Data": "iVBORw0KGgo=", "mediaType": "image/png", "type": "file"},
+    }
+    message = step_finish["messages"]["nonUser"][0]["content"]
+    assert message[1] == {
+        "type": "file",
+        "data": "data:image/png;base64,iVBORw0KGgo=",
+        "mediaType": "image/png",
+    }

@@ -172,7 +172,11 @@ async def test_get_full_output_fields() -> None:
     assert full["messages"] == [
         {
             "role": "assistant",
-            "content": [{"type": "reasoning", "text": "Let me think."}, {"type": "text", "text": "Answer."}],
+            "content": [
+                {"type": "reasoning", "text": "Let me think."},
+                {"type": "text", "text": "Answer."},
+                {"type": "file", "data": "data:image/png;base64,iVBORw==", "mediaType": "image/png"},
+            ],
         }
     ]
     assert full["status"] == "success"

@@ -371,6 +371,7 @@ async def agent_loop(
         step_started_emitted = False
         warnings: list[Any] = []
         streaming_tool_names: dict[str, str] = {}
+        step_files: list[dict[str, Any]] = []
         eager = _EagerTools() if eager_allowed else None
         step_span = tracing.start_child(
             state.span,
@@ -459,6 +460,7 @@ async def agent_loop(
                     elif kind == "file":
                         chunk = FileChunk(run_id, _file_payload(part))
                         state.files.append(chunk)
+                        step_files.append(_file_content(chunk.payload))
                     elif kind == "raw":
                         if not cfg.include_raw_chunks:
                             continue
@@ -540,6 +542,7 @@ async def agent_loop(
             content.append({"type": "reasoning", "text": "".join(reasoning_text)})
         if text:
             content.append({"type": "text", "text": text})
+        content.extend(step_files)  # files the model generated are part of its message
         for call in calls:
             content.append(
                 {
@@ -1158,6 +1161,12 @@ def _file_payload(part: dict[str, Any]) -> Any:
     data = part.get("data", "")
     b64 = base64.b64encode(data).decode("ascii") if isinstance(data, bytes | bytearray) else str(data)
     return _with_pm({"data": b64, "base64": b64, "mimeType": part.get("mediaType", "")}, part)
+
+
+def _file_content(payload: Any) -> dict[str, Any]:
+    """A generated file as a message part: a data URL, as the AI SDK puts it in a prompt."""
+    media_type = payload["mimeType"]
+    return {"type": "file", "data": f"data:{media_type};base64,{payload['base64']}", "mediaType": media_type}
 
 
 def _as_exception(error: Any) -> BaseException:

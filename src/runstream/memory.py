@@ -380,6 +380,8 @@ def parts_to_steps(parts: Sequence[Mapping[str, Any]]) -> list[list[PromptMessag
         elif kind == "reasoning":
             text = "".join(d.get("text", "") for d in part.get("details", [])) or part.get("reasoning", "")
             content.append({"type": "reasoning", "text": text})
+        elif kind == "file":
+            content.append({"type": "file", "data": part.get("data"), "mediaType": part.get("mediaType")})
         elif kind == "tool-invocation":
             inv = part["toolInvocation"]
             call: dict[str, Any] = {
@@ -430,6 +432,8 @@ def parts_to_ui(
             ui.append({"type": "reasoning", "text": text})
         elif kind == "text":
             ui.append({"type": "text", "text": part["text"]})
+        elif kind == "file":
+            ui.append({"type": "file", "mediaType": part.get("mediaType"), "url": part.get("data")})
         else:
             ui.append(copy.deepcopy(dict(part)))
     return ui

@@ -66,7 +66,7 @@ def step_record(
 ) -> dict[str, Any]:
     record = {
         "text": text,
-        "content": content,
+        "content": [_step_content_part(part) for part in content],
         "usage": usage,
         "finishReason": reason,
         "warnings": warnings,
@@ -106,6 +106,15 @@ def add_feedback(record: dict[str, Any], feedback: list[PromptMessage]) -> None:
     for message in feedback:
         if message["role"] == "assistant":
             record["content"].extend(dict(part) for part in message["content"])
+
+
+def _step_content_part(part: dict[str, Any]) -> dict[str, Any]:
+    """A message part as a step's content reports it (a file as the AI SDK's generated file)."""
+    if part.get("type") != "file":
+        return part
+    media_type = part["mediaType"]
+    base64_data = part["data"].removeprefix(f"data:{media_type};base64,")
+    return {"type": "file", "file": {"base64Data": base64_data, "mediaType": media_type, "type": "file"}}
 
 
 def _model_metadata(cfg: LoopConfig, record: dict[str, Any]) -> dict[str, Any]:
