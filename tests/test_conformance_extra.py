@@ -14,8 +14,8 @@ and completion checks (never passing, strategy any), a model stream failing righ
 time after) its first parts, an abort right after start, a failing sub-agent, approvals of a background
 tool and with memory, tool output checked against its output schema, workflows as tools (plain, suspended and resumed),
 durable agents (a failing task, a task done before the first wait, no tools), finish reasons
-(content-filter, other and unknown going on, error without an error part, usage details), and loop
-edge cases (one step only, a forced tool, a failing second model call,
+(content-filter, other and unknown going on, error without an error part, usage details), until-idle
+without a task, with tasks from two steps and twice on one thread, and loop edge cases (one step only, a forced tool, a failing second model call,
 an error part after a tool call, two text blocks, a reasoning signature, a string tool result). All must match at
 level 2; those listed in ``LEVEL_3`` at level 3 too."""
 
@@ -45,6 +45,9 @@ LEVEL_3 = {
     "x-f01-content-filter",
     "x-f02-usage-details",
     "x-f05-finish-error-reason",
+    "x-s12-until-idle-no-task",
+    "x-s13-bg-two-steps",
+    "x-s14-until-idle-two-runs",
     "x-z01-tool-output-schema-mismatch",
     "x-z03-tool-output-schema-ok",
 }
