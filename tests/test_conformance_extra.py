@@ -15,7 +15,8 @@ time after) its first parts, an abort right after start, a failing sub-agent, ap
 tool and with memory, tool output checked against its output schema, workflows as tools (plain, suspended and resumed),
 durable agents (a failing task, a task done before the first wait, no tools), finish reasons
 (content-filter, other and unknown going on, error without an error part, usage details), until-idle
-without a task, with tasks from two steps and twice on one thread, and loop edge cases (one step only, a forced tool, a failing second model call,
+without a task, with tasks from two steps and twice on one thread, aborts while a tool runs and
+between steps, and loop edge cases (one step only, a forced tool, a failing second model call,
 an error part after a tool call, two text blocks, a reasoning signature, a string tool result). All must match at
 level 2; those listed in ``LEVEL_3`` at level 3 too."""
 
