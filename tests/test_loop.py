@@ -633,7 +633,14 @@ async def test_step_tripwire_with_retry_sends_feedback() -> None:
     assert judge.retry_counts == [0, 1]
     assert await out.text == "right answer"
     assert out.tripwire is None
-    assert chunks[-1].payload["processorRetryCount"] == 1
+    # The rejected step's record shows its message and why; the accepted step ends the retries.
+    rejected = chunks[-1].payload["output"]["steps"][0]
+    assert rejected["response"]["messages"] == [
+        {"role": "assistant", "content": [{"type": "text", "text": "wrong answer"}]}
+    ]
+    assert rejected["tripwire"]["reason"] == "answer was wrong"
+    assert first_step["processorRetryCount"] == 1
+    assert chunks[-1].payload["processorRetryCount"] == 0
 
 
 async def test_step_retries_exhausted_end_with_tripwire() -> None:

@@ -603,8 +603,17 @@ async def agent_loop(
                 if eager is not None:
                     await eager.cancel()
                 record = step_record(
-                    state, text, content, step_usage, "retry", request_info, response_meta, warnings
+                    state,
+                    text,
+                    content,
+                    step_usage,
+                    "retry",
+                    request_info,
+                    response_meta,
+                    warnings,
+                    rejected=True,
                 )
+                record["tripwire"] = trip.payload()
                 if trip.retry and state.processor_retry_count < cfg.max_processor_retries:
                     state.processor_retry_count += 1
                     for ctx in proc_ctx.values():
@@ -633,6 +642,11 @@ async def agent_loop(
                 yield step_finish_chunk(cfg, state, record, "tripwire", continued=False)
                 yield finish_chunk(cfg, state, "tripwire")
                 return
+
+            if state.processor_retry_count:  # the step is accepted: its retries are over
+                state.processor_retry_count = 0
+                for ctx in proc_ctx.values():
+                    ctx.retry_count = 0
 
         # The assistant's response message for this step.
         assistant_content = list(content)

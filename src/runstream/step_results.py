@@ -63,7 +63,11 @@ def step_record(
     request: dict[str, Any],
     response_meta: dict[str, Any],
     warnings: list[Any],
+    *,
+    rejected: bool = False,
 ) -> dict[str, Any]:
+    """Record a finished step; a ``rejected`` step's message (a processor asked for a retry) is
+    not in the conversation, but its record shows it among the response messages, as Mastra's."""
     record = {
         "text": text,
         "content": [_step_content_part(part) for part in content],
@@ -80,6 +84,8 @@ def step_record(
     }
     # The response messages as of this step (a tool step's results are not in yet).
     messages = response_view(state)
+    if rejected and content:
+        messages.append({"role": "assistant", "content": list(content)})
     if record["toolCalls"]:
         messages.append({"role": "tool", "content": []})
     record["responseMessages"] = messages
@@ -199,6 +205,8 @@ def _public_step(record: dict[str, Any]) -> dict[str, Any]:
     }
     if record["finishReason"] == "error":  # Mastra names the reason only on failed steps
         step["finishReason"] = "error"
+    if "tripwire" in record:
+        step["tripwire"] = record["tripwire"]
     return step
 
 
