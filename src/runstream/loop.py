@@ -372,7 +372,7 @@ async def agent_loop(
         warnings: list[Any] = []
         streaming_tool_names: dict[str, str] = {}
         step_files: list[dict[str, Any]] = []
-        eager = _EagerTools() if eager_allowed else None
+        eager: _EagerTools | None = None  # made at the step's first tool call
         step_span = tracing.start_child(
             state.span,
             "runstream.model.step",
@@ -452,7 +452,8 @@ async def agent_loop(
                             payload["providerMetadata"] = call.provider_metadata
                         chunk = ToolCallChunk(run_id, payload)  # type: ignore[arg-type]
                         state.tool_calls.append(chunk)
-                        if eager is not None and call.tool_name not in cfg.client_tools:
+                        if eager_allowed and call.tool_name not in cfg.client_tools:
+                            eager = eager or _EagerTools()
                             eager.start(cfg, state, call)  # a client tool runs on the client
                     elif kind == "source":
                         chunk = SourceChunk(run_id, _source_payload(part))
