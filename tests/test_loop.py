@@ -715,10 +715,13 @@ async def test_agent_as_tool_wraps_sub_agent_chunks_in_tool_output() -> None:
     assert wire["payload"]["output"]["payload"]["text"] == "Paris is in France."
     (result,) = of_type(chunks, "tool-result")
     assert result.payload["result"]["text"] == "Paris is in France."
-    assert sub_model.recorded[0].prompt[-1] == {
-        "role": "user",
-        "content": [{"type": "text", "text": "Where is Paris?"}],
-    }
+    asked = {"role": "user", "content": [{"type": "text", "text": "where?"}]}
+    prompt = {"role": "user", "content": [{"type": "text", "text": "Where is Paris?"}]}
+    # The sub-agent sees what the user asked the calling agent (as context), then its prompt.
+    assert sub_model.recorded[0].prompt[-2:] == [asked, prompt]
+    sub_finish = inner[-1].payload
+    assert sub_finish["messages"]["all"][:2] == [asked, prompt]
+    assert sub_finish["messages"]["user"] == [prompt]
     assert await out.text == "France."
 
 

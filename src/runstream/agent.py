@@ -695,7 +695,9 @@ class Agent:
         """This agent as a tool ``agent-<id>`` taking ``{"prompt"}``; its chunks stream as tool output."""
 
         async def execute(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-            out = await self.stream(args["prompt"], abort_signal=ctx.abort_signal)
+            # As in Mastra, the sub-agent sees what the user asked the calling agent.
+            asked = [m for m in ctx.messages if m["role"] == "user"]
+            out = await self.stream(args["prompt"], abort_signal=ctx.abort_signal, context=asked)
             results: list[AnyChunk] = []
             async for chunk in out.full_stream:
                 await ctx.writer.write(chunk)

@@ -551,6 +551,8 @@ def rewrite_prompt_result(messages: list[PromptMessage], task: TaskRecord) -> bo
                 and link.get("taskId") == task.id
             ):
                 part["output"] = tool_result_output(value, is_error=state != "result")
-                part["providerOptions"]["mastra"]["backgroundTask"]["status"] = link_status(task)
+                mastra = part["providerOptions"]["mastra"]
+                mastra["backgroundTask"]["status"] = link_status(task)
+                mastra["modelOutput"] = None
                 return True
     return False

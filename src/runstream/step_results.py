@@ -168,16 +168,18 @@ def _nth_step_content(parts: list[dict[str, Any]], number: int) -> list[dict[str
     return content
 
 
-def _messages_payload(state: RunState) -> dict[str, Any]:
-    """The conversation (``all``), the run's new user input and its response (``nonUser``)."""
+def _messages_payload(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
+    """The conversation (``all``: context messages other than system ones, history, input and
+    response), the run's new user input and its response (``nonUser``)."""
     responses = response_view(state)
     history = state.messages[: state.history_count]
     if _continues(state):
         assert state.continued is not None
         history = history[: len(history) - state.continued.prompt_count]
     inputs = state.new_input_messages
+    context = [m for m in cfg.context if m["role"] != "system"]
     return {
-        "all": [*history, *inputs, *responses],
+        "all": [*context, *history, *inputs, *responses],
         "user": [m for m in inputs if m["role"] == "user"],
         "nonUser": responses,
     }
@@ -225,7 +227,7 @@ def step_finish_chunk(
         "stepResult": result,
         "metadata": _model_metadata(cfg, record),
         "output": _output_payload(state, record, record["usage"]),
-        "messages": _messages_payload(state),
+        "messages": _messages_payload(cfg, state),
         "processorRetryCount": state.processor_retry_count,
     }
     if state.background_task_pending:
@@ -260,7 +262,7 @@ def finish_chunk(
         "stepResult": result,
         "metadata": _model_metadata(cfg, record),
         "output": _output_payload(state, record, usage),
-        "messages": _messages_payload(state),
+        "messages": _messages_payload(cfg, state),
         "processorRetryCount": state.processor_retry_count,
     }
     if state.background_task_pending:
