@@ -172,3 +172,13 @@ def check_task_update(changes: Mapping[str, Any]) -> None:
 def apply_task_update(task: TaskRecord, changes: Mapping[str, Any]) -> TaskRecord:
     check_task_update(changes)
     return replace(task, **changes)
+
+
+def task_changes(task_id: str, fields: Mapping[str, Any]) -> Row:
+    """``fields`` as column values, validated and encoded exactly as a whole record would be
+    (for a SQL ``UPDATE`` that sets only them)."""
+    placeholder = TaskRecord(
+        id=task_id, status="pending", tool_name="", tool_call_id="", args={}, agent_id="", run_id=""
+    )
+    row = task_to_row(apply_task_update(placeholder, fields))
+    return {column: row[column] for column in fields}

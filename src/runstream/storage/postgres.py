@@ -43,11 +43,11 @@ from runstream.storage._rows import (
     TASK_COLUMNS,
     THREAD_COLUMNS,
     Row,
-    apply_task_update,
     decode_json,
     encode_json_object,
     message_from_row,
     message_to_row,
+    task_changes,
     task_from_row,
     task_to_row,
     thread_from_row,
@@ -112,15 +112,6 @@ def _metadata_condition(key: str, value: str | None, params: SqlParams) -> str:
     if value is None:
         return f"COALESCE({kind}, 'null') = 'null'"
     return f"({kind} = 'string' AND metadata ->> {key}::text = {params.add(value)}::text)"
-
-
-def _task_changes(task_id: str, fields: Mapping[str, Any]) -> Row:
-    """``fields`` as column values, validated and encoded exactly as a whole record would be."""
-    placeholder = TaskRecord(
-        id=task_id, status="pending", tool_name="", tool_call_id="", args={}, agent_id="", run_id=""
-    )
-    row = task_to_row(apply_task_update(placeholder, fields))
-    return {column: row[column] for column in fields}
 
 
 class PostgresStorage:
@@ -408,7 +399,7 @@ class PostgresStorage:
         expected_metadata: Mapping[str, str | None] | None = None,
         **fields: Unpack[TaskUpdate],
     ) -> TaskRecord | None:
-        changes = _task_changes(task_id, fields)
+        changes = task_changes(task_id, fields)
         statuses = normalise_statuses(expected_status)
         expected = check_expected_metadata(expected_metadata)
         params = SqlParams("numeric")

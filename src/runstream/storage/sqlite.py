@@ -5,7 +5,9 @@ timeout) and migrated on first use. Every call holds an asyncio lock for its who
 a single connection has a single transaction, so without the lock a statement from one task
 could land inside another task's transaction (and be rolled back with it). Writes use
 ``BEGIN IMMEDIATE`` so read-modify-write calls are atomic against other processes too; reads use
-a deferred transaction so a count and its page see the same snapshot.
+a deferred transaction so a count and its page see the same snapshot. ``update_task``, the
+task manager's compare-and-set, is one conditional ``UPDATE ... RETURNING`` in autocommit, so
+SQLite's write lock is never held while the event loop is busy elsewhere.
 
 Datetimes are stored as fixed-width UTC text (so text order is time order), JSON as text.
 """
@@ -32,7 +34,6 @@ from runstream.storage._query import (
     expired_where,
     limit_clause,
     make_page,
-    metadata_matches,
     normalise_statuses,
     order_clause,
     task_where,
@@ -43,14 +44,13 @@ from runstream.storage._rows import (
     TASK_COLUMNS,
     THREAD_COLUMNS,
     Row,
-    apply_task_update,
-    check_task_update,
     datetime_to_text,
     decode_json,
     encode_json,
     encode_json_object,
     message_from_row,
     message_to_row,
+    task_changes,
     task_from_row,
     task_to_row,
     thread_from_row,
@@ -87,6 +87,18 @@ _IDS_PARAM = "(SELECT value FROM json_each(?))"
 
 def _bind(value: Any) -> Any:
     return datetime_to_text(value) if isinstance(value, datetime) else value
+
+
+def _metadata_condition(key: str, value: str | None, params: SqlParams) -> str:
+    """SQL for "metadata's ``key`` is the string ``value``" (``None``: absent or null), as
+    :func:`~runstream.storage._query.metadata_matches` decides it."""
+    if value is None:
+        return f"COALESCE(json_type(metadata, {params.add(f'$.{key}')}), 'null') = 'null'"
+    path = f"$.{key}"
+    return (
+        f"(json_type(metadata, {params.add(path)}) = 'text'"
+        f" AND json_extract(metadata, {params.add(path)}) = {params.add(value)})"
+    )
 
 
 def _ids_json(ids: Collection[str]) -> str:
@@ -384,21 +396,29 @@ class SqliteStorage:
         expected_metadata: Mapping[str, str | None] | None = None,
         **fields: Unpack[TaskUpdate],
     ) -> TaskRecord | None:
-        check_task_update(fields)
+        # One conditional UPDATE in autocommit: the write lock is held for that statement only,
+        # not across event-loop turns (a busy event loop would hold up every other process).
+        changes = task_changes(task_id, fields)
         statuses = normalise_statuses(expected_status)
         expected = check_expected_metadata(expected_metadata)
-        async with self._write() as tx:
-            row = await tx.row(f"{_TASK_SELECT} WHERE id = ?", [task_id])
-            if row is None:
-                return None
-            current = task_from_row(row)
-            if statuses is not None and current.status not in statuses:
-                return None
-            if expected is not None and not metadata_matches(current.metadata, expected):
-                return None
-            new_row = task_to_row(apply_task_update(current, fields))
-            await tx.upsert("background_tasks", new_row)
-        return task_from_row(new_row)
+        params = SqlParams("qmark")
+        assignments = ", ".join(f"{column} = {params.add(value)}" for column, value in changes.items())
+        where = f"id = {params.add(task_id)}"
+        if statuses is not None:
+            where += f" AND status IN ({params.add_all(statuses)})" if statuses else " AND 1 = 0"
+        for key, value in (expected or {}).items():
+            where += f" AND {_metadata_condition(key, value, params)}"
+        # With no fields to change, "id = id" still matches (and returns) the record like a write would.
+        sql = (
+            f"UPDATE background_tasks SET {assignments or 'id = id'} WHERE {where} "
+            f"RETURNING {', '.join(TASK_COLUMNS)}"
+        )
+        async with self._lock:
+            with _translate_errors():
+                db = await self._connection()
+                values = await db.execute_fetchall(sql, [_bind(p) for p in params.values])
+        rows = list(values)
+        return None if not rows else task_from_row(dict(zip(TASK_COLUMNS, rows[0], strict=True)))
 
     async def delete_tasks(self, task_ids: Collection[str]) -> int:
         async with self._write() as tx:
