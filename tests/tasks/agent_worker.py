@@ -4,7 +4,8 @@ Usage: ``python agent_worker.py POSTGRES_URL SCHEMA PREFIX``. It serves the back
 the agent :func:`build_agent` makes (the test process, A, builds the same agent with a scripted
 model and a producer manager) until SIGTERM. It prints JSON lines: ``{"event": "ready",
 "worker"}`` once started, then what the tools do. ``research`` waits until the test pushes to
-the Redis list ``<PREFIX>:gate:<topic>`` (:func:`gate_key`).
+the Redis list ``<PREFIX>:gate:<topic>`` (:func:`gate_key`), ``ask`` for ``<question>`` before
+it suspends.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def build_agent(model: LanguageModel, gate: Gate) -> Agent:
         """Ask the user a question."""
         say(event="started", tool="ask", resume_data=ctx.resume_data)
         if ctx.resume_data is None:
+            await gate(question)
             await ctx.suspend({"question": question})
         return {"answer": ctx.resume_data}
 

@@ -190,6 +190,25 @@ async def test_whoever_sees_the_completion_finds_the_result_in_memory(cluster: C
     assert seen == [[result], [result]]
 
 
+async def test_whoever_sees_the_suspension_finds_it_in_memory(cluster: Cluster) -> None:
+    model = ScriptedModel(calls=[call("c1", "ask", '{"question":"name?"}'), say("Asking.")])
+    runtime, agent, _ = cluster.api(model)
+    elsewhere = RedisEventBus(REDIS_URL, channel_prefix=cluster.prefix)
+    async with runtime:
+        await collect((await agent.stream("Ask", memory=MEMORY)).full_stream)  # saved, then:
+        events = elsewhere.subscribe(TaskEventFilter(thread_id="t1"))
+        assert await elsewhere.connect()
+        await cluster.open_gate("name?")
+        async with asyncio.timeout(STREAM_TIMEOUT_S):
+            async for event in events:
+                if event.chunk.type == "background-task-suspended":
+                    stored = await cluster.memory.storage.list_messages("t1")  # type: ignore[union-attr]
+                    break
+    await elsewhere.close()
+    suspended = [m.content["metadata"]["suspendedTools"] for m in stored.items if "metadata" in m.content]
+    assert suspended and suspended[0]["c1"]["suspendPayload"] == {"question": "name?"}
+
+
 async def test_cancel_from_the_api_process_stops_the_tool_in_the_worker(cluster: Cluster) -> None:
     model = ScriptedModel(calls=[call("c1", "hang", '{"label":"h"}'), say("Working."), say("Cancelled.")])
     runtime, agent, manager = cluster.api(model)
@@ -217,8 +236,12 @@ async def test_resume_from_the_api_process_reruns_the_tool_in_the_worker(cluster
         calls=[call("c1", "ask", '{"question":"name?"}'), say("Asking."), say("Waiting."), say("Hi Ada.")]
     )
     runtime, agent, manager = cluster.api(model)
+    seen: list[AnyChunk] = []
 
     async def answer_the_suspension(chunk: AnyChunk) -> None:
+        if chunk.type == "finish" and "background-task-suspended" not in kinds(seen):
+            await cluster.open_gate("name?")
+        seen.append(chunk)
         if chunk.type == "background-task-suspended":
             assert chunk.payload["suspendPayload"] == {"question": "name?"}
             await manager.resume(chunk.payload["taskId"], {"name": "Ada"})

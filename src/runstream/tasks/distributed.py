@@ -22,10 +22,10 @@ owner renews every ``renew_interval_ms``; one that could not renew in time stops
 
 Results reach memory before their event is published, in every process: the process that
 settles a task runs the enqueuing request's ``on_terminal`` hook if it holds the request, and
-else writes the result over the placeholder in the shared storage itself (the agents' memory is
-assumed to live in ``storage``, as :class:`~runstream.Runstream` wires it). The process holding
-the request runs its hook on the remote event before handing it to its own subscribers (the hook
-may rewrite a run still streaming there). Redis pub/sub can lose events, so each process
+else writes the result over the placeholder (or records the suspension) in the shared storage
+itself (the agents' memory is assumed to live in ``storage``, as :class:`~runstream.Runstream`
+wires it). The process holding the request runs its hook on the remote event before handing it
+to its own subscribers (the hook may rewrite a run still streaming there). Redis pub/sub can lose events, so each process
 re-reads the tasks it enqueued after a reconnect and every ``recheck_interval_ms``, and delivers
 a settled state it missed (hook first, as for an event).
 
@@ -54,6 +54,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from runstream.chunks import dumps
+from runstream.loop import draft07_schema_json
 from runstream.memory import Memory
 from runstream.storage import Storage, TaskFilter, TaskRecord
 from runstream.storage.records import js_iso, utc_now
@@ -555,22 +556,29 @@ class DistributedTaskManager(BackgroundTaskManager):
     # -- results into memory before their event, in every process -------------------------
 
     async def _announce(self, record: TaskRecord) -> None:
-        """As the base manager; without the enqueuing request here, write a terminal result
-        over its placeholder in memory before the event is published."""
+        """As the base manager; without the enqueuing request here, write the settled state
+        into memory (as the agent's hook would) before the event is published."""
         request = self._requests.get(record.id)
         if request is not None:
             self._delivered[record.id] = _settled_key(record)
-        elif record.status in TERMINAL_STATUSES:
-            await self._write_result(record)
+        else:
+            await self._write_outcome(record)
         await super()._announce(record)
         if record.id not in self._requests:
             self._delivered.pop(record.id, None)
 
-    async def _write_result(self, record: TaskRecord) -> None:
+    async def _write_outcome(self, record: TaskRecord) -> None:
+        """The result over its placeholder, or the suspension in the message's metadata."""
+        memory = Memory(storage=self.storage)
         try:
-            await Memory(storage=self.storage).apply_task_result(record)
+            if record.status == "suspended":
+                tool = self._resolve_tool(record)
+                schema = tool.resume_schema if tool is not None else None
+                await memory.apply_task_suspension(record, draft07_schema_json(schema) if schema else None)
+            else:
+                await memory.apply_task_result(record)
         except Exception:
-            logger.exception("task %s: could not write its result into memory", record.id)
+            logger.exception("task %s: could not write its %s state into memory", record.id, record.status)
 
     async def _on_remote_event(self, event: TaskEvent) -> bool:
         """Before another process's event is delivered here: if it settles a task enqueued
