@@ -76,6 +76,19 @@ async def test_continue_then_done() -> None:
     second_prompt = json.dumps(model.recorded[1].prompt)
     assert "current-objective" in second_prompt and "Judge feedback: Add a title." in second_prompt
     assert record is not None and record.status == "done" and record.runs_used == 2
+    # Each signal joins the conversation as a message, so the response goes on in a new
+    # message: a new id after every signal, one UI message per answer.
+    ids = [
+        c.payload["messageId"] for c in chunks if c.type in ("start", "step-start", "step-finish", "finish")
+    ]
+    assert len(set(ids)) == 4 and ids[1] != ids[0] and ids[2] == ids[3] and ids[4] == ids[5]
+    finish = chunks[-1].payload
+    ui = finish["response"]["uiMessages"]
+    assert [m["id"] for m in ui] == [ids[1], ids[3]]
+    assert all(m["metadata"]["mastra"] == {"responseBoundary": True} for m in ui)
+    roles = [m["role"] for m in finish["messages"]["all"]]
+    assert roles == ["user", "user", "assistant", "user", "assistant"]  # input, objective, ..., reminder
+    assert [m["role"] for m in finish["messages"]["nonUser"]] == ["assistant", "assistant"]
 
 
 async def test_budget_exhausted_pauses_the_goal_and_later_runs_skip_it() -> None:

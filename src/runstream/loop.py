@@ -255,6 +255,9 @@ class RunState:
     """The run's tracing span (parent of its step and tool spans)."""
     waited_task_ids: set[str] = field(default_factory=set)
     """Durable mode: background tasks whose results the loop already waited for."""
+    message_segments: list[tuple[str, int]] = field(default_factory=list)
+    """The response messages when signals split the response: (id, the index in ``messages``
+    its content starts at), the first one included. Empty when the run is one message."""
     continued: ContinuedMessage | None = None
     """For a run without new input: the thread's last stored message, an assistant one, which
     the run's response is appended to (see ``runstream.memory``)."""
@@ -302,6 +305,7 @@ async def agent_loop(
     if resume is None:
         yield StartChunk(run_id, {"id": cfg.agent_id, "messageId": state.message_id})
         for start_chunk in cfg.start_chunks:
+            _open_message_after_signal(state, start_chunk)
             yield start_chunk
         if cfg.input_processors:
             try:
@@ -680,6 +684,7 @@ async def agent_loop(
                     if isinstance(item, CheckVerdict):
                         verdicts.append(item)
                     else:
+                        _open_message_after_signal(state, item)
                         yield item
             chosen = [v for v in verdicts if v.authoritative] or verdicts
             # Like a tool step, a step that ended for an unknown reason goes on (as Mastra does).
@@ -1090,6 +1095,16 @@ async def run_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext, call: Too
 def draft07_schema_json(schema: dict[str, Any]) -> str:
     """A resume schema as Mastra sends it: a JSON Schema draft-07 string naming its ``$schema``."""
     return resume_schema_json({"$schema": "http://json-schema.org/draft-07/schema#", **schema})
+
+
+def _open_message_after_signal(state: RunState, chunk: AnyChunk) -> None:
+    """A signal (``data-signal``) joins the conversation as a message of its own, so the
+    response goes on in a new message, as in Mastra: a new id from here on."""
+    if chunk.type == "data-signal":
+        if not state.message_segments:
+            state.message_segments.append((state.message_id, state.input_count))
+        state.message_id = str(uuid.uuid4())
+        state.message_segments.append((state.message_id, len(state.messages)))
 
 
 def default_response_metadata(model: LanguageModel) -> dict[str, Any]:

@@ -151,7 +151,13 @@ def response_view(state: RunState) -> list[PromptMessage]:
     assistant message reports that whole message (with its own response appended)."""
     if _continues(state):
         return [m for step in parts_to_steps(_merged_parts(state)) for m in step]
-    return [dict(m, content=list(m["content"])) for m in state.response_messages]
+    return _own_messages(state.response_messages)
+
+
+def _own_messages(messages: list[PromptMessage]) -> list[PromptMessage]:
+    """The model's own messages among a run's responses: user-role ones there are signals
+    the run added (a goal judge's reminder), which Mastra keeps out of the response."""
+    return [dict(m, content=list(m["content"])) for m in messages if m["role"] != "user"]
 
 
 def _nth_step_content(parts: list[dict[str, Any]], number: int) -> list[dict[str, Any]]:
@@ -178,8 +184,12 @@ def _messages_payload(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
         history = history[: len(history) - state.continued.prompt_count]
     inputs = state.new_input_messages
     context = [m for m in cfg.context if m["role"] != "system"]
+    if _continues(state):
+        conversation = responses
+    else:  # the run's own order: its responses with the signals among them
+        conversation = [dict(m, content=list(m["content"])) for m in state.response_messages]
     return {
-        "all": [*context, *history, *inputs, *responses],
+        "all": [*context, *history, *inputs, *cfg.after_input, *conversation],
         "user": [m for m in inputs if m["role"] == "user"],
         "nonUser": responses,
     }
@@ -270,7 +280,7 @@ def finish_chunk(
     payload["response"] = {
         **_model_metadata(cfg, record),
         "messages": response_view(state),
-        "uiMessages": [_ui_message(cfg, state)],
+        "uiMessages": _ui_messages(cfg, state),
     }
     payload["response"].pop("request", None)
     return FinishChunk(state.run_id, payload)  # type: ignore[arg-type]
@@ -300,17 +310,31 @@ def run_metadata(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
     return metadata
 
 
-def _ui_message(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
-    """The run's response as one AI SDK UI message (what a ``useChat`` client would hold)."""
-    message_id = state.message_id
-    metadata = run_metadata(cfg, state)
+def _ui_messages(cfg: LoopConfig, state: RunState) -> list[dict[str, Any]]:
+    """The run's response as AI SDK UI messages (what a ``useChat`` client would hold): one,
+    or one per response message when signals split the response (each marked as bounded)."""
     if _continues(state):
         assert state.continued is not None
-        message_id = state.continued.id
-        parts = _merged_parts(state, model_label(cfg))
-        metadata = merge_metadata(state.continued.metadata, metadata)
-    else:
+        metadata = merge_metadata(state.continued.metadata, run_metadata(cfg, state))
+        return [_ui_message(cfg, state.continued.id, _merged_parts(state, model_label(cfg)), metadata)]
+    if not state.message_segments:
         parts = responses_to_parts(state.response_messages, model_label(cfg))
+        return [_ui_message(cfg, state.message_id, parts, run_metadata(cfg, state))]
+    segments = state.message_segments
+    ends = [start for _, start in segments[1:]] + [len(state.messages)]
+    messages = []
+    for (message_id, start), end in zip(segments, ends, strict=True):
+        responses = _own_messages(state.messages[start:end])
+        if responses:
+            metadata = {**run_metadata(cfg, state), "mastra": {"responseBoundary": True}}
+            parts = responses_to_parts(responses, model_label(cfg))
+            messages.append(_ui_message(cfg, message_id, parts, metadata))
+    return messages
+
+
+def _ui_message(
+    cfg: LoopConfig, message_id: str, parts: list[dict[str, Any]], metadata: dict[str, Any]
+) -> dict[str, Any]:
     metadata["createdAt"] = now_utc()
     if cfg.thread_id is not None:
         metadata.update(threadId=cfg.thread_id, resourceId=cfg.resource_id)
