@@ -782,3 +782,29 @@ async def test_a_generated_file_is_part_of_the_step_and_its_message() -> None:
         "data": "data:image/png;base64,iVBORw0KGgo=",
         "mediaType": "image/png",
     }
+
+
+async def test_a_run_that_waits_for_approval_saves_its_input_and_resumes_as_a_new_message() -> None:
+    from runstream.memory import Memory
+    from runstream.storage import InMemoryStorage
+
+    executed: list[int] = []
+    agent, _ = approval_agent(executed)
+    agent.memory = Memory(storage=InMemoryStorage())
+    scope = {"thread": "t", "resource": "u"}
+    out = await agent.stream("clean up", memory=scope)
+    first = await collect(out)
+    # The user's message is in memory while the run waits (not lost if nobody answers).
+    stored = (await agent.memory.storage.list_messages("t")).items  # type: ignore[union-attr]
+    assert [m.role for m in stored] == ["user"]
+    finish = (await collect(await agent.approve_tool_call(run_id=out.run_id, tool_call_id="c1")))[-1].payload
+    assert finish["messages"]["user"] == []  # the input is history now
+    assert [m["role"] for m in finish["messages"]["all"]] == ["user", "assistant", "tool", "assistant"]
+    # The call (with its result) stays in the first message, the answer is a new one.
+    before, after = finish["response"]["uiMessages"]
+    assert before["id"] == first[0].payload["messageId"] and after["id"] == finish["messageId"]
+    assert before["metadata"]["mastra"] == {"responseBoundary": True} and "mastra" not in after["metadata"]
+    assert [p["type"] for p in before["parts"]] == ["tool-delete_files"]
+    assert before["parts"][0]["state"] == "output-available"
+    stored = (await agent.memory.storage.list_messages("t")).items  # type: ignore[union-attr]
+    assert [m.role for m in stored] == ["user", "assistant"]

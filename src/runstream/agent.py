@@ -500,10 +500,24 @@ class Agent:
                 return
             if not state.saved:
                 rewrite_prompt_result(state.messages, task)
+                await self._save_input_early(cfg, state)
             elif memory is not None and cfg.thread_id is not None:
                 await memory.apply_task_result(task)
 
         return on_terminal
+
+    async def _save_input_early(self, cfg: LoopConfig, state: RunState) -> None:
+        """Save a live run's new input to memory now, as Mastra does when the run pauses for a
+        human or one of its background tasks settles: from then on the input is history (the
+        run's ``messages.user`` is empty) and the turn's save at the end adds the response."""
+        if self.memory is None or cfg.thread_id is None or cfg.resource_id is None:
+            return
+        inputs = state.new_input_messages
+        state.history_count = state.input_count
+        if inputs:
+            await self.memory.save_turn(
+                MemoryScope(cfg.thread_id, cfg.resource_id), inputs, [], state.message_id
+            )
 
     def _output(
         self,
@@ -533,6 +547,7 @@ class Agent:
             if cfg.on_step_end is not None and storage is not None:
                 await storage.delete_snapshot(suspension.DURABLE_NAMESPACE, state.run_id)
             if state.status == "suspended":
+                await self._save_input_early(cfg, state)
                 self._suspended[state.run_id] = (cfg, state, options)
                 if storage is not None:
                     data = suspension.snapshot(self.id, state, _options_to_json(options))

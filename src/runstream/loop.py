@@ -323,7 +323,7 @@ async def agent_loop(
         pending = state.pending
         if pending is None:
             raise RuntimeError("agent_loop resumed without a pending tool step")
-        state.message_id = str(uuid.uuid4())  # and, as in Mastra, as a new response message
+        _open_new_message(state)  # and, as in Mastra, as a new response message
         async for resumed_chunk in _finish_pending_step(cfg, state, pending, resume):
             yield resumed_chunk
         if state.status != "running":
@@ -1099,12 +1099,17 @@ def draft07_schema_json(schema: dict[str, Any]) -> str:
 
 def _open_message_after_signal(state: RunState, chunk: AnyChunk) -> None:
     """A signal (``data-signal``) joins the conversation as a message of its own, so the
-    response goes on in a new message, as in Mastra: a new id from here on."""
+    response goes on in a new message, as in Mastra."""
     if chunk.type == "data-signal":
-        if not state.message_segments:
-            state.message_segments.append((state.message_id, state.input_count))
-        state.message_id = str(uuid.uuid4())
-        state.message_segments.append((state.message_id, len(state.messages)))
+        _open_new_message(state)
+
+
+def _open_new_message(state: RunState) -> None:
+    """The response goes on in a new message (a new id from here on)."""
+    if not state.message_segments:
+        state.message_segments.append((state.message_id, state.input_count))
+    state.message_id = str(uuid.uuid4())
+    state.message_segments.append((state.message_id, len(state.messages)))
 
 
 def default_response_metadata(model: LanguageModel) -> dict[str, Any]:

@@ -301,10 +301,10 @@ def run_metadata(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
         for part in message["content"]:
             link = (part.get("providerOptions") or {}).get("mastra", {}).get("backgroundTask")
             if part.get("type") == "tool-call" and link:
-                background[part["toolCallId"]] = {
-                    "startedAt": now_utc().isoformat(),
-                    "taskId": link["taskId"],
-                }
+                timing = {"startedAt": now_utc().isoformat(), "taskId": link["taskId"]}
+                if link.get("status") in ("completed", "failed"):  # it settled while the run was live
+                    timing["completedAt"] = now_utc().isoformat()
+                background[part["toolCallId"]] = timing
     if background:
         metadata.update(mode="stream", backgroundTasks=background)
     return metadata
@@ -320,16 +320,27 @@ def _ui_messages(cfg: LoopConfig, state: RunState) -> list[dict[str, Any]]:
     if not state.message_segments:
         parts = responses_to_parts(state.response_messages, model_label(cfg))
         return [_ui_message(cfg, state.message_id, parts, run_metadata(cfg, state))]
-    segments = state.message_segments
-    ends = [start for _, start in segments[1:]] + [len(state.messages)]
+    # Tool results join the message that holds their calls (Mastra merges them there).
+    starts = [_after_tool_results(state.messages, start) for _, start in state.message_segments]
+    ends = [*starts[1:], len(state.messages)]
     messages = []
-    for (message_id, start), end in zip(segments, ends, strict=True):
+    for index, ((message_id, _), start, end) in enumerate(
+        zip(state.message_segments, starts, ends, strict=True)
+    ):
         responses = _own_messages(state.messages[start:end])
         if responses:
-            metadata = {**run_metadata(cfg, state), "mastra": {"responseBoundary": True}}
+            metadata = run_metadata(cfg, state)
+            if index < len(starts) - 1:  # a boundary (a signal, a pause) closed this message
+                metadata["mastra"] = {"responseBoundary": True}
             parts = responses_to_parts(responses, model_label(cfg))
             messages.append(_ui_message(cfg, message_id, parts, metadata))
     return messages
+
+
+def _after_tool_results(messages: list[PromptMessage], start: int) -> int:
+    while start < len(messages) and messages[start]["role"] == "tool":
+        start += 1
+    return start
 
 
 def _ui_message(

@@ -152,5 +152,9 @@ async def wait_in_loop(
 
 
 def _task_link(task_id: str, status: str) -> dict[str, Any]:
-    """Mastra's link from a tool result to its background task."""
-    return {"mastra": {"backgroundTask": {"taskId": task_id, "status": status}}}
+    """Mastra's link from a tool result to its background task; a settled task's result, as
+    Mastra writes it, also records that there is no model-output override."""
+    mastra: dict[str, Any] = {"backgroundTask": {"taskId": task_id, "status": status}}
+    if status != "running":
+        mastra["modelOutput"] = None
+    return {"mastra": mastra}
