@@ -808,3 +808,29 @@ async def test_a_run_that_waits_for_approval_saves_its_input_and_resumes_as_a_ne
     assert before["parts"][0]["state"] == "output-available"
     stored = (await agent.memory.storage.list_messages("t")).items  # type: ignore[union-attr]
     assert [m.role for m in stored] == ["user", "assistant"]
+
+
+async def test_a_durable_run_reports_its_steps_as_mastras_durable_loop() -> None:
+    model = ScriptedModel(calls=[tool_step(call("c1", "lookup", {"q": "x"})), reply("Found.")])
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return f"{q}!"
+
+    out = await Agent("a", model=model, tools=[lookup], durable=True).stream("find x")
+    chunks = await collect(out)
+    starts = of_type(chunks, "step-start")
+    assert {s.payload["stepId"] for s in starts} == {"durable-llm-execution"}
+    assert starts[0].payload["messageId"] != starts[1].payload["messageId"]  # one message per step
+    first, second = (c.payload for c in of_type(chunks, "step-finish"))
+    assert first["type"] == "finish" and first["messages"] == {"all": [], "user": [], "nonUser": []}
+    assert first["_durableStepContent"] == [
+        {"type": "tool-call", "toolCallId": "c1", "toolName": "lookup", "args": {"q": "x"}},
+        {"type": "tool-result", "toolCallId": "c1", "toolName": "lookup", "result": "x!"},
+    ]
+    assert second["_durableStepContent"] == [{"type": "text", "text": "Found."}]
+    finish = chunks[-1].payload
+    assert [s["finishReason"] for s in finish["output"]["steps"]] == ["tool-calls", "stop"]
+    assert finish["output"]["steps"][0]["toolResults"][0]["result"] == "x!"
+    assert finish["stepResult"]["totalUsage"] == finish["output"]["steps"][1]["usage"]

@@ -372,6 +372,7 @@ class Agent:
             context=list(options.context),
             thread_id=scope.thread_id if scope else None,
             resource_id=scope.resource_id if scope else None,
+            durable=self.durable,
         )
         instructions = self.instructions + await self._attach_background(cfg, state, options)
         completion = options.is_task_complete or self.is_task_complete

@@ -158,6 +158,9 @@ class LoopConfig:
     """Durable mode: after a step that dispatched background tasks, wait for them in the loop
     (this yields progress and the real results) instead of leaving placeholders."""
     tool_call_concurrency: int = 10
+    durable: bool = False
+    """A durable agent's run: Mastra's durable loop reports its steps in a shape of its own
+    (see ``step_results``), and each step streams as a message of its own."""
     client_tools: frozenset[str] = frozenset()
     """Tools (in ``tools``) that the client executes: a step that calls one ends the run."""
 
@@ -342,6 +345,8 @@ async def agent_loop(
             yield finish_chunk(cfg, state, "aborted")
             return
         state.step_number += 1
+        if cfg.durable and state.steps:
+            _open_new_message(state)
         step_started = _now_ms()
         tools_offered = [] if (cfg.tool_choice or {}).get("type") == "none" else list(cfg.tools.values())
         request = ModelRequest(
@@ -394,7 +399,7 @@ async def agent_loop(
             step_error = exc
             parts = None
         if parts is None:
-            yield _step_start(state, {}, [], step_started)
+            yield _step_start(cfg, state, {}, [], step_started)
             step_result["warnings"] = []
             step_started_emitted = True
         else:
@@ -413,7 +418,7 @@ async def agent_loop(
                         warnings = part.get("warnings") or []
                         if not step_started_emitted:
                             step_started_emitted = True
-                            yield _step_start(state, request_info, warnings, step_started)
+                            yield _step_start(cfg, state, request_info, warnings, step_started)
                         continue
                     elif kind == "reasoning-delta":
                         reasoning_text.append(part["delta"])
@@ -492,7 +497,7 @@ async def agent_loop(
                         continue
                     if not step_started_emitted:
                         step_started_emitted = True
-                        yield _step_start(state, request_info, warnings, step_started)
+                        yield _step_start(cfg, state, request_info, warnings, step_started)
                     if structured is not None and kind == "text-delta":
                         partial = _partial_object("".join(step_text))
                         if partial is not None and partial != last_object:
@@ -523,7 +528,7 @@ async def agent_loop(
                     await aclose()
             if not step_started_emitted:
                 step_started_emitted = True
-                yield _step_start(state, request_info, warnings, step_started)
+                yield _step_start(cfg, state, request_info, warnings, step_started)
         if finish_reason == "error" and step_error is None and tripwire is None and not signal.aborted:
             step_error = ModelCallError(
                 'Agent stream finished with finishReason "error" but no error payload was provided',
@@ -762,12 +767,17 @@ async def _process_input(cfg: LoopConfig, state: RunState) -> None:
 
 
 def _step_start(
-    state: RunState, request: dict[str, Any], warnings: list[Any], started: int
+    cfg: LoopConfig, state: RunState, request: dict[str, Any], warnings: list[Any], started: int
 ) -> StepStartChunk:
-    return StepStartChunk(
-        state.run_id,
-        {"request": request, "warnings": warnings, "messageId": state.message_id, "startedAt": started},
-    )
+    payload: dict[str, Any] = {
+        "request": request,
+        "warnings": warnings,
+        "messageId": state.message_id,
+        "startedAt": started,
+    }
+    if cfg.durable:
+        payload["stepId"] = DURABLE_STEP_ID
+    return StepStartChunk(state.run_id, payload)  # type: ignore[arg-type]
 
 
 def _should_continue(cfg: LoopConfig, state: RunState) -> bool:
@@ -1095,6 +1105,10 @@ async def run_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext, call: Too
 def draft07_schema_json(schema: dict[str, Any]) -> str:
     """A resume schema as Mastra sends it: a JSON Schema draft-07 string naming its ``$schema``."""
     return resume_schema_json({"$schema": "http://json-schema.org/draft-07/schema#", **schema})
+
+
+DURABLE_STEP_ID = "durable-llm-execution"
+"""The step id of a durable run's model steps, as Mastra's durable workflow names them."""
 
 
 def _open_message_after_signal(state: RunState, chunk: AnyChunk) -> None:

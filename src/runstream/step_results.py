@@ -98,6 +98,73 @@ def step_record(
     return record
 
 
+def _durable_step_finish(record: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """A durable run's step-finish, as Mastra's durable loop sends it: the step's usage and its
+    content in AI SDK v4 terms; no conversation."""
+    content = [*record["content"], *record.get("pendingResults", [])]
+    return {
+        "stepResult": result,
+        "output": {"usage": record["usage"]},
+        "metadata": {},
+        "messages": {"all": [], "user": [], "nonUser": []},
+        "type": "finish",
+        "_durableStepContent": [_durable_part(part) for part in content],
+    }
+
+
+def _durable_part(part: dict[str, Any]) -> dict[str, Any]:
+    kind = part.get("type")
+    if kind == "tool-call":
+        return {
+            "type": kind,
+            "toolCallId": part["toolCallId"],
+            "toolName": part["toolName"],
+            "args": part["input"],
+        }
+    if kind == "tool-result":
+        value = (part.get("output") or {}).get("value")
+        return {"type": kind, "toolCallId": part["toolCallId"], "toolName": part["toolName"], "result": value}
+    return dict(part)
+
+
+def _durable_finish(
+    state: RunState, record: dict[str, Any], reason: str, usage: dict[str, Any]
+) -> dict[str, Any]:
+    """A durable run's finish: its steps in AI SDK v4 terms, the last step's usage as the
+    step result's total (as Mastra's durable loop reports it)."""
+    steps = []
+    for step in state.steps:
+        calls = [{**call, "activeTools": None} for call in step["toolCalls"]]
+        results = [
+            {**_v4_call(part), "activeTools": None, "result": (part.get("output") or {}).get("value")}
+            for part in step["content"]
+            if part.get("type") == "tool-result"
+        ]
+        steps.append(
+            {
+                "text": step["text"],
+                "toolCalls": calls,
+                "toolResults": results,
+                "usage": step["usage"],
+                "finishReason": step["finishReason"],
+            }
+        )
+    return {
+        "output": {"text": record["text"], "usage": usage, "steps": steps},
+        "stepResult": {
+            "reason": reason,
+            "warnings": [],
+            "isContinued": False,
+            "totalUsage": record.get("usage") or {},
+            "headers": {},
+        },
+    }
+
+
+def _v4_call(part: dict[str, Any]) -> dict[str, Any]:
+    return {"toolCallId": part["toolCallId"], "toolName": part["toolName"], "args": part["input"]}
+
+
 def add_tool_results(state: RunState, record: dict[str, Any]) -> None:
     """A tool step's content gains its results once its step-finish is out (as in Mastra); a
     step read from a continued message keeps what that message said at its step-finish."""
@@ -232,6 +299,8 @@ def step_finish_chunk(
     step_result: dict[str, Any] | None = None,
 ) -> StepFinishChunk:
     result: dict[str, Any] = {"reason": reason, **(step_result or {}), "isContinued": continued}
+    if cfg.durable:
+        return StepFinishChunk(state.run_id, _durable_step_finish(record, result))  # type: ignore[arg-type]
     payload: dict[str, Any] = {
         "messageId": state.message_id,
         "stepResult": result,
@@ -266,6 +335,8 @@ def finish_chunk(
     usage = dict(state.usage) or {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}
     for key in _USAGE_KEYS:
         usage.setdefault(key, 0)
+    if cfg.durable:
+        return FinishChunk(state.run_id, _durable_finish(state, record, reason, usage))  # type: ignore[arg-type]
     result: dict[str, Any] = {**(step_result or {}), "reason": reason, "isContinued": False}
     payload: dict[str, Any] = {
         "messageId": state.message_id,
