@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Any, ClassVar, Generic, Literal, NotRequired, TypeVar, cast
 
+import orjson
 from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
 from typing_extensions import TypedDict
 
@@ -787,9 +788,21 @@ def _default(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
+_ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+"""Dates and dataclasses (chunks among them) go through :func:`_default`, as with the json module."""
+
+
 def dumps(value: Any) -> str:
-    """Serialise to compact one-line JSON the way a Mastra wire carries it."""
-    return json.dumps(value, default=_default, separators=(",", ":"), ensure_ascii=False)
+    """Serialise to compact one-line JSON the way a Mastra wire carries it (NaN becomes null).
+
+    orjson does it several times faster than the json module, and every SSE frame and bus message
+    passes here; the json module takes what orjson refuses (integers beyond 64 bits) or says why
+    a value has no JSON form (``TypeError`` / ``ValueError``).
+    """
+    try:
+        return orjson.dumps(value, default=_default, option=_ORJSON_OPTIONS).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value, default=_default, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def to_jsonable(value: Any) -> Any:

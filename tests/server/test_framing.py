@@ -40,8 +40,10 @@ def test_frames() -> None:
 
 def test_json_is_one_line_and_never_nan() -> None:
     assert encode_json({"text": "two\nlines", "e": "é"}) == '{"text":"two\\nlines","e":"é"}'
-    assert encode_json({"x": math.nan}) is None
+    # As JavaScript's JSON.stringify: NaN and infinities become null; the chunk is still sent.
+    assert encode_json({"x": math.nan, "y": math.inf}) == '{"x":null,"y":null}'
     assert encode_json({"x": object()}) is None
+    assert encode_json({"big": 2**70}) == '{"big":1180591620717411303424}'
 
 
 def test_model_request_is_redacted() -> None:

@@ -1,14 +1,13 @@
 """Chunks as the server writes them: Mastra's wire JSON, redacted, one line, never NaN.
 
 Like Mastra's server, the model request is stripped from ``step-start`` / ``step-finish`` /
-``finish`` before a chunk leaves the process. A chunk that cannot be encoded (NaN, a value with
-no JSON form) is logged and skipped; a failure of the run itself after the response has started
+``finish`` before a chunk leaves the process. NaN and infinities become ``null`` (as
+``JSON.stringify`` does); a chunk holding a value with no JSON form is logged and skipped; a failure of the run itself after the response has started
 becomes an in-band ``error`` chunk followed by ``finish`` (reason ``error``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
@@ -18,16 +17,10 @@ from runstream.chunks import AnyChunk, dumps, error_to_wire
 logger = logging.getLogger("runstream.server")
 
 
-def _jsonable(value: Any) -> Any:
-    return json.loads(dumps(value))
-
-
 def encode_json(value: Any) -> str | None:
     """Compact one-line JSON (dates, bytes, errors converted); ``None`` if it has no JSON form."""
     try:
-        return json.dumps(
-            value, default=_jsonable, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
+        return dumps(value)
     except (TypeError, ValueError, RecursionError) as exc:
         logger.warning("skipping a value that cannot be sent as JSON: %s", exc)
         return None
