@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import signal
 import statistics
 import sys
@@ -124,6 +125,8 @@ async def measure(workers: int, tasks: int, work_ms: int, url: str, postgres: st
             await process.wait()
         if schema is not None:
             await drop_schema(db, schema)
+        else:
+            shutil.rmtree(Path(db).parent, ignore_errors=True)
     latencies.sort()
     return {
         "tasks_per_s": tasks / elapsed,
