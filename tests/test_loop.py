@@ -834,3 +834,21 @@ async def test_a_durable_run_reports_its_steps_as_mastras_durable_loop() -> None
     assert [s["finishReason"] for s in finish["output"]["steps"]] == ["tool-calls", "stop"]
     assert finish["output"]["steps"][0]["toolResults"][0]["result"] == "x!"
     assert finish["stepResult"]["totalUsage"] == finish["output"]["steps"][1]["usage"]
+
+
+async def test_two_text_blocks_stay_two_text_parts() -> None:
+    parts: list[StreamPart] = [
+        START,
+        {"type": "text-start", "id": "a"},
+        {"type": "text-delta", "id": "a", "delta": "Hello, "},
+        {"type": "text-delta", "id": "a", "delta": "world!"},
+        {"type": "text-end", "id": "a"},
+        {"type": "text-start", "id": "b"},
+        {"type": "text-delta", "id": "b", "delta": "Second."},
+        {"type": "text-end", "id": "b"},
+        finish(),
+    ]
+    out = await Agent("a", model=ScriptedModel(calls=[parts])).stream("hi")
+    step = of_type(await collect(out), "step-finish")[0].payload["output"]["steps"][0]
+    assert step["content"] == [{"type": "text", "text": "Hello, world!"}, {"type": "text", "text": "Second."}]
+    assert await out.text == "Hello, world!Second."

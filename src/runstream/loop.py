@@ -342,7 +342,9 @@ async def agent_loop(
     while state.status == "running":
         if signal.aborted:
             yield _abort_chunk(state)
-            yield finish_chunk(cfg, state, "aborted")
+            # As in Mastra, the step the abort preempted still has a response (no warnings).
+            preempted = {"response": default_response_metadata(cfg.model)}
+            yield finish_chunk(cfg, state, "aborted", step_result={"warnings": []}, current=preempted)
             return
         state.step_number += 1
         if cfg.durable and state.steps:
@@ -366,6 +368,7 @@ async def agent_loop(
             abort_signal=signal,
         )
         step_text: list[str] = []
+        text_block_starts: list[int] = []  # where each text block's deltas begin in step_text
         reasoning_text: list[str] = []
         content: list[dict[str, Any]] = []
         calls: list[ToolCall] = []
@@ -426,6 +429,7 @@ async def agent_loop(
                             run_id, _with_pm({"id": part["id"], "text": part["delta"]}, part)
                         )
                     elif kind == "text-start":
+                        text_block_starts.append(len(step_text))
                         chunk = TextStartChunk(run_id, _with_pm({"id": part["id"]}, part))
                     elif kind == "text-end":
                         chunk = TextEndChunk(run_id, _with_pm({"type": "text-end", "id": part["id"]}, part))
@@ -550,8 +554,9 @@ async def agent_loop(
         if reasoning_text:
             state.reasoning.append("".join(reasoning_text))
             content.append({"type": "reasoning", "text": "".join(reasoning_text)})
-        if text:
-            content.append({"type": "text", "text": text})
+        content.extend(
+            {"type": "text", "text": block} for block in _text_blocks(step_text, text_block_starts)
+        )
         content.extend(step_files)  # files the model generated are part of its message
         for call in calls:
             content.append(
@@ -1210,6 +1215,15 @@ def _file_payload(part: dict[str, Any]) -> Any:
     data = part.get("data", "")
     b64 = base64.b64encode(data).decode("ascii") if isinstance(data, bytes | bytearray) else str(data)
     return _with_pm({"data": b64, "base64": b64, "mimeType": part.get("mediaType", "")}, part)
+
+
+def _text_blocks(deltas: list[str], starts: list[int]) -> list[str]:
+    """The step's text, one entry per text block (text-start ... text-end), as Mastra keeps
+    them: separate text parts of the message. Empty blocks are dropped."""
+    bounds = [0, *starts[1:]] if starts else [0]
+    ends = [*bounds[1:], len(deltas)]
+    blocks = ["".join(deltas[start:end]) for start, end in zip(bounds, ends, strict=True)]
+    return [block for block in blocks if block]
 
 
 def _file_content(payload: Any) -> dict[str, Any]:
