@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import pytest
 from scaleout_worker import AGENT, REDIS_URL, ScriptProcess, require_redis
 
 from runstream.storage import SqliteStorage, TaskRecord
-from runstream.storage.records import utc_now
+from runstream.storage.records import js_iso, utc_now
 from runstream.tasks.config import BackgroundTaskConfig, TaskRequest
 from runstream.tasks.distributed import DistributedTaskManager, ScaleOutConfig
 from runstream.tasks.manager import STALE_TASK_MESSAGE
@@ -305,3 +305,26 @@ async def test_a_killed_workers_task_without_retries_fails_and_its_enqueuer_hear
     assert hooked == ["failed"]
     failed = await producer.get_task(record.id)
     assert failed is not None and failed.status == "failed" and failed.retry_count == 0
+
+
+async def test_a_producer_fails_a_lapsed_task_without_retries_when_no_worker_is_left(
+    producer: DistributedTaskManager,
+) -> None:
+    past = utc_now() - timedelta(seconds=5)
+    lost = TaskRecord(
+        id="lost-1",
+        status="running",
+        tool_name="work",
+        tool_call_id="call-lost",
+        args={},
+        agent_id=AGENT,
+        run_id="run-1",
+        started_at=past,
+        metadata={"owner": "dead-worker", "lease": "dead", "lease_until": js_iso(past)},
+    )
+    events = producer.subscribe(agent_id=AGENT)
+    await producer.storage.save_task(lost)
+    async with asyncio.timeout(10):  # found by the producer's periodic re-read
+        chunk = await anext(events)
+    assert chunk.type == "background-task-failed"
+    assert chunk.payload["error"]["message"] == STALE_TASK_MESSAGE

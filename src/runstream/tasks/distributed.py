@@ -19,6 +19,8 @@ later write of the runner (renewal, retry, outcome) requires its token
 lapsed ``lease_until`` it read: of racing reclaims exactly one wins, a renewal landing first
 makes the reclaim fail, and an owner that lost the task cannot write over its new owner. The
 owner renews every ``renew_interval_ms``; one that could not renew in time stops the tool.
+Every process reclaims lapsed leases (workers at each sweep, producers at each re-read), so a
+dead worker's task is re-queued, or failed without retries left, even if no worker is left.
 
 Results reach memory before their event is published, in every process: the process that
 settles a task runs the enqueuing request's ``on_terminal`` hook if it holds the request, and
@@ -100,7 +102,8 @@ class ScaleOutConfig:
     its presence in Redis."""
     recheck_interval_ms: int = 5_000
     """``wait_for`` re-reads the record after this long without an event, and each process
-    re-reads the unsettled tasks it enqueued this often (events can be lost)."""
+    re-reads the unsettled tasks it enqueued this often (events can be lost); a producer also
+    reclaims lapsed leases this often (workers do at every sweep)."""
     control_timeout_ms: int = 5_000
     """How long a resume sent to another process waits for its answer."""
     connect_timeout_ms: int = 5_000
@@ -238,7 +241,9 @@ class DistributedTaskManager(BackgroundTaskManager):
         return found[:wanted]
 
     async def _recover(self) -> None:
-        """Reclaim only running tasks whose lease lapsed: other workers may be alive."""
+        """Reclaim only running tasks whose lease lapsed: other workers may be alive. (A
+        producer reclaims too, in its re-read loop: a task without retries left then fails
+        even when no worker is left to notice.)"""
         if self.worker:
             await self._reclaim_lapsed()
 
@@ -261,6 +266,7 @@ class DistributedTaskManager(BackgroundTaskManager):
             if requeued is not None:
                 logger.info("task %s: lease of %s lapsed, re-queued", record.id, record.metadata.get("owner"))
                 self._wake.set()
+                self._send_control({"op": "dispatch"})
             return requeued is not None
         failed = await self.storage.update_task(
             record.id, expected_status="running", expected_metadata=lapsed, status="failed",
@@ -627,6 +633,8 @@ class DistributedTaskManager(BackgroundTaskManager):
                 pass
             self._recheck.clear()
             try:
+                if not self.worker and self.config.recover_stale_tasks_on_start:
+                    await self._reclaim_lapsed()  # even with every worker dead, a lost task ends
                 await self._recheck_requests()
             except Exception:
                 logger.exception("re-reading the tasks enqueued here failed")
