@@ -852,3 +852,22 @@ async def test_two_text_blocks_stay_two_text_parts() -> None:
     step = of_type(await collect(out), "step-finish")[0].payload["output"]["steps"][0]
     assert step["content"] == [{"type": "text", "text": "Hello, world!"}, {"type": "text", "text": "Second."}]
     assert await out.text == "Hello, world!Second."
+
+
+async def test_an_awaited_background_failure_links_its_tool_error_to_the_task() -> None:
+    from runstream.runtime import Runstream
+    from runstream.storage import InMemoryStorage
+
+    @tool(background=True)
+    async def research(topic: str) -> str:
+        """Research a topic."""
+        raise RuntimeError("boom")
+
+    args = {"topic": "sol", "_background": {"disposition": "awaited"}}
+    model = ScriptedModel(calls=[tool_step(call("c1", "research", args)), reply("It failed.")])
+    agent = Agent("a", model=model, tools=[research])
+    async with Runstream(agents=[agent], storage=InMemoryStorage(), background_tasks={"enabled": True}):
+        chunks = await collect(await agent.stream("Research sol"))
+    error = of_type(chunks, "tool-error")[0].payload
+    task_id = of_type(chunks, "background-task-started")[0].payload["taskId"]
+    assert error["providerMetadata"]["mastra"]["backgroundTask"] == {"taskId": task_id, "status": "failed"}

@@ -1001,17 +1001,15 @@ async def _run_tool_step(
             if cfg.wait_for_background is None or not _is_placeholder(outcome):
                 results.append(result_chunk)  # in durable mode the real result follows once the task ends
         elif outcome.kind == "error":
-            errors.append(
-                ToolErrorChunk(
-                    run_id,
-                    {
-                        "error": outcome.value,
-                        "args": call.args,
-                        "toolCallId": call.tool_call_id,
-                        "toolName": call.tool_name,
-                    },
-                )
-            )
+            error_payload: dict[str, Any] = {
+                "error": outcome.value,
+                "args": call.args,
+                "toolCallId": call.tool_call_id,
+                "toolName": call.tool_name,
+            }
+            if outcome.provider_metadata:  # e.g. the failed background task it ran as
+                error_payload["providerMetadata"] = outcome.provider_metadata
+            errors.append(ToolErrorChunk(run_id, error_payload))  # type: ignore[arg-type]
         part: dict[str, Any] = {
             "type": "tool-result",
             "toolCallId": call.tool_call_id,
