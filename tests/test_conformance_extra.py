@@ -1,24 +1,14 @@
 """Scenarios we recorded ourselves from the real Mastra 1.71 (its Node runner in
-``../shared/conformance/mastra-runner``) to pin behaviours the public traces do not show:
-invalid tool arguments, a structured-output stream that opens with a bare ``{``, declining an
-approval, processors that drop and rewrite, ``tool_choice: required``, the step limit, a background
-task timing out, a watched task-manager stream, invalid structured output, and more background
-cases (a concurrency limit of one, retries exhausted, aborting an until-idle stream, a later run
-seeing a finished result, a sub-agent opted in by its bare name, a failing awaited task, custom
-data from a task, suspended tasks resumed after the stream closed, cancelled while suspended,
-suspended while another task runs, and suspended under a plain stream, a continuation that starts
-another task, backpressure reject, a task after a foreground step, an awaited task under until-idle,
-a timeout with retries left), parallel tool calls (completion order, errors before results), tools
-that start while the model still streams, goals (budget spent, a judge answering prose, waiting)
-and completion checks (never passing, strategy any), a model stream failing right after (or some
-time after) its first parts, an abort right after start, a failing sub-agent, approvals of a background
-tool and with memory, tool output checked against its output schema, workflows as tools (plain, suspended and resumed),
-durable agents (a failing task, a task done before the first wait, no tools), finish reasons
-(content-filter, other and unknown going on, error without an error part, usage details), until-idle
-without a task, with tasks from two steps and twice on one thread, aborts while a tool runs and
-between steps, and loop edge cases (one step only, a forced tool, a failing second model call,
-an error part after a tool call, two text blocks, a reasoning signature, a string tool result). All must match at
-level 2; those listed in ``LEVEL_3`` at level 3 too."""
+``../shared/conformance/mastra-runner``) to pin behaviours the public traces leave open: tool
+arguments and outputs against their schemas, approvals, processors, step limits, parallel tool
+calls, tools that start while the model still streams, finish reasons, model stream failures,
+aborts, sub-agents, workflows as tools, goals and completion checks, durable agents, and many
+background-task and until-idle cases (suspend/resume/cancel, backpressure, retries, timeouts,
+chained continuations). Each scenario's ``description`` says what it pins.
+
+All must match at level 2. Those in ``LEVEL_3`` match at level 3 too; the others differ in
+payload details where Mastra loses data (step content after a step limit or an abort) or where
+we deliberately keep more information (an error's class name)."""
 
 from __future__ import annotations
 
@@ -32,25 +22,58 @@ import pytest
 EXTRA = Path(__file__).parent / "conformance_extra"
 SCENARIOS = sorted(p.stem for p in (EXTRA / "scenarios").glob("*.json"))
 LEVEL_3 = {
-    "x24-invalid-tool-args",
-    "x25-structured-brace",
+    "x-d01-durable-task-fails",
+    "x-d02-durable-fast-task",
+    "x-d03-durable-plain-text",
+    "x-f01-content-filter",
+    "x-f02-usage-details",
+    "x-f05-finish-error-reason",
+    "x-p01-decline",
+    "x-p02-drop-replace",
     "x-p03-tool-choice-required",
+    "x-p06-bg-timeout",
+    "x-p07-watch-cancel",
     "x-p09-structured-invalid",
+    "x-q01-bg-concurrency-one",
+    "x-q02-bg-retries-exhausted",
+    "x-q03-until-idle-abort",
+    "x-q04-second-run-sees-result",
+    "x-q05-two-approvals",
+    "x-q08-bg-awaited-fails",
+    "x-r02-tool-choice-tool",
+    "x-r03-second-call-throws",
+    "x-r04-error-after-tool-call",
+    "x-r06-two-text-blocks",
+    "x-r08-reasoning-signature",
+    "x-r10-string-result",
+    "x-s01-bg-resume-after-close",
+    "x-s02-bg-cancel-suspended",
+    "x-s03-bg-suspend-while-other-runs",
     "x-s05-bg-suspend-plain-stream",
+    "x-s09-bg-after-foreground-step",
+    "x-s10-bg-awaited-until-idle",
+    "x-s11-bg-timeout-retry-until-idle",
+    "x-s12-until-idle-no-task",
+    "x-s13-bg-two-steps",
+    "x-s14-until-idle-two-runs",
     "x-t01-parallel-completion-order",
     "x-t02-parallel-error-first",
     "x-t03-parallel-late-error",
     "x-u03-tool-call-before-slow-finish",
+    "x-v01-goal-max-runs",
+    "x-v03-itc-never-passes",
     "x-v04-itc-two-scorers-any",
+    "x-v07-goal-judge-waiting",
+    "x-w03-abort-before-start",
+    "x-wt01-workflow-tool-suspend-resume",
     "x-wt02-workflow-tool-plain",
-    "x-f01-content-filter",
-    "x-f02-usage-details",
-    "x-f05-finish-error-reason",
-    "x-s12-until-idle-no-task",
-    "x-s13-bg-two-steps",
-    "x-s14-until-idle-two-runs",
+    "x-y01-subagent-model-throws",
+    "x-y02-approval-background-tool",
+    "x-y03-approval-with-memory",
     "x-z01-tool-output-schema-mismatch",
     "x-z03-tool-output-schema-ok",
+    "x24-invalid-tool-args",
+    "x25-structured-brace",
 }
 
 
