@@ -7,8 +7,8 @@ background-task and until-idle cases (suspend/resume/cancel, backpressure, retri
 chained continuations). Each scenario's ``description`` says what it pins.
 
 All must match at level 2. Those in ``LEVEL_3`` match at level 3 too; the others differ in
-payload details where Mastra loses data (step content after a step limit or an abort) or where
-we deliberately keep more information (an error's class name)."""
+payload details: where Mastra loses data (step content after a step limit or an abort), where we
+keep more information (an error's class name), or in details not matched yet."""
 
 from __future__ import annotations
 
