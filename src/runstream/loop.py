@@ -52,6 +52,7 @@ from runstream.chunks import (
     ToolOutputDeniedChunk,
     ToolResultChunk,
     TripwireChunk,
+    iso_datetime,
     now_utc,
 )
 from runstream.memory import ContinuedMessage
@@ -1134,7 +1135,7 @@ def default_response_metadata(model: LanguageModel) -> dict[str, Any]:
     fills it in: a generated id, the time, and the model."""
     return {
         "id": str(uuid.uuid4()),
-        "timestamp": now_utc().isoformat(),
+        "timestamp": iso_datetime(now_utc()),
         "modelId": model.model_id,
         "modelVersion": model.specification_version,
         "modelProvider": model.provider,

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from runstream.chunks import iso_datetime
 from runstream.models.base import PromptMessage, tool_result_output
 from runstream.storage import Storage, StoredMessage, TaskRecord, Thread, ThreadResourceMismatchError
 
@@ -514,7 +515,7 @@ def _record_suspension(message: StoredMessage, task: TaskRecord, record: Mapping
     metadata.setdefault("suspendedTools", {})[task.tool_call_id] = copy.deepcopy(dict(record))
     timing = metadata.get("backgroundTasks", {}).get(task.tool_call_id)
     if timing is not None:
-        timing["suspendedAt"] = (task.suspended_at or datetime.now(UTC)).isoformat()
+        timing["suspendedAt"] = iso_datetime(task.suspended_at or datetime.now(UTC))
     return message
 
 
@@ -533,7 +534,7 @@ def _rewrite_message(message: StoredMessage, task: TaskRecord) -> StoredMessage:
         mastra["modelOutput"] = None  # as Mastra's rewrite: no model-output override for the result
         tasks = message.content.get("metadata", {}).get("backgroundTasks", {})
         if task.tool_call_id in tasks:
-            tasks[task.tool_call_id]["completedAt"] = (task.completed_at or datetime.now(UTC)).isoformat()
+            tasks[task.tool_call_id]["completedAt"] = iso_datetime(task.completed_at or datetime.now(UTC))
     return message
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from runstream.chunks import FinishChunk, StepFinishChunk, now_utc
+from runstream.chunks import FinishChunk, StepFinishChunk, iso_datetime, now_utc
 from runstream.memory import merge_metadata, parts_to_steps, parts_to_ui, responses_to_parts
 from runstream.models.base import PromptMessage
 
@@ -372,9 +372,9 @@ def run_metadata(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
         for part in message["content"]:
             link = (part.get("providerOptions") or {}).get("mastra", {}).get("backgroundTask")
             if part.get("type") == "tool-call" and link:
-                timing = {"startedAt": now_utc().isoformat(), "taskId": link["taskId"]}
+                timing = {"startedAt": iso_datetime(now_utc()), "taskId": link["taskId"]}
                 if link.get("status") in ("completed", "failed"):  # it settled while the run was live
-                    timing["completedAt"] = now_utc().isoformat()
+                    timing["completedAt"] = iso_datetime(now_utc())
                 background[part["toolCallId"]] = timing
     if background:
         metadata.update(mode="stream", backgroundTasks=background)

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from scaleout_worker import AGENT, REDIS_URL, ScriptProcess, require_redis
 
+from runstream.chunks import iso_datetime
 from runstream.storage import SqliteStorage, TaskRecord
-from runstream.storage.records import js_iso, utc_now
+from runstream.storage.records import utc_now
 from runstream.tasks.config import BackgroundTaskConfig, TaskRequest
 from runstream.tasks.distributed import DistributedTaskManager, ScaleOutConfig
 from runstream.tasks.manager import STALE_TASK_MESSAGE
@@ -320,7 +321,7 @@ async def test_a_producer_fails_a_lapsed_task_without_retries_when_no_worker_is_
         agent_id=AGENT,
         run_id="run-1",
         started_at=past,
-        metadata={"owner": "dead-worker", "lease": "dead", "lease_until": js_iso(past)},
+        metadata={"owner": "dead-worker", "lease": "dead", "lease_until": iso_datetime(past)},
     )
     events = producer.subscribe(agent_id=AGENT)
     await producer.storage.save_task(lost)

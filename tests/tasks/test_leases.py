@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from scaleout_worker import REDIS_URL, require_redis
 
+from runstream.chunks import iso_datetime
 from runstream.storage import PostgresStorage, TaskRecord
-from runstream.storage.records import js_iso, utc_now
+from runstream.storage.records import utc_now
 from runstream.tasks.config import BackgroundTaskConfig, RetryConfig, TaskRequest
 from runstream.tasks.distributed import DistributedTaskManager, ScaleOutConfig
 from runstream.tools import Tool, ToolContext
@@ -76,7 +77,7 @@ def lapsed_task(task_id: str, max_retries: int) -> TaskRecord:
         run_id="run-1",
         started_at=past - timedelta(seconds=60),
         max_retries=max_retries,
-        metadata={"owner": "dead-worker", "lease": "dead-lease", "lease_until": js_iso(past)},
+        metadata={"owner": "dead-worker", "lease": "dead-lease", "lease_until": iso_datetime(past)},
     )
 
 
@@ -107,7 +108,7 @@ async def expire_lease(manager: DistributedTaskManager, task_id: str) -> TaskRec
     """Write the lease's end into the past (what a paused owner finds when it wakes up)."""
     current = await manager.storage.get_task(task_id)
     assert current is not None
-    past = js_iso(utc_now() - timedelta(seconds=1))
+    past = iso_datetime(utc_now() - timedelta(seconds=1))
     expired = await manager.storage.update_task(task_id, metadata={**current.metadata, "lease_until": past})
     assert expired is not None
     return expired

@@ -13,12 +13,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from runstream.chunks import iso_datetime
 from runstream.server.auth import principal_of
 from runstream.server.context import ServerContext, json_body, query_int
 from runstream.server.errors import ApiError
 from runstream.server.messages import to_ui_message
 from runstream.storage import NotFoundError, Storage, StoredMessage, Thread
-from runstream.storage.records import js_iso
 
 
 def thread_wire(thread: Thread) -> dict[str, Any]:
@@ -26,8 +26,8 @@ def thread_wire(thread: Thread) -> dict[str, Any]:
         "id": thread.id,
         "title": thread.title,
         "resourceId": thread.resource_id,
-        "createdAt": js_iso(thread.created_at),
-        "updatedAt": js_iso(thread.updated_at),
+        "createdAt": iso_datetime(thread.created_at),
+        "updatedAt": iso_datetime(thread.updated_at),
         "metadata": thread.metadata,
     }
 
@@ -36,7 +36,7 @@ def message_wire(message: StoredMessage) -> dict[str, Any]:
     return {
         "id": message.id,
         "role": message.role,
-        "createdAt": js_iso(message.created_at),
+        "createdAt": iso_datetime(message.created_at),
         "threadId": message.thread_id,
         "resourceId": message.resource_id,
         "type": message.type,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from runstream.chunks import iso_datetime
 from runstream.schema import Schema
 from runstream.storage import Storage
 from runstream.workflows import Step, Workflow
@@ -139,8 +140,7 @@ def workflow_info(workflow: Workflow, *, partial: bool = False) -> dict[str, Any
 
 # -- runs ------------------------------------------------------------------------------------------
 def iso(ms: float) -> str:
-    stamp = datetime.fromtimestamp(ms / 1000, UTC)
-    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso_datetime(datetime.fromtimestamp(ms / 1000, UTC))
 
 
 def now_ms() -> float:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, Literal, TypedDict, TypeVar
 
+from runstream.chunks import iso_datetime
+
 MessageRole = Literal["user", "assistant", "system", "tool"]
 MESSAGE_ROLES: frozenset[str] = frozenset({"user", "assistant", "system", "tool"})
 
@@ -113,7 +115,7 @@ class TaskRecord:
             "args": copy.deepcopy(self.args),
             "agentId": self.agent_id,
             "runId": self.run_id,
-            "createdAt": js_iso(self.created_at),
+            "createdAt": iso_datetime(self.created_at),
             "retryCount": self.retry_count,
             "maxRetries": self.max_retries,
             "timeoutMs": self.timeout_ms,
@@ -123,20 +125,15 @@ class TaskRecord:
             "resourceId": self.resource_id,
             "result": copy.deepcopy(self.result),
             "error": copy.deepcopy(self.error),
-            "startedAt": js_iso(self.started_at) if self.started_at else None,
-            "suspendedAt": js_iso(self.suspended_at) if self.suspended_at else None,
-            "completedAt": js_iso(self.completed_at) if self.completed_at else None,
+            "startedAt": iso_datetime(self.started_at) if self.started_at else None,
+            "suspendedAt": iso_datetime(self.suspended_at) if self.suspended_at else None,
+            "completedAt": iso_datetime(self.completed_at) if self.completed_at else None,
             "suspendPayload": copy.deepcopy(self.suspend_payload),
             "resumeData": copy.deepcopy(self.resume_data),
             "metadata": copy.deepcopy(self.metadata) or None,
         }
         wire.update({key: value for key, value in optional.items() if value is not None})
         return wire
-
-
-def js_iso(value: datetime) -> str:
-    """``2024-01-02T03:04:05.678Z``: UTC, millisecond precision, like JavaScript dates."""
-    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class TaskUpdate(TypedDict, total=False):

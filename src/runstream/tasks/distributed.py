@@ -55,11 +55,11 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from runstream.chunks import dumps
+from runstream.chunks import dumps, iso_datetime
 from runstream.loop import draft07_schema_json
 from runstream.memory import Memory
 from runstream.storage import Storage, TaskFilter, TaskRecord
-from runstream.storage.records import js_iso, utc_now
+from runstream.storage.records import utc_now
 from runstream.tasks.bus import TaskEvent, TaskEventFilter
 from runstream.tasks.config import (
     BackgroundTaskConfig,
@@ -199,7 +199,7 @@ class DistributedTaskManager(BackgroundTaskManager):
                     record.id,
                     expected_status="running",
                     expected_metadata=self._lease_guard(record),
-                    metadata={**record.metadata, "lease_until": js_iso(utc_now())},
+                    metadata={**record.metadata, "lease_until": iso_datetime(utc_now())},
                 )
             except Exception:  # the lease then lapses in its own time
                 logger.exception("task %s: could not release its lease", record.id)
@@ -322,7 +322,7 @@ class DistributedTaskManager(BackgroundTaskManager):
     def _claim_metadata(self, record: TaskRecord) -> dict[str, Any]:
         """A new lease, written by the same compare-and-set that claims (or resumes) the task."""
         until = utc_now() + timedelta(milliseconds=self.scale_out.lease_ms)
-        lease = {"owner": self.worker_id, "lease": uuid.uuid4().hex, "lease_until": js_iso(until)}
+        lease = {"owner": self.worker_id, "lease": uuid.uuid4().hex, "lease_until": iso_datetime(until)}
         return {**record.metadata, **lease}
 
     def _lease_guard(self, record: TaskRecord) -> dict[str, str | None]:
@@ -366,7 +366,7 @@ class DistributedTaskManager(BackgroundTaskManager):
             ex.record.id,
             expected_status="running",
             expected_metadata=self._lease_guard(ex.record),
-            metadata={**ex.record.metadata, "lease_until": js_iso(until)},
+            metadata={**ex.record.metadata, "lease_until": iso_datetime(until)},
         )
         if renewed is None:
             return False
@@ -654,7 +654,7 @@ class DistributedTaskManager(BackgroundTaskManager):
 
 def _settled_key(record: TaskRecord) -> tuple[str, str]:
     moment = record.suspended_at if record.status == "suspended" else record.completed_at
-    return (record.status, js_iso(moment) if moment else "")
+    return (record.status, iso_datetime(moment) if moment else "")
 
 
 def _text(value: Any) -> str | None:
