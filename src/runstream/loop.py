@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from pydantic_core import from_json
@@ -933,16 +934,30 @@ async def _run_tool_step(
 
     async def run_one(call: ToolCall) -> None:
         try:
-            started = eager.tasks.pop(call.tool_call_id, None) if eager is not None else None
-            pending.done[call.tool_call_id] = await (
-                started
-                if started is not None
-                else _execute_call(cfg, state, call, emit, resume_data.get(call.tool_call_id))
-            )
+            outcome = await _execute_call(cfg, state, call, emit, resume_data.get(call.tool_call_id))
+        except Exception as exc:  # a bug below: the call still gets an outcome, the run goes on
+            outcome = ToolOutcome(call, "error", exc)
         finally:
             emit(None)
+        pending.done[call.tool_call_id] = outcome
 
-    tasks = [asyncio.create_task(run_one(call)) for call in to_run]
+    def collect(call: ToolCall, task: asyncio.Task[ToolOutcome]) -> None:
+        """The outcome of a call that started while the model streamed."""
+        if not task.cancelled():
+            error = task.exception()
+            pending.done[call.tool_call_id] = (
+                task.result() if error is None else ToolOutcome(call, "error", error)
+            )
+        emit(None)
+
+    tasks: list[asyncio.Task[Any]] = []
+    for call in to_run:
+        started = eager.tasks.pop(call.tool_call_id, None) if eager is not None else None
+        if started is None:
+            tasks.append(asyncio.create_task(run_one(call)))
+        else:
+            started.add_done_callback(partial(collect, call))
+            tasks.append(started)
     remaining = len(tasks)
     try:
         while remaining:

@@ -244,17 +244,16 @@ def _nth_step_content(parts: list[dict[str, Any]], number: int) -> list[dict[str
 def _messages_payload(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
     """The conversation (``all``: context messages other than system ones, history, input and
     response), the run's new user input and its response (``nonUser``)."""
-    responses = response_view(state)
     history = state.messages[: state.history_count]
     if _continues(state):
         assert state.continued is not None
         history = history[: len(history) - state.continued.prompt_count]
+        conversation = responses = response_view(state)
+    else:  # the run's own order: its responses with the signals among them (one copy for both)
+        conversation = [dict(m, content=list(m["content"])) for m in state.response_messages]
+        responses = [m for m in conversation if m["role"] != "user"]
     inputs = state.new_input_messages
     context = [m for m in cfg.context if m["role"] != "system"]
-    if _continues(state):
-        conversation = responses
-    else:  # the run's own order: its responses with the signals among them
-        conversation = [dict(m, content=list(m["content"])) for m in state.response_messages]
     return {
         "all": [*context, *history, *inputs, *cfg.after_input, *conversation],
         "user": [m for m in inputs if m["role"] == "user"],
