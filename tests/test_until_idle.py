@@ -560,3 +560,30 @@ async def test_a_task_never_finishes_before_its_tool_result() -> None:
     result = kinds.index(("tool-result", "c-bg"))
     assert result < kinds.index(("background-task-completed", "c-bg")) < kinds.index(("step-finish", None))
     assert [k for k, _ in kinds].count("start") == 2
+
+
+async def test_an_abort_stops_waiting_for_an_awaited_task_but_not_the_task() -> None:
+    gate = Gate()
+    model = ScriptedModel(
+        calls=[
+            call(("c1", "research", '{"topic":"slow","_background":{"disposition":"awaited"}}')),
+            say("Never."),
+        ]
+    )
+    runtime, agent = build(model, gate)
+    controller = AbortController()
+
+    async def on_chunk(chunk: AnyChunk) -> None:
+        if chunk.type == "background-task-started":
+            controller.abort("user left")
+
+    async with runtime:
+        out = await agent.stream("Research slow", memory=MEMORY, abort_signal=controller.signal)
+        kinds = types(await collect(out.full_stream, on_chunk))
+        assert kinds[-2:] == ["abort", "finish"] and model.call_count == 1
+        manager = runtime.task_manager
+        assert manager is not None
+        task = (await manager.list_tasks(TaskFilter(tool_call_id="c1"))).items[0]
+        assert task.status == "running"  # the task is the user's; only the run stopped waiting
+        gate.get("slow").set()
+        assert (await manager.wait_for(task.id)).status == "completed"

@@ -7,6 +7,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
+from runstream.abort import AbortError, AbortSignal
 from runstream.chunks import (
     AnyChunk,
     BackgroundTaskProgressChunk,
@@ -16,6 +17,7 @@ from runstream.chunks import (
 )
 from runstream.loop import LoopConfig, RunState, ToolCall, ToolOutcome
 from runstream.memory import rewrite_prompt_result
+from runstream.storage import TaskRecord
 from runstream.tasks.config import BackgroundTaskError, TaskRequest, TerminalHook
 from runstream.tasks.manager import BackgroundTaskManager
 from runstream.tasks.policy import (
@@ -90,7 +92,10 @@ class BackgroundDispatcher:
             )
         )
         if resolved.disposition == "awaited":
-            final = await self.manager.wait_for(record.id)
+            final = await _wait_unless_aborted(self.manager, record.id, cfg.abort_signal)
+            if final is None:  # the run was aborted: it stops waiting, the task goes on
+                error = AbortError(cfg.abort_signal.reason)
+                return ToolOutcome(call, "error", error, provider_metadata=_task_link(record.id, "running"))
             link = _task_link(record.id, final.status)
             if final.status == "completed":
                 return ToolOutcome(call, "result", final.result, provider_metadata=link)
@@ -102,6 +107,20 @@ class BackgroundDispatcher:
             placeholder_text(record.id, tool.name),
             provider_metadata=_task_link(record.id, "running"),
         )
+
+
+async def _wait_unless_aborted(
+    manager: BackgroundTaskManager, task_id: str, signal: AbortSignal
+) -> TaskRecord | None:
+    """The task's settled record, or ``None`` if the run is aborted first."""
+    settled = asyncio.ensure_future(manager.wait_for(task_id))
+    aborted = asyncio.ensure_future(signal.wait())
+    try:
+        done, _ = await asyncio.wait({settled, aborted}, return_when=asyncio.FIRST_COMPLETED)
+        return settled.result() if settled in done else None
+    finally:
+        aborted.cancel()
+        settled.cancel()
 
 
 async def wait_in_loop(
