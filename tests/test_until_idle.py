@@ -587,3 +587,26 @@ async def test_an_abort_stops_waiting_for_an_awaited_task_but_not_the_task() -> 
         assert task.status == "running"  # the task is the user's; only the run stopped waiting
         gate.get("slow").set()
         assert (await manager.wait_for(task.id)).status == "completed"
+
+
+async def test_an_abort_stops_a_durable_agent_waiting_in_its_loop() -> None:
+    gate = Gate()
+    model = ScriptedModel(calls=[call(("c1", "research", '{"topic":"dur"}')), say("Never.")])
+    agent = Agent("durable", model=model, tools=[research_tool(gate)], memory=Memory(), durable=True)
+    runtime = Runstream(agents=[agent], background_tasks={"enabled": True, "progressIntervalMs": 20})
+    controller = AbortController()
+
+    async def on_chunk(chunk: AnyChunk) -> None:
+        if chunk.type == "background-task-progress":
+            controller.abort("user left")
+
+    async with runtime:
+        out = await agent.stream("Research dur", memory=MEMORY, abort_signal=controller.signal)
+        kinds = types(await collect(out.full_stream, on_chunk))
+        assert kinds[-2:] == ["abort", "finish"] and model.call_count == 1
+        assert "tool-result" not in kinds[kinds.index("background-task-progress") :]
+        gate.get("dur").set()  # the task itself goes on
+        manager = runtime.task_manager
+        assert manager is not None
+        task = (await manager.list_tasks(TaskFilter(tool_call_id="c1"))).items[0]
+        assert (await manager.wait_for(task.id)).status == "completed"

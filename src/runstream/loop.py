@@ -117,8 +117,9 @@ class CheckVerdict:
     message after an is-task-complete feedback message)."""
 
 
-BackgroundWaiter = Callable[["RunState", list[str]], AsyncIterator[AnyChunk]]
-"""Waits for background tasks inside the loop; yields progress chunks and their final results."""
+BackgroundWaiter = Callable[["RunState", list[str], AbortSignal], AsyncIterator[AnyChunk]]
+"""Waits for background tasks inside the loop (until they end or the run is aborted); yields
+progress chunks and their final results."""
 
 CompletionCheck = Callable[["LoopConfig", "RunState", str], AsyncIterator["AnyChunk | CheckVerdict"]]
 """Runs after a step that ends the model's turn; yields chunks, then one :class:`CheckVerdict`."""
@@ -743,6 +744,10 @@ async def agent_loop(
             await cfg.on_step_end(state)
         async for chunk in _wait_for_background(cfg, state):
             yield chunk
+        if signal.aborted:
+            yield _abort_chunk(state)
+            yield finish_chunk(cfg, state, "aborted")
+            return
         if not cont:
             state.status = "success"
             yield finish_chunk(cfg, state, finish_reason, step_result=step_result)
@@ -754,8 +759,10 @@ async def _wait_for_background(cfg: LoopConfig, state: RunState) -> AsyncIterato
     dispatched = [t for t in state.background_task_ids if t not in state.waited_task_ids]
     if cfg.wait_for_background is None or not dispatched:
         return
-    async for chunk in cfg.wait_for_background(state, dispatched):
+    async for chunk in cfg.wait_for_background(state, dispatched, cfg.abort_signal):
         yield chunk
+    if cfg.abort_signal.aborted:
+        return
     state.waited_task_ids.update(dispatched)
     if cfg.on_step_end is not None:
         await cfg.on_step_end(state)

@@ -124,18 +124,20 @@ async def _wait_unless_aborted(
 
 
 async def wait_in_loop(
-    manager: BackgroundTaskManager, state: RunState, task_ids: list[str]
+    manager: BackgroundTaskManager, state: RunState, task_ids: list[str], abort_signal: AbortSignal
 ) -> AsyncIterator[AnyChunk]:
     """Durable agents wait for a step's background tasks inside the loop.
 
     Yields a ``background-task-progress`` snapshot at once and every progress interval while
     any task runs, then each task's real outcome as a ``tool-result`` (or ``tool-error``). The
     task's terminal hook has already put the result into the run's messages, so the next model
-    step sees it.
+    step sees it. An abort ends the wait (the tasks go on).
     """
     started = time.monotonic()
     interval = manager.config.progress_interval_ms / 1000
     waits = [asyncio.ensure_future(manager.wait_for(task_id)) for task_id in task_ids]
+    all_settled = asyncio.gather(*waits, return_exceptions=True)
+    aborted = asyncio.ensure_future(abort_signal.wait())
     try:
         while True:
             running = [t for t, w in zip(task_ids, waits, strict=True) if not w.done()]
@@ -149,8 +151,13 @@ async def wait_in_loop(
                     "elapsedMs": round((time.monotonic() - started) * 1000),
                 },
             )
-            await asyncio.wait(waits, timeout=interval)
+            watched: list[asyncio.Future[Any]] = [all_settled, aborted]
+            await asyncio.wait(watched, timeout=interval, return_when=asyncio.FIRST_COMPLETED)
+            if abort_signal.aborted:
+                return
     finally:
+        aborted.cancel()
+        all_settled.cancel()
         for wait in waits:
             wait.cancel()
     for wait in waits:
