@@ -11,6 +11,7 @@ from runstream import AbortController, AbortError, Agent, ToolContext, tool
 from runstream.abort import AbortSignal
 from runstream.chunks import AnyChunk
 from runstream.models.base import ModelRequest, ModelStream, StreamPart
+from runstream.testing import ScriptedModel
 
 USAGE = {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2}
 
@@ -134,3 +135,33 @@ async def test_an_abort_while_the_model_streams_stops_the_started_tool() -> None
     assert kinds[-2:] == ["abort", "finish"]
     assert "tool-result" not in kinds and "text-start" not in kinds
     assert stopped.is_set()
+
+
+async def test_an_abort_ends_the_run_even_when_a_tool_ignores_it() -> None:
+    controller = AbortController()
+    stopped = asyncio.Event()
+
+    @tool
+    async def stubborn(q: str) -> str:
+        """Never looks at its abort signal."""
+        controller.abort("user left")
+        try:
+            await asyncio.Event().wait()
+        finally:
+            stopped.set()
+        return q
+
+    model = ScriptedModel(
+        calls=[
+            [
+                {"type": "stream-start", "warnings": []},
+                {"type": "tool-call", "toolCallId": "c1", "toolName": "stubborn", "input": '{"q": "x"}'},
+                {"type": "finish", "finishReason": "tool-calls", "usage": USAGE},
+            ]
+        ]
+    )
+    out = await Agent("a", model=model, tools=[stubborn]).stream("Go", abort_signal=controller.signal)
+    chunks = await collect(out.full_stream)
+    kinds = [c.type for c in chunks]
+    assert kinds[-2:] == ["abort", "finish"] and "tool-result" not in kinds
+    assert stopped.is_set()  # the tool was cancelled, not left running

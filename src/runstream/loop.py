@@ -860,6 +860,10 @@ async def _finish_pending_step(
         yield finish_chunk(cfg, state, record.get("finishReason", "tool-calls"))
 
 
+TOOL_ABORT_GRACE_S = 1.0
+"""How long an aborted run's tools may take to end on their own before they are cancelled."""
+
+
 class _EagerTools:
     """Tools started the moment the model's ``tool-call`` part arrives, as Mastra does: they run
     while the model is still streaming (a second call's arguments, more text), and the tool step
@@ -966,6 +970,16 @@ async def _run_tool_step(
             started.add_done_callback(partial(collect, call))
             tasks.append(started)
     remaining = len(tasks)
+
+    hard_stop: list[asyncio.TimerHandle] = []
+
+    def stop_tools(_reason: object) -> None:
+        """An abort gives the step's tools a moment to end on their own (they see their abort
+        signal), then cancels those that are still running: the run always ends."""
+        cancel_all = partial(_cancel_all, tasks)
+        hard_stop.append(asyncio.get_running_loop().call_later(TOOL_ABORT_GRACE_S, cancel_all))
+
+    stop_listening = cfg.abort_signal.add_listener(stop_tools)
     try:
         while remaining:
             item = await outbox.get()
@@ -974,9 +988,16 @@ async def _run_tool_step(
             else:
                 yield _with_run_id(item, run_id)
     finally:
-        for task in tasks:
-            if not task.done():
-                task.cancel()
+        stop_listening()
+        for handle in hard_stop:
+            handle.cancel()
+        _cancel_all(tasks)
+    if cfg.abort_signal.aborted:  # a tool cancelled at the abort reports as aborted
+        for call in to_run:
+            if call.tool_call_id not in pending.done:
+                pending.done[call.tool_call_id] = ToolOutcome(
+                    call, "error", AbortError("Tool execution aborted")
+                )
 
     for call in pending.calls:
         outcome = pending.done.get(call.tool_call_id)
@@ -1178,6 +1199,12 @@ def _link_call(state: RunState, tool_call_id: str, provider_metadata: dict[str, 
 def _is_placeholder(outcome: ToolOutcome) -> bool:
     mastra = (outcome.provider_metadata or {}).get("mastra") or {}
     return bool((mastra.get("backgroundTask") or {}).get("status") == "running")
+
+
+def _cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
+    for task in tasks:
+        if not task.done():
+            task.cancel()
 
 
 def _with_run_id(chunk: AnyChunk, run_id: str) -> AnyChunk:
