@@ -14,7 +14,9 @@ from pydantic import BaseModel
 
 from runstream import Agent, StructuredOutput, StructuredOutputError
 from runstream.chunks import AnyChunk, ObjectChunk, ObjectResultChunk
+from runstream.memory import Memory
 from runstream.models.base import StreamPart
+from runstream.runtime import Runstream
 from runstream.testing import ScriptedModel
 
 PERMISSIVE = {"schema": {"type": "object"}}
@@ -187,3 +189,25 @@ def test_parse_final_strips_code_fences() -> None:
     structured = StructuredOutput.coerce({"type": "object"})
     assert structured is not None
     assert structured.parse_final('```json\n{"a": 1}\n```') == {"a": 1}
+
+
+async def test_a_fenced_answer_streams_partial_objects_too() -> None:
+    model = ScriptedModel(calls=[text_call(['```json\n{"city": "Pa', 'ris", "temp', '": 21}\n```'])])
+    out = await Agent("so", model=model).stream("weather", structured_output=PERMISSIVE)
+    partials = [p async for p in out.object_stream]
+    assert partials == [{"city": "Pa"}, {"city": "Paris"}, {"city": "Paris", "temp": 21}]
+    assert await out.object == {"city": "Paris", "temp": 21}
+
+
+async def test_the_structured_answer_is_in_the_message_metadata() -> None:
+    model = ScriptedModel(calls=[text_call(['{"city": "Paris"}'])])
+    agent = Agent("so", model=model, memory=Memory())
+    async with Runstream(agents=[agent]):
+        out = await agent.stream(
+            "weather", structured_output=PERMISSIVE, memory={"thread": "t", "resource": "u"}
+        )
+        finish = [c async for c in out.full_stream][-1]
+        stored = await agent.memory.storage.list_messages("t")  # type: ignore[union-attr]
+    (ui,) = finish.payload["response"]["uiMessages"]
+    assert ui["metadata"]["structuredOutput"] == {"city": "Paris"}
+    assert stored.items[-1].content["metadata"]["structuredOutput"] == {"city": "Paris"}

@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
 
-from pydantic_core import from_json
-
 from runstream import tracing
 from runstream.abort import AbortError, AbortSignal
 from runstream.chunks import (
@@ -80,7 +78,7 @@ from runstream.step_results import (
     step_finish_chunk,
     step_record,
 )
-from runstream.structured import StructuredOutput
+from runstream.structured import StructuredOutput, partial_object
 from runstream.tools import (
     APPROVAL_RESUME_SCHEMA,
     Tool,
@@ -506,7 +504,7 @@ async def agent_loop(
                         step_started_emitted = True
                         yield _step_start(cfg, state, request_info, warnings, step_started)
                     if structured is not None and kind == "text-delta":
-                        partial = _partial_object("".join(step_text))
+                        partial = partial_object("".join(step_text))
                         if partial is not None and partial != last_object:
                             last_object = partial
                             yield ObjectChunk(run_id, partial)
@@ -1288,11 +1286,3 @@ def _as_exception(error: Any) -> BaseException:
         exc.name = str(error.get("name", "Error"))  # type: ignore[attr-defined]
         return exc
     return Exception(str(error))
-
-
-def _partial_object(text: str) -> Any:
-    try:
-        value = from_json(text, allow_partial="trailing-strings")
-    except ValueError:
-        return None
-    return value

@@ -364,6 +364,8 @@ def model_label(cfg: LoopConfig) -> str:
 def run_metadata(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
     """The response message's metadata: the model, and the background tasks its calls started."""
     metadata: dict[str, Any] = {"modelId": cfg.model.model_id, "provider": cfg.model.provider}
+    if state.object is not None:
+        metadata["structuredOutput"] = state.object
     background: dict[str, Any] = {}
     for message in state.response_messages:
         if message["role"] != "assistant":

@@ -14,6 +14,7 @@ from typing import Any
 
 import jsonschema
 from pydantic import BaseModel, ValidationError
+from pydantic_core import from_json
 
 
 class StructuredOutputError(ValueError):
@@ -55,7 +56,7 @@ class StructuredOutput:
     def parse_final(self, text: str) -> Any:
         """Parse and validate the complete answer; raises :class:`StructuredOutputError`."""
         try:
-            value = json.loads(_strip_fences(text))
+            value = json.loads(strip_fences(text))
         except ValueError as exc:
             raise StructuredOutputError(f"Structured output is not valid JSON: {exc}") from None
         if self.model is not None:
@@ -70,10 +71,20 @@ class StructuredOutput:
         return value
 
 
-def _strip_fences(text: str) -> str:
+def strip_fences(text: str) -> str:
+    """The text inside a markdown code fence (models often wrap JSON in one), else the text."""
     stripped = text.strip()
     if stripped.startswith("```"):
         stripped = stripped.split("\n", 1)[1] if "\n" in stripped else ""
         if stripped.rstrip().endswith("```"):
             stripped = stripped.rstrip()[:-3]
     return stripped
+
+
+def partial_object(text: str) -> Any:
+    """The object a streaming answer amounts to so far (``None`` if nothing parses yet), read
+    inside a code fence as the final answer is."""
+    try:
+        return from_json(strip_fences(text), allow_partial="trailing-strings")
+    except ValueError:
+        return None
