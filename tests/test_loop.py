@@ -13,7 +13,7 @@ from runstream.chunks import AnyChunk, DataChunk
 from runstream.models.base import StreamPart
 from runstream.output import RunOutput
 from runstream.testing import ScriptedError, ScriptedModel
-from runstream.tools import ToolArgumentsError, ToolContext, ToolNotFoundError
+from runstream.tools import ToolContext, ToolNotFoundError
 
 USAGE = {"inputTokens": 10, "outputTokens": 5, "totalTokens": 15}
 START: StreamPart = {"type": "stream-start", "warnings": []}
@@ -225,9 +225,16 @@ async def test_invalid_arguments_are_reported_to_the_model_which_recovers() -> N
     assert invalid["validationErrors"]["fields"]["n"]["errors"] == [
         "Input should be a valid integer, unable to parse string as an integer"
     ]
-    # ... while arguments that are not even JSON are a tool error.
-    (bad_json,) = (c.payload["error"] for c in of_type(chunks, "tool-error"))
-    assert isinstance(bad_json, ToolArgumentsError) and "not valid JSON" in str(bad_json)
+    # ... while arguments that are not even JSON are a tool error (with no arguments to show).
+    (bad_json,) = of_type(chunks, "tool-error")
+    assert "args" not in bad_json.payload
+    assert str(bad_json.payload["error"]) == (
+        'Tool "square" received invalid arguments \u2014 the provided JSON could not be parsed. '
+        "Please provide valid JSON arguments."
+    )
+    assert (
+        "args" not in next(c for c in of_type(chunks, "tool-call") if c.payload["toolCallId"] == "c2").payload
+    )
     assert [p["output"]["type"] for p in model.recorded[1].prompt[-1]["content"]] == ["json", "error-text"]
     assert [c.payload["result"] for c in of_type(chunks, "tool-result")][1:] == [16]
     assert calls == [4]

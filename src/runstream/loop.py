@@ -84,6 +84,7 @@ from runstream.tools import (
     Tool,
     ToolArgumentsError,
     ToolContext,
+    ToolInputNotJSONError,
     ToolNotFoundError,
     ToolSuspended,
     ToolWriter,
@@ -173,6 +174,8 @@ class ToolCall:
     args: dict[str, Any]
     """The arguments the tool gets."""
     args_error: str | None = None
+    args_unreadable: bool = False
+    """The model's argument text was not JSON at all: the call has no arguments to show."""
     provider_metadata: dict[str, Any] | None = None
     model_input: dict[str, Any] | None = None
     """The arguments as the model sent them, when they differ from ``args`` (e.g. with a
@@ -384,6 +387,7 @@ async def agent_loop(
         step_started_emitted = False
         warnings: list[Any] = []
         streaming_tool_names: dict[str, str] = {}
+        streamed_args: dict[str, list[str]] = {}  # tool input text streamed before each tool-call
         step_files: list[dict[str, Any]] = []
         eager: _EagerTools | None = None  # made at the step's first tool call
         step_span = tracing.start_child(
@@ -416,6 +420,8 @@ async def agent_loop(
                     chunk: AnyChunk | None
                     if kind == "text-delta":
                         delta = part["delta"]
+                        if not delta:  # as Mastra: an empty delta is not streamed
+                            continue
                         step_text.append(delta)
                         chunk = TextDeltaChunk(run_id, {"id": part["id"], "text": delta})
                     elif kind == "stream-start":
@@ -444,6 +450,7 @@ async def agent_loop(
                             run_id, _with_pm({"toolCallId": part["id"], "toolName": part["toolName"]}, part)
                         )
                     elif kind == "tool-input-delta":
+                        streamed_args.setdefault(part["id"], []).append(part["delta"])
                         chunk = ToolCallDeltaChunk(
                             run_id,
                             {
@@ -455,13 +462,14 @@ async def agent_loop(
                     elif kind == "tool-input-end":
                         chunk = ToolCallInputStreamingEndChunk(run_id, {"toolCallId": part["id"]})
                     elif kind == "tool-call":
-                        call = _parse_tool_call(part)
+                        call = _parse_tool_call(part, "".join(streamed_args.get(part["toolCallId"], ())))
                         calls.append(call)
                         payload: dict[str, Any] = {
                             "toolCallId": call.tool_call_id,
                             "toolName": call.tool_name,
-                            "args": dict(call.args),
                         }
+                        if not call.args_unreadable:
+                            payload["args"] = dict(call.args)
                         if call.provider_metadata:
                             payload["providerMetadata"] = call.provider_metadata
                         chunk = ToolCallChunk(run_id, payload)  # type: ignore[arg-type]
@@ -1043,12 +1051,10 @@ async def _run_tool_step(
             if cfg.wait_for_background is None or not _is_placeholder(outcome):
                 results.append(result_chunk)  # in durable mode the real result follows once the task ends
         elif outcome.kind == "error":
-            error_payload: dict[str, Any] = {
-                "error": outcome.value,
-                "args": call.args,
-                "toolCallId": call.tool_call_id,
-                "toolName": call.tool_name,
-            }
+            error_payload: dict[str, Any] = {"error": outcome.value}
+            if not call.args_unreadable:
+                error_payload["args"] = call.args
+            error_payload.update(toolCallId=call.tool_call_id, toolName=call.tool_name)
             if outcome.provider_metadata:  # e.g. the failed background task it ran as
                 error_payload["providerMetadata"] = outcome.provider_metadata
             errors.append(ToolErrorChunk(run_id, error_payload))  # type: ignore[arg-type]
@@ -1096,7 +1102,8 @@ async def _execute_call(
             ),
         )
     if call.args_error is not None:
-        return ToolOutcome(call, "error", ToolArgumentsError(call.args_error))
+        error_type = ToolInputNotJSONError if call.args_unreadable else ToolArgumentsError
+        return ToolOutcome(call, "error", error_type(call.args_error))
     if cfg.dispatch_tool is not None and resume_data is None:
         dispatched = await cfg.dispatch_tool(call, tool, cfg, state, emit)
         if dispatched is not None:
@@ -1225,26 +1232,37 @@ def _with_pm(payload: dict[str, Any], part: dict[str, Any]) -> Any:
     return payload
 
 
-def _parse_tool_call(part: dict[str, Any]) -> ToolCall:
-    raw = part.get("input", "")
-    args_error = None
-    if isinstance(raw, str):
-        try:
-            args = json.loads(raw) if raw.strip() else {}
-        except ValueError as exc:
-            args, args_error = {}, f"Tool call arguments are not valid JSON: {exc}"
-    else:
-        args = raw
-    if not isinstance(args, dict):
-        args_error = f"Tool call arguments must be a JSON object, got {type(args).__name__}"
-        args = {}
-    return ToolCall(
+def _parse_tool_call(part: dict[str, Any], streamed: str) -> ToolCall:
+    """A ``tool-call`` part as a call. As in Mastra, the argument text streamed before it (tool
+    input deltas) wins over the part's own input when it is a JSON object."""
+    name = str(part.get("toolName", ""))
+    call = ToolCall(
         tool_call_id=str(part.get("toolCallId", "")),
-        tool_name=str(part.get("toolName", "")),
-        args=args,
-        args_error=args_error,
+        tool_name=name,
+        args={},
         provider_metadata=part.get("providerMetadata"),
     )
+    raw = part.get("input", "")
+    for text in (streamed, raw) if streamed.strip() else (raw,):
+        if not isinstance(text, str):
+            call.args = text if isinstance(text, dict) else {}
+            break
+        try:
+            call.args = json.loads(text) if text.strip() else {}
+        except ValueError:
+            continue
+        break
+    else:
+        call.args_unreadable = True
+        call.args_error = (
+            f'Tool "{name}" received invalid arguments \u2014 the provided JSON could not be parsed. '
+            "Please provide valid JSON arguments."
+        )
+        return call
+    if not isinstance(call.args, dict):
+        call.args_error = f"Tool call arguments must be a JSON object, got {type(call.args).__name__}"
+        call.args = {}
+    return call
 
 
 def _source_payload(part: dict[str, Any]) -> Any:

@@ -56,6 +56,12 @@ def _error_tree(issues: list[tuple[str, str]]) -> dict[str, Any]:
     return tree
 
 
+class ToolInputNotJSONError(ValueError):
+    """The model's tool-call input is not JSON at all (named ``Error`` on the wire, as in Mastra)."""
+
+    name = "Error"
+
+
 class ToolNotFoundError(LookupError):
     """The model called a tool the agent does not have."""
 
