@@ -1,7 +1,7 @@
 """Scenarios we recorded ourselves from the real Mastra 1.71 (its Node runner in
 ``../shared/conformance/mastra-runner``) to pin behaviours the public traces leave open: tool
 arguments (streamed, unreadable) and outputs against their schemas, approvals, processors, step limits, parallel tool
-calls, tools that start while the model still streams, structured output, finish reasons, model stream failures,
+calls, tools that start while the model still streams, reasoning blocks, structured output, finish reasons, model stream failures,
 aborts, sub-agents, workflows as tools, goals and completion checks, durable agents, and many
 background-task and until-idle cases (suspend/resume/cancel, backpressure, retries, timeouts,
 chained continuations). Each scenario's ``description`` says what it pins.
@@ -22,6 +22,9 @@ import pytest
 EXTRA = Path(__file__).parent / "conformance_extra"
 SCENARIOS = sorted(p.stem for p in (EXTRA / "scenarios").glob("*.json"))
 LEVEL_3 = {
+    "x-n01-empty-reasoning-delta",
+    "x-n02-reasoning-only",
+    "x-n03-two-reasoning-blocks",
     "x-m01-tool-call-bad-json",
     "x-m02-tool-call-empty-input",
     "x-m03-empty-text-delta",

@@ -372,7 +372,7 @@ async def agent_loop(
             abort_signal=signal,
         )
         step_text: list[str] = []
-        text_block_starts: list[int] = []  # where each text block's deltas begin in step_text
+        block_starts: list[tuple[str, int]] = []  # each text/reasoning block: kind, first delta
         reasoning_text: list[str] = []
         content: list[dict[str, Any]] = []
         calls: list[ToolCall] = []
@@ -436,11 +436,12 @@ async def agent_loop(
                             run_id, _with_pm({"id": part["id"], "text": part["delta"]}, part)
                         )
                     elif kind == "text-start":
-                        text_block_starts.append(len(step_text))
+                        block_starts.append(("text", len(step_text)))
                         chunk = TextStartChunk(run_id, _with_pm({"id": part["id"]}, part))
                     elif kind == "text-end":
                         chunk = TextEndChunk(run_id, _with_pm({"type": "text-end", "id": part["id"]}, part))
                     elif kind == "reasoning-start":
+                        block_starts.append(("reasoning", len(reasoning_text)))
                         chunk = ReasoningStartChunk(run_id, _with_pm({"id": part["id"]}, part))
                     elif kind == "reasoning-end":
                         chunk = ReasoningEndChunk(run_id, _with_pm({"id": part["id"]}, part))
@@ -562,10 +563,7 @@ async def agent_loop(
         text = "".join(step_text)
         if reasoning_text:
             state.reasoning.append("".join(reasoning_text))
-            content.append({"type": "reasoning", "text": "".join(reasoning_text)})
-        content.extend(
-            {"type": "text", "text": block} for block in _text_blocks(step_text, text_block_starts)
-        )
+        content.extend(_content_blocks(block_starts, step_text, reasoning_text))
         content.extend(step_files)  # files the model generated are part of its message
         for call in calls:
             content.append(
@@ -1281,13 +1279,31 @@ def _file_payload(part: dict[str, Any]) -> Any:
     return _with_pm({"data": b64, "base64": b64, "mimeType": part.get("mediaType", "")}, part)
 
 
-def _text_blocks(deltas: list[str], starts: list[int]) -> list[str]:
-    """The step's text, one entry per text block (text-start ... text-end), as Mastra keeps
-    them: separate text parts of the message. Empty blocks are dropped."""
+def _content_blocks(
+    starts: list[tuple[str, int]], text: list[str], reasoning: list[str]
+) -> list[dict[str, Any]]:
+    """The step's text and reasoning as Mastra keeps them: one part per block (``*-start`` ...
+    ``*-end``), in the order the blocks began; empty blocks are dropped. Deltas that came
+    without a start make one block (reasoning first)."""
+    blocks = {
+        "text": _split(text, [i for k, i in starts if k == "text"]),
+        "reasoning": _split(reasoning, [i for k, i in starts if k == "reasoning"]),
+    }
+    order = [kind for kind, _ in starts]
+    for kind in ("reasoning", "text"):
+        order.extend([kind] * (len(blocks[kind]) - order.count(kind)))
+    taken = {"text": iter(blocks["text"]), "reasoning": iter(blocks["reasoning"])}
+    parts = [{"type": kind, "text": next(taken[kind])} for kind in order]
+    return [part for part in parts if part["text"]]
+
+
+def _split(deltas: list[str], starts: list[int]) -> list[str]:
+    """``deltas`` joined per block, each block starting at one of ``starts``."""
+    if not deltas:
+        return [""] * len(starts)
     bounds = [0, *starts[1:]] if starts else [0]
     ends = [*bounds[1:], len(deltas)]
-    blocks = ["".join(deltas[start:end]) for start, end in zip(bounds, ends, strict=True)]
-    return [block for block in blocks if block]
+    return ["".join(deltas[start:end]) for start, end in zip(bounds, ends, strict=True)]
 
 
 def _file_content(payload: Any) -> dict[str, Any]:
