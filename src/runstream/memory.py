@@ -424,7 +424,7 @@ def parts_to_ui(
     for part in parts:
         kind = part.get("type")
         if kind == "tool-invocation":
-            ui.append(_ui_tool_part(part))
+            ui.append(ui_tool_part(part))
             record = suspended.get(part["toolInvocation"]["toolCallId"])
             if record is not None:
                 ui.append({"type": "data-tool-call-suspended", "data": copy.deepcopy(record)})
@@ -440,7 +440,8 @@ def parts_to_ui(
     return ui
 
 
-def _ui_tool_part(part: Mapping[str, Any]) -> dict[str, Any]:
+def ui_tool_part(part: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored tool invocation as an AI SDK v5 UI tool part."""
     inv = part["toolInvocation"]
     tool: dict[str, Any] = {
         "type": f"tool-{inv['toolName']}",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from runstream.memory import ui_tool_part
 from runstream.server.errors import ApiError
 from runstream.storage import StoredMessage
 
@@ -211,22 +212,6 @@ def _from_ui(message: Mapping[str, Any]) -> list[Prompt]:
 # -- stored messages as AI SDK v5 UI messages ------------------------------------------------------
 
 
-def _ui_tool_part(invocation: Mapping[str, Any]) -> dict[str, Any]:
-    inv = invocation["toolInvocation"]
-    part: dict[str, Any] = {
-        "type": f"tool-{inv['toolName']}",
-        "toolCallId": inv["toolCallId"],
-        "input": inv.get("args", {}),
-    }
-    if inv.get("state") == "result":
-        part.update(state="output-available", output=inv.get("result"))
-    elif inv.get("state") == "output-error":
-        part.update(state="output-error", errorText=str(inv.get("errorText")))
-    else:
-        part["state"] = "input-available"
-    return part
-
-
 def to_ui_message(message: StoredMessage) -> dict[str, Any]:
     parts: list[dict[str, Any]] = []
     for part in message.content.get("parts", []):
@@ -237,7 +222,7 @@ def to_ui_message(message: StoredMessage) -> dict[str, Any]:
             details = "".join(d.get("text", "") for d in part.get("details", []))
             parts.append({"type": "reasoning", "text": details or part.get("reasoning", "")})
         elif kind == "tool-invocation":
-            parts.append(_ui_tool_part(part))
+            parts.append(ui_tool_part(part))
         elif kind == "file":
             parts.append({"type": "file", "mediaType": part.get("mediaType"), "url": part.get("data")})
     return {"id": message.id, "role": message.role, "parts": parts}
