@@ -501,8 +501,11 @@ async def test_without_a_window_the_stream_closes_after_the_suspension_turn() ->
 @pytest.mark.parametrize(
     ("until_idle", "message"),
     [
-        ({"resume_window_ms": -1}, "resume_window_ms must be a number >= 0"),
-        ({"max_idle_ms": 0}, "max_idle_ms must be a positive number"),
+        ({"resume_window_ms": -1}, "resume_window_ms must be a finite number >= 0"),
+        ({"resume_window_ms": float("inf")}, "resume_window_ms must be a finite number >= 0"),
+        ({"max_idle_ms": 0}, "max_idle_ms must be a positive finite number"),
+        ({"max_idle_ms": float("nan")}, "max_idle_ms must be a positive finite number"),
+        ({"max_continuations": -1}, "max_continuations must be an integer >= 0"),
         ({"max_idle": 10}, "unknown until_idle option"),
     ],
 )
@@ -610,3 +613,27 @@ async def test_an_abort_stops_a_durable_agent_waiting_in_its_loop() -> None:
         assert manager is not None
         task = (await manager.list_tasks(TaskFilter(tool_call_id="c1"))).items[0]
         assert (await manager.wait_for(task.id)).status == "completed"
+
+
+async def test_continuation_turns_are_bounded() -> None:
+    """A model that starts a background task in every turn cannot keep the stream open forever:
+    after ``max_continuations`` continuation turns it ends with an error chunk saying why, and
+    the last task's result is still in memory."""
+    gate = Gate()
+    gate.get("loop").set()  # every task finishes at once
+    turns = [[call((f"c{i}", "research", '{"topic":"loop"}')), say(f"Turn {i}.")] for i in range(5)]
+    model = ScriptedModel(calls=[step for turn in turns for step in turn])
+    runtime, agent = build(model, gate)
+    async with runtime:
+        out = await agent.stream("Loop", memory=MEMORY, until_idle={"max_continuations": 2})
+        chunks = await collect(out.full_stream)
+        kinds = types(chunks)
+        assert kinds.count("start") == 3  # the first turn and two continuations
+        assert kinds[-1] == "error"
+        assert "2 continuation turn(s)" in str(chunks[-1].to_json())
+        assert model_calls(agent) == 6
+        tasks = await runtime.task_manager.list_tasks(TaskFilter(thread_id="t1"))  # type: ignore[union-attr]
+        assert sorted(t.status for t in tasks.items) == ["completed"] * 3
+        history = await agent.memory.load_prompt(_scope())  # type: ignore[union-attr]
+        results = [p["output"]["value"] for m in history if m["role"] == "tool" for p in m["content"]]
+        assert results[-1] == {"topic": "loop", "summary": "loop is fast"}

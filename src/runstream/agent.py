@@ -293,6 +293,7 @@ class Agent:
         *,
         max_idle_ms: float | None = None,
         resume_window_ms: float | None = None,
+        max_continuations: int | None = None,
         **options: Any,
     ) -> RunOutput:
         """Deprecated: use ``stream(..., until_idle=True)``."""
@@ -301,7 +302,11 @@ class Agent:
             DeprecationWarning,
             stacklevel=2,
         )
-        chosen = {"max_idle_ms": max_idle_ms, "resume_window_ms": resume_window_ms}
+        chosen = {
+            "max_idle_ms": max_idle_ms,
+            "resume_window_ms": resume_window_ms,
+            "max_continuations": max_continuations,
+        }
         idle = {key: value for key, value in chosen.items() if value is not None}
         return await self.stream(messages, until_idle=idle or True, **options)
 

@@ -82,7 +82,7 @@ def test_threads_and_messages_are_confined(as_user: Callable[[str], httpx.Client
         assert response.status_code == 404, (method, path)
         assert response.json() == {"error": "Thread not found"}
     stolen = bob.post("/api/agents/assistant/stream", json={"messages": "hi", "memory": {"thread": thread}})
-    assert stolen.status_code == 403 and "alice" not in stolen.text
+    assert stolen.status_code == 404 and "alice" not in stolen.text
     assert bob.get("/api/memory/threads", params={"resourceId": "alice"}).status_code == 403
     assert bob.get("/api/memory/threads").json()["threads"] == []
     assert [t["id"] for t in alice.get("/api/memory/threads").json()["threads"]] == [thread]

@@ -18,6 +18,7 @@ from runstream.runtime import Runstream
 from runstream.server.auth import AuthHook, AuthMiddleware, default_auth
 from runstream.server.context import ServerContext
 from runstream.server.errors import EXCEPTION_HANDLERS, BodyLimitMiddleware
+from runstream.server.limits import UrlSafetyMiddleware
 from runstream.server.mastra import MastraRoutes
 from runstream.server.memory_api import MemoryRoutes
 from runstream.server.playground import PLAYGROUND_PATH, playground_route
@@ -71,6 +72,7 @@ def create_app(
                 AuthMiddleware, hook=auth or default_auth(), public_paths=frozenset({PLAYGROUND_PATH})
             ),
             Middleware(BodyLimitMiddleware, max_bytes=max_body_bytes),
+            Middleware(UrlSafetyMiddleware),
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,

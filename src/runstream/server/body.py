@@ -3,8 +3,12 @@
 Field names are exactly those client-js sends (``messages``, ``memory``, ``runId``, ``maxSteps``,
 ``toolChoice``, ``modelSettings``, ``providerOptions``, ``structuredOutput``, ``untilIdle``,
 ``maxIdleMs``, ``context``, ``clientTools``, ``activeTools``, ``instructions``,
-``requireToolApproval``), plus runstream's ``resumeWindowMs`` (see ``tasks/until_idle.py``). Unknown fields are ignored, as Mastra's passthrough schema does.
-Every mistake is a 400 with a message naming the field, raised before any run starts.
+``requireToolApproval``), plus runstream's ``resumeWindowMs`` and ``maxContinuations`` (see
+``tasks/until_idle.py``). Fields client-js may send that runstream has no use for are listed in
+:data:`IGNORED_FIELDS`; any other field is a 400 naming it (Mastra's schema lets unknown keys
+through, so a misspelled option would silently do nothing). Every mistake is a 400 with a
+message naming the field, raised before any run starts; every number is finite and bounded
+(``runstream.server.limits``).
 """
 
 from __future__ import annotations
@@ -20,23 +24,48 @@ from runstream.memory import MemoryScope
 from runstream.models.base import ModelSettings
 from runstream.server.auth import Principal
 from runstream.server.errors import ApiError
+from runstream.server.limits import (
+    MAX_CONTINUATIONS,
+    MAX_IDLE_MS,
+    MAX_RESUME_WINDOW_MS,
+    MAX_STEPS,
+    bounded_int,
+    bounded_number,
+    check_id,
+)
 from runstream.server.messages import Prompt, to_prompt
 from runstream.structured import StructuredOutput
 from runstream.tools import Tool
 
-_SETTINGS = {
-    "temperature": "temperature",
-    "maxOutputTokens": "max_output_tokens",
-    "maxTokens": "max_output_tokens",
-    "topP": "top_p",
-    "topK": "top_k",
-    "stopSequences": "stop_sequences",
-    "seed": "seed",
-    "presencePenalty": "presence_penalty",
-    "frequencyPenalty": "frequency_penalty",
-    "maxRetries": "max_retries",
-    "headers": "headers",
+_NUMBER_SETTINGS: dict[str, tuple[str, float, float]] = {
+    "temperature": ("temperature", 0, 2),
+    "topP": ("top_p", 0, 1),
+    "presencePenalty": ("presence_penalty", -2, 2),
+    "frequencyPenalty": ("frequency_penalty", -2, 2),
 }
+_INT_SETTINGS: dict[str, tuple[str, int, int]] = {
+    "maxOutputTokens": ("max_output_tokens", 1, 1_000_000),
+    "maxTokens": ("max_output_tokens", 1, 1_000_000),
+    "topK": ("top_k", 1, 1_000_000),
+    "seed": ("seed", -(2**63), 2**63 - 1),
+    "maxRetries": ("max_retries", 0, 10),
+}
+MAX_STOP_SEQUENCES = 16
+
+FIELDS = frozenset(
+    {
+        "messages", "memory", "runId", "maxSteps", "toolChoice", "modelSettings", "providerOptions",
+        "structuredOutput", "untilIdle", "maxIdleMs", "resumeWindowMs", "maxContinuations", "context",
+        "clientTools", "activeTools", "instructions", "requireToolApproval",
+    }
+)  # fmt: skip
+IGNORED_FIELDS = frozenset(
+    {
+        # client-js and AI SDK transports send these; runstream has no use for them (yet)
+        "requestContext", "tracingOptions", "returnScorerData", "scorers", "versions", "format",
+        "savePerStep", "tools", "actor", "id", "trigger", "messageId", "resourceId", "threadId",
+    }
+)  # fmt: skip
 
 
 def invalid(message: str) -> ApiError:
@@ -92,9 +121,10 @@ def memory_scope(value: Any, principal: Principal) -> MemoryScope | None:
         thread = thread.get("id")
     if not isinstance(thread, str) or not thread:
         raise invalid("'memory.thread' must be a thread id (or an object with an 'id')")
+    check_id(thread, "memory.thread")
     requested = value.get("resource")
-    if requested is not None and (not isinstance(requested, str) or not requested):
-        raise invalid("'memory.resource' must be a non-empty string")
+    if requested is not None:
+        check_id(requested, "memory.resource")
     resource = principal.resource(requested)
     if resource is None:
         raise ApiError(400, "A resource ID is required when using memory: pass memory.resource")
@@ -116,32 +146,67 @@ def _model_settings(body: Mapping[str, Any]) -> ModelSettings | None:
         return None
     out = ModelSettings(provider_options=dict(provider_options or {}))
     for key, value in (settings or {}).items():
-        if key in _SETTINGS and value is not None:
-            setattr(out, _SETTINGS[key], value)
+        name = f"modelSettings.{key}"
+        if value is None:
+            continue
+        if key in _NUMBER_SETTINGS:
+            attr, low, high = _NUMBER_SETTINGS[key]
+            setattr(out, attr, bounded_number(value, name, minimum=low, maximum=high))
+        elif key in _INT_SETTINGS:
+            attr, low_int, high_int = _INT_SETTINGS[key]
+            setattr(out, attr, bounded_int(value, name, minimum=low_int, maximum=high_int))
+        elif key == "stopSequences":
+            if (
+                not isinstance(value, list)
+                or len(value) > MAX_STOP_SEQUENCES
+                or not all(isinstance(item, str) for item in value)
+            ):
+                raise invalid(f"'{name}' must be an array of at most {MAX_STOP_SEQUENCES} strings")
+            out.stop_sequences = list(value)
+        elif key == "headers":
+            if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
+                raise invalid(f"'{name}' must map header names to strings")
+            out.headers = {str(k): v for k, v in value.items()}
+        else:
+            known = sorted([*_NUMBER_SETTINGS, *_INT_SETTINGS, "stopSequences", "headers"])
+            raise invalid(f"unknown option '{name}' (known: {', '.join(known)})")
     return out
+
+
+_IDLE_OPTIONS = {
+    "maxIdleMs": "max_idle_ms",
+    "resumeWindowMs": "resume_window_ms",
+    "maxContinuations": "max_continuations",
+}
 
 
 def _until_idle(body: Mapping[str, Any], forced: bool) -> bool | dict[str, Any]:
     value = body.get("untilIdle")
-    options = {"maxIdleMs": body.get("maxIdleMs"), "resumeWindowMs": body.get("resumeWindowMs")}
+    options = {key: body.get(key) for key in _IDLE_OPTIONS}
     if isinstance(value, Mapping):
+        unknown = sorted(set(value) - set(_IDLE_OPTIONS))
+        if unknown:
+            raise invalid(f"unknown option 'untilIdle.{unknown[0]}' (known: {', '.join(_IDLE_OPTIONS)})")
         options.update({key: value[key] for key in options if key in value})
         value = True
     elif value is not None and not isinstance(value, bool):
-        raise invalid("'untilIdle' must be a boolean or {maxIdleMs, resumeWindowMs}")
-    max_idle, resume_window = options["maxIdleMs"], options["resumeWindowMs"]
-    if max_idle is not None and (_not_a_number(max_idle) or max_idle <= 0):
-        raise invalid("'maxIdleMs' must be a positive number")
-    if resume_window is not None and (_not_a_number(resume_window) or resume_window < 0):
-        raise invalid("'resumeWindowMs' must be a number >= 0")
+        raise invalid("'untilIdle' must be a boolean or {maxIdleMs, resumeWindowMs, maxContinuations}")
+    chosen: dict[str, Any] = {}
+    if options["maxIdleMs"] is not None:
+        chosen["max_idle_ms"] = bounded_number(
+            options["maxIdleMs"], "maxIdleMs", minimum=0, maximum=MAX_IDLE_MS, exclusive_min=True
+        )
+    if options["resumeWindowMs"] is not None:
+        chosen["resume_window_ms"] = bounded_number(
+            options["resumeWindowMs"], "resumeWindowMs", minimum=0, maximum=MAX_RESUME_WINDOW_MS
+        )
+    if options["maxContinuations"] is not None:
+        chosen["max_continuations"] = bounded_int(
+            options["maxContinuations"], "maxContinuations", minimum=0, maximum=MAX_CONTINUATIONS
+        )
     if not (value or forced):
         return False
-    chosen = {"max_idle_ms": max_idle, "resume_window_ms": resume_window}
-    return {key: number for key, number in chosen.items() if number is not None} or True
-
-
-def _not_a_number(value: Any) -> bool:
-    return isinstance(value, bool) or not isinstance(value, int | float)
+    return chosen or True
 
 
 def _structured(value: Mapping[str, Any] | None) -> StructuredOutput | None:
@@ -178,6 +243,9 @@ def parse_stream_body(
     body: Mapping[str, Any], principal: Principal, *, until_idle: bool = False, need_messages: bool = True
 ) -> StreamRequest:
     """Validate a generate/stream body (``until_idle`` forces until-idle, as the route does)."""
+    unknown = sorted(set(body) - FIELDS - IGNORED_FIELDS)
+    if unknown:
+        raise invalid(f"unknown option '{unknown[0]}' (see docs/server.md for the accepted fields)")
     messages = body.get("messages")
     if need_messages and (messages is None or messages == "" or messages == []):
         raise invalid("'messages' is required (a string or a non-empty array)")
@@ -185,14 +253,14 @@ def parse_stream_body(
     if active is not None and not all(isinstance(name, str) for name in active):
         raise invalid("'activeTools' must be an array of tool names")
     structured = _optional(body, "structuredOutput", Mapping, "an object with a 'schema'")
-    max_steps = _optional(body, "maxSteps", int, "a positive integer")
-    if max_steps is not None and max_steps < 1:
-        raise invalid("'maxSteps' must be a positive integer")
+    max_steps = body.get("maxSteps")
+    if max_steps is not None:
+        max_steps = bounded_int(max_steps, "maxSteps", minimum=1, maximum=MAX_STEPS)
     context = _optional(body, "context", list, "an array of messages")
     return StreamRequest(
         messages=to_prompt(messages) if messages is not None else [],
         memory=memory_scope(body.get("memory"), principal),
-        run_id=_optional(body, "runId", str, "a string"),
+        run_id=None if body.get("runId") is None else check_id(body["runId"], "runId"),
         max_steps=max_steps,
         tool_choice=_tool_choice(body.get("toolChoice")),
         model_settings=_model_settings(body),

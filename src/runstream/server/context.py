@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -12,11 +10,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from runstream.agent import Agent
-from runstream.memory import MemoryScope
 from runstream.runtime import Runstream
-from runstream.server.auth import Principal
 from runstream.server.errors import ApiError
+from runstream.server.limits import MAX_PAGE, MAX_PER_PAGE, parse_json
 from runstream.server.resumable import RunRegistry
+from runstream.server.run_owners import RunOwners
 from runstream.server.wire import encode_json
 from runstream.tasks.manager import BackgroundTaskManager
 
@@ -28,14 +26,11 @@ class ServerContext:
     runstream: Runstream
     registry: RunRegistry
     heartbeat_s: float | None
-    run_owners: OrderedDict[str, str | None] = field(default_factory=OrderedDict)
-    """Run id → owning resource, for runs started here (approvals must come from the owner)."""
+    owners: RunOwners = field(init=False)
+    """Who owns each run the server started (kept in the runtime's storage)."""
 
-    def remember_owner(self, run_id: str, principal: Principal, scope: MemoryScope | None) -> None:
-        self.run_owners[run_id] = scope.resource_id if scope is not None else principal.resource_id
-        self.run_owners.move_to_end(run_id)
-        while len(self.run_owners) > MAX_REMEMBERED_RUNS:
-            self.run_owners.popitem(last=False)
+    def __post_init__(self) -> None:
+        self.owners = RunOwners(self.runstream.storage)
 
     def agent(self, agent_id: str) -> Agent:
         agent = self.runstream.agents.get(agent_id)
@@ -49,30 +44,36 @@ class ServerContext:
 
 
 async def json_body(request: Request) -> dict[str, Any]:
-    """The request's JSON object body (400 if it is not one; an empty body is ``{}``)."""
+    """The request's JSON object body (400 if it is not one; an empty body is ``{}``), parsed
+    strictly and checked as :mod:`runstream.server.limits` says."""
     raw = await request.body()
     if not raw.strip():
         return {}
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise ApiError(400, f"Invalid JSON body: {exc}") from None
+    body = parse_json(raw)
     if not isinstance(body, dict):
         raise ApiError(400, "Invalid request body: expected a JSON object")
     return body
 
 
-def query_int(request: Request, name: str, default: int | None, *, minimum: int = 0) -> int | None:
+def query_int(
+    request: Request, name: str, default: int | None, *, minimum: int = 0, maximum: int = MAX_PAGE
+) -> int | None:
+    """An integer query parameter in ``[minimum, maximum]`` (400 naming it otherwise)."""
     value = request.query_params.get(name)
     if value is None or value == "":
         return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise ApiError(400, f"Query parameter {name!r} must be an integer, got {value!r}") from None
-    if number < minimum:
-        raise ApiError(400, f"Query parameter {name!r} must be at least {minimum}")
+    if not (value.isascii() and value.lstrip("-").isdigit()) or len(value) > 12:
+        raise ApiError(400, f"Query parameter {name!r} must be an integer from {minimum} to {maximum}")
+    number = int(value)
+    if not minimum <= number <= maximum:
+        raise ApiError(400, f"Query parameter {name!r} must be an integer from {minimum} to {maximum}")
     return number
+
+
+def query_page(request: Request) -> tuple[int, int | None]:
+    """``page`` (from 0) and ``perPage`` (1 to :data:`MAX_PER_PAGE`, absent: everything)."""
+    page = query_int(request, "page", 0) or 0
+    return page, query_int(request, "perPage", None, minimum=1, maximum=MAX_PER_PAGE)
 
 
 def query_date(request: Request, name: str) -> datetime | None:

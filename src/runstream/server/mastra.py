@@ -21,12 +21,14 @@ from starlette.routing import Route
 from runstream.abort import AbortController
 from runstream.agent import Agent, RunNotFoundError
 from runstream.output import RunOutput
-from runstream.server.auth import principal_of
+from runstream.server.auth import Principal, principal_of
 from runstream.server.body import StreamRequest, parse_stream_body
 from runstream.server.context import ServerContext, json_body, json_response
 from runstream.server.errors import ApiError
+from runstream.server.limits import MAX_OFFSET, bounded_int, check_id
 from runstream.server.overrides import absorb_tool_results, request_agent
-from runstream.server.streaming import Run, owned_run, parse_event_id, reconnect, replay, respond
+from runstream.server.resumable import TooManyRunsError
+from runstream.server.streaming import Run, owned_run, parse_event_id, reconnect, replay, respond, wants_ids
 from runstream.server.suspended_runs import list_suspended_runs
 from runstream.server.tasks_api import resume_task_stream
 from runstream.storage import ThreadResourceMismatchError
@@ -62,20 +64,39 @@ def serialize_agent(agent: Agent) -> dict[str, Any]:
     }
 
 
-async def start_stream(agent: Agent, request: StreamRequest) -> Run:
-    """Start a run for a generate/stream body; caller mistakes become 4xx before anything runs."""
+async def start_stream(
+    ctx: ServerContext, agent: Agent, request: StreamRequest, principal: Principal, *, detached: bool = False
+) -> Run:
+    """Start a run for a generate/stream body, owned by ``principal`` (``detached``: the server
+    will pump it into its replay log, which has room for a bounded number of live runs: 429).
+
+    In this order, so a refused request changes nothing: the memory thread must be the caller's
+    resource's (another resource's thread is a 404, as a missing one), the run id is claimed
+    for the caller (409 if another caller owns it), and only then are client tool results
+    written into the thread and the run started. Caller mistakes are 4xx.
+    """
     view = request_agent(agent, request)
-    messages = request.messages
-    if request.memory is not None:
-        messages = await absorb_tool_results(view, request.memory, messages)
+    messages, scope = request.messages, request.memory
+    if scope is not None:
+        thread = await ctx.runstream.storage.get_thread(scope.thread_id)
+        if thread is not None and thread.resource_id != scope.resource_id:
+            raise ApiError(404, f"Thread {scope.thread_id} not found")
+    owner_resource = scope.resource_id if scope is not None else principal.resource_id
+    if detached:
+        try:
+            ctx.registry.ensure_capacity(owner_resource)
+        except TooManyRunsError as exc:
+            raise ApiError(429, str(exc)) from None
+    request.run_id = await ctx.owners.claim(request.run_id, principal, owner_resource)
+    if scope is not None:
+        messages = await absorb_tool_results(view, scope, messages)
     try:
         out = await view.stream(messages, **request.stream_options())
     except ThreadResourceMismatchError:
-        thread = request.memory.thread_id if request.memory else ""
-        raise ApiError(403, f"Thread {thread} belongs to another resource") from None
+        raise ApiError(404, f"Thread {scope.thread_id if scope else ''} not found") from None
     except (ValueError, TypeError) as exc:
         raise ApiError(400, str(exc)) from None
-    return Run(out, view, request.memory)
+    return Run(out, view, scope)
 
 
 async def full_output(run: Run) -> dict[str, Any]:
@@ -138,8 +159,7 @@ class MastraRoutes:
     async def generate(self, request: Request) -> Response:
         agent, body = await self._body(request)
         body.until_idle = False
-        run = await start_stream(agent, body)
-        self.ctx.remember_owner(run.run_id, principal_of(request), run.scope)
+        run = await start_stream(self.ctx, agent, body, principal_of(request))
         return json_response(await full_output(run))
 
     async def stream(self, request: Request) -> Response:
@@ -154,19 +174,17 @@ class MastraRoutes:
         if resumed is not None:
             return resumed
         agent, body = await self._body(request, until_idle=until_idle)
-        run = await start_stream(agent, body)
-        self.ctx.remember_owner(run.run_id, principal, run.scope)
-        return await respond(self.ctx, request, run, principal, detach=body.until_idle is not False)
+        detach = body.until_idle is not False
+        run = await start_stream(self.ctx, agent, body, principal, detached=detach or wants_ids(request))
+        return await respond(self.ctx, request, run, principal, detach=detach)
 
     # -- continuations of a run that stopped for a human ---------------------------------------------
     async def _continue(self, request: Request, body: dict[str, Any], start: Continuation) -> Response:
         principal = principal_of(request)
         agent = self.ctx.agent(request.path_params["agent_id"])
         run_id = body.get("runId")
-        if not isinstance(run_id, str) or not run_id:
-            raise ApiError(400, "Invalid request body: 'runId' is required")
-        if not principal.owns(self.ctx.run_owners.get(run_id)):
-            raise ApiError(404, f"Run {run_id} not found")
+        run_id = check_id(run_id, "runId")
+        await self.ctx.owners.check(run_id, principal)
         try:
             out = await start(agent, run_id, body)
         except RunNotFoundError as exc:
@@ -216,14 +234,8 @@ class MastraRoutes:
         """Mastra's ``observe``: the run's events from index ``offset`` (no SSE ids: client-js)."""
         self.ctx.agent(request.path_params["agent_id"])
         body = await json_body(request)
-        run_id, offset = body.get("runId"), body.get("offset", 0)
-        if (
-            not isinstance(run_id, str)
-            or not isinstance(offset, int)
-            or isinstance(offset, bool)
-            or offset < 0
-        ):
-            raise ApiError(400, "Invalid request body: 'runId' (string) is required, 'offset' must be >= 0")
+        run_id = check_id(body.get("runId"), "runId")
+        offset = bounded_int(body.get("offset", 0), "offset", minimum=0, maximum=MAX_OFFSET)
         await owned_run(self.ctx, run_id, principal_of(request))
         return replay(self.ctx, run_id, offset, ids=False)
 
@@ -275,12 +287,30 @@ class MastraRoutes:
         return await self._execute(request, self._tool(agent.tools, request.path_params["tool_id"]), agent.id)
 
     async def _execute(self, request: Request, tool: Tool, agent_id: str) -> Response:
+        """Run one tool directly (Mastra's ``tool.execute``), confined to the caller's resource.
+
+        A tool that needs approval never runs this way: approval belongs to a person looking at
+        a run, and this route has no run to stop (403; call it through an agent instead). The
+        tool sees the caller's resource, and a thread only if that resource owns it. A tool that
+        fails answers 422, not 500: client-js re-sends a request that got a 5xx, which would run
+        the tool again.
+        """
+        if tool.require_approval:
+            raise ApiError(403, f"Tool {tool.name} requires approval: run it through an agent")
         body = await json_body(request)
+        principal = principal_of(request)
+        resource = principal.resource(_optional_id(body, "resourceId"))
+        thread_id = _optional_id(body, "threadId")
+        if thread_id is not None:
+            thread = await self.ctx.runstream.storage.get_thread(thread_id)
+            if thread is None or thread.resource_id != resource:
+                raise ApiError(404, f"Thread {thread_id} not found")
         try:
             args = tool.validate_args(body.get("data", {}))
         except ToolArgumentsError as exc:
             raise ApiError(400, str(exc)) from None
-        run_id = request.query_params.get("runId") or str(uuid.uuid4())
+        run_id = request.query_params.get("runId") or body.get("runId") or str(uuid.uuid4())
+        run_id = check_id(run_id, "runId")
         call_id = str(uuid.uuid4())
         ctx = ToolContext(
             tool_call_id=call_id,
@@ -289,9 +319,16 @@ class MastraRoutes:
             agent_id=agent_id,
             writer=ToolWriter(lambda chunk: None, run_id, call_id, tool.name),
             abort_signal=AbortController().signal,
+            thread_id=thread_id,
+            resource_id=resource,
         )
         try:
             result = await tool.execute(args, ctx)
         except Exception as exc:
-            raise ApiError(500, f"Tool {tool.name} failed: {exc}") from exc
+            raise ApiError(422, f"Tool {tool.name} failed: {exc}") from exc
         return json_response(result)
+
+
+def _optional_id(body: dict[str, Any], field: str) -> str | None:
+    value = body.get(field)
+    return None if value is None else check_id(value, field)

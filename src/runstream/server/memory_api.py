@@ -15,8 +15,9 @@ from starlette.routing import Route
 
 from runstream.chunks import iso_datetime
 from runstream.server.auth import principal_of
-from runstream.server.context import ServerContext, json_body, query_int
+from runstream.server.context import ServerContext, json_body, query_page
 from runstream.server.errors import ApiError
+from runstream.server.limits import check_id
 from runstream.server.messages import to_ui_message
 from runstream.storage import NotFoundError, Storage, StoredMessage, Thread
 
@@ -42,10 +43,6 @@ def message_wire(message: StoredMessage) -> dict[str, Any]:
         "type": message.type,
         "content": message.content,
     }
-
-
-def _page(request: Request) -> tuple[int, int | None]:
-    return query_int(request, "page", 0) or 0, query_int(request, "perPage", None, minimum=1)
 
 
 class MemoryRoutes:
@@ -94,7 +91,7 @@ class MemoryRoutes:
         direction = request.query_params.get("orderBy[direction]", "DESC").lower()
         if field not in ("createdAt", "updatedAt") or direction not in ("asc", "desc"):
             raise ApiError(400, "orderBy must be createdAt|updatedAt and ASC|DESC")
-        page, per_page = _page(request)
+        page, per_page = query_page(request)
         found = await self.storage.list_threads(
             resource,
             page=page,
@@ -116,7 +113,7 @@ class MemoryRoutes:
         body = await json_body(request)
         principal = principal_of(request)
         requested = body.get("resourceId")
-        resource = principal.resource(requested if isinstance(requested, str) and requested else None)
+        resource = principal.resource(None if requested is None else check_id(requested, "resourceId"))
         if resource is None:
             raise ApiError(400, "Invalid request body: 'resourceId' is required")
         thread_id = body.get("threadId") or str(uuid.uuid4())
@@ -129,7 +126,11 @@ class MemoryRoutes:
             raise ApiError(
                 400, "Invalid request body: 'threadId'/'title' must be strings, 'metadata' an object"
             )
-        if await self.storage.get_thread(thread_id) is not None:
+        check_id(thread_id, "threadId")
+        existing = await self.storage.get_thread(thread_id)
+        if existing is not None and not principal.owns(existing.resource_id):
+            raise ApiError(404, f"Thread {thread_id} not found")  # as if it did not exist: no oracle
+        if existing is not None:
             raise ApiError(409, f"Thread {thread_id} already exists")
         thread = Thread(id=thread_id, resource_id=resource, title=title, metadata=metadata)
         await self.storage.save_thread(thread)
@@ -158,7 +159,7 @@ class MemoryRoutes:
 
     async def list_messages(self, request: Request) -> Response:
         thread = await self._owned(request)
-        page, per_page = _page(request)
+        page, per_page = query_page(request)
         try:
             found = await self.storage.list_messages(
                 thread.id, resource_id=thread.resource_id, page=page, per_page=per_page

@@ -40,7 +40,41 @@ def to_prompt(messages: Any, field: str = "messages") -> list[Prompt]:
             out.extend(_from_ui(message))
         else:
             out.extend(_from_model(message))
+    for index, prompt in enumerate(out):
+        _check_prompt(prompt, f"{field}[{index}]")
     return _dedupe_results(out)
+
+
+_STRING_FIELDS = {
+    "text": ("text",),
+    "reasoning": ("text",),
+    "tool-call": ("toolCallId", "toolName"),
+    "tool-result": ("toolCallId", "toolName"),
+    "file": ("mediaType",),
+    "image": (),
+}
+
+
+def _check_prompt(prompt: Prompt, where: str) -> None:
+    """Refuse content the run could not use, before the run starts (a malformed part used to
+    fail in the memory save after the run had happened, so the turn was lost)."""
+    content = prompt["content"]
+    if prompt["role"] == "system":
+        if not isinstance(content, str):
+            raise ApiError(400, f"Invalid request body: {where}: system content must be text")
+        return
+    for part in content:
+        kind = part.get("type")
+        required = _STRING_FIELDS.get(kind) if isinstance(kind, str) else None
+        if required is None:
+            raise ApiError(
+                400,
+                f"Invalid request body: {where}: unsupported content part type {kind!r} "
+                f"(expected one of {', '.join(_STRING_FIELDS)})",
+            )
+        for name in required:
+            if not isinstance(part.get(name), str):
+                raise ApiError(400, f"Invalid request body: {where}: a {kind} part needs a string '{name}'")
 
 
 def _dedupe_results(messages: list[Prompt]) -> list[Prompt]:

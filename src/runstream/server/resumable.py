@@ -163,17 +163,44 @@ class InMemoryReplayLog:
             await waiter
 
 
-class RunRegistry:
-    """Pumps detached runs into the replay log and keeps what is needed to abort them."""
+class TooManyRunsError(RuntimeError):
+    """This process already pumps as many detached runs as it may (overall or for one resource)."""
 
-    def __init__(self, log: ReplayLog) -> None:
+
+class RunRegistry:
+    """Pumps detached runs into the replay log and keeps what is needed to abort them.
+
+    Live detached runs are bounded like ended logs are: at most ``max_live_runs`` in this
+    process and ``max_live_runs_per_resource`` per owning resource, so no caller can pile up
+    runs that outlive their clients.
+    """
+
+    def __init__(
+        self, log: ReplayLog, *, max_live_runs: int = 1_000, max_live_runs_per_resource: int = 50
+    ) -> None:
         self.log = log
+        self.max_live_runs = max_live_runs
+        self.max_live_runs_per_resource = max_live_runs_per_resource
         self._pumps: dict[str, asyncio.Task[None]] = {}
         self._aborts: dict[str, Callable[[], None]] = {}
+        self._owners: dict[str, str | None] = {}
+
+    def ensure_capacity(self, resource_id: str | None) -> None:
+        """Raise :class:`TooManyRunsError` if one more detached run for ``resource_id`` would
+        exceed a bound (checked before a run starts, so a refused one has no side effects)."""
+        if len(self._pumps) >= self.max_live_runs:
+            raise TooManyRunsError(f"this server already streams {len(self._pumps)} detached runs")
+        mine = sum(1 for owner in self._owners.values() if owner == resource_id)
+        if mine >= self.max_live_runs_per_resource:
+            raise TooManyRunsError(
+                f"{mine} detached runs of this resource are still streaming "
+                f"(at most {self.max_live_runs_per_resource}); abort one or wait for it to end"
+            )
 
     async def start(self, info: RunInfo, events: AsyncIterator[str], abort: Callable[[], None]) -> None:
         """Open the run's log and start copying ``events`` into it (independent of any reader)."""
         await self.log.create(info)
+        self._owners[info.run_id] = info.resource_id
         self._aborts[info.run_id] = abort
         self._pumps[info.run_id] = asyncio.create_task(
             self._pump(info.run_id, events), name=f"run {info.run_id}"
@@ -189,6 +216,7 @@ class RunRegistry:
             await self.log.end(run_id)
             self._pumps.pop(run_id, None)
             self._aborts.pop(run_id, None)
+            self._owners.pop(run_id, None)
 
     def is_live(self, run_id: str) -> bool:
         """Whether this process is still pumping the run into its log."""

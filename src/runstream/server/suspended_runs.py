@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from runstream.agent import Agent
 from runstream.server.auth import principal_of
-from runstream.server.context import ServerContext, json_response, query_date, query_int
+from runstream.server.context import ServerContext, json_response, query_date, query_page
 
 
 def suspended_run_json(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -57,14 +57,16 @@ async def list_suspended_runs(ctx: ServerContext, agent: Agent, request: Request
     resource = principal.resource(request.query_params.get("resourceId") or None)
     thread = request.query_params.get("threadId") or None
     after, before = query_date(request, "fromDate"), query_date(request, "toDate")
-    per_page = query_int(request, "perPage", None, minimum=1)
-    page = query_int(request, "page", 0) or 0
+    page, per_page = query_page(request)
     runs = []
     for data in await agent.suspended_runs():
         run = suspended_run_json(data)
-        owner = run.get("resourceId") or ctx.run_owners.get(str(run["runId"]))
+        recorded = await ctx.owners.owner(str(run["runId"]))
+        # Visible only through the server's owner record; a run started in Python code has none,
+        # so only an unconfined caller sees it (filtered by its memory resource).
+        owner = recorded.resource_id if recorded is not None else run.get("resourceId")
         if (
-            principal.owns(owner)
+            principal.owns(recorded.resource_id if recorded is not None else None)
             and (resource is None or owner == resource)
             and (thread is None or run.get("threadId") == thread)
             and _within(run["suspendedAt"], after, before)

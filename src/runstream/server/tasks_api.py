@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from runstream.server.auth import Principal, principal_of
-from runstream.server.context import ServerContext, json_body, query_date, query_int
+from runstream.server.context import ServerContext, json_body, query_date, query_page
 from runstream.server.errors import ApiError
 from runstream.server.sse import DONE, SSEResponse, data_frame
 from runstream.server.wire import chunk_json, encode_json
@@ -51,6 +51,7 @@ def task_filter(request: Request, principal: Principal) -> TaskFilter:
     order = q.get("orderDirection", "asc").lower()
     if order not in ("asc", "desc"):
         raise ApiError(400, "Query parameter 'orderDirection' must be 'asc' or 'desc'")
+    page, per_page = query_page(request)
     return TaskFilter(
         status=cast(TaskStatus | None, status),
         agent_id=q.get("agentId") or None,
@@ -63,8 +64,8 @@ def task_filter(request: Request, principal: Principal) -> TaskFilter:
         from_date=query_date(request, "fromDate"),
         to_date=query_date(request, "toDate"),
         order="desc" if order == "desc" else "asc",
-        page=query_int(request, "page", 0) or 0,
-        per_page=query_int(request, "perPage", None, minimum=1),
+        page=page,
+        per_page=per_page,
     )
 
 

@@ -241,9 +241,9 @@ class ChatRoutes:
         parsed.run_id = None  # useChat's ids are chat/message ids, not run ids
         if continuation_id is not None and parsed.memory is not None:
             parsed.messages = [m for m in parsed.messages if m["role"] == "tool"]  # the rest is in memory
-        run = await start_stream(agent, parsed)
-        self.ctx.remember_owner(run.run_id, principal, run.scope)
-        if not (wants_ids(request) or parsed.until_idle is not False):
+        detached = wants_ids(request) or parsed.until_idle is not False
+        run = await start_stream(self.ctx, agent, parsed, principal, detached=detached)
+        if not detached:
             return SSEResponse(
                 ui_frames(run.events(str), UIStreamEncoder(int(version), continuation_id)),
                 heartbeat_s=self.ctx.heartbeat_s,

@@ -33,6 +33,7 @@ from runstream.schema import SchemaValidationError
 from runstream.server.auth import Principal, principal_of
 from runstream.server.context import ServerContext, json_body, json_response, query_date, query_int
 from runstream.server.errors import ApiError
+from runstream.server.limits import MAX_OFFSET, MAX_PER_PAGE
 from runstream.server.resumable import ReplayGapError, RunInfo
 from runstream.server.sse import SSE_HEADERS, SSEResponse
 from runstream.server.wire import chunk_json
@@ -363,7 +364,7 @@ class WorkflowRoutes:
         """The run's latest execution from chunk index ``offset`` (0: from its start)."""
         workflow = self._workflow(request)
         run_id = self._run_id(request, "observe workflow stream")
-        offset = query_int(request, "offset", 0) or 0
+        offset = query_int(request, "offset", 0, maximum=MAX_OFFSET) or 0
         key = log_key(workflow.id, run_id)
         info = await self.ctx.registry.log.info(key)
         if info is None or not principal_of(request).owns(info.resource_id):
@@ -393,12 +394,12 @@ class WorkflowRoutes:
             and (after is None or r.created_at >= after.timestamp() * 1000)
             and (before is None or r.created_at <= before.timestamp() * 1000)
         ]
-        per_page = query_int(request, "perPage", None, minimum=1) or query_int(
-            request, "limit", None, minimum=1
+        per_page = query_int(request, "perPage", None, minimum=1, maximum=MAX_PER_PAGE) or query_int(
+            request, "limit", None, minimum=1, maximum=MAX_PER_PAGE
         )
         page = query_int(request, "page", None)
         if page is None:
-            offset = query_int(request, "offset", 0) or 0
+            offset = query_int(request, "offset", 0, maximum=MAX_OFFSET) or 0
             page = offset // per_page if per_page else 0
         shown = records[page * per_page : (page + 1) * per_page] if per_page else records
         return json_response({"runs": [r.listing() for r in shown], "total": len(records)})

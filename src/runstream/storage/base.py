@@ -188,6 +188,14 @@ class Storage(Protocol):
 
     async def load_snapshot(self, namespace: str, snapshot_id: str) -> dict[str, Any] | None: ...
 
+    async def claim_snapshot(
+        self, namespace: str, snapshot_id: str, data: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Store ``data`` unless a snapshot with this id exists; return the stored one (``data``
+        if this call created it). One atomic step, so of racing claims exactly one wins: the
+        server records who owns a run this way."""
+        ...
+
     async def delete_snapshot(self, namespace: str, snapshot_id: str) -> bool: ...
 
     async def list_snapshots(self, namespace: str) -> list[str]:

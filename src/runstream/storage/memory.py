@@ -324,6 +324,13 @@ class InMemoryStorage:
         data = self._snapshots.get((namespace, snapshot_id))
         return None if data is None else dict(decode_json(data))
 
+    async def claim_snapshot(
+        self, namespace: str, snapshot_id: str, data: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        self._check_open()
+        encoded = encode_json_object(data, what=f"snapshot {namespace}/{snapshot_id}")
+        return dict(decode_json(self._snapshots.setdefault((namespace, snapshot_id), encoded)))
+
     async def delete_snapshot(self, namespace: str, snapshot_id: str) -> bool:
         self._check_open()
         return self._snapshots.pop((namespace, snapshot_id), None) is not None

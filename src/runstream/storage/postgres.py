@@ -462,6 +462,21 @@ class PostgresStorage:
         row = await self._fetchrow(sql, namespace, snapshot_id)
         return None if row is None else dict(decode_json(row["data"]))
 
+    async def claim_snapshot(
+        self, namespace: str, snapshot_id: str, data: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        encoded = encode_json_object(data, what=f"snapshot {namespace}/{snapshot_id}")
+        insert = (
+            f"INSERT INTO {self._snapshots} (namespace, id, data, updated_at) VALUES ($1, $2, $3, $4) "
+            "ON CONFLICT (namespace, id) DO NOTHING"
+        )
+        select = f"SELECT data FROM {self._snapshots} WHERE namespace = $1 AND id = $2"
+        async with self._write() as conn:
+            await conn.execute(insert, namespace, snapshot_id, encoded, utc_now())
+            row = await conn.fetchrow(select, namespace, snapshot_id)
+        assert row is not None
+        return dict(decode_json(row["data"]))
+
     async def delete_snapshot(self, namespace: str, snapshot_id: str) -> bool:
         sql = f"DELETE FROM {self._snapshots} WHERE namespace = $1 AND id = $2"
         return await self._execute(sql, namespace, snapshot_id) > 0

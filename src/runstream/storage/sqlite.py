@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from datetime import datetime
 from typing import Any, Unpack
@@ -156,6 +156,17 @@ class _Tx:
         await self.run(upsert_sql(table, row, conflict_columns, params), params.values)
 
 
+async def _finish(statement: Awaitable[Any]) -> None:
+    """Await ``statement`` to its end even if the caller is cancelled meanwhile, then re-raise the
+    cancellation: transaction control must not be abandoned half way."""
+    task = asyncio.ensure_future(statement)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait([task])
+        raise
+
+
 class SqliteStorage:
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000) -> None:
         """``path`` is a file (created on first use) or ``":memory:"``.
@@ -188,15 +199,29 @@ class SqliteStorage:
 
     @asynccontextmanager
     async def _transaction(self, begin: str) -> AsyncIterator[_Tx]:
+        """One transaction on the shared connection, which a cancelled caller never leaves open.
+
+        aiosqlite runs statements in its own thread, in order: a statement whose caller was
+        cancelled still runs. So ``BEGIN``, ``COMMIT`` and ``ROLLBACK`` are awaited to the end even
+        when the caller is cancelled meanwhile (see :func:`_finish`), and a rollback is queued
+        behind whatever statement was in flight. Without this, a request cancelled at the wrong
+        moment left the connection inside a transaction and every later call failed with "cannot
+        start a transaction within a transaction".
+        """
         async with self._lock:
             with _translate_errors():
                 db = await self._connection()
-                await db.execute(begin)
+                await _finish(db.execute(begin))
                 try:
                     yield _Tx(db)
-                    await db.execute("COMMIT")
                 except BaseException:
-                    await db.execute("ROLLBACK")
+                    await _finish(db.execute("ROLLBACK"))
+                    raise
+                try:
+                    await _finish(db.execute("COMMIT"))
+                except BaseException:
+                    if db.in_transaction:
+                        await _finish(db.execute("ROLLBACK"))
                     raise
 
     def _read(self) -> AbstractAsyncContextManager[_Tx]:
@@ -476,6 +501,22 @@ class SqliteStorage:
                 "SELECT data FROM snapshots WHERE namespace = ? AND id = ?", [namespace, snapshot_id]
             )
         return None if row is None else dict(decode_json(row["data"]))
+
+    async def claim_snapshot(
+        self, namespace: str, snapshot_id: str, data: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        encoded = encode_json_object(data, what=f"snapshot {namespace}/{snapshot_id}")
+        async with self._write() as tx:
+            await tx.run(
+                "INSERT INTO snapshots (namespace, id, data, updated_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (namespace, id) DO NOTHING",
+                [namespace, snapshot_id, encoded, utc_now()],
+            )
+            row = await tx.row(
+                "SELECT data FROM snapshots WHERE namespace = ? AND id = ?", [namespace, snapshot_id]
+            )
+        assert row is not None
+        return dict(decode_json(row["data"]))
 
     async def delete_snapshot(self, namespace: str, snapshot_id: str) -> bool:
         async with self._write() as tx:

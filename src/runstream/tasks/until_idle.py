@@ -15,23 +15,39 @@ runs, so whether a quick resume (a UI or policy answering the suspension at once
 stream would depend on how fast the model is. Instead, the stream stays open for
 ``resume_window_ms`` after a ``background-task-suspended`` event; a resume inside the window
 is followed in this stream, a later one only reaches memory.
+
+Mastra puts no bound on continuation turns, so a model that starts a background task in every
+turn keeps a stream (and, on a server, a detached run with no client) alive forever. Here a
+stream runs at most ``max_continuations`` continuation turns (default 25); when one more would
+be needed it ends with an ``error`` chunk saying so. The finished tasks' results are in memory
+already, so the next user turn sees them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from runstream.abort import AbortController
-from runstream.chunks import AnyChunk, BackgroundTaskProgressChunk
+from runstream.chunks import AnyChunk, BackgroundTaskProgressChunk, ErrorChunk
 from runstream.output import RunOutput
 from runstream.tasks.bus import TaskSubscription
 
 DEFAULT_MAX_IDLE_MS = 300_000
 DEFAULT_RESUME_WINDOW_MS = 500
+DEFAULT_MAX_CONTINUATIONS = 25
+_OPTION_NAMES = {
+    "max_idle_ms": "max_idle_ms",
+    "maxIdleMs": "max_idle_ms",
+    "resume_window_ms": "resume_window_ms",
+    "resumeWindowMs": "resume_window_ms",
+    "max_continuations": "max_continuations",
+    "maxContinuations": "max_continuations",
+}
 
 TERMINAL = {
     "background-task-completed": "completed",
@@ -50,28 +66,37 @@ class IdleOptions:
     max_idle_ms: float = DEFAULT_MAX_IDLE_MS
     progress_interval_ms: float = 3000
     resume_window_ms: float = DEFAULT_RESUME_WINDOW_MS
+    max_continuations: int = DEFAULT_MAX_CONTINUATIONS
 
     @classmethod
     def coerce(cls, value: Any, progress_interval_ms: float) -> IdleOptions:
         if isinstance(value, IdleOptions):
             return value
-        max_idle: Any = DEFAULT_MAX_IDLE_MS
-        resume_window: Any = DEFAULT_RESUME_WINDOW_MS
+        chosen: dict[str, Any] = {}
         if isinstance(value, dict):
-            unknown = set(value) - {"max_idle_ms", "maxIdleMs", "resume_window_ms", "resumeWindowMs"}
+            unknown = set(value) - set(_OPTION_NAMES)
             if unknown:
                 raise ValueError(f"unknown until_idle option(s): {', '.join(sorted(unknown))}")
-            max_idle = value.get("max_idle_ms", value.get("maxIdleMs", DEFAULT_MAX_IDLE_MS))
-            resume_window = value.get(
-                "resume_window_ms", value.get("resumeWindowMs", DEFAULT_RESUME_WINDOW_MS)
-            )
-        if isinstance(max_idle, bool) or not isinstance(max_idle, int | float) or max_idle <= 0:
-            raise ValueError(f"max_idle_ms must be a positive number, got {max_idle!r}")
-        if isinstance(resume_window, bool) or not isinstance(resume_window, int | float) or resume_window < 0:
-            raise ValueError(f"resume_window_ms must be a number >= 0, got {resume_window!r}")
+            chosen = {_OPTION_NAMES[key]: number for key, number in value.items() if number is not None}
+        max_idle = chosen.get("max_idle_ms", DEFAULT_MAX_IDLE_MS)
+        resume_window = chosen.get("resume_window_ms", DEFAULT_RESUME_WINDOW_MS)
+        turns = chosen.get("max_continuations", DEFAULT_MAX_CONTINUATIONS)
+        if not _finite(max_idle) or max_idle <= 0:
+            raise ValueError(f"max_idle_ms must be a positive finite number, got {max_idle!r}")
+        if not _finite(resume_window) or resume_window < 0:
+            raise ValueError(f"resume_window_ms must be a finite number >= 0, got {resume_window!r}")
+        if isinstance(turns, bool) or not isinstance(turns, int) or turns < 0:
+            raise ValueError(f"max_continuations must be an integer >= 0, got {turns!r}")
         return cls(
-            max_idle_ms=max_idle, progress_interval_ms=progress_interval_ms, resume_window_ms=resume_window
+            max_idle_ms=max_idle,
+            progress_interval_ms=progress_interval_ms,
+            resume_window_ms=resume_window,
+            max_continuations=turns,
         )
+
+
+def _finite(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
 def continuation_directive(batch: list[AnyChunk]) -> str:
@@ -211,6 +236,7 @@ async def until_idle_stream(
     idle_deadline: float | None = None
     next_progress = 0.0
     waiting_since = 0.0
+    continuations = 0
     run_id = ""
     try:
         first = await first_turn()
@@ -279,6 +305,10 @@ async def until_idle_stream(
             if turn_active:
                 continue
             if not running and ledger.queued:
+                if continuations >= options.max_continuations:
+                    yield _continuation_limit_error(run_id, options.max_continuations)
+                    return
+                continuations += 1
                 batch = ledger.take_batch()
                 idle_deadline = None
                 turn_active = True
@@ -294,6 +324,18 @@ async def until_idle_stream(
         for pump in pumps:
             pump.cancel()
         await asyncio.gather(*pumps, return_exceptions=True)
+
+
+class ContinuationLimitError(RuntimeError):
+    """An until-idle stream needed more continuation turns than ``max_continuations``."""
+
+
+def _continuation_limit_error(run_id: str, limit: int) -> ErrorChunk:
+    message = (
+        f"The until-idle stream ended after {limit} continuation turn(s) (max_continuations): "
+        "background tasks kept finishing; their results are in memory for the next turn"
+    )
+    return ErrorChunk(run_id, {"error": ContinuationLimitError(message)})
 
 
 def _already_queued_task_events(queue: asyncio.Queue[tuple[str, Any]]) -> list[AnyChunk]:

@@ -1,0 +1,137 @@
+"""What the server accepts from outside: JSON bodies, query numbers, identifiers, and their bounds.
+
+Every value a caller sends is checked here before anything runs, so a caller's mistake is a 400
+naming the field and never a 500 (client-js re-sends a request that got a 5xx, which for
+``generate`` would run the agent twice). JSON is parsed strictly (``NaN``, ``Infinity``,
+numbers that overflow a double and lone surrogates are refused by orjson), nesting is limited,
+and strings may not carry NUL characters (PostgreSQL cannot store them; no legitimate client
+sends them). The ranges below are documented in ``docs/security.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+import orjson
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from runstream.server.errors import ApiError, error_response
+
+MAX_JSON_DEPTH = 64
+"""Nesting of a request body (objects and arrays); structured-output schemas need ~10."""
+MAX_ID_LENGTH = 256
+"""Thread, resource, run, task, message and tool call ids."""
+MAX_PAGE = 1_000_000
+MAX_PER_PAGE = 1_000
+MAX_STEPS = 1_000
+MAX_IDLE_MS = 3_600_000
+"""``untilIdle.maxIdleMs``: at most an hour without events between turns (Mastra's default: 5 min)."""
+MAX_RESUME_WINDOW_MS = 60_000
+MAX_CONTINUATIONS = 100
+MAX_OFFSET = 10_000_000
+
+
+def parse_json(raw: bytes) -> Any:
+    """Strict JSON, checked for depth and NUL characters (400 on any problem)."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, f"Invalid JSON body: {exc}") from None
+    check_json(value)
+    return value
+
+
+def check_json(value: Any) -> None:
+    """Refuse nesting deeper than :data:`MAX_JSON_DEPTH` and strings holding NUL (iteratively,
+    so a hostile body cannot exhaust the stack here)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                raise ApiError(400, "Invalid request body: strings must not contain NUL characters")
+        elif isinstance(item, dict | list):
+            if depth >= MAX_JSON_DEPTH:
+                raise ApiError(400, f"Invalid request body: nested deeper than {MAX_JSON_DEPTH} levels")
+            children = item.items() if isinstance(item, dict) else enumerate(item)
+            for key, child in children:
+                if isinstance(key, str) and "\x00" in key:
+                    raise ApiError(400, "Invalid request body: keys must not contain NUL characters")
+                stack.append((child, depth + 1))
+
+
+def bounded_int(value: Any, field: str, *, minimum: int, maximum: int) -> int:
+    """An integer in ``[minimum, maximum]`` (booleans and floats with a fraction are refused)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ApiError(400, f"Invalid request: '{field}' must be an integer from {minimum} to {maximum}")
+    return value
+
+
+def bounded_number(
+    value: Any, field: str, *, minimum: float, maximum: float, exclusive_min: bool = False
+) -> float:
+    """A finite number in range (``exclusive_min``: strictly above ``minimum``)."""
+    low_ok = isinstance(value, int | float) and (value > minimum if exclusive_min else value >= minimum)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        low_ok = False
+    if not low_ok or value > maximum:
+        low = "above" if exclusive_min else "from"
+        raise ApiError(
+            400,
+            f"Invalid request: '{field}' must be a number {low} {_plain(minimum)} up to {_plain(maximum)}",
+        )
+    return float(value)
+
+
+def _plain(number: float) -> str:
+    return str(int(number)) if float(number).is_integer() else str(number)
+
+
+def check_id(value: Any, field: str) -> str:
+    """A non-empty identifier of at most :data:`MAX_ID_LENGTH` characters."""
+    if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
+        raise ApiError(
+            400,
+            f"Invalid request: '{field}' must be a non-empty string of at most {MAX_ID_LENGTH} characters",
+        )
+    if "\x00" in value:
+        raise ApiError(400, f"Invalid request: '{field}' must not contain NUL characters")
+    return value
+
+
+class UrlSafetyMiddleware:
+    """400 for a path or query string that carries NUL characters or bytes that are not UTF-8.
+
+    Path and query values become thread, run and task ids; PostgreSQL refuses NUL in text, so
+    without this such a request would fail inside storage with a 500.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not _url_is_clean(scope):
+            await error_response(400, "Invalid request: the URL contains NUL or non-UTF-8 characters")(
+                scope, receive, send
+            )
+            return
+        await self.app(scope, receive, send)
+
+
+def _url_is_clean(scope: Scope) -> bool:
+    query: bytes = scope.get("query_string", b"")
+    path: str = scope.get("path", "")
+    if "\x00" in path or b"%00" in query:
+        return False
+    try:
+        unquote_to_bytes(query.replace(b"+", b" ")).decode("utf-8")
+        raw_path = scope.get("raw_path")
+        if raw_path is not None:
+            unquote_to_bytes(raw_path).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
