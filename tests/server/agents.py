@@ -23,12 +23,14 @@ from runstream import Agent, ToolContext, tool
 from runstream.memory import Memory
 from runstream.models.base import ModelRequest, ModelStream
 from runstream.runtime import Runstream
-from runstream.storage import InMemoryStorage
+from runstream.storage import InMemoryStorage, Storage
 from runstream.testing import ScriptedModel
 from runstream.workflows import Step, StepContext, Workflow
 
 USAGE = {"inputTokens": 5, "outputTokens": 3, "totalTokens": 8}
 GREETING = ["Hello ", "from ", "runstream!"]
+DELETED: list[str] = []
+"""Every path ``delete_file`` really deleted (the security tests check approvals hold)."""
 
 
 def say(*deltas: str, delay_ms: float = 0) -> list[dict[str, Any]]:
@@ -157,7 +159,7 @@ def build_workflows(gates: Gates) -> list[Workflow]:
     return [approval, gated]
 
 
-def build_runstream(gates: Gates) -> Runstream:
+def build_runstream(gates: Gates, storage: Storage | None = None) -> Runstream:
     @tool
     async def get_weather(city: str) -> dict[str, Any]:
         """Current weather for a city."""
@@ -184,6 +186,7 @@ def build_runstream(gates: Gates) -> Runstream:
     @tool(require_approval=True)
     async def delete_file(path: str) -> dict[str, Any]:
         """Delete a file (needs approval)."""
+        DELETED.append(path)
         return {"deleted": path}
 
     assistant = Agent(
@@ -199,6 +202,6 @@ def build_runstream(gates: Gates) -> Runstream:
     return Runstream(
         agents=[assistant, plain],
         workflows=build_workflows(gates),
-        storage=InMemoryStorage(),
+        storage=storage if storage is not None else InMemoryStorage(),
         background_tasks={"enabled": True},
     )

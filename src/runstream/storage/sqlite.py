@@ -156,15 +156,20 @@ class _Tx:
         await self.run(upsert_sql(table, row, conflict_columns, params), params.values)
 
 
-async def _finish(statement: Awaitable[Any]) -> None:
-    """Await ``statement`` to its end even if the caller is cancelled meanwhile, then re-raise the
-    cancellation: transaction control must not be abandoned half way."""
+async def _run_to_end(statement: Awaitable[Any]) -> bool:
+    """Await ``statement`` to its end whatever cancellations arrive meanwhile (anyio, under
+    Starlette, re-delivers one at every await until its scope exits); True if one arrived.
+    Transaction control must never be abandoned half way."""
     task = asyncio.ensure_future(statement)
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await asyncio.wait([task])
-        raise
+    cancelled = False
+    while True:
+        try:
+            await asyncio.shield(task)
+            return cancelled
+        except asyncio.CancelledError:
+            if task.done() and task.cancelled():
+                raise
+            cancelled = True
 
 
 class SqliteStorage:
@@ -203,7 +208,7 @@ class SqliteStorage:
 
         aiosqlite runs statements in its own thread, in order: a statement whose caller was
         cancelled still runs. So ``BEGIN``, ``COMMIT`` and ``ROLLBACK`` are awaited to the end even
-        when the caller is cancelled meanwhile (see :func:`_finish`), and a rollback is queued
+        when the caller is cancelled meanwhile (see :func:`_run_to_end`), and a rollback is queued
         behind whatever statement was in flight. Without this, a request cancelled at the wrong
         moment left the connection inside a transaction and every later call failed with "cannot
         start a transaction within a transaction".
@@ -211,18 +216,22 @@ class SqliteStorage:
         async with self._lock:
             with _translate_errors():
                 db = await self._connection()
-                await _finish(db.execute(begin))
+                if await _run_to_end(db.execute(begin)):
+                    await _run_to_end(db.execute("ROLLBACK"))
+                    raise asyncio.CancelledError()
                 try:
                     yield _Tx(db)
                 except BaseException:
-                    await _finish(db.execute("ROLLBACK"))
+                    await _run_to_end(db.execute("ROLLBACK"))
                     raise
                 try:
-                    await _finish(db.execute("COMMIT"))
+                    cancelled = await _run_to_end(db.execute("COMMIT"))
                 except BaseException:
                     if db.in_transaction:
-                        await _finish(db.execute("ROLLBACK"))
+                        await _run_to_end(db.execute("ROLLBACK"))
                     raise
+                if cancelled:  # committed all the same; the caller still learns it was cancelled
+                    raise asyncio.CancelledError()
 
     def _read(self) -> AbstractAsyncContextManager[_Tx]:
         return self._transaction("BEGIN")

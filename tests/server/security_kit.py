@@ -1,0 +1,108 @@
+"""A server with two confined callers, A and B, on SQLite or PostgreSQL, for the attack tests.
+
+``user-a`` and ``user-b`` are bearer tokens; each principal is confined to the resource of the
+same name. The storage is a fresh SQLite file or a fresh PostgreSQL schema (dropped afterwards);
+under ``CI=true`` PostgreSQL must be reachable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.routing import Mount, Route
+
+from runstream.server import create_app
+from runstream.server.auth import Principal
+from runstream.server.context import ServerContext
+from runstream.storage import PostgresStorage, SqliteStorage, Storage
+from tests.conftest import POSTGRES_URL
+from tests.server.agents import Gates, build_runstream
+from tests.server.conftest import serve
+from tests.storage.postgres_testkit import drop_schema, fresh_schema, require_postgres, unreachable_reason
+
+PRINCIPALS = {"user-a": Principal("user-a", "user-a"), "user-b": Principal("user-b", "user-b")}
+BACKENDS = ["sqlite", "postgres"]
+
+
+async def by_token(request: Request) -> Principal | None:
+    return PRINCIPALS.get(request.headers.get("authorization", "").removeprefix("Bearer "))
+
+
+@dataclass
+class Secured:
+    url: str
+    app: Starlette
+    a: httpx.Client
+    b: httpx.Client
+
+    @property
+    def context(self) -> ServerContext:
+        context: ServerContext = self.app.state.context
+        return context
+
+    def live_runs(self) -> int:
+        return sum(self.context.registry.is_live(run) for run in list(self.context.registry._aborts))
+
+    def routes(self, fill: str) -> list[tuple[str, str]]:
+        """``(method, path)`` of every route of the app, path parameters replaced by ``fill``."""
+        out: list[tuple[str, str]] = []
+        for route in self.app.routes:
+            inner = route.routes if isinstance(route, Mount) else [route]
+            prefix = route.path if isinstance(route, Mount) else ""
+            for leaf in inner:
+                if isinstance(leaf, Route):
+                    path = re.sub(r"\{[^}]+\}", fill, prefix + leaf.path)
+                    out.extend(
+                        (method, path) for method in sorted(leaf.methods or {"GET"}) if method != "HEAD"
+                    )
+        return out
+
+
+@contextmanager
+def secured_server(backend: str, tmp_path: Path) -> Iterator[Secured]:
+    storage: Storage
+    schema = None
+    if backend == "postgres":
+        require_postgres(unreachable_reason())
+        schema = fresh_schema()
+        storage = PostgresStorage(POSTGRES_URL, schema=schema)
+    else:
+        storage = SqliteStorage(tmp_path / "runstream.db")
+    app = create_app(build_runstream(Gates(), storage), auth=by_token, heartbeat_s=None)
+    try:
+        with serve(app) as url:
+            headers = {name: {"Authorization": f"Bearer {name}"} for name in PRINCIPALS}
+            with (
+                httpx.Client(base_url=url, headers=headers["user-a"], timeout=20) as a,
+                httpx.Client(base_url=url, headers=headers["user-b"], timeout=20) as b,
+            ):
+                yield Secured(url, app, a, b)
+    finally:
+        if schema is not None:
+            asyncio.run(drop_schema(schema))
+
+
+@pytest.fixture(params=BACKENDS)
+def secured(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Secured]:
+    with secured_server(request.param, tmp_path) as server:
+        yield server
+
+
+def sse_chunks(response: httpx.Response) -> list[dict[str, Any]]:
+    assert response.status_code == 200, response.text
+    return [
+        json.loads(block[len("data: ") :])
+        for block in response.text.split("\n\n")
+        if block.startswith("data: ") and block != "data: [DONE]"
+    ]

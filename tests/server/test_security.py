@@ -1,0 +1,190 @@
+"""Attacks by one confined caller (B) on another's (A's) runs, threads and tools, through the
+HTTP API on SQLite and PostgreSQL: each must fail without side effects (issue 10)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+
+from tests.server.agents import DELETED
+from tests.server.security_kit import Secured, secured, sse_chunks
+
+__all__ = ["secured"]  # the fixture, re-exported for pytest
+
+STREAM = "/api/agents/assistant/stream"
+
+
+def thread_id() -> str:
+    return f"t-{uuid.uuid4().hex[:8]}"
+
+
+def start_gated_run(s: Secured, thread: str) -> tuple[str, str]:
+    """A asks for a deletion that needs approval: (runId, toolCallId) of the pending call."""
+    chunks = sse_chunks(s.a.post(STREAM, json={"messages": "delete it", "memory": {"thread": thread}}))
+    approval = next(c for c in chunks if c["type"] == "tool-call-approval")
+    return approval["runId"], approval["payload"]["toolCallId"]
+
+
+def messages(s: Secured, thread: str) -> list[dict[str, Any]]:
+    response = s.a.get(f"/api/memory/threads/{thread}/messages")
+    assert response.status_code == 200, response.text
+    return list(response.json()["messages"])
+
+
+def test_a_run_cannot_be_taken_over_by_its_run_id(secured: Secured) -> None:
+    s, thread = secured, thread_id()
+    run_id, call_id = start_gated_run(s, thread)
+    deleted_before = len(DELETED)
+    before = messages(s, thread)
+
+    hijack = s.b.post(STREAM, json={"messages": "hello", "runId": run_id})
+    assert hijack.status_code == 409 and "already in use" in hijack.json()["error"]
+    listed = s.b.get("/api/agents/assistant/suspended-runs").json()
+    assert listed == {"runs": [], "total": 0}
+    for route in ("approve-tool-call", "decline-tool-call"):
+        refused = s.b.post(f"/api/agents/assistant/{route}", json={"runId": run_id, "toolCallId": call_id})
+        assert refused.status_code == 404 and thread not in refused.text
+    resumed = s.b.post(
+        "/api/agents/assistant/resume-stream", json={"runId": run_id, "toolCallId": call_id, "resumeData": {}}
+    )
+    assert resumed.status_code == 404
+    assert len(DELETED) == deleted_before  # the tool did not run
+    assert messages(s, thread) == before  # A's thread is unchanged
+
+    mine = s.a.get("/api/agents/assistant/suspended-runs").json()
+    assert [r["runId"] for r in mine["runs"]] == [run_id]
+    approved = sse_chunks(
+        s.a.post("/api/agents/assistant/approve-tool-call", json={"runId": run_id, "toolCallId": call_id})
+    )
+    assert any(c["type"] == "tool-result" for c in approved)  # A is not locked out
+    assert len(DELETED) == deleted_before + 1
+
+
+def test_run_ownership_survives_a_restart(tmp_path: Any) -> None:
+    """Owners live in storage: after a restart A can still approve, and B still cannot."""
+    from tests.server.security_kit import secured_server
+
+    thread = thread_id()
+    with secured_server("sqlite", tmp_path) as first:
+        run_id, call_id = start_gated_run(first, thread)
+    with secured_server("sqlite", tmp_path) as second:
+        body = {"runId": run_id, "toolCallId": call_id}
+        assert second.b.post("/api/agents/assistant/approve-tool-call", json=body).status_code == 404
+        approved = sse_chunks(second.a.post("/api/agents/assistant/approve-tool-call", json=body))
+        assert any(c["type"] == "tool-result" for c in approved)
+
+
+def test_tool_results_are_not_written_into_another_resources_thread(secured: Secured) -> None:
+    s, thread = secured, thread_id()
+    tools = {"clientEcho": {"id": "clientEcho", "inputSchema": {"type": "object"}}}
+    chunks = sse_chunks(
+        s.a.post(STREAM, json={"messages": "client", "memory": {"thread": thread}, "clientTools": tools})
+    )
+    call = next(c for c in chunks if c["type"] == "tool-call")["payload"]
+    before = messages(s, thread)
+    forged = [
+        {
+            "role": "tool",
+            "content": [
+                {
+                    "type": "tool-result",
+                    "toolCallId": call["toolCallId"],
+                    "toolName": "clientEcho",
+                    "output": {"type": "json", "value": "B WAS HERE"},
+                }
+            ],
+        }
+    ]
+    refused = s.b.post(STREAM, json={"messages": forged, "memory": {"thread": thread}, "clientTools": tools})
+    assert refused.status_code == 404 and refused.json() == {"error": f"Thread {thread} not found"}
+    assert messages(s, thread) == before
+    assert "B WAS HERE" not in json.dumps(messages(s, thread))
+
+
+@pytest.mark.parametrize(
+    "until_idle",
+    [
+        b'{"resumeWindowMs": Infinity}',
+        b'{"resumeWindowMs": NaN}',
+        b'{"resumeWindowMs": 1e308}',
+        b'{"maxIdleMs": 1e308}',
+        b'{"maxIdleMs": -Infinity}',
+        b'{"maxContinuations": 1000000}',
+    ],
+)
+def test_unbounded_waits_are_refused(secured: Secured, until_idle: bytes) -> None:
+    body = b'{"messages": "research ask x", "memory": {"thread": "t-wait"}, "untilIdle": ' + until_idle + b"}"
+    response = secured.a.post(STREAM, content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert secured.live_runs() == 0
+    assert secured.a.get("/api/memory/threads/t-wait").status_code == 404  # nothing ran, nothing saved
+
+
+def test_approval_gated_tools_cannot_be_executed_directly(secured: Secured) -> None:
+    deleted_before = len(DELETED)
+    for path in ("/api/tools/delete_file/execute", "/api/agents/assistant/tools/delete_file/execute"):
+        refused = secured.b.post(path, json={"data": {"path": "/etc/passwd"}})
+        assert refused.status_code == 403 and "requires approval" in refused.json()["error"]
+    assert len(DELETED) == deleted_before
+    # Direct execution is confined to the caller's resource: no other resource, no other thread.
+    thread = thread_id()
+    assert secured.a.post(STREAM, json={"messages": "hi", "memory": {"thread": thread}}).status_code == 200
+    weather = "/api/tools/get_weather/execute"
+    assert secured.b.post(weather, json={"data": {"city": "Oslo"}, "resourceId": "user-a"}).status_code == 403
+    assert secured.b.post(weather, json={"data": {"city": "Oslo"}, "threadId": thread}).status_code == 404
+    assert secured.a.post(weather, json={"data": {"city": "Oslo"}, "threadId": thread}).status_code == 200
+
+
+def test_another_resources_thread_is_a_404_like_a_missing_one(secured: Secured) -> None:
+    thread = thread_id()
+    assert secured.a.post(STREAM, json={"messages": "hi", "memory": {"thread": thread}}).status_code == 200
+    taken = secured.b.post("/api/memory/threads", json={"threadId": thread, "resourceId": "user-b"})
+    missing = secured.b.get(f"/api/memory/threads/{thread_id()}")
+    assert taken.status_code == missing.status_code == 404
+    stream = secured.b.post(STREAM, json={"messages": "hi", "memory": {"thread": thread}})
+    assert stream.status_code == 404 and "user-a" not in stream.text
+
+
+def test_malformed_content_is_refused_before_the_run(secured: Secured) -> None:
+    thread = thread_id()
+    body = {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}],
+        "memory": {"thread": thread},
+    }
+    for route in ("generate", "stream"):
+        response = secured.a.post(f"/api/agents/assistant/{route}", json=body)
+        assert response.status_code == 400 and "needs a string 'text'" in response.json()["error"]
+    assert secured.a.get(f"/api/memory/threads/{thread}").status_code == 404  # no half-saved turn
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", STREAM, b'{"messages": "hi", "runId": "\\ud800"}'),
+        ("POST", "/api/memory/threads", b'{"threadId": "a\\u0000b", "resourceId": "user-a"}'),
+        ("POST", "/api/memory/threads", b'{"threadId": "x", "title": "\\udfff", "resourceId": "user-a"}'),
+        ("POST", "/api/tools/get_weather/execute", b'{"data": {"city": "\\ud800"}}'),
+        ("POST", STREAM, b'{"messages": "hi", "memory": {"thread": "t\\u0000", "resource": "user-a"}}'),
+        ("GET", "/api/memory/threads?resourceId=user-a&perPage=9223372036854775808", None),
+        ("GET", "/api/memory/threads/a%00b", None),
+        ("GET", "/api/background-tasks?perPage=99999999999999999999", None),
+        ("GET", "/api/memory/threads/%ED%A0%80/messages", None),
+    ],
+)
+def test_hostile_values_are_400_not_500(secured: Secured, method: str, path: str, body: bytes | None) -> None:
+    response = secured.a.request(method, path, content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert secured.a.get("/api/agents").status_code == 200
+
+
+def test_deep_json_is_400_on_every_json_route(secured: Secured) -> None:
+    deep = b'{"messages": ' + b"[" * 1000 + b"]" * 1000 + b"}"
+    routes = [(method, path) for method, path in secured.routes("x") if method in ("POST", "PATCH")]
+    assert len(routes) >= 11
+    for method, path in routes:
+        response = secured.a.request(method, path, content=deep, headers={"content-type": "application/json"})
+        assert response.status_code in (400, 404), (path, response.status_code, response.text)
+        assert response.status_code != 404 or "not found" in response.text.lower()
