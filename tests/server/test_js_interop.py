@@ -156,7 +156,10 @@ def test_errors(live: Live) -> None:
     ]
     assert out["error"] == {"message": "model exploded", "name": "Error"}
     assert out["badBody"]["status"] == 400
-    assert out["badBody"]["body"]["error"] == "Invalid request body: 'maxSteps' must be a positive integer"
+    assert (
+        out["badBody"]["body"]["error"]
+        == "Invalid request body: 'maxSteps' must be an integer from 1 to 1000"
+    )
     assert out["noMemoryResource"]["status"] == 400 and out["unknownAgent"]["status"] == 404
     bad = [r for r in live.log.requests[before:] if b'"maxSteps":"three"' in r.body]
     assert len(bad) == 1  # a 4xx is not retried

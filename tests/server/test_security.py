@@ -4,12 +4,16 @@ HTTP API on SQLite and PostgreSQL: each must fail without side effects (issue 10
 from __future__ import annotations
 
 import json
+import re
 import uuid
+from pathlib import Path
 from typing import Any
 
+import httpx2 as httpx
 import pytest
 
 from tests.server.agents import DELETED
+from tests.server.conftest import serve
 from tests.server.security_kit import Secured, secured, sse_chunks
 
 __all__ = ["secured"]  # the fixture, re-exported for pytest
@@ -188,3 +192,18 @@ def test_deep_json_is_400_on_every_json_route(secured: Secured) -> None:
         response = secured.a.request(method, path, content=deep, headers={"content-type": "application/json"})
         assert response.status_code in (400, 404), (path, response.status_code, response.text)
         assert response.status_code != 404 or "not found" in response.text.lower()
+
+
+def test_the_deployment_example_of_the_security_page_runs() -> None:
+    """docs/security.md's code block, run as written: users are confined to their own data."""
+    page = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+    assert len(blocks) == 1
+    namespace: dict[str, Any] = {}
+    exec(compile(blocks[0], "docs/security.md", "exec"), namespace)
+    with serve(namespace["app"]) as url:
+        alice = {"Authorization": "Bearer token-of-alice"}
+        assert httpx.get(f"{url}/api/agents").status_code == 401
+        assert httpx.get(f"{url}/api/agents", headers=alice).status_code == 200
+        other = httpx.get(f"{url}/api/memory/threads", params={"resourceId": "bob"}, headers=alice)
+        assert other.status_code == 403

@@ -67,7 +67,7 @@ def bounded_int(value: Any, field: str, *, minimum: int, maximum: int) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise ApiError(400, f"Invalid request: '{field}' must be an integer from {minimum} to {maximum}")
+        raise ApiError(400, f"Invalid request body: '{field}' must be an integer from {minimum} to {maximum}")
     return value
 
 
@@ -82,7 +82,7 @@ def bounded_number(
         low = "above" if exclusive_min else "from"
         raise ApiError(
             400,
-            f"Invalid request: '{field}' must be a number {low} {_plain(minimum)} up to {_plain(maximum)}",
+            f"Invalid request body: '{field}' must be a number {low} {_plain(minimum)} up to {_plain(maximum)}",
         )
     return float(value)
 
@@ -96,10 +96,10 @@ def check_id(value: Any, field: str) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
         raise ApiError(
             400,
-            f"Invalid request: '{field}' must be a non-empty string of at most {MAX_ID_LENGTH} characters",
+            f"Invalid request body: '{field}' must be a non-empty string of at most {MAX_ID_LENGTH} characters",
         )
     if "\x00" in value:
-        raise ApiError(400, f"Invalid request: '{field}' must not contain NUL characters")
+        raise ApiError(400, f"Invalid request body: '{field}' must not contain NUL characters")
     return value
 
 
