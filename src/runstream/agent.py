@@ -1,6 +1,6 @@
 """``Agent``: configuration plus ``stream()`` / ``generate()`` and the human-in-the-loop calls.
 
-An agent wires a model, tools, processors and defaults into a :class:`~runstream.loop.LoopConfig`
+An agent wires a model, tools, processors and defaults into a :class:`~runstream.run_state.LoopConfig`
 per run and returns a :class:`~runstream.output.RunOutput`. Runs that stop for a human (an
 approval, a suspended tool) are remembered by run id so ``approve_tool_call``,
 ``decline_tool_call`` and ``resume_stream`` can continue them.
@@ -27,16 +27,17 @@ from runstream.goals import (
     objective_signal,
     resolve_judge,
 )
-from runstream.loop import LoopConfig, ResumeAction, RunState, agent_loop, draft07_schema_json
+from runstream.loop import agent_loop
 from runstream.memory import ContinuedMessage, Memory, MemoryScope, rewrite_prompt_result
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.output import RunOutput
+from runstream.run_state import LoopConfig, ResumeAction, RunState
 from runstream.scoring import TaskCompletion
 from runstream.step_results import model_label, run_metadata
 from runstream.storage import Storage, TaskRecord
 from runstream.structured import StructuredOutput
 from runstream.tasks.until_idle import IdleOptions, until_idle_stream
-from runstream.tools import Tool, ToolContext
+from runstream.tools import Tool, ToolContext, draft07_schema_json
 
 if TYPE_CHECKING:
     from runstream.runtime import Runstream
@@ -406,7 +407,7 @@ class Agent:
             storage = self._run_storage()
             if storage is not None:
                 cfg.on_step_end = partial(self._save_durable, storage, options)
-        state.tasks_pending = lambda ids: any(manager.is_active(task_id) for task_id in ids)
+        cfg.tasks_pending = lambda ids: any(manager.is_active(task_id) for task_id in ids)
         return system_prompt_section(eligible)
 
     async def _attach_goal(self, cfg: LoopConfig, state: RunState, scope: MemoryScope) -> None:

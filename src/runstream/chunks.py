@@ -46,6 +46,7 @@ class StepStartPayload(TypedDict, total=False):
     warnings: list[Any]
     startedAt: int
     inputMessages: list[Any]
+    stepId: str
 
 
 @with_config(_OPEN)
@@ -228,6 +229,7 @@ class StepFinishPayload(TypedDict, total=False):
     response: dict[str, Any]
     providerMetadata: dict[str, Any]
     processorRetryCount: int
+    processorRetryFeedback: str
     backgroundTaskPending: bool
 
 
@@ -237,6 +239,7 @@ FinishPayload = StepFinishPayload
 @with_config(_OPEN)
 class ErrorPayload(TypedDict):
     error: Any
+    type: NotRequired[Literal["error"]]
 
 
 @with_config(_OPEN)

@@ -22,8 +22,8 @@ from typing import Any, Literal
 from pydantic_core import from_json
 
 from runstream.chunks import AnyChunk, DataChunk, GoalChunk, now_utc
-from runstream.loop import CheckVerdict, LoopConfig, RunState
 from runstream.models.base import LanguageModel, ModelRequest, PromptMessage
+from runstream.run_state import CheckVerdict, LoopConfig, RunState
 from runstream.schema import UNDEFINED, Schema
 from runstream.storage import Storage
 

@@ -18,8 +18,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 from runstream.abort import AbortController
-from runstream.chunks import AnyChunk, ChunkFrom, ObjectChunk, ReasoningDeltaChunk, TextDeltaChunk
-from runstream.loop import RunState
+from runstream.chunks import (
+    AnyChunk,
+    ChunkFrom,
+    ObjectChunk,
+    ReasoningDeltaChunk,
+    TextDeltaChunk,
+    TripwirePayload,
+)
+from runstream.run_state import RunState
 
 
 class _DeltaRun:
@@ -299,5 +306,5 @@ class RunOutput:
         return self.state.error
 
     @property
-    def tripwire(self) -> dict[str, Any] | None:
+    def tripwire(self) -> TripwirePayload | None:
         return self.state.tripwire

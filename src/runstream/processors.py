@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol, runtime_checkable
 
-from runstream.chunks import AnyChunk
+from runstream.chunks import AnyChunk, TripwirePayload
 
 
 class TripWire(Exception):
@@ -34,8 +34,8 @@ class TripWire(Exception):
         self.metadata = metadata
         self.processor_id = processor_id
 
-    def payload(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"reason": self.reason}
+    def payload(self) -> TripwirePayload:
+        out: TripwirePayload = {"reason": self.reason}
         if self.retry:
             out["retry"] = True
         if self.metadata is not None:

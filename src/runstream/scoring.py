@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from runstream.chunks import AnyChunk, IsTaskCompleteChunk
-from runstream.loop import CheckVerdict, LoopConfig, RunState
+from runstream.run_state import CheckVerdict, LoopConfig, RunState
 
 
 @dataclass(slots=True)

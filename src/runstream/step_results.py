@@ -7,6 +7,7 @@ the loop reads as the loop.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from runstream.chunks import FinishChunk, StepFinishChunk, iso_datetime, now_utc
@@ -14,7 +15,7 @@ from runstream.memory import merge_metadata, parts_to_steps, parts_to_ui, respon
 from runstream.models.base import PromptMessage
 
 if TYPE_CHECKING:
-    from runstream.loop import LoopConfig, RunState
+    from runstream.run_state import LoopConfig, RunState, StepRecord
 
 _USAGE_KEYS = ("inputTokens", "outputTokens", "totalTokens")
 
@@ -65,10 +66,10 @@ def step_record(
     warnings: list[Any],
     *,
     rejected: bool = False,
-) -> dict[str, Any]:
+) -> StepRecord:
     """Record a finished step; a ``rejected`` step's message (a processor asked for a retry) is
     not in the conversation, but its record shows it among the response messages, as Mastra's."""
-    record = {
+    record: StepRecord = {
         "text": text,
         "content": [_step_content_part(part) for part in content],
         "usage": usage,
@@ -81,6 +82,7 @@ def step_record(
             for c in content
             if c["type"] == "tool-call"
         ],
+        "responseMessages": [],
     }
     # The response messages as of this step (a tool step's results are not in yet).
     messages = response_view(state)
@@ -98,10 +100,12 @@ def step_record(
     return record
 
 
-def _durable_step_finish(record: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+def _durable_step_finish(
+    record: StepRecord, result: dict[str, Any], tool_results: list[dict[str, Any]]
+) -> dict[str, Any]:
     """A durable run's step-finish, as Mastra's durable loop sends it: the step's usage and its
-    content in AI SDK v4 terms; no conversation."""
-    content = [*record["content"], *record.get("pendingResults", [])]
+    content (with the step's tool results) in AI SDK v4 terms; no conversation."""
+    content = [*record["content"], *tool_results]
     return {
         "stepResult": result,
         "output": {"usage": record["usage"]},
@@ -128,7 +132,7 @@ def _durable_part(part: dict[str, Any]) -> dict[str, Any]:
 
 
 def _durable_finish(
-    state: RunState, record: dict[str, Any], reason: str, usage: dict[str, Any]
+    state: RunState, record: Mapping[str, Any], reason: str, usage: dict[str, Any]
 ) -> dict[str, Any]:
     """A durable run's finish: its steps in AI SDK v4 terms, the last step's usage as the
     step result's total (as Mastra's durable loop reports it)."""
@@ -165,15 +169,14 @@ def _v4_call(part: dict[str, Any]) -> dict[str, Any]:
     return {"toolCallId": part["toolCallId"], "toolName": part["toolName"], "args": part["input"]}
 
 
-def add_tool_results(state: RunState, record: dict[str, Any]) -> None:
+def add_tool_results(state: RunState, record: StepRecord, results: list[dict[str, Any]]) -> None:
     """A tool step's content gains its results once its step-finish is out (as in Mastra); a
     step read from a continued message keeps what that message said at its step-finish."""
-    results = record.pop("pendingResults", [])
     if not _continues(state):
         record["content"].extend(results)
 
 
-def add_feedback(record: dict[str, Any], feedback: list[PromptMessage]) -> None:
+def add_feedback(record: StepRecord, feedback: list[PromptMessage]) -> None:
     """A completion check's assistant feedback joins the checked step's content once its
     step-finish is out (as in Mastra: it is a response message of that step)."""
     for message in feedback:
@@ -190,7 +193,7 @@ def _step_content_part(part: dict[str, Any]) -> dict[str, Any]:
     return {"type": "file", "file": {"base64Data": base64_data, "mediaType": media_type, "type": "file"}}
 
 
-def _model_metadata(cfg: LoopConfig, record: dict[str, Any]) -> dict[str, Any]:
+def _model_metadata(cfg: LoopConfig, record: Mapping[str, Any]) -> dict[str, Any]:
     response = record.get("response") or {}
     meta: dict[str, Any] = {k: v for k, v in response.items()}
     meta["modelId"] = response.get("modelId", cfg.model.model_id)
@@ -261,7 +264,7 @@ def _messages_payload(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
     }
 
 
-def _output_payload(state: RunState, record: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+def _output_payload(state: RunState, record: Mapping[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
     output: dict[str, Any] = {
         "text": record["text"],
         "toolCalls": record["toolCalls"],
@@ -273,7 +276,7 @@ def _output_payload(state: RunState, record: dict[str, Any], usage: dict[str, An
     return output
 
 
-def _public_step(record: dict[str, Any]) -> dict[str, Any]:
+def _public_step(record: Mapping[str, Any]) -> dict[str, Any]:
     step = {
         "content": list(record["content"]),
         "usage": record["usage"],
@@ -291,15 +294,18 @@ def _public_step(record: dict[str, Any]) -> dict[str, Any]:
 def step_finish_chunk(
     cfg: LoopConfig,
     state: RunState,
-    record: dict[str, Any],
+    record: StepRecord,
     reason: str,
     *,
     continued: bool,
     step_result: dict[str, Any] | None = None,
+    tool_results: Sequence[dict[str, Any]] = (),
 ) -> StepFinishChunk:
+    """``tool_results``: a tool step's result parts (not in its record's content yet)."""
     result: dict[str, Any] = {"reason": reason, **(step_result or {}), "isContinued": continued}
     if cfg.durable:
-        return StepFinishChunk(state.run_id, _durable_step_finish(record, result))  # type: ignore[arg-type]
+        durable = _durable_step_finish(record, result, list(tool_results))
+        return StepFinishChunk(state.run_id, durable)  # type: ignore[arg-type]
     payload: dict[str, Any] = {
         "messageId": state.message_id,
         "stepResult": result,
@@ -308,7 +314,7 @@ def step_finish_chunk(
         "messages": _messages_payload(cfg, state),
         "processorRetryCount": state.processor_retry_count,
     }
-    if state.background_task_pending:
+    if _background_task_pending(cfg, state):
         payload["backgroundTaskPending"] = True
     return StepFinishChunk(state.run_id, payload)  # type: ignore[arg-type]
 
@@ -326,9 +332,9 @@ def finish_chunk(
     state.finish_reason = reason
     if state.status == "running":
         state.status = "success"
-    record: dict[str, Any] = {"text": "", "toolCalls": [], "usage": {}, "request": {}, "response": {}}
+    record: Mapping[str, Any] = {"text": "", "toolCalls": [], "usage": {}, "request": {}, "response": {}}
     if current is not None:
-        record.update(current)
+        record = {**record, **current}
     elif state.steps:
         record = state.steps[-1]
     usage = dict(state.usage) or {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}
@@ -345,7 +351,7 @@ def finish_chunk(
         "messages": _messages_payload(cfg, state),
         "processorRetryCount": state.processor_retry_count,
     }
-    if state.background_task_pending:
+    if _background_task_pending(cfg, state):
         payload["backgroundTaskPending"] = True
     payload["response"] = {
         **_model_metadata(cfg, record),
@@ -354,6 +360,11 @@ def finish_chunk(
     }
     payload["response"].pop("request", None)
     return FinishChunk(state.run_id, payload)  # type: ignore[arg-type]
+
+
+def _background_task_pending(cfg: LoopConfig, state: RunState) -> bool:
+    ids = state.background_task_ids
+    return bool(ids) and cfg.tasks_pending is not None and cfg.tasks_pending(ids)
 
 
 def model_label(cfg: LoopConfig) -> str:

@@ -428,3 +428,8 @@ def tool(
 def resume_schema_json(schema: Mapping[str, Any] | None) -> str:
     """A resume schema as the JSON string Mastra puts in approval/suspension chunks."""
     return json.dumps(schema or {}, separators=(",", ":"))
+
+
+def draft07_schema_json(schema: Mapping[str, Any]) -> str:
+    """A resume schema as Mastra sends it: a JSON Schema draft-07 string naming its ``$schema``."""
+    return resume_schema_json({"$schema": "http://json-schema.org/draft-07/schema#", **schema})

@@ -15,8 +15,8 @@ from runstream.chunks import (
     ToolErrorChunk,
     ToolResultChunk,
 )
-from runstream.loop import LoopConfig, RunState, ToolCall, ToolOutcome
 from runstream.memory import rewrite_prompt_result
+from runstream.run_state import LoopConfig, RunState, ToolCall, ToolOutcome
 from runstream.storage import TaskRecord
 from runstream.tasks.config import BackgroundTaskError, TaskRequest, TerminalHook
 from runstream.tasks.manager import BackgroundTaskManager

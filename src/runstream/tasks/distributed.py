@@ -56,7 +56,6 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from runstream.chunks import dumps, iso_datetime
-from runstream.loop import draft07_schema_json
 from runstream.memory import Memory
 from runstream.storage import Storage, TaskFilter, TaskRecord
 from runstream.storage.records import utc_now
@@ -79,6 +78,7 @@ from runstream.tasks.manager import (
     _Outcome,
 )
 from runstream.tasks.redis_bus import RedisChannel, RedisEventBus, record_from_wire
+from runstream.tools import draft07_schema_json
 
 logger = logging.getLogger(__name__)
 

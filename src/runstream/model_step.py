@@ -1,0 +1,500 @@
+"""The model step: one model call, its provider stream parts turned into chunks.
+
+:class:`ModelStep` pulls the provider's parts and yields chunks from the same generator (no task
+or queue on the token path); when its stream ends, the step's text, content, tool calls, usage,
+error or tripwire are on the object for the loop to decide what comes next.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from runstream import tracing
+from runstream.abort import AbortError
+from runstream.chunks import (
+    AnyChunk,
+    FileChunk,
+    ObjectChunk,
+    RawChunk,
+    ReasoningDeltaChunk,
+    ReasoningEndChunk,
+    ReasoningStartChunk,
+    ResponseMetadataChunk,
+    SourceChunk,
+    StepStartChunk,
+    StepStartPayload,
+    TextDeltaChunk,
+    TextEndChunk,
+    TextStartChunk,
+    ToolCallChunk,
+    ToolCallDeltaChunk,
+    ToolCallDeltaPayload,
+    ToolCallInputStreamingEndChunk,
+    ToolCallInputStreamingStartChunk,
+    ToolCallPayload,
+    iso_datetime,
+    now_utc,
+)
+from runstream.models.base import LanguageModel, ModelCallError, ModelRequest, PromptMessage
+from runstream.processors import ProcessorContext, TripWire, run_stream_processors
+from runstream.run_state import LoopConfig, RunState, ToolCall
+from runstream.step_results import normalize_usage
+from runstream.structured import partial_object
+from runstream.tool_step import EagerTools, with_run_id
+
+DURABLE_STEP_ID = "durable-llm-execution"
+"""The step id of a durable run's model steps, as Mastra's durable workflow names them."""
+
+
+@dataclass(slots=True)
+class Turn:
+    """What the loop keeps across the steps of one stream (not part of the saved run)."""
+
+    processor_contexts: dict[str, ProcessorContext]
+    stream_processors: list[Any]
+    step_processors: list[Any]
+    eager_allowed: bool
+    """Tools may start while the model streams (no tool of the agent needs approval)."""
+    retry_feedback: list[PromptMessage] = field(default_factory=list)
+    """Processor feedback the model sees after a rejected step."""
+
+    @classmethod
+    def of(cls, cfg: LoopConfig, run_id: str) -> Turn:
+        processors = cfg.output_processors
+        return cls(
+            processor_contexts={p.id: ProcessorContext(processor_id=p.id, run_id=run_id) for p in processors},
+            stream_processors=[p for p in processors if hasattr(p, "process_output_stream")],
+            step_processors=[p for p in processors if hasattr(p, "process_output_step")],
+            eager_allowed=not any(tool.require_approval for tool in cfg.tools.values()),
+        )
+
+
+class ModelStep:
+    """One model call: :meth:`stream` yields its chunks; afterwards the step's results are on
+    the object (``text``, :meth:`content`, ``calls``, ``usage``, ``error``, ``tripwire`` ...)."""
+
+    __slots__ = (
+        "block_starts",
+        "calls",
+        "cfg",
+        "eager",
+        "error",
+        "files",
+        "finish_reason",
+        "last_object",
+        "reasoning",
+        "request",
+        "response",
+        "started",
+        "started_emitted",
+        "state",
+        "step_result",
+        "streamed_args",
+        "text_deltas",
+        "tool_names",
+        "tripwire",
+        "turn",
+        "usage",
+        "warnings",
+    )
+
+    def __init__(self, cfg: LoopConfig, state: RunState, turn: Turn) -> None:
+        self.cfg = cfg
+        self.state = state
+        self.turn = turn
+        self.text_deltas: list[str] = []
+        self.block_starts: list[tuple[str, int]] = []  # each text/reasoning block: kind, first delta
+        self.reasoning: list[str] = []
+        self.calls: list[ToolCall] = []
+        self.usage: dict[str, Any] = {}
+        self.step_result: dict[str, Any] = {}
+        self.response: dict[str, Any] = {}
+        self.request: dict[str, Any] = {}
+        self.finish_reason = "unknown"
+        self.error: BaseException | None = None
+        self.tripwire: TripWire | None = None
+        self.last_object: Any = None
+        self.started_emitted = False
+        self.warnings: list[Any] = []
+        self.tool_names: dict[str, str] = {}
+        self.streamed_args: dict[str, list[str]] = {}  # tool input text streamed before each tool-call
+        self.files: list[dict[str, Any]] = []
+        self.eager: EagerTools | None = None  # made at the step's first tool call
+        self.started = int(time.time() * 1000)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_deltas)
+
+    async def stream(self) -> AsyncIterator[AnyChunk]:
+        """Call the model and yield the step's chunks (``step-start`` first)."""
+        cfg, state = self.cfg, self.state
+        run_id = state.run_id
+        span = tracing.start_child(
+            state.span,
+            "runstream.model.step",
+            {
+                "gen_ai.system": cfg.model.provider,
+                "gen_ai.request.model": cfg.model.model_id,
+                "runstream.step": state.step_number,
+            },
+        )
+        try:
+            model_stream = await cfg.model.stream(self._model_request())
+            self.request = model_stream.request
+            parts = model_stream.parts
+        except Exception as exc:  # the request itself failed
+            self.error = exc
+            yield self._step_start()
+            self.step_result["warnings"] = []
+            self._close(span)
+            return
+        signal = cfg.abort_signal
+        structured = cfg.structured_output
+        stream_processors = self.turn.stream_processors
+        text = self.text_deltas
+        try:
+            async for part in parts:
+                eager = self.eager
+                if eager is not None and eager.tasks:
+                    for emitted in eager.emitted():
+                        yield with_run_id(emitted, run_id)
+                kind = part["type"]
+                chunk: AnyChunk | None
+                if kind == "text-delta":
+                    delta = part["delta"]
+                    if not delta:  # as Mastra: an empty delta is not streamed
+                        continue
+                    text.append(delta)
+                    chunk = TextDeltaChunk(run_id, {"id": part["id"], "text": delta})
+                elif kind == "stream-start":
+                    self.warnings = part.get("warnings") or []
+                    if not self.started_emitted:
+                        yield self._step_start()
+                    continue
+                elif kind == "error":
+                    self.error = _as_exception(part.get("error"))
+                    break
+                else:
+                    translate = _TRANSLATORS.get(kind)
+                    chunk = None if translate is None else translate(self, part)
+                    if chunk is None:
+                        continue
+                if not self.started_emitted:
+                    yield self._step_start()
+                if structured is not None and kind == "text-delta":
+                    partial = partial_object("".join(text))
+                    if partial is not None and partial != self.last_object:
+                        self.last_object = partial
+                        yield ObjectChunk(run_id, partial)
+                if stream_processors:
+                    processed = await run_stream_processors(
+                        stream_processors, chunk, self.turn.processor_contexts
+                    )
+                    if kind == "text-delta":  # the step's text is what the processors let through
+                        text.pop()
+                        if processed is not None:
+                            text.append(processed.payload["text"])
+                    if processed is None:
+                        continue
+                    chunk = processed
+                yield chunk
+                if signal.aborted:
+                    break
+        except TripWire as trip:
+            self.tripwire = trip
+        except AbortError:
+            pass
+        except Exception as exc:  # the part stream failed mid-way
+            if not signal.aborted:
+                self.error = exc
+        finally:
+            aclose = getattr(parts, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        if not self.started_emitted:
+            yield self._step_start()
+        self._close(span)
+
+    def _close(self, span: Any) -> None:
+        """Settle the step's reason, error and response metadata once its stream ended."""
+        cfg = self.cfg
+        if (
+            self.finish_reason == "error"
+            and self.error is None
+            and self.tripwire is None
+            and not cfg.abort_signal.aborted
+        ):
+            self.error = ModelCallError(
+                'Agent stream finished with finishReason "error" but no error payload was provided',
+                name="Error",
+            )
+        tracing.end_step_span(span, self.usage, "error" if self.error else self.finish_reason, self.error)
+        self.response = self.response or default_response_metadata(cfg.model)
+
+    def _model_request(self) -> ModelRequest:
+        cfg, state = self.cfg, self.state
+        structured = cfg.structured_output
+        tools_offered = [] if (cfg.tool_choice or {}).get("type") == "none" else list(cfg.tools.values())
+        return ModelRequest(
+            prompt=[
+                *cfg.system,
+                *self.turn.retry_feedback,
+                *cfg.context,
+                *state.messages[: state.input_count],
+                *cfg.after_input,
+                *state.messages[state.input_count :],
+            ],
+            tools=[t.spec(cfg.tool_schemas.get(t.name)) for t in tools_offered],
+            tool_choice=(cfg.tool_choice or {"type": "auto"}) if cfg.tools else cfg.tool_choice,
+            response_format=structured.response_format() if structured else None,
+            include_raw_chunks=cfg.include_raw_chunks,
+            settings=cfg.model_settings,
+            abort_signal=cfg.abort_signal,
+        )
+
+    def _step_start(self) -> StepStartChunk:
+        self.started_emitted = True
+        payload: StepStartPayload = {
+            "request": self.request,
+            "warnings": self.warnings,
+            "messageId": self.state.message_id,
+            "startedAt": self.started,
+        }
+        if self.cfg.durable:
+            payload["stepId"] = DURABLE_STEP_ID
+        return StepStartChunk(self.state.run_id, payload)
+
+    def content(self) -> list[dict[str, Any]]:
+        """The step's assistant message content: text and reasoning blocks, files, tool calls."""
+        content = _content_blocks(self.block_starts, self.text_deltas, self.reasoning)
+        content.extend(self.files)  # files the model generated are part of its message
+        for call in self.calls:
+            content.append(
+                {
+                    "type": "tool-call",
+                    "toolCallId": call.tool_call_id,
+                    "toolName": call.tool_name,
+                    "input": call.sent_args,
+                }
+            )
+        return content
+
+    # -- one translator per provider part type (text-delta, stream-start and error are inline) ----
+
+    def _reasoning_delta(self, part: dict[str, Any]) -> AnyChunk:
+        self.reasoning.append(part["delta"])
+        return ReasoningDeltaChunk(
+            self.state.run_id, _with_pm({"id": part["id"], "text": part["delta"]}, part)
+        )
+
+    def _text_start(self, part: dict[str, Any]) -> AnyChunk:
+        self.block_starts.append(("text", len(self.text_deltas)))
+        return TextStartChunk(self.state.run_id, _with_pm({"id": part["id"]}, part))
+
+    def _text_end(self, part: dict[str, Any]) -> AnyChunk:
+        return TextEndChunk(self.state.run_id, _with_pm({"type": "text-end", "id": part["id"]}, part))
+
+    def _reasoning_start(self, part: dict[str, Any]) -> AnyChunk:
+        self.block_starts.append(("reasoning", len(self.reasoning)))
+        return ReasoningStartChunk(self.state.run_id, _with_pm({"id": part["id"]}, part))
+
+    def _reasoning_end(self, part: dict[str, Any]) -> AnyChunk:
+        return ReasoningEndChunk(self.state.run_id, _with_pm({"id": part["id"]}, part))
+
+    def _tool_input_start(self, part: dict[str, Any]) -> AnyChunk:
+        self.tool_names[part["id"]] = part["toolName"]
+        payload = _with_pm({"toolCallId": part["id"], "toolName": part["toolName"]}, part)
+        return ToolCallInputStreamingStartChunk(self.state.run_id, payload)
+
+    def _tool_input_delta(self, part: dict[str, Any]) -> AnyChunk:
+        self.streamed_args.setdefault(part["id"], []).append(part["delta"])
+        payload: ToolCallDeltaPayload = {
+            "argsTextDelta": part["delta"],
+            "toolCallId": part["id"],
+            "toolName": self.tool_names.get(part["id"], ""),
+        }
+        return ToolCallDeltaChunk(self.state.run_id, payload)
+
+    def _tool_input_end(self, part: dict[str, Any]) -> AnyChunk:
+        return ToolCallInputStreamingEndChunk(self.state.run_id, {"toolCallId": part["id"]})
+
+    def _tool_call(self, part: dict[str, Any]) -> AnyChunk:
+        cfg, state = self.cfg, self.state
+        call = _parse_tool_call(part, "".join(self.streamed_args.get(part["toolCallId"], ())))
+        self.calls.append(call)
+        payload: ToolCallPayload = {"toolCallId": call.tool_call_id, "toolName": call.tool_name}
+        if not call.args_unreadable:
+            payload["args"] = dict(call.args)
+        if call.provider_metadata:
+            payload["providerMetadata"] = call.provider_metadata
+        chunk = ToolCallChunk(state.run_id, payload)
+        state.tool_calls.append(chunk)
+        if self.turn.eager_allowed and call.tool_name not in cfg.client_tools:
+            self.eager = self.eager or EagerTools()
+            self.eager.start(cfg, state, call)  # a client tool runs on the client
+        return chunk
+
+    def _source(self, part: dict[str, Any]) -> AnyChunk:
+        chunk = SourceChunk(self.state.run_id, _source_payload(part))
+        self.state.sources.append(chunk)
+        return chunk
+
+    def _file(self, part: dict[str, Any]) -> AnyChunk:
+        chunk = FileChunk(self.state.run_id, _file_payload(part))
+        self.state.files.append(chunk)
+        self.files.append(_file_content(chunk.payload))
+        return chunk
+
+    def _raw(self, part: dict[str, Any]) -> AnyChunk | None:
+        return RawChunk(self.state.run_id, part.get("rawValue")) if self.cfg.include_raw_chunks else None
+
+    def _response_metadata(self, part: dict[str, Any]) -> AnyChunk | None:
+        self.response = {k: v for k, v in part.items() if k != "type"}
+        if self.cfg.wait_for_background is None:
+            return None
+        payload: Any = {"type": "response-metadata", **self.response}
+        return ResponseMetadataChunk(self.state.run_id, payload)
+
+    def _finish(self, part: dict[str, Any]) -> None:
+        reason = part.get("finishReason", "unknown")
+        if isinstance(reason, dict):  # AI SDK v3
+            self.step_result["rawReason"] = reason.get("raw")
+            reason = reason.get("unified", "unknown")
+        # Mastra reports an unknown reason as "other" (and keeps looping on it).
+        self.finish_reason = "other" if reason == "unknown" else str(reason)
+        self.usage = normalize_usage(part.get("usage"))
+
+
+_TRANSLATORS: dict[str, Callable[[ModelStep, dict[str, Any]], AnyChunk | None]] = {
+    "reasoning-delta": ModelStep._reasoning_delta,
+    "text-start": ModelStep._text_start,
+    "text-end": ModelStep._text_end,
+    "reasoning-start": ModelStep._reasoning_start,
+    "reasoning-end": ModelStep._reasoning_end,
+    "tool-input-start": ModelStep._tool_input_start,
+    "tool-input-delta": ModelStep._tool_input_delta,
+    "tool-input-end": ModelStep._tool_input_end,
+    "tool-call": ModelStep._tool_call,
+    "source": ModelStep._source,
+    "file": ModelStep._file,
+    "raw": ModelStep._raw,
+    "response-metadata": ModelStep._response_metadata,
+    "finish": ModelStep._finish,
+}
+"""Provider part type -> its translator (``None``: the part streams nothing)."""
+
+
+def default_response_metadata(model: LanguageModel) -> dict[str, Any]:
+    """A step's response metadata when the model sent none (or its call failed), as Mastra
+    fills it in: a generated id, the time, and the model."""
+    return {
+        "id": str(uuid.uuid4()),
+        "timestamp": iso_datetime(now_utc()),
+        "modelId": model.model_id,
+        "modelVersion": model.specification_version,
+        "modelProvider": model.provider,
+    }
+
+
+def _with_pm(payload: dict[str, Any], part: dict[str, Any]) -> Any:
+    pm = part.get("providerMetadata")
+    if pm:
+        payload["providerMetadata"] = pm
+    return payload
+
+
+def _parse_tool_call(part: dict[str, Any], streamed: str) -> ToolCall:
+    """A ``tool-call`` part as a call. As in Mastra, the argument text streamed before it (tool
+    input deltas) wins over the part's own input when it is a JSON object."""
+    name = str(part.get("toolName", ""))
+    call = ToolCall(
+        tool_call_id=str(part.get("toolCallId", "")),
+        tool_name=name,
+        args={},
+        provider_metadata=part.get("providerMetadata"),
+    )
+    raw = part.get("input", "")
+    for text in (streamed, raw) if streamed.strip() else (raw,):
+        if not isinstance(text, str):
+            call.args = text if isinstance(text, dict) else {}
+            break
+        try:
+            call.args = json.loads(text) if text.strip() else {}
+        except ValueError:
+            continue
+        break
+    else:
+        call.args_unreadable = True
+        call.args_error = (
+            f'Tool "{name}" received invalid arguments \u2014 the provided JSON could not be parsed. '
+            "Please provide valid JSON arguments."
+        )
+        return call
+    if not isinstance(call.args, dict):
+        call.args_error = f"Tool call arguments must be a JSON object, got {type(call.args).__name__}"
+        call.args = {}
+    return call
+
+
+def _source_payload(part: dict[str, Any]) -> Any:
+    payload: dict[str, Any] = {"id": part.get("id", ""), "sourceType": part.get("sourceType", "url")}
+    for src, dst in (("title", "title"), ("mediaType", "mimeType"), ("filename", "filename"), ("url", "url")):
+        if part.get(src) is not None:
+            payload[dst] = part[src]
+    return _with_pm(payload, part)
+
+
+def _file_payload(part: dict[str, Any]) -> Any:
+    data = part.get("data", "")
+    b64 = base64.b64encode(data).decode("ascii") if isinstance(data, bytes | bytearray) else str(data)
+    return _with_pm({"data": b64, "base64": b64, "mimeType": part.get("mediaType", "")}, part)
+
+
+def _content_blocks(
+    starts: list[tuple[str, int]], text: list[str], reasoning: list[str]
+) -> list[dict[str, Any]]:
+    """The step's text and reasoning as Mastra keeps them: one part per block (``*-start`` ...
+    ``*-end``), in the order the blocks began; empty blocks are dropped. Deltas that came
+    without a start make one block (reasoning first)."""
+    blocks = {
+        "text": _split(text, [i for k, i in starts if k == "text"]),
+        "reasoning": _split(reasoning, [i for k, i in starts if k == "reasoning"]),
+    }
+    order = [kind for kind, _ in starts]
+    for kind in ("reasoning", "text"):
+        order.extend([kind] * (len(blocks[kind]) - order.count(kind)))
+    taken = {"text": iter(blocks["text"]), "reasoning": iter(blocks["reasoning"])}
+    parts = [{"type": kind, "text": next(taken[kind])} for kind in order]
+    return [part for part in parts if part["text"]]
+
+
+def _split(deltas: list[str], starts: list[int]) -> list[str]:
+    """``deltas`` joined per block, each block starting at one of ``starts``."""
+    if not deltas:
+        return [""] * len(starts)
+    bounds = [0, *starts[1:]] if starts else [0]
+    ends = [*bounds[1:], len(deltas)]
+    return ["".join(deltas[start:end]) for start, end in zip(bounds, ends, strict=True)]
+
+
+def _file_content(payload: Any) -> dict[str, Any]:
+    """A generated file as a message part: a data URL, as the AI SDK puts it in a prompt."""
+    media_type = payload["mimeType"]
+    return {"type": "file", "data": f"data:{media_type};base64,{payload['base64']}", "mediaType": media_type}
+
+
+def _as_exception(error: Any) -> BaseException:
+    if isinstance(error, BaseException):
+        return error
+    if isinstance(error, dict):
+        exc = Exception(str(error.get("message", error)))
+        exc.name = str(error.get("name", "Error"))  # type: ignore[attr-defined]
+        return exc
+    return Exception(str(error))

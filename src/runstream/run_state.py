@@ -1,0 +1,488 @@
+"""The run as data: its configuration, its state, its tool calls and their outcomes.
+
+Everything the loop (``runstream.loop``) works on lives here, so the modules that only need a
+run's types (output, goals, scoring, step results, tasks) do not import the algorithm. A
+:class:`RunState` saves and restores itself (:meth:`RunState.to_json` /
+:meth:`RunState.from_json`): a saved run is the state itself, versioned, not a second copy kept
+by hand. Snapshots written before the version field existed (version 1) still load.
+
+The loop reports how each step ended as a value, one of :data:`StepOutcome`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, NotRequired, TypedDict
+
+from runstream.abort import AbortSignal
+from runstream.chunks import AnyChunk, TripwirePayload, chunk_from_wire, to_jsonable
+from runstream.memory import ContinuedMessage
+from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
+from runstream.structured import StructuredOutput
+from runstream.tools import Tool
+
+Status = Literal["running", "success", "failed", "suspended", "aborted", "tripwire"]
+
+STATE_VERSION = 2
+"""The version :meth:`RunState.to_json` writes. 1: snapshots without ``stateVersion`` (they
+lacked the fields marked below and kept the tool step's control keys in its step record)."""
+
+ToolDispatcher = Callable[
+    ["ToolCall", Tool, "LoopConfig", "RunState", Callable[[AnyChunk], None]], Awaitable["ToolOutcome | None"]
+]
+"""Hook that may take a tool call away from inline execution (background tasks). Returning
+``None`` means "run it inline"."""
+
+BackgroundWaiter = Callable[["RunState", list[str], AbortSignal], AsyncIterator[AnyChunk]]
+"""Waits for background tasks inside the loop (until they end or the run is aborted); yields
+progress chunks and their final results."""
+
+CompletionCheck = Callable[["LoopConfig", "RunState", str], AsyncIterator["AnyChunk | CheckVerdict"]]
+"""Runs after a step that ends the model's turn; yields chunks, then one :class:`CheckVerdict`."""
+
+
+class UnsupportedRunStateError(ValueError):
+    """A saved run state of a version this code cannot read."""
+
+
+@dataclass(slots=True)
+class CheckVerdict:
+    """What a completion check (task-completion scorers, a goal judge) decided about a final step."""
+
+    continue_loop: bool
+    feedback: list[PromptMessage] = field(default_factory=list)
+    """Messages the model sees in the next step when the loop continues."""
+    authoritative: bool = False
+    """An authoritative verdict (the goal judge) overrides the others."""
+    payload_extra: dict[str, Any] = field(default_factory=dict)
+    """Extra fields for the step-finish payload."""
+    next_message_id: str | None = None
+    """The response message id the next iteration streams under (Mastra starts a new response
+    message after an is-task-complete feedback message)."""
+
+
+@dataclass(slots=True)
+class LoopConfig:
+    """Everything about a run that does not change while it runs."""
+
+    agent_id: str
+    model: LanguageModel
+    tools: dict[str, Tool]
+    agent_name: str = ""
+    system: list[PromptMessage] = field(default_factory=list)
+    max_steps: int = 5
+    tool_choice: dict[str, Any] | None = None
+    include_raw_chunks: bool = False
+    structured_output: StructuredOutput | None = None
+    output_processors: list[Any] = field(default_factory=list)
+    input_processors: list[Any] = field(default_factory=list)
+    max_processor_retries: int = 0
+    model_settings: ModelSettings = field(default_factory=ModelSettings)
+    abort_signal: AbortSignal = field(default_factory=AbortSignal)
+    context: list[PromptMessage] = field(default_factory=list)
+    """Extra messages for the model that are not part of the conversation (not saved)."""
+    thread_id: str | None = None
+    resource_id: str | None = None
+    dispatch_tool: ToolDispatcher | None = None
+    tool_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Input schemas offered to the model instead of a tool's own (e.g. with ``_background``)."""
+    completion_checks: list[CompletionCheck] = field(default_factory=list)
+    after_input: list[PromptMessage] = field(default_factory=list)
+    """Messages shown to the model right after the run's input (state signals), not saved."""
+    start_chunks: list[AnyChunk] = field(default_factory=list)
+    """Chunks streamed right after ``start`` (e.g. the current-objective signal)."""
+    on_step_end: Callable[[RunState], Awaitable[None]] | None = None
+    """Called after each finished step (durable agents save a snapshot there)."""
+    wait_for_background: BackgroundWaiter | None = None
+    """Durable mode: after a step that dispatched background tasks, wait for them in the loop
+    (this yields progress and the real results) instead of leaving placeholders."""
+    tool_call_concurrency: int = 10
+    durable: bool = False
+    """A durable agent's run: Mastra's durable loop reports its steps in a shape of its own
+    (see ``step_results``), and each step streams as a message of its own."""
+    client_tools: frozenset[str] = frozenset()
+    """Tools (in ``tools``) that the client executes: a step that calls one ends the run."""
+    tasks_pending: Callable[[list[str]], bool] | None = None
+    """Reports whether any of the given background tasks still runs (``backgroundTaskPending``)."""
+
+
+class StepRecord(TypedDict):
+    """One finished model step, in the shape Mastra's step payloads report it."""
+
+    text: str
+    content: list[dict[str, Any]]
+    usage: dict[str, Any]
+    finishReason: str
+    warnings: list[Any]
+    request: dict[str, Any]
+    response: dict[str, Any]
+    toolCalls: list[dict[str, Any]]
+    responseMessages: list[PromptMessage]
+    tripwire: NotRequired[TripwirePayload]
+
+
+@dataclass(slots=True)
+class ToolCall:
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+    """The arguments the tool gets."""
+    args_error: str | None = None
+    args_unreadable: bool = False
+    """The model's argument text was not JSON at all: the call has no arguments to show."""
+    provider_metadata: dict[str, Any] | None = None
+    model_input: dict[str, Any] | None = None
+    """The arguments as the model sent them, when they differ from ``args`` (e.g. with a
+    ``_background`` override); the conversation keeps these."""
+
+    @property
+    def sent_args(self) -> dict[str, Any]:
+        return self.args if self.model_input is None else self.model_input
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "toolCallId": self.tool_call_id,
+            "toolName": self.tool_name,
+            "args": self.args,
+            "argsError": self.args_error,
+            "argsUnreadable": self.args_unreadable,
+            "providerMetadata": self.provider_metadata,
+            "modelInput": self.model_input,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ToolCall:
+        return cls(
+            data["toolCallId"],
+            data["toolName"],
+            data["args"],
+            data.get("argsError"),
+            bool(data.get("argsUnreadable", False)),
+            data.get("providerMetadata"),
+            data.get("modelInput"),
+        )
+
+
+class RestoredError(Exception):
+    """A tool error restored from a saved run (its message and name survive)."""
+
+    def __init__(self, message: str, name: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+@dataclass(slots=True)
+class ToolOutcome:
+    """How one tool call ended."""
+
+    call: ToolCall
+    kind: Literal["result", "error", "suspended", "denied"]
+    value: Any = None
+    provider_metadata: dict[str, Any] | None = None
+    """Extra tool-result metadata (the background-task link)."""
+    model_output: dict[str, Any] | None = None
+    """What the model sees instead of ``value`` (e.g. a background placeholder)."""
+    resume_schema: dict[str, Any] | None = None
+    """For a suspension: the schema of the data that resumes it (if the call gave one)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "value": self.value,
+            "providerMetadata": self.provider_metadata,
+            "modelOutput": self.model_output,
+            "resumeSchema": self.resume_schema,
+        }
+
+    @classmethod
+    def from_json(cls, call: ToolCall, data: dict[str, Any]) -> ToolOutcome:
+        value = data["value"]
+        if data["kind"] == "error" and isinstance(value, dict) and "message" in value:
+            value = RestoredError(str(value["message"]), str(value.get("name", "Error")))
+        return cls(
+            call,
+            data["kind"],
+            value,
+            provider_metadata=data.get("providerMetadata"),
+            model_output=data.get("modelOutput"),
+            resume_schema=data.get("resumeSchema"),
+        )
+
+
+@dataclass(slots=True)
+class PendingToolStep:
+    """A step whose tools run or wait for a human: approvals or a suspended tool."""
+
+    calls: list[ToolCall]
+    step_record: StepRecord
+    awaiting_approval: set[str] = field(default_factory=set)
+    suspended: dict[str, Any] = field(default_factory=dict)
+    """tool call id -> suspend payload"""
+    done: dict[str, ToolOutcome] = field(default_factory=dict)
+    approved: list[str] = field(default_factory=list)
+    """Approved calls (they run when the step goes on)."""
+    resume_data: dict[str, Any] = field(default_factory=dict)
+    """tool call id -> the data a suspended call resumes with"""
+    results: list[dict[str, Any]] = field(default_factory=list)
+    """The step's tool-result parts once its tools ran; they join the step's content after its
+    ``step-finish`` (as in Mastra)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "calls": [call.to_json() for call in self.calls],
+            "awaitingApproval": sorted(self.awaiting_approval),
+            "suspended": self.suspended,
+            "done": {call_id: outcome.to_json() for call_id, outcome in self.done.items()},
+            "approved": self.approved,
+            "resumeData": self.resume_data,
+            "stepRecord": self.step_record,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PendingToolStep:
+        calls = {c["toolCallId"]: ToolCall.from_json(c) for c in data["calls"]}
+        record = dict(data["stepRecord"])
+        # Version 1 kept the step's control keys in its record.
+        approved: list[str] = record.pop("approved", [])
+        resume_data: dict[str, Any] = record.pop("resume_data", {})
+        approved = data.get("approved", approved)
+        resume_data = data.get("resumeData", resume_data)
+        return cls(
+            calls=list(calls.values()),
+            step_record=record,  # type: ignore[arg-type]  # a StepRecord, as written
+            awaiting_approval=set(data["awaitingApproval"]),
+            suspended=data["suspended"],
+            done={
+                call_id: ToolOutcome.from_json(calls[call_id], outcome)
+                for call_id, outcome in data["done"].items()
+            },
+            approved=list(approved),
+            resume_data=dict(resume_data),
+        )
+
+
+@dataclass(slots=True)
+class ResumeAction:
+    """How to continue a run that stopped for a human."""
+
+    kind: Literal["approve", "decline", "resume", "continue"]
+    """``continue``: a durable run restored after a restart goes on from its last finished step."""
+    tool_call_id: str | None = None
+    data: Any = None
+    reason: str | None = None
+
+
+@dataclass
+class RunState:
+    """The mutable state of one run, shared by the loop and its :class:`RunOutput`."""
+
+    run_id: str
+    message_id: str
+    messages: list[PromptMessage]
+    """The conversation in model-prompt form: input (history + new user) then responses."""
+    input_count: int
+    steps: list[StepRecord] = field(default_factory=list)
+    usage: dict[str, Any] = field(default_factory=dict)
+    finish_reason: str | None = None
+    status: Status = "running"
+    error: BaseException | None = None
+    tripwire: TripwirePayload | None = None
+    object: Any = None
+    tool_calls: list[AnyChunk] = field(default_factory=list)
+    tool_results: list[AnyChunk] = field(default_factory=list)
+    sources: list[AnyChunk] = field(default_factory=list)
+    files: list[AnyChunk] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    pending: PendingToolStep | None = None
+    processor_retry_count: int = 0
+    suspend_payload: Any = None
+    step_number: int = 0
+    history_count: int = 0
+    """How many of ``messages`` came from memory (the rest of the input is new)."""
+    background_task_ids: list[str] = field(default_factory=list)
+    saved: bool = False
+    """Set when the run's messages have been handed to memory."""
+    check_counts: dict[str, int] = field(default_factory=dict)
+    """Evaluations so far per completion check (their ``iteration``)."""
+    span: Any = None
+    """The run's tracing span (parent of its step and tool spans)."""
+    waited_task_ids: set[str] = field(default_factory=set)
+    """Durable mode: background tasks whose results the loop already waited for."""
+    message_segments: list[tuple[str, int]] = field(default_factory=list)
+    """The response messages when signals split the response: (id, the index in ``messages``
+    its content starts at), the first one included. Empty when the run is one message."""
+    continued: ContinuedMessage | None = None
+    """For a run without new input: the thread's last stored message, an assistant one, which
+    the run's response is appended to (see ``runstream.memory``)."""
+
+    @property
+    def new_input_messages(self) -> list[PromptMessage]:
+        return self.messages[self.history_count : self.input_count]
+
+    @property
+    def text(self) -> str:
+        """The final step's text (Mastra's ``text`` aggregate)."""
+        return self.steps[-1]["text"] if self.steps else ""
+
+    @property
+    def response_messages(self) -> list[PromptMessage]:
+        return self.messages[self.input_count :]
+
+    def to_json(self) -> dict[str, Any]:
+        """The state as JSON (``stateVersion`` :data:`STATE_VERSION`). What is not data is not
+        saved: the error object (a saved run has not failed) and the tracing span."""
+        continued = self.continued
+        data: dict[str, Any] = to_jsonable(
+            {
+                "stateVersion": STATE_VERSION,
+                "runId": self.run_id,
+                "messageId": self.message_id,
+                "messages": self.messages,
+                "inputCount": self.input_count,
+                "historyCount": self.history_count,
+                "steps": self.steps,
+                "usage": self.usage,
+                "finishReason": self.finish_reason,
+                "status": self.status,
+                "tripwire": self.tripwire,
+                "object": self.object,
+                "stepNumber": self.step_number,
+                "processorRetryCount": self.processor_retry_count,
+                "backgroundTaskIds": self.background_task_ids,
+                "waitedTaskIds": sorted(self.waited_task_ids),
+                "reasoning": self.reasoning,
+                "toolCalls": [c.to_wire() for c in self.tool_calls],
+                "toolResults": [c.to_wire() for c in self.tool_results],
+                "sources": [c.to_wire() for c in self.sources],
+                "files": [c.to_wire() for c in self.files],
+                "suspendPayload": self.suspend_payload,
+                "checkCounts": self.check_counts,
+                "messageSegments": [list(segment) for segment in self.message_segments],
+                "continued": None
+                if continued is None
+                else {
+                    "id": continued.id,
+                    "parts": continued.parts,
+                    "metadata": continued.metadata,
+                    "promptCount": continued.prompt_count,
+                },
+                "pending": None if self.pending is None else self.pending.to_json(),
+            }
+        )
+        if self.pending is not None:  # its record is one of the steps: saved once, by position
+            index = next((i for i, s in enumerate(self.steps) if s is self.pending.step_record), None)
+            data["pending"]["stepIndex"] = index
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunState:
+        """A state saved by :meth:`to_json` (any version up to :data:`STATE_VERSION`)."""
+        version = data.get("stateVersion", 1)
+        if not isinstance(version, int) or not 1 <= version <= STATE_VERSION:
+            raise UnsupportedRunStateError(
+                f"saved run {data.get('runId')!r} has state version {version!r}; this runstream "
+                f"reads versions 1 to {STATE_VERSION} (a newer runstream wrote it?)"
+            )
+        continued = data.get("continued")
+        pending = data.get("pending")
+        state = cls(
+            run_id=data["runId"],
+            message_id=data["messageId"],
+            messages=data["messages"],
+            input_count=data["inputCount"],
+            history_count=data["historyCount"],
+            steps=data["steps"],
+            usage=data["usage"],
+            finish_reason=data.get("finishReason"),
+            status=data.get("status", "suspended"),
+            tripwire=data.get("tripwire"),
+            object=data.get("object"),
+            step_number=data["stepNumber"],
+            processor_retry_count=data["processorRetryCount"],
+            background_task_ids=data["backgroundTaskIds"],
+            waited_task_ids=set(data.get("waitedTaskIds", [])),
+            reasoning=data["reasoning"],
+            tool_calls=[chunk_from_wire(c) for c in data["toolCalls"]],
+            tool_results=[chunk_from_wire(c) for c in data["toolResults"]],
+            sources=[chunk_from_wire(c) for c in data.get("sources", [])],
+            files=[chunk_from_wire(c) for c in data.get("files", [])],
+            suspend_payload=data["suspendPayload"],
+            check_counts=dict(data.get("checkCounts", {})),
+            message_segments=[(str(i), int(n)) for i, n in data.get("messageSegments", [])],
+            continued=None
+            if continued is None
+            else ContinuedMessage(
+                continued["id"], continued["parts"], continued["metadata"], continued["promptCount"]
+            ),
+            pending=None if pending is None else PendingToolStep.from_json(pending),
+        )
+        if pending is not None and state.pending is not None:
+            state.pending.step_record = state._pending_record(pending, state.pending.step_record)
+        return state
+
+    def _pending_record(self, saved: dict[str, Any], record: StepRecord) -> StepRecord:
+        """The pending step's record is the step's entry in ``steps`` (the same object, so the
+        tool results it gains show in the run's steps), found by its saved position; version 1
+        saved no position, but its last step was that same record."""
+        index = saved.get("stepIndex")
+        if isinstance(index, int) and 0 <= index < len(self.steps):
+            return self.steps[index]
+        if "stepIndex" not in saved and self.steps and _without_control_keys(self.steps[-1]) == record:
+            self.steps[-1] = record
+        return record
+
+
+def _without_control_keys(record: StepRecord) -> dict[str, Any]:
+    """A version 1 step record without the tool step's control keys it used to carry."""
+    return {k: v for k, v in record.items() if k not in ("approved", "resume_data", "pendingResults")}
+
+
+# -- how a step ended (the loop dispatches on these) ---------------------------------------------
+
+
+@dataclass(slots=True, frozen=True)
+class Continue:
+    """Run another model step."""
+
+
+@dataclass(slots=True, frozen=True)
+class Finish:
+    """The run ended well: stream ``finish`` with this reason."""
+
+    reason: str
+    step_result: dict[str, Any] = field(default_factory=dict)
+    payload_extra: dict[str, Any] = field(default_factory=dict)
+    """Extra fields for the finish payload (completion checks' verdicts)."""
+
+
+@dataclass(slots=True, frozen=True)
+class Suspend:
+    """The run waits for a human (an approval or a suspended tool): its stream ends here."""
+
+
+@dataclass(slots=True, frozen=True)
+class Abort:
+    """The run was aborted. ``current`` describes the step the abort cut short, if any."""
+
+    current: dict[str, Any] | None = None
+    step_result: dict[str, Any] | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class Tripwire:
+    """A processor stopped the run; ``record`` is the step it stopped (none before the model)."""
+
+    payload: TripwirePayload
+    record: StepRecord | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class Failed:
+    """The step failed; its ``error`` chunk is out, ``step-finish`` and ``finish`` follow."""
+
+    record: StepRecord
+    step_result: dict[str, Any] | None = None
+
+
+StepOutcome = Continue | Finish | Suspend | Abort | Tripwire | Failed

@@ -1,0 +1,443 @@
+"""The tool step: approvals, the step's tool calls run concurrently, their results.
+
+Tools of one step run concurrently; what they write (``tool-output``, ``data-*``, background
+task events) streams live while they run, their results follow in call order once all have
+finished. A call may start while the model still streams (:class:`EagerTools`). A step stops for
+a human when a call needs approval or a tool suspends; :func:`answer_pending` applies the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from functools import partial
+from typing import Any, cast
+
+from runstream import tracing
+from runstream.abort import AbortError
+from runstream.chunks import (
+    AnyChunk,
+    ToolCallApprovalChunk,
+    ToolCallSuspendedChunk,
+    ToolCallSuspendedPayload,
+    ToolErrorChunk,
+    ToolErrorPayload,
+    ToolOutputDeniedChunk,
+    ToolResultChunk,
+    ToolResultPayload,
+)
+from runstream.models.base import tool_result_output
+from runstream.run_state import LoopConfig, PendingToolStep, ResumeAction, RunState, ToolCall, ToolOutcome
+from runstream.tools import (
+    APPROVAL_RESUME_SCHEMA,
+    Tool,
+    ToolArgumentsError,
+    ToolContext,
+    ToolInputNotJSONError,
+    ToolNotFoundError,
+    ToolSuspended,
+    ToolWriter,
+    draft07_schema_json,
+    resume_schema_json,
+)
+
+TOOL_ABORT_GRACE_S = 1.0
+"""How long an aborted run's tools may take to end on their own before they are cancelled."""
+
+
+class EagerTools:
+    """Tools started the moment the model's ``tool-call`` part arrives, as Mastra does: they run
+    while the model is still streaming (a second call's arguments, more text), and the tool step
+    then only collects them. What they emit meanwhile (``tool-output``, ``data-*``,
+    ``background-task-started``) is delivered between model parts, in the order it happened.
+
+    Only for agents without approval-gated tools: a step with an approval runs nothing before it
+    is answered."""
+
+    __slots__ = ("outbox", "tasks")
+
+    def __init__(self) -> None:
+        self.outbox: asyncio.Queue[AnyChunk | None] = asyncio.Queue()
+        self.tasks: dict[str, asyncio.Task[ToolOutcome]] = {}
+
+    def start(self, cfg: LoopConfig, state: RunState, call: ToolCall) -> None:
+        self.tasks[call.tool_call_id] = asyncio.create_task(
+            execute_call(cfg, state, call, self.outbox.put_nowait, None)
+        )
+
+    def emitted(self) -> list[AnyChunk]:
+        """What the started tools emitted so far (never waits)."""
+        chunks = []
+        while not self.outbox.empty():
+            chunk = self.outbox.get_nowait()
+            if chunk is not None:
+                chunks.append(chunk)
+        return chunks
+
+    async def cancel(self) -> None:
+        """Stop tools whose step ended without running its tool calls (abort, tripwire)."""
+        for task in self.tasks.values():
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        self.tasks.clear()
+
+
+async def run_tool_step(
+    cfg: LoopConfig, state: RunState, pending: PendingToolStep, eager: EagerTools | None = None
+) -> AsyncIterator[AnyChunk]:
+    """Execute the step's tool calls, streaming their output; stop for approvals/suspensions.
+
+    A step that stopped leaves ``state.pending`` set (status ``suspended``); one that ran its
+    tools clears it and leaves their result parts in ``pending.results``."""
+    to_run: list[ToolCall] = []
+    for call in pending.calls:
+        if (
+            call.tool_call_id in pending.done
+            or call.tool_call_id in pending.suspended
+            or call.tool_name in cfg.client_tools
+        ):
+            continue
+        tool = cfg.tools.get(call.tool_name)
+        if (
+            tool is not None
+            and tool.require_approval
+            and call.args_error is None
+            and call.tool_call_id not in pending.approved
+        ):
+            # One approval at a time, in call order (as Mastra): the next one is asked for
+            # when this one is answered; nothing of the step runs before all are answered.
+            pending.awaiting_approval = {call.tool_call_id}
+            yield ToolCallApprovalChunk(
+                state.run_id,
+                {
+                    "toolCallId": call.tool_call_id,
+                    "toolName": call.tool_name,
+                    "args": call.args,
+                    "resumeSchema": resume_schema_json(APPROVAL_RESUME_SCHEMA),
+                },
+            )
+            state.status = "suspended"
+            state.finish_reason = "suspended"
+            return
+        to_run.append(call)
+    async for chunk in _run_calls(cfg, state, pending, to_run, eager):
+        yield chunk
+    for suspended in _suspensions(cfg, state, pending):
+        yield suspended
+    if pending.suspended:
+        state.status = "suspended"
+        state.finish_reason = "suspended"
+        return
+    for chunk in _results(cfg, state, pending):
+        yield chunk
+    state.pending = None
+
+
+async def _run_calls(
+    cfg: LoopConfig,
+    state: RunState,
+    pending: PendingToolStep,
+    to_run: list[ToolCall],
+    eager: EagerTools | None,
+) -> AsyncIterator[AnyChunk]:
+    """Run the calls concurrently (collecting those the model step started), streaming what
+    they write; each call's outcome lands in ``pending.done``."""
+    run_id = state.run_id
+    outbox: asyncio.Queue[AnyChunk | None] = eager.outbox if eager is not None else asyncio.Queue()
+    emit = outbox.put_nowait
+
+    async def run_one(call: ToolCall) -> None:
+        try:
+            outcome = await execute_call(cfg, state, call, emit, pending.resume_data.get(call.tool_call_id))
+        except Exception as exc:  # a bug below: the call still gets an outcome, the run goes on
+            outcome = ToolOutcome(call, "error", exc)
+        finally:
+            emit(None)
+        pending.done[call.tool_call_id] = outcome
+
+    def collect(call: ToolCall, task: asyncio.Task[ToolOutcome]) -> None:
+        """The outcome of a call that started while the model streamed."""
+        if not task.cancelled():
+            error = task.exception()
+            pending.done[call.tool_call_id] = (
+                task.result() if error is None else ToolOutcome(call, "error", error)
+            )
+        emit(None)
+
+    tasks: list[asyncio.Task[Any]] = []
+    for call in to_run:
+        started = eager.tasks.pop(call.tool_call_id, None) if eager is not None else None
+        if started is None:
+            tasks.append(asyncio.create_task(run_one(call)))
+        else:
+            started.add_done_callback(partial(collect, call))
+            tasks.append(started)
+    remaining = len(tasks)
+
+    hard_stop: list[asyncio.TimerHandle] = []
+
+    def stop_tools(_reason: object) -> None:
+        """An abort gives the step's tools a moment to end on their own (they see their abort
+        signal), then cancels those that are still running: the run always ends."""
+        cancel_all = partial(_cancel_all, tasks)
+        hard_stop.append(asyncio.get_running_loop().call_later(TOOL_ABORT_GRACE_S, cancel_all))
+
+    stop_listening = cfg.abort_signal.add_listener(stop_tools)
+    try:
+        while remaining:
+            item = await outbox.get()
+            if item is None:
+                remaining -= 1
+            else:
+                yield with_run_id(item, run_id)
+    finally:
+        stop_listening()
+        for handle in hard_stop:
+            handle.cancel()
+        _cancel_all(tasks)
+    if cfg.abort_signal.aborted:  # a tool cancelled at the abort reports as aborted
+        for call in to_run:
+            if call.tool_call_id not in pending.done:
+                pending.done[call.tool_call_id] = ToolOutcome(
+                    call, "error", AbortError("Tool execution aborted")
+                )
+
+
+def _suspensions(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> list[AnyChunk]:
+    """Calls whose tool suspended move from ``done`` to ``suspended``; their chunks."""
+    chunks: list[AnyChunk] = []
+    for call in pending.calls:
+        outcome = pending.done.get(call.tool_call_id)
+        if outcome is None or call.tool_call_id in pending.suspended or outcome.kind != "suspended":
+            continue
+        tool = cfg.tools.get(call.tool_name)
+        pending.suspended[call.tool_call_id] = outcome.value
+        del pending.done[call.tool_call_id]
+        state.suspend_payload = outcome.value
+        payload: ToolCallSuspendedPayload = {
+            "toolCallId": call.tool_call_id,
+            "toolName": call.tool_name,
+            "suspendPayload": outcome.value,
+            "args": call.args,
+        }
+        schema = outcome.resume_schema or (tool.resume_schema if tool is not None else None)
+        if schema is not None:
+            payload["resumeSchema"] = draft07_schema_json(schema)
+        chunks.append(ToolCallSuspendedChunk(state.run_id, payload))
+    return chunks
+
+
+def _results(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> list[AnyChunk]:
+    """The step's tool errors then results (each in call order, as in Mastra); the tool
+    message joins the conversation and ``pending.results`` gets its parts."""
+    run_id = state.run_id
+    tool_parts: list[dict[str, Any]] = []
+    errors: list[AnyChunk] = []
+    results: list[AnyChunk] = []
+    for call in pending.calls:
+        outcome = pending.done.get(call.tool_call_id)
+        if outcome is None:  # a client tool: its result comes with the client's next request
+            continue
+        if outcome.kind == "result":
+            payload: ToolResultPayload = {
+                "args": call.args,
+                "toolCallId": call.tool_call_id,
+                "toolName": call.tool_name,
+                "result": outcome.value,
+            }
+            if outcome.provider_metadata:
+                payload["providerMetadata"] = outcome.provider_metadata
+            result_chunk = ToolResultChunk(run_id, payload)
+            state.tool_results.append(result_chunk)
+            if cfg.wait_for_background is None or not _is_placeholder(outcome):
+                results.append(result_chunk)  # in durable mode the real result follows once the task ends
+        elif outcome.kind == "error":
+            error_payload: dict[str, Any] = {"error": outcome.value}
+            if not call.args_unreadable:
+                error_payload["args"] = call.args
+            error_payload.update(toolCallId=call.tool_call_id, toolName=call.tool_name)
+            if outcome.provider_metadata:  # e.g. the failed background task it ran as
+                error_payload["providerMetadata"] = outcome.provider_metadata
+            errors.append(ToolErrorChunk(run_id, cast(ToolErrorPayload, error_payload)))
+        part: dict[str, Any] = {
+            "type": "tool-result",
+            "toolCallId": call.tool_call_id,
+            "toolName": call.tool_name,
+            "output": tool_output_for_model(outcome),
+            "input": call.sent_args,
+        }
+        if outcome.provider_metadata:
+            part["providerOptions"] = outcome.provider_metadata
+            _link_call(state, call.tool_call_id, outcome.provider_metadata)
+        tool_parts.append(part)
+    if tool_parts:
+        state.messages.append({"role": "tool", "content": tool_parts})
+    # The step's content gains its tool results once its step-finish is out (as in Mastra).
+    pending.results = [
+        {k: p[k] for k in ("type", "toolCallId", "toolName", "output", "input")} for p in tool_parts
+    ]
+    return [*errors, *results]
+
+
+def answer_pending(state: RunState, pending: PendingToolStep, resume: ResumeAction) -> list[AnyChunk]:
+    """Apply an approval, decline or resume to the stopped step (the tool step then goes on).
+    Raises ``ValueError`` for a call that does not wait for this answer."""
+    target = resume.tool_call_id
+    chunks: list[AnyChunk] = []
+    if resume.kind in ("approve", "decline"):
+        ids = [target] if target else sorted(pending.awaiting_approval)
+        for call_id in ids:
+            if call_id not in pending.awaiting_approval:
+                raise ValueError(f"tool call {call_id!r} is not waiting for approval")
+            pending.awaiting_approval.discard(call_id)
+            if resume.kind == "decline":
+                call = next(c for c in pending.calls if c.tool_call_id == call_id)
+                reason = resume.reason or "Tool call was not approved by the user"
+                pending.done[call_id] = ToolOutcome(call, "denied", reason)
+                chunks.append(
+                    ToolOutputDeniedChunk(
+                        state.run_id,
+                        {
+                            "toolCallId": call_id,
+                            "toolName": call.tool_name,
+                            "args": call.args,
+                            "approval": {"id": call_id, "approved": False, "reason": reason},
+                        },
+                    )
+                )
+            else:
+                pending.done.pop(call_id, None)
+                pending.suspended.pop(call_id, None)
+                pending.approved.append(call_id)
+    else:
+        ids = [target] if target else list(pending.suspended)
+        for call_id in ids:
+            if call_id not in pending.suspended:
+                raise ValueError(f"tool call {call_id!r} is not suspended")
+            pending.suspended.pop(call_id)
+            pending.resume_data[call_id] = resume.data
+    return chunks
+
+
+async def wait_for_background(cfg: LoopConfig, state: RunState) -> AsyncIterator[AnyChunk]:
+    """Durable mode: wait for the tasks the run dispatched and has not waited for yet."""
+    dispatched = [t for t in state.background_task_ids if t not in state.waited_task_ids]
+    if cfg.wait_for_background is None or not dispatched:
+        return
+    async for chunk in cfg.wait_for_background(state, dispatched, cfg.abort_signal):
+        yield chunk
+    if cfg.abort_signal.aborted:
+        return
+    state.waited_task_ids.update(dispatched)
+    if cfg.on_step_end is not None:
+        await cfg.on_step_end(state)
+
+
+def calls_client_tools(cfg: LoopConfig, pending: PendingToolStep) -> bool:
+    """A step that called client tools ends the run (reason ``tool-calls``), as in Mastra: the
+    client executes them and sends their results with its next request."""
+    return any(call.tool_name in cfg.client_tools for call in pending.calls)
+
+
+async def execute_call(
+    cfg: LoopConfig, state: RunState, call: ToolCall, emit: Callable[[AnyChunk], None], resume_data: Any
+) -> ToolOutcome:
+    tool = cfg.tools.get(call.tool_name)
+    if tool is None:
+        available = ", ".join(cfg.tools) or "none"
+        return ToolOutcome(
+            call,
+            "error",
+            ToolNotFoundError(
+                f'Tool "{call.tool_name}" not found. Available tools: {available}. '
+                "Call tools by their exact name only \u2014 never add prefixes, namespaces, or colons."
+            ),
+        )
+    if call.args_error is not None:
+        error_type = ToolInputNotJSONError if call.args_unreadable else ToolArgumentsError
+        return ToolOutcome(call, "error", error_type(call.args_error))
+    if cfg.dispatch_tool is not None and resume_data is None:
+        dispatched = await cfg.dispatch_tool(call, tool, cfg, state, emit)
+        if dispatched is not None:
+            return dispatched
+    try:
+        args = tool.validate_args(call.args)
+    except ToolArgumentsError as exc:  # the model sees why, as the tool's result, and can retry
+        return ToolOutcome(call, "result", exc.as_result())
+    ctx = ToolContext(
+        tool_call_id=call.tool_call_id,
+        tool_name=call.tool_name,
+        run_id=state.run_id,
+        agent_id=cfg.agent_id,
+        agent_name=cfg.agent_name,
+        writer=ToolWriter(emit, state.run_id, call.tool_call_id, call.tool_name),
+        abort_signal=cfg.abort_signal,
+        resume_data=resume_data,
+        thread_id=cfg.thread_id,
+        resource_id=cfg.resource_id,
+        messages=state.messages,
+    )
+    span = tracing.start_child(
+        state.span,
+        "runstream.tool",
+        {"runstream.tool.name": tool.name, "runstream.tool.call_id": call.tool_call_id},
+    )
+    outcome = await run_tool(tool, args, ctx, call)
+    tracing.end_span(
+        span, outcome.value if outcome.kind == "error" else None, **{"runstream.tool.outcome": outcome.kind}
+    )
+    return outcome
+
+
+async def run_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext, call: ToolCall) -> ToolOutcome:
+    """Execute a tool and classify how it ended (result, error or suspension)."""
+    try:
+        result = await tool.execute(args, ctx)
+    except ToolSuspended:
+        pass  # classified below, from the context
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        if not ctx.suspended:
+            return ToolOutcome(call, "error", exc)
+    else:
+        if not ctx.suspended:
+            return ToolOutcome(call, "result", result)
+    return ToolOutcome(call, "suspended", ctx.suspended_with, resume_schema=ctx.suspend_resume_schema)
+
+
+def tool_output_for_model(outcome: ToolOutcome) -> dict[str, Any]:
+    """The ``output`` of a tool-result prompt part."""
+    if outcome.model_output is not None:
+        return outcome.model_output
+    # A declined call is not a failure: the model reads the reason as the result (as in Mastra).
+    return tool_result_output(outcome.value, is_error=outcome.kind == "error")
+
+
+def _link_call(state: RunState, tool_call_id: str, provider_metadata: dict[str, Any]) -> None:
+    """Mark the assistant's tool-call part with the same metadata as its result (task link)."""
+    for message in reversed(state.messages):
+        if message["role"] != "assistant":
+            continue
+        for part in message["content"]:
+            if part.get("type") == "tool-call" and part.get("toolCallId") == tool_call_id:
+                part["providerOptions"] = provider_metadata
+                return
+
+
+def _is_placeholder(outcome: ToolOutcome) -> bool:
+    mastra = (outcome.provider_metadata or {}).get("mastra") or {}
+    return bool((mastra.get("backgroundTask") or {}).get("status") == "running")
+
+
+def _cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
+    for task in tasks:
+        if not task.done():
+            task.cancel()
+
+
+def with_run_id(chunk: AnyChunk, run_id: str) -> AnyChunk:
+    """Tools emit chunks without knowing the run; they get its id on the way out."""
+    if not chunk.run_id:
+        chunk.run_id = run_id
+    return chunk
