@@ -6,10 +6,12 @@ minimal Starlette SSE endpoint that emits the same chunks, in the same server pr
 The server (uvicorn, one process, 127.0.0.1 only) runs in a subprocess; the client opens all
 streams at once with raw asyncio sockets and reads each to ``data: [DONE]``. Per endpoint:
 p50/p99 time to first chunk (request sent → first ``data:`` event), chunks/s over the phase,
-the server's peak RSS during the phase, and errors (anything but a complete 200 stream). The
+the server's CPU time per chunk (the figure least moved by other load on a shared machine), the
+server's peak RSS during the phase, and errors (anything but a complete 200 stream). The
 baseline replays the exact chunk JSON the agent produced for the same prompt, so the difference
 is runstream's work per request (run, loop, chunk objects, encoding, SSE response) minus a
-plain generator.
+plain generator. The agent's model replays prepared provider parts, so neither side pays for
+producing its input.
 """
 
 from __future__ import annotations
@@ -46,14 +48,22 @@ def _serve(port: int, deltas: int) -> None:
     from runstream.server import create_app, open_access
     from runstream.server.wire import chunk_json
     from runstream.testing import ScriptedModel
+    from runstream.testing.scripted import prepare_part
 
+    # The model replays prepared provider parts: its own cost is not runstream's (nor the
+    # baseline's, which replays prepared bytes). Provider parsing is measured by bench_providers.
     script = ScriptedModel.text(" ".join(f"w{i}" for i in range(deltas)), chunk_size=1).calls[0]
+    parts = [prepare_part(part) for part in script]
 
     class BenchModel:
         provider, model_id, specification_version = "bench", "bench-model", "v2"
 
         async def stream(self, request: ModelRequest) -> ModelStream:
-            return await ScriptedModel(calls=[script]).stream(request)
+            async def play() -> AsyncIterator[dict[str, Any]]:
+                for part in parts:
+                    yield dict(part)
+
+            return ModelStream(parts=play(), request={"body": "{}"}, response={"headers": {}})
 
     runtime = Runstream(agents=[Agent("bench", model=BenchModel())])
     recorded: list[bytes] = []
@@ -104,6 +114,7 @@ class Phase:
     errors: int = 0
     seconds: float = 0.0
     peak_rss_mb: float = 0.0
+    server_cpu_s: float = 0.0
 
     def row(self) -> dict[str, Any]:
         ordered = sorted(self.ttfc_ms) or [float("nan")]
@@ -115,6 +126,7 @@ class Phase:
             "chunks_per_s": round(self.chunks / self.seconds) if self.seconds else 0,
             "wall_s": round(self.seconds, 2),
             "server_peak_rss_mb": round(self.peak_rss_mb, 1),
+            "server_cpu_us_per_chunk": round(self.server_cpu_s * 1e6 / self.chunks, 1) if self.chunks else 0,
             "errors": self.errors,
         }
 
@@ -163,6 +175,13 @@ def _rss_mb(pid: int, field: str) -> float:
     return 0.0
 
 
+def _cpu_s(pid: int) -> float:
+    """The server's user + system CPU time: unlike wall time, barely moved by other load."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _reset_peak(pid: int) -> None:
     with open(f"/proc/{pid}/clear_refs", "w") as refs:
         refs.write("5")  # the server's peak RSS := its current RSS
@@ -178,6 +197,7 @@ async def _phase(name: str, path: str, port: int, streams: int, expected: int) -
 
 def _measure(name: str, path: str, port: int, pid: int, streams: int, expected: int, limit_s: float) -> Phase:
     _reset_peak(pid)
+    cpu_before = _cpu_s(pid)
 
     async def bounded() -> Phase:
         async with asyncio.timeout(limit_s):
@@ -185,7 +205,21 @@ def _measure(name: str, path: str, port: int, pid: int, streams: int, expected: 
 
     phase = asyncio.run(bounded())
     phase.peak_rss_mb = _rss_mb(pid, "VmHWM")
+    phase.server_cpu_s = _cpu_s(pid) - cpu_before
     return phase
+
+
+def _summary(bare: list[dict[str, Any]], ours: list[dict[str, Any]]) -> None:
+    """Medians over the rounds, and runstream relative to the baseline."""
+
+    def median(rows: list[dict[str, Any]], key: str) -> float:
+        return float(statistics.median(row[key] for row in rows))
+
+    keys = ("chunks_per_s", "ttfc_p50_ms", "server_cpu_us_per_chunk")
+    summary = {key: {"baseline": median(bare, key), "runstream": median(ours, key)} for key in keys}
+    for values in summary.values():
+        values["ratio"] = round(values["runstream"] / values["baseline"], 2) if values["baseline"] else 0
+    print(json.dumps({"median_of_rounds": len(ours), **summary}))
 
 
 def _free_port() -> int:
@@ -203,6 +237,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=1000)
     parser.add_argument("--deltas", type=int, default=50, help="text deltas per reply")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per phase")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (medians are reported)")
     parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -225,14 +260,19 @@ def main() -> None:
             raise SystemExit("the bench server did not start")
         expected = int(ready[1])
         idle_rss = _rss_mb(server.pid, "VmRSS")
-        rows = []
-        for name, path in (("starlette baseline", "/baseline"), ("runstream", "/api/agents/bench/stream")):
-            rows.append(_measure(name, path, port, server.pid, streams, expected, args.timeout).row())
         print(
             f"{streams} concurrent SSE streams, {expected} chunks each, loopback; server idle RSS {idle_rss:.1f} MB"
         )
-        for row in rows:
-            print(json.dumps(row))
+        rows: dict[str, list[dict[str, Any]]] = {}
+        for _ in range(max(1, args.rounds)):
+            for name, path in (
+                ("starlette baseline", "/baseline"),
+                ("runstream", "/api/agents/bench/stream"),
+            ):
+                row = _measure(name, path, port, server.pid, streams, expected, args.timeout).row()
+                rows.setdefault(name, []).append(row)
+                print(json.dumps(row))
+        _summary(rows["starlette baseline"], rows["runstream"])
     finally:
         server.terminate()
         server.wait(10)

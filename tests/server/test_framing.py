@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
+from collections.abc import AsyncGenerator
 
 import httpx2 as httpx
+from starlette.types import Message
 
 from runstream.chunks import StepStartChunk
-from runstream.server.sse import DONE, data_frame
+from runstream.server.sse import DONE, MAX_BATCH_BYTES, SSEResponse, data_frame
 from runstream.server.wire import chunk_json, encode_json, redact
 from tests.server.conftest import Live, blocks
 
@@ -76,3 +79,66 @@ def test_error_mid_stream_is_in_band(client: httpx.Client) -> None:
     kinds = [json.loads(e[6:])["type"] for e in body.decode().split("\n\n") if e.startswith("data: {")]
     assert kinds[-3:] == ["error", "step-finish", "finish"]
     assert body.endswith(b"data: [DONE]\n\n")
+
+
+async def _drive(response: SSEResponse, disconnect: asyncio.Event | None = None) -> list[bytes]:
+    """Run an SSE response against an in-memory ASGI channel; the body writes it made."""
+    writes: list[bytes] = []
+    gone = disconnect or asyncio.Event()
+
+    async def receive() -> Message:
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        if message["type"] == "http.response.body" and message.get("body"):
+            writes.append(message["body"])
+
+    await response({"type": "http"}, receive, send)
+    return writes
+
+
+async def test_frames_ready_together_leave_in_one_write_and_a_waited_for_frame_at_once() -> None:
+    """The first frame is written at once; frames produced without a pause go out together;
+    a frame that follows a pause in the run is written before the next one is produced."""
+
+    async def frames() -> AsyncGenerator[bytes, None]:
+        for n in range(4):
+            yield f"data: {n}\n\n".encode()
+        await asyncio.sleep(0)  # the run waits (for the model, say)
+        yield b"data: late\n\n"
+
+    writes = await _drive(SSEResponse(frames(), heartbeat_s=None))
+    assert writes == [b"data: 0\n\n", b"data: 1\n\ndata: 2\n\ndata: 3\n\n", b"data: late\n\n"]
+    assert b"".join(writes) == b"".join(f"data: {n}\n\n".encode() for n in range(4)) + b"data: late\n\n"
+
+
+async def test_a_fast_producer_waits_for_the_socket_beyond_the_batch_limit() -> None:
+    produced = 0
+
+    async def frames() -> AsyncGenerator[bytes, None]:
+        nonlocal produced
+        for _ in range(10):
+            produced += 1
+            yield b"x" * (MAX_BATCH_BYTES // 2)
+
+    writes = await _drive(SSEResponse(frames(), heartbeat_s=None))
+    assert produced == 10
+    assert max(len(w) for w in writes) <= MAX_BATCH_BYTES  # never more than a batch buffered
+    assert sum(len(w) for w in writes) == 10 * (MAX_BATCH_BYTES // 2)
+
+
+async def test_a_disconnect_stops_reading_and_calls_back() -> None:
+    gone = asyncio.Event()
+    called: list[bool] = []
+
+    async def frames() -> AsyncGenerator[bytes, None]:
+        yield b"data: 1\n\n"
+        gone.set()
+        await asyncio.Event().wait()  # a run that would never end on its own
+        yield b"never"
+
+    writes = await _drive(
+        SSEResponse(frames(), heartbeat_s=None, on_disconnect=lambda: called.append(True)), gone
+    )
+    assert writes == [b"data: 1\n\n"] and called == [True]

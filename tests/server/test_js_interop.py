@@ -167,7 +167,8 @@ def test_errors(live: Live) -> None:
 
 def test_abort(live: Live) -> None:
     out = node(live, "abort")
-    assert out["seen"][-1] == "threw:AbortError" and out["seen"].count("text-delta") == 3
+    # client-js finishes the chunks of the read in which it aborted (more than one on a busy machine)
+    assert out["seen"][-1] == "threw:AbortError" and 3 <= out["seen"].count("text-delta") < 50
     live.events.wait_for(f"run {out['runId']}: client disconnected, aborting the run")
 
 

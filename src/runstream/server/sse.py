@@ -41,13 +41,23 @@ def data_frame(json_text: str, event_id: str | None = None) -> bytes:
     return f"id: {event_id}\ndata: {json_text}\n\n".encode("utf-8", "replace")
 
 
+MAX_BATCH_BYTES = 64 * 1024
+"""Frames that are ready together go out in one write, up to this many bytes (then the run waits
+for the socket: backpressure)."""
+
+
 class SSEResponse(Response):
     """Streams ``frames`` (already framed bytes) with heartbeats; a disconnect stops the reading.
 
     Workflow streams (JSON records, not SSE) use it too, with their own headers and no heartbeats.
 
-    When the client goes away, the task reading ``frames`` is cancelled, ``on_disconnect`` runs
-    (a directly streamed run is aborted there) and ``frames`` is closed.
+    One task reads ``frames`` into a buffer; this coroutine writes the buffer out. A frame is
+    written as soon as the reader has to wait for the next one, so a run that streams token by
+    token sends each token at once, while frames produced together (a fast model, a replayed log,
+    a step's closing chunks) leave in one write instead of one each: the bytes on the wire are the
+    same, the writes and the per-write work of the ASGI stack are fewer. ``heartbeat_s`` of
+    silence sends a comment. When the client goes away, the reading task is cancelled,
+    ``on_disconnect`` runs (a directly streamed run is aborted there) and ``frames`` is closed.
     """
 
     def __init__(
@@ -66,49 +76,87 @@ class SSEResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        loop = asyncio.get_running_loop()
-        lock = asyncio.Lock()
-        last_sent = loop.time()
+        outbox = _Outbox()
 
-        async def pump() -> None:
-            nonlocal last_sent
-            async for frame in self.frames:
-                async with lock:
-                    await send({"type": "http.response.body", "body": frame, "more_body": True})
-                last_sent = loop.time()
+        async def read() -> None:
+            try:
+                async for frame in self.frames:
+                    await outbox.put(frame)
+            finally:
+                outbox.close()
 
-        async def heartbeat(interval: float) -> None:
-            nonlocal last_sent
-            while True:
-                await asyncio.sleep(max(0.0, last_sent + interval - loop.time()))
-                if loop.time() - last_sent >= interval:
-                    async with lock:
-                        await send({"type": "http.response.body", "body": HEARTBEAT, "more_body": True})
-                    last_sent = loop.time()
-
-        async def disconnected() -> None:
+        async def watch() -> None:
             while (await receive())["type"] != "http.disconnect":
                 pass
+            outbox.client_gone = True
+            outbox.wake.set()
 
-        streaming = asyncio.create_task(pump())
-        watcher = asyncio.create_task(disconnected())
-        beats = asyncio.create_task(heartbeat(self.heartbeat_s)) if self.heartbeat_s else None
-        client_gone = False
+        reading = asyncio.create_task(read())
+        watcher = asyncio.create_task(watch())
         try:
-            await asyncio.wait({streaming, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            client_gone = watcher.done()
+            await self._write(outbox, send)
         finally:
-            for task in (streaming, watcher, beats):
-                if task is not None and not task.done():
-                    task.cancel()
-            await asyncio.gather(
-                *(t for t in (streaming, watcher, beats) if t is not None), return_exceptions=True
-            )
-        if not streaming.cancelled() and streaming.exception() is not None:
-            logger.error("SSE stream failed", exc_info=streaming.exception())
-        if client_gone and self.on_disconnect is not None:
+            for task in (reading, watcher):
+                task.cancel()
+            await asyncio.gather(reading, watcher, return_exceptions=True)
+        if not reading.cancelled() and reading.exception() is not None:
+            logger.error("SSE stream failed", exc_info=reading.exception())
+        if outbox.client_gone and self.on_disconnect is not None:
             self.on_disconnect()
         await self.frames.aclose()
-        if not client_gone:
+        if not outbox.client_gone:
             with contextlib.suppress(OSError):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _write(self, outbox: _Outbox, send: Send) -> None:
+        """Write what the reader buffered until it is done or the client is gone."""
+        while not outbox.client_gone:
+            if not outbox.frames:
+                if outbox.closed:
+                    return
+                outbox.wake.clear()
+                try:
+                    async with asyncio.timeout(self.heartbeat_s):
+                        await outbox.wake.wait()
+                except TimeoutError:
+                    await send({"type": "http.response.body", "body": HEARTBEAT, "more_body": True})
+                continue
+            await send({"type": "http.response.body", "body": outbox.take(), "more_body": True})
+
+
+class _Outbox:
+    """Frames read but not yet written, and the signals between the reader and the writer."""
+
+    __slots__ = ("client_gone", "closed", "frames", "room", "sent_first", "size", "wake")
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self.size = 0
+        self.closed = False
+        self.client_gone = False
+        self.sent_first = False
+        self.wake = asyncio.Event()
+        self.room = asyncio.Event()
+        self.room.set()
+
+    async def put(self, frame: bytes) -> None:
+        self.frames.append(frame)
+        self.size += len(frame)
+        self.wake.set()
+        if not self.sent_first:  # the first frame leaves at once: the client sees the run start
+            self.sent_first = True
+            await asyncio.sleep(0)
+        elif self.size >= MAX_BATCH_BYTES:
+            self.room.clear()
+            await self.room.wait()
+
+    def take(self) -> bytes:
+        batch = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
+        self.frames.clear()
+        self.size = 0
+        self.room.set()
+        return batch
+
+    def close(self) -> None:
+        self.closed = True
+        self.wake.set()

@@ -75,7 +75,7 @@ def _parse_call(call: Sequence[StreamPart] | Mapping[str, Any]) -> _Call:
     return _Call(parts=[dict(p) for p in call])
 
 
-def _prepare_part(part: StreamPart) -> StreamPart:
+def prepare_part(part: StreamPart) -> StreamPart:
     """Convert scenario JSON into the Python values a real provider yields."""
     out = dict(part)
     out.pop("delayMs", None)
@@ -174,7 +174,7 @@ class ScriptedModel:
             await _sleep(raw_part.get("delayMs", default_delay), signal)
             if signal is not None and signal.aborted:
                 raise AbortError(signal.reason)
-            yield _prepare_part(raw_part)
+            yield prepare_part(raw_part)
         if call.stream_error is not None and call.stream_error_after == len(call.parts):
             await _sleep(call.stream_error_delay_ms, signal)
             raise call.stream_error
