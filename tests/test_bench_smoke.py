@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 from bench.suite import Plan, run_suite
 
@@ -17,3 +21,18 @@ def test_every_workload_runs_for_both_pipelines() -> None:
         if r.unit != "KB":  # RSS growth of three tiny runs can round to zero or below
             assert r.runstream > 0 and r.bare > 0, r
         assert r.verdict in ("PASS", "FAIL", "")
+
+
+def test_the_server_bench_runs_both_endpoints_without_errors() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.bench_server", "--streams", "5", "--rounds", "1", "--deltas", "5"],
+        cwd=Path(__file__).parent.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.splitlines()
+    rows = [json.loads(line) for line in out[1:3]]
+    assert [row["endpoint"] for row in rows] == ["starlette baseline", "runstream"]
+    assert all(row["errors"] == 0 and row["streams"] == 5 for row in rows)
+    assert json.loads(out[3])["median_of_rounds"] == 1
