@@ -35,14 +35,14 @@ if _missing() and CI:
 pytestmark = pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
 
 
-def node(live: Live, script: str, *args: str) -> Any:
+def node(live: Live, script: str, *args: str, timeout: float = 60) -> Any:
     result = subprocess.run(
         ["node", f"scripts/{script}.mjs", *args],
         cwd=JS,
         env={**os.environ, "BASE": live.url},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
     )
     assert result.returncode == 0, f"{script} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
     return json.loads(result.stdout.strip().splitlines()[-1])

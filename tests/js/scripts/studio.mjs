@@ -2,13 +2,12 @@
 // server in headless Chromium with normal web security, as a user would: the agent list, a chat
 // with a tool call, a background task and its follow-up turn, an approval, a thread reopened
 // from memory, and an agent without memory. Every request to the server is recorded.
-// Env: BASE (server), STUDIO (Studio's URL), SHOTS (optional folder for screenshots).
+// Env: BASE (the server). Arguments: Studio's URL, then (optional) a folder for screenshots.
 import { chromium } from "playwright-core";
 import { BASE, emit } from "./lib.mjs";
 
-const STUDIO = process.env.STUDIO;
-const SHOTS = process.env.SHOTS;
-if (!STUDIO) throw new Error("set STUDIO to Mastra Studio's URL");
+const [STUDIO, SHOTS] = process.argv.slice(2);
+if (!STUDIO) throw new Error("usage: node scripts/studio.mjs <studio url> [screenshot folder]");
 const TIMEOUT = 20000;
 
 const browser = await chromium.launch({
@@ -84,6 +83,7 @@ try {
   await newChat("assistant");
   await send("research octopus");
   await thread.getByText("All background work is done.").waitFor({ timeout: TIMEOUT });
+  await thread.getByText("Working on it.").waitFor({ timeout: TIMEOUT });
   steps.background = {
     text: await thread.innerText(),
     badges: await thread.locator('[data-testid="tool-badge"]').allInnerTexts(),
