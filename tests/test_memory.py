@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -136,7 +137,7 @@ async def test_messages_get_distinct_increasing_millisecond_stamps(memory: Memor
     stored = (await memory.storage.list_messages(SCOPE.thread_id)).items
     assert stored[0].id == "accepted-1" and len(stored) == 7
     stamps = [m.created_at for m in stored]
-    assert all(later - earlier >= timedelta(milliseconds=1) for earlier, later in zip(stamps, stamps[1:]))
+    assert all(later - earlier >= timedelta(milliseconds=1) for earlier, later in itertools.pairwise(stamps))
     assert all(stamp.microsecond % 1000 == 0 for stamp in stamps)
 
 
