@@ -25,7 +25,12 @@ STUDIO_CLI = JS / "node_modules" / "mastra" / "dist" / "index.js"
 MAX_REQUESTS_PER_ROUTE = 20
 STREAMS = {"POST /api/agents/:id/threads/subscribe", "GET /api/background-tasks/stream"}
 # 4xx a Mastra server gives too: Studio asks for a new chat's thread before it exists.
-MASTRA_ALSO_ANSWERS = {("GET /api/memory/threads/:id", 404)}
+MASTRA_ALSO_ANSWERS = {
+    ("GET /api/memory/threads/:id", 404),
+    # Mastra's own observability store without trace queries answers 501 too.
+    ("POST /api/observability/traces/query", 501),
+    ("POST /api/observability/traces/query/fields", 501),
+}
 
 
 def _missing() -> str | None:
@@ -91,6 +96,13 @@ def route_of(method: str, url: str) -> str:
     return f"{method} {path}"
 
 
+def _left_behind(request: dict[str, Any]) -> bool:
+    """No answer because the page moved on (aborted), or a stream still open at the end."""
+    return request.get("failure") == "net::ERR_ABORTED" or (
+        "failure" not in request and route_of(request["method"], request["url"]) in STREAMS
+    )
+
+
 def test_studio_drives_runstream(live: Live, studio: str) -> None:
     shots = os.environ.get("STUDIO_SHOTS")  # set to a folder to refresh the docs' screenshots
     out: dict[str, Any] = node(live, "studio", studio, shots or "", timeout=240)
@@ -115,6 +127,7 @@ def test_studio_drives_runstream(live: Live, studio: str) -> None:
     assert 'Tool said: {"deleted": "/tmp/report.txt"}' in steps["approval"]["text"]
     assert steps["approval"]["text"].count("delete the report") == 1
     assert "Hello from runstream!" in steps["plain"]["text"]
+    assert "draft" in steps["workflow"] and "publish" in steps["workflow"]
 
     counts = Counter(route_of(r["method"], r["url"]) for r in out["requests"])
     assert counts["POST /api/agents/:id/send-message"] == 3
@@ -125,6 +138,6 @@ def test_studio_drives_runstream(live: Live, studio: str) -> None:
     failed = [
         (route_of(r["method"], r["url"]), r["status"], r["url"])
         for r in out["requests"]
-        if r["status"] >= 400 or (r["status"] == 0 and route_of(r["method"], r["url"]) not in STREAMS)
+        if r["status"] >= 400 or (r["status"] == 0 and not _left_behind(r))
     ]
     assert [f for f in failed if f[:2] not in MASTRA_ALSO_ANSWERS] == []

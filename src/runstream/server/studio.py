@@ -74,6 +74,7 @@ EMPTY_GET: dict[str, Any] = {
     "/workspaces": {"workspaces": []},
     "/mcp/v0/servers": {"servers": [], "total_count": 0, "next": None},
     "/channels/platforms": [],
+    "/schedules": {"schedules": []},
     "/experiments/review-summary": {"counts": []},
     "/observability/discovery/tags": {"tags": []},
     "/observability/discovery/entity-names": {"names": []},

@@ -49,6 +49,10 @@ try {
     const entry = entries.get(response.request());
     if (entry) entry.status = response.status();
   });
+  page.on("requestfailed", (request) => {
+    const entry = entries.get(request);
+    if (entry) entry.failure = request.failure()?.errorText ?? "failed";
+  });
   const shot = async (name) => { if (SHOTS) await page.screenshot({ path: `${SHOTS}/${name}.png` }); };
   const thread = page.locator('[data-testid="thread-wrapper"]');
   const send = async (text) => {
@@ -115,6 +119,16 @@ try {
   await send("hi there");
   await thread.getByText("Hello from runstream!").waitFor({ timeout: TIMEOUT });
   steps.plain = { text: await thread.innerText() };
+
+  // The other pages Studio has for what runstream serves: each loads without a page error.
+  for (const path of ["/tools", "/tools/get_weather", "/workflows", "/workflows/approval/graph", "/observability", "/logs", "/metrics", "/scorers", "/datasets", "/settings"]) {
+    await page.goto(`${STUDIO}${path}`);
+    await page.waitForLoadState("networkidle");
+  }
+  steps.workflow = await page.goto(`${STUDIO}/workflows/approval/graph`).then(async () => {
+    await page.getByText("review", { exact: true }).first().waitFor({ timeout: TIMEOUT });
+    return await page.evaluate(() => document.body.innerText);
+  });
 
   // Let the page settle so retry loops would show up in the counts.
   await page.waitForTimeout(1500);
