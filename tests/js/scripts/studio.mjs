@@ -81,7 +81,6 @@ try {
   await badge.waitFor({ timeout: TIMEOUT });
   steps.toolChat = { badge: await badge.innerText(), text: await thread.innerText() };
   steps.weatherUrl = page.url();
-  await shot("studio-tool-call");
 
   // 3. A background task: the tool badge with its task widget, then the follow-up turn.
   await newChat("assistant");
