@@ -24,7 +24,7 @@ from starlette.routing import Route
 from runstream.agent import Agent
 from runstream.memory import DEFAULT_LAST_MESSAGES
 from runstream.server.auth import principal_of
-from runstream.server.context import ServerContext, json_response
+from runstream.server.context import ServerContext, json_body, json_response
 from runstream.server.errors import ApiError
 
 STUDIO_VERSION = "1.31.0"
@@ -33,8 +33,12 @@ STUDIO_VERSION = "1.31.0"
 _EMPTY_PAGE = {"total": 0, "page": 0, "hasMore": False}
 
 
-def _constant(value: Any) -> Any:
+def _constant(value: Any, *, reads_body: bool = False) -> Any:
+    """Always ``value`` (after checking a POST's body is a JSON object, as every JSON route does)."""
+
     async def answer(request: Request) -> Response:
+        if reads_body:
+            await json_body(request)
         return json_response(value)
 
     return answer
@@ -59,6 +63,7 @@ def _unsupported(code: str, message: str) -> Any:
     """Mastra's 501 when its observability store cannot answer a query."""
 
     async def answer(request: Request) -> Response:
+        await json_body(request)
         return json_response({"code": code, "message": message}, status=501)
 
     return answer
@@ -95,6 +100,17 @@ EMPTY_POST: dict[str, Any] = {
     "/observability/metrics/timeseries": {"series": []},
     "/observability/metrics/percentiles": {"series": []},
 }
+UNSUPPORTED: dict[str, tuple[str, str]] = {
+    "/observability/traces/query": (
+        "TRACE_QUERY_UNSUPPORTED",
+        "Advanced trace queries are not supported by the configured observability store",
+    ),
+    "/observability/traces/query/fields": (
+        "TRACE_QUERY_DISCOVERY_UNSUPPORTED",
+        "Trace query discovery is not supported by the configured observability store",
+    ),
+}
+"""Mastra's 501 for a store without trace queries (Studio then shows its plain trace list)."""
 EMPTY_PAGED: dict[str, tuple[str, int]] = {
     "/datasets": ("datasets", 20),
     "/experiments": ("experiments", 10),
@@ -112,30 +128,21 @@ class StudioRoutes:
 
     def routes(self) -> list[Route]:
         routes = [
+            *(
+                Route(path, _unsupported(code, message), methods=["POST"])
+                for path, (code, message) in UNSUPPORTED.items()
+            ),
             Route("/agents/providers", self.providers),
             Route("/system/packages", self.packages),
             Route("/memory/config", self.memory_config),
             Route("/memory/threads/{thread_id}/working-memory", self.working_memory),
             Route("/agents/{agent_id}/voice/speakers", self.speakers),
-            Route(
-                "/observability/traces/query",
-                _unsupported(
-                    "TRACE_QUERY_UNSUPPORTED",
-                    "Advanced trace queries are not supported by the configured observability store",
-                ),
-                methods=["POST"],
-            ),
-            Route(
-                "/observability/traces/query/fields",
-                _unsupported(
-                    "TRACE_QUERY_DISCOVERY_UNSUPPORTED",
-                    "Trace query discovery is not supported by the configured observability store",
-                ),
-                methods=["POST"],
-            ),
         ]
         routes += [Route(path, _constant(value)) for path, value in EMPTY_GET.items()]
-        routes += [Route(path, _constant(value), methods=["POST"]) for path, value in EMPTY_POST.items()]
+        routes += [
+            Route(path, _constant(value, reads_body=True), methods=["POST"])
+            for path, value in EMPTY_POST.items()
+        ]
         routes += [Route(path, _paged(*spec)) for path, spec in EMPTY_PAGED.items()]
         return routes
 

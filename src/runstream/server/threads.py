@@ -209,8 +209,7 @@ class ThreadRoutes:
             # Stored under the signal's id before the run (which then has no input), as Mastra
             # does: Studio matches the message it showed with the stored one by that id.
             await memory.save_message(scope, signal["id"], user_message)
-            run = await start_stream(agent, parsed)
-            self.ctx.remember_owner(run.run_id, principal, run.scope)
+            run = await start_stream(self.ctx, agent, parsed, principal, detached=True)
             await detach_run(self.ctx, run, principal)
             return run.out
 
@@ -280,6 +279,7 @@ class ThreadRoutes:
             raise ApiError(400, "Client-side tool results over thread signals are not supported")
         run_id = await self._waiting_run(agent, key, call_id)
         principal = principal_of(request)
+        await self.ctx.owners.check(run_id, principal)
 
         async def start() -> RunOutput:
             try:
