@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import itertools
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -123,6 +124,21 @@ async def test_saved_turns_load_back_as_the_prompt(memory: Memory) -> None:
     user = {"role": "user", "content": [{"type": "text", "text": "Research sol"}]}
     await memory.save_turn(SCOPE, [user], _tool_turn(), "resp-1")
     assert await memory.load_prompt(SCOPE) == [user, *_tool_turn()]
+
+
+async def test_messages_get_distinct_increasing_millisecond_stamps(memory: Memory) -> None:
+    """Clients order a thread by createdAt at millisecond precision: no two messages share one."""
+    await memory.ensure_thread(SCOPE)
+    user = {"role": "user", "content": [{"type": "text", "text": "hi"}]}
+    await memory.save_message(SCOPE, "accepted-1", user)
+    for i in range(3):
+        await memory.save_turn(SCOPE, [user], _tool_turn(), f"resp-{i}")
+    assert memory.storage is not None
+    stored = (await memory.storage.list_messages(SCOPE.thread_id)).items
+    assert stored[0].id == "accepted-1" and len(stored) == 7
+    stamps = [m.created_at for m in stored]
+    assert all(later - earlier >= timedelta(milliseconds=1) for earlier, later in itertools.pairwise(stamps))
+    assert all(stamp.microsecond % 1000 == 0 for stamp in stamps)
 
 
 async def test_last_messages_limits_the_history(memory: Memory) -> None:

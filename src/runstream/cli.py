@@ -1,4 +1,4 @@
-"""The ``runstream`` command: ``demo``, ``serve`` and ``replay`` (a conformance scenario)."""
+"""The ``runstream`` command: ``demo``, ``serve``, ``studio`` and ``replay`` (a conformance scenario)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,18 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["serve"]:
+    if argv[:1] in (["serve"], ["studio"]):
         from runstream.server.cli import serve_command
 
-        return serve_command(argv[1:])
+        return serve_command(argv[1:] + (["--studio"] if argv[0] == "studio" else []))
     parser = argparse.ArgumentParser(prog="runstream")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="stream a research agent with background tasks live in the terminal")
     commands.add_parser(
         "serve", help="serve agents over HTTP: runstream serve module:attr [--host --port ...]"
+    )
+    commands.add_parser(
+        "studio", help="serve agents and open them in Mastra Studio: runstream studio module:attr"
     )
     replay = commands.add_parser("replay", help="run a conformance scenario, chunks as JSONL on stdout")
     replay.add_argument("scenario")

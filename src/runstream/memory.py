@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from runstream.chunks import iso_datetime
@@ -33,6 +33,8 @@ from runstream.storage import Storage, StoredMessage, TaskRecord, Thread, Thread
 DEFAULT_LAST_MESSAGES = 40
 
 BACKGROUND_FAILED_PREFIX = "Background task failed: "
+
+_MILLISECOND = timedelta(milliseconds=1)
 
 
 @dataclass(slots=True, frozen=True)
@@ -188,7 +190,40 @@ class Memory:
         if not messages:
             return
         async with self._lock(scope.thread_id):
+            stamps = await self._next_stamps(scope.thread_id, len(messages))
+            for message, stamp in zip(messages, stamps, strict=True):
+                message.created_at = stamp
             await self._storage().save_messages(messages)
+
+    async def save_message(self, scope: MemoryScope, message_id: str, message: PromptMessage) -> None:
+        """Save one input message now, under ``message_id``: a message accepted before its run
+        starts (Mastra's thread signals store it on acceptance; the run then has no input)."""
+        await self.ensure_thread(scope)
+        stored = StoredMessage(
+            id=message_id,
+            thread_id=scope.thread_id,
+            resource_id=scope.resource_id,
+            role=message["role"],
+            content={"format": 2, "parts": _input_parts(message), "content": _plain_text(message)},
+        )
+        async with self._lock(scope.thread_id):
+            stored.created_at = (await self._next_stamps(scope.thread_id, 1))[0]
+            await self._storage().save_messages([stored])
+
+    async def _next_stamps(self, thread_id: str, count: int) -> list[datetime]:
+        """``count`` creation times a millisecond apart, after the thread's last message.
+
+        Clients order a conversation by ``createdAt`` at JavaScript's millisecond precision, so
+        a turn's user and assistant messages (saved together) must not share one.
+        """
+        now = datetime.now(UTC)
+        start = now.replace(microsecond=now.microsecond // 1000 * 1000)
+        last = (await self._storage().list_messages(thread_id, last=1)).items
+        if last:
+            previous = last[0].created_at
+            previous = previous.replace(microsecond=previous.microsecond // 1000 * 1000)
+            start = max(start, previous + _MILLISECOND)
+        return [start + i * _MILLISECOND for i in range(count)]
 
     async def _append_to(
         self,

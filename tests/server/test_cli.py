@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2 as httpx
 import pytest
 from starlette.applications import Starlette
 
+from runstream.cli import main
 from runstream.server import cli
+from runstream.server.cors import MastraCORSMiddleware
 
 MODULE = """
 from runstream import Agent
@@ -57,3 +65,85 @@ def test_serve_command_runs_uvicorn(project: Path, monkeypatch: pytest.MonkeyPat
     target, options = calls[1]
     assert target == "runstream.server.cli:reload_factory" and options["factory"] and options["reload"]
     assert isinstance(cli.reload_factory(), Starlette)
+
+
+def _cors_of(app: Starlette) -> list[str] | None:
+    for middleware in app.user_middleware:
+        if middleware.cls is MastraCORSMiddleware:
+            return list(middleware.kwargs["allow_origins"])
+    return None
+
+
+def test_cors_flags(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    apps: list[Any] = []
+    monkeypatch.setattr(cli.uvicorn, "run", lambda app, **kw: apps.append(app))
+    cli.serve_command(["served_project:runtime"])
+    cli.serve_command(
+        ["served_project:runtime", "--cors-origin", "https://a.example", "--cors-origin", "https://b.example"]
+    )
+    cli.serve_command(["served_project:runtime", "--no-cors"])
+    assert [_cors_of(app) for app in apps] == [["*"], ["https://a.example", "https://b.example"], None]
+    with pytest.raises(SystemExit, match="exclude each other"):
+        cli.serve_command(["served_project:runtime", "--no-cors", "--cors-origin", "https://a.example"])
+
+
+def test_studio_without_node_says_what_to_do(
+    project: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(
+        SystemExit, match=r"Install Node.js 20 or newer.*runstream serve served_project:runtime"
+    ):
+        main(["studio", "served_project:runtime"])
+
+
+JS = Path(__file__).parents[1] / "js"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.skipif(
+    shutil.which("npx") is None or not (JS / "node_modules" / "mastra").is_dir(),
+    reason="needs npx and tests/js/node_modules (sh tests/js/setup.sh)",
+)
+def test_runstream_studio_starts_server_and_studio(tmp_path: Path) -> None:
+    (tmp_path / "served_project.py").write_text(MODULE)
+    port, studio_port = _free_port(), _free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "runstream",
+            "studio",
+            "served_project:runtime",
+            "--port",
+            str(port),
+            "--studio-port",
+            str(studio_port),
+        ],
+        cwd=JS,  # npx finds the pinned mastra here, without the network
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        seen: list[str] = []
+        for line in process.stdout:
+            seen.append(line)
+            if any("Uvicorn running" in s for s in seen) and any("Mastra Studio running" in s for s in seen):
+                break
+        printed = "".join(seen)
+        assert f"runstream server: http://127.0.0.1:{port}" in printed
+        assert f"Mastra Studio:    http://localhost:{studio_port}" in printed
+        page = httpx.get(f"http://localhost:{studio_port}/agents").text
+        assert f"window.MASTRA_SERVER_PORT = '{port}'" in page
+        assert f'href="http://localhost:{studio_port}"' in httpx.get(f"http://127.0.0.1:{port}/").text
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(20) == 0

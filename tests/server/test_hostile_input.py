@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from runstream.server.studio import UNSUPPORTED
 from tests.server.security_kit import BACKENDS, Secured, secured_server
 
 QUERY_NAMES = [
@@ -101,7 +102,9 @@ def test_no_generated_request_reaches_a_500(backend: str, tmp_path: Path) -> Non
             method, template = route
             path = template.replace("{id}", _raw(path_id, safe="%") or "x")
             status = send(server, method, path, body, query, _header_safe(extra))
-            assert status < 500, (method, path, body[:200], query, status)
+            # 501 only where Mastra's server gives it too: a feature it reports as absent.
+            by_design = status == 501 and path.removeprefix("/api") in UNSUPPORTED
+            assert status < 500 or by_design, (method, path, body[:200], query, status)
 
         probe()
         assert server.a.get("/api/agents").status_code == 200

@@ -35,14 +35,14 @@ if _missing() and CI:
 pytestmark = pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
 
 
-def node(live: Live, script: str, *args: str) -> Any:
+def node(live: Live, script: str, *args: str, timeout: float = 60) -> Any:
     result = subprocess.run(
         ["node", f"scripts/{script}.mjs", *args],
         cwd=JS,
         env={**os.environ, "BASE": live.url},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
     )
     assert result.returncode == 0, f"{script} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -270,16 +270,34 @@ def test_playground_in_chromium(live: Live) -> None:
         pytest.skip(
             "chromium is not installed (apt-get install -y chromium; CI installs it via tests/js/setup.sh)"
         )
-    out = node(live, "playground")
+    out = node(live, "playground", timeout=120)
     assert out["agents"] == ["assistant", "plain"]
-    assert out["transcript"] == [
+    research = out["research"]
+    assert research["transcript"] == [
         ["msg user", "research octopus"],
-        ["msg assistant", "Working on it.\nAll background work is done."],
+        ["msg tool", 'research({"topic":"octopus"})→ {"topic":"octopus","summary":"octopus explained"}'],
+        ["msg assistant", "Working on it."],
+        ["msg assistant", "All background work is done."],
     ]
-    assert "background-task-completed" in out["chunkTypes"] and out["chunkTypes"].count("finish") == 2
-    assert out["task"] == {
+    assert (
+        "background-task-completed" in research["chunkTypes"] and research["chunkTypes"].count("finish") == 2
+    )
+    assert research["task"] == {
         "state": "completed",
         "tool": "research",
         "result": {"topic": "octopus", "summary": "octopus explained"},
     }
+    assert out["approval"] == [
+        ["msg user", "delete the report"],
+        ["msg tool", 'delete_file({"path":"/tmp/report.txt"})→ {"deleted":"/tmp/report.txt"}'],
+        ["msg assistant", 'Tool said: {"deleted": "/tmp/report.txt"}'],
+    ]
+    layout, viewport = out["layout"], out["viewport"]
+    assert layout["chunkRows"] > 250  # a long run
+    assert layout["scrollWidth"] <= viewport["width"] and layout["scrollHeight"] <= viewport["height"]
+    assert len(layout["panes"]) == 4  # header, chat, chunks, tasks
+    for pane in layout["panes"]:
+        assert 0 <= pane["left"] < pane["right"] <= viewport["width"], pane
+        assert 0 <= pane["top"] < pane["bottom"] <= viewport["height"], pane
+    assert out["plain"] == [["msg user", "hi there"], ["msg assistant", "Hello from runstream!"]]
     assert out["consoleErrors"] == []

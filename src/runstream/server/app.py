@@ -7,7 +7,7 @@ and, on shutdown, aborts detached runs and closes the runtime.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
@@ -17,13 +17,16 @@ from starlette.routing import Mount
 from runstream.runtime import Runstream
 from runstream.server.auth import AuthHook, AuthMiddleware, default_auth
 from runstream.server.context import ServerContext
+from runstream.server.cors import ANY_ORIGIN, cors_middleware
 from runstream.server.errors import EXCEPTION_HANDLERS, BodyLimitMiddleware
 from runstream.server.limits import UrlSafetyMiddleware
 from runstream.server.mastra import MastraRoutes
 from runstream.server.memory_api import MemoryRoutes
 from runstream.server.playground import PLAYGROUND_PATH, playground_route
 from runstream.server.resumable import InMemoryReplayLog, ReplayLog, RunRegistry
+from runstream.server.studio import ROOT_PATH, StudioRoutes, root_route
 from runstream.server.tasks_api import TaskRoutes
+from runstream.server.threads import ThreadRoutes
 from runstream.server.ui_stream import ChatRoutes
 from runstream.server.workflows_api import WorkflowRoutes
 
@@ -38,18 +41,23 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     heartbeat_s: float | None = 15.0,
     replay_log: ReplayLog | None = None,
+    cors_origins: Sequence[str] | None = ANY_ORIGIN,
 ) -> Starlette:
     """Serve ``runstream``'s agents.
 
     ``auth`` decides who may call (default: a bearer token from ``RUNSTREAM_API_TOKEN`` when set,
     open otherwise). ``heartbeat_s`` is the idle time after which an SSE stream gets a comment
     (``None``: never). ``replay_log`` keeps the events of detached runs (default: in memory).
+    ``cors_origins`` may call from a browser on another origin (default any, ``None``: no CORS;
+    see :mod:`runstream.server.cors`).
     """
     if prefix and (not prefix.startswith("/") or prefix.endswith("/")):
         raise ValueError(f"prefix must start with '/' and not end with one, got {prefix!r}")
     registry = RunRegistry(replay_log if replay_log is not None else InMemoryReplayLog())
     ctx = ServerContext(runstream, registry, heartbeat_s)
     api = [
+        *StudioRoutes(ctx).routes(),  # first: '/agents/providers' is not an agent
+        *ThreadRoutes(ctx).routes(),
         *MastraRoutes(ctx).routes(),
         *MemoryRoutes(ctx).routes(),
         *TaskRoutes(ctx).routes(),
@@ -66,10 +74,18 @@ def create_app(
             await runstream.close()
 
     app = Starlette(
-        routes=[Mount(prefix, routes=api), *ChatRoutes(ctx).routes(), playground_route(prefix)],
+        routes=[
+            Mount(prefix, routes=api),
+            *ChatRoutes(ctx).routes(),
+            playground_route(prefix),
+            root_route(prefix, PLAYGROUND_PATH),
+        ],
         middleware=[
+            *cors_middleware(cors_origins),
             Middleware(
-                AuthMiddleware, hook=auth or default_auth(), public_paths=frozenset({PLAYGROUND_PATH})
+                AuthMiddleware,
+                hook=auth or default_auth(),
+                public_paths=frozenset({PLAYGROUND_PATH, ROOT_PATH}),
             ),
             Middleware(BodyLimitMiddleware, max_bytes=max_body_bytes),
             Middleware(UrlSafetyMiddleware),

@@ -2,14 +2,18 @@
 
 ``attr`` names a :class:`~runstream.Runstream`, an ASGI app (e.g. from ``create_app``), or a
 function with no arguments returning either. The current directory is importable.
+``--cors-origin`` (repeatable) names the browser origins allowed to call (default: any);
+``--studio`` also starts Mastra Studio next to the server (``runstream studio`` is the same).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import uvicorn
@@ -17,12 +21,19 @@ from starlette.applications import Starlette
 
 from runstream.runtime import Runstream
 from runstream.server.app import create_app
+from runstream.server.cors import ANY_ORIGIN
+from runstream.server.studio_launcher import StudioCommand, start_studio, stop_studio
 
 TARGET_ENV = "RUNSTREAM_SERVE_TARGET"
+CORS_ENV = "RUNSTREAM_SERVE_CORS_ORIGINS"
+DEFAULT_STUDIO_PORT = 3000
 
 
-def load_app(target: str) -> Any:
-    """The ASGI app named by ``module:attr`` (a Runstream is wrapped with ``create_app``)."""
+def load_app(target: str, cors_origins: Sequence[str] | None = ANY_ORIGIN) -> Any:
+    """The ASGI app named by ``module:attr`` (a Runstream is wrapped with ``create_app``).
+
+    ``cors_origins`` applies to a Runstream target; an app made by ``create_app`` has its own.
+    """
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise SystemExit(f"runstream serve: expected 'module:attr', got {target!r}")
@@ -33,7 +44,7 @@ def load_app(target: str) -> Any:
         obj = getattr(obj, part)
     if callable(obj) and not isinstance(obj, Starlette | Runstream) and not _is_asgi_app(obj):
         obj = obj()
-    return create_app(obj) if isinstance(obj, Runstream) else obj
+    return create_app(obj, cors_origins=cors_origins) if isinstance(obj, Runstream) else obj
 
 
 def _is_asgi_app(obj: Any) -> bool:
@@ -44,10 +55,28 @@ def _is_asgi_app(obj: Any) -> bool:
 
 def reload_factory() -> Any:
     """The app for uvicorn's reloader (which imports by name in a fresh process)."""
-    return load_app(os.environ[TARGET_ENV])
+    return load_app(os.environ[TARGET_ENV], json.loads(os.environ.get(CORS_ENV, '["*"]')))
 
 
 def serve_command(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    cors = _cors_origins(args)
+    studio = None
+    if args.studio:
+        command = StudioCommand(args.host, args.port, args.studio_port)
+        if cors is not None and "*" not in cors:
+            cors.append(command.studio_url)
+        load_app(args.target, cors)  # fail fast, before Studio starts
+        studio = start_studio(command, args.target)
+    try:
+        _run(args, cors)
+    finally:
+        if studio is not None:
+            stop_studio(studio)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="runstream serve", description="Serve agents over HTTP.")
     parser.add_argument("target", help="module:attr naming a Runstream, an ASGI app, or a factory")
     parser.add_argument("--host", default="127.0.0.1")
@@ -56,10 +85,32 @@ def serve_command(argv: list[str]) -> int:
     parser.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug", "trace"]
     )
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--cors-origin",
+        action="append",
+        dest="cors_origins",
+        metavar="ORIGIN",
+        help="a browser origin allowed to call, e.g. https://studio.example.com (repeatable; default: any)",
+    )
+    parser.add_argument("--no-cors", action="store_true", help="no CORS headers: same-origin browsers only")
+    parser.add_argument("--studio", action="store_true", help="also start Mastra Studio (needs Node.js)")
+    parser.add_argument("--studio-port", type=int, default=DEFAULT_STUDIO_PORT, help="Studio's port")
+    return parser
+
+
+def _cors_origins(args: argparse.Namespace) -> list[str] | None:
+    if args.no_cors and args.cors_origins:
+        raise SystemExit("runstream serve: --no-cors and --cors-origin exclude each other")
+    if args.no_cors:
+        return None
+    return list(args.cors_origins) if args.cors_origins else list(ANY_ORIGIN)
+
+
+def _run(args: argparse.Namespace, cors: list[str] | None) -> None:
     if args.reload:
         os.environ[TARGET_ENV] = args.target
-        load_app(args.target)  # fail fast, before the reloader starts
+        os.environ[CORS_ENV] = json.dumps(cors)
+        load_app(args.target, cors)  # fail fast, before the reloader starts
         uvicorn.run(
             "runstream.server.cli:reload_factory",
             factory=True,
@@ -70,5 +121,5 @@ def serve_command(argv: list[str]) -> int:
             log_level=args.log_level,
         )
     else:
-        uvicorn.run(load_app(args.target), host=args.host, port=args.port, log_level=args.log_level)
-    return 0
+        app = load_app(args.target, cors)
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)

@@ -48,6 +48,20 @@ def serialize_tool(tool: Tool) -> dict[str, Any]:
     return out
 
 
+# What Mastra's agent details also carry, for features runstream has none of (Studio reads them).
+STUDIO_AGENT_FIELDS: dict[str, Any] = {
+    "skills": [],
+    "workspaceTools": [],
+    "browserTools": [],
+    "hasBrowser": False,
+    "inputProcessors": [],
+    "outputProcessors": [],
+    "defaultGenerateOptionsLegacy": {},
+    "defaultStreamOptionsLegacy": {},
+    "source": "code",
+}
+
+
 def serialize_agent(agent: Agent) -> dict[str, Any]:
     return {
         "id": agent.id,
@@ -61,6 +75,9 @@ def serialize_agent(agent: Agent) -> dict[str, Any]:
         "modelId": agent.model.model_id,
         "defaultOptions": {"maxSteps": agent.max_steps},
         "hasMemory": agent.memory is not None,
+        **STUDIO_AGENT_FIELDS,
+        "modelVersion": getattr(agent.model, "specification_version", "v2"),
+        "supportsMemory": agent.memory is not None,  # Studio chats over thread signals only then
     }
 
 
@@ -75,6 +92,8 @@ async def start_stream(
     for the caller (409 if another caller owns it), and only then are client tool results
     written into the thread and the run started. Caller mistakes are 4xx.
     """
+    if request.memory is not None and agent.memory is None:
+        request.memory = None  # as Mastra: an agent without memory streams and saves nothing
     view = request_agent(agent, request)
     messages, scope = request.messages, request.memory
     if scope is not None:

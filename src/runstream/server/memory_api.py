@@ -6,6 +6,7 @@ another resource's thread (or its messages) answers 404 as if it did not exist.
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -19,7 +20,7 @@ from runstream.server.context import ServerContext, json_body, query_page
 from runstream.server.errors import ApiError
 from runstream.server.limits import check_id
 from runstream.server.messages import to_ui_message
-from runstream.storage import NotFoundError, Storage, StoredMessage, Thread
+from runstream.storage import NotFoundError, Page, Storage, StoredMessage, Thread
 
 
 def thread_wire(thread: Thread) -> dict[str, Any]:
@@ -161,9 +162,12 @@ class MemoryRoutes:
         thread = await self._owned(request)
         page, per_page = query_page(request)
         try:
-            found = await self.storage.list_messages(
-                thread.id, resource_id=thread.resource_id, page=page, per_page=per_page
-            )
+            if _newest_first(request) and per_page is not None:
+                found = await newest_page(self.storage, thread, page, per_page)
+            else:
+                found = await self.storage.list_messages(
+                    thread.id, resource_id=thread.resource_id, page=page, per_page=per_page
+                )
         except NotFoundError:
             raise ApiError(404, "Thread not found") from None
         return JSONResponse(
@@ -184,6 +188,35 @@ class MemoryRoutes:
         owned = [m.id for m in await self.storage.get_messages(ids) if principal.owns(m.resource_id)]
         deleted = await self.storage.delete_messages(owned)
         return JSONResponse({"success": True, "message": f"{deleted} message(s) deleted"})
+
+
+def _newest_first(request: Request) -> bool:
+    """``orderBy`` (JSON ``{"field": "createdAt", "direction": "ASC"|"DESC"}``) asks for DESC."""
+    raw = request.query_params.get("orderBy")
+    if not raw:
+        return False
+    try:
+        order = json.loads(raw)
+    except ValueError:
+        raise ApiError(400, "Query parameter 'orderBy' must be JSON {field, direction}") from None
+    if not isinstance(order, dict) or order.get("field", "createdAt") != "createdAt":
+        raise ApiError(400, "Query parameter 'orderBy' can only order messages by createdAt")
+    direction = str(order.get("direction", "ASC")).upper()
+    if direction not in ("ASC", "DESC"):
+        raise ApiError(400, "orderBy.direction must be ASC or DESC")
+    return direction == "DESC"
+
+
+async def newest_page(storage: Storage, thread: Thread, page: int, per_page: int) -> Page[StoredMessage]:
+    """Page ``page`` of the thread's messages, newest first (Studio loads the latest ones)."""
+    if page * per_page > 10_000_000:
+        raise ApiError(400, "Query parameter 'page' is too large")
+    newest = await storage.list_messages(
+        thread.id, resource_id=thread.resource_id, last=(page + 1) * per_page
+    )
+    kept = newest.items[: max(0, len(newest.items) - page * per_page)]
+    items = list(reversed(kept[-per_page:]))
+    return Page(items, newest.total, page, per_page, newest.total > (page + 1) * per_page)
 
 
 def _message_ids(value: Any) -> list[str]:

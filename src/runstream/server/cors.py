@@ -1,0 +1,83 @@
+"""CORS for browsers on another origin (Mastra Studio, web apps), with Mastra's defaults.
+
+Mastra's server allows the methods GET/POST/PUT/PATCH/DELETE/OPTIONS, the headers
+``Content-Type``, ``Authorization``, ``A2A-Version``, ``x-mastra-client-type`` and
+``x-mastra-dev-playground``, exposes ``Content-Length`` and ``X-Requested-With``, and lets
+preflights be cached for an hour. runstream does the same and also allows any other
+``x-mastra-*`` header. Credentials are allowed: Studio and ``@mastra/client-js`` in a browser
+fetch with ``credentials: "include"``, which a browser only accepts when the server names the
+calling origin (never ``*``), so with the default ``("*",)`` every origin is echoed back.
+
+In production, name the origins that may call (``create_app(cors_origins=[...])`` or
+``runstream serve --cors-origin https://studio.example.com``) and require a token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import Response
+
+ALLOW_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+ALLOW_HEADERS = (
+    "Content-Type",
+    "Authorization",
+    "A2A-Version",
+    "x-mastra-client-type",
+    "x-mastra-dev-playground",
+    "Last-Event-ID",
+)
+EXPOSE_HEADERS = ("Content-Length", "X-Requested-With")
+MAX_AGE_S = 3600
+ANY_ORIGIN = ("*",)
+MASTRA_HEADER_PREFIX = "x-mastra-"
+_REQUEST_HEADERS = b"access-control-request-headers"
+
+
+class MastraCORSMiddleware(CORSMiddleware):
+    """Starlette's CORS middleware that also allows every ``x-mastra-*`` request header."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        requested = [h.strip() for h in request_headers.get("access-control-request-headers", "").split(",")]
+        mastra = [
+            h
+            for h in requested
+            if h.lower().startswith(MASTRA_HEADER_PREFIX) and h.lower() not in self.allow_headers
+        ]
+        if not mastra:
+            return super().preflight_response(request_headers)
+        others = [h for h in requested if h and h not in mastra]
+        raw = [(key, value) for key, value in request_headers.raw if key != _REQUEST_HEADERS]
+        if others:
+            raw.append((_REQUEST_HEADERS, ", ".join(others).encode("latin-1")))
+        response = super().preflight_response(Headers(raw=raw))
+        allowed = response.headers.get("access-control-allow-headers")
+        response.headers["access-control-allow-headers"] = ", ".join(
+            [allowed, *mastra] if allowed else mastra
+        )
+        return response
+
+
+def cors_middleware(origins: Sequence[str] | None) -> list[Middleware]:
+    """The CORS middleware for ``origins`` (``"*"``: any), or none when ``origins`` is empty."""
+    if not origins:
+        return []
+    for origin in origins:
+        if origin != "*" and ("://" not in origin or origin.endswith("/")):
+            raise ValueError(
+                f"a CORS origin is a scheme://host[:port] without a trailing slash, got {origin!r}"
+            )
+    return [
+        Middleware(
+            MastraCORSMiddleware,
+            allow_origins=list(origins),
+            allow_methods=ALLOW_METHODS,
+            allow_headers=ALLOW_HEADERS,
+            allow_credentials=True,
+            expose_headers=EXPOSE_HEADERS,
+            max_age=MAX_AGE_S,
+        )
+    ]

@@ -1,0 +1,264 @@
+"""The routes Mastra Studio asks for beyond client-js's core, answered as Mastra's server does.
+
+Studio (the ``mastra`` CLI's prebuilt UI, 1.31) loads these on its agents, tools, workflows,
+memory and observability pages. Each answer below was recorded from a real Mastra server
+(``createHonoServer``, what ``mastra dev`` runs) over the same agents: features runstream has
+(providers of the agents' models, memory config, working memory of a thread) get their real
+answer; features it lacks (the agent builder, processors, scorers, workspaces, MCP registry,
+voice, datasets, observability storage) get the empty or disabled answer Mastra gives when
+they are not configured, so Studio shows an empty panel instead of an error or a retry loop.
+
+These routes must come before ``/agents/{agent_id}`` (``/agents/providers`` is not an agent).
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+
+from runstream.agent import Agent
+from runstream.memory import DEFAULT_LAST_MESSAGES
+from runstream.server.auth import principal_of
+from runstream.server.context import ServerContext, json_body, json_response
+from runstream.server.errors import ApiError
+
+STUDIO_VERSION = "1.31.0"
+"""The Mastra Studio (npm package ``mastra``) these answers were recorded against."""
+
+_EMPTY_PAGE = {"total": 0, "page": 0, "hasMore": False}
+
+
+def _constant(value: Any, *, reads_body: bool = False) -> Any:
+    """Always ``value`` (after checking a POST's body is a JSON object, as every JSON route does)."""
+
+    async def answer(request: Request) -> Response:
+        if reads_body:
+            await json_body(request)
+        return json_response(value)
+
+    return answer
+
+
+def _per_page(request: Request, default: int) -> int:
+    raw = request.query_params.get("perPage", "")
+    return int(raw) if raw.isdigit() and 0 < int(raw) <= 1000 else default
+
+
+def _paged(key: str, default_per_page: int) -> Any:
+    """An empty list with Mastra's ``pagination`` block and delta cursor (``perPage`` echoed)."""
+
+    async def answer(request: Request) -> Response:
+        pagination = {**_EMPTY_PAGE, "perPage": _per_page(request, default_per_page)}
+        return json_response({key: [], "pagination": pagination, "deltaCursor": "0"})
+
+    return answer
+
+
+def _unsupported(code: str, message: str) -> Any:
+    """Mastra's 501 when its observability store cannot answer a query."""
+
+    async def answer(request: Request) -> Response:
+        await json_body(request)
+        return json_response({"code": code, "message": message}, status=501)
+
+    return answer
+
+
+# Answers Mastra gives when the feature is not configured (recorded from Mastra's server).
+EMPTY_GET: dict[str, Any] = {
+    "/auth/capabilities": {"enabled": False, "login": None},
+    "/editor/builder/settings": {"enabled": False, "modelPolicy": {"active": False}},
+    "/editor/builder/models/available": {"providers": []},
+    "/processors": {},
+    "/scores/scorers": {},
+    "/workspaces": {"workspaces": []},
+    "/mcp/v0/servers": {"servers": [], "total_count": 0, "next": None},
+    "/channels/platforms": [],
+    "/schedules": {"schedules": []},
+    "/experiments/review-summary": {"counts": []},
+    "/observability/discovery/tags": {"tags": []},
+    "/observability/discovery/entity-names": {"names": []},
+    "/observability/discovery/service-names": {"serviceNames": []},
+    "/observability/discovery/environments": {"environments": []},
+}
+EMPTY_POST: dict[str, Any] = {
+    "/observability/metrics/aggregate": {
+        "value": None,
+        "estimatedCost": None,
+        "costUnit": None,
+        "previousValue": None,
+        "previousEstimatedCost": None,
+        "changePercent": None,
+        "costChangePercent": None,
+    },
+    "/observability/metrics/breakdown": {"groups": []},
+    "/observability/metrics/timeseries": {"series": []},
+    "/observability/metrics/percentiles": {"series": []},
+}
+UNSUPPORTED: dict[str, tuple[str, str]] = {
+    "/observability/traces/query": (
+        "TRACE_QUERY_UNSUPPORTED",
+        "Advanced trace queries are not supported by the configured observability store",
+    ),
+    "/observability/traces/query/fields": (
+        "TRACE_QUERY_DISCOVERY_UNSUPPORTED",
+        "Trace query discovery is not supported by the configured observability store",
+    ),
+}
+"""Mastra's 501 for a store without trace queries (Studio then shows its plain trace list)."""
+EMPTY_PAGED: dict[str, tuple[str, int]] = {
+    "/datasets": ("datasets", 20),
+    "/experiments": ("experiments", 10),
+    "/observability/feedback": ("feedback", 10),
+    "/observability/logs": ("logs", 20),
+    "/observability/scores": ("scores", 10),
+    "/observability/traces": ("spans", 10),
+    "/observability/traces/light": ("spans", 10),
+}
+
+
+class StudioRoutes:
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+
+    def routes(self) -> list[Route]:
+        routes = [
+            *(
+                Route(path, _unsupported(code, message), methods=["POST"])
+                for path, (code, message) in UNSUPPORTED.items()
+            ),
+            Route("/agents/providers", self.providers),
+            Route("/system/packages", self.packages),
+            Route("/memory/config", self.memory_config),
+            Route("/memory/threads/{thread_id}/working-memory", self.working_memory),
+            Route("/agents/{agent_id}/voice/speakers", self.speakers),
+        ]
+        routes += [Route(path, _constant(value)) for path, value in EMPTY_GET.items()]
+        routes += [
+            Route(path, _constant(value, reads_body=True), methods=["POST"])
+            for path, value in EMPTY_POST.items()
+        ]
+        routes += [Route(path, _paged(*spec)) for path, spec in EMPTY_PAGED.items()]
+        return routes
+
+    def _agent(self, request: Request) -> Agent | None:
+        agent_id = request.query_params.get("agentId")
+        return self.ctx.agent(agent_id) if agent_id else None
+
+    async def providers(self, request: Request) -> Response:
+        """The providers of the agents' models (Mastra lists its model router's catalogue)."""
+        models: dict[str, list[str]] = {}
+        for agent in self.ctx.runstream.agents.values():
+            ids = models.setdefault(agent.model.provider, [])
+            if agent.model.model_id not in ids:
+                ids.append(agent.model.model_id)
+        return json_response(
+            {
+                "providers": [
+                    {
+                        "id": provider,
+                        "name": provider,
+                        "label": provider,
+                        "description": "",
+                        "envVar": "",
+                        "connected": True,
+                        "docUrl": "",
+                        "models": ids,
+                    }
+                    for provider, ids in models.items()
+                ]
+            }
+        )
+
+    async def packages(self, request: Request) -> Response:
+        return json_response(
+            {
+                "packages": [],
+                "isDev": False,
+                "cmsEnabled": False,
+                "liveKitConnectionRouteEnabled": False,
+                "observabilityEnabled": False,
+                "storageType": type(self.ctx.runstream.storage).__name__,
+            }
+        )
+
+    async def memory_config(self, request: Request) -> Response:
+        agent = self._agent(request)
+        if agent is None:
+            raise ApiError(400, "Query parameter 'agentId' is required")
+        if agent.memory is None:
+            return json_response({"config": None})
+        last = agent.memory.last_messages
+        return json_response(
+            {
+                "config": {
+                    "lastMessages": last if last is not None else DEFAULT_LAST_MESSAGES,
+                    "semanticRecall": False,
+                    "generateTitle": False,
+                    "workingMemory": {"enabled": False},
+                    "observationalMemory": {"enabled": False},
+                }
+            }
+        )
+
+    async def working_memory(self, request: Request) -> Response:
+        """runstream has no working memory: Mastra's answer for a thread without one."""
+        agent = self._agent(request)
+        thread = await self.ctx.runstream.storage.get_thread(request.path_params["thread_id"])
+        principal = principal_of(request)
+        requested = request.query_params.get("resourceId") or None
+        if thread is not None and (
+            not principal.owns(thread.resource_id) or requested not in (None, thread.resource_id)
+        ):
+            raise ApiError(404, "Thread not found")
+        return json_response(
+            {
+                "workingMemory": None,
+                "source": "resource" if agent is not None and agent.memory is not None else "thread",
+                "workingMemoryTemplate": None,
+                "threadExists": thread is not None,
+            }
+        )
+
+    async def speakers(self, request: Request) -> Response:
+        self.ctx.agent(request.path_params["agent_id"])
+        return json_response([])
+
+
+STUDIO_URL_ENV = "RUNSTREAM_STUDIO_URL"
+ROOT_PATH = "/"
+_ROOT_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>runstream server</title>
+<style>body{{font:16px system-ui,sans-serif;max-width:44rem;margin:3rem auto;padding:0 1rem}}
+code{{background:#f2f2f2;padding:.1rem .3rem;border-radius:3px}}</style></head>
+<body><h1>runstream server</h1>
+<p>This server speaks Mastra's HTTP API under <code>{prefix}</code>.</p>
+<ul>
+<li><a href="{playground}">Playground</a>: chat with an agent, watch its chunks and background tasks.</li>
+<li>{studio}</li>
+</ul></body></html>
+"""
+
+
+def root_route(api_prefix: str, playground_path: str) -> Route:
+    """``GET /``: Studio checks that it answers; a person finds the playground and Studio."""
+
+    async def root(request: Request) -> Response:
+        studio_url = os.environ.get(STUDIO_URL_ENV)
+        port = request.url.port or (443 if request.url.scheme == "https" else 80)
+        studio = (
+            f'<a href="{html.escape(studio_url)}">Mastra Studio</a>, connected to this server.'
+            if studio_url
+            else "Mastra Studio: <code>runstream studio module:attr</code>, or with Node.js "
+            f"<code>npx mastra@{STUDIO_VERSION} studio --server-host {html.escape(request.url.hostname or '')} "
+            f"--server-port {port} --server-api-prefix {html.escape(api_prefix)}</code>."
+        )
+        page = _ROOT_PAGE.format(prefix=html.escape(api_prefix), playground=playground_path, studio=studio)
+        return HTMLResponse(page)
+
+    return Route(ROOT_PATH, root)

@@ -1,0 +1,318 @@
+"""Mastra's thread signal routes: how Mastra Studio chats with an agent that has memory.
+
+Studio 1.31 opens ``POST /agents/:id/threads/subscribe`` (an SSE stream that stays open) for the
+thread on screen, then sends each message with ``POST /agents/:id/send-message``; the reply
+arrives on the subscription, not on the send's response. Approvals go through
+``send-tool-approval``, and ``threads/abort`` stops the thread's run. As in Mastra:
+
+- the subscription starts with a ``: connected`` comment and carries every chunk of every run on
+  the thread (the runs are until-idle, so a background task's follow-up turn comes too), plus a
+  transient ``data-user-message`` chunk for each accepted message;
+- a message sent while a run is going is accepted at once and runs after it (``queue-message``
+  always queues);
+- answers: ``{accepted, runId, signal}`` for a message, ``{accepted, runId, toolCallId}`` for an
+  approval, ``{aborted}`` for an abort.
+
+A thread belongs to its resource: naming another resource's thread is a 404, and a confined
+principal can only use its own resource.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from runstream.agent import Agent, RunNotFoundError
+from runstream.chunks import iso_datetime
+from runstream.memory import MemoryScope
+from runstream.output import RunOutput
+from runstream.server.auth import principal_of
+from runstream.server.body import parse_stream_body
+from runstream.server.context import ServerContext, json_body, json_response
+from runstream.server.errors import ApiError
+from runstream.server.mastra import start_stream
+from runstream.server.messages import to_prompt
+from runstream.server.sse import SSEResponse, data_frame
+from runstream.server.streaming import Run, detach_run
+from runstream.server.suspended_runs import suspended_run_json
+from runstream.server.wire import encode_json
+from runstream.storage.records import utc_now
+
+logger = logging.getLogger("runstream.server")
+
+CONNECTED = b": connected\n\n"
+MAX_ID_LENGTH = 256
+MAX_QUEUED_FRAMES = 10_000
+MAX_QUEUED_MESSAGES = 100
+
+ThreadKey = tuple[str, str, str]
+"""(agent id, resource id, thread id)."""
+
+
+@dataclass(eq=False)
+class _Subscriber:
+    frames: asyncio.Queue[bytes | None] = field(default_factory=lambda: asyncio.Queue(MAX_QUEUED_FRAMES + 1))
+
+    def push(self, frame: bytes) -> bool:
+        """Queue a frame; False (and the stream is ended) if the reader fell too far behind."""
+        if self.frames.qsize() < MAX_QUEUED_FRAMES:
+            self.frames.put_nowait(frame)
+            return True
+        while not self.frames.empty():
+            self.frames.get_nowait()
+        self.frames.put_nowait(None)
+        return False
+
+
+@dataclass(eq=False)
+class _Channel:
+    """One thread's subscribers and the chain of runs that stream into them, one at a time."""
+
+    subscribers: set[_Subscriber] = field(default_factory=set)
+    tail: asyncio.Task[None] | None = None
+    queued: int = 0
+    current_run: str | None = None
+
+    def publish(self, frame: bytes) -> None:
+        for subscriber in list(self.subscribers):
+            if not subscriber.push(frame):
+                logger.warning("thread subscriber fell %d frames behind; ending it", MAX_QUEUED_FRAMES)
+                self.subscribers.discard(subscriber)
+
+    @property
+    def busy(self) -> bool:
+        return self.tail is not None and not self.tail.done()
+
+
+def _text_field(body: dict[str, Any], key: str) -> str:
+    value = body.get(key)
+    if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
+        raise ApiError(400, f"Invalid request body: '{key}' must be a non-empty string (at most 256)")
+    return value
+
+
+class ThreadRoutes:
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+        self.channels: dict[ThreadKey, _Channel] = {}
+
+    def routes(self) -> list[Route]:
+        a = "/agents/{agent_id}"
+        return [
+            Route(f"{a}/threads/subscribe", self.subscribe, methods=["POST"]),
+            Route(f"{a}/threads/abort", self.abort, methods=["POST"]),
+            Route(f"{a}/send-message", self.send_message, methods=["POST"]),
+            Route(f"{a}/queue-message", self.queue_message, methods=["POST"]),
+            Route(f"{a}/send-tool-approval", self.send_tool_approval, methods=["POST"]),
+        ]
+
+    async def _thread(self, request: Request, body: dict[str, Any]) -> tuple[Agent, ThreadKey]:
+        """The agent and the caller's thread named by the body (404 for another's thread)."""
+        agent = self.ctx.agent(request.path_params["agent_id"])
+        thread_id = _text_field(body, "threadId")
+        requested = body.get("resourceId")
+        if requested is not None:
+            requested = _text_field(body, "resourceId")
+        resource = principal_of(request).resource(requested)
+        if resource is None:
+            raise ApiError(400, "Invalid request body: 'resourceId' is required")
+        thread = await self.ctx.runstream.storage.get_thread(thread_id)
+        if thread is not None and thread.resource_id != resource:
+            raise ApiError(404, "Thread not found")
+        return agent, (agent.id, resource, thread_id)
+
+    def _channel(self, key: ThreadKey) -> _Channel:
+        channel = self.channels.get(key)
+        if channel is None:
+            channel = self.channels[key] = _Channel()
+        return channel
+
+    def _forget_if_idle(self, key: ThreadKey) -> None:
+        channel = self.channels.get(key)
+        if channel is not None and not channel.subscribers and not channel.busy:
+            del self.channels[key]
+
+    # -- the subscription --------------------------------------------------------------------------
+    async def subscribe(self, request: Request) -> Response:
+        _, key = await self._thread(request, await json_body(request))
+        subscriber = _Subscriber()
+        self._channel(key).subscribers.add(subscriber)
+
+        async def frames() -> AsyncGenerator[bytes, None]:
+            try:
+                yield CONNECTED
+                while (frame := await subscriber.frames.get()) is not None:
+                    yield frame
+            finally:
+                channel = self.channels.get(key)
+                if channel is not None:
+                    channel.subscribers.discard(subscriber)
+                self._forget_if_idle(key)
+
+        return SSEResponse(frames(), heartbeat_s=self.ctx.heartbeat_s)
+
+    # -- messages ----------------------------------------------------------------------------------
+    async def send_message(self, request: Request) -> Response:
+        return await self._message(request, queue=False)
+
+    async def queue_message(self, request: Request) -> Response:
+        return await self._message(request, queue=True)
+
+    async def _message(self, request: Request, *, queue: bool) -> Response:
+        body = await json_body(request)
+        agent, key = await self._thread(request, body)
+        if agent.memory is None:
+            raise ApiError(400, f"Agent {agent.id} has no memory: thread messages need one")
+        message = body.get("message")
+        if not isinstance(message, dict) or not isinstance(message.get("contents"), str | list):
+            raise ApiError(400, "Invalid request body: 'message.contents' must be a string or parts")
+        metadata = message.get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise ApiError(400, "Invalid request body: 'message.metadata' must be an object")
+        if_idle = body.get("ifIdle") or {}
+        options = if_idle.get("streamOptions") if isinstance(if_idle, dict) else None
+        if not isinstance(options or {}, dict):
+            raise ApiError(400, "Invalid request body: 'ifIdle.streamOptions' must be an object")
+        run_id = str(uuid.uuid4())
+        stream_body = {
+            **(options or {}),
+            "memory": {"thread": key[2], "resource": key[1]},
+            "runId": run_id,
+        }
+        principal = principal_of(request)
+        parsed = parse_stream_body(stream_body, principal, until_idle=True, need_messages=False)
+        user_message = to_prompt([{"role": "user", "content": message["contents"]}])[0]
+        accepted = utc_now()
+        signal = {
+            "contents": message["contents"],
+            "metadata": metadata or {},
+            "type": "user",
+            "tagName": "user",
+            "id": str(uuid.uuid4()),
+            "acceptedAt": iso_datetime(accepted),
+            "createdAt": iso_datetime(accepted),
+        }
+        notice = encode_json(
+            {"type": "data-user-message", "data": signal, "transient": True, "runId": run_id}
+        )
+        memory, scope = agent.memory, MemoryScope(key[2], key[1])
+
+        async def start() -> RunOutput:
+            # Stored under the signal's id before the run (which then has no input), as Mastra
+            # does: Studio matches the message it showed with the stored one by that id.
+            await memory.save_message(scope, signal["id"], user_message)
+            run = await start_stream(self.ctx, agent, parsed, principal, detached=True)
+            await detach_run(self.ctx, run, principal)
+            return run.out
+
+        await self._enqueue(key, start, notice, wait_for_start=not queue)
+        return json_response({"accepted": True, "runId": run_id, "signal": signal})
+
+    async def _enqueue(
+        self,
+        key: ThreadKey,
+        start: Callable[[], Awaitable[RunOutput]],
+        notice: str | None,
+        *,
+        wait_for_start: bool,
+    ) -> None:
+        """Run ``start`` after the thread's current run, streaming its events to subscribers.
+
+        When the thread is idle and ``wait_for_start``, the run starts before this returns, so
+        a bad request is the caller's 4xx rather than an error on the subscription.
+        """
+        channel = self._channel(key)
+        if channel.queued >= MAX_QUEUED_MESSAGES:
+            raise ApiError(429, "Too many messages are waiting on this thread")
+        first = await start() if wait_for_start and not channel.busy else None
+        previous = channel.tail
+        channel.queued += 1
+        channel.tail = asyncio.create_task(self._stream(key, previous, first, start, notice))
+        channel.tail.add_done_callback(lambda _: self._forget_if_idle(key))
+
+    async def _stream(
+        self,
+        key: ThreadKey,
+        previous: asyncio.Task[None] | None,
+        first: RunOutput | None,
+        start: Callable[[], Awaitable[RunOutput]],
+        notice: str | None,
+    ) -> None:
+        channel = self._channel(key)
+        if previous is not None:
+            await asyncio.gather(previous, return_exceptions=True)
+        channel.queued -= 1
+        try:
+            out = first if first is not None else await start()
+        except Exception as exc:
+            logger.warning("thread %s: a queued message could not start: %s", key[2], exc)
+            error = {"type": "error", "from": "AGENT", "payload": {"error": {"message": str(exc)}}}
+            channel.publish(data_frame(encode_json(error) or "{}"))
+            return
+        channel.current_run = out.run_id
+        try:
+            async for seq, data in self.ctx.registry.log.read(out.run_id, 0):
+                channel.publish(data_frame(data))
+                if seq == 1 and notice is not None:
+                    channel.publish(data_frame(notice))
+        finally:
+            channel.current_run = None
+
+    # -- approvals and aborts ----------------------------------------------------------------------
+    async def send_tool_approval(self, request: Request) -> Response:
+        body = await json_body(request)
+        agent, key = await self._thread(request, body)
+        call_id = _text_field(body, "toolCallId")
+        approved = body.get("approved")
+        reason = body.get("reason")
+        if not isinstance(approved, bool) or not (reason is None or isinstance(reason, str)):
+            raise ApiError(400, "Invalid request body: 'approved' must be a boolean, 'reason' a string")
+        if body.get("messages"):
+            raise ApiError(400, "Client-side tool results over thread signals are not supported")
+        run_id = await self._waiting_run(agent, key, call_id)
+        principal = principal_of(request)
+        await self.ctx.owners.check(run_id, principal)
+
+        async def start() -> RunOutput:
+            try:
+                if approved:
+                    out = await agent.approve_tool_call(run_id=run_id, tool_call_id=call_id)
+                else:
+                    out = await agent.decline_tool_call(run_id=run_id, tool_call_id=call_id, reason=reason)
+            except RunNotFoundError as exc:
+                raise ApiError(404, str(exc)) from None
+            except ValueError as exc:
+                raise ApiError(409, str(exc)) from None
+            await detach_run(self.ctx, Run(out, agent, MemoryScope(key[2], key[1])), principal)
+            return out
+
+        await self._enqueue(key, start, None, wait_for_start=True)
+        return json_response({"accepted": True, "runId": run_id, "toolCallId": call_id})
+
+    async def _waiting_run(self, agent: Agent, key: ThreadKey, call_id: str) -> str:
+        """The run on this thread that waits for a decision on ``call_id`` (from storage)."""
+        for data in await agent.suspended_runs():
+            run = suspended_run_json(data)
+            if (run.get("threadId"), run.get("resourceId")) != (key[2], key[1]):
+                continue
+            if any(c["toolCallId"] == call_id and c["requiresApproval"] for c in run["toolCalls"]):
+                return str(run["runId"])
+        raise ApiError(
+            404,
+            f'Agent "{agent.name}" sendToolApproval() could not find an active or suspended run for '
+            f'thread "{key[2]}". The run may have already completed or been resumed.',
+        )
+
+    async def abort(self, request: Request) -> Response:
+        _, key = await self._thread(request, await json_body(request))
+        channel = self.channels.get(key)
+        run_id = channel.current_run if channel is not None else None
+        return json_response({"aborted": run_id is not None and self.ctx.registry.abort(run_id)})

@@ -1,0 +1,139 @@
+// Mastra Studio (npm `mastra`, served by `mastra studio` on its own origin) driving a runstream
+// server in headless Chromium with normal web security, as a user would: the agent list, a chat
+// with a tool call, a background task and its follow-up turn, an approval, a thread reopened
+// from memory, and an agent without memory. Every request to the server is recorded.
+// Env: BASE (the server). Arguments: Studio's URL, then (optional) a folder for screenshots.
+import { chromium } from "playwright-core";
+import { BASE, emit } from "./lib.mjs";
+
+const [STUDIO, SHOTS] = process.argv.slice(2);
+if (!STUDIO) throw new Error("usage: node scripts/studio.mjs <studio url> [screenshot folder]");
+const TIMEOUT = 20000;
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+  args: [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+  ],
+});
+const requests = [];
+const pageErrors = [];
+const corsErrors = [];
+const steps = {};
+try {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  // Studio's own telemetry and model-logo fetches go to the internet: answer them locally.
+  await context.route(/^https:\/\/(.*\.)?(posthog\.com|models\.dev)\//, (route) => route.fulfill({ status: 204 }));
+  const page = await context.newPage();
+  page.on("pageerror", (error) => pageErrors.push(String(error)));
+  page.on("console", (message) => {
+    if (message.type() === "error" && /CORS|Access-Control/i.test(message.text())) corsErrors.push(message.text());
+  });
+  // Every request to the server, with its status once the response arrives (0: none, e.g. a
+  // subscription still open when the test ends).
+  const entries = new Map();
+  page.on("request", (request) => {
+    if (!request.url().startsWith(BASE)) return;
+    const entry = { method: request.method(), url: request.url().slice(BASE.length), status: 0 };
+    entries.set(request, entry);
+    requests.push(entry);
+  });
+  page.on("response", (response) => {
+    const entry = entries.get(response.request());
+    if (entry) entry.status = response.status();
+  });
+  page.on("requestfailed", (request) => {
+    const entry = entries.get(request);
+    if (entry) entry.failure = request.failure()?.errorText ?? "failed";
+  });
+  const shot = async (name) => { if (SHOTS) await page.screenshot({ path: `${SHOTS}/${name}.png` }); };
+  const thread = page.locator('[data-testid="thread-wrapper"]');
+  const send = async (text) => {
+    const box = page.locator('textarea[data-slot="composer-input"]');
+    await box.waitFor({ timeout: TIMEOUT });
+    await box.fill(text);
+    await box.press("Enter");
+  };
+  const newChat = async (agentId) => {
+    await page.goto(`${STUDIO}/agents/${agentId}/chat/new`);
+    await page.locator('textarea[data-slot="composer-input"]').waitFor({ timeout: TIMEOUT });
+  };
+
+  // 1. Every agent is listed.
+  await page.goto(`${STUDIO}/agents`);
+  await page.getByText("Assistant", { exact: true }).first().waitFor({ timeout: TIMEOUT });
+  await page.getByText("plain", { exact: true }).first().waitFor({ timeout: TIMEOUT });
+  steps.agents = await page.evaluate(() => document.body.innerText);
+  await shot("studio-agents");
+
+  // 2. A chat whose reply calls a tool: the streamed reply and the tool badge.
+  await newChat("assistant");
+  await send("weather in Paris");
+  await thread.getByText("Tool said:").waitFor({ timeout: TIMEOUT });
+  const badge = thread.locator('[data-testid="tool-badge"]').first();
+  await badge.waitFor({ timeout: TIMEOUT });
+  steps.toolChat = { badge: await badge.innerText(), text: await thread.innerText() };
+  steps.weatherUrl = page.url();
+
+  // 3. A background task: the tool badge with its task widget, then the follow-up turn.
+  await newChat("assistant");
+  await send("research octopus");
+  await thread.getByText("All background work is done.").waitFor({ timeout: TIMEOUT });
+  await thread.getByText("Working on it.").waitFor({ timeout: TIMEOUT });
+  steps.background = {
+    text: await thread.innerText(),
+    badges: await thread.locator('[data-testid="tool-badge"]').allInnerTexts(),
+    taskWidget: await page.getByRole("button", { name: "Show background task information" }).count(),
+  };
+  await shot("studio-background-task");
+
+  // 4. A tool that needs approval: approve it, then its result and the reply.
+  await newChat("assistant");
+  await send("delete the report");
+  const approve = page.getByRole("button", { name: /^Approve/ }).first();
+  await approve.waitFor({ timeout: TIMEOUT });
+  await shot("studio-approval");
+  await approve.click();
+  await thread.getByText('Tool said: {"deleted": "/tmp/report.txt"}').waitFor({ timeout: TIMEOUT });
+  steps.approval = { text: await thread.innerText() };
+
+  // 5. Reopen the first thread from memory: the conversation as it happened.
+  await page.goto(steps.weatherUrl);
+  await thread.getByText("Tool said:").waitFor({ timeout: TIMEOUT });
+  steps.reopened = {
+    text: await thread.innerText(),
+    badges: await thread.locator('[data-testid="tool-badge"]').allInnerTexts(),
+  };
+  await shot("studio-thread-from-memory");
+
+  // 6. An agent without memory streams over the plain route.
+  await newChat("plain");
+  await send("hi there");
+  await thread.getByText("Hello from runstream!").waitFor({ timeout: TIMEOUT });
+  steps.plain = { text: await thread.innerText() };
+
+  // The other pages Studio has for what runstream serves: each loads without a page error.
+  for (const path of ["/tools", "/tools/get_weather", "/workflows", "/workflows/approval/graph", "/observability", "/logs", "/metrics", "/scorers", "/datasets", "/settings"]) {
+    await page.goto(`${STUDIO}${path}`);
+    await page.waitForLoadState("networkidle");
+  }
+  steps.workflow = await page.goto(`${STUDIO}/workflows/approval/graph`).then(async () => {
+    await page.getByText("review", { exact: true }).first().waitFor({ timeout: TIMEOUT });
+    return await page.evaluate(() => document.body.innerText);
+  });
+
+  // Let the page settle so retry loops would show up in the counts.
+  await page.waitForTimeout(1500);
+} catch (error) {
+  steps.failure = String(error);
+} finally {
+  await browser.close();
+}
+emit({ steps, requests, pageErrors, corsErrors });
