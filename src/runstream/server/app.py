@@ -1,7 +1,7 @@
 """``create_app``: the ASGI application serving a :class:`~runstream.Runstream` over HTTP.
 
 Routes: Mastra's REST + SSE surface (agents, memory, background tasks, workflows) under ``prefix`` (``/api``), the AI SDK UI message stream at
-``/chat/:agentId``, and the playground at ``/playground``. The app starts the runtime on startup
+``/chat/:agentId``, the playground at ``/playground`` and ``/health``. The app starts the runtime on startup
 and, on shutdown, aborts detached runs and closes the runtime.
 """
 
@@ -19,6 +19,7 @@ from runstream.server.auth import AuthHook, AuthMiddleware, default_auth
 from runstream.server.context import ServerContext
 from runstream.server.errors import EXCEPTION_HANDLERS, BodyLimitMiddleware
 from runstream.server.limits import UrlSafetyMiddleware
+from runstream.server.health import HEALTH_PATH, health_route
 from runstream.server.mastra import MastraRoutes
 from runstream.server.memory_api import MemoryRoutes
 from runstream.server.playground import PLAYGROUND_PATH, playground_route
@@ -66,10 +67,17 @@ def create_app(
             await runstream.close()
 
     app = Starlette(
-        routes=[Mount(prefix, routes=api), *ChatRoutes(ctx).routes(), playground_route(prefix)],
+        routes=[
+            Mount(prefix, routes=api),
+            *ChatRoutes(ctx).routes(),
+            playground_route(prefix),
+            health_route(runstream),
+        ],
         middleware=[
             Middleware(
-                AuthMiddleware, hook=auth or default_auth(), public_paths=frozenset({PLAYGROUND_PATH})
+                AuthMiddleware,
+                hook=auth or default_auth(),
+                public_paths=frozenset({PLAYGROUND_PATH, HEALTH_PATH}),
             ),
             Middleware(BodyLimitMiddleware, max_bytes=max_body_bytes),
             Middleware(UrlSafetyMiddleware),

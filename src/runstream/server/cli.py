@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 
 from runstream.runtime import Runstream
 from runstream.server.app import create_app
+from runstream.server.auth import TOKEN_ENV, AuthMiddleware, open_access
 
 TARGET_ENV = "RUNSTREAM_SERVE_TARGET"
 
@@ -42,6 +43,32 @@ def _is_asgi_app(obj: Any) -> bool:
     return code is not None and code.co_argcount >= 3
 
 
+LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+
+
+def announce(app: Any, host: str, port: int) -> None:
+    """Say where the playground is, and warn when the API is open to other machines."""
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    shown = f"[{shown}]" if ":" in shown else shown
+    print(f"runstream: playground at http://{shown}:{port}/playground", file=sys.stderr, flush=True)
+    if host not in LOOPBACK_HOSTS and _open_access(app):
+        print(
+            f"runstream: WARNING: serving on {host} without authentication: anyone who can reach "
+            f"port {port} can run your agents and read every thread. Set {TOKEN_ENV} (callers then "
+            "send 'Authorization: Bearer <token>') or pass create_app(..., auth=...).",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _open_access(app: Any) -> bool:
+    """Whether ``app`` (from ``create_app``) lets every caller in."""
+    for middleware in getattr(app, "user_middleware", []):
+        if getattr(middleware, "cls", None) is AuthMiddleware:
+            return middleware.kwargs.get("hook") is open_access
+    return False
+
+
 def reload_factory() -> Any:
     """The app for uvicorn's reloader (which imports by name in a fresh process)."""
     return load_app(os.environ[TARGET_ENV])
@@ -57,9 +84,10 @@ def serve_command(argv: list[str]) -> int:
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug", "trace"]
     )
     args = parser.parse_args(argv)
+    app = load_app(args.target)  # with --reload: fail fast, before the reloader starts
+    announce(app, args.host, args.port)
     if args.reload:
         os.environ[TARGET_ENV] = args.target
-        load_app(args.target)  # fail fast, before the reloader starts
         uvicorn.run(
             "runstream.server.cli:reload_factory",
             factory=True,
@@ -70,5 +98,5 @@ def serve_command(argv: list[str]) -> int:
             log_level=args.log_level,
         )
     else:
-        uvicorn.run(load_app(args.target), host=args.host, port=args.port, log_level=args.log_level)
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
