@@ -390,11 +390,18 @@ class Agent:
 
     async def _attach_background(self, cfg: LoopConfig, state: RunState, options: RunOptions) -> str:
         """Wire the task manager into the run; returns text to append to the instructions."""
+        from runstream.tasks.policy import (
+            system_prompt_section,
+            tool_schema_with_override,
+            warn_without_manager,
+        )
+
         manager = self.runtime.task_manager if self.runtime is not None else None
+        if manager is None and not options.disable_background_tasks:
+            warn_without_manager(self.id, self.tools, self.background_config)
         if manager is None or options.disable_background_tasks or self.background_config.disabled:
             return ""
         from runstream.tasks.dispatch import BackgroundDispatcher, wait_in_loop
-        from runstream.tasks.policy import system_prompt_section, tool_schema_with_override
 
         await self.runtime.start()  # type: ignore[union-attr]
         dispatcher = BackgroundDispatcher(manager, self.background_config, self._terminal_hook)
