@@ -1,18 +1,35 @@
-# Two entry points: `make demo` and `make test`. Each creates .venv on first use.
+# Two entry points: `make demo` and `make test`. Each creates .venv on first use. The demo
+# installs only the core package; `make test` adds the `dev` extra. uv installs when it is on
+# PATH (much faster on a fresh clone), pip otherwise.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+UV := $(shell command -v uv 2>/dev/null)
+CORE := $(VENV)/.core-installed
 STAMP := $(VENV)/.installed
+
+ifneq ($(UV),)
+NEW_VENV = $(UV) venv -q --seed --python $(PY) $(VENV)
+INSTALL = $(UV) pip install -q --python $(BIN)/python
+else
+NEW_VENV = $(PY) -m venv $(VENV)
+INSTALL = $(BIN)/python -m pip install -q
+endif
 
 .PHONY: demo test lint typecheck unit conformance bench clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+$(BIN)/python:
+	$(NEW_VENV)
 
-demo: $(STAMP)
+$(CORE): pyproject.toml | $(BIN)/python
+	$(INSTALL) -e .
+	touch $(CORE)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(INSTALL) -e '.[dev]'
+	touch $(STAMP) $(CORE)
+
+demo: $(CORE)
 	$(BIN)/python -m runstream demo
 
 LINTED := $(wildcard src tests bench examples)
