@@ -18,8 +18,8 @@ from runstream.runtime import Runstream
 from runstream.server.auth import AuthHook, AuthMiddleware, default_auth
 from runstream.server.context import ServerContext
 from runstream.server.errors import EXCEPTION_HANDLERS, BodyLimitMiddleware
-from runstream.server.limits import UrlSafetyMiddleware
 from runstream.server.health import HEALTH_PATH, health_route
+from runstream.server.limits import UrlSafetyMiddleware
 from runstream.server.mastra import MastraRoutes
 from runstream.server.memory_api import MemoryRoutes
 from runstream.server.playground import PLAYGROUND_PATH, playground_route
