@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from typing import Any
 
 from runstream import Agent
 from runstream.goals import GoalConfig
@@ -21,35 +20,17 @@ from runstream.models.base import LanguageModel
 from runstream.runtime import Runstream
 from runstream.testing import ScriptedModel
 
-USAGE = {"inputTokens": 20, "outputTokens": 12, "totalTokens": 32}
 
-
-def reply(text: str) -> list[dict[str, Any]]:
-    return [
-        {"type": "text-start", "id": "t"},
-        {"type": "text-delta", "id": "t", "delta": text},
-        {"type": "text-end", "id": "t"},
-        {"type": "finish", "finishReason": "stop", "usage": USAGE},
-    ]
-
-
-def models() -> tuple[LanguageModel, LanguageModel]:
+def models() -> tuple[LanguageModel | str, LanguageModel | str]:
     if "--live" in sys.argv:
-        from runstream.models.registry import resolve_model
-
-        model = resolve_model("openai/gpt-4.1-mini")
-        return model, model
-    writer = ScriptedModel(
-        calls=[
-            reply("An old silent pond / a frog jumps in / splash of water"),
-            reply("Pond\n\nAn old silent pond / a frog jumps in / splash of water"),
-        ]
+        return "openai/gpt-4.1-mini", "openai/gpt-4.1-mini"
+    writer = ScriptedModel.turns(
+        "An old silent pond / a frog jumps in / splash of water",
+        "Pond\n\nAn old silent pond / a frog jumps in / splash of water",
     )
-    judge = ScriptedModel(
-        calls=[
-            reply(json.dumps({"decision": "continue", "reason": "The haiku has no title: add one."})),
-            reply(json.dumps({"decision": "done", "reason": "A titled haiku was delivered."})),
-        ]
+    judge = ScriptedModel.turns(
+        json.dumps({"decision": "continue", "reason": "The haiku has no title: add one."}),
+        json.dumps({"decision": "done", "reason": "A titled haiku was delivered."}),
     )
     return writer, judge
 

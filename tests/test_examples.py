@@ -20,3 +20,21 @@ def test_goal_agent_example_reaches_done() -> None:
     ).stdout
     assert "[goal] attempt 1/5: active - The haiku has no title: add one." in out
     assert out.strip().endswith("objective: done after 2 judgements")
+
+
+def test_workflow_approval_example_publishes_or_not() -> None:
+    def run(*args: str) -> str:
+        return subprocess.run(
+            [sys.executable, "examples/workflow_approval.py", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,  # not a terminal: the reviewer approves
+        ).stdout
+
+    assert (
+        run().strip().endswith("result: {'published': True, 'url': 'https://blog.example/rust-in-one-line'}")
+    )
+    assert run("--reject").strip().endswith("result: {'published': False, 'reason': 'too short'}")

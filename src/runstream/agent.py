@@ -30,6 +30,7 @@ from runstream.goals import (
 from runstream.loop import agent_loop
 from runstream.memory import ContinuedMessage, Memory, MemoryScope, rewrite_prompt_result
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
+from runstream.models.registry import as_model, ready_model
 from runstream.output import RunOutput
 from runstream.run_state import LoopConfig, ResumeAction, RunState
 from runstream.scoring import TaskCompletion
@@ -172,7 +173,7 @@ class Agent:
         self,
         id: str,
         *,
-        model: LanguageModel,
+        model: LanguageModel | str,
         instructions: str = "",
         name: str | None = None,
         description: str = "",
@@ -197,7 +198,7 @@ class Agent:
         self.name = name or id
         self.description = description
         self.instructions = instructions
-        self.model = model
+        self.model = as_model(model)  # "openai/gpt-4.1" is resolved at its first run
         tool_list = list(tools.values()) if isinstance(tools, Mapping) else list(tools)
         self.tools: dict[str, Tool] = {t.name: t for t in tool_list}
         for sub in agents:
@@ -355,7 +356,7 @@ class Agent:
         cfg = LoopConfig(
             agent_id=self.id,
             agent_name=self.name,
-            model=self.model,
+            model=ready_model(self.model),
             tools={**self.tools, **options.client_tools},
             client_tools=frozenset(options.client_tools),
             max_steps=options.max_steps if options.max_steps is not None else self.max_steps,
@@ -389,11 +390,18 @@ class Agent:
 
     async def _attach_background(self, cfg: LoopConfig, state: RunState, options: RunOptions) -> str:
         """Wire the task manager into the run; returns text to append to the instructions."""
+        from runstream.tasks.policy import (
+            system_prompt_section,
+            tool_schema_with_override,
+            warn_without_manager,
+        )
+
         manager = self.runtime.task_manager if self.runtime is not None else None
+        if manager is None and not options.disable_background_tasks:
+            warn_without_manager(self.id, self.tools, self.background_config)
         if manager is None or options.disable_background_tasks or self.background_config.disabled:
             return ""
         from runstream.tasks.dispatch import BackgroundDispatcher, wait_in_loop
-        from runstream.tasks.policy import system_prompt_section, tool_schema_with_override
 
         await self.runtime.start()  # type: ignore[union-attr]
         dispatcher = BackgroundDispatcher(manager, self.background_config, self._terminal_hook)

@@ -77,6 +77,12 @@ class GoalConfig:
     prompt: str = JUDGE_PROMPT
     scorer: CustomScorer | None = None
 
+    def __post_init__(self) -> None:
+        if isinstance(self.judge, str):  # resolved once, at the first judgement
+            from runstream.models.registry import ModelString
+
+            self.judge = ModelString(self.judge)
+
 
 @dataclass(slots=True)
 class Objective:

@@ -334,7 +334,13 @@ def _from_function(
     fields: dict[str, Any] = {}
     ctx_param: str | None = None
     for param in inspect.signature(fn).parameters.values():
-        annotation = hints.get(param.name, Any)
+        if param.name not in hints:  # the model would get an empty schema and guess
+            raise TypeError(
+                f"tool {fn.__name__}: parameter {param.name!r} has no type hint; annotate it "
+                f"(e.g. '{param.name}: str', or '{param.name}: ToolContext' for the context) so the "
+                "model is told what to send"
+            )
+        annotation = hints[param.name]
         if annotation is ToolContext:
             ctx_param = param.name
             continue

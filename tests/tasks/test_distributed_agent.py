@@ -26,7 +26,7 @@ from runstream.tasks.bus import TaskEventFilter
 from runstream.tasks.config import BackgroundTaskConfig
 from runstream.tasks.distributed import DistributedTaskManager, ScaleOutConfig
 from runstream.tasks.redis_bus import RedisEventBus
-from runstream.testing import ScriptedModel
+from runstream.testing import Delay, ScriptedModel, Text, ToolCall
 from tests.conftest import POSTGRES_URL
 from tests.storage.postgres_testkit import drop_schema, fresh_schema, require_postgres, unreachable_reason
 
@@ -86,6 +86,18 @@ class Cluster:
     async def open_gate(self, name: str) -> None:
         await self.gates.rpush(gate_key(self.prefix, name), "go")  # type: ignore[misc]
 
+    async def research_sol_until_idle(self, model: ScriptedModel) -> list[AnyChunk]:
+        """An until-idle stream in A whose task B runs once A's first turn has finished."""
+        runtime, agent, _ = self.api(model)
+
+        async def release_after_first_turn(chunk: AnyChunk) -> None:
+            if chunk.type == "finish":
+                await self.open_gate("sol")
+
+        async with runtime:
+            out = await agent.stream("Research sol", memory=MEMORY, until_idle=True)
+            return await collect(out.full_stream, release_after_first_turn)
+
     async def tool_results(self) -> list[Any]:
         history = await self.memory.load_prompt(SCOPE)
         return [part["output"] for m in history if m["role"] == "tool" for part in m["content"]]
@@ -134,15 +146,7 @@ def tool_outputs(prompt: list[PromptMessage]) -> list[Any]:
 
 async def test_an_until_idle_stream_follows_a_task_another_process_runs(cluster: Cluster) -> None:
     model = ScriptedModel(calls=[call("c1", "research", '{"topic":"sol"}'), say("Started."), say("Done.")])
-    runtime, agent, _ = cluster.api(model)
-
-    async def release_after_first_turn(chunk: AnyChunk) -> None:
-        if chunk.type == "finish":
-            await cluster.open_gate("sol")
-
-    async with runtime:
-        out = await agent.stream("Research sol", memory=MEMORY, until_idle=True)
-        chunks = await collect(out.full_stream, release_after_first_turn)
+    chunks = await cluster.research_sol_until_idle(model)
     types = kinds(chunks)
     assert types.count("start") == 2 and types[-1] == "finish"
     assert types.index("background-task-started") < types.index("finish")
@@ -258,3 +262,16 @@ async def test_resume_from_the_api_process_reruns_the_tool_in_the_worker(cluster
     await cluster.worker.stop()
     runs = [line for line in await cluster.worker.drain() if line["event"] == "started"]
     assert [line["resume_data"] for line in runs] == [None, {"name": "Ada"}]
+
+
+async def test_a_task_run_elsewhere_is_announced_before_its_events(cluster: Cluster) -> None:
+    """B claims and runs the task (its ``running`` event crosses Redis) while the model's next
+    part is still on its way: A's stream still shows ``background-task-started`` first."""
+    model = ScriptedModel.turns(
+        [ToolCall("research", {"topic": "sol"}, id="c1"), Delay(1500)], Text("Started."), Text("Done.")
+    )
+    chunks = await cluster.research_sol_until_idle(model)
+    task_events = [c.type for c in chunks if c.type.startswith("background-task-") and "taskId" in c.payload]
+    assert task_events[0] == "background-task-started"
+    assert {"background-task-running", "background-task-completed"} <= set(task_events)
+    assert await cluster.worker.expect(lambda line: line["event"] == "started")

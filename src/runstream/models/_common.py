@@ -185,9 +185,27 @@ def call_error(
     return ModelCallError(message, status_code=status_code, retryable=retryable, body=body)
 
 
-def connection_error(cause: BaseException) -> ModelCallError:
-    """The connection failed, timed out or dropped mid-stream: worth retrying."""
-    return call_error(f"Connection error: {str(cause) or type(cause).__name__}", retryable=True)
+def connection_error(exc: BaseException) -> ModelCallError:
+    """The connection failed, timed out or dropped mid-stream: worth retrying. When the server
+    could not be reached at all, the message names the request (``POST
+    http://localhost:11434/v1/chat/completions``), so a wrong base URL or a server that is not
+    running shows at once."""
+    import httpx2  # both SDKs' HTTP client
+
+    cause = exc.__cause__ or exc
+    message = f"Connection error: {str(cause) or type(cause).__name__}"
+    unreachable = isinstance(cause, httpx2.ConnectError | httpx2.ConnectTimeout)
+    where = (_request_line(exc) or _request_line(cause)) if unreachable else None
+    return call_error(f"{message} ({where})" if where else message, retryable=True)
+
+
+def _request_line(exc: BaseException) -> str | None:
+    try:  # httpx raises RuntimeError when an exception carries no request
+        request = getattr(exc, "request", None)
+    except RuntimeError:
+        return None
+    url = getattr(request, "url", None)
+    return f"{request.method} {url}" if url is not None else None  # type: ignore[union-attr]
 
 
 def vendor_message(body: object, fallback: str) -> str:

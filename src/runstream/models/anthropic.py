@@ -189,7 +189,7 @@ def translate_error(exc: Exception) -> ModelCallError:
             status = _ERROR_STATUS.get(str(error.get("type")), status)
         return call_error(vendor_message(body, exc.message), status_code=status, body=body)
     if isinstance(exc, anthropic.APIConnectionError):
-        return connection_error(exc.__cause__ or exc)
+        return connection_error(exc)
     if isinstance(exc, httpx2.TransportError):  # the SDK does not wrap errors while streaming
         return connection_error(exc)
     if isinstance(exc, anthropic.APIError):

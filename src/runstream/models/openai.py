@@ -105,7 +105,7 @@ def translate_error(exc: Exception) -> ModelCallError:
         message = vendor_message(exc.body, exc.message)
         return call_error(message, status_code=exc.status_code, body=exc.body)
     if isinstance(exc, openai.APIConnectionError):
-        return connection_error(exc.__cause__ or exc)
+        return connection_error(exc)
     if isinstance(exc, openai.APIError):  # an error object inside a Chat Completions stream
         return call_error(vendor_message(exc.body, exc.message), body=exc.body)
     return call_error(f"Malformed OpenAI stream: {exc!r}")

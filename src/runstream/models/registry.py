@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any, NamedTuple
 
-from runstream.models.base import LanguageModel
+from runstream.models.base import LanguageModel, ModelRequest, ModelStream
 
 
 class Gateway(NamedTuple):
@@ -32,6 +32,9 @@ GATEWAYS: dict[str, Gateway] = {
     "fireworks": Gateway("https://api.fireworks.ai/inference/v1", "FIREWORKS_API_KEY"),
 }
 
+PROVIDERS = ("openai", "anthropic", "openai-compatible", *GATEWAYS)
+"""Every provider a model string may name."""
+
 KEYLESS = "EMPTY"
 """The placeholder key for servers that take none (the SDK insists on one; vLLM's docs use it)."""
 
@@ -44,9 +47,29 @@ def resolve_model(spec: str | LanguageModel, **kw: Any) -> LanguageModel:
     """
     if not isinstance(spec, str):
         return spec
+    provider, model_id = split_model_string(spec)
+    try:
+        return _resolve(spec, provider, model_id, kw)
+    except ImportError as exc:
+        extra = "anthropic" if provider == "anthropic" else "openai"
+        raise ImportError(
+            f"{spec!r} needs the {extra!r} SDK: pip install 'runstream[{extra}]' ({exc})"
+        ) from exc
+
+
+def split_model_string(spec: str) -> tuple[str, str]:
+    """``(provider, model id)`` of a model string; ``ValueError`` if malformed or unknown."""
     provider, _, model_id = spec.partition("/")
     if not provider or not model_id:
         raise ValueError(f"model string {spec!r} is not '<provider>/<model>', e.g. 'openai/gpt-4.1'")
+    if provider not in PROVIDERS:
+        raise ValueError(
+            f"unknown model provider {provider!r} in {spec!r}; known providers: {', '.join(PROVIDERS)}"
+        )
+    return provider, model_id
+
+
+def _resolve(spec: str, provider: str, model_id: str, kw: dict[str, Any]) -> LanguageModel:
     if provider == "openai":
         from runstream.models.openai import OpenAIChatModel, OpenAIResponsesModel
 
@@ -63,10 +86,7 @@ def resolve_model(spec: str | LanguageModel, **kw: Any) -> LanguageModel:
         if not kw.get("base_url") and "client" not in kw:
             raise ValueError(f"{spec!r} needs base_url=..., the server's OpenAI-compatible endpoint")
         return _compatible(provider, model_id, kw, "OPENAI_COMPATIBLE_API_KEY", required=False, spec=spec)
-    gateway = GATEWAYS.get(provider)
-    if gateway is None:
-        known = ", ".join(["openai", "anthropic", "openai-compatible", *GATEWAYS])
-        raise ValueError(f"unknown model provider {provider!r} in {spec!r}; known providers: {known}")
+    gateway = GATEWAYS[provider]
     kw.setdefault("base_url", gateway.base_url)
     key_env = gateway.key_env or f"{provider.upper()}_API_KEY"
     return _compatible(provider, model_id, kw, key_env, required=gateway.key_env is not None, spec=spec)
@@ -91,3 +111,48 @@ def _with_key(kw: dict[str, Any], key_env: str, spec: str) -> dict[str, Any]:
     if not key:
         raise ValueError(f"{key_env} is not set: export it or pass api_key=... to resolve_model({spec!r})")
     return {**kw, "api_key": key}
+
+
+class ModelString:
+    """A model given as ``"<provider>/<model>"``, resolved on its first call and kept.
+
+    The string is checked at once (a typo in the provider fails where the agent is built), but
+    the SDK client is only made when the model is first needed, so a module defining agents
+    imports without API keys; a missing key then fails the first run with the message of
+    :func:`resolve_model`.
+    """
+
+    specification_version = "v2"
+
+    def __init__(self, spec: str, **kw: Any) -> None:
+        self.provider, self.model_id = split_model_string(spec)
+        self.spec = spec
+        self._kw = kw
+        self._model: LanguageModel | None = None
+
+    def __repr__(self) -> str:
+        return f"ModelString({self.spec!r})"
+
+    def resolve(self) -> LanguageModel:
+        if self._model is None:
+            self._model = resolve_model(self.spec, **self._kw)
+        return self._model
+
+    async def stream(self, request: ModelRequest) -> ModelStream:
+        return await self.resolve().stream(request)
+
+
+def as_model(model: LanguageModel | str) -> LanguageModel:
+    """A model object for ``model=`` arguments that also take model strings."""
+    if isinstance(model, str):
+        return ModelString(model)
+    if not isinstance(model, LanguageModel):
+        raise TypeError(
+            f"model must be a model string such as 'openai/gpt-4.1' or a LanguageModel, not {model!r}"
+        )
+    return model
+
+
+def ready_model(model: LanguageModel) -> LanguageModel:
+    """The model a run uses: a :class:`ModelString` is resolved here (raising on a missing key)."""
+    return model.resolve() if isinstance(model, ModelString) else model

@@ -1,7 +1,7 @@
 """``create_app``: the ASGI application serving a :class:`~runstream.Runstream` over HTTP.
 
 Routes: Mastra's REST + SSE surface (agents, memory, background tasks, workflows) under ``prefix`` (``/api``), the AI SDK UI message stream at
-``/chat/:agentId``, and the playground at ``/playground``. The app starts the runtime on startup
+``/chat/:agentId``, the playground at ``/playground`` and ``/health``. The app starts the runtime on startup
 and, on shutdown, aborts detached runs and closes the runtime.
 """
 
@@ -19,6 +19,7 @@ from runstream.server.auth import AuthHook, AuthMiddleware, default_auth
 from runstream.server.context import ServerContext
 from runstream.server.cors import ANY_ORIGIN, cors_middleware
 from runstream.server.errors import EXCEPTION_HANDLERS, BodyLimitMiddleware
+from runstream.server.health import HEALTH_PATH, health_route
 from runstream.server.limits import UrlSafetyMiddleware
 from runstream.server.mastra import MastraRoutes
 from runstream.server.memory_api import MemoryRoutes
@@ -79,13 +80,14 @@ def create_app(
             *ChatRoutes(ctx).routes(),
             playground_route(prefix),
             root_route(prefix, PLAYGROUND_PATH),
+            health_route(runstream),
         ],
         middleware=[
             *cors_middleware(cors_origins),
             Middleware(
                 AuthMiddleware,
                 hook=auth or default_auth(),
-                public_paths=frozenset({PLAYGROUND_PATH, ROOT_PATH}),
+                public_paths=frozenset({PLAYGROUND_PATH, ROOT_PATH, HEALTH_PATH}),
             ),
             Middleware(BodyLimitMiddleware, max_bytes=max_body_bytes),
             Middleware(UrlSafetyMiddleware),

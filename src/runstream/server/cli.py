@@ -21,6 +21,7 @@ from starlette.applications import Starlette
 
 from runstream.runtime import Runstream
 from runstream.server.app import create_app
+from runstream.server.auth import TOKEN_ENV, AuthMiddleware, open_access
 from runstream.server.cors import ANY_ORIGIN
 from runstream.server.studio_launcher import StudioCommand, start_studio, stop_studio
 
@@ -51,6 +52,32 @@ def _is_asgi_app(obj: Any) -> bool:
     call = getattr(obj, "__call__", None)  # noqa: B004 - an instance with __call__(scope, receive, send)
     code = getattr(call, "__code__", None)
     return code is not None and code.co_argcount >= 3
+
+
+LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+
+
+def announce(app: Any, host: str, port: int) -> None:
+    """Say where the playground is, and warn when the API is open to other machines."""
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    shown = f"[{shown}]" if ":" in shown else shown
+    print(f"runstream: playground at http://{shown}:{port}/playground", file=sys.stderr, flush=True)
+    if host not in LOOPBACK_HOSTS and _open_access(app):
+        print(
+            f"runstream: WARNING: serving on {host} without authentication: anyone who can reach "
+            f"port {port} can run your agents and read every thread. Set {TOKEN_ENV} (callers then "
+            "send 'Authorization: Bearer <token>') or pass create_app(..., auth=...).",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _open_access(app: Any) -> bool:
+    """Whether ``app`` (from ``create_app``) lets every caller in."""
+    for middleware in getattr(app, "user_middleware", []):
+        if getattr(middleware, "cls", None) is AuthMiddleware:
+            return middleware.kwargs.get("hook") is open_access
+    return False
 
 
 def reload_factory() -> Any:
@@ -107,10 +134,11 @@ def _cors_origins(args: argparse.Namespace) -> list[str] | None:
 
 
 def _run(args: argparse.Namespace, cors: list[str] | None) -> None:
+    app = load_app(args.target, cors)  # with --reload: fail fast, before the reloader starts
+    announce(app, args.host, args.port)
     if args.reload:
         os.environ[TARGET_ENV] = args.target
         os.environ[CORS_ENV] = json.dumps(cors)
-        load_app(args.target, cors)  # fail fast, before the reloader starts
         uvicorn.run(
             "runstream.server.cli:reload_factory",
             factory=True,
@@ -121,5 +149,4 @@ def _run(args: argparse.Namespace, cors: list[str] | None) -> None:
             log_level=args.log_level,
         )
     else:
-        app = load_app(args.target, cors)
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)

@@ -10,6 +10,7 @@ but the step waits for it), ``foreground`` (inline).
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -160,3 +161,20 @@ def system_prompt_section(names: list[str]) -> str:
         '{"disposition": "foreground"} to wait inline, "awaited" to run it as a task and wait for '
         'its result, "deferred" (default) to continue at once.'
     )
+
+
+class ForegroundFallbackWarning(RuntimeWarning):
+    """Tools meant for the background run in the foreground: no task manager is configured."""
+
+
+def warn_without_manager(agent_id: str, tools: Mapping[str, Tool], config: AgentBackgroundConfig) -> None:
+    """Warn that an agent's background tools will block its runs, as no task manager exists."""
+    names = [name for name, tool in tools.items() if eligibility(tool, config) is not None]
+    if names:
+        warnings.warn(
+            f"agent {agent_id!r}: {', '.join(names)} should run in the background, but no background "
+            "task manager is configured, so they run in the foreground and the run waits for them. "
+            "Register the agent with Runstream(agents=[...], background_tasks={'enabled': True}).",
+            ForegroundFallbackWarning,
+            stacklevel=3,
+        )

@@ -128,9 +128,12 @@ def continuation_directive(batch: list[AnyChunk]) -> str:
 
 class _Ledger:
     """What the outer stream knows about the thread's tasks: which run, which finished (queued
-    for the next continuation), which wait in a resume window, and which terminal events are held
-    back because the turn has not yet emitted the tool result of their call — a reader never sees
-    a task finish before the tool call's (placeholder) result, whichever came first."""
+    for the next continuation), which wait in a resume window, and which events are held back.
+
+    Two orders hold whatever the timing: a task's ``background-task-started`` (a chunk of the
+    turn, delivered between model parts) precedes its other events (straight from the manager,
+    which may run the task before the turn's next part), and a reader never sees a task finish
+    before the tool call's (placeholder) result."""
 
     def __init__(self, running: set[str], resume_window_ms: float) -> None:
         self.running = running
@@ -140,12 +143,22 @@ class _Ledger:
         self._processed: set[tuple[str, str]] = set()
         self._unanswered_calls: set[str] = set()  # tool calls of the turn without a result yet
         self._held: dict[str, list[AnyChunk]] = {}
+        self._turn_run: str | None = None  # the run id of the turn in flight
+        self._announced: set[str] = set()  # tasks whose started chunk the reader has seen
+        self._before_start: dict[str, list[AnyChunk]] = {}  # task id -> events that came early
+
+    def turn_started(self, run_id: str) -> None:
+        self._turn_run = run_id
 
     def turn_chunk(self, chunk: AnyChunk) -> list[AnyChunk]:
         """The turn's chunk, then any task events it releases."""
         if chunk.type == "background-task-started":
-            self.running.add(chunk.payload["taskId"])
-        elif chunk.type == "tool-call":
+            task_id = chunk.payload["taskId"]
+            self.running.add(task_id)
+            self._announced.add(task_id)
+            early = self._before_start.pop(task_id, [])
+            return [chunk, *(event for e in early for event in self._admit(e))]
+        if chunk.type == "tool-call":
             self._unanswered_calls.add(chunk.payload["toolCallId"])
         elif chunk.type in ("tool-result", "tool-error"):
             call_id = chunk.payload["toolCallId"]
@@ -155,13 +168,22 @@ class _Ledger:
 
     def turn_ended(self) -> list[AnyChunk]:
         """The turn is over: every held event is released."""
+        self._turn_run = None
         self._unanswered_calls.clear()
-        held = [event for events in self._held.values() for event in events]
+        held = [event for events in (*self._before_start.values(), *self._held.values()) for event in events]
+        self._before_start.clear()
         self._held.clear()
         return self._accepted(held)
 
     def task_event(self, event: AnyChunk) -> list[AnyChunk]:
         """The manager's event, unless it is a duplicate or held back."""
+        task_id = event.payload["taskId"]
+        if event.run_id == self._turn_run and task_id not in self._announced:
+            self._before_start.setdefault(task_id, []).append(event)  # until the turn announces it
+            return []
+        return self._admit(event)
+
+    def _admit(self, event: AnyChunk) -> list[AnyChunk]:
         if event.type in TERMINAL and event.payload["toolCallId"] in self._unanswered_calls:
             self._held.setdefault(event.payload["toolCallId"], []).append(event)
             return []
@@ -227,6 +249,7 @@ async def until_idle_stream(
             queue.put_nowait(("turn-end", out))
 
     def start_turn(out: RunOutput) -> None:
+        ledger.turn_started(out.run_id)
         pumps.append(asyncio.create_task(pump_turn(out)))
 
     pumps.append(asyncio.create_task(pump_events()))

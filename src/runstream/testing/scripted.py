@@ -1,5 +1,8 @@
 """``ScriptedModel``: a deterministic language model that plays scripted stream parts.
 
+To script a conversation in a few lines, use ``ScriptedModel.turns(...)`` and the items of
+:mod:`runstream.testing.turns` (text, tool calls, reasoning, errors, delays) instead of raw parts.
+
 Each model call plays the next entry of ``calls`` (the last one repeats when the model is called
 more often). A call is a list of provider stream parts, or a dict in the conformance scenario
 format (``parts``, ``delayMs``, ``throwOnCall``, ``streamError``). Parts are handed over
@@ -16,10 +19,13 @@ import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runstream.abort import AbortError, AbortSignal, sleep
 from runstream.models.base import ModelRequest, ModelStream, StreamPart
+
+if TYPE_CHECKING:
+    from runstream.testing.turns import Turn
 
 
 class ScriptedError(Exception):
@@ -61,7 +67,8 @@ class _Call:
     stream_error: ScriptedError | None = None
 
 
-def _parse_call(call: Sequence[StreamPart] | Mapping[str, Any]) -> _Call:
+def prepare_call(call: Sequence[StreamPart] | Mapping[str, Any]) -> _Call:
+    """A scripted call (a list of parts, or the scenario dict format) ready to play."""
     if isinstance(call, Mapping):
         stream_error = call.get("streamError")
         return _Call(
@@ -101,7 +108,7 @@ class ScriptedModel:
     def __post_init__(self) -> None:
         if not self.calls:
             raise ValueError("ScriptedModel needs at least one call")
-        self._calls = [_parse_call(c) for c in self.calls]
+        self._calls = [prepare_call(c) for c in self.calls]
 
     @classmethod
     def from_script(cls, script: Mapping[str, Any]) -> ScriptedModel:
@@ -116,68 +123,67 @@ class ScriptedModel:
 
     @classmethod
     def text(cls, *replies: str, chunk_size: int = 0) -> ScriptedModel:
-        """A model whose n-th call answers with ``replies[n]`` (split into words if asked)."""
-        calls = []
-        for i, reply in enumerate(replies):
-            pieces = reply.split(" ") if chunk_size else [reply]
-            deltas = [p + (" " if j < len(pieces) - 1 else "") for j, p in enumerate(pieces)]
-            calls.append(
-                [
-                    {"type": "stream-start", "warnings": []},
-                    {"type": "text-start", "id": f"txt-{i}"},
-                    *({"type": "text-delta", "id": f"txt-{i}", "delta": d} for d in deltas),
-                    {"type": "text-end", "id": f"txt-{i}"},
-                    {
-                        "type": "finish",
-                        "finishReason": "stop",
-                        "usage": {
-                            "inputTokens": 10,
-                            "outputTokens": len(deltas),
-                            "totalTokens": 10 + len(deltas),
-                        },
-                    },
-                ]
-            )
-        return cls(calls=calls)
+        """A model whose n-th call answers with ``replies[n]`` (word by word if ``chunk_size``)."""
+        from runstream.testing.turns import Text
+
+        return cls.turns(*(Text(reply, words=bool(chunk_size)) for reply in replies))
+
+    @classmethod
+    def turns(cls, *turns: Turn) -> ScriptedModel:
+        """A model whose n-th call plays ``turns[n]`` (see :mod:`runstream.testing.turns`)::
+
+        ScriptedModel.turns(ToolCall("get_weather", {"city": "Paris"}), Text("It is 21C."))
+        """
+        from runstream.testing.turns import compile_turns
+
+        return cls(calls=compile_turns(turns))
 
     @property
     def call_count(self) -> int:
         return len(self.recorded)
 
     async def stream(self, request: ModelRequest) -> ModelStream:
-        index = len(self.recorded)
-        self.recorded.append(
-            RecordedCall(
-                index=index,
-                prompt=copy.deepcopy(request.prompt),
-                tools=[t["name"] for t in request.tools],
-                tool_choice=request.tool_choice,
-                response_format=request.response_format,
-                include_raw_chunks=request.include_raw_chunks,
-            )
-        )
+        index = record(self.recorded, request)
         call = self._calls[min(index, len(self._calls) - 1)]
         if call.throw_on_call is not None:
             raise call.throw_on_call
         return ModelStream(
-            parts=self._play(call, request.abort_signal),
+            parts=play_call(call, self.delay_ms, request.abort_signal),
             request={"body": json.dumps({"scripted": index}, separators=(",", ":"))},
             response={"headers": {}},
         )
 
-    async def _play(self, call: _Call, signal: AbortSignal | None) -> AsyncIterator[StreamPart]:
-        default_delay = call.delay_ms if call.delay_ms is not None else self.delay_ms
-        for n, raw_part in enumerate(call.parts):
-            if call.stream_error is not None and n == call.stream_error_after:
-                await _sleep(call.stream_error_delay_ms, signal)
-                raise call.stream_error
-            await _sleep(raw_part.get("delayMs", default_delay), signal)
-            if signal is not None and signal.aborted:
-                raise AbortError(signal.reason)
-            yield prepare_part(raw_part)
-        if call.stream_error is not None and call.stream_error_after == len(call.parts):
+
+def record(recorded: list[RecordedCall], request: ModelRequest) -> int:
+    """Append what the model was asked to ``recorded``; returns the call's index."""
+    index = len(recorded)
+    recorded.append(
+        RecordedCall(
+            index=index,
+            prompt=copy.deepcopy(request.prompt),
+            tools=[t["name"] for t in request.tools],
+            tool_choice=request.tool_choice,
+            response_format=request.response_format,
+            include_raw_chunks=request.include_raw_chunks,
+        )
+    )
+    return index
+
+
+async def play_call(call: _Call, delay_ms: float, signal: AbortSignal | None) -> AsyncIterator[StreamPart]:
+    """Yield the call's parts, waiting ``delayMs`` (the part's, the call's, or ``delay_ms``) first."""
+    default_delay = call.delay_ms if call.delay_ms is not None else delay_ms
+    for n, raw_part in enumerate(call.parts):
+        if call.stream_error is not None and n == call.stream_error_after:
             await _sleep(call.stream_error_delay_ms, signal)
             raise call.stream_error
+        await _sleep(raw_part.get("delayMs", default_delay), signal)
+        if signal is not None and signal.aborted:
+            raise AbortError(signal.reason)
+        yield prepare_part(raw_part)
+    if call.stream_error is not None and call.stream_error_after == len(call.parts):
+        await _sleep(call.stream_error_delay_ms, signal)
+        raise call.stream_error
 
 
 async def _sleep(ms: float, signal: AbortSignal | None) -> None:
