@@ -1,0 +1,104 @@
+"""A runtime for the ecosystem tests (MCP server, AG-UI endpoint), served by real processes.
+
+Its model is deterministic and reads the conversation: ``divide A B`` calls the ``divide`` tool,
+``research TOPIC`` calls the background ``research`` tool, ``ask the user`` calls a client-side
+``confirm`` tool when the client offers one, and anything else is echoed. After a tool result it
+answers with that result.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from runstream import Agent, ToolContext, tool
+from runstream.models.base import ModelRequest, ModelStream
+from runstream.runtime import Runstream
+from runstream.testing import ScriptedModel
+
+USAGE = {"inputTokens": 4, "outputTokens": 2, "totalTokens": 6}
+
+
+def _text(message: Any) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content or [] if isinstance(part, dict))
+
+
+def _say(text: str) -> list[dict[str, Any]]:
+    return [
+        {"type": "stream-start", "warnings": []},
+        {"type": "text-start", "id": "t"},
+        {"type": "text-delta", "id": "t", "delta": text},
+        {"type": "text-end", "id": "t"},
+        {"type": "finish", "finishReason": "stop", "usage": USAGE},
+    ]
+
+
+def _call(name: str, args: dict[str, Any], call_id: str) -> list[dict[str, Any]]:
+    return [
+        {"type": "stream-start", "warnings": []},
+        {"type": "tool-call", "toolCallId": call_id, "toolName": name, "input": json.dumps(args)},
+        {"type": "finish", "finishReason": "tool-calls", "usage": USAGE},
+    ]
+
+
+class RuleModel:
+    """Answers by simple rules over the last message (see the module docstring)."""
+
+    provider = "rules"
+    model_id = "rule-model"
+    specification_version = "v2"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def stream(self, request: ModelRequest) -> ModelStream:
+        self.calls += 1
+        return await ScriptedModel(calls=[self._reply(request)]).stream(request)
+
+    def _reply(self, request: ModelRequest) -> list[dict[str, Any]]:
+        last = request.prompt[-1]
+        if last["role"] == "tool":
+            outputs = [part.get("output", {}) for part in last["content"] if isinstance(part, dict)]
+            values = [output.get("value") for output in outputs]
+            return _say(f"The result is {json.dumps(values[0] if len(values) == 1 else values)}.")
+        words = _text(last).split()
+        offered = {spec["name"] for spec in request.tools}
+        if len(words) == 3 and words[0] == "divide":
+            return _call("divide", {"a": float(words[1]), "b": float(words[2])}, f"call-{self.calls}")
+        if len(words) == 2 and words[0] == "research":
+            return _call("research", {"topic": words[1]}, f"call-{self.calls}")
+        if " ".join(words) == "ask the user" and "confirm" in offered:
+            return _call("confirm", {"question": "Proceed?"}, f"call-{self.calls}")
+        if last["role"] == "system" or not words:
+            return _say("Done.")
+        return _say(f"You said: {' '.join(words)}")
+
+
+@tool
+def divide(a: float, b: float) -> float:
+    """Divide a by b."""
+    return a / b
+
+
+@tool(background=True)
+async def research(topic: str, ctx: ToolContext) -> dict[str, str]:
+    """Research a topic (runs in the background)."""
+    await ctx.writer.write({"status": "reading", "topic": topic})
+    return {"topic": topic, "summary": f"{topic} is well studied"}
+
+
+def build() -> Runstream:
+    calc = Agent(
+        "calc",
+        model=RuleModel(),
+        instructions="You divide numbers.",
+        description="Divides numbers and echoes everything else.",
+        tools=[divide, research],
+    )
+    return Runstream(agents=[calc], background_tasks={"enabled": True})
+
+
+runtime = build()
