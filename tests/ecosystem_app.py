@@ -3,7 +3,7 @@
 Its model is deterministic and reads the conversation: ``divide A B`` calls the ``divide`` tool,
 ``research TOPIC`` calls the background ``research`` tool, ``ask the user`` calls a client-side
 ``confirm`` tool when the client offers one, and anything else is echoed. After a tool result it
-answers with that result.
+answers with that result; in the follow-up turn of a background task, with the task's result.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from runstream import Agent, ToolContext, tool
+from runstream.memory import Memory
 from runstream.models.base import ModelRequest, ModelStream
 from runstream.runtime import Runstream
 from runstream.testing import ScriptedModel
@@ -61,9 +62,15 @@ class RuleModel:
     def _reply(self, request: ModelRequest) -> list[dict[str, Any]]:
         last = request.prompt[-1]
         if last["role"] == "tool":
-            outputs = [part.get("output", {}) for part in last["content"] if isinstance(part, dict)]
-            values = [output.get("value") for output in outputs]
-            return _say(f"The result is {json.dumps(values[0] if len(values) == 1 else values)}.")
+            value = _tool_results(last)[-1]
+            if isinstance(value, str) and value.startswith("Background task started"):
+                return _say("Started in the background.")
+            return _say(f"The result is {json.dumps(value)}.")
+        if last["role"] != "user":  # a continuation turn: answer with the latest tool result
+            results = [
+                v for message in request.prompt if message["role"] == "tool" for v in _tool_results(message)
+            ]
+            return _say(f"Follow-up: {json.dumps(results[-1] if results else None)}.")
         words = _text(last).split()
         offered = {spec["name"] for spec in request.tools}
         if len(words) == 3 and words[0] == "divide":
@@ -72,9 +79,11 @@ class RuleModel:
             return _call("research", {"topic": words[1]}, f"call-{self.calls}")
         if " ".join(words) == "ask the user" and "confirm" in offered:
             return _call("confirm", {"question": "Proceed?"}, f"call-{self.calls}")
-        if last["role"] == "system" or not words:
-            return _say("Done.")
         return _say(f"You said: {' '.join(words)}")
+
+
+def _tool_results(message: Any) -> list[Any]:
+    return [part.get("output", {}).get("value") for part in message["content"] if isinstance(part, dict)]
 
 
 @tool
@@ -97,6 +106,7 @@ def build() -> Runstream:
         instructions="You divide numbers.",
         description="Divides numbers and echoes everything else.",
         tools=[divide, research],
+        memory=Memory(),
     )
     return Runstream(agents=[calc], background_tasks={"enabled": True})
 

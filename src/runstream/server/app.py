@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import Mount
+from starlette.routing import Mount, Route
 
 from runstream.runtime import Runstream
 from runstream.server.auth import AuthHook, AuthMiddleware, default_auth
@@ -66,7 +66,12 @@ def create_app(
             await runstream.close()
 
     app = Starlette(
-        routes=[Mount(prefix, routes=api), *ChatRoutes(ctx).routes(), playground_route(prefix)],
+        routes=[
+            Mount(prefix, routes=api),
+            *ChatRoutes(ctx).routes(),
+            *_agui_routes(ctx),
+            playground_route(prefix),
+        ],
         middleware=[
             Middleware(
                 AuthMiddleware, hook=auth or default_auth(), public_paths=frozenset({PLAYGROUND_PATH})
@@ -79,3 +84,12 @@ def create_app(
     )
     app.state.context = ctx
     return app
+
+
+def _agui_routes(ctx: ServerContext) -> list[Route]:
+    """``/ag-ui/{agentId}`` when the ``agui`` extra (``ag-ui-protocol``) is installed."""
+    try:
+        from runstream.server.agui_api import AGUIRoutes
+    except ImportError:
+        return []
+    return AGUIRoutes(ctx).routes()
