@@ -552,17 +552,19 @@ class Agent:
 
         if cfg.on_step_end is not None:
             self._live_runs.add(state.run_id)
-        state.span = tracing.start_run_span(self.id, state.run_id, cfg.thread_id, cfg.resource_id)
+        state.span = tracing.start_agent_span(
+            self.id,
+            self.name,
+            state.run_id,
+            cfg.thread_id,
+            cfg.resource_id,
+            description=self.description,
+            provider=cfg.model.provider,
+            model=cfg.model.model_id,
+        )
 
         async def on_close() -> None:
-            tracing.end_span(
-                state.span,
-                state.error,
-                **{
-                    "runstream.run.status": state.status,
-                    "gen_ai.response.finish_reason": state.finish_reason,
-                },
-            )
+            tracing.end_agent_span(state.span, state.status, state.finish_reason, state.error)
             self._live_runs.discard(state.run_id)
             storage = self._run_storage()
             if cfg.on_step_end is not None and storage is not None:
@@ -628,6 +630,7 @@ class Agent:
         controller.signal.add_listener(first.abort)
 
         async def continuation(context: list[PromptMessage]) -> RunOutput:
+            await tracing.link_stored_tasks(manager.storage.get_task)
             turn_options = replace(
                 options, context=[*options.context, *context], abort_signal=controller.signal
             )
