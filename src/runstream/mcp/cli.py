@@ -22,6 +22,7 @@ from mcp.server.stdio import stdio_server
 from runstream.mcp.server import build_server
 from runstream.runtime import Runstream
 from runstream.server.auth import AuthMiddleware, default_auth
+from runstream.telemetry import setup_from_environment
 from runstream.tools import Tool
 
 
@@ -78,8 +79,13 @@ def mcp_command(argv: list[str]) -> int:
     runtime = load_runtime(args.target)
     agents = [] if args.no_agents else args.agent
     server = build_server(runtime, agents=agents, tools=chosen_tools(runtime, args.tool), name=args.name)
-    if args.http:
-        uvicorn.run(http_app(server, args.host), host=args.host, port=args.port, log_level="info")
-    else:
-        anyio.run(_serve_stdio, server)
+    provider = setup_from_environment()  # OTLP export when OTEL_* asks for it
+    try:
+        if args.http:
+            uvicorn.run(http_app(server, args.host), host=args.host, port=args.port, log_level="info")
+        else:
+            anyio.run(_serve_stdio, server)
+    finally:
+        if provider is not None:
+            provider.shutdown()
     return 0

@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 
 from runstream.runtime import Runstream
 from runstream.server.app import create_app
+from runstream.telemetry import setup_from_environment
 
 TARGET_ENV = "RUNSTREAM_SERVE_TARGET"
 
@@ -44,6 +45,7 @@ def _is_asgi_app(obj: Any) -> bool:
 
 def reload_factory() -> Any:
     """The app for uvicorn's reloader (which imports by name in a fresh process)."""
+    setup_from_environment()
     return load_app(os.environ[TARGET_ENV])
 
 
@@ -70,5 +72,10 @@ def serve_command(argv: list[str]) -> int:
             log_level=args.log_level,
         )
     else:
-        uvicorn.run(load_app(args.target), host=args.host, port=args.port, log_level=args.log_level)
+        provider = setup_from_environment()  # OTLP export when OTEL_* asks for it
+        try:
+            uvicorn.run(load_app(args.target), host=args.host, port=args.port, log_level=args.log_level)
+        finally:
+            if provider is not None:
+                provider.shutdown()  # flush the spans still batched
     return 0
