@@ -7,9 +7,9 @@ from contextlib import contextmanager
 
 import pytest
 
+from examples.ecosystem import build
 from runstream.server import create_app
 from runstream.server.auth import Principal, bearer_auth
-from tests.ecosystem_app import build
 from tests.server.conftest import serve
 
 TOKEN = "agui-test-token"

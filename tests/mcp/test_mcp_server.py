@@ -12,7 +12,7 @@ from mcp import StdioServerParameters
 
 from tests.mcp.conftest import ROOT, start_http_server
 
-SERVE = ["-m", "runstream", "mcp", "tests.ecosystem_app:runtime", "--tool", "calc.divide"]
+SERVE = ["-m", "runstream", "mcp", "examples.ecosystem:runtime", "--tool", "calc.divide"]
 TOKEN = "mcp-test-token"
 
 

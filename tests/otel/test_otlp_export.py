@@ -81,7 +81,7 @@ def test_serve_exports_genai_spans_over_otlp(collector: tuple[Collector, str]) -
         "RUNSTREAM_API_TOKEN": "",
     }
     process, base = start_http_server(
-        "-m", "runstream", "serve", "tests.ecosystem_app:runtime", "--port", "0", env=env
+        "-m", "runstream", "serve", "examples.ecosystem:runtime", "--port", "0", env=env
     )
     try:
         answer = httpx2.post(f"{base}/api/agents/calc/generate", json={"messages": "divide 6 3"}, timeout=20)

@@ -1,6 +1,10 @@
-"""A runtime for the ecosystem tests (MCP server, AG-UI endpoint), served by real processes.
+"""A runtime for the MCP, AG-UI and OpenTelemetry docs (and their tests): one agent, ``calc``.
 
-Its model is deterministic and reads the conversation: ``divide A B`` calls the ``divide`` tool,
+    runstream mcp examples.ecosystem:runtime      # its agent and tools over MCP
+    runstream serve examples.ecosystem:runtime    # HTTP, AG-UI at /ag-ui/calc
+
+Set ``RUNSTREAM_EXAMPLE_MODEL`` (e.g. ``openai/gpt-4o-mini``) to use a real model. Without it the
+model is a deterministic stand-in (no network, no key) that reads the conversation and reads the conversation: ``divide A B`` calls the ``divide`` tool,
 ``research TOPIC`` calls the background ``research`` tool, ``ask the user`` calls a client-side
 ``confirm`` tool when the client offers one, and anything else is echoed. After a tool result it
 answers with that result; in the follow-up turn of a background task, with the task's result.
@@ -9,11 +13,13 @@ answers with that result; in the follow-up turn of a background task, with the t
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from runstream import Agent, ToolContext, tool
 from runstream.memory import Memory
 from runstream.models.base import ModelRequest, ModelStream
+from runstream.models.registry import resolve_model
 from runstream.runtime import Runstream
 from runstream.testing import ScriptedModel
 
@@ -100,9 +106,10 @@ async def research(topic: str, ctx: ToolContext) -> dict[str, str]:
 
 
 def build() -> Runstream:
+    model_name = os.environ.get("RUNSTREAM_EXAMPLE_MODEL")
     calc = Agent(
         "calc",
-        model=RuleModel(),
+        model=resolve_model(model_name) if model_name else RuleModel(),
         instructions="You divide numbers.",
         description="Divides numbers and echoes everything else.",
         tools=[divide, research],
