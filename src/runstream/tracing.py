@@ -39,6 +39,7 @@ TASK_SPAN_KEY = "taskTraceparent"
 _tracer = trace.get_tracer("runstream")
 _propagator = TraceContextTextMapPropagator()
 _capture: bool | None = None
+_capture_env = os.environ.get(CAPTURE_ENV, "").strip().lower() in ("1", "true", "yes")
 _T = TypeVar("_T")
 
 _task_spans: OrderedDict[str, SpanContext] = OrderedDict()
@@ -50,15 +51,14 @@ _continuation_links: contextvars.ContextVar[tuple[Link, ...]] = contextvars.Cont
 
 
 def configure(*, capture_content: bool | None = None) -> None:
-    """Turn content capture on or off (``None``: follow the environment variable)."""
-    global _capture
+    """Turn content capture on or off (``None``: follow the environment variable, read again)."""
+    global _capture, _capture_env
     _capture = capture_content
+    _capture_env = os.environ.get(CAPTURE_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 def capture_content() -> bool:
-    if _capture is not None:
-        return _capture
-    return os.environ.get(CAPTURE_ENV, "").strip().lower() in ("1", "true", "yes")
+    return _capture if _capture is not None else _capture_env
 
 
 def _json(value: Any) -> str:
@@ -120,6 +120,9 @@ def start_agent_span(
 def end_agent_span(
     span: Span, status: str, finish_reason: str | None, error: BaseException | str | None
 ) -> None:
+    if not span.is_recording():  # no SDK: nothing to compute
+        span.end()
+        return
     span.set_attribute("runstream.run.status", status)
     if finish_reason:
         span.set_attribute("gen_ai.response.finish_reasons", [finish_reason_of(finish_reason)])
@@ -148,23 +151,27 @@ def start_chat_span(parent: Span | None, provider: str, model: str, step: int, r
         "gen_ai.request.model": model,
         "runstream.step": step,
     }
+    context = trace.set_span_in_context(parent) if parent is not None else None
+    span = _tracer.start_span(f"chat {model}", context=context, kind=SpanKind.CLIENT, attributes=attributes)
+    if not span.is_recording():  # no SDK: nothing to compute
+        return span
     for field, name in _SETTINGS.items():
         value = getattr(request.settings, field, None)
         if value is not None:
-            attributes[name] = value
+            span.set_attribute(name, value)
     if capture_content():
         system = [m for m in request.prompt if m["role"] == "system"]
         if system:
-            attributes["gen_ai.system_instructions"] = _json(
-                [{"type": "text", "content": m["content"]} for m in system]
+            span.set_attribute(
+                "gen_ai.system_instructions",
+                _json([{"type": "text", "content": m["content"]} for m in system]),
             )
-        attributes["gen_ai.input.messages"] = _json(
-            [_message(m) for m in request.prompt if m["role"] != "system"]
+        span.set_attribute(
+            "gen_ai.input.messages", _json([_message(m) for m in request.prompt if m["role"] != "system"])
         )
         if request.tools:
-            attributes["gen_ai.tool.definitions"] = _json(request.tools)
-    context = trace.set_span_in_context(parent) if parent is not None else None
-    return _tracer.start_span(f"chat {model}", context=context, kind=SpanKind.CLIENT, attributes=attributes)
+            span.set_attribute("gen_ai.tool.definitions", _json(request.tools))
+    return span
 
 
 def end_chat_span(
@@ -176,6 +183,9 @@ def end_chat_span(
     output: tuple[Iterable[str], Iterable[Any]],
 ) -> None:
     """``output``: the step's text pieces and tool calls (recorded when content is captured)."""
+    if not span.is_recording():
+        span.end()
+        return
     if isinstance(usage.get("inputTokens"), int):
         span.set_attribute("gen_ai.usage.input_tokens", usage["inputTokens"])
     if isinstance(usage.get("outputTokens"), int):
@@ -253,21 +263,26 @@ def start_tool_span(
         "gen_ai.tool.call.id": call_id,
         "gen_ai.tool.type": "function",
     }
-    if description:
-        attributes["gen_ai.tool.description"] = description
-    if capture_content():
-        attributes["gen_ai.tool.call.arguments"] = _json(args)
     context = trace.set_span_in_context(parent) if parent is not None else None
-    return _tracer.start_span(
+    span = _tracer.start_span(
         f"execute_tool {tool_name}",
         context=context,
         kind=SpanKind.INTERNAL,
         attributes=attributes,
         links=links,
     )
+    if span.is_recording():
+        if description:
+            span.set_attribute("gen_ai.tool.description", description)
+        if capture_content():
+            span.set_attribute("gen_ai.tool.call.arguments", _json(args))
+    return span
 
 
 def end_tool_span(span: Span, outcome: str, value: Any) -> None:
+    if not span.is_recording():
+        span.end()
+        return
     span.set_attribute("runstream.tool.outcome", outcome)
     if outcome == "error":
         _record_error(span, value if isinstance(value, BaseException | str) else str(value))
