@@ -12,6 +12,7 @@ conversation. The route sits behind the app's auth like every other.
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from ag_ui.core import BaseEvent, RunAgentInput
@@ -20,16 +21,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from runstream.abort import AbortController
 from runstream.agent import Agent
 from runstream.agui import EventMapper, client_tools, context_messages, prompt_messages
 from runstream.memory import MemoryScope
 from runstream.server.auth import Principal, principal_of
+from runstream.server.body import StreamRequest
 from runstream.server.context import ServerContext, json_body
 from runstream.server.errors import ApiError
-from runstream.server.overrides import absorb_tool_results
+from runstream.server.mastra import start_stream
 from runstream.server.sse import SSE_HEADERS, SSEResponse, data_frame
-from runstream.storage.errors import ThreadResourceMismatchError
 
 MAX_MESSAGES = 1_000
 MAX_TOOLS = 128
@@ -50,45 +50,35 @@ class AGUIRoutes:
             tools = client_tools(run_input)
         except ValueError as exc:
             raise ApiError(400, f"Invalid tool in 'tools': {exc}") from None
-        scope = await self._scope(agent, run_input, principal)
-        messages = prompt_messages(run_input, only_new=scope is not None)
-        if scope is not None:
-            messages = await absorb_tool_results(agent, scope, messages)
-        controller = AbortController()
-        try:
-            out = await agent.stream(
-                messages,
-                client_tools=tools,
-                context=context_messages(run_input),
-                memory={"thread": scope.thread_id, "resource": scope.resource_id} if scope else None,
-                until_idle=scope is not None,
-                abort_signal=controller.signal,
-            )
-        except ThreadResourceMismatchError:
-            raise ApiError(404, f"Thread {run_input.thread_id} not found") from None
-        except (ValueError, TypeError) as exc:
-            raise ApiError(400, str(exc)) from None
-        self.ctx.remember_owner(out.run_id, principal, scope)
+        scope = self._scope(agent, run_input, principal)
+        # The runstream run gets an id of its own (the client's runId only names the AG-UI run);
+        # start_stream checks the thread's owner, claims the run for the caller and writes the
+        # client's tool results into the thread, as for every other route.
+        parsed = StreamRequest(
+            messages=prompt_messages(run_input, only_new=scope is not None),
+            memory=scope,
+            until_idle=scope is not None,
+            context=context_messages(run_input),
+            client_tools={tool.name: tool for tool in tools},
+        )
+        run = await start_stream(self.ctx, agent, parsed, principal)
         mapper = EventMapper(run_input, frozenset(tool.name for tool in tools))
 
-        async def frames() -> Any:
+        async def frames() -> AsyncGenerator[bytes, None]:
             for event in mapper.start():
                 yield _frame(event)
-            async for chunk in out.full_stream:
+            async for chunk in run.out.full_stream:
                 for event in mapper.map(chunk):
                     yield _frame(event)
             for event in mapper.finish():
                 yield _frame(event)
 
         return SSEResponse(
-            frames(), heartbeat_s=self.ctx.heartbeat_s, headers=SSE_HEADERS, on_disconnect=controller.abort
+            frames(), heartbeat_s=self.ctx.heartbeat_s, headers=SSE_HEADERS, on_disconnect=run.abandon
         )
 
-    async def _scope(
-        self, agent: Agent, run_input: RunAgentInput, principal: Principal
-    ) -> MemoryScope | None:
-        """The memory scope of the run (``None`` for an agent without memory); 404 for a thread
-        that belongs to another resource."""
+    def _scope(self, agent: Agent, run_input: RunAgentInput, principal: Principal) -> MemoryScope | None:
+        """The memory scope of the run (``None`` for an agent without memory)."""
         if agent.memory is None or agent.memory.storage is None:
             return None
         props = run_input.forwarded_props if isinstance(run_input.forwarded_props, dict) else {}
@@ -96,9 +86,6 @@ class AGUIRoutes:
         if requested is not None and (not isinstance(requested, str) or not requested):
             raise ApiError(400, "'forwardedProps.resourceId' must be a non-empty string")
         resource = principal.resource(requested) or run_input.thread_id
-        thread = await agent.memory.storage.get_thread(run_input.thread_id)
-        if thread is not None and thread.resource_id != resource:
-            raise ApiError(404, f"Thread {run_input.thread_id} not found")
         return MemoryScope(run_input.thread_id, resource)
 
 
