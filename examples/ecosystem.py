@@ -4,19 +4,23 @@
     runstream serve examples.ecosystem:runtime    # HTTP, AG-UI at /ag-ui/calc
 
 Set ``RUNSTREAM_EXAMPLE_MODEL`` (e.g. ``openai/gpt-4o-mini``) to use a real model. Without it the
-model is a deterministic stand-in (no network, no key) that reads the conversation and reads the conversation: ``divide A B`` calls the ``divide`` tool,
-``research TOPIC`` calls the background ``research`` tool, ``ask the user`` calls a client-side
-``confirm`` tool when the client offers one, and anything else is echoed. After a tool result it
-answers with that result; in the follow-up turn of a background task, with the task's result.
+model is a deterministic stand-in (no network, no key) that reads the conversation: ``divide A B``
+calls the ``divide`` tool, ``research TOPIC`` the background ``research`` tool, ``pause SECONDS``
+the ``pause`` tool, ``ask the user`` a client-side ``confirm`` tool when the client offers one;
+anything else is echoed. After a tool result it answers with that result; in the follow-up turn
+of a background task, with the task's result.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 from typing import Any
 
 from runstream import Agent, ToolContext, tool
+from runstream.abort import sleep
 from runstream.memory import Memory
 from runstream.models.base import ModelRequest, ModelStream
 from runstream.models.registry import resolve_model
@@ -83,6 +87,8 @@ class RuleModel:
             return _call("divide", {"a": float(words[1]), "b": float(words[2])}, f"call-{self.calls}")
         if len(words) == 2 and words[0] == "research":
             return _call("research", {"topic": words[1]}, f"call-{self.calls}")
+        if len(words) == 2 and words[0] == "pause":
+            return _call("pause", {"seconds": float(words[1])}, f"call-{self.calls}")
         if " ".join(words) == "ask the user" and "confirm" in offered:
             return _call("confirm", {"question": "Proceed?"}, f"call-{self.calls}")
         return _say(f"You said: {' '.join(words)}")
@@ -105,6 +111,27 @@ async def research(topic: str, ctx: ToolContext) -> dict[str, str]:
     return {"topic": topic, "summary": f"{topic} is well studied"}
 
 
+aborted = asyncio.Event()
+
+
+@tool
+async def pause(seconds: float, ctx: ToolContext) -> str:
+    """Wait a while; stops early when the run is aborted."""
+    await ctx.writer.write({"status": "waiting", "seconds": seconds})
+    if await sleep(seconds, ctx.abort_signal):
+        aborted.set()
+        return "aborted"
+    return "waited"
+
+
+@tool
+async def was_aborted(wait_seconds: float = 10) -> bool:
+    """Whether a pause was aborted (waiting up to wait_seconds for one)."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(aborted.wait(), wait_seconds)
+    return aborted.is_set()
+
+
 def build() -> Runstream:
     model_name = os.environ.get("RUNSTREAM_EXAMPLE_MODEL")
     calc = Agent(
@@ -112,7 +139,7 @@ def build() -> Runstream:
         model=resolve_model(model_name) if model_name else RuleModel(),
         instructions="You divide numbers.",
         description="Divides numbers and echoes everything else.",
-        tools=[divide, research],
+        tools=[divide, research, pause, was_aborted],
         memory=Memory(),
     )
     return Runstream(agents=[calc], background_tasks={"enabled": True})

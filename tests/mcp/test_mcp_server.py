@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sys
 from collections.abc import Iterator
 
@@ -84,3 +86,24 @@ async def test_streamable_http_with_the_runtime_token(http_url: str) -> None:
         assert {t.name for t in (await client.list_tools()).tools} == {"ask_calc", "divide"}
         result = await client.call_tool("ask_calc", {"message": "divide 9 3"})
         assert text_of(result) == "The result is 3.0."
+
+
+async def test_a_client_cancellation_aborts_the_agents_run() -> None:
+    args = [*SERVE[:4], "--tool", "calc.was_aborted"]
+    params = StdioServerParameters(command=sys.executable, args=args, cwd=str(ROOT))
+    async with mcp.Client(params) as client:
+        waiting = asyncio.Event()
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            if message and "waiting" in message:  # the pause tool runs
+                waiting.set()
+
+        call = asyncio.ensure_future(
+            client.call_tool("ask_calc", {"message": "pause 60"}, progress_callback=on_progress)
+        )
+        await waiting.wait()
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+        answer = await client.call_tool("was_aborted", {})
+        assert text_of(answer) == "true"

@@ -138,6 +138,10 @@ class _Progress:
         await self._ctx.session.report_progress(self._count, None, message)
 
 
+_winding_down: set[asyncio.Task[Any]] = set()
+"""Runs of cancelled calls, finishing after their abort (their tools see the abort signal)."""
+
+
 async def _ask_agent(ctx: Context, agent: Agent, args: dict[str, Any]) -> mcp_types.CallToolResult:
     message = args.get("message")
     if not isinstance(message, str):
@@ -145,13 +149,22 @@ async def _ask_agent(ctx: Context, agent: Agent, args: dict[str, Any]) -> mcp_ty
     progress = _Progress(ctx)
     controller = AbortController()
     out = await agent.stream(message, abort_signal=controller.signal)
-    try:
+
+    async def consume() -> None:
         async for chunk in out.full_stream:
             note = _progress_note(chunk)
-            if note is not None:
+            if note is not None and not controller.signal.aborted:
                 await progress.report(note)
+
+    # The run is consumed in a task of its own: a cancellation of this request must reach the
+    # run as an abort (its tools stop through their signal), not as a cancellation inside it.
+    consuming = asyncio.ensure_future(consume())
+    try:
+        await asyncio.shield(consuming)
     except asyncio.CancelledError:  # the MCP client cancelled the request
-        controller.abort()
+        controller.abort("the MCP client cancelled the call")
+        _winding_down.add(consuming)
+        consuming.add_done_callback(_winding_down.discard)
         raise
     if out.state.status == "failed":
         return _error(f"agent {agent.id} failed: {out.state.error}")
