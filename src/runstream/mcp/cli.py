@@ -9,9 +9,6 @@ default (what Claude Desktop and the MCP inspector start); ``--http`` serves str
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
-import sys
 from typing import Any
 
 import anyio
@@ -22,19 +19,13 @@ from mcp.server.stdio import stdio_server
 from runstream.mcp.server import build_server
 from runstream.runtime import Runstream
 from runstream.server.auth import AuthMiddleware, default_auth
+from runstream.server.cli import import_target
 from runstream.telemetry import setup_from_environment
 from runstream.tools import Tool
 
 
 def load_runtime(target: str) -> Runstream:
-    module_name, _, attr = target.partition(":")
-    if not module_name or not attr:
-        raise SystemExit(f"runstream mcp: expected 'module:attr', got {target!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
+    obj = import_target(target, "mcp")
     if callable(obj) and not isinstance(obj, Runstream):
         obj = obj()
     if not isinstance(obj, Runstream):

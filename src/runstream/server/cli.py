@@ -22,16 +22,22 @@ from runstream.telemetry import setup_from_environment
 TARGET_ENV = "RUNSTREAM_SERVE_TARGET"
 
 
-def load_app(target: str) -> Any:
-    """The ASGI app named by ``module:attr`` (a Runstream is wrapped with ``create_app``)."""
+def import_target(target: str, command: str) -> Any:
+    """The object ``module:attr`` names (the current directory importable)."""
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
-        raise SystemExit(f"runstream serve: expected 'module:attr', got {target!r}")
+        raise SystemExit(f"runstream {command}: expected 'module:attr', got {target!r}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     obj: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
+    return obj
+
+
+def load_app(target: str) -> Any:
+    """The ASGI app named by ``module:attr`` (a Runstream is wrapped with ``create_app``)."""
+    obj = import_target(target, "serve")
     if callable(obj) and not isinstance(obj, Starlette | Runstream) and not _is_asgi_app(obj):
         obj = obj()
     return create_app(obj) if isinstance(obj, Runstream) else obj
