@@ -41,7 +41,7 @@ from runstream.tasks.until_idle import IdleOptions, until_idle_stream
 from runstream.tools import Tool, ToolContext, draft07_schema_json
 
 if TYPE_CHECKING:
-    from runstream.runtime import Runstream
+    from runstream.runtime import Runstream, Toolset
     from runstream.tasks.policy import AgentBackgroundConfig
 
 MessagesInput = str | Sequence[str] | Sequence[Mapping[str, Any]]
@@ -178,6 +178,7 @@ class Agent:
         name: str | None = None,
         description: str = "",
         tools: Iterable[Tool] | Mapping[str, Tool] = (),
+        toolsets: Iterable[Toolset] = (),
         agents: Iterable[Agent] = (),
         max_steps: int = 5,
         tool_choice: str | Mapping[str, Any] | None = None,
@@ -204,6 +205,8 @@ class Agent:
         for sub in agents:
             sub_tool = sub.as_tool()
             self.tools[sub_tool.name] = sub_tool
+        self.toolsets = list(toolsets)
+        """Sources of tools that change while the agent lives (e.g. an MCP client); read per run."""
         self.max_steps = max_steps
         self.tool_choice = normalize_tool_choice(tool_choice)
         self.structured_output = StructuredOutput.coerce(structured_output)
@@ -233,6 +236,16 @@ class Agent:
         if runtime.task_manager is not None:
             for tool in self.tools.values():
                 runtime.task_manager.register_tool(self.id, tool)
+
+    async def current_tools(self) -> dict[str, Tool]:
+        """The agent's own tools plus its toolsets' current ones (own tools win a name clash)."""
+        if not self.toolsets:
+            return self.tools
+        merged: dict[str, Tool] = {}
+        for toolset in self.toolsets:
+            await toolset.start()
+            merged.update(toolset.tools())
+        return {**merged, **self.tools}
 
     # -- running -----------------------------------------------------------------------------------
     async def stream(
@@ -357,7 +370,7 @@ class Agent:
             agent_id=self.id,
             agent_name=self.name,
             model=ready_model(self.model),
-            tools={**self.tools, **options.client_tools},
+            tools={**await self.current_tools(), **options.client_tools},
             client_tools=frozenset(options.client_tools),
             max_steps=options.max_steps if options.max_steps is not None else self.max_steps,
             tool_choice=normalize_tool_choice(options.tool_choice) or self.tool_choice,
@@ -405,11 +418,12 @@ class Agent:
 
         await self.runtime.start()  # type: ignore[union-attr]
         dispatcher = BackgroundDispatcher(manager, self.background_config, self._terminal_hook)
-        eligible = dispatcher.eligible_tools(self.tools)
+        tools = {name: tool for name, tool in cfg.tools.items() if name not in cfg.client_tools}
+        eligible = dispatcher.eligible_tools(tools)
         if not eligible:
             return ""
         cfg.dispatch_tool = dispatcher
-        cfg.tool_schemas = {name: tool_schema_with_override(self.tools[name]) for name in eligible}
+        cfg.tool_schemas = {name: tool_schema_with_override(tools[name]) for name in eligible}
         if self.durable:
             cfg.wait_for_background = partial(wait_in_loop, manager)
             storage = self._run_storage()
@@ -546,17 +560,19 @@ class Agent:
 
         if cfg.on_step_end is not None:
             self._live_runs.add(state.run_id)
-        state.span = tracing.start_run_span(self.id, state.run_id, cfg.thread_id, cfg.resource_id)
+        state.span = tracing.start_agent_span(
+            self.id,
+            self.name,
+            state.run_id,
+            cfg.thread_id,
+            cfg.resource_id,
+            description=self.description,
+            provider=cfg.model.provider,
+            model=cfg.model.model_id,
+        )
 
         async def on_close() -> None:
-            tracing.end_span(
-                state.span,
-                state.error,
-                **{
-                    "runstream.run.status": state.status,
-                    "gen_ai.response.finish_reason": state.finish_reason,
-                },
-            )
+            tracing.end_agent_span(state.span, state.status, state.finish_reason, state.error)
             self._live_runs.discard(state.run_id)
             storage = self._run_storage()
             if cfg.on_step_end is not None and storage is not None:
@@ -622,6 +638,7 @@ class Agent:
         controller.signal.add_listener(first.abort)
 
         async def continuation(context: list[PromptMessage]) -> RunOutput:
+            await tracing.link_stored_tasks(manager.storage.get_task)
             turn_options = replace(
                 options, context=[*options.context, *context], abort_signal=controller.signal
             )

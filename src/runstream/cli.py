@@ -1,4 +1,4 @@
-"""The ``runstream`` command: ``demo``, ``serve``, ``studio`` and ``replay`` (a conformance scenario)."""
+"""The ``runstream`` command: ``demo``, ``serve``, ``studio``, ``mcp`` and ``replay`` (a conformance scenario)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ def main(argv: list[str] | None = None) -> int:
         from runstream.server.cli import serve_command
 
         return serve_command(argv[1:] + (["--studio"] if argv[0] == "studio" else []))
+    if argv[:1] == ["mcp"]:
+        from runstream.mcp.cli import mcp_command
+
+        return mcp_command(argv[1:])
     parser = argparse.ArgumentParser(prog="runstream")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="stream a research agent with background tasks live in the terminal")
@@ -22,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser(
         "studio", help="serve agents and open them in Mastra Studio: runstream studio module:attr"
     )
+    commands.add_parser("mcp", help="serve agents and tools over MCP: runstream mcp module:attr [--http ...]")
     replay = commands.add_parser("replay", help="run a conformance scenario, chunks as JSONL on stdout")
     replay.add_argument("scenario")
     args = parser.parse_args(argv)

@@ -136,17 +136,12 @@ class ModelStep:
         """Call the model and yield the step's chunks (``step-start`` first)."""
         cfg, state = self.cfg, self.state
         run_id = state.run_id
-        span = tracing.start_child(
-            state.span,
-            "runstream.model.step",
-            {
-                "gen_ai.system": cfg.model.provider,
-                "gen_ai.request.model": cfg.model.model_id,
-                "runstream.step": state.step_number,
-            },
+        request = self._model_request()
+        span = tracing.start_chat_span(
+            state.span, cfg.model.provider, cfg.model.model_id, state.step_number, request
         )
         try:
-            model_stream = await cfg.model.stream(self._model_request())
+            model_stream = await cfg.model.stream(request)
             self.request = model_stream.request
             parts = model_stream.parts
         except Exception as exc:  # the request itself failed
@@ -235,7 +230,10 @@ class ModelStep:
                 'Agent stream finished with finishReason "error" but no error payload was provided',
                 name="Error",
             )
-        tracing.end_step_span(span, self.usage, "error" if self.error else self.finish_reason, self.error)
+        reason = "error" if self.error else self.finish_reason
+        tracing.end_chat_span(
+            span, self.usage, reason, self.error, self.response, (self.text_deltas, self.calls)
+        )
         self.response = self.response or default_response_metadata(cfg.model)
 
     def _model_request(self) -> ModelRequest:

@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from runstream.agent import Agent
 from runstream.storage import InMemoryStorage, Storage
 from runstream.tasks.config import BackgroundTaskConfig
 from runstream.tasks.manager import BackgroundTaskManager
+from runstream.tools import Tool
 from runstream.workflows import Workflow
+
+
+class Toolset(Protocol):
+    """Tools that come and go while an agent lives (an MCP client is one): started with the
+    runtime (or the first run), closed with the runtime, read per run."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def tools(self) -> Mapping[str, Tool]: ...
+
+    def on_tools_changed(self, listener: Callable[[dict[str, Tool]], None]) -> None: ...
 
 
 class Runstream:
@@ -78,11 +92,31 @@ class Runstream:
             if self._started:
                 return
             await self.storage.init()
+            await self._start_toolsets()
             if self.task_manager is not None:
                 await self.task_manager.start()
             self._started = True
 
+    def _toolsets(self) -> list[tuple[Agent, Toolset]]:
+        return [(agent, toolset) for agent in self.agents.values() for toolset in agent.toolsets]
+
+    async def _start_toolsets(self) -> None:
+        """Start the agents' toolsets before the task manager, whose recovered tasks may call
+        their tools; their tools stay registered with the manager as they change."""
+        manager = self.task_manager
+        for agent, toolset in self._toolsets():
+            if manager is not None:
+
+                def register(tools: Mapping[str, Tool], agent_id: str = agent.id) -> None:
+                    for tool in tools.values():
+                        manager.register_tool(agent_id, tool)
+
+                toolset.on_tools_changed(register)
+            await toolset.start()
+
     async def close(self) -> None:
+        for _agent, toolset in self._toolsets():
+            await toolset.close()
         if self.task_manager is not None:
             await self.task_manager.shutdown()
         await self.storage.close()

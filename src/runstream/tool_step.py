@@ -377,15 +377,9 @@ async def execute_call(
         resource_id=cfg.resource_id,
         messages=state.messages,
     )
-    span = tracing.start_child(
-        state.span,
-        "runstream.tool",
-        {"runstream.tool.name": tool.name, "runstream.tool.call_id": call.tool_call_id},
-    )
+    span = tracing.start_tool_span(state.span, tool.name, call.tool_call_id, tool.description, args)
     outcome = await run_tool(tool, args, ctx, call)
-    tracing.end_span(
-        span, outcome.value if outcome.kind == "error" else None, **{"runstream.tool.outcome": outcome.kind}
-    )
+    tracing.end_tool_span(span, outcome.kind, outcome.value)
     return outcome
 
 

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import Mount
+from starlette.routing import Mount, Route
 
 from runstream.runtime import Runstream
 from runstream.server.auth import AuthHook, AuthMiddleware, default_auth
@@ -78,6 +78,7 @@ def create_app(
         routes=[
             Mount(prefix, routes=api),
             *ChatRoutes(ctx).routes(),
+            *_agui_routes(ctx),
             playground_route(prefix),
             root_route(prefix, PLAYGROUND_PATH),
             health_route(runstream),
@@ -97,3 +98,12 @@ def create_app(
     )
     app.state.context = ctx
     return app
+
+
+def _agui_routes(ctx: ServerContext) -> list[Route]:
+    """``/ag-ui/{agentId}`` when the ``agui`` extra (``ag-ui-protocol``) is installed."""
+    try:
+        from runstream.server.agui_api import AGUIRoutes
+    except ImportError:
+        return []
+    return AGUIRoutes(ctx).routes()

@@ -24,10 +24,24 @@ from runstream.server.app import create_app
 from runstream.server.auth import TOKEN_ENV, AuthMiddleware, open_access
 from runstream.server.cors import ANY_ORIGIN
 from runstream.server.studio_launcher import StudioCommand, start_studio, stop_studio
+from runstream.telemetry import setup_from_environment
 
 TARGET_ENV = "RUNSTREAM_SERVE_TARGET"
 CORS_ENV = "RUNSTREAM_SERVE_CORS_ORIGINS"
 DEFAULT_STUDIO_PORT = 3000
+
+
+def import_target(target: str, command: str) -> Any:
+    """The object ``module:attr`` names (the current directory importable)."""
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise SystemExit(f"runstream {command}: expected 'module:attr', got {target!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def load_app(target: str, cors_origins: Sequence[str] | None = ANY_ORIGIN) -> Any:
@@ -35,14 +49,7 @@ def load_app(target: str, cors_origins: Sequence[str] | None = ANY_ORIGIN) -> An
 
     ``cors_origins`` applies to a Runstream target; an app made by ``create_app`` has its own.
     """
-    module_name, _, attr = target.partition(":")
-    if not module_name or not attr:
-        raise SystemExit(f"runstream serve: expected 'module:attr', got {target!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
+    obj = import_target(target, "serve")
     if callable(obj) and not isinstance(obj, Starlette | Runstream) and not _is_asgi_app(obj):
         obj = obj()
     return create_app(obj, cors_origins=cors_origins) if isinstance(obj, Runstream) else obj
@@ -82,6 +89,7 @@ def _open_access(app: Any) -> bool:
 
 def reload_factory() -> Any:
     """The app for uvicorn's reloader (which imports by name in a fresh process)."""
+    setup_from_environment()
     return load_app(os.environ[TARGET_ENV], json.loads(os.environ.get(CORS_ENV, '["*"]')))
 
 
@@ -149,4 +157,9 @@ def _run(args: argparse.Namespace, cors: list[str] | None) -> None:
             log_level=args.log_level,
         )
     else:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+        provider = setup_from_environment()  # OTLP export when OTEL_* asks for it
+        try:
+            uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+        finally:
+            if provider is not None:
+                provider.shutdown()  # flush the spans still batched

@@ -135,3 +135,5 @@ class TaskRequest:
     timeout_ms: int | None = None
     max_retries: int | None = None
     on_terminal: TerminalHook | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Stored with the task (the run's trace context, so its span can link to the run)."""

@@ -7,6 +7,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
+from runstream import tracing
 from runstream.abort import AbortError, AbortSignal
 from runstream.chunks import (
     AnyChunk,
@@ -79,6 +80,7 @@ class BackgroundDispatcher:
                     timeout_ms=resolved.timeout_ms,
                     max_retries=resolved.max_retries,
                     on_terminal=self._on_terminal(state, cfg),
+                    metadata=tracing.traceparent(state.span),
                 )
             )
         except BackgroundTaskError as exc:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
+from runstream import tracing
 from runstream.abort import AbortController, AbortError, sleep
 from runstream.chunks import (
     AnyChunk,
@@ -221,6 +222,7 @@ class BackgroundTaskManager:
             timeout_ms=request.timeout_ms
             if request.timeout_ms is not None
             else self.config.default_timeout_ms,
+            metadata=dict(request.metadata),
         )
         await self.storage.save_task(record)
         self._requests[record.id] = request
@@ -355,7 +357,7 @@ class BackgroundTaskManager:
             attempt=record.retry_count + 1,
         )
         ex.context = ctx
-        ex.attempt = asyncio.ensure_future(_call_tool(tool, args, ctx))
+        ex.attempt = asyncio.ensure_future(tracing.traced_task(record, _call_tool(tool, args, ctx)))
         try:
             timeout_s = record.timeout_ms / 1000 if record.timeout_ms > 0 else None
             done, _ = await asyncio.wait({ex.attempt}, timeout=timeout_s)
@@ -398,6 +400,9 @@ class BackgroundTaskManager:
             update = {"status": "timed_out", "error": {"message": outcome.value}, "completed_at": now}
         else:
             update = {"status": "failed", "error": _error_of(outcome.value), "completed_at": now}
+        traced = tracing.task_span_metadata(record.id)
+        if traced:  # where the task's span is, for continuation turns in other processes
+            update["metadata"] = {**record.metadata, **traced}
         guard = self._lease_guard(record)
         try:
             stored = await self.storage.update_task(

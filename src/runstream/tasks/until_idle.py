@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from runstream import tracing
 from runstream.abort import AbortController
 from runstream.chunks import AnyChunk, BackgroundTaskProgressChunk, ErrorChunk
 from runstream.output import RunOutput
@@ -335,7 +336,13 @@ async def until_idle_stream(
                 batch = ledger.take_batch()
                 idle_deadline = None
                 turn_active = True
-                start_turn(await continuation([{"role": "system", "content": continuation_directive(batch)}]))
+                token = tracing.continuation_task_ids(batch)
+                try:
+                    start_turn(
+                        await continuation([{"role": "system", "content": continuation_directive(batch)}])
+                    )
+                finally:
+                    tracing.end_continuation(token)
             elif not running and not ledger.queued and not ledger.window_open():
                 return
     finally:

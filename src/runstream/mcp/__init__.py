@@ -1,0 +1,10 @@
+"""MCP for runstream: tools from MCP servers (:class:`MCPClient`) and a runtime served as an MCP
+server (``runstream mcp module:runtime``, :func:`runstream.mcp.server.build_server`).
+
+Needs the ``mcp`` extra: ``pip install 'runstream[mcp]'``.
+"""
+
+from runstream.mcp.client import HttpServer, MCPClient, MCPConnectionError, StdioServer
+from runstream.mcp.convert import MCPToolError
+
+__all__ = ["HttpServer", "MCPClient", "MCPConnectionError", "MCPToolError", "StdioServer"]
