@@ -232,6 +232,8 @@ class Agent:
         if runtime.task_manager is not None:
             for tool in self.tools.values():
                 runtime.task_manager.register_tool(self.id, tool)
+            if self.background_config.concurrency is not None:
+                runtime.task_manager.agent_concurrency[self.id] = self.background_config.concurrency
 
     # -- running -----------------------------------------------------------------------------------
     async def stream(
@@ -403,7 +405,10 @@ class Agent:
         cfg.dispatch_tool = dispatcher
         cfg.tool_schemas = {name: tool_schema_with_override(self.tools[name]) for name in eligible}
         if self.durable:
-            cfg.wait_for_background = partial(wait_in_loop, manager)
+            wait_timeout = self.background_config.wait_timeout_ms
+            if wait_timeout is None:
+                wait_timeout = manager.config.wait_timeout_ms
+            cfg.wait_for_background = partial(wait_in_loop, manager, wait_timeout_ms=wait_timeout)
             storage = self._run_storage()
             if storage is not None:
                 cfg.on_step_end = partial(self._save_durable, storage, options)

@@ -18,7 +18,7 @@ from runstream.chunks import (
 from runstream.memory import rewrite_prompt_result
 from runstream.run_state import LoopConfig, RunState, ToolCall, ToolOutcome
 from runstream.storage import TaskRecord
-from runstream.tasks.config import BackgroundTaskError, TaskRequest, TerminalHook
+from runstream.tasks.config import BackgroundTaskError, TaskHook, TaskRequest, TerminalHook
 from runstream.tasks.manager import BackgroundTaskManager
 from runstream.tasks.policy import (
     BACKGROUND_ARG,
@@ -27,7 +27,7 @@ from runstream.tasks.policy import (
     placeholder_text,
     resolve,
 )
-from runstream.tools import Tool, ToolArgumentsError
+from runstream.tools import BackgroundToolConfig, Tool, ToolArgumentsError
 
 
 class BackgroundDispatcher:
@@ -79,6 +79,8 @@ class BackgroundDispatcher:
                     timeout_ms=resolved.timeout_ms,
                     max_retries=resolved.max_retries,
                     on_terminal=self._on_terminal(state, cfg),
+                    on_complete=_first_hook(tool.background, "on_complete", self.config.on_task_complete),
+                    on_failed=_first_hook(tool.background, "on_failed", self.config.on_task_failed),
                 )
             )
         except BackgroundTaskError as exc:
@@ -124,7 +126,12 @@ async def _wait_unless_aborted(
 
 
 async def wait_in_loop(
-    manager: BackgroundTaskManager, state: RunState, task_ids: list[str], abort_signal: AbortSignal
+    manager: BackgroundTaskManager,
+    state: RunState,
+    task_ids: list[str],
+    abort_signal: AbortSignal,
+    *,
+    wait_timeout_ms: int | None = None,
 ) -> AsyncIterator[AnyChunk]:
     """Durable agents wait for a step's background tasks inside the loop.
 
@@ -132,7 +139,13 @@ async def wait_in_loop(
     any task runs, then each task's real outcome as a ``tool-result`` (or ``tool-error``). The
     task's terminal hook has already put the result into the run's messages, so the next model
     step sees it. An abort ends the wait (the tasks go on).
+
+    With a ``wait_timeout_ms`` configured (the agent's, else the manager's), the loop does not
+    wait at all, as Mastra's durable loop: its check step only waits on a retry, which never
+    comes (recorded in ``x-pt01``/``x-pt02``); the tasks' results reach memory as usual.
     """
+    if wait_timeout_ms:
+        return
     started = time.monotonic()
     interval = manager.config.progress_interval_ms / 1000
     waits = [asyncio.ensure_future(manager.wait_for(task_id)) for task_id in task_ids]
@@ -175,6 +188,12 @@ async def wait_in_loop(
         elif record.status in ("failed", "timed_out", "cancelled"):
             message = (record.error or {}).get("message") or f"Background task {record.status}"
             yield ToolErrorChunk(state.run_id, {**payload, "error": BackgroundTaskError(message)})  # type: ignore[typeddict-item]
+
+
+def _first_hook(own: BackgroundToolConfig | None, name: str, agent_hook: TaskHook | None) -> TaskHook | None:
+    """The tool's own callback, else the agent's (Mastra calls one of them, not both)."""
+    hook: TaskHook | None = getattr(own, name, None)
+    return hook if hook is not None else agent_hook
 
 
 def _task_link(task_id: str, status: str) -> dict[str, Any]:
