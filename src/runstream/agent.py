@@ -31,6 +31,7 @@ from runstream.loop import agent_loop
 from runstream.memory import ContinuedMessage, Memory, MemoryScope, rewrite_prompt_result
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.output import RunOutput
+from runstream.request_context import Dynamic, RequestContext, resolve
 from runstream.run_state import LoopConfig, ResumeAction, RunState
 from runstream.scoring import TaskCompletion
 from runstream.step_results import model_label, run_metadata
@@ -106,6 +107,7 @@ def _options_to_json(options: RunOptions) -> dict[str, Any]:
         else None,
         "disableBackgroundTasks": options.disable_background_tasks,
         "context": options.context,
+        "requestContext": options.request_context.to_json(),
         "clientTools": {
             name: {"description": tool.description, "inputSchema": tool.input_schema}
             for name, tool in options.client_tools.items()
@@ -123,6 +125,7 @@ def _options_from_json(data: Mapping[str, Any]) -> RunOptions:
         memory=MemoryScope.coerce(data.get("memory")),
         disable_background_tasks=bool(data.get("disableBackgroundTasks")),
         context=list(data.get("context") or []),
+        request_context=RequestContext(data.get("requestContext") or {}),
         client_tools={
             name: client_tool(
                 name, description=spec.get("description", ""), input_schema=spec.get("inputSchema")
@@ -163,6 +166,15 @@ class RunOptions:
     context: list[PromptMessage] = field(default_factory=list)
     is_task_complete: TaskCompletion | None = None
     client_tools: dict[str, Tool] = field(default_factory=dict)
+    request_context: RequestContext = field(default_factory=RequestContext)
+
+
+ToolsInput = Iterable[Tool] | Mapping[str, Tool]
+
+
+def _is_function(value: Any) -> bool:
+    """A per-request function rather than the value itself."""
+    return callable(value) and not isinstance(value, LanguageModel | Mapping | Tool)
 
 
 class Agent:
@@ -172,11 +184,11 @@ class Agent:
         self,
         id: str,
         *,
-        model: LanguageModel,
-        instructions: str = "",
+        model: LanguageModel | Dynamic[LanguageModel],
+        instructions: str | Dynamic[str] = "",
         name: str | None = None,
         description: str = "",
-        tools: Iterable[Tool] | Mapping[str, Tool] = (),
+        tools: ToolsInput | Dynamic[ToolsInput] = (),
         agents: Iterable[Agent] = (),
         max_steps: int = 5,
         tool_choice: str | Mapping[str, Any] | None = None,
@@ -197,9 +209,12 @@ class Agent:
         self.name = name or id
         self.description = description
         self.instructions = instructions
+        """The instructions, or a function of the request context (see :meth:`get_instructions`)."""
         self.model = model
-        tool_list = list(tools.values()) if isinstance(tools, Mapping) else list(tools)
-        self.tools: dict[str, Tool] = {t.name: t for t in tool_list}
+        """The model, or a function of the request context (see :meth:`get_model`)."""
+        self.tools_resolver: Dynamic[ToolsInput] | None = tools if _is_function(tools) else None  # type: ignore[assignment]
+        """``tools=`` given as a function of the request context: its tools join ``tools``."""
+        self.tools: dict[str, Tool] = {} if self.tools_resolver is not None else _by_name(tools)  # type: ignore[arg-type]
         for sub in agents:
             sub_tool = sub.as_tool()
             self.tools[sub_tool.name] = sub_tool
@@ -256,8 +271,13 @@ class Agent:
         disable_background_tasks: bool = False,
         is_task_complete: TaskCompletion | Mapping[str, Any] | None = None,
         client_tools: Iterable[Tool] | Mapping[str, Tool] = (),
+        request_context: RequestContext | Mapping[str, Any] | None = None,
     ) -> RunOutput:
         """Start a run; iterate ``out.full_stream`` for its chunks.
+
+        ``request_context`` (Mastra's ``requestContext``) holds per-request values: the tools
+        read it as ``ctx.request_context``, and the agent's instructions, model and tools may
+        be functions of it. A ``RequestContext`` given is shared, not copied.
 
         ``memory={"thread": ..., "resource": ...}`` loads the thread's history and saves the new
         messages. ``until_idle=True`` (or ``{"max_idle_ms": n, "resume_window_ms": n}``) keeps the
@@ -283,6 +303,7 @@ class Agent:
             context=normalize_messages(list(context)) if context else [],
             is_task_complete=TaskCompletion.coerce(is_task_complete),
             client_tools=_by_name(client_tools),
+            request_context=RequestContext.coerce(request_context),
         )
         input_messages = normalize_messages(messages)
         manager = self.runtime.task_manager if self.runtime is not None else None
@@ -354,11 +375,13 @@ class Agent:
         if options.abort_signal is not None:
             signal = AbortSignal.any(signal, options.abort_signal)
         scope = options.memory
+        context = options.request_context
+        tools = await self.get_tools(context)
         cfg = LoopConfig(
             agent_id=self.id,
             agent_name=self.name,
-            model=self.model,
-            tools={**self.tools, **options.client_tools},
+            model=await self.get_model(context),
+            tools={**tools, **options.client_tools},
             client_tools=frozenset(options.client_tools),
             max_steps=options.max_steps if options.max_steps is not None else self.max_steps,
             tool_choice=normalize_tool_choice(options.tool_choice) or self.tool_choice,
@@ -382,14 +405,17 @@ class Agent:
             resource_id=scope.resource_id if scope else None,
             durable=self.durable,
         )
-        instructions = self.instructions + await self._attach_background(cfg, state, options)
+        instructions = await self.get_instructions(context)
+        instructions += await self._attach_background(cfg, state, options, tools)
         completion = options.is_task_complete or self.is_task_complete
         if completion is not None:
             cfg.completion_checks.append(completion.check)
         cfg.system = [{"role": "system", "content": instructions}] if instructions else []
         return cfg
 
-    async def _attach_background(self, cfg: LoopConfig, state: RunState, options: RunOptions) -> str:
+    async def _attach_background(
+        self, cfg: LoopConfig, state: RunState, options: RunOptions, tools: dict[str, Tool]
+    ) -> str:
         """Wire the task manager into the run; returns text to append to the instructions."""
         manager = self.runtime.task_manager if self.runtime is not None else None
         if manager is None or options.disable_background_tasks or self.background_config.disabled:
@@ -399,11 +425,14 @@ class Agent:
 
         await self.runtime.start()  # type: ignore[union-attr]
         dispatcher = BackgroundDispatcher(manager, self.background_config, self._terminal_hook)
-        eligible = dispatcher.eligible_tools(self.tools)
+        eligible = dispatcher.eligible_tools(tools)
         if not eligible:
             return ""
+        if self.tools_resolver is not None:  # so that a recovered task finds its tool
+            for name in eligible:
+                manager.register_tool(self.id, tools[name])
         cfg.dispatch_tool = dispatcher
-        cfg.tool_schemas = {name: tool_schema_with_override(self.tools[name]) for name in eligible}
+        cfg.tool_schemas = {name: tool_schema_with_override(tools[name]) for name in eligible}
         if self.durable:
             wait_timeout = self.background_config.wait_timeout_ms
             if wait_timeout is None:
@@ -414,6 +443,42 @@ class Agent:
                 cfg.on_step_end = partial(self._save_durable, storage, options)
         cfg.tasks_pending = lambda ids: any(manager.is_active(task_id) for task_id in ids)
         return system_prompt_section(eligible)
+
+    async def get_instructions(
+        self, request_context: RequestContext | Mapping[str, Any] | None = None
+    ) -> str:
+        """The instructions for a request (Mastra's ``getInstructions``)."""
+        instructions = self.instructions
+        if not isinstance(instructions, str):
+            instructions = await resolve(instructions, RequestContext.coerce(request_context))
+        if not isinstance(instructions, str):
+            raise TypeError(
+                f"agent {self.id!r}: instructions must be a string, got {type(instructions).__name__}"
+            )
+        return instructions
+
+    async def get_model(
+        self, request_context: RequestContext | Mapping[str, Any] | None = None
+    ) -> LanguageModel:
+        """The model for a request (Mastra's ``getModel``)."""
+        model = self.model
+        if not isinstance(model, LanguageModel):
+            model = await resolve(model, RequestContext.coerce(request_context))
+        if not isinstance(model, LanguageModel):
+            raise TypeError(
+                f"agent {self.id!r}: the model function returned {type(model).__name__}, not a model"
+            )
+        return model
+
+    async def get_tools(
+        self, request_context: RequestContext | Mapping[str, Any] | None = None
+    ) -> dict[str, Tool]:
+        """The tools for a request (Mastra's ``getTools``): ``tools`` plus what ``tools=`` as a
+        function returns for this request context."""
+        if self.tools_resolver is None:
+            return self.tools
+        resolved: ToolsInput = await resolve(self.tools_resolver, RequestContext.coerce(request_context))
+        return {**_by_name(resolved), **self.tools}
 
     async def _attach_goal(self, cfg: LoopConfig, state: RunState, scope: MemoryScope) -> None:
         """Judge the thread's active goal after the run (when a judge resolves)."""

@@ -48,17 +48,20 @@ def serialize_tool(tool: Tool) -> dict[str, Any]:
     return out
 
 
-def serialize_agent(agent: Agent) -> dict[str, Any]:
+async def serialize_agent(agent: Agent) -> dict[str, Any]:
+    """An agent's details; dynamic instructions, model and tools as they resolve for an empty
+    request context."""
+    model = await agent.get_model()
     return {
         "id": agent.id,
         "name": agent.name,
         "description": agent.description,
-        "instructions": agent.instructions,
-        "tools": {name: serialize_tool(tool) for name, tool in agent.tools.items()},
+        "instructions": await agent.get_instructions(),
+        "tools": {name: serialize_tool(tool) for name, tool in (await agent.get_tools()).items()},
         "agents": {},
         "workflows": {},
-        "provider": agent.model.provider,
-        "modelId": agent.model.model_id,
+        "provider": model.provider,
+        "modelId": model.model_id,
         "defaultOptions": {"maxSteps": agent.max_steps},
         "hasMemory": agent.memory is not None,
     }
@@ -145,11 +148,11 @@ class MastraRoutes:
     # -- agents -------------------------------------------------------------------------------------
     async def list_agents(self, request: Request) -> Response:
         return json_response(
-            {agent_id: serialize_agent(a) for agent_id, a in self.ctx.runstream.agents.items()}
+            {agent_id: await serialize_agent(a) for agent_id, a in self.ctx.runstream.agents.items()}
         )
 
     async def agent_details(self, request: Request) -> Response:
-        return json_response(serialize_agent(self.ctx.agent(request.path_params["agent_id"])))
+        return json_response(await serialize_agent(self.ctx.agent(request.path_params["agent_id"])))
 
     async def _body(self, request: Request, *, until_idle: bool = False) -> tuple[Agent, StreamRequest]:
         agent = self.ctx.agent(request.path_params["agent_id"])
