@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from runstream import suspension, tracing
 from runstream.abort import AbortController, AbortSignal
+from runstream.callbacks import Callback, RunCallbacks, with_callbacks
 from runstream.chunks import AnyChunk, iso_datetime, now_utc
 from runstream.goals import (
     GoalCheck,
@@ -30,7 +31,7 @@ from runstream.goals import (
 from runstream.loop import agent_loop
 from runstream.memory import ContinuedMessage, Memory, MemoryScope, rewrite_prompt_result
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
-from runstream.output import RunOutput
+from runstream.output import RunOutput, full_output
 from runstream.request_context import Dynamic, RequestContext, resolve
 from runstream.run_state import LoopConfig, ResumeAction, RunState
 from runstream.scoring import TaskCompletion
@@ -167,6 +168,7 @@ class RunOptions:
     is_task_complete: TaskCompletion | None = None
     client_tools: dict[str, Tool] = field(default_factory=dict)
     request_context: RequestContext = field(default_factory=RequestContext)
+    callbacks: RunCallbacks = field(default_factory=RunCallbacks)
 
 
 ToolsInput = Iterable[Tool] | Mapping[str, Tool]
@@ -272,12 +274,21 @@ class Agent:
         is_task_complete: TaskCompletion | Mapping[str, Any] | None = None,
         client_tools: Iterable[Tool] | Mapping[str, Tool] = (),
         request_context: RequestContext | Mapping[str, Any] | None = None,
+        on_chunk: Callback | None = None,
+        on_step_finish: Callback | None = None,
+        on_finish: Callback | None = None,
+        on_error: Callback | None = None,
+        on_abort: Callback | None = None,
     ) -> RunOutput:
         """Start a run; iterate ``out.full_stream`` for its chunks.
 
         ``request_context`` (Mastra's ``requestContext``) holds per-request values: the tools
         read it as ``ctx.request_context``, and the agent's instructions, model and tools may
         be functions of it. A ``RequestContext`` given is shared, not copied.
+
+        ``on_chunk``, ``on_step_finish``, ``on_finish``, ``on_error`` and ``on_abort`` are
+        Mastra's callbacks (see ``runstream.callbacks``); an until-idle stream calls them for
+        each of its turns.
 
         ``memory={"thread": ..., "resource": ...}`` loads the thread's history and saves the new
         messages. ``until_idle=True`` (or ``{"max_idle_ms": n, "resume_window_ms": n}``) keeps the
@@ -304,6 +315,7 @@ class Agent:
             is_task_complete=TaskCompletion.coerce(is_task_complete),
             client_tools=_by_name(client_tools),
             request_context=RequestContext.coerce(request_context),
+            callbacks=RunCallbacks(on_chunk, on_step_finish, on_finish, on_error, on_abort).check(),
         )
         input_messages = normalize_messages(messages)
         manager = self.runtime.task_manager if self.runtime is not None else None
@@ -645,7 +657,10 @@ class Agent:
                     continued=state.continued,
                 )
 
-        return RunOutput(agent_loop(cfg, state, resume), state, controller, on_close=on_close)
+        source = agent_loop(cfg, state, resume)
+        if options.callbacks:
+            source = with_callbacks(source, cfg, state, options.callbacks, partial(full_output, state))
+        return RunOutput(source, state, controller, on_close=on_close)
 
     def _run_storage(self) -> Storage | None:
         if self.memory is not None and self.memory.storage is not None:
