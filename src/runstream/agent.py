@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,18 @@ from runstream.memory import ContinuedMessage, Memory, MemoryScope, rewrite_prom
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.output import RunOutput, full_output
 from runstream.request_context import Dynamic, RequestContext, resolve
+from runstream.run_options import (
+    MessagesInput,
+    RunOptions,
+    ToolsInput,
+    by_name,
+    is_function,
+    normalize_messages,
+    normalize_tool_choice,
+    options_from_json,
+    options_to_json,
+)
+from runstream.run_options import client_tool as client_tool  # public here since before the move
 from runstream.run_state import LoopConfig, ResumeAction, RunState
 from runstream.scoring import TaskCompletion
 from runstream.step_results import model_label, run_metadata
@@ -45,8 +57,6 @@ if TYPE_CHECKING:
     from runstream.runtime import Runstream
     from runstream.tasks.policy import AgentBackgroundConfig
 
-MessagesInput = str | Sequence[str] | Sequence[Mapping[str, Any]]
-
 
 class AgentToolError(Exception):
     """An agent called as a tool ended in an error."""
@@ -56,127 +66,6 @@ class AgentToolError(Exception):
 
 class RunNotFoundError(LookupError):
     """No suspended run with that id (it finished, or it never stopped for a human)."""
-
-
-def normalize_messages(messages: MessagesInput | None) -> list[PromptMessage]:
-    """Accept a string, a list of strings, or ``{"role", "content"}`` messages."""
-    if messages is None:
-        return []
-    if isinstance(messages, str):
-        messages = [messages]
-    out: list[PromptMessage] = []
-    for message in messages:
-        if isinstance(message, str):
-            out.append({"role": "user", "content": [{"type": "text", "text": message}]})
-            continue
-        if not isinstance(message, Mapping) or "role" not in message:
-            raise TypeError("a message must be a string or a mapping with 'role' and 'content'")
-        role = message["role"]
-        if role not in ("user", "assistant", "system", "tool"):
-            raise ValueError(f"unknown message role {role!r}")
-        content = message.get("content", "")
-        if role == "system":
-            out.append({"role": "system", "content": content if isinstance(content, str) else str(content)})
-        elif isinstance(content, str):
-            out.append({"role": role, "content": [{"type": "text", "text": content}]})
-        else:
-            out.append({"role": role, "content": [dict(part) for part in content]})
-    return out
-
-
-def normalize_tool_choice(choice: str | Mapping[str, Any] | None) -> dict[str, Any] | None:
-    if choice is None:
-        return None
-    if isinstance(choice, str):
-        if choice not in ("auto", "none", "required"):
-            raise ValueError(f"tool_choice must be 'auto', 'none', 'required' or a tool, not {choice!r}")
-        return {"type": choice}
-    return dict(choice)
-
-
-def _options_to_json(options: RunOptions) -> dict[str, Any]:
-    """The run options a restored run can get back (code-valued ones fall back to the agent's)."""
-    structured = StructuredOutput.coerce(options.structured_output)
-    return {
-        "maxSteps": options.max_steps,
-        "toolChoice": normalize_tool_choice(options.tool_choice),
-        "includeRawChunks": options.include_raw_chunks,
-        "structuredOutput": structured.schema if structured is not None else None,
-        "maxProcessorRetries": options.max_processor_retries,
-        "memory": {"thread": options.memory.thread_id, "resource": options.memory.resource_id}
-        if options.memory
-        else None,
-        "disableBackgroundTasks": options.disable_background_tasks,
-        "context": options.context,
-        "requestContext": options.request_context.to_json(),
-        "clientTools": {
-            name: {"description": tool.description, "inputSchema": tool.input_schema}
-            for name, tool in options.client_tools.items()
-        },
-    }
-
-
-def _options_from_json(data: Mapping[str, Any]) -> RunOptions:
-    return RunOptions(
-        max_steps=data.get("maxSteps"),
-        tool_choice=data.get("toolChoice"),
-        include_raw_chunks=bool(data.get("includeRawChunks")),
-        structured_output={"schema": data["structuredOutput"]} if data.get("structuredOutput") else None,
-        max_processor_retries=data.get("maxProcessorRetries"),
-        memory=MemoryScope.coerce(data.get("memory")),
-        disable_background_tasks=bool(data.get("disableBackgroundTasks")),
-        context=list(data.get("context") or []),
-        request_context=RequestContext(data.get("requestContext") or {}),
-        client_tools={
-            name: client_tool(
-                name, description=spec.get("description", ""), input_schema=spec.get("inputSchema")
-            )
-            for name, spec in (data.get("clientTools") or {}).items()
-        },
-    )
-
-
-def _runs_on_the_client(args: dict[str, Any], ctx: ToolContext) -> None:
-    raise RuntimeError(f"{ctx.tool_name} is a client tool: the caller executes it, not the loop")
-
-
-def client_tool(name: str, *, description: str = "", input_schema: Mapping[str, Any] | None = None) -> Tool:
-    """A tool the caller executes (``stream(client_tools=[...])``): the model only sees its schema."""
-    return Tool(name, _runs_on_the_client, description=description, input_schema=input_schema)
-
-
-def _by_name(tools: Iterable[Tool] | Mapping[str, Tool]) -> dict[str, Tool]:
-    return {tool.name: tool for tool in (tools.values() if isinstance(tools, Mapping) else tools)}
-
-
-@dataclass(slots=True)
-class RunOptions:
-    """The per-call options of ``stream()``, kept so continuation turns can reuse them."""
-
-    max_steps: int | None = None
-    tool_choice: str | Mapping[str, Any] | None = None
-    include_raw_chunks: bool = False
-    structured_output: Any = None
-    output_processors: list[Any] | None = None
-    input_processors: list[Any] | None = None
-    max_processor_retries: int | None = None
-    model_settings: ModelSettings | None = None
-    abort_signal: AbortSignal | None = None
-    memory: MemoryScope | None = None
-    disable_background_tasks: bool = False
-    context: list[PromptMessage] = field(default_factory=list)
-    is_task_complete: TaskCompletion | None = None
-    client_tools: dict[str, Tool] = field(default_factory=dict)
-    request_context: RequestContext = field(default_factory=RequestContext)
-    callbacks: RunCallbacks = field(default_factory=RunCallbacks)
-
-
-ToolsInput = Iterable[Tool] | Mapping[str, Tool]
-
-
-def _is_function(value: Any) -> bool:
-    """A per-request function rather than the value itself."""
-    return callable(value) and not isinstance(value, LanguageModel | Mapping | Tool)
 
 
 class Agent:
@@ -214,9 +103,9 @@ class Agent:
         """The instructions, or a function of the request context (see :meth:`get_instructions`)."""
         self.model = model
         """The model, or a function of the request context (see :meth:`get_model`)."""
-        self.tools_resolver: Dynamic[ToolsInput] | None = tools if _is_function(tools) else None  # type: ignore[assignment]
+        self.tools_resolver: Dynamic[ToolsInput] | None = tools if is_function(tools) else None  # type: ignore[assignment]
         """``tools=`` given as a function of the request context: its tools join ``tools``."""
-        self.tools: dict[str, Tool] = {} if self.tools_resolver is not None else _by_name(tools)  # type: ignore[arg-type]
+        self.tools: dict[str, Tool] = {} if self.tools_resolver is not None else by_name(tools)  # type: ignore[arg-type]
         for sub in agents:
             sub_tool = sub.as_tool()
             self.tools[sub_tool.name] = sub_tool
@@ -313,7 +202,7 @@ class Agent:
             disable_background_tasks=disable_background_tasks,
             context=normalize_messages(list(context)) if context else [],
             is_task_complete=TaskCompletion.coerce(is_task_complete),
-            client_tools=_by_name(client_tools),
+            client_tools=by_name(client_tools),
             request_context=RequestContext.coerce(request_context),
             callbacks=RunCallbacks(on_chunk, on_step_finish, on_finish, on_error, on_abort).check(),
         )
@@ -490,7 +379,7 @@ class Agent:
         if self.tools_resolver is None:
             return self.tools
         resolved: ToolsInput = await resolve(self.tools_resolver, RequestContext.coerce(request_context))
-        return {**_by_name(resolved), **self.tools}
+        return {**by_name(resolved), **self.tools}
 
     async def _attach_goal(self, cfg: LoopConfig, state: RunState, scope: MemoryScope) -> None:
         """Judge the thread's active goal after the run (when a judge resolves)."""
@@ -545,7 +434,7 @@ class Agent:
         return await Goals(self._goal_storage()).clear(thread_id)
 
     async def _save_durable(self, storage: Storage, options: RunOptions, state: RunState) -> None:
-        data = suspension.snapshot(self.id, state, _options_to_json(options))
+        data = suspension.snapshot(self.id, state, options_to_json(options))
         await storage.save_snapshot(suspension.DURABLE_NAMESPACE, state.run_id, data)
 
     async def durable_runs(self) -> list[str]:
@@ -571,7 +460,7 @@ class Agent:
         state = suspension.restore(data)
         state.status = "running"
         state.saved = False
-        options = _options_from_json(data["options"])
+        options = options_from_json(data["options"])
         controller = AbortController()
         cfg = await self._configure(options, state, controller)
         return self._output(cfg, state, controller, ResumeAction("continue"), options)
@@ -639,7 +528,7 @@ class Agent:
                 await self._save_input_early(cfg, state)
                 self._suspended[state.run_id] = (cfg, state, options)
                 if storage is not None:
-                    data = suspension.snapshot(self.id, state, _options_to_json(options))
+                    data = suspension.snapshot(self.id, state, options_to_json(options))
                     data["suspendedAt"] = iso_datetime(now_utc())
                     await storage.save_snapshot(suspension.NAMESPACE, state.run_id, data)
                 return
@@ -770,7 +659,7 @@ class Agent:
         data = await storage.load_snapshot(suspension.NAMESPACE, run_id) if storage is not None else None
         if data is None or data.get("agentId") != self.id:
             return None
-        return None, suspension.restore(data), _options_from_json(data["options"])
+        return None, suspension.restore(data), options_from_json(data["options"])
 
     async def _continue(self, run_id: str, action: ResumeAction) -> RunOutput:
         found = await self._find_suspended(run_id)

@@ -1,0 +1,140 @@
+"""The per-call options of ``Agent.stream()`` (kept so continuation turns and resumed runs can
+reuse them), their JSON form in a saved run, and the input normalisation they share."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runstream.abort import AbortSignal
+from runstream.callbacks import RunCallbacks
+from runstream.memory import MemoryScope
+from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
+from runstream.request_context import RequestContext
+from runstream.scoring import TaskCompletion
+from runstream.structured import StructuredOutput
+from runstream.tools import Tool, ToolContext
+
+MessagesInput = str | Sequence[str] | Sequence[Mapping[str, Any]]
+
+
+def normalize_messages(messages: MessagesInput | None) -> list[PromptMessage]:
+    """Accept a string, a list of strings, or ``{"role", "content"}`` messages."""
+    if messages is None:
+        return []
+    if isinstance(messages, str):
+        messages = [messages]
+    out: list[PromptMessage] = []
+    for message in messages:
+        if isinstance(message, str):
+            out.append({"role": "user", "content": [{"type": "text", "text": message}]})
+            continue
+        if not isinstance(message, Mapping) or "role" not in message:
+            raise TypeError("a message must be a string or a mapping with 'role' and 'content'")
+        role = message["role"]
+        if role not in ("user", "assistant", "system", "tool"):
+            raise ValueError(f"unknown message role {role!r}")
+        content = message.get("content", "")
+        if role == "system":
+            out.append({"role": "system", "content": content if isinstance(content, str) else str(content)})
+        elif isinstance(content, str):
+            out.append({"role": role, "content": [{"type": "text", "text": content}]})
+        else:
+            out.append({"role": role, "content": [dict(part) for part in content]})
+    return out
+
+
+def normalize_tool_choice(choice: str | Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if choice is None:
+        return None
+    if isinstance(choice, str):
+        if choice not in ("auto", "none", "required"):
+            raise ValueError(f"tool_choice must be 'auto', 'none', 'required' or a tool, not {choice!r}")
+        return {"type": choice}
+    return dict(choice)
+
+
+def options_to_json(options: RunOptions) -> dict[str, Any]:
+    """The run options a restored run can get back (code-valued ones fall back to the agent's)."""
+    structured = StructuredOutput.coerce(options.structured_output)
+    return {
+        "maxSteps": options.max_steps,
+        "toolChoice": normalize_tool_choice(options.tool_choice),
+        "includeRawChunks": options.include_raw_chunks,
+        "structuredOutput": structured.schema if structured is not None else None,
+        "maxProcessorRetries": options.max_processor_retries,
+        "memory": {"thread": options.memory.thread_id, "resource": options.memory.resource_id}
+        if options.memory
+        else None,
+        "disableBackgroundTasks": options.disable_background_tasks,
+        "context": options.context,
+        "requestContext": options.request_context.to_json(),
+        "clientTools": {
+            name: {"description": tool.description, "inputSchema": tool.input_schema}
+            for name, tool in options.client_tools.items()
+        },
+    }
+
+
+def options_from_json(data: Mapping[str, Any]) -> RunOptions:
+    return RunOptions(
+        max_steps=data.get("maxSteps"),
+        tool_choice=data.get("toolChoice"),
+        include_raw_chunks=bool(data.get("includeRawChunks")),
+        structured_output={"schema": data["structuredOutput"]} if data.get("structuredOutput") else None,
+        max_processor_retries=data.get("maxProcessorRetries"),
+        memory=MemoryScope.coerce(data.get("memory")),
+        disable_background_tasks=bool(data.get("disableBackgroundTasks")),
+        context=list(data.get("context") or []),
+        request_context=RequestContext(data.get("requestContext") or {}),
+        client_tools={
+            name: client_tool(
+                name, description=spec.get("description", ""), input_schema=spec.get("inputSchema")
+            )
+            for name, spec in (data.get("clientTools") or {}).items()
+        },
+    )
+
+
+def _runs_on_the_client(args: dict[str, Any], ctx: ToolContext) -> None:
+    raise RuntimeError(f"{ctx.tool_name} is a client tool: the caller executes it, not the loop")
+
+
+def client_tool(name: str, *, description: str = "", input_schema: Mapping[str, Any] | None = None) -> Tool:
+    """A tool the caller executes (``stream(client_tools=[...])``): the model only sees its schema."""
+    return Tool(name, _runs_on_the_client, description=description, input_schema=input_schema)
+
+
+def by_name(tools: Iterable[Tool] | Mapping[str, Tool]) -> dict[str, Tool]:
+    return {tool.name: tool for tool in (tools.values() if isinstance(tools, Mapping) else tools)}
+
+
+@dataclass(slots=True)
+class RunOptions:
+    """The per-call options of ``stream()``, kept so continuation turns can reuse them."""
+
+    max_steps: int | None = None
+    tool_choice: str | Mapping[str, Any] | None = None
+    include_raw_chunks: bool = False
+    structured_output: Any = None
+    output_processors: list[Any] | None = None
+    input_processors: list[Any] | None = None
+    max_processor_retries: int | None = None
+    model_settings: ModelSettings | None = None
+    abort_signal: AbortSignal | None = None
+    memory: MemoryScope | None = None
+    disable_background_tasks: bool = False
+    context: list[PromptMessage] = field(default_factory=list)
+    is_task_complete: TaskCompletion | None = None
+    client_tools: dict[str, Tool] = field(default_factory=dict)
+    request_context: RequestContext = field(default_factory=RequestContext)
+    callbacks: RunCallbacks = field(default_factory=RunCallbacks)
+
+
+ToolsInput = Iterable[Tool] | Mapping[str, Tool]
+
+
+def is_function(value: Any) -> bool:
+    """A per-request function rather than the value itself."""
+    return callable(value) and not isinstance(value, LanguageModel | Mapping | Tool)
