@@ -38,11 +38,15 @@ from runstream.run_options import (
     RunOptions,
     ToolsInput,
     by_name,
+    call_tools,
     is_function,
     normalize_messages,
     normalize_tool_choice,
     options_from_json,
     options_to_json,
+    resolve_instructions,
+    resolve_model,
+    system_messages,
 )
 from runstream.run_options import client_tool as client_tool  # public here since before the move
 from runstream.run_state import LoopConfig, ResumeAction, RunState
@@ -56,6 +60,7 @@ from runstream.tools import Tool, ToolContext, draft07_schema_json
 if TYPE_CHECKING:
     from runstream.runtime import Runstream
     from runstream.tasks.policy import AgentBackgroundConfig
+    from runstream.workflows import Workflow
 
 
 class AgentToolError(Exception):
@@ -80,7 +85,8 @@ class Agent:
         name: str | None = None,
         description: str = "",
         tools: ToolsInput | Dynamic[ToolsInput] = (),
-        agents: Iterable[Agent] = (),
+        agents: Iterable[Agent] | Mapping[str, Agent] = (),
+        workflows: Iterable[Workflow] | Mapping[str, Workflow] = (),
         max_steps: int = 5,
         tool_choice: str | Mapping[str, Any] | None = None,
         structured_output: Any = None,
@@ -106,9 +112,16 @@ class Agent:
         self.tools_resolver: Dynamic[ToolsInput] | None = tools if is_function(tools) else None  # type: ignore[assignment]
         """``tools=`` given as a function of the request context: its tools join ``tools``."""
         self.tools: dict[str, Tool] = {} if self.tools_resolver is not None else by_name(tools)  # type: ignore[arg-type]
-        for sub in agents:
-            sub_tool = sub.as_tool()
+        self.agents = dict(agents) if isinstance(agents, Mapping) else {sub.id: sub for sub in agents}
+        """Sub-agents by name, each offered as the tool ``agent-<name>`` (Mastra's ``agents``)."""
+        self.workflows = dict(workflows) if isinstance(workflows, Mapping) else {w.id: w for w in workflows}
+        """Workflows by name, each offered as the tool ``workflow-<name>`` (Mastra's ``workflows``)."""
+        for key, sub in self.agents.items():
+            sub_tool = sub.as_tool(name=key)
             self.tools[sub_tool.name] = sub_tool
+        for key, workflow in self.workflows.items():
+            workflow_tool = workflow.as_tool(name=key)
+            self.tools[workflow_tool.name] = workflow_tool
         self.max_steps = max_steps
         self.tool_choice = normalize_tool_choice(tool_choice)
         self.structured_output = StructuredOutput.coerce(structured_output)
@@ -168,6 +181,11 @@ class Agent:
         on_finish: Callback | None = None,
         on_error: Callback | None = None,
         on_abort: Callback | None = None,
+        instructions: str | Dynamic[str] | None = None,
+        system: str | Sequence[str] | None = None,
+        model: LanguageModel | Dynamic[LanguageModel] | None = None,
+        active_tools: Sequence[str] | None = None,
+        require_tool_approval: bool = False,
     ) -> RunOutput:
         """Start a run; iterate ``out.full_stream`` for its chunks.
 
@@ -178,6 +196,11 @@ class Agent:
         ``on_chunk``, ``on_step_finish``, ``on_finish``, ``on_error`` and ``on_abort`` are
         Mastra's callbacks (see ``runstream.callbacks``); an until-idle stream calls them for
         each of its turns.
+
+        ``instructions`` and ``model`` replace the agent's for this call (either may be a
+        function of the request context), ``system`` adds system messages after the
+        instructions, ``active_tools`` offers only the named tools and
+        ``require_tool_approval=True`` makes every tool call wait for approval.
 
         ``memory={"thread": ..., "resource": ...}`` loads the thread's history and saves the new
         messages. ``until_idle=True`` (or ``{"max_idle_ms": n, "resume_window_ms": n}``) keeps the
@@ -205,6 +228,11 @@ class Agent:
             client_tools=by_name(client_tools),
             request_context=RequestContext.coerce(request_context),
             callbacks=RunCallbacks(on_chunk, on_step_finish, on_finish, on_error, on_abort).check(),
+            instructions=instructions,
+            system=system_messages(system),
+            model=model,
+            active_tools=list(active_tools) if active_tools is not None else None,
+            require_tool_approval=require_tool_approval,
         )
         input_messages = normalize_messages(messages)
         manager = self.runtime.task_manager if self.runtime is not None else None
@@ -277,12 +305,13 @@ class Agent:
             signal = AbortSignal.any(signal, options.abort_signal)
         scope = options.memory
         context = options.request_context
-        tools = await self.get_tools(context)
+        owner = f"agent {self.id!r}"
+        tools = call_tools({**await self.get_tools(context), **options.client_tools}, options)
         cfg = LoopConfig(
             agent_id=self.id,
             agent_name=self.name,
-            model=await self.get_model(context),
-            tools={**tools, **options.client_tools},
+            model=await resolve_model(options.model or self.model, context, owner),
+            tools=tools,
             client_tools=frozenset(options.client_tools),
             max_steps=options.max_steps if options.max_steps is not None else self.max_steps,
             tool_choice=normalize_tool_choice(options.tool_choice) or self.tool_choice,
@@ -306,12 +335,15 @@ class Agent:
             resource_id=scope.resource_id if scope else None,
             durable=self.durable,
         )
-        instructions = await self.get_instructions(context)
-        instructions += await self._attach_background(cfg, state, options, tools)
+        chosen = options.instructions if options.instructions is not None else self.instructions
+        instructions = await resolve_instructions(chosen, context, owner)
+        own_tools = {name: tool for name, tool in tools.items() if name not in options.client_tools}
+        instructions += await self._attach_background(cfg, state, options, own_tools)
         completion = options.is_task_complete or self.is_task_complete
         if completion is not None:
             cfg.completion_checks.append(completion.check)
-        cfg.system = [{"role": "system", "content": instructions}] if instructions else []
+        system = [instructions] if instructions else []
+        cfg.system = [{"role": "system", "content": text} for text in [*system, *options.system]]
         return cfg
 
     async def _attach_background(
@@ -349,27 +381,15 @@ class Agent:
         self, request_context: RequestContext | Mapping[str, Any] | None = None
     ) -> str:
         """The instructions for a request (Mastra's ``getInstructions``)."""
-        instructions = self.instructions
-        if not isinstance(instructions, str):
-            instructions = await resolve(instructions, RequestContext.coerce(request_context))
-        if not isinstance(instructions, str):
-            raise TypeError(
-                f"agent {self.id!r}: instructions must be a string, got {type(instructions).__name__}"
-            )
-        return instructions
+        return await resolve_instructions(
+            self.instructions, RequestContext.coerce(request_context), f"agent {self.id!r}"
+        )
 
     async def get_model(
         self, request_context: RequestContext | Mapping[str, Any] | None = None
     ) -> LanguageModel:
         """The model for a request (Mastra's ``getModel``)."""
-        model = self.model
-        if not isinstance(model, LanguageModel):
-            model = await resolve(model, RequestContext.coerce(request_context))
-        if not isinstance(model, LanguageModel):
-            raise TypeError(
-                f"agent {self.id!r}: the model function returned {type(model).__name__}, not a model"
-            )
-        return model
+        return await resolve_model(self.model, RequestContext.coerce(request_context), f"agent {self.id!r}")
 
     async def get_tools(
         self, request_context: RequestContext | Mapping[str, Any] | None = None
@@ -687,8 +707,9 @@ class Agent:
         return self._output(cfg, state, controller, action, options)
 
     # -- composition -----------------------------------------------------------------------------------
-    def as_tool(self) -> Tool:
-        """This agent as a tool ``agent-<id>`` taking ``{"prompt"}``; its chunks stream as tool output."""
+    def as_tool(self, name: str | None = None) -> Tool:
+        """This agent as a tool ``agent-<name>`` (default: its id) taking ``{"prompt"}``; its
+        chunks stream as tool output."""
 
         async def execute(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
             # As in Mastra, the sub-agent sees what the user asked the calling agent.
@@ -711,7 +732,7 @@ class Agent:
             }
 
         return Tool(
-            f"agent-{self.id}",
+            f"agent-{name or self.id}",
             execute,
             description=self.description or f"Agent: {self.name}",
             input_schema={

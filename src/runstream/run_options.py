@@ -3,6 +3,7 @@ reuse them), their JSON form in a saved run, and the input normalisation they sh
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,7 +12,7 @@ from runstream.abort import AbortSignal
 from runstream.callbacks import RunCallbacks
 from runstream.memory import MemoryScope
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
-from runstream.request_context import RequestContext
+from runstream.request_context import Dynamic, RequestContext, resolve
 from runstream.scoring import TaskCompletion
 from runstream.structured import StructuredOutput
 from runstream.tools import Tool, ToolContext
@@ -70,6 +71,10 @@ def options_to_json(options: RunOptions) -> dict[str, Any]:
         "disableBackgroundTasks": options.disable_background_tasks,
         "context": options.context,
         "requestContext": options.request_context.to_json(),
+        "instructions": options.instructions if isinstance(options.instructions, str) else None,
+        "system": options.system,
+        "activeTools": options.active_tools,
+        "requireToolApproval": options.require_tool_approval,
         "clientTools": {
             name: {"description": tool.description, "inputSchema": tool.input_schema}
             for name, tool in options.client_tools.items()
@@ -88,6 +93,10 @@ def options_from_json(data: Mapping[str, Any]) -> RunOptions:
         disable_background_tasks=bool(data.get("disableBackgroundTasks")),
         context=list(data.get("context") or []),
         request_context=RequestContext(data.get("requestContext") or {}),
+        instructions=data.get("instructions"),
+        system=list(data.get("system") or []),
+        active_tools=data.get("activeTools"),
+        require_tool_approval=bool(data.get("requireToolApproval")),
         client_tools={
             name: client_tool(
                 name, description=spec.get("description", ""), input_schema=spec.get("inputSchema")
@@ -130,6 +139,16 @@ class RunOptions:
     client_tools: dict[str, Tool] = field(default_factory=dict)
     request_context: RequestContext = field(default_factory=RequestContext)
     callbacks: RunCallbacks = field(default_factory=RunCallbacks)
+    instructions: str | Dynamic[str] | None = None
+    """Replaces the agent's instructions for this call (Mastra's per-call ``instructions``)."""
+    system: list[str] = field(default_factory=list)
+    """System messages added after the instructions (Mastra's ``system``)."""
+    model: LanguageModel | Dynamic[LanguageModel] | None = None
+    """Replaces the agent's model for this call; not kept when a run is restored elsewhere."""
+    active_tools: list[str] | None = None
+    """Only these tools are offered (and run) in this call."""
+    require_tool_approval: bool = False
+    """Every tool call of this run waits for approval."""
 
 
 ToolsInput = Iterable[Tool] | Mapping[str, Tool]
@@ -138,3 +157,55 @@ ToolsInput = Iterable[Tool] | Mapping[str, Tool]
 def is_function(value: Any) -> bool:
     """A per-request function rather than the value itself."""
     return callable(value) and not isinstance(value, LanguageModel | Mapping | Tool)
+
+
+def system_messages(system: str | Sequence[str] | None) -> list[str]:
+    if system is None:
+        return []
+    messages = [system] if isinstance(system, str) else list(system)
+    if not all(isinstance(message, str) for message in messages):
+        raise TypeError("system must be a string or a list of strings")
+    return messages
+
+
+def call_tools(tools: dict[str, Tool], options: RunOptions) -> dict[str, Tool]:
+    """The tools of one call: only ``active_tools`` (in that order), each needing approval
+    when ``require_tool_approval`` is set."""
+    if options.active_tools is not None:
+        unknown = [name for name in options.active_tools if name not in tools]
+        if unknown:
+            raise ValueError(
+                f"active_tools names no tool: {', '.join(map(repr, unknown))} "
+                f"(the run has: {', '.join(tools) or 'none'})"
+            )
+        tools = {name: tools[name] for name in options.active_tools}
+    if options.require_tool_approval:
+        tools = {name: with_approval(tool) for name, tool in tools.items()}
+    return tools
+
+
+def with_approval(tool: Tool) -> Tool:
+    """A copy of ``tool`` whose calls wait for approval."""
+    if tool.require_approval:
+        return tool
+    gated = copy.copy(tool)
+    gated.require_approval = True
+    return gated
+
+
+async def resolve_model(
+    value: LanguageModel | Dynamic[LanguageModel], context: RequestContext, owner: str
+) -> LanguageModel:
+    """A model, or what a per-request model function returns (checked)."""
+    model = value if isinstance(value, LanguageModel) else await resolve(value, context)
+    if not isinstance(model, LanguageModel):
+        raise TypeError(f"{owner}: the model function returned {type(model).__name__}, not a model")
+    return model
+
+
+async def resolve_instructions(value: str | Dynamic[str], context: RequestContext, owner: str) -> str:
+    """Instructions, or what a per-request instructions function returns (checked)."""
+    instructions = value if isinstance(value, str) else await resolve(value, context)
+    if not isinstance(instructions, str):
+        raise TypeError(f"{owner}: instructions must be a string, got {type(instructions).__name__}")
+    return instructions
