@@ -18,6 +18,7 @@ from runstream import Agent, RequestContext, Tool, ToolContext, tool
 from runstream.config_mapping import camel
 from runstream.memory import Memory, MemoryScope
 from runstream.models.base import ModelSettings
+from runstream.models.fallback import FallbackModel, ModelChoice
 from runstream.output import RunOutput
 from runstream.runtime import Runstream
 from runstream.tasks.config import BackgroundTaskConfig, CleanupConfig, RetryConfig
@@ -47,6 +48,8 @@ NAMES: dict[str, Any] = {
     "RequestContext": RequestContext,
     "MemoryScope": MemoryScope,
     "ModelSettings": ModelSettings,
+    "FallbackModel": FallbackModel,
+    "ModelChoice": ModelChoice,
     "BackgroundTaskManager": BackgroundTaskManager,
     "Runstream": Runstream,
     "RunOutput": RunOutput,

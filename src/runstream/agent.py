@@ -31,6 +31,7 @@ from runstream.goals import (
 from runstream.loop import agent_loop
 from runstream.memory import ContinuedMessage, Memory, MemoryScope, rewrite_prompt_result
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
+from runstream.models.fallback import FallbackModel, ModelChoice
 from runstream.output import RunOutput, full_output
 from runstream.request_context import Dynamic, RequestContext, resolve
 from runstream.run_options import (
@@ -80,7 +81,9 @@ class Agent:
         self,
         id: str,
         *,
-        model: LanguageModel | Dynamic[LanguageModel],
+        model: LanguageModel
+        | Dynamic[LanguageModel]
+        | Sequence[ModelChoice | Mapping[str, Any] | LanguageModel],
         instructions: str | Dynamic[str] = "",
         name: str | None = None,
         description: str = "",
@@ -99,6 +102,7 @@ class Agent:
         goal: GoalConfig | None = None,
         is_task_complete: TaskCompletion | Mapping[str, Any] | None = None,
         durable: bool = False,
+        max_retries: int = 0,
     ) -> None:
         from runstream.tasks.policy import AgentBackgroundConfig
 
@@ -107,8 +111,16 @@ class Agent:
         self.description = description
         self.instructions = instructions
         """The instructions, or a function of the request context (see :meth:`get_instructions`)."""
-        self.model = model
-        """The model, or a function of the request context (see :meth:`get_model`)."""
+        if max_retries and is_function(model):
+            raise ValueError(
+                "max_retries needs a model or a model list: a model function can return a FallbackModel"
+            )
+        if isinstance(model, Sequence) or max_retries:  # Mastra's model list / maxRetries
+            model = FallbackModel(model if isinstance(model, Sequence) else [model], max_retries=max_retries)  # type: ignore[list-item]
+        self.model: LanguageModel | Dynamic[LanguageModel] = model
+        """The model, or a function of the request context (see :meth:`get_model`); a list of
+        models (``[{"model": m, "maxRetries": 2}, ...]``) becomes a
+        :class:`~runstream.models.fallback.FallbackModel`."""
         self.tools_resolver: Dynamic[ToolsInput] | None = tools if is_function(tools) else None  # type: ignore[assignment]
         """``tools=`` given as a function of the request context: its tools join ``tools``."""
         self.tools: dict[str, Tool] = {} if self.tools_resolver is not None else by_name(tools)  # type: ignore[arg-type]
