@@ -21,6 +21,7 @@ from runstream.models.base import ModelSettings
 from runstream.models.fallback import FallbackModel, ModelChoice
 from runstream.output import RunOutput
 from runstream.runtime import Runstream
+from runstream.tasks.adoption import BackgroundTaskAdoption, BackgroundTaskOperation
 from runstream.tasks.config import BackgroundTaskConfig, CleanupConfig, RetryConfig
 from runstream.tasks.manager import BackgroundTaskManager
 from runstream.tasks.policy import AgentBackgroundConfig, ToolBackgroundEntry
@@ -51,6 +52,8 @@ NAMES: dict[str, Any] = {
     "FallbackModel": FallbackModel,
     "ModelChoice": ModelChoice,
     "BackgroundTaskManager": BackgroundTaskManager,
+    "BackgroundTaskAdoption": BackgroundTaskAdoption,
+    "BackgroundTaskOperation": BackgroundTaskOperation,
     "Runstream": Runstream,
     "RunOutput": RunOutput,
 }

@@ -131,6 +131,9 @@ class ToolContext:
     suspended: bool = False
     suspended_with: Any = None
     suspend_resume_schema: dict[str, Any] | None = None
+    background: Any = None
+    """While the tool runs as a background task: its
+    :class:`~runstream.tasks.adoption.BackgroundTaskAdoption` (``ctx.background.adopt(...)``)."""
 
     async def suspend(self, payload: Any = None, *, resume_schema: Mapping[str, Any] | None = None) -> None:
         """Suspend this execution: nothing after this call runs; resuming runs the tool again.

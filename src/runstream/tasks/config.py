@@ -207,3 +207,4 @@ class TaskRequest:
     """The tool's ``on_complete`` or else the agent's ``on_task_complete`` (as Mastra picks),
     called after ``on_terminal`` and before the event is published."""
     on_failed: TaskHook | None = None
+    disposition: Literal["deferred", "awaited"] = "deferred"

@@ -81,6 +81,7 @@ class BackgroundDispatcher:
                     on_terminal=self._on_terminal(state, cfg),
                     on_complete=_first_hook(tool.background, "on_complete", self.config.on_task_complete),
                     on_failed=_first_hook(tool.background, "on_failed", self.config.on_task_failed),
+                    disposition="awaited" if resolved.disposition == "awaited" else "deferred",
                 )
             )
         except BackgroundTaskError as exc:

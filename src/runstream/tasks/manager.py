@@ -49,6 +49,7 @@ from runstream.storage import (
     TaskUpdate,
 )
 from runstream.storage.records import utc_now
+from runstream.tasks.adoption import BackgroundTaskAdoption
 from runstream.tasks.bus import EventBus, InProcessEventBus, TaskEvent, TaskEventFilter, TaskSubscription
 from runstream.tasks.config import (
     BackgroundTaskConfig,
@@ -60,6 +61,7 @@ from runstream.tasks.config import (
     TaskRequest,
     TaskStateError,
 )
+from runstream.tasks.slots import Slots
 from runstream.tools import Tool, ToolArgumentsError, ToolContext, ToolSuspended, ToolWriter
 
 logger = logging.getLogger(__name__)
@@ -253,7 +255,7 @@ class BackgroundTaskManager:
         )
         if not queued:
             return
-        slots = _Slots(self.storage, self.config, self.agent_concurrency)
+        slots = Slots(self.storage, self.config, self.agent_concurrency)
         for record in queued:
             if not await slots.take(record.agent_id):
                 continue
@@ -369,6 +371,9 @@ class BackgroundTaskManager:
             is_background_task=True,
             attempt=record.retry_count + 1,
         )
+        request = self._requests.get(record.id)
+        disposition = request.disposition if request is not None else "deferred"
+        ctx.background = BackgroundTaskAdoption(record.id, disposition, ex.controller.signal)
         ex.context = ctx
         ex.attempt = asyncio.ensure_future(_call_tool(tool, args, ctx))
         try:
@@ -491,7 +496,7 @@ class BackgroundTaskManager:
         if record is None:
             raise TaskNotFoundError(f"Task not found: {task_id}")
         async with self._dispatch_lock:
-            if record.status == "suspended" and not await _Slots(
+            if record.status == "suspended" and not await Slots(
                 self.storage, self.config, self.agent_concurrency
             ).take(record.agent_id):
                 raise ConcurrencyLimitError(
@@ -514,6 +519,36 @@ class BackgroundTaskManager:
             self._publish(resumed, BackgroundTaskResumedChunk(resumed.run_id, _running_payload(resumed)))
             self._launch(resumed, announce=False, suspend_payload=record.suspend_payload)
         return resumed
+
+    async def restart(self, task_id: str) -> TaskRecord:
+        """Run again a task that storage says is ``running`` but no process runs any more (a
+        crash with ``recover_stale_tasks_on_start`` off), as Mastra's ``restart()``. Its tool
+        must be registered here (``register_tool``) or enqueued here. The task keeps the slot
+        its ``running`` row already holds."""
+        self._check_open()
+        await self.start()
+        record = await self.storage.get_task(task_id)
+        if record is None:
+            raise TaskNotFoundError(f"Task not found: {task_id}")
+        if record.status != "running":
+            raise TaskStateError(f"Cannot restart task in status '{record.status}' (expected 'running')")
+        if task_id in self._executions:
+            raise TaskStateError(f"Task {task_id} is running in this process")
+        if self._resolve_tool(record) is None:
+            raise BackgroundTaskError(
+                f'No executor registered for tool "{record.tool_name}": register_tool() it first'
+            )
+        async with self._dispatch_lock:
+            claimed = await self.storage.update_task(
+                task_id,
+                expected_status="running",
+                started_at=utc_now(),
+                metadata=self._claim_metadata(record),
+            )
+            if claimed is None:
+                raise TaskStateError(f"Task {task_id} changed while restarting")
+            self._launch(claimed, announce=True)
+        return claimed
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -694,46 +729,19 @@ class BackgroundTaskManager:
             raise BackgroundTaskError("Background task manager is shutting down")
 
 
-class _Slots:
-    """Free-slot bookkeeping for one dispatch pass (counts read once, then tracked locally)."""
-
-    def __init__(self, storage: Storage, config: BackgroundTaskConfig, agent_limits: dict[str, int]) -> None:
-        self._storage = storage
-        self._config = config
-        self._agent_limits = agent_limits
-        self._total: int | None = None
-        self._per_agent: dict[str, int] = {}
-
-    async def take(self, agent_id: str) -> bool:
-        if self._total is None:
-            self._total = await self._storage.count_tasks(TaskFilter(status="running"))
-        if agent_id not in self._per_agent:
-            self._per_agent[agent_id] = await self._storage.count_tasks(
-                TaskFilter(status="running", agent_id=agent_id)
-            )
-        if self._total >= self._config.global_concurrency:
-            return False
-        if self._per_agent[agent_id] >= self._agent_limits.get(agent_id, self._config.per_agent_concurrency):
-            return False
-        self._total += 1
-        self._per_agent[agent_id] += 1
-        return True
-
-    def give_back(self, agent_id: str) -> None:
-        if self._total is not None:
-            self._total -= 1
-        self._per_agent[agent_id] -= 1
-
-
 async def _call_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> _Outcome:
     """Classify how one execution ended, as the loop's ``run_tool`` does."""
     try:
         result = await tool.execute(args, ctx)
+        if ctx.background is not None:
+            result = await ctx.background.result(result)
     except ToolSuspended as suspended:
         return _Outcome("suspended", suspended.payload)
     except Exception as exc:
         if ctx.suspended:
             return _Outcome("suspended", ctx.suspended_with)
+        if ctx.background is not None:
+            await ctx.background.failed(exc)
         return _Outcome("error", exc)
     if ctx.suspended:
         return _Outcome("suspended", ctx.suspended_with)
