@@ -161,3 +161,46 @@ async def test_sub_agents_by_name_and_workflows_on_an_agent() -> None:
     assert details["workflows"]["doubler"]["name"] == "doubler-v2"
     assert set(details["tools"]) == {"agent-researcher", "workflow-doubler"}
     assert bad.status_code == 400 and "requestContext" in bad.text
+
+
+async def test_approve_with_until_idle_streams_the_background_work_it_starts() -> None:
+    release = asyncio.Event()
+
+    @tool(background={"enabled": True})
+    async def research(topic: str) -> str:
+        """Research a topic (slow)."""
+        await release.wait()
+        return f"{topic}: two a day"
+
+    model = ScriptedModel(
+        calls=[
+            calls(("c1", "delete_account", '{"user":"ada"}')),
+            calls(("c2", "research", '{"topic":"tides"}')),
+            say("Started."),
+            say("Tides: two a day."),
+        ]
+    )
+    agent = Agent(
+        "a",
+        model=model,
+        tools=[tool(require_approval=True, name="delete_account")(_delete), research],
+        memory=Memory(),
+    )
+    memory = {"thread": "t", "resource": "u"}
+    async with Runstream(agents=[agent], background_tasks={"enabled": True}):
+        out = await agent.stream("delete ada, then research", memory=memory)
+        await drain(out)
+        resumed = await agent.approve_tool_call(run_id=out.run_id, until_idle=True)
+        kinds = []
+        async with asyncio.timeout(10):
+            async for chunk in resumed.full_stream:
+                kinds.append(chunk.type)
+                if chunk.type == "finish" and kinds.count("finish") == 1:
+                    release.set()
+    assert kinds.count("finish") == 2 and "background-task-completed" in kinds
+    assert kinds.index("background-task-completed") < kinds.index("start")
+
+
+def _delete(user: str) -> str:
+    """Delete an account."""
+    return f"deleted {user}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -247,10 +247,24 @@ class Agent:
             require_tool_approval=require_tool_approval,
         )
         input_messages = normalize_messages(messages)
-        manager = self.runtime.task_manager if self.runtime is not None else None
-        if until_idle is not False and manager is not None and options.memory is not None and self.memory:
-            return await self._stream_until_idle(input_messages, options, until_idle, run_id)
+
+        async def first_turn() -> RunOutput:
+            return await self._start_run(input_messages, options, run_id, AbortController())
+
+        if self._idles(until_idle, options):
+            return await self._stream_until_idle(options, until_idle, first_turn)
         return await self._start_run(input_messages, options, run_id)
+
+    def _idles(self, until_idle: bool | Mapping[str, Any], options: RunOptions) -> bool:
+        """Whether a stream stays open for its background tasks (it needs a task manager and a
+        thread to continue on; otherwise it is a plain stream, as in Mastra)."""
+        manager = self.runtime.task_manager if self.runtime is not None else None
+        return (
+            until_idle is not False
+            and manager is not None
+            and options.memory is not None
+            and bool(self.memory)
+        )
 
     async def stream_until_idle(
         self,
@@ -590,10 +604,9 @@ class Agent:
 
     async def _stream_until_idle(
         self,
-        input_messages: list[PromptMessage],
         options: RunOptions,
         until_idle: bool | Mapping[str, Any],
-        run_id: str | None,
+        start_first_turn: Callable[[], Awaitable[RunOutput]],
     ) -> RunOutput:
         runtime = self.runtime
         assert runtime is not None and runtime.task_manager is not None and options.memory is not None
@@ -616,7 +629,7 @@ class Agent:
         )
         if options.abort_signal is not None:
             options.abort_signal.add_listener(controller.abort)
-        first = await self._start_run(input_messages, options, run_id, AbortController())
+        first = await start_first_turn()
         controller.signal.add_listener(first.abort)
 
         async def continuation(context: list[PromptMessage]) -> RunOutput:
@@ -649,19 +662,37 @@ class Agent:
         return await out.get_full_output()
 
     # -- human in the loop ---------------------------------------------------------------------------
-    async def approve_tool_call(self, *, run_id: str, tool_call_id: str | None = None) -> RunOutput:
-        """Approve a tool call the run stopped for; the returned stream continues the run."""
-        return await self._continue(run_id, ResumeAction("approve", tool_call_id))
+    async def approve_tool_call(
+        self, *, run_id: str, tool_call_id: str | None = None, until_idle: bool | Mapping[str, Any] = False
+    ) -> RunOutput:
+        """Approve a tool call the run stopped for; the returned stream continues the run.
+
+        ``until_idle`` (here and on ``decline_tool_call``/``resume_stream``, as Mastra's
+        ``resumeStream(..., {untilIdle})``) keeps the stream open for the background tasks the
+        continued run starts, with their continuation turns, as ``stream(until_idle=...)``."""
+        return await self._continue(run_id, ResumeAction("approve", tool_call_id), until_idle)
 
     async def decline_tool_call(
-        self, *, run_id: str, tool_call_id: str | None = None, reason: str | None = None
+        self,
+        *,
+        run_id: str,
+        tool_call_id: str | None = None,
+        reason: str | None = None,
+        until_idle: bool | Mapping[str, Any] = False,
     ) -> RunOutput:
         """Decline it: the model is told the call was not approved (``tool-output-denied``)."""
-        return await self._continue(run_id, ResumeAction("decline", tool_call_id, reason=reason))
+        return await self._continue(run_id, ResumeAction("decline", tool_call_id, reason=reason), until_idle)
 
-    async def resume_stream(self, data: Any, *, run_id: str, tool_call_id: str | None = None) -> RunOutput:
+    async def resume_stream(
+        self,
+        data: Any,
+        *,
+        run_id: str,
+        tool_call_id: str | None = None,
+        until_idle: bool | Mapping[str, Any] = False,
+    ) -> RunOutput:
         """Resume a suspended tool with ``data`` (it runs again with ``ctx.resume_data``)."""
-        return await self._continue(run_id, ResumeAction("resume", tool_call_id, data=data))
+        return await self._continue(run_id, ResumeAction("resume", tool_call_id, data=data), until_idle)
 
     async def suspended_runs(self) -> list[dict[str, Any]]:
         """The stored snapshots (see :func:`.suspension.snapshot`, plus ``suspendedAt``) of this
@@ -693,7 +724,11 @@ class Agent:
             return None
         return None, suspension.restore(data), options_from_json(data["options"])
 
-    async def _continue(self, run_id: str, action: ResumeAction) -> RunOutput:
+    async def _continue(
+        self, run_id: str, action: ResumeAction, until_idle: bool | Mapping[str, Any] = False
+    ) -> RunOutput:
+        if isinstance(until_idle, Mapping):  # bad options fail before the run is touched
+            IdleOptions.coerce(dict(until_idle), progress_interval_ms=0)
         found = await self._find_suspended(run_id)
         if found is None:
             raise RunNotFoundError(f"no suspended run {run_id!r} on agent {self.id!r}")
@@ -708,15 +743,21 @@ class Agent:
                 self._suspended[run_id] = (stored_cfg, state, options)
             what = "waiting for approval" if action.kind != "resume" else "suspended"
             raise ValueError(f"tool call {action.tool_call_id!r} of run {run_id!r} is not {what}")
-        controller = AbortController()
-        state.status = "running"
-        if stored_cfg is not None:
-            cfg = replace(stored_cfg, abort_signal=controller.signal)
-        else:  # restored from storage: rebuild the configuration from the agent
-            if self.runtime is not None:
-                await self.runtime.start()
-            cfg = await self._configure(options, state, controller)
-        return self._output(cfg, state, controller, action, options)
+
+        async def resumed() -> RunOutput:
+            controller = AbortController()
+            state.status = "running"
+            if stored_cfg is not None:
+                cfg = replace(stored_cfg, abort_signal=controller.signal)
+            else:  # restored from storage: rebuild the configuration from the agent
+                if self.runtime is not None:
+                    await self.runtime.start()
+                cfg = await self._configure(options, state, controller)
+            return self._output(cfg, state, controller, action, options)
+
+        if self._idles(until_idle, options):
+            return await self._stream_until_idle(options, until_idle, resumed)
+        return await resumed()
 
     # -- composition -----------------------------------------------------------------------------------
     def as_tool(self, name: str | None = None) -> Tool:
