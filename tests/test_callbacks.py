@@ -4,6 +4,8 @@ on_error and on_abort."""
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -150,3 +152,51 @@ async def test_a_callback_must_be_callable() -> None:
     agent = Agent("a", model=ScriptedModel.text("Hi"))
     with pytest.raises(TypeError, match="on_finish must be a function"):
         await agent.stream("hi", on_finish="print")  # type: ignore[arg-type]
+
+
+# -- against the real Mastra: its onAbort/onError as recorded by the Node runner (meta files) --
+
+GOLDEN = Path(__file__).parent / "conformance_data"
+
+
+def scenario(name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    spec = json.loads((GOLDEN / "scenarios" / f"{name}.json").read_text())
+    meta = json.loads((GOLDEN / "golden" / f"{name}.meta.json").read_text())
+    return spec, meta["callbacks"]
+
+
+@pytest.mark.parametrize(
+    "name", ["f-abort", "s33-abort-after-chunks", "g1-model-error-part", "g3-model-call-throws"]
+)
+async def test_callbacks_match_the_recorded_mastra_ones(name: str) -> None:
+    spec, recorded = scenario(name)
+    run = spec["run"]
+    controller = AbortController()
+    seen: list[dict[str, Any]] = []
+    agent = Agent(spec["agent"]["id"], model=ScriptedModel.from_script(spec["model"]))
+    out = await agent.stream(
+        run["messages"],
+        abort_signal=controller.signal,
+        on_abort=lambda event: seen.append(
+            {"onAbort": {"text": event["text"], "steps": len(event["steps"])}}
+        ),
+        on_error=lambda event: seen.append(
+            {
+                "onError": {
+                    "error": {
+                        "message": str(event["error"]),
+                        "name": getattr(event["error"], "name", "Error"),
+                    }
+                }
+            }
+        ),
+    )
+    trigger = next((a["on"] for a in run.get("actions", []) if a["do"] == "abort"), None)
+    count = 0
+    deltas = 0
+    async for chunk in out.full_stream:
+        count += 1
+        deltas += chunk.type == (trigger or {}).get("type")
+        if (trigger and deltas == trigger.get("nth", 1)) or count == run.get("abortAfterChunks"):
+            controller.abort()
+    assert seen == recorded
