@@ -9,7 +9,7 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 
-from runstream import Agent, tool
+from runstream import Agent, ToolContext, tool
 from runstream.chunks import AnyChunk
 from runstream.memory import Memory
 from runstream.request_context import RequestContext
@@ -142,3 +142,44 @@ async def test_the_http_body_request_context_reaches_the_agent() -> None:
     assert system_prompt(model) == "Tenant acme."
     assert bad.status_code == 400 and "'requestContext' must be an object" in bad.text
     assert details.json()["instructions"] == "Tenant none."
+
+
+async def test_tools_background_tasks_and_sub_agents_see_the_request_context() -> None:
+    seen: dict[str, Any] = {}
+
+    @tool
+    def whoami(ctx: ToolContext) -> str:
+        """Who is asking."""
+        seen["foreground"] = ctx.request_context.get("user")
+        return str(ctx.request_context.get("user"))
+
+    @tool(background={"enabled": True})
+    async def report(ctx: ToolContext) -> str:
+        """A slow report."""
+        seen["background"] = ctx.request_context.get("user")
+        return "report"
+
+    helper = Agent("helper", model=ScriptedModel.text("ok"), instructions=lambda rc: f"Helping {rc['user']}.")
+    model = ScriptedModel(
+        calls=[
+            calls(("c1", "whoami", "{}"), ("c2", "report", "{}"), ("c3", "agent-helper", '{"prompt":"hi"}')),
+            [
+                {"type": "text-start", "id": "t"},
+                {"type": "text-delta", "id": "t", "delta": "done"},
+                {"type": "text-end", "id": "t"},
+                {"type": "finish", "finishReason": "stop", "usage": USAGE},
+            ],
+        ]
+    )
+    agent = Agent("a", model=model, tools=[whoami, report], agents=[helper], memory=Memory())
+    runtime = Runstream(agents=[agent], background_tasks={"enabled": True})
+    async with runtime:
+        await drain(
+            await agent.stream("go", memory={"thread": "t", "resource": "u"}, request_context={"user": "ada"})
+        )
+        assert runtime.task_manager is not None
+        (task,) = (await runtime.task_manager.list_tasks()).items
+        await runtime.task_manager.wait_for(task.id)
+    assert seen == {"foreground": "ada", "background": "ada"}
+    helper_model = helper.model
+    assert isinstance(helper_model, ScriptedModel) and system_prompt(helper_model) == "Helping ada."

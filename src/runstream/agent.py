@@ -360,6 +360,7 @@ class Agent:
             thread_id=scope.thread_id if scope else None,
             resource_id=scope.resource_id if scope else None,
             durable=self.durable,
+            request_context=context,
         )
         chosen = options.instructions if options.instructions is not None else self.instructions
         instructions = await resolve_instructions(chosen, context, owner)
@@ -767,7 +768,12 @@ class Agent:
         async def execute(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
             # As in Mastra, the sub-agent sees what the user asked the calling agent.
             asked = [m for m in ctx.messages if m["role"] == "user"]
-            out = await self.stream(args["prompt"], abort_signal=ctx.abort_signal, context=asked)
+            out = await self.stream(
+                args["prompt"],
+                abort_signal=ctx.abort_signal,
+                context=asked,
+                request_context=RequestContext.coerce(ctx.request_context),
+            )
             results: list[AnyChunk] = []
             async for chunk in out.full_stream:
                 await ctx.writer.write(chunk)

@@ -376,6 +376,7 @@ async def execute_call(
         thread_id=cfg.thread_id,
         resource_id=cfg.resource_id,
         messages=state.messages,
+        request_context=cfg.request_context,
     )
     span = tracing.start_child(
         state.span,

@@ -131,6 +131,9 @@ class ToolContext:
     suspended: bool = False
     suspended_with: Any = None
     suspend_resume_schema: dict[str, Any] | None = None
+    request_context: dict[str, Any] = field(default_factory=dict)
+    """The run's :class:`~runstream.request_context.RequestContext` (Mastra's
+    ``context.requestContext``): per-request values such as the user or the tenant."""
     background: Any = None
     """While the tool runs as a background task: its
     :class:`~runstream.tasks.adoption.BackgroundTaskAdoption` (``ctx.background.adopt(...)``)."""

@@ -208,3 +208,5 @@ class TaskRequest:
     called after ``on_terminal`` and before the event is published."""
     on_failed: TaskHook | None = None
     disposition: Literal["deferred", "awaited"] = "deferred"
+    request_context: dict[str, Any] = field(default_factory=dict)
+    """The enqueuing run's request context, for the tool (in this process; not stored)."""

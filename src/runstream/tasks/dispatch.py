@@ -82,6 +82,7 @@ class BackgroundDispatcher:
                     on_complete=_first_hook(tool.background, "on_complete", self.config.on_task_complete),
                     on_failed=_first_hook(tool.background, "on_failed", self.config.on_task_failed),
                     disposition="awaited" if resolved.disposition == "awaited" else "deferred",
+                    request_context=cfg.request_context,
                 )
             )
         except BackgroundTaskError as exc:

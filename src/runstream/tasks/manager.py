@@ -374,6 +374,8 @@ class BackgroundTaskManager:
         request = self._requests.get(record.id)
         disposition = request.disposition if request is not None else "deferred"
         ctx.background = BackgroundTaskAdoption(record.id, disposition, ex.controller.signal)
+        if request is not None:
+            ctx.request_context = request.request_context
         ex.context = ctx
         ex.attempt = asyncio.ensure_future(_call_tool(tool, args, ctx))
         try:
