@@ -11,7 +11,7 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 
-from runstream import Agent, tool
+from runstream import Agent, ToolContext, tool
 from runstream.chunks import AnyChunk
 from runstream.memory import Memory
 from runstream.runtime import Runstream
@@ -204,3 +204,42 @@ async def test_approve_with_until_idle_streams_the_background_work_it_starts() -
 def _delete(user: str) -> str:
     """Delete an account."""
     return f"deleted {user}"
+
+
+def concurrency_probe() -> tuple[Any, dict[str, int]]:
+    counts = {"running": 0, "peak": 0}
+
+    async def work(item: str) -> str:
+        counts["running"] += 1
+        counts["peak"] = max(counts["peak"], counts["running"])
+        await asyncio.sleep(0)  # let the other calls start meanwhile (if they may)
+        counts["running"] -= 1
+        return item
+
+    return tool(name="work", description="Work on an item.")(work), counts
+
+
+async def test_tool_call_concurrency_caps_a_steps_calls() -> None:
+    async def peak(limit: Any, *extra: Any) -> int:
+        work, counts = concurrency_probe()
+        model = ScriptedModel(
+            calls=[calls(*((f"c{i}", "work", f'{{"item":"{i}"}}') for i in range(4))), say("ok")]
+        )
+        agent = Agent("a", model=model, tools=[work, *extra])
+        await drain(await agent.stream("go", tool_call_concurrency=limit))
+        return counts["peak"]
+
+    @tool(suspend_schema={"type": "object"})
+    async def confirm(ctx: ToolContext) -> str:
+        """Ask for confirmation."""
+        await ctx.suspend({"q": "ok?"})
+        return "never"
+
+    assert await peak(None) == 4
+    assert await peak(2) == 2
+    assert await peak(None, confirm) == 1  # a suspend-capable tool on offer: one at a time
+    assert await peak({"limit": 3, "strategy": "called"}, confirm) == 3  # ... unless it is called
+    with pytest.raises(ValueError, match="tool_call_concurrency must be at least 1"):
+        await peak(0)
+    with pytest.raises(ValueError, match=r"tool_call_concurrency.strategy must be one of"):
+        await peak({"limit": 2, "strategy": "some"})

@@ -50,6 +50,9 @@ from runstream.run_options import (
     system_messages,
 )
 from runstream.run_options import client_tool as client_tool  # public here since before the move
+from runstream.run_options import (
+    tool_call_concurrency as tool_call_concurrency_options,
+)
 from runstream.run_state import LoopConfig, ResumeAction, RunState
 from runstream.scoring import TaskCompletion
 from runstream.step_results import model_label, run_metadata
@@ -198,6 +201,7 @@ class Agent:
         model: LanguageModel | Dynamic[LanguageModel] | None = None,
         active_tools: Sequence[str] | None = None,
         require_tool_approval: bool = False,
+        tool_call_concurrency: int | Mapping[str, Any] | None = None,
     ) -> RunOutput:
         """Start a run; iterate ``out.full_stream`` for its chunks.
 
@@ -213,6 +217,9 @@ class Agent:
         function of the request context), ``system`` adds system messages after the
         instructions, ``active_tools`` offers only the named tools and
         ``require_tool_approval=True`` makes every tool call wait for approval.
+        ``tool_call_concurrency`` (``n`` or ``{"limit": n, "strategy": ...}``) caps how many
+        of a step's tool calls run at once (default 10; one at a time when a tool that may need
+        approval or suspend is offered, as in Mastra).
 
         ``memory={"thread": ..., "resource": ...}`` loads the thread's history and saves the new
         messages. ``until_idle=True`` (or ``{"max_idle_ms": n, "resume_window_ms": n}``) keeps the
@@ -245,6 +252,7 @@ class Agent:
             model=model,
             active_tools=list(active_tools) if active_tools is not None else None,
             require_tool_approval=require_tool_approval,
+            **tool_call_concurrency_options(tool_call_concurrency),
         )
         input_messages = normalize_messages(messages)
 
@@ -361,7 +369,10 @@ class Agent:
             resource_id=scope.resource_id if scope else None,
             durable=self.durable,
             request_context=context,
+            tool_call_strategy=options.tool_call_strategy,
         )
+        if options.tool_call_concurrency is not None:
+            cfg.tool_call_concurrency = options.tool_call_concurrency
         chosen = options.instructions if options.instructions is not None else self.instructions
         instructions = await resolve_instructions(chosen, context, owner)
         own_tools = {name: tool for name, tool in tools.items() if name not in options.client_tools}

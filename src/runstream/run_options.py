@@ -6,10 +6,11 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from runstream.abort import AbortSignal
 from runstream.callbacks import RunCallbacks
+from runstream.config_mapping import one_of, positive_int, read_config
 from runstream.memory import MemoryScope
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.request_context import Dynamic, RequestContext, resolve
@@ -75,6 +76,10 @@ def options_to_json(options: RunOptions) -> dict[str, Any]:
         "system": options.system,
         "activeTools": options.active_tools,
         "requireToolApproval": options.require_tool_approval,
+        "toolCallConcurrency": {
+            "limit": options.tool_call_concurrency,
+            "strategy": options.tool_call_strategy,
+        },
         "clientTools": {
             name: {"description": tool.description, "inputSchema": tool.input_schema}
             for name, tool in options.client_tools.items()
@@ -97,6 +102,7 @@ def options_from_json(data: Mapping[str, Any]) -> RunOptions:
         system=list(data.get("system") or []),
         active_tools=data.get("activeTools"),
         require_tool_approval=bool(data.get("requireToolApproval")),
+        **tool_call_concurrency(data.get("toolCallConcurrency")),
         client_tools={
             name: client_tool(
                 name, description=spec.get("description", ""), input_schema=spec.get("inputSchema")
@@ -149,6 +155,8 @@ class RunOptions:
     """Only these tools are offered (and run) in this call."""
     require_tool_approval: bool = False
     """Every tool call of this run waits for approval."""
+    tool_call_concurrency: int | None = None
+    tool_call_strategy: Literal["available", "called"] = "available"
 
 
 ToolsInput = Iterable[Tool] | Mapping[str, Tool]
@@ -209,3 +217,21 @@ async def resolve_instructions(value: str | Dynamic[str], context: RequestContex
     if not isinstance(instructions, str):
         raise TypeError(f"{owner}: instructions must be a string, got {type(instructions).__name__}")
     return instructions
+
+
+def tool_call_concurrency(value: int | Mapping[str, Any] | None) -> dict[str, Any]:
+    """``tool_call_concurrency=n`` or Mastra's ``{"limit": n, "strategy": "available" | "called"}``,
+    as ``RunOptions`` fields."""
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        options = read_config(
+            value,
+            {"limit": positive_int, "strategy": one_of("available", "called")},
+            where="tool_call_concurrency",
+        )
+        return {
+            "tool_call_concurrency": options.get("limit"),
+            "tool_call_strategy": options.get("strategy", "available"),
+        }
+    return {"tool_call_concurrency": positive_int("tool_call_concurrency", value)}

@@ -166,6 +166,7 @@ def _stream_options(run: Mapping[str, Any]) -> dict[str, Any]:
         "includeRawChunks": "include_raw_chunks",
         "structuredOutput": "structured_output",
         "maxProcessorRetries": "max_processor_retries",
+        "toolCallConcurrency": "tool_call_concurrency",
     }
     if "isTaskComplete" in options:
         out["is_task_complete"] = _task_completion(options.pop("isTaskComplete"))
