@@ -47,6 +47,7 @@ LEVEL_3 = {
     "x-p09-structured-invalid",
     "x-pt01-durable-wait-timeout-manager",
     "x-pt02-durable-wait-timeout-agent",
+    "x-pt03-durable-task-outlasts-wait",
     "x-pt04-durable-tool-wait-timeout",
     "x-pt07-tool-call-concurrency-one",
     "x-pt08-suspendable-tool-serializes",

@@ -344,7 +344,8 @@ def answer_pending(state: RunState, pending: PendingToolStep, resume: ResumeActi
 
 
 async def wait_for_background(cfg: LoopConfig, state: RunState) -> AsyncIterator[AnyChunk]:
-    """Durable mode: wait for the tasks the run dispatched and has not waited for yet."""
+    """Durable mode: wait for the tasks the run dispatched and has not waited for yet (the
+    waiter adds those that settled to ``state.waited_task_ids``)."""
     dispatched = [t for t in state.background_task_ids if t not in state.waited_task_ids]
     if cfg.wait_for_background is None or not dispatched:
         return
@@ -352,7 +353,6 @@ async def wait_for_background(cfg: LoopConfig, state: RunState) -> AsyncIterator
         yield chunk
     if cfg.abort_signal.aborted:
         return
-    state.waited_task_ids.update(dispatched)
     if cfg.on_step_end is not None:
         await cfg.on_step_end(state)
 
