@@ -74,7 +74,7 @@ def test_decorator_options_override_name_and_description() -> None:
     assert total.name == "sum_all"
     assert total.description == "Adds numbers."
     assert total.require_approval
-    assert total.background == BackgroundToolConfig()
+    assert total.background == BackgroundToolConfig(enabled=True)
     assert total.input_schema["properties"] == {"values": {"type": "array", "items": {"type": "integer"}}}
 
 
@@ -242,7 +242,10 @@ def test_background_config_accepts_mastra_mapping() -> None:
     config = BackgroundToolConfig.coerce(
         {"timeoutMs": 500, "maxRetries": 2, "defaultDisposition": "foreground"}
     )
-    assert config == BackgroundToolConfig(timeout_ms=500, max_retries=2, default_disposition="foreground")
+    # As in Mastra, a mapping without "enabled" configures the tool without making it eligible.
+    assert config == BackgroundToolConfig(
+        enabled=False, timeout_ms=500, max_retries=2, default_disposition="foreground"
+    )
     assert BackgroundToolConfig.coerce(False) is None
 
 

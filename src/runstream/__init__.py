@@ -6,6 +6,7 @@ from runstream.chunks import Chunk, DataChunk, UnknownChunk, chunk_from_wire, du
 from runstream.models.base import LanguageModel, ModelRequest, ModelSettings, ModelStream
 from runstream.output import RunOutput
 from runstream.processors import ProcessorContext, StepView, TripWire
+from runstream.request_context import RequestContext
 from runstream.structured import StructuredOutput, StructuredOutputError
 from runstream.tools import BackgroundToolConfig, Tool, ToolContext, ToolWriter, tool
 
@@ -22,6 +23,7 @@ __all__ = [
     "ModelSettings",
     "ModelStream",
     "ProcessorContext",
+    "RequestContext",
     "RunNotFoundError",
     "RunOutput",
     "StepView",

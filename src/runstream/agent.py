@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import uuid
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from runstream import suspension, tracing
 from runstream.abort import AbortController, AbortSignal
+from runstream.callbacks import Callback, RunCallbacks, with_callbacks
 from runstream.chunks import AnyChunk, iso_datetime, now_utc
 from runstream.goals import (
     GoalCheck,
@@ -30,8 +31,29 @@ from runstream.goals import (
 from runstream.loop import agent_loop
 from runstream.memory import ContinuedMessage, Memory, MemoryScope, rewrite_prompt_result
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
+from runstream.models.fallback import FallbackModel, ModelChoice
 from runstream.models.registry import as_model, ready_model
-from runstream.output import RunOutput
+from runstream.output import RunOutput, full_output
+from runstream.request_context import Dynamic, RequestContext, resolve
+from runstream.run_options import (
+    MessagesInput,
+    RunOptions,
+    ToolsInput,
+    by_name,
+    call_tools,
+    is_function,
+    normalize_messages,
+    normalize_tool_choice,
+    options_from_json,
+    options_to_json,
+    resolve_instructions,
+    resolve_model,
+    system_messages,
+)
+from runstream.run_options import client_tool as client_tool  # public here since before the move
+from runstream.run_options import (
+    tool_call_concurrency as tool_call_concurrency_options,
+)
 from runstream.run_state import LoopConfig, ResumeAction, RunState
 from runstream.scoring import TaskCompletion
 from runstream.step_results import model_label, run_metadata
@@ -43,8 +65,7 @@ from runstream.tools import Tool, ToolContext, draft07_schema_json
 if TYPE_CHECKING:
     from runstream.runtime import Runstream, Toolset
     from runstream.tasks.policy import AgentBackgroundConfig
-
-MessagesInput = str | Sequence[str] | Sequence[Mapping[str, Any]]
+    from runstream.workflows import Workflow
 
 
 class AgentToolError(Exception):
@@ -57,115 +78,6 @@ class RunNotFoundError(LookupError):
     """No suspended run with that id (it finished, or it never stopped for a human)."""
 
 
-def normalize_messages(messages: MessagesInput | None) -> list[PromptMessage]:
-    """Accept a string, a list of strings, or ``{"role", "content"}`` messages."""
-    if messages is None:
-        return []
-    if isinstance(messages, str):
-        messages = [messages]
-    out: list[PromptMessage] = []
-    for message in messages:
-        if isinstance(message, str):
-            out.append({"role": "user", "content": [{"type": "text", "text": message}]})
-            continue
-        if not isinstance(message, Mapping) or "role" not in message:
-            raise TypeError("a message must be a string or a mapping with 'role' and 'content'")
-        role = message["role"]
-        if role not in ("user", "assistant", "system", "tool"):
-            raise ValueError(f"unknown message role {role!r}")
-        content = message.get("content", "")
-        if role == "system":
-            out.append({"role": "system", "content": content if isinstance(content, str) else str(content)})
-        elif isinstance(content, str):
-            out.append({"role": role, "content": [{"type": "text", "text": content}]})
-        else:
-            out.append({"role": role, "content": [dict(part) for part in content]})
-    return out
-
-
-def normalize_tool_choice(choice: str | Mapping[str, Any] | None) -> dict[str, Any] | None:
-    if choice is None:
-        return None
-    if isinstance(choice, str):
-        if choice not in ("auto", "none", "required"):
-            raise ValueError(f"tool_choice must be 'auto', 'none', 'required' or a tool, not {choice!r}")
-        return {"type": choice}
-    return dict(choice)
-
-
-def _options_to_json(options: RunOptions) -> dict[str, Any]:
-    """The run options a restored run can get back (code-valued ones fall back to the agent's)."""
-    structured = StructuredOutput.coerce(options.structured_output)
-    return {
-        "maxSteps": options.max_steps,
-        "toolChoice": normalize_tool_choice(options.tool_choice),
-        "includeRawChunks": options.include_raw_chunks,
-        "structuredOutput": structured.schema if structured is not None else None,
-        "maxProcessorRetries": options.max_processor_retries,
-        "memory": {"thread": options.memory.thread_id, "resource": options.memory.resource_id}
-        if options.memory
-        else None,
-        "disableBackgroundTasks": options.disable_background_tasks,
-        "context": options.context,
-        "clientTools": {
-            name: {"description": tool.description, "inputSchema": tool.input_schema}
-            for name, tool in options.client_tools.items()
-        },
-    }
-
-
-def _options_from_json(data: Mapping[str, Any]) -> RunOptions:
-    return RunOptions(
-        max_steps=data.get("maxSteps"),
-        tool_choice=data.get("toolChoice"),
-        include_raw_chunks=bool(data.get("includeRawChunks")),
-        structured_output={"schema": data["structuredOutput"]} if data.get("structuredOutput") else None,
-        max_processor_retries=data.get("maxProcessorRetries"),
-        memory=MemoryScope.coerce(data.get("memory")),
-        disable_background_tasks=bool(data.get("disableBackgroundTasks")),
-        context=list(data.get("context") or []),
-        client_tools={
-            name: client_tool(
-                name, description=spec.get("description", ""), input_schema=spec.get("inputSchema")
-            )
-            for name, spec in (data.get("clientTools") or {}).items()
-        },
-    )
-
-
-def _runs_on_the_client(args: dict[str, Any], ctx: ToolContext) -> None:
-    raise RuntimeError(f"{ctx.tool_name} is a client tool: the caller executes it, not the loop")
-
-
-def client_tool(name: str, *, description: str = "", input_schema: Mapping[str, Any] | None = None) -> Tool:
-    """A tool the caller executes (``stream(client_tools=[...])``): the model only sees its schema."""
-    return Tool(name, _runs_on_the_client, description=description, input_schema=input_schema)
-
-
-def _by_name(tools: Iterable[Tool] | Mapping[str, Tool]) -> dict[str, Tool]:
-    return {tool.name: tool for tool in (tools.values() if isinstance(tools, Mapping) else tools)}
-
-
-@dataclass(slots=True)
-class RunOptions:
-    """The per-call options of ``stream()``, kept so continuation turns can reuse them."""
-
-    max_steps: int | None = None
-    tool_choice: str | Mapping[str, Any] | None = None
-    include_raw_chunks: bool = False
-    structured_output: Any = None
-    output_processors: list[Any] | None = None
-    input_processors: list[Any] | None = None
-    max_processor_retries: int | None = None
-    model_settings: ModelSettings | None = None
-    abort_signal: AbortSignal | None = None
-    memory: MemoryScope | None = None
-    disable_background_tasks: bool = False
-    context: list[PromptMessage] = field(default_factory=list)
-    is_task_complete: TaskCompletion | None = None
-    client_tools: dict[str, Tool] = field(default_factory=dict)
-
-
 class Agent:
     """An LLM agent whose every step streams out as typed chunks."""
 
@@ -173,13 +85,17 @@ class Agent:
         self,
         id: str,
         *,
-        model: LanguageModel | str,
-        instructions: str = "",
+        model: LanguageModel
+        | str
+        | Dynamic[LanguageModel]
+        | Sequence[ModelChoice | Mapping[str, Any] | LanguageModel],
+        instructions: str | Dynamic[str] = "",
         name: str | None = None,
         description: str = "",
-        tools: Iterable[Tool] | Mapping[str, Tool] = (),
+        tools: ToolsInput | Dynamic[ToolsInput] = (),
         toolsets: Iterable[Toolset] = (),
-        agents: Iterable[Agent] = (),
+        agents: Iterable[Agent] | Mapping[str, Agent] = (),
+        workflows: Iterable[Workflow] | Mapping[str, Workflow] = (),
         max_steps: int = 5,
         tool_choice: str | Mapping[str, Any] | None = None,
         structured_output: Any = None,
@@ -192,6 +108,7 @@ class Agent:
         goal: GoalConfig | None = None,
         is_task_complete: TaskCompletion | Mapping[str, Any] | None = None,
         durable: bool = False,
+        max_retries: int = 0,
     ) -> None:
         from runstream.tasks.policy import AgentBackgroundConfig
 
@@ -199,14 +116,34 @@ class Agent:
         self.name = name or id
         self.description = description
         self.instructions = instructions
-        self.model = as_model(model)  # "openai/gpt-4.1" is resolved at its first run
-        tool_list = list(tools.values()) if isinstance(tools, Mapping) else list(tools)
-        self.tools: dict[str, Tool] = {t.name: t for t in tool_list}
-        for sub in agents:
-            sub_tool = sub.as_tool()
-            self.tools[sub_tool.name] = sub_tool
+        """The instructions, or a function of the request context (see :meth:`get_instructions`)."""
+        if max_retries and is_function(model):
+            raise ValueError(
+                "max_retries needs a model or a model list: a model function can return a FallbackModel"
+            )
+        if isinstance(model, str):
+            model = as_model(model)  # "openai/gpt-4.1" is resolved at its first run
+        elif isinstance(model, Sequence) or max_retries:  # Mastra's model list / maxRetries
+            model = FallbackModel(model if isinstance(model, Sequence) else [model], max_retries=max_retries)  # type: ignore[arg-type, list-item]
+        self.model: LanguageModel | Dynamic[LanguageModel] = model
+        """The model, or a function of the request context (see :meth:`get_model`); a list of
+        models (``[{"model": m, "maxRetries": 2}, ...]``) becomes a
+        :class:`~runstream.models.fallback.FallbackModel`."""
+        self.tools_resolver: Dynamic[ToolsInput] | None = tools if is_function(tools) else None  # type: ignore[assignment]
+        """``tools=`` given as a function of the request context: its tools join ``tools``."""
+        self.tools: dict[str, Tool] = {} if self.tools_resolver is not None else by_name(tools)  # type: ignore[arg-type]
         self.toolsets = list(toolsets)
         """Sources of tools that change while the agent lives (e.g. an MCP client); read per run."""
+        self.agents = dict(agents) if isinstance(agents, Mapping) else {sub.id: sub for sub in agents}
+        """Sub-agents by name, each offered as the tool ``agent-<name>`` (Mastra's ``agents``)."""
+        self.workflows = dict(workflows) if isinstance(workflows, Mapping) else {w.id: w for w in workflows}
+        """Workflows by name, each offered as the tool ``workflow-<name>`` (Mastra's ``workflows``)."""
+        for key, sub in self.agents.items():
+            sub_tool = sub.as_tool(name=key)
+            self.tools[sub_tool.name] = sub_tool
+        for key, workflow in self.workflows.items():
+            workflow_tool = workflow.as_tool(name=key)
+            self.tools[workflow_tool.name] = workflow_tool
         self.max_steps = max_steps
         self.tool_choice = normalize_tool_choice(tool_choice)
         self.structured_output = StructuredOutput.coerce(structured_output)
@@ -236,6 +173,8 @@ class Agent:
         if runtime.task_manager is not None:
             for tool in self.tools.values():
                 runtime.task_manager.register_tool(self.id, tool)
+            if self.background_config.concurrency is not None:
+                runtime.task_manager.agent_concurrency[self.id] = self.background_config.concurrency
 
     async def current_tools(self) -> dict[str, Tool]:
         """The agent's own tools plus its toolsets' current ones (own tools win a name clash)."""
@@ -268,8 +207,36 @@ class Agent:
         disable_background_tasks: bool = False,
         is_task_complete: TaskCompletion | Mapping[str, Any] | None = None,
         client_tools: Iterable[Tool] | Mapping[str, Tool] = (),
+        request_context: RequestContext | Mapping[str, Any] | None = None,
+        on_chunk: Callback | None = None,
+        on_step_finish: Callback | None = None,
+        on_finish: Callback | None = None,
+        on_error: Callback | None = None,
+        on_abort: Callback | None = None,
+        instructions: str | Dynamic[str] | None = None,
+        system: str | Sequence[str] | None = None,
+        model: LanguageModel | Dynamic[LanguageModel] | None = None,
+        active_tools: Sequence[str] | None = None,
+        require_tool_approval: bool = False,
+        tool_call_concurrency: int | Mapping[str, Any] | None = None,
     ) -> RunOutput:
         """Start a run; iterate ``out.full_stream`` for its chunks.
+
+        ``request_context`` (Mastra's ``requestContext``) holds per-request values: the tools
+        read it as ``ctx.request_context``, and the agent's instructions, model and tools may
+        be functions of it. A ``RequestContext`` given is shared, not copied.
+
+        ``on_chunk``, ``on_step_finish``, ``on_finish``, ``on_error`` and ``on_abort`` are
+        Mastra's callbacks (see ``runstream.callbacks``); an until-idle stream calls them for
+        each of its turns.
+
+        ``instructions`` and ``model`` replace the agent's for this call (either may be a
+        function of the request context), ``system`` adds system messages after the
+        instructions, ``active_tools`` offers only the named tools and
+        ``require_tool_approval=True`` makes every tool call wait for approval.
+        ``tool_call_concurrency`` (``n`` or ``{"limit": n, "strategy": ...}``) caps how many
+        of a step's tool calls run at once (default 10; one at a time when a tool that may need
+        approval or suspend is offered, as in Mastra).
 
         ``memory={"thread": ..., "resource": ...}`` loads the thread's history and saves the new
         messages. ``until_idle=True`` (or ``{"max_idle_ms": n, "resume_window_ms": n}``) keeps the
@@ -294,13 +261,35 @@ class Agent:
             disable_background_tasks=disable_background_tasks,
             context=normalize_messages(list(context)) if context else [],
             is_task_complete=TaskCompletion.coerce(is_task_complete),
-            client_tools=_by_name(client_tools),
+            client_tools=by_name(client_tools),
+            request_context=RequestContext.coerce(request_context),
+            callbacks=RunCallbacks(on_chunk, on_step_finish, on_finish, on_error, on_abort).check(),
+            instructions=instructions,
+            system=system_messages(system),
+            model=model,
+            active_tools=list(active_tools) if active_tools is not None else None,
+            require_tool_approval=require_tool_approval,
+            **tool_call_concurrency_options(tool_call_concurrency),
         )
         input_messages = normalize_messages(messages)
-        manager = self.runtime.task_manager if self.runtime is not None else None
-        if until_idle is not False and manager is not None and options.memory is not None and self.memory:
-            return await self._stream_until_idle(input_messages, options, until_idle, run_id)
+
+        async def first_turn() -> RunOutput:
+            return await self._start_run(input_messages, options, run_id, AbortController())
+
+        if self._idles(until_idle, options):
+            return await self._stream_until_idle(options, until_idle, first_turn)
         return await self._start_run(input_messages, options, run_id)
+
+    def _idles(self, until_idle: bool | Mapping[str, Any], options: RunOptions) -> bool:
+        """Whether a stream stays open for its background tasks (it needs a task manager and a
+        thread to continue on; otherwise it is a plain stream, as in Mastra)."""
+        manager = self.runtime.task_manager if self.runtime is not None else None
+        return (
+            until_idle is not False
+            and manager is not None
+            and options.memory is not None
+            and bool(self.memory)
+        )
 
     async def stream_until_idle(
         self,
@@ -366,11 +355,14 @@ class Agent:
         if options.abort_signal is not None:
             signal = AbortSignal.any(signal, options.abort_signal)
         scope = options.memory
+        context = options.request_context
+        owner = f"agent {self.id!r}"
+        tools = call_tools({**await self.get_tools(context), **options.client_tools}, options)
         cfg = LoopConfig(
             agent_id=self.id,
             agent_name=self.name,
-            model=ready_model(self.model),
-            tools={**await self.current_tools(), **options.client_tools},
+            model=ready_model(await resolve_model(options.model or self.model, context, owner)),
+            tools=tools,
             client_tools=frozenset(options.client_tools),
             max_steps=options.max_steps if options.max_steps is not None else self.max_steps,
             tool_choice=normalize_tool_choice(options.tool_choice) or self.tool_choice,
@@ -393,15 +385,25 @@ class Agent:
             thread_id=scope.thread_id if scope else None,
             resource_id=scope.resource_id if scope else None,
             durable=self.durable,
+            request_context=context,
+            tool_call_strategy=options.tool_call_strategy,
         )
-        instructions = self.instructions + await self._attach_background(cfg, state, options)
+        if options.tool_call_concurrency is not None:
+            cfg.tool_call_concurrency = options.tool_call_concurrency
+        chosen = options.instructions if options.instructions is not None else self.instructions
+        instructions = await resolve_instructions(chosen, context, owner)
+        own_tools = {name: tool for name, tool in tools.items() if name not in options.client_tools}
+        instructions += await self._attach_background(cfg, state, options, own_tools)
         completion = options.is_task_complete or self.is_task_complete
         if completion is not None:
             cfg.completion_checks.append(completion.check)
-        cfg.system = [{"role": "system", "content": instructions}] if instructions else []
+        system = [instructions] if instructions else []
+        cfg.system = [{"role": "system", "content": text} for text in [*system, *options.system]]
         return cfg
 
-    async def _attach_background(self, cfg: LoopConfig, state: RunState, options: RunOptions) -> str:
+    async def _attach_background(
+        self, cfg: LoopConfig, state: RunState, options: RunOptions, tools: dict[str, Tool]
+    ) -> str:
         """Wire the task manager into the run; returns text to append to the instructions."""
         from runstream.tasks.policy import (
             system_prompt_section,
@@ -422,15 +424,46 @@ class Agent:
         eligible = dispatcher.eligible_tools(tools)
         if not eligible:
             return ""
+        if self.tools_resolver is not None:  # so that a recovered task finds its tool
+            for name in eligible:
+                manager.register_tool(self.id, tools[name])
         cfg.dispatch_tool = dispatcher
         cfg.tool_schemas = {name: tool_schema_with_override(tools[name]) for name in eligible}
         if self.durable:
-            cfg.wait_for_background = partial(wait_in_loop, manager)
+            wait_timeout = self.background_config.wait_timeout_ms
+            if wait_timeout is None:
+                wait_timeout = manager.config.wait_timeout_ms
+            cfg.wait_for_background = partial(wait_in_loop, manager, wait_timeout_ms=wait_timeout)
             storage = self._run_storage()
             if storage is not None:
                 cfg.on_step_end = partial(self._save_durable, storage, options)
         cfg.tasks_pending = lambda ids: any(manager.is_active(task_id) for task_id in ids)
         return system_prompt_section(eligible)
+
+    async def get_instructions(
+        self, request_context: RequestContext | Mapping[str, Any] | None = None
+    ) -> str:
+        """The instructions for a request (Mastra's ``getInstructions``)."""
+        return await resolve_instructions(
+            self.instructions, RequestContext.coerce(request_context), f"agent {self.id!r}"
+        )
+
+    async def get_model(
+        self, request_context: RequestContext | Mapping[str, Any] | None = None
+    ) -> LanguageModel:
+        """The model for a request (Mastra's ``getModel``)."""
+        return await resolve_model(self.model, RequestContext.coerce(request_context), f"agent {self.id!r}")
+
+    async def get_tools(
+        self, request_context: RequestContext | Mapping[str, Any] | None = None
+    ) -> dict[str, Tool]:
+        """The tools for a request (Mastra's ``getTools``): ``tools`` plus what ``tools=`` as a
+        function returns for this request context."""
+        own = await self.current_tools()
+        if self.tools_resolver is None:
+            return own
+        resolved: ToolsInput = await resolve(self.tools_resolver, RequestContext.coerce(request_context))
+        return {**by_name(resolved), **own}
 
     async def _attach_goal(self, cfg: LoopConfig, state: RunState, scope: MemoryScope) -> None:
         """Judge the thread's active goal after the run (when a judge resolves)."""
@@ -485,7 +518,7 @@ class Agent:
         return await Goals(self._goal_storage()).clear(thread_id)
 
     async def _save_durable(self, storage: Storage, options: RunOptions, state: RunState) -> None:
-        data = suspension.snapshot(self.id, state, _options_to_json(options))
+        data = suspension.snapshot(self.id, state, options_to_json(options))
         await storage.save_snapshot(suspension.DURABLE_NAMESPACE, state.run_id, data)
 
     async def durable_runs(self) -> list[str]:
@@ -511,7 +544,7 @@ class Agent:
         state = suspension.restore(data)
         state.status = "running"
         state.saved = False
-        options = _options_from_json(data["options"])
+        options = options_from_json(data["options"])
         controller = AbortController()
         cfg = await self._configure(options, state, controller)
         return self._output(cfg, state, controller, ResumeAction("continue"), options)
@@ -581,7 +614,7 @@ class Agent:
                 await self._save_input_early(cfg, state)
                 self._suspended[state.run_id] = (cfg, state, options)
                 if storage is not None:
-                    data = suspension.snapshot(self.id, state, _options_to_json(options))
+                    data = suspension.snapshot(self.id, state, options_to_json(options))
                     data["suspendedAt"] = iso_datetime(now_utc())
                     await storage.save_snapshot(suspension.NAMESPACE, state.run_id, data)
                 return
@@ -599,7 +632,10 @@ class Agent:
                     continued=state.continued,
                 )
 
-        return RunOutput(agent_loop(cfg, state, resume), state, controller, on_close=on_close)
+        source = agent_loop(cfg, state, resume)
+        if options.callbacks:
+            source = with_callbacks(source, cfg, state, options.callbacks, partial(full_output, state))
+        return RunOutput(source, state, controller, on_close=on_close)
 
     def _run_storage(self) -> Storage | None:
         if self.memory is not None and self.memory.storage is not None:
@@ -608,10 +644,9 @@ class Agent:
 
     async def _stream_until_idle(
         self,
-        input_messages: list[PromptMessage],
         options: RunOptions,
         until_idle: bool | Mapping[str, Any],
-        run_id: str | None,
+        start_first_turn: Callable[[], Awaitable[RunOutput]],
     ) -> RunOutput:
         runtime = self.runtime
         assert runtime is not None and runtime.task_manager is not None and options.memory is not None
@@ -634,7 +669,7 @@ class Agent:
         )
         if options.abort_signal is not None:
             options.abort_signal.add_listener(controller.abort)
-        first = await self._start_run(input_messages, options, run_id, AbortController())
+        first = await start_first_turn()
         controller.signal.add_listener(first.abort)
 
         async def continuation(context: list[PromptMessage]) -> RunOutput:
@@ -668,19 +703,37 @@ class Agent:
         return await out.get_full_output()
 
     # -- human in the loop ---------------------------------------------------------------------------
-    async def approve_tool_call(self, *, run_id: str, tool_call_id: str | None = None) -> RunOutput:
-        """Approve a tool call the run stopped for; the returned stream continues the run."""
-        return await self._continue(run_id, ResumeAction("approve", tool_call_id))
+    async def approve_tool_call(
+        self, *, run_id: str, tool_call_id: str | None = None, until_idle: bool | Mapping[str, Any] = False
+    ) -> RunOutput:
+        """Approve a tool call the run stopped for; the returned stream continues the run.
+
+        ``until_idle`` (here and on ``decline_tool_call``/``resume_stream``, as Mastra's
+        ``resumeStream(..., {untilIdle})``) keeps the stream open for the background tasks the
+        continued run starts, with their continuation turns, as ``stream(until_idle=...)``."""
+        return await self._continue(run_id, ResumeAction("approve", tool_call_id), until_idle)
 
     async def decline_tool_call(
-        self, *, run_id: str, tool_call_id: str | None = None, reason: str | None = None
+        self,
+        *,
+        run_id: str,
+        tool_call_id: str | None = None,
+        reason: str | None = None,
+        until_idle: bool | Mapping[str, Any] = False,
     ) -> RunOutput:
         """Decline it: the model is told the call was not approved (``tool-output-denied``)."""
-        return await self._continue(run_id, ResumeAction("decline", tool_call_id, reason=reason))
+        return await self._continue(run_id, ResumeAction("decline", tool_call_id, reason=reason), until_idle)
 
-    async def resume_stream(self, data: Any, *, run_id: str, tool_call_id: str | None = None) -> RunOutput:
+    async def resume_stream(
+        self,
+        data: Any,
+        *,
+        run_id: str,
+        tool_call_id: str | None = None,
+        until_idle: bool | Mapping[str, Any] = False,
+    ) -> RunOutput:
         """Resume a suspended tool with ``data`` (it runs again with ``ctx.resume_data``)."""
-        return await self._continue(run_id, ResumeAction("resume", tool_call_id, data=data))
+        return await self._continue(run_id, ResumeAction("resume", tool_call_id, data=data), until_idle)
 
     async def suspended_runs(self) -> list[dict[str, Any]]:
         """The stored snapshots (see :func:`.suspension.snapshot`, plus ``suspendedAt``) of this
@@ -710,9 +763,13 @@ class Agent:
         data = await storage.load_snapshot(suspension.NAMESPACE, run_id) if storage is not None else None
         if data is None or data.get("agentId") != self.id:
             return None
-        return None, suspension.restore(data), _options_from_json(data["options"])
+        return None, suspension.restore(data), options_from_json(data["options"])
 
-    async def _continue(self, run_id: str, action: ResumeAction) -> RunOutput:
+    async def _continue(
+        self, run_id: str, action: ResumeAction, until_idle: bool | Mapping[str, Any] = False
+    ) -> RunOutput:
+        if isinstance(until_idle, Mapping):  # bad options fail before the run is touched
+            IdleOptions.coerce(dict(until_idle), progress_interval_ms=0)
         found = await self._find_suspended(run_id)
         if found is None:
             raise RunNotFoundError(f"no suspended run {run_id!r} on agent {self.id!r}")
@@ -727,24 +784,36 @@ class Agent:
                 self._suspended[run_id] = (stored_cfg, state, options)
             what = "waiting for approval" if action.kind != "resume" else "suspended"
             raise ValueError(f"tool call {action.tool_call_id!r} of run {run_id!r} is not {what}")
-        controller = AbortController()
-        state.status = "running"
-        if stored_cfg is not None:
-            cfg = replace(stored_cfg, abort_signal=controller.signal)
-        else:  # restored from storage: rebuild the configuration from the agent
-            if self.runtime is not None:
-                await self.runtime.start()
-            cfg = await self._configure(options, state, controller)
-        return self._output(cfg, state, controller, action, options)
+
+        async def resumed() -> RunOutput:
+            controller = AbortController()
+            state.status = "running"
+            if stored_cfg is not None:
+                cfg = replace(stored_cfg, abort_signal=controller.signal)
+            else:  # restored from storage: rebuild the configuration from the agent
+                if self.runtime is not None:
+                    await self.runtime.start()
+                cfg = await self._configure(options, state, controller)
+            return self._output(cfg, state, controller, action, options)
+
+        if self._idles(until_idle, options):
+            return await self._stream_until_idle(options, until_idle, resumed)
+        return await resumed()
 
     # -- composition -----------------------------------------------------------------------------------
-    def as_tool(self) -> Tool:
-        """This agent as a tool ``agent-<id>`` taking ``{"prompt"}``; its chunks stream as tool output."""
+    def as_tool(self, name: str | None = None) -> Tool:
+        """This agent as a tool ``agent-<name>`` (default: its id) taking ``{"prompt"}``; its
+        chunks stream as tool output."""
 
         async def execute(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
             # As in Mastra, the sub-agent sees what the user asked the calling agent.
             asked = [m for m in ctx.messages if m["role"] == "user"]
-            out = await self.stream(args["prompt"], abort_signal=ctx.abort_signal, context=asked)
+            out = await self.stream(
+                args["prompt"],
+                abort_signal=ctx.abort_signal,
+                context=asked,
+                request_context=RequestContext.coerce(ctx.request_context),
+            )
             results: list[AnyChunk] = []
             async for chunk in out.full_stream:
                 await ctx.writer.write(chunk)
@@ -762,7 +831,7 @@ class Agent:
             }
 
         return Tool(
-            f"agent-{self.id}",
+            f"agent-{name or self.id}",
             execute,
             description=self.description or f"Agent: {self.name}",
             input_schema={

@@ -299,14 +299,22 @@ async def _model_turn_ended(cfg: LoopConfig, state: RunState, step: ModelStep, r
     )
     step_finish.payload.update(extra)  # type: ignore[typeddict-item]
     yield step_finish
-    if not cont:  # the final verdicts travel with the finish too (as in Mastra)
-        yield Finish(step.finish_reason, step.step_result, extra)
+    if cont:
+        for verdict in chosen:
+            state.messages.extend(verdict.feedback)
+            add_feedback(record, verdict.feedback)
+            state.message_id = verdict.next_message_id or state.message_id
+        yield Continue()
         return
-    for verdict in chosen:
-        state.messages.extend(verdict.feedback)
-        add_feedback(record, verdict.feedback)
-        state.message_id = verdict.next_message_id or state.message_id
-    yield Continue()
+    waited = len(state.waited_task_ids)
+    async for chunk in wait_for_background(cfg, state):
+        yield chunk
+    if cfg.abort_signal.aborted:
+        yield Abort()
+    elif _task_settled(cfg, state, waited):
+        yield Continue()
+    else:  # the final verdicts travel with the finish too (as in Mastra)
+        yield Finish(step.finish_reason, step.step_result, extra)
 
 
 async def _tool_step(
@@ -337,14 +345,15 @@ async def _tool_step(
         return
     if cfg.on_step_end is not None:
         await cfg.on_step_end(state)
+    waited = len(state.waited_task_ids)
     async for chunk in wait_for_background(cfg, state):
         yield chunk
     if cfg.abort_signal.aborted:
         yield Abort()
-    elif not cont:
-        yield Finish(reason, step_result)
-    else:
+    elif cont or _task_settled(cfg, state, waited):
         yield Continue()
+    else:
+        yield Finish(reason, step_result)
 
 
 async def _process_input(cfg: LoopConfig, state: RunState) -> None:
@@ -357,6 +366,12 @@ async def _process_input(cfg: LoopConfig, state: RunState) -> None:
             new = list(processed)
     state.messages[state.history_count : state.input_count] = new
     state.input_count = state.history_count + len(new)
+
+
+def _task_settled(cfg: LoopConfig, state: RunState, waited_before: int) -> bool:
+    """Durable mode: a background task settled while the loop waited after the step, so the
+    model gets another step to see its result (as Mastra's durable loop, ``x-pt03``)."""
+    return len(state.waited_task_ids) > waited_before and _should_continue(cfg, state)
 
 
 def _should_continue(cfg: LoopConfig, state: RunState) -> bool:

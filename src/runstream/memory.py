@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from runstream.chunks import iso_datetime
+from runstream.config_mapping import Check, non_negative_int, read_config
 from runstream.models.base import PromptMessage, tool_result_output
 from runstream.storage import Storage, StoredMessage, TaskRecord, Thread, ThreadResourceMismatchError
 
@@ -48,15 +49,53 @@ class MemoryScope:
     def coerce(cls, value: MemoryScope | Mapping[str, Any] | None) -> MemoryScope | None:
         if value is None or isinstance(value, MemoryScope):
             return value
-        thread = value.get("thread", value.get("thread_id"))
+        options = read_config(value, _SCOPE_FIELDS, where="memory", unsupported=_UNSUPPORTED_SCOPE)
+        thread = options.get("thread", options.get("thread_id"))
         if isinstance(thread, Mapping):
-            thread = thread.get("id")
-        resource = value.get("resource", value.get("resource_id"))
+            thread = read_config(thread, {"id": None}, where="memory.thread", unsupported=_THREAD_EXTRAS).get(
+                "id"
+            )
+        resource = options.get("resource", options.get("resource_id"))
         if not isinstance(thread, str) or not thread:
             raise ValueError("memory needs a thread id: memory={'thread': ..., 'resource': ...}")
         if not isinstance(resource, str) or not resource:
             raise ValueError("memory needs a resource id: memory={'thread': ..., 'resource': ...}")
         return cls(thread, resource)
+
+
+_SCOPE_FIELDS: dict[str, Check | None] = {
+    "thread": None,
+    "resource": None,
+    "thread_id": None,
+    "resource_id": None,
+}
+_UNSUPPORTED_SCOPE = {
+    "options": "per-call memory options are not implemented",
+    "onTitleGenerated": "thread titles are not generated",
+}
+_THREAD_EXTRAS = {
+    "title": "a thread's title cannot be passed with a run yet",
+    "metadata": "a thread's metadata cannot be passed with a run yet",
+}
+_UNSUPPORTED_MEMORY = {
+    name: "only lastMessages is implemented"
+    for name in (
+        "readOnly",
+        "messageHistory",
+        "semanticRecall",
+        "workingMemory",
+        "observationalMemory",
+        "generateTitle",
+        "filterIncompleteToolCalls",
+        "retainFullInput",
+        "threads",
+    )
+}
+
+
+def _last_messages(where: str, value: Any) -> int:
+    """Mastra's ``lastMessages``: a count, or ``false`` for no history."""
+    return 0 if value is False else non_negative_int(where, value)
 
 
 @dataclass(slots=True)
@@ -93,7 +132,10 @@ class Memory:
             return cls()
         if isinstance(value, Memory):
             return value
-        return cls(last_messages=value.get("lastMessages", value.get("last_messages", DEFAULT_LAST_MESSAGES)))
+        options = read_config(
+            value, {"last_messages": _last_messages}, where="memory", unsupported=_UNSUPPORTED_MEMORY
+        )
+        return cls(last_messages=options.get("last_messages", DEFAULT_LAST_MESSAGES))
 
     def _storage(self) -> Storage:
         if self.storage is None:

@@ -46,7 +46,7 @@ from runstream.processors import ProcessorContext, TripWire, run_stream_processo
 from runstream.run_state import LoopConfig, RunState, ToolCall
 from runstream.step_results import normalize_usage
 from runstream.structured import partial_object
-from runstream.tool_step import EagerTools, with_run_id
+from runstream.tool_step import EagerTools, tool_call_limit, with_run_id
 
 DURABLE_STEP_ID = "durable-llm-execution"
 """The step id of a durable run's model steps, as Mastra's durable workflow names them."""
@@ -71,7 +71,8 @@ class Turn:
             processor_contexts={p.id: ProcessorContext(processor_id=p.id, run_id=run_id) for p in processors},
             stream_processors=[p for p in processors if hasattr(p, "process_output_stream")],
             step_processors=[p for p in processors if hasattr(p, "process_output_step")],
-            eager_allowed=not any(tool.require_approval for tool in cfg.tools.values()),
+            eager_allowed=cfg.tool_call_strategy == "available"
+            and not any(tool.require_approval for tool in cfg.tools.values()),
         )
 
 
@@ -335,7 +336,7 @@ class ModelStep:
         chunk = ToolCallChunk(state.run_id, payload)
         state.tool_calls.append(chunk)
         if self.turn.eager_allowed and call.tool_name not in cfg.client_tools:
-            self.eager = self.eager or EagerTools()
+            self.eager = self.eager or EagerTools(tool_call_limit(cfg, self.calls))
             self.eager.start(cfg, state, call)  # a client tool runs on the client
         return chunk
 

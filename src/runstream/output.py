@@ -267,34 +267,12 @@ class RunOutput:
         return self._after(lambda: self.state.suspend_payload)
 
     def _usage(self) -> dict[str, Any]:
-        usage = {k: v for k, v in self.state.usage.items() if k != "raw"}
-        for key in ("inputTokens", "outputTokens", "totalTokens"):
-            usage.setdefault(key, 0)
-        return usage
+        return total_usage(self.state)
 
     async def get_full_output(self) -> dict[str, Any]:
         """Everything at once, after the run ends."""
         await self.consume()
-        s = self.state
-        return {
-            "runId": s.run_id,
-            "text": s.text,
-            "reasoningText": "".join(s.reasoning),
-            "usage": self._usage(),
-            "totalUsage": self._usage(),
-            "steps": list(s.steps),
-            "finishReason": s.finish_reason,
-            "toolCalls": [c.payload for c in s.tool_calls],
-            "toolResults": [c.payload for c in s.tool_results],
-            "sources": [c.payload for c in s.sources],
-            "files": [c.payload for c in s.files],
-            "object": s.object,
-            "error": s.error,
-            "tripwire": s.tripwire,
-            "suspendPayload": s.suspend_payload,
-            "messages": list(s.response_messages),
-            "status": s.status,
-        }
+        return full_output(self.state)
 
     # -- synchronous state ------------------------------------------------------------------------
     @property
@@ -308,3 +286,33 @@ class RunOutput:
     @property
     def tripwire(self) -> TripwirePayload | None:
         return self.state.tripwire
+
+
+def total_usage(state: RunState) -> dict[str, Any]:
+    usage = {k: v for k, v in state.usage.items() if k != "raw"}
+    for key in ("inputTokens", "outputTokens", "totalTokens"):
+        usage.setdefault(key, 0)
+    return usage
+
+
+def full_output(state: RunState) -> dict[str, Any]:
+    """A run's aggregates in one mapping (``get_full_output``, and what ``on_finish`` gets)."""
+    return {
+        "runId": state.run_id,
+        "text": state.text,
+        "reasoningText": "".join(state.reasoning),
+        "usage": total_usage(state),
+        "totalUsage": total_usage(state),
+        "steps": list(state.steps),
+        "finishReason": state.finish_reason,
+        "toolCalls": [c.payload for c in state.tool_calls],
+        "toolResults": [c.payload for c in state.tool_results],
+        "sources": [c.payload for c in state.sources],
+        "files": [c.payload for c in state.files],
+        "object": state.object,
+        "error": state.error,
+        "tripwire": state.tripwire,
+        "suspendPayload": state.suspend_payload,
+        "messages": list(state.response_messages),
+        "status": state.status,
+    }

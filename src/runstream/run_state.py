@@ -98,6 +98,12 @@ class LoopConfig:
     """Durable mode: after a step that dispatched background tasks, wait for them in the loop
     (this yields progress and the real results) instead of leaving placeholders."""
     tool_call_concurrency: int = 10
+    """How many of a step's tool calls run at once (Mastra's ``toolCallConcurrency``)."""
+    tool_call_strategy: Literal["available", "called"] = "available"
+    """Whether a tool that may need approval or suspend forces one call at a time when it is
+    offered (``available``) or only when it is called (``called``)."""
+    request_context: dict[str, Any] = field(default_factory=dict)
+    """The run's :class:`~runstream.request_context.RequestContext` (tools get it)."""
     durable: bool = False
     """A durable agent's run: Mastra's durable loop reports its steps in a shape of its own
     (see ``step_results``), and each step streams as a message of its own."""

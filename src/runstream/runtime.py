@@ -47,6 +47,11 @@ class Runstream:
     ) -> None:
         self.storage: Storage = storage if storage is not None else InMemoryStorage()
         config = BackgroundTaskConfig.coerce(background_tasks)
+        if task_manager is None and config is not None and config.mode == "producer":
+            raise ValueError(
+                'background_tasks mode "producer" runs no tasks, so it needs workers sharing its storage: '
+                "pass task_manager=DistributedTaskManager(storage, config, redis_url=..., worker=False)"
+            )
         if task_manager is None and config is not None:
             task_manager = BackgroundTaskManager(self.storage, config)
         self.task_manager = task_manager

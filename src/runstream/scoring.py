@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from runstream.chunks import AnyChunk, IsTaskCompleteChunk
+from runstream.config_mapping import boolean, non_negative_number, one_of, read_config
 from runstream.run_state import CheckVerdict, LoopConfig, RunState
 
 
@@ -67,11 +68,25 @@ class TaskCompletion:
     def coerce(cls, value: TaskCompletion | Mapping[str, Any] | None) -> TaskCompletion | None:
         if value is None or isinstance(value, TaskCompletion):
             return value
+        options = read_config(
+            value,
+            {
+                "scorers": None,
+                "strategy": one_of("all", "any"),
+                "timeout": non_negative_number,
+                "timeout_ms": non_negative_number,
+                "suppress_feedback": boolean,
+            },
+            where="is_task_complete",
+            unsupported={"parallel": "scorers always run in parallel", "onComplete": "not implemented"},
+        )
+        if "scorers" not in options:
+            raise ValueError("is_task_complete needs 'scorers'")
         return cls(
-            scorers=list(value["scorers"]),
-            strategy=value.get("strategy", "all"),
-            timeout_ms=value.get("timeout", value.get("timeout_ms", 600_000)),
-            suppress_feedback=bool(value.get("suppressFeedback", value.get("suppress_feedback", False))),
+            scorers=list(options["scorers"]),
+            strategy=options.get("strategy", "all"),
+            timeout_ms=options.get("timeout", options.get("timeout_ms", 600_000)),
+            suppress_feedback=options.get("suppress_feedback", False),
         )
 
     async def check(

@@ -16,6 +16,8 @@ import jsonschema
 from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
 
+from runstream.config_mapping import read_config
+
 
 class StructuredOutputError(ValueError):
     """The model's final answer is not valid JSON or does not match the schema."""
@@ -38,7 +40,12 @@ class StructuredOutput:
         if isinstance(value, type) and issubclass(value, BaseModel):
             return cls(schema=value.model_json_schema(), model=value)
         if isinstance(value, Mapping):
-            inner = value.get("schema", value)
+            inner = value
+            if "schema" in value and not _is_json_schema_keyword_use(value):
+                options = read_config(
+                    value, {"schema": None}, where="structured_output", unsupported=_UNSUPPORTED_OPTIONS
+                )
+                inner = options["schema"]
             if isinstance(inner, type) and issubclass(inner, BaseModel):
                 return cls(schema=inner.model_json_schema(), model=inner)
             schema = dict(inner)
@@ -69,6 +76,27 @@ class StructuredOutput:
             problems = "; ".join(e.message for e in errors)
             raise StructuredOutputError(f"Structured output validation failed: {problems}")
         return value
+
+
+_UNSUPPORTED_OPTIONS = {
+    name: "not implemented: only schema is"
+    for name in (
+        "model",
+        "instructions",
+        "useAgent",
+        "jsonPromptInjection",
+        "logger",
+        "providerOptions",
+        "errorStrategy",
+        "fallbackValue",
+    )
+}
+
+
+def _is_json_schema_keyword_use(value: Mapping[str, Any]) -> bool:
+    """A JSON schema may itself have a property list naming ``schema``: ``{"type": "object",
+    "properties": {...}}`` is a schema, not the options mapping, even with a ``schema`` key."""
+    return "type" in value or "properties" in value or "$schema" in value
 
 
 def strip_fences(text: str) -> str:

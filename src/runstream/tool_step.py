@@ -9,7 +9,7 @@ a human when a call needs approval or a tool suspends; :func:`answer_pending` ap
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from functools import partial
 from typing import Any, cast
 
@@ -54,15 +54,16 @@ class EagerTools:
     Only for agents without approval-gated tools: a step with an approval runs nothing before it
     is answered."""
 
-    __slots__ = ("outbox", "tasks")
+    __slots__ = ("outbox", "slots", "tasks")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int) -> None:
         self.outbox: asyncio.Queue[AnyChunk | None] = asyncio.Queue()
         self.tasks: dict[str, asyncio.Task[ToolOutcome]] = {}
+        self.slots = asyncio.Semaphore(limit)
 
     def start(self, cfg: LoopConfig, state: RunState, call: ToolCall) -> None:
         self.tasks[call.tool_call_id] = asyncio.create_task(
-            execute_call(cfg, state, call, self.outbox.put_nowait, None)
+            _limited(self.slots, execute_call(cfg, state, call, self.outbox.put_nowait, None))
         )
 
     def emitted(self) -> list[AnyChunk]:
@@ -145,10 +146,12 @@ async def _run_calls(
     run_id = state.run_id
     outbox: asyncio.Queue[AnyChunk | None] = eager.outbox if eager is not None else asyncio.Queue()
     emit = outbox.put_nowait
+    slots = eager.slots if eager is not None else asyncio.Semaphore(tool_call_limit(cfg, to_run))
 
     async def run_one(call: ToolCall) -> None:
         try:
-            outcome = await execute_call(cfg, state, call, emit, pending.resume_data.get(call.tool_call_id))
+            resume_data = pending.resume_data.get(call.tool_call_id)
+            outcome = await _limited(slots, execute_call(cfg, state, call, emit, resume_data))
         except Exception as exc:  # a bug below: the call still gets an outcome, the run goes on
             outcome = ToolOutcome(call, "error", exc)
         finally:
@@ -201,6 +204,27 @@ async def _run_calls(
                 pending.done[call.tool_call_id] = ToolOutcome(
                     call, "error", AbortError("Tool execution aborted")
                 )
+
+
+def tool_call_limit(cfg: LoopConfig, calls: list[ToolCall]) -> int:
+    """How many of a step's calls run at once: ``cfg.tool_call_concurrency``, or one at a time
+    when a tool that may need approval or suspend is offered (or, with the ``called``
+    strategy, called), as Mastra does."""
+    if cfg.tool_call_strategy == "called":
+        tools = [cfg.tools[call.tool_name] for call in calls if call.tool_name in cfg.tools]
+    else:
+        tools = list(cfg.tools.values())
+    if any(tool.require_approval or tool.suspend_schema is not None for tool in tools):
+        return 1
+    return cfg.tool_call_concurrency
+
+
+async def _limited(slots: asyncio.Semaphore, work: Coroutine[Any, Any, ToolOutcome]) -> ToolOutcome:
+    try:
+        async with slots:
+            return await work
+    finally:
+        work.close()  # a call cancelled while it queued never started: no "never awaited" warning
 
 
 def _suspensions(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> list[AnyChunk]:
@@ -320,7 +344,8 @@ def answer_pending(state: RunState, pending: PendingToolStep, resume: ResumeActi
 
 
 async def wait_for_background(cfg: LoopConfig, state: RunState) -> AsyncIterator[AnyChunk]:
-    """Durable mode: wait for the tasks the run dispatched and has not waited for yet."""
+    """Durable mode: wait for the tasks the run dispatched and has not waited for yet (the
+    waiter adds those that settled to ``state.waited_task_ids``)."""
     dispatched = [t for t in state.background_task_ids if t not in state.waited_task_ids]
     if cfg.wait_for_background is None or not dispatched:
         return
@@ -328,7 +353,6 @@ async def wait_for_background(cfg: LoopConfig, state: RunState) -> AsyncIterator
         yield chunk
     if cfg.abort_signal.aborted:
         return
-    state.waited_task_ids.update(dispatched)
     if cfg.on_step_end is not None:
         await cfg.on_step_end(state)
 
@@ -376,6 +400,7 @@ async def execute_call(
         thread_id=cfg.thread_id,
         resource_id=cfg.resource_id,
         messages=state.messages,
+        request_context=cfg.request_context,
     )
     span = tracing.start_tool_span(state.span, tool.name, call.tool_call_id, tool.description, args)
     outcome = await run_tool(tool, args, ctx, call)

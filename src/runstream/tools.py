@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NoReturn, get_type_hints, overload
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from runstream.abort import AbortSignal
 from runstream.chunks import AnyChunk, DataChunk, ToolOutputChunk
+from runstream.config_mapping import Check, boolean, callback, non_negative_int, one_of, read_config
 from runstream.models.base import FunctionToolSpec
 from runstream.schema import Schema
 
@@ -129,6 +131,12 @@ class ToolContext:
     suspended: bool = False
     suspended_with: Any = None
     suspend_resume_schema: dict[str, Any] | None = None
+    request_context: dict[str, Any] = field(default_factory=dict)
+    """The run's :class:`~runstream.request_context.RequestContext` (Mastra's
+    ``context.requestContext``): per-request values such as the user or the tenant."""
+    background: Any = None
+    """While the tool runs as a background task: its
+    :class:`~runstream.tasks.adoption.BackgroundTaskAdoption` (``ctx.background.adopt(...)``)."""
 
     async def suspend(self, payload: Any = None, *, resume_schema: Mapping[str, Any] | None = None) -> None:
         """Suspend this execution: nothing after this call runs; resuming runs the tool again.
@@ -144,13 +152,31 @@ class ToolContext:
 
 @dataclass(slots=True)
 class BackgroundToolConfig:
-    """A tool's opt-in to run as a background task (Mastra's ``ToolBackgroundConfig``)."""
+    """A tool's opt-in to run as a background task (Mastra's ``ToolBackgroundConfig``).
 
-    enabled: bool = True
+    As in Mastra, ``enabled`` defaults to false: ``background={"timeoutMs": 500}`` configures the
+    tool for when an agent makes it eligible, but does not make it eligible itself.
+    ``on_complete``/``on_failed`` are called with the settled task record (sync or async).
+    ``wait_timeout_ms`` is accepted for Mastra's sake and has no effect (Mastra 1.71 reads the
+    agent's and the manager's, never the tool's): a warning says so.
+    """
+
+    enabled: bool = False
     timeout_ms: int | None = None
     max_retries: int | None = None
     default_disposition: Literal["foreground", "deferred"] = "deferred"
     wait_timeout_ms: int | None = None
+    on_complete: Callable[[Any], Awaitable[None] | None] | None = None
+    on_failed: Callable[[Any], Awaitable[None] | None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.wait_timeout_ms is not None:
+            warnings.warn(
+                "a tool's background wait_timeout_ms has no effect (Mastra 1.71 ignores it too); "
+                "set wait_timeout_ms on the agent's background_tasks or the task manager",
+                UserWarning,
+                stacklevel=3,
+            )
 
     @classmethod
     def coerce(
@@ -160,16 +186,21 @@ class BackgroundToolConfig:
         if value is None or value is False:
             return None
         if value is True:
-            return cls()
+            return cls(enabled=True)
         if isinstance(value, BackgroundToolConfig):
             return value
-        return cls(
-            enabled=bool(value.get("enabled", True)),
-            timeout_ms=value.get("timeoutMs", value.get("timeout_ms")),
-            max_retries=value.get("maxRetries", value.get("max_retries")),
-            default_disposition=value.get("defaultDisposition", value.get("default_disposition", "deferred")),
-            wait_timeout_ms=value.get("waitTimeoutMs", value.get("wait_timeout_ms")),
-        )
+        return cls(**read_config(value, _BACKGROUND_FIELDS, where="background"))
+
+
+_BACKGROUND_FIELDS: dict[str, Check | None] = {
+    "enabled": boolean,
+    "timeout_ms": non_negative_int,
+    "max_retries": non_negative_int,
+    "default_disposition": one_of("foreground", "deferred"),
+    "wait_timeout_ms": non_negative_int,
+    "on_complete": callback,
+    "on_failed": callback,
+}
 
 
 Execute = Callable[[dict[str, Any], ToolContext], Awaitable[Any] | Any]

@@ -166,6 +166,7 @@ def _stream_options(run: Mapping[str, Any]) -> dict[str, Any]:
         "includeRawChunks": "include_raw_chunks",
         "structuredOutput": "structured_output",
         "maxProcessorRetries": "max_processor_retries",
+        "toolCallConcurrency": "tool_call_concurrency",
     }
     if "isTaskComplete" in options:
         out["is_task_complete"] = _task_completion(options.pop("isTaskComplete"))
@@ -363,9 +364,17 @@ class ScenarioRunner:
         spec = action.spec
         payload = action.chunk.payload if action.chunk is not None else {}
         call_id = spec.get("toolCallId", payload.get("toolCallId") if isinstance(payload, dict) else None)
+        options = spec.get("options", {})
+        idle = options.get("untilIdle", False)
+        until_idle = {"max_idle_ms": idle["maxIdleMs"]} if isinstance(idle, Mapping) else bool(idle)
         if spec["do"] == "approveToolCall":
-            return await agent.approve_tool_call(run_id=out.run_id, tool_call_id=call_id)
+            return await agent.approve_tool_call(
+                run_id=out.run_id, tool_call_id=call_id, until_idle=until_idle
+            )
         if spec["do"] == "declineToolCall":
-            reason = spec.get("options", {}).get("reason")
-            return await agent.decline_tool_call(run_id=out.run_id, tool_call_id=call_id, reason=reason)
-        return await agent.resume_stream(spec.get("data"), run_id=out.run_id, tool_call_id=call_id)
+            return await agent.decline_tool_call(
+                run_id=out.run_id, tool_call_id=call_id, reason=options.get("reason"), until_idle=until_idle
+            )
+        return await agent.resume_stream(
+            spec.get("data"), run_id=out.run_id, tool_call_id=call_id, until_idle=until_idle
+        )

@@ -3,7 +3,7 @@
 Field names are exactly those client-js sends (``messages``, ``memory``, ``runId``, ``maxSteps``,
 ``toolChoice``, ``modelSettings``, ``providerOptions``, ``structuredOutput``, ``untilIdle``,
 ``maxIdleMs``, ``context``, ``clientTools``, ``activeTools``, ``instructions``,
-``requireToolApproval``), plus runstream's ``resumeWindowMs`` and ``maxContinuations`` (see
+``requireToolApproval``, ``requestContext``), plus runstream's ``resumeWindowMs`` and ``maxContinuations`` (see
 ``tasks/until_idle.py``). Fields client-js may send that runstream has no use for are listed in
 :data:`IGNORED_FIELDS`; any other field is a 400 naming it (Mastra's schema lets unknown keys
 through, so a misspelled option would silently do nothing). Every mistake is a 400 with a
@@ -56,13 +56,13 @@ FIELDS = frozenset(
     {
         "messages", "memory", "runId", "maxSteps", "toolChoice", "modelSettings", "providerOptions",
         "structuredOutput", "untilIdle", "maxIdleMs", "resumeWindowMs", "maxContinuations", "context",
-        "clientTools", "activeTools", "instructions", "requireToolApproval",
+        "clientTools", "activeTools", "instructions", "requireToolApproval", "requestContext",
     }
 )  # fmt: skip
 IGNORED_FIELDS = frozenset(
     {
         # client-js and AI SDK transports send these; runstream has no use for them (yet)
-        "requestContext", "tracingOptions", "returnScorerData", "scorers", "versions", "format",
+        "tracingOptions", "returnScorerData", "scorers", "versions", "format",
         "savePerStep", "tools", "actor", "id", "trigger", "messageId", "resourceId", "threadId",
     }
 )  # fmt: skip
@@ -87,6 +87,7 @@ class StreamRequest:
     active_tools: list[str] | None = None
     instructions: str | None = None
     require_tool_approval: bool = False
+    request_context: dict[str, Any] | None = None
 
     def stream_options(self) -> dict[str, Any]:
         """Keyword arguments for ``Agent.stream``."""
@@ -100,6 +101,7 @@ class StreamRequest:
             "memory": self.memory,
             "until_idle": self.until_idle,
             "client_tools": self.client_tools,
+            "request_context": self.request_context,
         }
 
 
@@ -271,4 +273,5 @@ def parse_stream_body(
         active_tools=active,
         instructions=_optional(body, "instructions", str, "a string"),
         require_tool_approval=bool(_optional(body, "requireToolApproval", bool, "a boolean")),
+        request_context=_optional(body, "requestContext", Mapping, "an object"),
     )

@@ -9,6 +9,8 @@ with SSE ids) and ``POST /runs/:runId/abort``.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import uuid
 from collections.abc import Awaitable, Callable
@@ -21,6 +23,7 @@ from starlette.routing import Route
 from runstream.abort import AbortController
 from runstream.agent import Agent, RunNotFoundError
 from runstream.output import RunOutput
+from runstream.request_context import RequestContext
 from runstream.server.auth import Principal, principal_of
 from runstream.server.body import StreamRequest, parse_stream_body
 from runstream.server.context import ServerContext, json_body, json_response
@@ -31,8 +34,25 @@ from runstream.server.resumable import TooManyRunsError
 from runstream.server.streaming import Run, owned_run, parse_event_id, reconnect, replay, respond, wants_ids
 from runstream.server.suspended_runs import list_suspended_runs
 from runstream.server.tasks_api import resume_task_stream
+from runstream.server.workflow_info import workflow_info
 from runstream.storage import ThreadResourceMismatchError
 from runstream.tools import Tool, ToolArgumentsError, ToolContext, ToolWriter
+
+
+def query_request_context(request: Request) -> RequestContext:
+    """``?requestContext=<base64 JSON object>``, as client-js sends it with a GET."""
+    raw = request.query_params.get("requestContext")
+    if raw is None:
+        return RequestContext()
+    try:
+        value = json.loads(base64.b64decode(raw, validate=True).decode())
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        value = None
+    if not isinstance(value, dict):
+        raise ApiError(
+            400, "Invalid requestContext query parameter: a base64-encoded JSON object is expected"
+        )
+    return RequestContext(value)
 
 
 def serialize_tool(tool: Tool) -> dict[str, Any]:
@@ -62,21 +82,24 @@ STUDIO_AGENT_FIELDS: dict[str, Any] = {
 }
 
 
-def serialize_agent(agent: Agent) -> dict[str, Any]:
+async def serialize_agent(agent: Agent, context: RequestContext | None = None) -> dict[str, Any]:
+    """An agent's details; dynamic instructions, model and tools as they resolve for the
+    request context client-js sends in the query (empty without one)."""
+    model = await agent.get_model(context)
     return {
         "id": agent.id,
         "name": agent.name,
         "description": agent.description,
-        "instructions": agent.instructions,
-        "tools": {name: serialize_tool(tool) for name, tool in agent.tools.items()},
-        "agents": {},
-        "workflows": {},
-        "provider": agent.model.provider,
-        "modelId": agent.model.model_id,
+        "instructions": await agent.get_instructions(context),
+        "tools": {name: serialize_tool(tool) for name, tool in (await agent.get_tools(context)).items()},
+        "agents": {key: {"id": sub.id, "name": sub.name} for key, sub in agent.agents.items()},
+        "workflows": {key: workflow_info(w, partial=True) for key, w in agent.workflows.items()},
+        "provider": model.provider,
+        "modelId": model.model_id,
         "defaultOptions": {"maxSteps": agent.max_steps},
         "hasMemory": agent.memory is not None,
         **STUDIO_AGENT_FIELDS,
-        "modelVersion": getattr(agent.model, "specification_version", "v2"),
+        "modelVersion": getattr(model, "specification_version", "v2"),
         "supportsMemory": agent.memory is not None,  # Studio chats over thread signals only then
     }
 
@@ -163,12 +186,14 @@ class MastraRoutes:
 
     # -- agents -------------------------------------------------------------------------------------
     async def list_agents(self, request: Request) -> Response:
+        context = query_request_context(request)
         return json_response(
-            {agent_id: serialize_agent(a) for agent_id, a in self.ctx.runstream.agents.items()}
+            {agent_id: await serialize_agent(a, context) for agent_id, a in self.ctx.runstream.agents.items()}
         )
 
     async def agent_details(self, request: Request) -> Response:
-        return json_response(serialize_agent(self.ctx.agent(request.path_params["agent_id"])))
+        agent = self.ctx.agent(request.path_params["agent_id"])
+        return json_response(await serialize_agent(agent, query_request_context(request)))
 
     async def _body(self, request: Request, *, until_idle: bool = False) -> tuple[Agent, StreamRequest]:
         agent = self.ctx.agent(request.path_params["agent_id"])

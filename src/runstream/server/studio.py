@@ -154,9 +154,10 @@ class StudioRoutes:
         """The providers of the agents' models (Mastra lists its model router's catalogue)."""
         models: dict[str, list[str]] = {}
         for agent in self.ctx.runstream.agents.values():
-            ids = models.setdefault(agent.model.provider, [])
-            if agent.model.model_id not in ids:
-                ids.append(agent.model.model_id)
+            model = await agent.get_model()  # a per-request model function, for no context
+            ids = models.setdefault(model.provider, [])
+            if model.model_id not in ids:
+                ids.append(model.model_id)
         return json_response(
             {
                 "providers": [

@@ -1,5 +1,6 @@
 """Background tasks: the manager, its configuration, dispatch from the loop, until-idle streams."""
 
+from runstream.tasks.adoption import BackgroundTaskAdoption, BackgroundTaskOperation
 from runstream.tasks.config import (
     BackgroundTaskConfig,
     BackgroundTaskError,
@@ -15,9 +16,11 @@ from runstream.tasks.policy import AgentBackgroundConfig
 
 __all__ = [
     "AgentBackgroundConfig",
+    "BackgroundTaskAdoption",
     "BackgroundTaskConfig",
     "BackgroundTaskError",
     "BackgroundTaskManager",
+    "BackgroundTaskOperation",
     "CleanupConfig",
     "ConcurrencyLimitError",
     "RetryConfig",

@@ -6,6 +6,16 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from runstream.config_mapping import (
+    Check,
+    boolean,
+    callback,
+    non_negative_int,
+    non_negative_number,
+    one_of,
+    positive_int,
+    read_config,
+)
 from runstream.storage import TaskRecord
 from runstream.tools import Tool
 
@@ -34,6 +44,9 @@ class RetryConfig:
     retry_delay_ms: int = 1000
     backoff_multiplier: float = 2.0
     max_retry_delay_ms: int = 30_000
+    retryable_errors: Callable[[BaseException], bool] | None = None
+    """Which failures are retried (default: all). Mastra 1.71 declares ``retryableErrors`` but
+    never reads it; here it decides."""
 
     def delay_ms(self, retry_count: int) -> float:
         """Delay before retry number ``retry_count`` (1-based)."""
@@ -44,6 +57,28 @@ class RetryConfig:
             )
         )
 
+    def is_retryable(self, error: BaseException) -> bool:
+        return self.retryable_errors is None or bool(self.retryable_errors(error))
+
+    @classmethod
+    def coerce(
+        cls, value: RetryConfig | Mapping[str, Any] | None, where: str = "defaultRetries"
+    ) -> RetryConfig:
+        if value is None:
+            return cls()
+        if isinstance(value, RetryConfig):
+            return value
+        return cls(**read_config(value, _RETRY_FIELDS, where=where))
+
+
+_RETRY_FIELDS: dict[str, Check | None] = {
+    "max_retries": non_negative_int,
+    "retry_delay_ms": non_negative_int,
+    "backoff_multiplier": non_negative_number,
+    "max_retry_delay_ms": non_negative_int,
+    "retryable_errors": callback,
+}
+
 
 @dataclass(slots=True)
 class CleanupConfig:
@@ -51,12 +86,39 @@ class CleanupConfig:
     failed_ttl_ms: int = 86_400_000
     cleanup_interval_ms: int = 60_000
 
+    @classmethod
+    def coerce(cls, value: CleanupConfig | Mapping[str, Any], where: str = "cleanup") -> CleanupConfig:
+        if isinstance(value, CleanupConfig):
+            return value
+        fields: dict[str, Check | None] = {
+            "completed_ttl_ms": non_negative_int,
+            "failed_ttl_ms": non_negative_int,
+            "cleanup_interval_ms": positive_int,
+        }
+        return cls(**read_config(value, fields, where=where))
+
+
+TaskHook = Callable[[TaskRecord], Awaitable[None] | None]
+"""A user callback on a settled task (``on_task_complete`` and the like); sync or async."""
+
+ManagerMode = Literal["full", "producer", "worker"]
+
 
 @dataclass(slots=True)
 class BackgroundTaskConfig:
-    """The manager's settings (Mastra's ``BackgroundTaskManagerConfig``; same defaults)."""
+    """The manager's settings (Mastra's ``BackgroundTaskManagerConfig``; same defaults).
+
+    ``mode`` is Mastra's deployment role: ``"full"`` and ``"worker"`` run tasks; ``"producer"``
+    only enqueues them for workers elsewhere, which needs a shared store
+    (:class:`~runstream.tasks.distributed.DistributedTaskManager` with ``worker=False``).
+    ``progress_throttle_ms`` drops a task's output events that come sooner than that after the
+    last one published. ``wait_timeout_ms`` is read by durable agents' loops (see
+    ``runstream.tasks.dispatch.wait_in_loop``). ``progress_interval_ms`` (runstream's own) is
+    how often a waiting stream reports progress.
+    """
 
     enabled: bool = True
+    mode: ManagerMode = "full"
     global_concurrency: int = 10
     per_agent_concurrency: int = 5
     backpressure: Backpressure = "queue"
@@ -65,7 +127,12 @@ class BackgroundTaskConfig:
     cleanup: CleanupConfig | None = None
     recover_stale_tasks_on_start: bool = True
     progress_interval_ms: int = 3000
+    progress_throttle_ms: int | None = None
     wait_timeout_ms: int | None = None
+    on_task_complete: TaskHook | None = None
+    on_task_failed: TaskHook | None = None
+    """Called for failed and timed-out tasks."""
+    on_task_cancelled: TaskHook | None = None
 
     @classmethod
     def coerce(
@@ -78,42 +145,43 @@ class BackgroundTaskConfig:
             return cls()
         if isinstance(value, BackgroundTaskConfig):
             return value if value.enabled else None
-        if not value.get("enabled", True):
+        options = read_config(value, _MANAGER_FIELDS, where="background_tasks")
+        if not options.pop("enabled", True):
             return None
-
-        def pick(camel: str, snake: str, default: Any) -> Any:
-            return value.get(camel, value.get(snake, default))
-
-        retries = pick("defaultRetries", "default_retries", None) or {}
-        cleanup = pick("cleanup", "cleanup", None)
-        return cls(
-            global_concurrency=pick("globalConcurrency", "global_concurrency", 10),
-            per_agent_concurrency=pick("perAgentConcurrency", "per_agent_concurrency", 5),
-            backpressure=pick("backpressure", "backpressure", "queue"),
-            default_timeout_ms=pick("defaultTimeoutMs", "default_timeout_ms", 300_000),
-            default_retries=retries
-            if isinstance(retries, RetryConfig)
-            else RetryConfig(
-                max_retries=retries.get("maxRetries", retries.get("max_retries", 0)),
-                retry_delay_ms=retries.get("retryDelayMs", retries.get("retry_delay_ms", 1000)),
-                backoff_multiplier=retries.get("backoffMultiplier", retries.get("backoff_multiplier", 2.0)),
-                max_retry_delay_ms=retries.get("maxRetryDelayMs", retries.get("max_retry_delay_ms", 30_000)),
-            ),
-            cleanup=cleanup
-            if isinstance(cleanup, CleanupConfig) or cleanup is None
-            else CleanupConfig(
-                completed_ttl_ms=cleanup.get("completedTtlMs", cleanup.get("completed_ttl_ms", 3_600_000)),
-                failed_ttl_ms=cleanup.get("failedTtlMs", cleanup.get("failed_ttl_ms", 86_400_000)),
-                cleanup_interval_ms=cleanup.get(
-                    "cleanupIntervalMs", cleanup.get("cleanup_interval_ms", 60_000)
-                ),
-            ),
-            recover_stale_tasks_on_start=pick(
-                "recoverStaleTasksOnStart", "recover_stale_tasks_on_start", True
-            ),
-            progress_interval_ms=pick("progressIntervalMs", "progress_interval_ms", 3000),
-            wait_timeout_ms=pick("waitTimeoutMs", "wait_timeout_ms", None),
+        options["default_retries"] = RetryConfig.coerce(
+            options.get("default_retries"), "background_tasks.defaultRetries"
         )
+        if options.get("cleanup") is not None:
+            options["cleanup"] = CleanupConfig.coerce(options["cleanup"], "background_tasks.cleanup")
+        return cls(**options)
+
+
+def _config_object(kind: type[Any]) -> Check:
+    def check(where: str, value: Any) -> Any:
+        if not isinstance(value, kind | Mapping):
+            raise TypeError(f"{where} must be a mapping or a {kind.__name__}, not {type(value).__name__}")
+        return value
+
+    return check
+
+
+_MANAGER_FIELDS: dict[str, Check | None] = {
+    "enabled": boolean,
+    "mode": one_of("full", "producer", "worker"),
+    "global_concurrency": positive_int,
+    "per_agent_concurrency": positive_int,
+    "backpressure": one_of("queue", "reject", "fallback-sync"),
+    "default_timeout_ms": non_negative_int,
+    "default_retries": _config_object(RetryConfig),
+    "cleanup": _config_object(CleanupConfig),
+    "recover_stale_tasks_on_start": boolean,
+    "progress_interval_ms": positive_int,
+    "progress_throttle_ms": non_negative_int,
+    "wait_timeout_ms": non_negative_int,
+    "on_task_complete": callback,
+    "on_task_failed": callback,
+    "on_task_cancelled": callback,
+}
 
 
 TerminalHook = Callable[[TaskRecord], Awaitable[None]]
@@ -137,3 +205,10 @@ class TaskRequest:
     on_terminal: TerminalHook | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     """Stored with the task (the run's trace context, so its span can link to the run)."""
+    on_complete: TaskHook | None = None
+    """The tool's ``on_complete`` or else the agent's ``on_task_complete`` (as Mastra picks),
+    called after ``on_terminal`` and before the event is published."""
+    on_failed: TaskHook | None = None
+    disposition: Literal["deferred", "awaited"] = "deferred"
+    request_context: dict[str, Any] = field(default_factory=dict)
+    """The enqueuing run's request context, for the tool (in this process; not stored)."""

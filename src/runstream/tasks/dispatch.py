@@ -19,7 +19,7 @@ from runstream.chunks import (
 from runstream.memory import rewrite_prompt_result
 from runstream.run_state import LoopConfig, RunState, ToolCall, ToolOutcome
 from runstream.storage import TaskRecord
-from runstream.tasks.config import BackgroundTaskError, TaskRequest, TerminalHook
+from runstream.tasks.config import BackgroundTaskError, TaskHook, TaskRequest, TerminalHook
 from runstream.tasks.manager import BackgroundTaskManager
 from runstream.tasks.policy import (
     BACKGROUND_ARG,
@@ -28,7 +28,7 @@ from runstream.tasks.policy import (
     placeholder_text,
     resolve,
 )
-from runstream.tools import Tool, ToolArgumentsError
+from runstream.tools import BackgroundToolConfig, Tool, ToolArgumentsError
 
 
 class BackgroundDispatcher:
@@ -81,6 +81,10 @@ class BackgroundDispatcher:
                     max_retries=resolved.max_retries,
                     on_terminal=self._on_terminal(state, cfg),
                     metadata=tracing.traceparent(state.span),
+                    on_complete=_first_hook(tool.background, "on_complete", self.config.on_task_complete),
+                    on_failed=_first_hook(tool.background, "on_failed", self.config.on_task_failed),
+                    disposition="awaited" if resolved.disposition == "awaited" else "deferred",
+                    request_context=cfg.request_context,
                 )
             )
         except BackgroundTaskError as exc:
@@ -125,58 +129,91 @@ async def _wait_unless_aborted(
         settled.cancel()
 
 
-async def wait_in_loop(
-    manager: BackgroundTaskManager, state: RunState, task_ids: list[str], abort_signal: AbortSignal
-) -> AsyncIterator[AnyChunk]:
-    """Durable agents wait for a step's background tasks inside the loop.
+DURABLE_WAIT_MS = 1000
+"""How long a durable loop waits for the next of its tasks (Mastra's default)."""
 
-    Yields a ``background-task-progress`` snapshot at once and every progress interval while
-    any task runs, then each task's real outcome as a ``tool-result`` (or ``tool-error``). The
-    task's terminal hook has already put the result into the run's messages, so the next model
-    step sees it. An abort ends the wait (the tasks go on).
+
+async def wait_in_loop(
+    manager: BackgroundTaskManager,
+    state: RunState,
+    task_ids: list[str],
+    abort_signal: AbortSignal,
+    *,
+    wait_timeout_ms: int | None = None,
+) -> AsyncIterator[AnyChunk]:
+    """Durable agents wait for their background tasks inside the loop, as Mastra's durable loop.
+
+    While none of ``task_ids`` has settled: a ``background-task-progress`` snapshot at once and
+    every progress interval, for at most ``DURABLE_WAIT_MS``. Then each settled task's real
+    outcome as a ``tool-result`` (or ``tool-error``), its id added to ``state.waited_task_ids``
+    (the loop goes on with another step when one settled: recorded in ``x-pt03``). The task's
+    terminal hook has already put the result into the run's messages, so the next model step
+    sees it; the tasks still running are waited for after the next step. An abort ends the
+    wait (the tasks go on).
+
+    With a ``wait_timeout_ms`` configured (the agent's, else the manager's), the loop does not
+    wait at all, as Mastra's durable loop: its check step only waits on a retry, which never
+    comes (recorded in ``x-pt01``/``x-pt02``); the tasks' results reach memory as usual.
     """
+    if wait_timeout_ms:
+        return
     started = time.monotonic()
+    deadline = started + DURABLE_WAIT_MS / 1000
     interval = manager.config.progress_interval_ms / 1000
-    waits = [asyncio.ensure_future(manager.wait_for(task_id)) for task_id in task_ids]
-    all_settled = asyncio.gather(*waits, return_exceptions=True)
+    waits = {task_id: asyncio.ensure_future(manager.wait_for(task_id)) for task_id in task_ids}
     aborted = asyncio.ensure_future(abort_signal.wait())
     try:
-        while True:
-            running = [t for t, w in zip(task_ids, waits, strict=True) if not w.done()]
-            if not running:
+        while not any(wait.done() for wait in waits.values()):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 break
+            running = list(waits)
+            elapsed = round((time.monotonic() - started) * 1000)
             yield BackgroundTaskProgressChunk(
-                state.run_id,
-                {
-                    "taskIds": running,
-                    "runningCount": len(running),
-                    "elapsedMs": round((time.monotonic() - started) * 1000),
-                },
+                state.run_id, {"taskIds": running, "runningCount": len(running), "elapsedMs": elapsed}
             )
-            watched: list[asyncio.Future[Any]] = [all_settled, aborted]
-            await asyncio.wait(watched, timeout=interval, return_when=asyncio.FIRST_COMPLETED)
+            watched: list[asyncio.Future[Any]] = [*waits.values(), aborted]
+            await asyncio.wait(watched, timeout=min(interval, remaining), return_when=asyncio.FIRST_COMPLETED)
             if abort_signal.aborted:
                 return
+        settled = [(task_id, wait.result()) for task_id, wait in waits.items() if _settled(wait)]
     finally:
         aborted.cancel()
-        all_settled.cancel()
-        for wait in waits:
+        for wait in waits.values():
             wait.cancel()
-    for wait in waits:
-        record = wait.result()
+    for task_id, record in settled:
+        state.waited_task_ids.add(task_id)
         rewrite_prompt_result(state.messages, record)  # idempotent with the task's terminal hook
-        payload: dict[str, Any] = {
-            "toolCallId": record.tool_call_id,
-            "toolName": record.tool_name,
-            "args": record.args,
-        }
-        if record.status == "completed":
-            chunk: AnyChunk = ToolResultChunk(state.run_id, {**payload, "result": record.result})  # type: ignore[typeddict-item]
-            state.tool_results.append(chunk)
+        chunk = _outcome_chunk(state, record)
+        if chunk is not None:
             yield chunk
-        elif record.status in ("failed", "timed_out", "cancelled"):
-            message = (record.error or {}).get("message") or f"Background task {record.status}"
-            yield ToolErrorChunk(state.run_id, {**payload, "error": BackgroundTaskError(message)})  # type: ignore[typeddict-item]
+
+
+def _settled(wait: asyncio.Future[TaskRecord]) -> bool:
+    return wait.done() and not wait.cancelled() and wait.exception() is None
+
+
+def _outcome_chunk(state: RunState, record: TaskRecord) -> AnyChunk | None:
+    """A settled task's outcome as the loop reports it (none for a suspension)."""
+    payload: dict[str, Any] = {
+        "toolCallId": record.tool_call_id,
+        "toolName": record.tool_name,
+        "args": record.args,
+    }
+    if record.status == "completed":
+        chunk: AnyChunk = ToolResultChunk(state.run_id, {**payload, "result": record.result})  # type: ignore[typeddict-item]
+        state.tool_results.append(chunk)
+        return chunk
+    if record.status in ("failed", "timed_out", "cancelled"):
+        message = (record.error or {}).get("message") or f"Background task {record.status}"
+        return ToolErrorChunk(state.run_id, {**payload, "error": BackgroundTaskError(message)})  # type: ignore[typeddict-item]
+    return None
+
+
+def _first_hook(own: BackgroundToolConfig | None, name: str, agent_hook: TaskHook | None) -> TaskHook | None:
+    """The tool's own callback, else the agent's (Mastra calls one of them, not both)."""
+    hook: TaskHook | None = getattr(own, name, None)
+    return hook if hook is not None else agent_hook
 
 
 def _task_link(task_id: str, status: str) -> dict[str, Any]:

@@ -64,6 +64,7 @@ from runstream.tasks.config import (
     BackgroundTaskConfig,
     BackgroundTaskError,
     ConcurrencyLimitError,
+    TaskHook,
     TaskNotFoundError,
     TaskStateError,
 )
@@ -72,7 +73,6 @@ from runstream.tasks.manager import (
     STALE_TASK_MESSAGE,
     TERMINAL_STATUSES,
     BackgroundTaskManager,
-    TaskHook,
     _Execution,
     _lifecycle_chunk,
     _Outcome,
@@ -114,7 +114,7 @@ class DistributedTaskManager(BackgroundTaskManager):
     """A manager that shares ``storage`` and the Redis at ``redis_url`` with the managers of
     other processes using the same ``channel_prefix``.
 
-    ``worker=False`` makes a producer: it never runs a tool, and its backpressure is always
+    ``worker=False`` (or the config's ``mode="producer"``) makes a producer: it never runs a tool, and its backpressure is always
     ``queue`` (a worker may have a slot when it has none). Every process that may run a task
     (recovered, claimed from the queue, resumed) must ``register_tool`` its tools.
     """
@@ -125,7 +125,7 @@ class DistributedTaskManager(BackgroundTaskManager):
         config: BackgroundTaskConfig | None = None,
         *,
         redis_url: str,
-        worker: bool = True,
+        worker: bool | None = None,
         channel_prefix: str = "runstream",
         scale_out: ScaleOutConfig | None = None,
         on_task_complete: TaskHook | None = None,
@@ -140,6 +140,10 @@ class DistributedTaskManager(BackgroundTaskManager):
         super().__init__(
             storage, config, bus=bus, on_task_complete=on_task_complete, on_task_failed=on_task_failed
         )
+        if worker is None:  # from Mastra's mode: "producer" runs nothing, "full"/"worker" run tasks
+            worker = self.config.mode != "producer"
+        elif worker and self.config.mode == "producer":
+            raise ValueError('worker=True contradicts the config\'s mode "producer"')
         self.worker = worker
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.scale_out = scale_out or ScaleOutConfig()

@@ -21,7 +21,7 @@ import logging
 import time
 import traceback
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable
+from collections.abc import AsyncIterator, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
@@ -50,21 +50,22 @@ from runstream.storage import (
     TaskUpdate,
 )
 from runstream.storage.records import utc_now
+from runstream.tasks.adoption import BackgroundTaskAdoption
 from runstream.tasks.bus import EventBus, InProcessEventBus, TaskEvent, TaskEventFilter, TaskSubscription
 from runstream.tasks.config import (
     BackgroundTaskConfig,
     BackgroundTaskError,
     CleanupConfig,
     ConcurrencyLimitError,
+    TaskHook,
     TaskNotFoundError,
     TaskRequest,
     TaskStateError,
 )
+from runstream.tasks.slots import Slots
 from runstream.tools import Tool, ToolArgumentsError, ToolContext, ToolSuspended, ToolWriter
 
 logger = logging.getLogger(__name__)
-
-TaskHook = Callable[[TaskRecord], Awaitable[None] | None]
 
 TERMINAL_STATUSES: frozenset[TaskStatus] = frozenset({"completed", "failed", "cancelled", "timed_out"})
 SETTLED_STATUSES: frozenset[TaskStatus] = TERMINAL_STATUSES | {"suspended"}
@@ -125,8 +126,11 @@ class BackgroundTaskManager:
         self.storage = storage
         self.config = config or BackgroundTaskConfig()
         self.bus: EventBus = bus or InProcessEventBus()
-        self._on_task_complete = on_task_complete
-        self._on_task_failed = on_task_failed
+        self._on_task_complete = on_task_complete or self.config.on_task_complete
+        self._on_task_failed = on_task_failed or self.config.on_task_failed
+        self.agent_concurrency: dict[str, int] = {}
+        """Per-agent slot limits overriding ``per_agent_concurrency`` (an agent's
+        ``background_tasks={"concurrency": n}``)."""
         self._registry: dict[tuple[str, str], Tool] = {}
         self._requests: dict[str, TaskRequest] = {}
         self._active: dict[str, TaskRecord] = {}
@@ -253,7 +257,7 @@ class BackgroundTaskManager:
         )
         if not queued:
             return
-        slots = _Slots(self.storage, self.config)
+        slots = Slots(self.storage, self.config, self.agent_concurrency)
         for record in queued:
             if not await slots.take(record.agent_id):
                 continue
@@ -315,7 +319,11 @@ class BackgroundTaskManager:
             outcome = await self._attempt(ex, tool, args)
             if ex.stopping:
                 break
-            retry = outcome.kind == "error" and outcome.retryable
+            retry = (
+                outcome.kind == "error"
+                and outcome.retryable
+                and self.config.default_retries.is_retryable(outcome.value)
+            )
             if not retry or ex.record.retry_count >= ex.record.max_retries:
                 return outcome
             retried = await self.storage.update_task(
@@ -336,11 +344,20 @@ class BackgroundTaskManager:
 
     async def _attempt(self, ex: _Execution, tool: Tool, args: dict[str, Any]) -> _Outcome:
         record = ex.record
+        throttle_s = (self.config.progress_throttle_ms or 0) / 1000
+        last_output = -throttle_s
 
         def emit(chunk: AnyChunk) -> None:
-            if ex.context is ctx and not ex.stopping:
-                payload: Any = {**_base_payload(record), "payload": chunk.to_wire()}
-                self._publish(record, BackgroundTaskOutputChunk(record.run_id, payload))
+            nonlocal last_output
+            if ex.context is not ctx or ex.stopping:
+                return
+            if throttle_s:  # Mastra's progressThrottleMs: drop outputs that come too soon
+                now = time.monotonic()
+                if now - last_output < throttle_s:
+                    return
+                last_output = now
+            payload: Any = {**_base_payload(record), "payload": chunk.to_wire()}
+            self._publish(record, BackgroundTaskOutputChunk(record.run_id, payload))
 
         ctx = ToolContext(
             tool_call_id=record.tool_call_id,
@@ -356,6 +373,11 @@ class BackgroundTaskManager:
             is_background_task=True,
             attempt=record.retry_count + 1,
         )
+        request = self._requests.get(record.id)
+        disposition = request.disposition if request is not None else "deferred"
+        ctx.background = BackgroundTaskAdoption(record.id, disposition, ex.controller.signal)
+        if request is not None:
+            ctx.request_context = request.request_context
         ex.context = ctx
         ex.attempt = asyncio.ensure_future(tracing.traced_task(record, _call_tool(tool, args, ctx)))
         try:
@@ -431,17 +453,15 @@ class BackgroundTaskManager:
                 await request.on_terminal(record)
             except Exception:
                 logger.exception("background task %s: on_terminal hook failed", record.id)
+        failed = record.status in ("failed", "timed_out")
+        if request is not None:  # the tool's or agent's own hook, before the event (as Mastra)
+            own = (
+                request.on_complete if record.status == "completed" else request.on_failed if failed else None
+            )
+            await _call_hook(own, record)
         self._publish(record, _lifecycle_chunk(record))
-        hook = {"completed": self._on_task_complete, "failed": self._on_task_failed}.get(
-            "failed" if record.status == "timed_out" else record.status
-        )
-        if hook is not None:
-            try:
-                result = hook(record)
-                if inspect.isawaitable(result):
-                    await result
-            except Exception:
-                logger.exception("background task %s: %s hook failed", record.id, record.status)
+        hooks = {"completed": self._on_task_complete, "cancelled": self.config.on_task_cancelled}
+        await _call_hook(self._on_task_failed if failed else hooks.get(record.status), record)
 
     def _publish(self, record: TaskRecord, chunk: AnyChunk) -> None:
         self.bus.publish(TaskEvent(chunk, record))
@@ -483,9 +503,9 @@ class BackgroundTaskManager:
         if record is None:
             raise TaskNotFoundError(f"Task not found: {task_id}")
         async with self._dispatch_lock:
-            if record.status == "suspended" and not await _Slots(self.storage, self.config).take(
-                record.agent_id
-            ):
+            if record.status == "suspended" and not await Slots(
+                self.storage, self.config, self.agent_concurrency
+            ).take(record.agent_id):
                 raise ConcurrencyLimitError(
                     f'Concurrency limit reached, cannot resume task for tool "{record.tool_name}"'
                 )
@@ -506,6 +526,36 @@ class BackgroundTaskManager:
             self._publish(resumed, BackgroundTaskResumedChunk(resumed.run_id, _running_payload(resumed)))
             self._launch(resumed, announce=False, suspend_payload=record.suspend_payload)
         return resumed
+
+    async def restart(self, task_id: str) -> TaskRecord:
+        """Run again a task that storage says is ``running`` but no process runs any more (a
+        crash with ``recover_stale_tasks_on_start`` off), as Mastra's ``restart()``. Its tool
+        must be registered here (``register_tool``) or enqueued here. The task keeps the slot
+        its ``running`` row already holds."""
+        self._check_open()
+        await self.start()
+        record = await self.storage.get_task(task_id)
+        if record is None:
+            raise TaskNotFoundError(f"Task not found: {task_id}")
+        if record.status != "running":
+            raise TaskStateError(f"Cannot restart task in status '{record.status}' (expected 'running')")
+        if task_id in self._executions:
+            raise TaskStateError(f"Task {task_id} is running in this process")
+        if self._resolve_tool(record) is None:
+            raise BackgroundTaskError(
+                f'No executor registered for tool "{record.tool_name}": register_tool() it first'
+            )
+        async with self._dispatch_lock:
+            claimed = await self.storage.update_task(
+                task_id,
+                expected_status="running",
+                started_at=utc_now(),
+                metadata=self._claim_metadata(record),
+            )
+            if claimed is None:
+                raise TaskStateError(f"Task {task_id} changed while restarting")
+            self._launch(claimed, announce=True)
+        return claimed
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -686,49 +736,35 @@ class BackgroundTaskManager:
             raise BackgroundTaskError("Background task manager is shutting down")
 
 
-class _Slots:
-    """Free-slot bookkeeping for one dispatch pass (counts read once, then tracked locally)."""
-
-    def __init__(self, storage: Storage, config: BackgroundTaskConfig) -> None:
-        self._storage = storage
-        self._config = config
-        self._total: int | None = None
-        self._per_agent: dict[str, int] = {}
-
-    async def take(self, agent_id: str) -> bool:
-        if self._total is None:
-            self._total = await self._storage.count_tasks(TaskFilter(status="running"))
-        if agent_id not in self._per_agent:
-            self._per_agent[agent_id] = await self._storage.count_tasks(
-                TaskFilter(status="running", agent_id=agent_id)
-            )
-        if self._total >= self._config.global_concurrency:
-            return False
-        if self._per_agent[agent_id] >= self._config.per_agent_concurrency:
-            return False
-        self._total += 1
-        self._per_agent[agent_id] += 1
-        return True
-
-    def give_back(self, agent_id: str) -> None:
-        if self._total is not None:
-            self._total -= 1
-        self._per_agent[agent_id] -= 1
-
-
 async def _call_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> _Outcome:
     """Classify how one execution ended, as the loop's ``run_tool`` does."""
     try:
         result = await tool.execute(args, ctx)
+        if ctx.background is not None:
+            result = await ctx.background.result(result)
     except ToolSuspended as suspended:
         return _Outcome("suspended", suspended.payload)
     except Exception as exc:
         if ctx.suspended:
             return _Outcome("suspended", ctx.suspended_with)
+        if ctx.background is not None:
+            await ctx.background.failed(exc)
         return _Outcome("error", exc)
     if ctx.suspended:
         return _Outcome("suspended", ctx.suspended_with)
     return _Outcome("result", result)
+
+
+async def _call_hook(hook: TaskHook | None, record: TaskRecord) -> None:
+    """A user callback on a settled task; its failure is logged, never the task's."""
+    if hook is None:
+        return
+    try:
+        result = hook(record)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        logger.exception("background task %s: %s callback failed", record.id, record.status)
 
 
 def _error_of(exc: BaseException) -> TaskError:

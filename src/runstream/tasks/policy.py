@@ -15,6 +15,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from runstream.config_mapping import (
+    Check,
+    boolean,
+    callback,
+    non_negative_int,
+    one_of,
+    positive_int,
+    read_config,
+)
+from runstream.tasks.config import TaskHook
 from runstream.tools import Tool, ToolArgumentsError
 
 Disposition = Literal["foreground", "deferred", "awaited"]
@@ -44,18 +54,48 @@ def placeholder_text(task_id: str, tool_name: str) -> str:
 
 @dataclass(slots=True)
 class ToolBackgroundEntry:
-    enabled: bool
+    """How one tool may run in the background. In an agent's ``tools`` map, an unset field
+    falls back to the tool's own ``background`` config (as in Mastra)."""
+
+    enabled: bool | None = None
     timeout_ms: int | None = None
     max_retries: int | None = None
-    default_disposition: Disposition = "deferred"
+    default_disposition: Disposition | None = None
+
+    @classmethod
+    def coerce(cls, value: ToolBackgroundEntry | Mapping[str, Any] | bool, where: str) -> ToolBackgroundEntry:
+        if isinstance(value, ToolBackgroundEntry):
+            return value
+        if isinstance(value, bool):
+            return cls(enabled=value)
+        return cls(**read_config(value, _ENTRY_FIELDS, where=where))
+
+
+_ENTRY_FIELDS: dict[str, Check | None] = {
+    "enabled": boolean,
+    "timeout_ms": non_negative_int,
+    "max_retries": non_negative_int,
+    "default_disposition": one_of("foreground", "deferred"),
+}
 
 
 @dataclass(slots=True)
 class AgentBackgroundConfig:
-    """An agent's background settings (Mastra's ``AgentBackgroundConfig``)."""
+    """An agent's background settings (Mastra's ``AgentBackgroundConfig``).
+
+    ``concurrency`` caps this agent's running tasks in place of the manager's
+    ``per_agent_concurrency`` (Mastra 1.71 declares it and never reads it).
+    ``wait_timeout_ms`` overrides the manager's for this agent's durable loop.
+    ``on_task_complete``/``on_task_failed`` are called for this agent's tasks whose tool has no
+    ``on_complete``/``on_failed`` of its own.
+    """
 
     tools: dict[str, ToolBackgroundEntry] | Literal["all"] | None = None
     disabled: bool = False
+    concurrency: int | None = None
+    wait_timeout_ms: int | None = None
+    on_task_complete: TaskHook | None = None
+    on_task_failed: TaskHook | None = None
 
     @classmethod
     def coerce(cls, value: AgentBackgroundConfig | Mapping[str, Any] | None) -> AgentBackgroundConfig:
@@ -63,23 +103,26 @@ class AgentBackgroundConfig:
             return cls()
         if isinstance(value, AgentBackgroundConfig):
             return value
-        tools = value.get("tools")
-        entries: dict[str, ToolBackgroundEntry] | Literal["all"] | None
-        if tools == "all" or tools is None:
-            entries = tools
-        else:
-            entries = {}
-            for name, entry in dict(tools).items():
-                if isinstance(entry, bool):
-                    entries[name] = ToolBackgroundEntry(enabled=entry)
-                else:
-                    entries[name] = ToolBackgroundEntry(
-                        enabled=bool(entry.get("enabled", True)),
-                        timeout_ms=entry.get("timeoutMs", entry.get("timeout_ms")),
-                        max_retries=entry.get("maxRetries", entry.get("max_retries")),
-                        default_disposition=entry.get("defaultDisposition", "deferred"),
-                    )
-        return cls(tools=entries, disabled=bool(value.get("disabled", False)))
+        options = read_config(value, _AGENT_FIELDS, where="background_tasks")
+        tools = options.get("tools")
+        if tools is not None and tools != "all":
+            if not isinstance(tools, Mapping):
+                raise TypeError(f"background_tasks.tools must be 'all' or a mapping, got {tools!r}")
+            options["tools"] = {
+                name: ToolBackgroundEntry.coerce(entry, f"background_tasks.tools.{name}")
+                for name, entry in tools.items()
+            }
+        return cls(**options)
+
+
+_AGENT_FIELDS: dict[str, Check | None] = {
+    "tools": None,
+    "disabled": boolean,
+    "concurrency": positive_int,
+    "wait_timeout_ms": non_negative_int,
+    "on_task_complete": callback,
+    "on_task_failed": callback,
+}
 
 
 @dataclass(slots=True)
@@ -100,22 +143,30 @@ def eligibility(tool: Tool, agent: AgentBackgroundConfig) -> ToolBackgroundEntry
     """Whether (and how) a tool may run in the background; agent entries win over the tool."""
     if agent.disabled:
         return None
-    if agent.tools == "all":
-        own = tool.background
-        return ToolBackgroundEntry(
-            enabled=True,
-            timeout_ms=own.timeout_ms if own else None,
-            max_retries=own.max_retries if own else None,
-            default_disposition=own.default_disposition if own else "deferred",
-        )
-    if isinstance(agent.tools, dict):
-        entry = agent.tools.get(_base_name(tool.name))  # sub-agents/workflows by bare name, as Mastra
-        if entry is not None:
-            return entry if entry.enabled else None
     own = tool.background
-    if own is None or not own.enabled:
+    entry: ToolBackgroundEntry | None = None
+    if agent.tools == "all":
+        entry = ToolBackgroundEntry(enabled=True)
+    elif isinstance(agent.tools, dict):
+        entry = agent.tools.get(_base_name(tool.name))  # sub-agents/workflows by bare name, as Mastra
+    enabled = entry.enabled if entry is not None and entry.enabled is not None else None
+    if enabled is None:
+        enabled = own is not None and own.enabled
+    if not enabled:
         return None
-    return ToolBackgroundEntry(True, own.timeout_ms, own.max_retries, own.default_disposition)
+    return ToolBackgroundEntry(
+        True,
+        timeout_ms=_first(entry.timeout_ms if entry else None, own.timeout_ms if own else None),
+        max_retries=_first(entry.max_retries if entry else None, own.max_retries if own else None),
+        default_disposition=_first(
+            entry.default_disposition if entry else None, own.default_disposition if own else None
+        )
+        or "deferred",
+    )
+
+
+def _first(*values: Any) -> Any:
+    return next((value for value in values if value is not None), None)
 
 
 def resolve(entry: ToolBackgroundEntry, override: Any) -> Resolved:
@@ -123,7 +174,7 @@ def resolve(entry: ToolBackgroundEntry, override: Any) -> Resolved:
     if override is not None and not isinstance(override, Mapping):
         raise ToolArgumentsError(f"{BACKGROUND_ARG} must be an object, got {type(override).__name__}")
     override = override or {}
-    disposition: Disposition = entry.default_disposition
+    disposition: Disposition = entry.default_disposition or "deferred"
     if "enabled" in override:
         disposition = "deferred" if override["enabled"] else "foreground"
     if override.get("disposition") is not None:

@@ -1,0 +1,119 @@
+"""Run callbacks: Mastra's ``onChunk``, ``onStepFinish``, ``onFinish``, ``onError`` and
+``onAbort`` options of ``stream()``/``generate()``.
+
+Each callback (sync or async) runs when its chunk passes, *before* the chunk reaches the
+consumers, so a consumer that sees ``finish`` knows ``on_finish`` has run:
+
+* ``on_chunk(chunk)``: the content chunks Mastra hands to ``onChunk`` (text and reasoning
+  deltas, sources, streamed tool input, tool calls, results, errors and denials, raw chunks,
+  ``background-task-started``);
+* ``on_step_finish(step)``: at each ``step-finish``, the step (as in ``await out.steps``) with its
+  ``toolResults``, the ``runId`` and the ``model`` (``{"modelId", "provider"}``);
+* ``on_finish(result)``: at ``finish``, what ``await out.get_full_output()`` returns, plus the
+  ``model``;
+* ``on_error({"error": error})``: at an ``error`` chunk;
+* ``on_abort({"steps": [...], "text": ...})``: at ``abort``, the finished steps and the text of
+  the step that was cut off.
+
+A callback that raises ends the run with that error, as in Mastra (where it becomes a
+``MastraError``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from runstream.chunks import AnyChunk
+from runstream.run_state import LoopConfig, RunState
+
+Callback = Callable[[Any], Awaitable[None] | None]
+
+ON_CHUNK_TYPES = frozenset(
+    {
+        "text-delta",
+        "reasoning-delta",
+        "source",
+        "tool-call",
+        "tool-call-input-streaming-start",
+        "tool-call-delta",
+        "tool-call-input-streaming-end",
+        "tool-result",
+        "tool-error",
+        "tool-output-denied",
+        "raw",
+        "background-task-started",
+    }
+)
+
+
+@dataclass(slots=True)
+class RunCallbacks:
+    on_chunk: Callback | None = None
+    on_step_finish: Callback | None = None
+    on_finish: Callback | None = None
+    on_error: Callback | None = None
+    on_abort: Callback | None = None
+
+    def __bool__(self) -> bool:
+        return any(
+            hook is not None
+            for hook in (self.on_chunk, self.on_step_finish, self.on_finish, self.on_error, self.on_abort)
+        )
+
+    def check(self) -> RunCallbacks:
+        for name in ("on_chunk", "on_step_finish", "on_finish", "on_error", "on_abort"):
+            hook = getattr(self, name)
+            if hook is not None and not callable(hook):
+                raise TypeError(f"{name} must be a function, got {type(hook).__name__}")
+        return self
+
+
+async def with_callbacks(
+    source: AsyncIterator[AnyChunk],
+    cfg: LoopConfig,
+    state: RunState,
+    callbacks: RunCallbacks,
+    full_output: Callable[[], dict[str, Any]],
+) -> AsyncIterator[AnyChunk]:
+    """``source`` with the callbacks called as its chunks pass."""
+    model = {"modelId": cfg.model.model_id, "provider": cfg.model.provider}
+    step_text: list[str] = []  # the text of the step in flight, for on_abort
+    try:
+        async for chunk in source:
+            kind = chunk.type
+            if callbacks.on_abort is not None:
+                if kind == "step-start":
+                    step_text.clear()
+                elif kind == "text-delta":
+                    step_text.append(chunk.payload["text"])
+            if callbacks.on_chunk is not None and kind in ON_CHUNK_TYPES:
+                await _call(callbacks.on_chunk, chunk)
+            elif kind == "step-finish" and callbacks.on_step_finish is not None and state.steps:
+                await _call(callbacks.on_step_finish, _step_event(state, model))
+            elif kind == "finish" and callbacks.on_finish is not None:
+                await _call(callbacks.on_finish, {**full_output(), "model": model})
+            elif kind == "error" and callbacks.on_error is not None:
+                await _call(callbacks.on_error, {"error": chunk.payload.get("error")})
+            elif kind == "abort" and callbacks.on_abort is not None:
+                await _call(callbacks.on_abort, {"steps": list(state.steps), "text": "".join(step_text)})
+            yield chunk
+    finally:
+        close = getattr(source, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def _step_event(state: RunState, model: dict[str, str]) -> dict[str, Any]:
+    step = state.steps[-1]
+    ids = {call["toolCallId"] for call in step.get("toolCalls", [])}
+    results = [c.payload for c in state.tool_results if c.payload.get("toolCallId") in ids]
+    return {**step, "toolResults": results, "runId": state.run_id, "model": model}
+
+
+async def _call(hook: Callback, event: Any) -> None:
+    result = hook(event)
+    if inspect.isawaitable(result):
+        await result
