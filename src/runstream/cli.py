@@ -1,4 +1,4 @@
-"""The ``runstream`` command: ``demo``, ``serve`` and ``replay`` (a conformance scenario)."""
+"""The ``runstream`` command: ``demo``, ``serve``, ``worker`` and ``replay`` (a conformance scenario)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,18 @@ def main(argv: list[str] | None = None) -> int:
         from runstream.server.cli import serve_command
 
         return serve_command(argv[1:])
+    if argv[:1] == ["worker"]:
+        from runstream.tasks.temporal.worker import worker_command
+
+        return worker_command(argv[1:])
     parser = argparse.ArgumentParser(prog="runstream")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="stream a research agent with background tasks live in the terminal")
     commands.add_parser(
         "serve", help="serve agents over HTTP: runstream serve module:attr [--host --port ...]"
+    )
+    commands.add_parser(
+        "worker", help="run a Runstream's background tools on Temporal: runstream worker module:attr"
     )
     replay = commands.add_parser("replay", help="run a conformance scenario, chunks as JSONL on stdout")
     replay.add_argument("scenario")
