@@ -113,7 +113,10 @@ async def run_worker(runtime: Runstream, stop: asyncio.Event) -> None:
         raise SystemExit("runstream worker: the Runstream needs task_manager=TemporalTaskManager(...)")
     manager.run_worker = True
     await runtime.start()
-    logger.info("runstream worker ready on task queue %s", manager.temporal.task_queue)
+    queues = ", ".join(
+        [manager.temporal.task_queue, *map(manager.temporal.activity_queue, manager._worker.agent_ids())]
+    )
+    print(f"runstream worker ready (pid {os.getpid()}): {queues} on {manager.temporal.address}", flush=True)
     try:
         await stop.wait()
     finally:
