@@ -20,10 +20,11 @@ How the task semantics map:
   cancelled event over Redis, else at its next heartbeat).
 * suspend/resume: the workflow waits for the ``resume`` signal, then runs the tool again with
   ``ctx.resume_data``. Any API process can resume, at any later time.
-* concurrency: each worker process runs at most ``global_concurrency`` tasks, and at most
-  ``per_agent_concurrency`` of one agent (one activity task queue per agent). Backpressure
-  ``queue`` leaves the rest to Temporal; ``reject`` and ``fallback-sync`` count ``running``
-  records in storage, as the in-process manager does.
+* concurrency: a task enqueued while the ``running`` records (all processes) leave a slot is
+  claimed ``running`` at once, as in-process; the others stay ``pending`` (backpressure
+  ``queue``: Temporal queues them until a worker slot frees) or are refused (``reject``,
+  ``fallback-sync``). Each worker process runs at most ``global_concurrency`` attempts, and at
+  most ``per_agent_concurrency`` of one agent (one activity task queue per agent).
 * events: with ``redis_url`` every process's subscribers see every task's events (Redis pub/sub,
   :class:`RedisEventBus`); the worker writes a result into memory before publishing its event,
   and the process that enqueued the task runs its ``on_terminal`` hook before delivering it.
@@ -43,9 +44,11 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from runstream.chunks import BackgroundTaskRunningChunk
 from runstream.loop import draft07_schema_json
 from runstream.memory import Memory
 from runstream.storage import Storage, TaskFilter, TaskRecord
+from runstream.storage.records import utc_now
 from runstream.tasks.bus import EventBus, InProcessEventBus, TaskEvent, TaskEventFilter
 from runstream.tasks.config import BackgroundTaskConfig, BackgroundTaskError, TaskNotFoundError
 from runstream.tasks.manager import (
@@ -54,6 +57,7 @@ from runstream.tasks.manager import (
     BackgroundTaskManager,
     TaskHook,
     _lifecycle_chunk,
+    _running_payload,
     _Slots,
 )
 from runstream.tasks.temporal.workflow import (
@@ -189,25 +193,40 @@ class TemporalTaskManager(BackgroundTaskManager):
     # -- dispatch: every task is a workflow ------------------------------------------------
 
     async def _dispatch_pending(self) -> None:
-        """Hand the tasks queued here to Temporal. With backpressure other than ``queue`` a task
-        needs a free slot (counted over ``running`` records) or stays here to be refused."""
+        """Hand the tasks queued here to Temporal, oldest first. A task with a free slot
+        (counted over ``running`` records, as in-process) is claimed ``running`` here and
+        announced at once; one without stays ``pending`` until a worker slot frees, or, with
+        backpressure other than ``queue``, stays here to be refused."""
         if self._closing:
             return
         queued = sorted(
             (r for r in self._active.values() if r.status == "pending"), key=lambda r: r.created_at
         )
-        slots = _Slots(self.storage, self.config) if self.config.backpressure != "queue" else None
+        slots = _Slots(self.storage, self.config)
         for record in queued:
-            if slots is not None and not await slots.take(record.agent_id):
+            free = await slots.take(record.agent_id)
+            if not free and self.config.backpressure != "queue":
+                continue
+            claimed: TaskRecord | None = record
+            if free:
+                claimed = await self.storage.update_task(
+                    record.id, expected_status="pending", status="running", started_at=utc_now()
+                )
+            if claimed is None:  # cancelled meanwhile
+                slots.give_back(record.agent_id)
+                del self._active[record.id]
                 continue
             try:
-                await self._start_workflow(record)
+                await self._start_workflow(claimed)
             except BackgroundTaskError:  # the caller hears it: the tool call fails, no task stays
                 del self._active[record.id]
                 self._requests.pop(record.id, None)
                 await self.storage.delete_tasks([record.id])
                 raise
             del self._active[record.id]
+            if free:  # after the caller's own chunks, as the in-process runner announces it
+                running = BackgroundTaskRunningChunk(claimed.run_id, _running_payload(claimed))
+                asyncio.get_running_loop().call_soon(self._publish, claimed, running)
 
     def plan(self, record: TaskRecord) -> TaskPlan:
         retries = self.config.default_retries
