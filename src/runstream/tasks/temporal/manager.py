@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +51,7 @@ from runstream.memory import Memory
 from runstream.storage import Storage, TaskFilter, TaskRecord
 from runstream.storage.records import utc_now
 from runstream.tasks.bus import EventBus, InProcessEventBus, TaskEvent, TaskEventFilter
-from runstream.tasks.config import BackgroundTaskConfig, BackgroundTaskError, TaskNotFoundError
+from runstream.tasks.config import BackgroundTaskConfig, BackgroundTaskError, TaskNotFoundError, TaskRequest
 from runstream.tasks.manager import (
     SETTLED_STATUSES,
     TERMINAL_STATUSES,
@@ -78,6 +79,10 @@ class TemporalSettings:
 
     address: str = "localhost:7233"
     namespace: str = "default"
+    tls: bool = False
+    """TLS to the server (Temporal Cloud needs it; so does an ``api_key``)."""
+    api_key: str | None = None
+    """A Temporal Cloud API key (or pass a connected ``client`` for mTLS and other options)."""
     task_queue: str = "runstream"
     """The workflows' queue; each agent's attempts go to ``<task_queue>@<agent id>``."""
     heartbeat_timeout_ms: int = 10_000
@@ -142,6 +147,8 @@ class TemporalTaskManager(BackgroundTaskManager):
         self._loops: list[asyncio.Task[None]] = []
         self._signals: set[asyncio.Task[None]] = set()
         self._recheck = asyncio.Event()
+        self._handed: dict[str, TaskRecord] = {}
+        """Tasks handed to Temporal by the last dispatch, whose workflows are not started yet."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -156,7 +163,13 @@ class TemporalTaskManager(BackgroundTaskManager):
             return
         if self._client is None:
             try:
-                self._client = await Client.connect(self.temporal.address, namespace=self.temporal.namespace)
+                settings = self.temporal
+                self._client = await Client.connect(
+                    settings.address,
+                    namespace=settings.namespace,
+                    tls=settings.tls or settings.api_key is not None,
+                    api_key=settings.api_key,
+                )
             except RuntimeError as exc:
                 raise BackgroundTaskError(f"Cannot reach Temporal at {self.temporal.address}: {exc}") from exc
         connect = getattr(self.bus, "connect", None)
@@ -192,11 +205,24 @@ class TemporalTaskManager(BackgroundTaskManager):
 
     # -- dispatch: every task is a workflow ------------------------------------------------
 
+    async def enqueue(self, request: TaskRequest) -> TaskRecord | None:
+        """As in-process; the task's workflow is started before this returns (outside the
+        dispatch lock, so that concurrent enqueues wait on Temporal together)."""
+        record = await super().enqueue(request)
+        if record is not None:
+            await self._start_handed([record.id])
+        return record
+
+    async def _drain(self) -> None:
+        await super()._drain()
+        await self._start_handed()
+
     async def _dispatch_pending(self) -> None:
-        """Hand the tasks queued here to Temporal, oldest first. A task with a free slot
-        (counted over ``running`` records, as in-process) is claimed ``running`` here and
-        announced at once; one without stays ``pending`` until a worker slot frees, or, with
-        backpressure other than ``queue``, stays here to be refused."""
+        """Hand the tasks queued here to Temporal, oldest first (under the dispatch lock; their
+        workflows are started by :meth:`_start_handed`). A task with a free slot (counted over
+        ``running`` records, as in-process) is claimed ``running`` here; one without stays
+        ``pending`` until a worker slot frees, or, with backpressure other than ``queue``, stays
+        here to be refused."""
         if self._closing:
             return
         queued = sorted(
@@ -212,21 +238,33 @@ class TemporalTaskManager(BackgroundTaskManager):
                 claimed = await self.storage.update_task(
                     record.id, expected_status="pending", status="running", started_at=utc_now()
                 )
+            del self._active[record.id]
             if claimed is None:  # cancelled meanwhile
                 slots.give_back(record.agent_id)
-                del self._active[record.id]
-                continue
-            try:
-                await self._start_workflow(claimed)
-            except BackgroundTaskError:  # the caller hears it: the tool call fails, no task stays
-                del self._active[record.id]
+            else:
+                self._handed[record.id] = claimed
+
+    async def _start_handed(self, task_ids: Collection[str] | None = None) -> None:
+        """Start the workflows of the tasks handed over (those of ``task_ids``, or all); announce
+        the ones claimed ``running`` (after the enqueuer's own chunks, as the in-process runner
+        does). A task whose workflow cannot start is deleted and the error raised: the tool call
+        fails, no task stays."""
+        wanted = list(self._handed) if task_ids is None else [i for i in task_ids if i in self._handed]
+        handed = {task_id: self._handed.pop(task_id) for task_id in wanted}
+        results = await asyncio.gather(
+            *(self._start_workflow(record) for record in handed.values()), return_exceptions=True
+        )
+        failure: BaseException | None = None
+        for record, result in zip(handed.values(), results, strict=True):
+            if isinstance(result, BaseException):
                 self._requests.pop(record.id, None)
                 await self.storage.delete_tasks([record.id])
-                raise
-            del self._active[record.id]
-            if free:  # after the caller's own chunks, as the in-process runner announces it
-                running = BackgroundTaskRunningChunk(claimed.run_id, _running_payload(claimed))
-                asyncio.get_running_loop().call_soon(self._publish, claimed, running)
+                failure = failure or result
+            elif record.status == "running":
+                running = BackgroundTaskRunningChunk(record.run_id, _running_payload(record))
+                asyncio.get_running_loop().call_soon(self._publish, record, running)
+        if failure is not None:
+            raise failure
 
     def plan(self, record: TaskRecord) -> TaskPlan:
         retries = self.config.default_retries

@@ -143,4 +143,14 @@ def worker_command(argv: list[str]) -> int:
         await run_worker(runtime, stop)
 
     asyncio.run(main())
-    return 0
+    exit_process(0)
+    return 0  # not reached
+
+
+def exit_process(code: int) -> None:
+    """Flush and end the process without interpreter finalization, which the Temporal SDK's
+    native threads can crash ("PyGILState_Release ... must be current", temporalio/sdk-python
+    issue 300) after everything has been shut down cleanly."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
