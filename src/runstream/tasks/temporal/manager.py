@@ -46,7 +46,6 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from runstream.chunks import BackgroundTaskRunningChunk
-from runstream.loop import draft07_schema_json
 from runstream.memory import Memory
 from runstream.storage import Storage, TaskFilter, TaskRecord
 from runstream.storage.records import utc_now
@@ -67,6 +66,7 @@ from runstream.tasks.temporal.workflow import (
     ResumeSignal,
     TaskPlan,
 )
+from runstream.tools import draft07_schema_json
 
 logger = logging.getLogger(__name__)
 
