@@ -82,8 +82,14 @@ def build_agent(model: LanguageModel) -> Agent:
             await ctx.suspend({"question": question})
         return {"answer": ctx.resume_data}
 
+    @tool(background=True)
+    async def work(label: str, ctx: ToolContext) -> str:
+        """Do a quick piece of work."""
+        say(event="ran", tool="work", label=label)
+        return label
+
     return Agent(
-        AGENT_ID, instructions="Research.", model=model, tools=[research, hang, ask], memory=Memory()
+        AGENT_ID, instructions="Research.", model=model, tools=[research, hang, ask, work], memory=Memory()
     )
 
 

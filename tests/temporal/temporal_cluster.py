@@ -57,21 +57,26 @@ class WorkerProcess:
                 raw = await self.process.stdout.readline()
                 if not raw:
                     raise AssertionError(f"worker exited ({self.process.returncode}); see {self.log.name}")
-                text = raw.decode().strip()
-                got = {"event": "ready"} if text.startswith("runstream worker ready") else json.loads(text)
+                got = self._parse(raw)
                 self.lines.append(got)
                 if match(got):
                     return got
 
     async def stop(self) -> int:
-        """SIGTERM (graceful shutdown); the exit code."""
+        """SIGTERM (graceful shutdown); the exit code. Every line it printed is in ``lines``."""
         if self.process.returncode is None:
             self.process.terminate()
             async with asyncio.timeout(LINE_TIMEOUT_S):
-                await self.process.wait()
+                rest, _ = await self.process.communicate()
+                self.lines += [self._parse(raw) for raw in rest.splitlines() if raw.strip()]
         self.log.close()
         assert self.process.returncode is not None
         return self.process.returncode
+
+    @staticmethod
+    def _parse(raw: bytes) -> dict[str, Any]:
+        text = raw.decode().strip()
+        return {"event": "ready"} if text.startswith("runstream worker ready") else dict(json.loads(text))
 
     async def kill(self) -> None:
         self.process.kill()

@@ -21,6 +21,8 @@ from runstream.memory import Memory
 from runstream.models.base import PromptMessage
 from runstream.runtime import Runstream
 from runstream.storage import PostgresStorage
+from runstream.tasks.config import TaskRequest
+from runstream.tasks.manager import STALE_TASK_MESSAGE
 from runstream.tasks.temporal import TemporalTaskManager
 from runstream.tasks.temporal.devserver import TemporalDevServer
 from runstream.testing import ScriptedModel
@@ -225,3 +227,70 @@ async def test_a_worker_stopped_gracefully_hands_its_running_task_on(cluster: Cl
     assert await cluster.tool_results() == [
         {"type": "json", "value": {"topic": "moon", "summary": "moon is fast", "attempt": 2}}
     ]
+
+
+async def test_two_workers_run_each_of_ten_tasks_exactly_once(cluster: Cluster) -> None:
+    workers = [await cluster.start_worker(), await cluster.start_worker()]
+    runtime, agent, manager = api(ScriptedModel(calls=[say("unused")]))
+    work = agent.tools["work"]
+    async with runtime:
+        records = await asyncio.gather(
+            *(
+                manager.enqueue(TaskRequest(work, f"c{n}", {"label": f"w{n}"}, "bg", "run-1"))
+                for n in range(10)
+            )
+        )
+        finals = [await manager.wait_for(r.id, timeout_ms=STREAM_TIMEOUT_S * 1000) for r in records if r]
+    assert sorted(f.result for f in finals) == sorted(f"w{n}" for n in range(10))
+    await asyncio.gather(*(worker.stop() for worker in workers))
+    ran = [line["label"] for worker in workers for line in worker.lines if line["event"] == "ran"]
+    assert sorted(ran) == sorted(f"w{n}" for n in range(10))  # each once, whichever worker
+
+
+async def test_a_killed_workers_task_without_retries_fails_and_its_enqueuer_hears_it(
+    cluster: Cluster,
+) -> None:
+    b = await cluster.start_worker()
+    runtime, agent, manager = api(ScriptedModel(calls=[say("unused")]))
+    async with runtime:
+        record = await manager.enqueue(TaskRequest(agent.tools["hang"], "c1", {"label": "h"}, "bg", "run-1"))
+        assert record is not None
+        events = manager.subscribe(task_id=record.id)
+        await b.expect(lambda line: line["event"] == "started")
+        await b.kill()
+        await cluster.start_worker()  # the lost attempt is settled by any worker
+        async with asyncio.timeout(STREAM_TIMEOUT_S):
+            async for chunk in events:
+                if chunk.type == "background-task-failed":
+                    break
+        await events.close()
+        final = await manager.get_task(record.id)
+    assert chunk.payload["error"] == {"message": STALE_TASK_MESSAGE}
+    assert final is not None and (final.status, final.retry_count) == ("failed", 0)
+
+
+async def test_a_suspended_task_is_resumed_after_every_process_restarted(cluster: Cluster) -> None:
+    """The enqueuing API process and the worker both go away while the task waits for its
+    resume; a new API process resumes it and a new worker finishes it. Temporal kept the
+    workflow waiting; the result reaches memory without the original request."""
+    b = await cluster.start_worker()
+    first_api, agent, _ = api(
+        ScriptedModel(calls=[call("c1", "ask", '{"question":"name?"}'), say("Asking.")])
+    )
+    async with first_api:
+        chunks = await collect((await agent.stream("Ask", memory=MEMORY)).full_stream)
+        task_id = next(c for c in chunks if c.type == "background-task-started").payload["taskId"]
+        await cluster.open_gate("name?")
+        suspended = await first_api.task_manager.wait_for(task_id, timeout_ms=STREAM_TIMEOUT_S * 1000)  # type: ignore[union-attr]
+        assert suspended.status == "suspended"
+    assert await b.stop() == 0
+    c = await cluster.start_worker()
+    second_api, _, manager = api(ScriptedModel(calls=[say("unused")]))
+    async with second_api:
+        resumed = await manager.resume(task_id, {"name": "Ada"})
+        assert resumed.status == "running"
+        final = await manager.wait_for(task_id, timeout_ms=STREAM_TIMEOUT_S * 1000)
+    assert (final.status, final.result) == ("completed", {"answer": {"name": "Ada"}})
+    again = await c.expect(lambda line: line["event"] == "started")
+    assert again["resume_data"] == {"name": "Ada"}
+    assert await cluster.tool_results() == [{"type": "json", "value": {"answer": {"name": "Ada"}}}]
