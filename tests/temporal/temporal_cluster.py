@@ -76,7 +76,12 @@ class WorkerProcess:
     @staticmethod
     def _parse(raw: bytes) -> dict[str, Any]:
         text = raw.decode().strip()
-        return {"event": "ready"} if text.startswith("runstream worker ready") else dict(json.loads(text))
+        if text.startswith("runstream worker ready"):
+            return {"event": "ready"}
+        try:
+            return dict(json.loads(text))
+        except ValueError:  # not one of the tools' lines
+            return {"event": "text", "text": text}
 
     async def kill(self) -> None:
         self.process.kill()

@@ -20,6 +20,9 @@ from pathlib import Path
 from types import TracebackType
 
 START_TIMEOUT_S = 60.0
+SINGLE_PARTITION = ("matching.numTaskqueueReadPartitions", "matching.numTaskqueueWritePartitions")
+"""One partition per task queue: with few pollers (one machine), a task written to a partition
+no worker polls waits to be forwarded, which made a new queue's first task take up to a second."""
 
 
 def temporal_cli() -> str:
@@ -59,6 +62,7 @@ class TemporalDevServer:
             temporal_cli(), "server", "start-dev", "--headless", "--ip", "127.0.0.1",
             "--port", str(self.port), "--http-port", str(free_port()), "--metrics-port", str(free_port()),
             "--namespace", self.namespace, "--log-level", "error",
+            *(arg for key in SINGLE_PARTITION for arg in ("--dynamic-config-value", f"{key}=1")),
         ]  # fmt: skip
         self._process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT_S

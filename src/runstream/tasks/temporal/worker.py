@@ -20,8 +20,7 @@ import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from runstream.tasks.temporal.activities import TaskActivities
 from runstream.tasks.temporal.workflow import BackgroundTaskWorkflow
@@ -50,15 +49,15 @@ class TaskWorker:
         manager = self.manager
         settings = manager.temporal
         grace = timedelta(milliseconds=settings.graceful_shutdown_ms)
-        runner = SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules("runstream")
-        )
         self._workers.append(
             Worker(
                 manager.client,
                 task_queue=settings.task_queue,
                 workflows=[BackgroundTaskWorkflow],
-                workflow_runner=runner,
+                # The only workflow is runstream's own, deterministic, importing nothing but
+                # temporalio: the sandbox would guard nothing and cost every workflow a fresh
+                # module environment (the first task of a process waited hundreds of ms for it).
+                workflow_runner=UnsandboxedWorkflowRunner(),
                 graceful_shutdown_timeout=grace,
             )
         )
