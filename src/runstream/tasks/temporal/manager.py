@@ -287,7 +287,6 @@ class TemporalTaskManager(BackgroundTaskManager):
                 id=self.temporal.workflow_id(record.id),
                 task_queue=self.temporal.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                request_eager_start=False,
             )
         except WorkflowAlreadyStartedError:
             pass
