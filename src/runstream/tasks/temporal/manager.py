@@ -147,6 +147,7 @@ class TemporalTaskManager(BackgroundTaskManager):
         self._loops: list[asyncio.Task[None]] = []
         self._signals: set[asyncio.Task[None]] = set()
         self._recheck = asyncio.Event()
+        self._connect_lock = asyncio.Lock()
         self._handed: dict[str, TaskRecord] = {}
         """Tasks handed to Temporal by the last dispatch, whose workflows are not started yet."""
 
@@ -161,6 +162,12 @@ class TemporalTaskManager(BackgroundTaskManager):
     async def start(self) -> None:
         if self._started:
             return
+        async with self._connect_lock:
+            await self._connect()
+        await super().start()
+
+    async def _connect(self) -> None:
+        """The Temporal client, the event bus, the local worker and the re-read loop (once)."""
         if self._client is None:
             try:
                 settings = self.temporal
@@ -182,7 +189,6 @@ class TemporalTaskManager(BackgroundTaskManager):
             await self._worker.start()
         if not self._loops:
             self._loops.append(asyncio.create_task(self._recheck_loop()))
-        await super().start()
 
     async def shutdown(self) -> None:
         """Stop the local worker (gracefully: its attempts finish or go to another worker),
