@@ -1,4 +1,5 @@
-"""The ``runstream`` command: ``demo``, ``serve``, ``studio``, ``mcp`` and ``replay`` (a conformance scenario)."""
+"""The ``runstream`` command: ``demo``, ``serve``, ``studio``, ``mcp``, ``worker`` and ``replay``
+(a conformance scenario)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ def main(argv: list[str] | None = None) -> int:
         from runstream.mcp.cli import mcp_command
 
         return mcp_command(argv[1:])
+    if argv[:1] == ["worker"]:
+        from runstream.tasks.temporal.worker import worker_command
+
+        return worker_command(argv[1:])
     parser = argparse.ArgumentParser(prog="runstream")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="stream a research agent with background tasks live in the terminal")
@@ -27,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
         "studio", help="serve agents and open them in Mastra Studio: runstream studio module:attr"
     )
     commands.add_parser("mcp", help="serve agents and tools over MCP: runstream mcp module:attr [--http ...]")
+    commands.add_parser(
+        "worker", help="run a Runstream's background tools on Temporal: runstream worker module:attr"
+    )
     replay = commands.add_parser("replay", help="run a conformance scenario, chunks as JSONL on stdout")
     replay.add_argument("scenario")
     args = parser.parse_args(argv)

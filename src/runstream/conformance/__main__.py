@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 
 from runstream.conformance.runner import ScenarioRunner, UnsupportedScenario
+from runstream.conformance.temporal import TEMPORAL_ENV
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,4 +30,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if os.environ.get(TEMPORAL_ENV):
+        from runstream.tasks.temporal.worker import exit_process
+
+        exit_process(code)
+    sys.exit(code)

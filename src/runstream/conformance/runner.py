@@ -20,12 +20,14 @@ from runstream.abort import AbortController
 from runstream.agent import Agent
 from runstream.chunks import AnyChunk, dumps
 from runstream.conformance.behavior import RuleProcessor, ToolExecutionLog, build_tool, contains
+from runstream.conformance.temporal import temporal_task_manager
 from runstream.conformance.workflow_runner import build_workflow, run_workflow_scenario
 from runstream.goals import DEFAULT_MAX_RUNS, GoalConfig
 from runstream.output import RunOutput
 from runstream.runtime import Runstream
 from runstream.scoring import ScoreInput, Scorer, TaskCompletion
 from runstream.storage import InMemoryStorage, SqliteStorage, Storage, TaskFilter
+from runstream.tasks.config import BackgroundTaskConfig
 from runstream.testing.scripted import ScriptedModel
 
 
@@ -83,7 +85,9 @@ def build_runtime(scenario: Mapping[str, Any], agent: Agent, tmp_dir: str) -> Ru
         storage = InMemoryStorage()
     else:
         raise UnsupportedScenario(f"storage {kind!r} is not supported")
-    return Runstream(agents=[agent], storage=storage, background_tasks=mastra.get("backgroundTasks"))
+    background = BackgroundTaskConfig.coerce(mastra.get("backgroundTasks"))
+    manager = temporal_task_manager(storage, background)  # RUNSTREAM_CONFORMANCE_TEMPORAL
+    return Runstream(agents=[agent], storage=storage, background_tasks=background, task_manager=manager)
 
 
 def build_agent(scenario: Mapping[str, Any], log: ToolExecutionLog) -> Agent:

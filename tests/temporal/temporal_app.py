@@ -1,0 +1,117 @@
+"""The Runstream of the Temporal cluster tests: the API process (the test) builds it with a
+scripted model and runs no tool; worker processes run it with ``runstream worker
+temporal_app:worker_runtime``.
+
+Configured by the environment the test sets: ``RUNSTREAM_TEST_POSTGRES_URL``,
+``RUNSTREAM_TEST_REDIS_URL``, ``TEMPORAL_TEST_ADDRESS``, ``TEMPORAL_TEST_SCHEMA`` and
+``TEMPORAL_TEST_PREFIX`` (the PostgreSQL schema, and the Redis channel prefix and Temporal task
+queue). The tools print JSON lines on stdout (``{"event", "tool", "pid", ...}``) so the test
+waits on what they do; ``research`` and ``ask`` wait until the test pushes to the Redis list
+``<prefix>:gate:<name>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from redis.asyncio import Redis
+
+from runstream import Agent, ToolContext, tool
+from runstream.abort import AbortError
+from runstream.memory import Memory
+from runstream.models.base import LanguageModel
+from runstream.runtime import Runstream
+from runstream.storage import PostgresStorage
+from runstream.tasks.config import BackgroundTaskConfig
+from runstream.tasks.temporal import TemporalSettings, TemporalTaskManager
+from runstream.testing import ScriptedModel
+
+AGENT_ID = "bg"
+GATE_TIMEOUT_S = 60
+HEARTBEAT_TIMEOUT_MS = 2000
+
+
+def env(name: str) -> str:
+    return os.environ[name]
+
+
+def say(**line: Any) -> None:
+    print(json.dumps({**line, "pid": os.getpid()}), flush=True)
+
+
+def gate_key(prefix: str, name: str) -> str:
+    return f"{prefix}:gate:{name}"
+
+
+async def gate(name: str) -> None:
+    """Wait until the test opens the gate ``name``."""
+    client = Redis.from_url(env("RUNSTREAM_TEST_REDIS_URL"))
+    try:
+        if await client.blpop([gate_key(env("TEMPORAL_TEST_PREFIX"), name)], timeout=GATE_TIMEOUT_S) is None:
+            raise TimeoutError(f"gate {name} never opened")
+    finally:
+        await client.aclose()
+
+
+def build_agent(model: LanguageModel) -> Agent:
+    @tool(background={"maxRetries": 1})
+    async def research(topic: str, ctx: ToolContext) -> dict[str, Any]:
+        """Research a topic (slow)."""
+        say(event="started", tool="research", topic=topic, attempt=ctx.attempt)
+        await gate(topic)
+        return {"topic": topic, "summary": f"{topic} is fast", "attempt": ctx.attempt}
+
+    @tool(background=True)
+    async def hang(label: str, ctx: ToolContext) -> str:
+        """Work until cancelled."""
+        say(event="started", tool="hang", label=label)
+        try:
+            await ctx.abort_signal.wait()
+        finally:
+            say(event="aborted", reason=str(ctx.abort_signal.reason))
+        raise AbortError("aborted")
+
+    @tool(background=True)
+    async def ask(question: str, ctx: ToolContext) -> dict[str, Any]:
+        """Ask the user a question."""
+        say(event="started", tool="ask", resume_data=ctx.resume_data)
+        if ctx.resume_data is None:
+            await gate(question)
+            await ctx.suspend({"question": question})
+        return {"answer": ctx.resume_data}
+
+    @tool(background=True)
+    async def work(label: str, ctx: ToolContext) -> str:
+        """Do a quick piece of work."""
+        say(event="ran", tool="work", label=label)
+        return label
+
+    return Agent(
+        AGENT_ID, instructions="Research.", model=model, tools=[research, hang, ask, work], memory=Memory()
+    )
+
+
+def build_runtime(model: LanguageModel) -> Runstream:
+    storage = PostgresStorage(env("RUNSTREAM_TEST_POSTGRES_URL"), schema=env("TEMPORAL_TEST_SCHEMA"))
+    prefix = env("TEMPORAL_TEST_PREFIX")
+    manager = TemporalTaskManager(
+        storage,
+        BackgroundTaskConfig(),
+        temporal=TemporalSettings(
+            address=env("TEMPORAL_TEST_ADDRESS"),
+            task_queue=prefix,
+            heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
+            recheck_interval_ms=1000,
+            graceful_shutdown_ms=2000,
+        ),
+        redis_url=env("RUNSTREAM_TEST_REDIS_URL"),
+        channel_prefix=prefix,
+    )
+    return Runstream(agents=[build_agent(model)], storage=storage, task_manager=manager)
+
+
+def worker_runtime() -> Runstream:
+    """A worker's Runstream: the same agent; its model is never called in a worker."""
+    return build_runtime(ScriptedModel(calls=[[]]))

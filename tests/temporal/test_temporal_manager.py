@@ -1,0 +1,270 @@
+"""TemporalTaskManager in one process (a local worker) on a real Temporal dev server: the task
+semantics of the in-process manager, mapped onto workflows and activities."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import is_cancelled_exception
+
+from runstream.abort import AbortError
+from runstream.storage import InMemoryStorage, TaskRecord
+from runstream.tasks.config import BackgroundTaskConfig, ConcurrencyLimitError, RetryConfig, TaskRequest
+from runstream.tasks.temporal import TemporalSettings, TemporalTaskManager
+from runstream.tasks.temporal.devserver import TemporalDevServer
+from runstream.tools import Tool, ToolContext
+
+AGENT = "agent-t"
+WAIT_S = 30
+
+Execute = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
+MakeManager = Callable[..., Awaitable[TemporalTaskManager]]
+
+
+@pytest.fixture
+async def make_manager(temporal_server: TemporalDevServer) -> AsyncIterator[MakeManager]:
+    managers: list[TemporalTaskManager] = []
+
+    async def make(**config: Any) -> TemporalTaskManager:
+        settings = TemporalSettings(
+            address=temporal_server.address,
+            task_queue=f"q-{uuid.uuid4().hex[:10]}",
+            heartbeat_timeout_ms=2000,
+        )
+        retries = RetryConfig(retry_delay_ms=10, max_retry_delay_ms=50)
+        manager = TemporalTaskManager(
+            InMemoryStorage(),
+            BackgroundTaskConfig(default_retries=retries, **config),
+            temporal=settings,
+            run_worker=True,
+        )
+        managers.append(manager)
+        return manager
+
+    yield make
+    for manager in managers:
+        await manager.shutdown()
+
+
+def request(tool: Tool, label: str = "a", **fields: Any) -> TaskRequest:
+    return TaskRequest(
+        tool=tool,
+        tool_call_id=f"call-{label}",
+        args={"label": label},
+        agent_id=AGENT,
+        run_id="run-1",
+        **fields,
+    )
+
+
+def tool(name: str, execute: Execute) -> Tool:
+    return Tool(name, execute, input_schema={"type": "object"})
+
+
+async def start(manager: TemporalTaskManager, *tools: Tool) -> None:
+    for each in tools:
+        manager.register_tool(AGENT, each)
+    await manager.start()
+
+
+async def settled(manager: TemporalTaskManager, record: TaskRecord | None) -> TaskRecord:
+    assert record is not None
+    return await manager.wait_for(record.id, timeout_ms=WAIT_S * 1000)
+
+
+async def workflow_outcome(manager: TemporalTaskManager, task_id: str) -> str:
+    """How the task's workflow ended: its result, or ``cancelled``."""
+    try:
+        async with asyncio.timeout(WAIT_S):
+            return str(await manager._handle(task_id).result())
+    except WorkflowFailureError as failure:
+        assert is_cancelled_exception(failure.cause), failure
+        return "cancelled"
+
+
+async def test_a_task_runs_as_a_workflow_and_its_result_is_announced_once(make_manager: MakeManager) -> None:
+    async def echo(args: dict[str, Any], ctx: ToolContext) -> Any:
+        await ctx.writer.write({"type": "note", "label": args["label"]})
+        return {"echo": args["label"], "attempt": ctx.attempt, "background": ctx.is_background_task}
+
+    manager = await make_manager()
+    echo_tool = tool("echo", echo)
+    await start(manager, echo_tool)
+    hooked: list[TaskRecord] = []
+
+    async def on_terminal(record: TaskRecord) -> None:
+        hooked.append(record)
+
+    events = manager.subscribe(agent_id=AGENT)
+    record = await manager.enqueue(request(echo_tool, on_terminal=on_terminal))
+    final = await settled(manager, record)
+    assert final.status == "completed"
+    assert final.result == {"echo": "a", "attempt": 1, "background": True}
+    assert [r.status for r in hooked] == ["completed"]
+    seen = []
+    async with asyncio.timeout(WAIT_S):
+        async for chunk in events:
+            seen.append(chunk.type)
+            if chunk.type == "background-task-completed":
+                break
+    assert seen == ["background-task-running", "background-task-output", "background-task-completed"]
+    assert not manager.is_active(final.id)
+    assert await workflow_outcome(manager, final.id) == "completed"
+    await events.close()
+
+
+async def test_max_retries_is_the_retry_policy(make_manager: MakeManager) -> None:
+    async def flaky(args: dict[str, Any], ctx: ToolContext) -> Any:
+        if ctx.attempt < 3:
+            raise RuntimeError(f"boom {ctx.attempt}")
+        return ctx.attempt
+
+    manager = await make_manager()
+    flaky_tool = tool("flaky", flaky)
+    await start(manager, flaky_tool)
+    done = await settled(manager, await manager.enqueue(request(flaky_tool, max_retries=2)))
+    assert (done.status, done.result, done.retry_count) == ("completed", 3, 2)
+    failed = await settled(manager, await manager.enqueue(request(flaky_tool, "b", max_retries=1)))
+    assert (failed.status, failed.retry_count) == ("failed", 1)
+    assert failed.error is not None and failed.error["message"] == "boom 2"
+
+
+async def test_timeout_ms_times_the_attempt_out_through_its_abort_signal(make_manager: MakeManager) -> None:
+    reasons: list[str] = []
+
+    async def slow(args: dict[str, Any], ctx: ToolContext) -> Any:
+        await ctx.abort_signal.wait()
+        reasons.append(str(ctx.abort_signal.reason))
+        raise AbortError("stopped")
+
+    manager = await make_manager()
+    slow_tool = tool("slow", slow)
+    await start(manager, slow_tool)
+    final = await settled(manager, await manager.enqueue(request(slow_tool, timeout_ms=300)))
+    assert final.status == "timed_out"
+    assert final.error == {"message": "Task timed out after 300ms"}
+    assert reasons == ["Task timed out after 300ms"]
+
+
+async def test_cancel_reaches_the_tools_abort_signal(make_manager: MakeManager) -> None:
+    started, aborted = asyncio.Event(), asyncio.Event()
+
+    async def hang(args: dict[str, Any], ctx: ToolContext) -> Any:
+        started.set()
+        await ctx.abort_signal.wait()
+        aborted.set()
+        raise AbortError("aborted")
+
+    manager = await make_manager()
+    hang_tool = tool("hang", hang)
+    await start(manager, hang_tool)
+    record = await manager.enqueue(request(hang_tool))
+    assert record is not None
+    async with asyncio.timeout(WAIT_S):
+        await started.wait()
+        await manager.cancel(record.id)
+        await aborted.wait()
+    final = await settled(manager, record)
+    assert final.status == "cancelled"
+    assert await workflow_outcome(manager, record.id) == "cancelled"
+
+
+async def test_suspend_then_resume_runs_the_tool_again_with_the_data(make_manager: MakeManager) -> None:
+    calls: list[tuple[Any, Any]] = []
+
+    async def ask(args: dict[str, Any], ctx: ToolContext) -> Any:
+        calls.append((ctx.resume_data, ctx.suspend_payload))
+        if ctx.resume_data is None:
+            await ctx.suspend({"question": "name?"})
+        return {"answer": ctx.resume_data}
+
+    manager = await make_manager()
+    ask_tool = tool("ask", ask)
+    await start(manager, ask_tool)
+    record = await manager.enqueue(request(ask_tool))
+    suspended = await settled(manager, record)
+    assert (suspended.status, suspended.suspend_payload) == ("suspended", {"question": "name?"})
+    assert not manager.is_active(suspended.id)
+    resumed = await manager.resume(suspended.id, {"name": "Ada"})
+    assert resumed.status == "running"
+    final = await settled(manager, record)
+    assert (final.status, final.result) == ("completed", {"answer": {"name": "Ada"}})
+    assert calls == [(None, None), ({"name": "Ada"}, {"question": "name?"})]
+
+
+async def test_cancel_of_a_suspended_task_ends_its_workflow(make_manager: MakeManager) -> None:
+    async def ask(args: dict[str, Any], ctx: ToolContext) -> Any:
+        await ctx.suspend({"q": 1})
+
+    manager = await make_manager()
+    ask_tool = tool("ask", ask)
+    await start(manager, ask_tool)
+    record = await settled(manager, await manager.enqueue(request(ask_tool)))
+    assert record.status == "suspended"
+    await manager.cancel(record.id)
+    assert (await settled(manager, record)).status == "cancelled"
+    assert await workflow_outcome(manager, record.id) == "cancelled"
+
+
+async def test_per_agent_concurrency_is_the_agent_queues_worker_limit(make_manager: MakeManager) -> None:
+    gates = {"a": asyncio.Event(), "b": asyncio.Event()}
+    started = asyncio.Queue[str]()
+
+    async def gated(args: dict[str, Any], ctx: ToolContext) -> Any:
+        started.put_nowait(args["label"])
+        await gates[args["label"]].wait()
+        return args["label"]
+
+    manager = await make_manager(per_agent_concurrency=1)
+    gated_tool = tool("gated", gated)
+    await start(manager, gated_tool)
+    records = {label: await manager.enqueue(request(gated_tool, label)) for label in ("a", "b")}
+    async with asyncio.timeout(WAIT_S):
+        first = await started.get()
+    second = "b" if first == "a" else "a"
+    waiting = records[second]
+    assert waiting is not None
+    # the other task's attempt is scheduled on the agent's queue but not started: no slot
+    async with asyncio.timeout(WAIT_S):  # Temporal's state is read by polling: no event tells it
+        while not (  # noqa: ASYNC110
+            pending := (await manager._handle(waiting.id).describe()).raw_description.pending_activities
+        ):
+            await asyncio.sleep(0.05)
+    assert pending[0].state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED
+    # untouched by a worker: as its enqueue left it (``running`` if it was counted into a free
+    # slot there, and Temporal happened to give the agent's one worker slot to the other first)
+    assert (await manager.get_task(waiting.id)).status == waiting.status  # type: ignore[union-attr]
+    assert started.empty()
+    gates[first].set()
+    async with asyncio.timeout(WAIT_S):
+        assert await started.get() == second
+    gates[second].set()
+    assert (await settled(manager, waiting)).result == second
+
+
+async def test_backpressure_reject_counts_running_tasks(make_manager: MakeManager) -> None:
+    gate = asyncio.Event()
+
+    async def gated(args: dict[str, Any], ctx: ToolContext) -> Any:
+        await gate.wait()
+        return "ok"
+
+    manager = await make_manager(global_concurrency=1, backpressure="reject")
+    gated_tool = tool("gated", gated)
+    await start(manager, gated_tool)
+    events = manager.subscribe(agent_id=AGENT)
+    first = await manager.enqueue(request(gated_tool, "a"))
+    assert first is not None
+    async with asyncio.timeout(WAIT_S):
+        assert (await anext(events)).type == "background-task-running"
+    with pytest.raises(ConcurrencyLimitError):
+        await manager.enqueue(request(gated_tool, "b"))
+    gate.set()
+    assert (await settled(manager, first)).status == "completed"
+    await events.close()
