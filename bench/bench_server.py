@@ -53,7 +53,7 @@ def _serve(port: int, deltas: int) -> None:
     # The model replays prepared provider parts: its own cost is not runstream's (nor the
     # baseline's, which replays prepared bytes). Provider parsing is measured by bench_providers.
     script = ScriptedModel.text(" ".join(f"w{i}" for i in range(deltas)), chunk_size=1).calls[0]
-    parts = [prepare_part(part) for part in script]
+    parts = [prepare_part(part) for part in script["parts"]]
 
     class BenchModel:
         provider, model_id, specification_version = "bench", "bench-model", "v2"

@@ -121,9 +121,13 @@ class Agent:
             raise ValueError(
                 "max_retries needs a model or a model list: a model function can return a FallbackModel"
             )
-        if isinstance(model, str):
-            model = as_model(model)  # "openai/gpt-4.1" is resolved at its first run
-        elif isinstance(model, Sequence) or max_retries:  # Mastra's model list / maxRetries
+        if isinstance(model, str | LanguageModel):
+            model = as_model(model)  # "openai/gpt-4.1" is checked now, resolved at its first run
+        elif not (is_function(model) or isinstance(model, Sequence)):
+            raise TypeError(
+                f"model must be a model string such as 'openai/gpt-4.1' or a LanguageModel, not {model!r}"
+            )
+        if isinstance(model, Sequence) or max_retries:  # Mastra's model list / maxRetries
             model = FallbackModel(model if isinstance(model, Sequence) else [model], max_retries=max_retries)  # type: ignore[arg-type, list-item]
         self.model: LanguageModel | Dynamic[LanguageModel] = model
         """The model, or a function of the request context (see :meth:`get_model`); a list of
