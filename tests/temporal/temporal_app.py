@@ -56,7 +56,7 @@ async def gate(name: str) -> None:
 
 
 def build_agent(model: LanguageModel) -> Agent:
-    @tool(background={"maxRetries": 1})
+    @tool(background={"enabled": True, "maxRetries": 1})
     async def research(topic: str, ctx: ToolContext) -> dict[str, Any]:
         """Research a topic (slow)."""
         say(event="started", tool="research", topic=topic, attempt=ctx.attempt)
