@@ -1,7 +1,8 @@
 """Every code block of README.md and docs/ runs as written.
 
-Each document's blocks run in order in one fresh directory, with no provider keys in the
-environment (the examples then use their scripted models):
+Each document's blocks run in order in one fresh directory (holding a link to ``examples/``, as
+a clone's root does), with no provider keys in the environment (the examples then use their
+scripted models):
 
 * ``python``: run as a script; a block whose first line is ``# name.py`` is a file the following
   blocks use (written there and imported; when the name is a file of this repository, the block
@@ -12,6 +13,7 @@ environment (the examples then use their scripted models):
   and the Dockerfile (which ``test_dockerfile.py`` checks); ``export`` sets the environment of
   the following commands, with ``DATABASE_URL`` and ``REDIS_URL`` pointing at the test services;
 * ``js``: run with node against the document's last server, with the interop tests' packages;
+* ``text``: diagrams and sample output, not run;
 * blocks that cannot run here are listed in :data:`NOT_RUN` with the reason.
 """
 
@@ -104,6 +106,7 @@ class Session:
 
 @pytest.mark.parametrize("doc", DOCS)
 def test_code_blocks_run_as_written(doc: str, tmp_path: Path) -> None:
+    (tmp_path / "examples").symlink_to(ROOT / "examples")  # docs run as from a clone's root
     with services(blocks_of(doc)) as urls:
         session = Session(doc, tmp_path, clean_env(RUNSTREAM_SQLITE_PATH="runstream.db"), urls)
         for block in blocks_of(doc):
@@ -121,7 +124,7 @@ def run_block(session: Session, block: Block) -> None:
             run_command(session, block, argv)
     elif block.lang == "js":
         run_js(session, block)
-    else:
+    elif block.lang != "text":  # text blocks are diagrams and sample output
         raise AssertionError(
             f"{session.where(block)}: no runner for {block.lang!r} blocks; add one or NOT_RUN"
         )
