@@ -8,6 +8,7 @@ import statistics
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from bench import bench_thread_length as thread_length
 from bench.rss import kb_per_run
 from bench.source import Runner
 from bench.workloads import RUNNERS, Figures, w1, w2, w3, w4
@@ -26,9 +27,12 @@ class Plan:
     reps: int = 11
     """Repetitions of W1, W3 and W4 (W2 runs ``reps * 10`` times); one warm-up each first."""
     rss_reps: int = 3
+    thread_lengths: tuple[int, ...] = (20, 5_000, 20_000)
+    thread_turns: int = 7
+    """W5: until-idle turns timed per thread length (the first length is the reference)."""
 
 
-QUICK = Plan(reps=2, rss_reps=1)
+QUICK = Plan(reps=2, rss_reps=1, thread_turns=2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +95,10 @@ def run_suite(plan: Plan) -> list[Row]:
         for name in RUNNERS
     }
 
+    # W5: cost against thread length; its "bare" figure is the same turn on the shortest thread.
+    turns = asyncio.run(thread_length.measure(list(plan.thread_lengths), plan.thread_turns))
+    shortest = plan.thread_lengths[0]
+
     def row(workload: str, key: str, label: str, unit: str, **target: float) -> Row:
         return Row(label, unit, f[workload]["runstream"][key], f[workload]["bare"][key], **target)
 
@@ -106,4 +114,14 @@ def run_suite(plan: Plan) -> list[Row]:
         row("W4", "first_delta_p50_ms", "W4 first text-delta, median run", "ms"),
         row("W4", "first_delta_max_ms", "W4 first text-delta, last run", "ms", max_ratio=10),
         Row("W4 peak RSS growth per run", "KB", kb["runstream"], kb["bare"], max_value=30),
+        *(
+            Row(
+                f"W5 until-idle turn CPU, {length:,} msgs (bare: {shortest:,})",
+                "ms",
+                turns[length][1],
+                turns[shortest][1],
+                max_ratio=1.5,
+            )
+            for length in plan.thread_lengths[1:]
+        ),
     ]

@@ -9,10 +9,9 @@ from typing import Any
 import pytest
 
 from runstream import Agent
-from runstream.memory import (
+from runstream.memory import Memory, MemoryScope
+from runstream.messages import (
     ContinuedMessage,
-    Memory,
-    MemoryScope,
     db_to_prompt,
     merge_parts,
     responses_to_parts,
@@ -164,7 +163,7 @@ async def test_task_results_replace_the_placeholder(
     await memory.ensure_thread(SCOPE)
     await memory.save_turn(SCOPE, [], _tool_turn(), "resp-1")
     task = _task(status, result={"summary": "fast"} if status == "completed" else None, error=error)
-    assert await memory.apply_task_result(task)
+    assert await memory.apply_task_outcome(task)
     stored = (await memory.storage.list_messages(SCOPE.thread_id)).items  # type: ignore[union-attr]
     part = next(p for p in stored[0].content["parts"] if p["type"] == "tool-invocation")
     assert part["toolInvocation"]["state"] == state
@@ -182,7 +181,7 @@ async def test_a_reused_tool_call_id_of_another_task_is_left_alone(memory: Memor
     await memory.save_turn(SCOPE, [], _tool_turn(), "resp-1")
     other = _task(result={"x": 1})
     other.id = "task-other"
-    assert not await memory.apply_task_result(other)
+    assert not await memory.apply_task_outcome(other)
 
 
 def test_rewrite_of_a_live_run_matches_tool_call_and_task() -> None:
@@ -267,7 +266,7 @@ async def test_a_task_result_rewrite_records_when_the_task_ended(memory: Memory)
         "backgroundTasks": {"call-1": {"taskId": "task-123", "startedAt": "2026-01-01T00:00:00+00:00"}}
     }
     await memory.save_turn(SCOPE, [], _tool_turn(), "resp-1", metadata=metadata)
-    assert await memory.apply_task_result(_task(result={"summary": "fast"}))
+    assert await memory.apply_task_outcome(_task(result={"summary": "fast"}))
     stored = (await memory.storage.list_messages(SCOPE.thread_id)).items  # type: ignore[union-attr]
     assert "completedAt" in stored[0].content["metadata"]["backgroundTasks"]["call-1"]
     part = next(p for p in stored[0].content["parts"] if p["type"] == "tool-invocation")

@@ -1,12 +1,22 @@
-"""runstream: an agent runtime whose every step streams out as typed chunks (Mastra's wire format)."""
+"""runstream: an agent runtime whose every step streams out as typed chunks (Mastra's wire format).
+
+The names here are the public surface: everything the quick start and a typical application
+needs. Deeper modules hold more specialised parts (``runstream.storage``, ``runstream.tasks``,
+``runstream.workflows``, ``runstream.server``, ``runstream.testing``); the loop's internals
+(``run_state``, ``loop``, ``model_step``, ``tool_step``, ``step_results``) are not API.
+"""
 
 from runstream.abort import AbortController, AbortError, AbortSignal
-from runstream.agent import Agent, RunNotFoundError
-from runstream.chunks import Chunk, DataChunk, UnknownChunk, chunk_from_wire, dumps
+from runstream.agent import Agent, RunNotFoundError, client_tool
+from runstream.chunks import AgentChunk, Chunk, DataChunk, StreamChunk, UnknownChunk, chunk_from_wire, dumps
+from runstream.errors import NotFoundError, RunstreamError, StateConflictError
+from runstream.memory import Memory, MemoryScope
 from runstream.models.base import LanguageModel, ModelRequest, ModelSettings, ModelStream
 from runstream.output import RunOutput
 from runstream.processors import ProcessorContext, StepView, TripWire
 from runstream.request_context import RequestContext
+from runstream.runtime import Runstream
+from runstream.storage import InMemoryStorage, SqliteStorage, Storage
 from runstream.structured import StructuredOutput, StructuredOutputError
 from runstream.tools import BackgroundToolConfig, Tool, ToolContext, ToolWriter, tool
 
@@ -15,18 +25,29 @@ __all__ = [
     "AbortError",
     "AbortSignal",
     "Agent",
+    "AgentChunk",
     "BackgroundToolConfig",
     "Chunk",
     "DataChunk",
+    "InMemoryStorage",
     "LanguageModel",
+    "Memory",
+    "MemoryScope",
     "ModelRequest",
     "ModelSettings",
     "ModelStream",
+    "NotFoundError",
     "ProcessorContext",
     "RequestContext",
     "RunNotFoundError",
     "RunOutput",
+    "Runstream",
+    "RunstreamError",
+    "SqliteStorage",
+    "StateConflictError",
     "StepView",
+    "Storage",
+    "StreamChunk",
     "StructuredOutput",
     "StructuredOutputError",
     "Tool",
@@ -35,6 +56,7 @@ __all__ = [
     "TripWire",
     "UnknownChunk",
     "chunk_from_wire",
+    "client_tool",
     "dumps",
     "tool",
 ]

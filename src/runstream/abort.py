@@ -11,8 +11,10 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from runstream.errors import RunstreamError
 
-class AbortError(Exception):
+
+class AbortError(RunstreamError):
     """Raised by code that stops because its abort signal fired."""
 
     name = "AbortError"

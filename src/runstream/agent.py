@@ -19,6 +19,7 @@ from runstream import suspension, tracing
 from runstream.abort import AbortController, AbortSignal
 from runstream.callbacks import Callback, RunCallbacks, with_callbacks
 from runstream.chunks import AnyChunk, iso_datetime, now_utc
+from runstream.errors import NotFoundError, RunstreamError, StateConflictError
 from runstream.goals import (
     GoalCheck,
     GoalConfig,
@@ -29,7 +30,8 @@ from runstream.goals import (
     resolve_judge,
 )
 from runstream.loop import agent_loop
-from runstream.memory import ContinuedMessage, Memory, MemoryScope, rewrite_prompt_result
+from runstream.memory import Memory, MemoryScope
+from runstream.messages import ContinuedMessage, rewrite_prompt_result
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.models.fallback import FallbackModel, ModelChoice
 from runstream.models.registry import as_model, ready_model
@@ -60,7 +62,7 @@ from runstream.step_results import model_label, run_metadata
 from runstream.storage import Storage, TaskRecord
 from runstream.structured import StructuredOutput
 from runstream.tasks.until_idle import IdleOptions, until_idle_stream
-from runstream.tools import Tool, ToolContext, draft07_schema_json
+from runstream.tools import Tool, ToolContext, resume_schema_of
 
 if TYPE_CHECKING:
     from runstream.runtime import Runstream, Toolset
@@ -68,13 +70,13 @@ if TYPE_CHECKING:
     from runstream.workflows import Workflow
 
 
-class AgentToolError(Exception):
+class AgentToolError(RunstreamError):
     """An agent called as a tool ended in an error."""
 
     name = "Error"
 
 
-class RunNotFoundError(LookupError):
+class RunNotFoundError(NotFoundError):
     """No suspended run with that id (it finished, or it never stopped for a human)."""
 
 
@@ -558,17 +560,12 @@ class Agent:
         memory = self.memory
 
         async def on_terminal(task: TaskRecord) -> None:
-            if task.status == "suspended":
-                tool = cfg.tools.get(task.tool_name)
-                schema = tool.resume_schema if tool is not None else None
-                if state.saved and memory is not None and cfg.thread_id is not None:
-                    await memory.apply_task_suspension(task, draft07_schema_json(schema) if schema else None)
-                return
-            if not state.saved:
-                rewrite_prompt_result(state.messages, task)
-                await self._save_input_early(cfg, state)
+            if not state.saved:  # the live run holds the call: its result goes there
+                if task.status != "suspended":
+                    rewrite_prompt_result(state.messages, task)
+                    await self._save_input_early(cfg, state)
             elif memory is not None and cfg.thread_id is not None:
-                await memory.apply_task_result(task)
+                await memory.apply_task_outcome(task, resume_schema_of(cfg.tools.get(task.tool_name)))
 
         return on_terminal
 
@@ -787,7 +784,7 @@ class Agent:
             if stored_cfg is not None:
                 self._suspended[run_id] = (stored_cfg, state, options)
             what = "waiting for approval" if action.kind != "resume" else "suspended"
-            raise ValueError(f"tool call {action.tool_call_id!r} of run {run_id!r} is not {what}")
+            raise StateConflictError(f"tool call {action.tool_call_id!r} of run {run_id!r} is not {what}")
 
         async def resumed() -> RunOutput:
             controller = AbortController()

@@ -23,6 +23,8 @@ import orjson
 from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
 from typing_extensions import TypedDict
 
+from runstream.errors import RunstreamError
+
 ChunkFrom = Literal["AGENT", "USER", "SYSTEM", "WORKFLOW", "NETWORK"]
 JSON = Any
 
@@ -378,6 +380,7 @@ class Chunk(Generic[P]):
     """One chunk of a run's stream. ``payload`` is already in wire shape."""
 
     __slots__ = ("from_", "payload", "run_id", "type")
+    __match_args__ = ("payload",)
     TYPE: ClassVar[str] = ""
     PAYLOAD: ClassVar[Any] = OpenPayload
 
@@ -432,221 +435,265 @@ CHUNK_CLASSES: dict[str, type[Chunk[Any]]] = {}
 @_chunk("start", StartPayload)
 class StartChunk(Chunk[StartPayload]):
     __slots__ = ()
+    type: Literal["start"]
 
 
 @_chunk("step-start", StepStartPayload)
 class StepStartChunk(Chunk[StepStartPayload]):
     __slots__ = ()
+    type: Literal["step-start"]
 
 
 @_chunk("response-metadata", ResponseMetadataPayload)
 class ResponseMetadataChunk(Chunk[ResponseMetadataPayload]):
     __slots__ = ()
+    type: Literal["response-metadata"]
 
 
 @_chunk("text-start", TextPayload)
 class TextStartChunk(Chunk[TextPayload]):
     __slots__ = ()
+    type: Literal["text-start"]
 
 
 @_chunk("text-delta", TextDeltaPayload)
 class TextDeltaChunk(Chunk[TextDeltaPayload]):
     __slots__ = ()
+    type: Literal["text-delta"]
 
 
 @_chunk("text-end", TextPayload)
 class TextEndChunk(Chunk[TextPayload]):
     __slots__ = ()
+    type: Literal["text-end"]
 
 
 @_chunk("reasoning-start", ReasoningPayload)
 class ReasoningStartChunk(Chunk[ReasoningPayload]):
     __slots__ = ()
+    type: Literal["reasoning-start"]
 
 
 @_chunk("reasoning-delta", TextDeltaPayload)
 class ReasoningDeltaChunk(Chunk[TextDeltaPayload]):
     __slots__ = ()
+    type: Literal["reasoning-delta"]
 
 
 @_chunk("reasoning-end", ReasoningPayload)
 class ReasoningEndChunk(Chunk[ReasoningPayload]):
     __slots__ = ()
+    type: Literal["reasoning-end"]
 
 
 @_chunk("reasoning-signature", ReasoningSignaturePayload)
 class ReasoningSignatureChunk(Chunk[ReasoningSignaturePayload]):
     __slots__ = ()
+    type: Literal["reasoning-signature"]
 
 
 @_chunk("redacted-reasoning", RedactedReasoningPayload)
 class RedactedReasoningChunk(Chunk[RedactedReasoningPayload]):
     __slots__ = ()
+    type: Literal["redacted-reasoning"]
 
 
 @_chunk("source", SourcePayload)
 class SourceChunk(Chunk[SourcePayload]):
     __slots__ = ()
+    type: Literal["source"]
 
 
 @_chunk("file", FilePayload)
 class FileChunk(Chunk[FilePayload]):
     __slots__ = ()
+    type: Literal["file"]
 
 
 @_chunk("reasoning-file", FilePayload)
 class ReasoningFileChunk(Chunk[FilePayload]):
     __slots__ = ()
+    type: Literal["reasoning-file"]
 
 
 @_chunk("custom", CustomPayload)
 class CustomChunk(Chunk[CustomPayload]):
     __slots__ = ()
+    type: Literal["custom"]
 
 
 @_chunk("tool-call-input-streaming-start", ToolInputStartPayload)
 class ToolCallInputStreamingStartChunk(Chunk[ToolInputStartPayload]):
     __slots__ = ()
+    type: Literal["tool-call-input-streaming-start"]
 
 
 @_chunk("tool-call-delta", ToolCallDeltaPayload)
 class ToolCallDeltaChunk(Chunk[ToolCallDeltaPayload]):
     __slots__ = ()
+    type: Literal["tool-call-delta"]
 
 
 @_chunk("tool-call-input-streaming-end", ToolInputEndPayload)
 class ToolCallInputStreamingEndChunk(Chunk[ToolInputEndPayload]):
     __slots__ = ()
+    type: Literal["tool-call-input-streaming-end"]
 
 
 @_chunk("tool-call", ToolCallPayload)
 class ToolCallChunk(Chunk[ToolCallPayload]):
     __slots__ = ()
+    type: Literal["tool-call"]
 
 
 @_chunk("tool-result", ToolResultPayload)
 class ToolResultChunk(Chunk[ToolResultPayload]):
     __slots__ = ()
+    type: Literal["tool-result"]
 
 
 @_chunk("tool-error", ToolErrorPayload)
 class ToolErrorChunk(Chunk[ToolErrorPayload]):
     __slots__ = ()
+    type: Literal["tool-error"]
 
 
 @_chunk("tool-output", ToolOutputPayload)
 class ToolOutputChunk(Chunk[ToolOutputPayload]):
     __slots__ = ()
+    type: Literal["tool-output"]
 
 
 @_chunk("tool-call-approval", ToolCallApprovalPayload)
 class ToolCallApprovalChunk(Chunk[ToolCallApprovalPayload]):
     __slots__ = ()
+    type: Literal["tool-call-approval"]
 
 
 @_chunk("tool-call-suspended", ToolCallSuspendedPayload)
 class ToolCallSuspendedChunk(Chunk[ToolCallSuspendedPayload]):
     __slots__ = ()
+    type: Literal["tool-call-suspended"]
 
 
 @_chunk("tool-output-denied", ToolOutputDeniedPayload)
 class ToolOutputDeniedChunk(Chunk[ToolOutputDeniedPayload]):
     __slots__ = ()
+    type: Literal["tool-output-denied"]
 
 
 @_chunk("step-finish", StepFinishPayload)
 class StepFinishChunk(Chunk[StepFinishPayload]):
     __slots__ = ()
+    type: Literal["step-finish"]
 
 
 @_chunk("finish", StepFinishPayload)
 class FinishChunk(Chunk[StepFinishPayload]):
     __slots__ = ()
+    type: Literal["finish"]
 
 
 @_chunk("error", ErrorPayload)
 class ErrorChunk(Chunk[ErrorPayload]):
     __slots__ = ()
+    type: Literal["error"]
 
 
 @_chunk("abort", OpenPayload)
 class AbortChunk(Chunk[OpenPayload]):
     __slots__ = ()
+    type: Literal["abort"]
 
 
 @_chunk("raw", Any)
 class RawChunk(Chunk[Any]):
     __slots__ = ()
+    type: Literal["raw"]
 
 
 @_chunk("step-output", StepOutputPayload)
 class StepOutputChunk(Chunk[StepOutputPayload]):
     __slots__ = ()
+    type: Literal["step-output"]
 
 
 @_chunk("watch", WatchPayload)
 class WatchChunk(Chunk[WatchPayload]):
     __slots__ = ()
+    type: Literal["watch"]
 
 
 @_chunk("tripwire", TripwirePayload)
 class TripwireChunk(Chunk[TripwirePayload]):
     __slots__ = ()
+    type: Literal["tripwire"]
 
 
 @_chunk("is-task-complete", IsTaskCompletePayload)
 class IsTaskCompleteChunk(Chunk[IsTaskCompletePayload]):
     __slots__ = ()
+    type: Literal["is-task-complete"]
 
 
 @_chunk("goal", GoalPayload)
 class GoalChunk(Chunk[GoalPayload]):
     __slots__ = ()
+    type: Literal["goal"]
 
 
 @_chunk("background-task-started", TaskStartedPayload)
 class BackgroundTaskStartedChunk(Chunk[TaskStartedPayload]):
     __slots__ = ()
+    type: Literal["background-task-started"]
 
 
 @_chunk("background-task-running", TaskRunningPayload)
 class BackgroundTaskRunningChunk(Chunk[TaskRunningPayload]):
     __slots__ = ()
+    type: Literal["background-task-running"]
 
 
 @_chunk("background-task-progress", TaskProgressPayload)
 class BackgroundTaskProgressChunk(Chunk[TaskProgressPayload]):
     __slots__ = ()
+    type: Literal["background-task-progress"]
 
 
 @_chunk("background-task-output", TaskOutputPayload)
 class BackgroundTaskOutputChunk(Chunk[TaskOutputPayload]):
     __slots__ = ()
+    type: Literal["background-task-output"]
 
 
 @_chunk("background-task-completed", TaskCompletedPayload)
 class BackgroundTaskCompletedChunk(Chunk[TaskCompletedPayload]):
     __slots__ = ()
+    type: Literal["background-task-completed"]
 
 
 @_chunk("background-task-failed", TaskFailedPayload)
 class BackgroundTaskFailedChunk(Chunk[TaskFailedPayload]):
     __slots__ = ()
+    type: Literal["background-task-failed"]
 
 
 @_chunk("background-task-cancelled", TaskCancelledPayload)
 class BackgroundTaskCancelledChunk(Chunk[TaskCancelledPayload]):
     __slots__ = ()
+    type: Literal["background-task-cancelled"]
 
 
 @_chunk("background-task-suspended", TaskSuspendedPayload)
 class BackgroundTaskSuspendedChunk(Chunk[TaskSuspendedPayload]):
     __slots__ = ()
+    type: Literal["background-task-suspended"]
 
 
 @_chunk("background-task-resumed", TaskResumedPayload)
 class BackgroundTaskResumedChunk(Chunk[TaskResumedPayload]):
     __slots__ = ()
+    type: Literal["background-task-resumed"]
 
 
 WORKFLOW_CHUNK_TYPES = (
@@ -678,6 +725,7 @@ class _ObjectChunkBase(Chunk[None]):
     """``object`` / ``object-result``: the (partial) object sits at the top level."""
 
     __slots__ = ("object",)
+    __match_args__ = ("object",)
 
     def __init__(self, run_id: str, obj: Any, from_: ChunkFrom = "AGENT") -> None:
         super().__init__(run_id, None, from_)
@@ -692,11 +740,13 @@ class _ObjectChunkBase(Chunk[None]):
 @_chunk("object", None)
 class ObjectChunk(_ObjectChunkBase):
     __slots__ = ()
+    type: Literal["object"]
 
 
 @_chunk("object-result", None)
 class ObjectResultChunk(_ObjectChunkBase):
     __slots__ = ()
+    type: Literal["object-result"]
 
 
 class DataChunk(Chunk[None]):
@@ -749,6 +799,63 @@ class UnknownChunk(Chunk[Any]):
 
 
 AnyChunk = Chunk[Any]
+"""Any chunk, without narrowing: what internal code passes around."""
+
+AgentChunk = (
+    StartChunk
+    | StepStartChunk
+    | ResponseMetadataChunk
+    | TextStartChunk
+    | TextDeltaChunk
+    | TextEndChunk
+    | ReasoningStartChunk
+    | ReasoningDeltaChunk
+    | ReasoningEndChunk
+    | ReasoningSignatureChunk
+    | RedactedReasoningChunk
+    | SourceChunk
+    | FileChunk
+    | ReasoningFileChunk
+    | CustomChunk
+    | ToolCallInputStreamingStartChunk
+    | ToolCallDeltaChunk
+    | ToolCallInputStreamingEndChunk
+    | ToolCallChunk
+    | ToolResultChunk
+    | ToolErrorChunk
+    | ToolOutputChunk
+    | ToolCallApprovalChunk
+    | ToolCallSuspendedChunk
+    | ToolOutputDeniedChunk
+    | StepFinishChunk
+    | FinishChunk
+    | ErrorChunk
+    | AbortChunk
+    | RawChunk
+    | StepOutputChunk
+    | WatchChunk
+    | TripwireChunk
+    | IsTaskCompleteChunk
+    | GoalChunk
+    | BackgroundTaskStartedChunk
+    | BackgroundTaskRunningChunk
+    | BackgroundTaskProgressChunk
+    | BackgroundTaskOutputChunk
+    | BackgroundTaskCompletedChunk
+    | BackgroundTaskFailedChunk
+    | BackgroundTaskCancelledChunk
+    | BackgroundTaskSuspendedChunk
+    | BackgroundTaskResumedChunk
+    | ObjectChunk
+    | ObjectResultChunk
+)
+"""Every chunk type runstream itself makes, each tagged by a ``Literal`` ``type``: a union that
+narrows with ``match chunk: case TextDeltaChunk(payload): ...``, with ``isinstance``, and with
+``if chunk.type == "text-delta":`` (the payload is then a ``TextDeltaPayload``)."""
+
+StreamChunk = AgentChunk | DataChunk | WorkflowChunk | UnknownChunk
+"""What a stream can hold: runstream's own chunks, a tool's ``data-*`` chunks, a nested
+workflow's events, and chunks read from the wire whose type this version does not know."""
 
 # ---------------------------------------------------------------------------------------------
 # Wire encoding
@@ -818,7 +925,7 @@ def to_jsonable(value: Any) -> Any:
 # ---------------------------------------------------------------------------------------------
 
 
-class ChunkDecodeError(ValueError):
+class ChunkDecodeError(RunstreamError, ValueError):
     """A wire chunk is malformed (not an object, no type, or a payload of the wrong shape)."""
 
 

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol, runtime_checkable
 
 from runstream.chunks import AnyChunk, TripwirePayload
+from runstream.errors import RunstreamError
 
 
-class TripWire(Exception):
+class TripWire(RunstreamError):
     """Raised by ``ctx.abort()`` in a processor; ends (or retries) the run with a ``tripwire``."""
 
     def __init__(

@@ -17,7 +17,8 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 from runstream.abort import AbortSignal
 from runstream.chunks import AnyChunk, TripwirePayload, chunk_from_wire, to_jsonable
-from runstream.memory import ContinuedMessage
+from runstream.errors import RunstreamError
+from runstream.messages import ContinuedMessage
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.structured import StructuredOutput
 from runstream.tools import Tool
@@ -42,7 +43,7 @@ CompletionCheck = Callable[["LoopConfig", "RunState", str], AsyncIterator["AnyCh
 """Runs after a step that ends the model's turn; yields chunks, then one :class:`CheckVerdict`."""
 
 
-class UnsupportedRunStateError(ValueError):
+class UnsupportedRunStateError(RunstreamError, ValueError):
     """A saved run state of a version this code cannot read."""
 
 
@@ -170,7 +171,7 @@ class ToolCall:
         )
 
 
-class RestoredError(Exception):
+class RestoredError(RunstreamError):
     """A tool error restored from a saved run (its message and name survive)."""
 
     def __init__(self, message: str, name: str) -> None:

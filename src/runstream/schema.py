@@ -21,6 +21,8 @@ from typing import Any
 import jsonschema
 from pydantic import BaseModel, ValidationError
 
+from runstream.errors import RunstreamError
+
 UNDEFINED: Any = object()
 """A required property that is absent (zod's ``undefined``)."""
 
@@ -72,7 +74,7 @@ class Schema:
         return value
 
 
-class SchemaValidationError(ValueError):
+class SchemaValidationError(RunstreamError, ValueError):
     """A value does not match a workflow, step, state, suspend or resume schema."""
 
     name = "Error"

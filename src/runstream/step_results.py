@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from runstream.chunks import FinishChunk, StepFinishChunk, iso_datetime, now_utc
-from runstream.memory import merge_metadata, parts_to_steps, parts_to_ui, responses_to_parts
+from runstream.messages import merge_metadata, parts_to_steps, parts_to_ui, responses_to_parts
 from runstream.models.base import PromptMessage
 
 if TYPE_CHECKING:

@@ -17,9 +17,10 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
 
 from runstream.config_mapping import read_config
+from runstream.errors import RunstreamError
 
 
-class StructuredOutputError(ValueError):
+class StructuredOutputError(RunstreamError, ValueError):
     """The model's final answer is not valid JSON or does not match the schema."""
 
     name = "StructuredOutputError"

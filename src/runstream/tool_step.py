@@ -26,6 +26,7 @@ from runstream.chunks import (
     ToolResultChunk,
     ToolResultPayload,
 )
+from runstream.errors import StateConflictError
 from runstream.models.base import tool_result_output
 from runstream.run_state import LoopConfig, PendingToolStep, ResumeAction, RunState, ToolCall, ToolOutcome
 from runstream.tools import (
@@ -305,14 +306,14 @@ def _results(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> list
 
 def answer_pending(state: RunState, pending: PendingToolStep, resume: ResumeAction) -> list[AnyChunk]:
     """Apply an approval, decline or resume to the stopped step (the tool step then goes on).
-    Raises ``ValueError`` for a call that does not wait for this answer."""
+    Raises :class:`~runstream.errors.StateConflictError` for a call that does not wait for it."""
     target = resume.tool_call_id
     chunks: list[AnyChunk] = []
     if resume.kind in ("approve", "decline"):
         ids = [target] if target else sorted(pending.awaiting_approval)
         for call_id in ids:
             if call_id not in pending.awaiting_approval:
-                raise ValueError(f"tool call {call_id!r} is not waiting for approval")
+                raise StateConflictError(f"tool call {call_id!r} is not waiting for approval")
             pending.awaiting_approval.discard(call_id)
             if resume.kind == "decline":
                 call = next(c for c in pending.calls if c.tool_call_id == call_id)
@@ -337,7 +338,7 @@ def answer_pending(state: RunState, pending: PendingToolStep, resume: ResumeActi
         ids = [target] if target else list(pending.suspended)
         for call_id in ids:
             if call_id not in pending.suspended:
-                raise ValueError(f"tool call {call_id!r} is not suspended")
+                raise StateConflictError(f"tool call {call_id!r} is not suspended")
             pending.suspended.pop(call_id)
             pending.resume_data[call_id] = resume.data
     return chunks

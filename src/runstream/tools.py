@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from runstream.abort import AbortSignal
 from runstream.chunks import AnyChunk, DataChunk, ToolOutputChunk
 from runstream.config_mapping import Check, boolean, callback, non_negative_int, one_of, read_config
+from runstream.errors import NotFoundError, RunstreamError
 from runstream.models.base import FunctionToolSpec
 from runstream.schema import Schema
 
@@ -30,7 +31,7 @@ Emit = Callable[[AnyChunk], None]
 """Where a tool's writer puts the chunks it makes (the loop's live output queue)."""
 
 
-class ToolArgumentsError(ValueError):
+class ToolArgumentsError(RunstreamError, ValueError):
     """The model called a tool with arguments that do not match its input schema.
 
     Like Mastra, the loop hands it to the model as the tool's result (``as_result()``: ``error``,
@@ -58,13 +59,13 @@ def _error_tree(issues: list[tuple[str, str]]) -> dict[str, Any]:
     return tree
 
 
-class ToolInputNotJSONError(ValueError):
+class ToolInputNotJSONError(RunstreamError, ValueError):
     """The model's tool-call input is not JSON at all (named ``Error`` on the wire, as in Mastra)."""
 
     name = "Error"
 
 
-class ToolNotFoundError(LookupError):
+class ToolNotFoundError(NotFoundError):
     """The model called a tool the agent does not have."""
 
     name = "ToolNotFoundError"
@@ -465,6 +466,12 @@ def tool(
 def resume_schema_json(schema: Mapping[str, Any] | None) -> str:
     """A resume schema as the JSON string Mastra puts in approval/suspension chunks."""
     return json.dumps(schema or {}, separators=(",", ":"))
+
+
+def resume_schema_of(tool: Tool | None) -> str | None:
+    """A tool's resume schema as the JSON string its suspension records keep (``None``: none)."""
+    schema = tool.resume_schema if tool is not None else None
+    return draft07_schema_json(schema) if schema else None
 
 
 def draft07_schema_json(schema: Mapping[str, Any]) -> str:

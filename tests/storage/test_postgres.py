@@ -92,6 +92,7 @@ async def test_concurrent_first_use_from_several_pools_migrates_once(
         "background_tasks",
         "thread_state",
         "snapshots",
+        "message_tool_calls",
     }
     indexes = {
         r["indexname"] for r in await query("SELECT indexname FROM pg_indexes WHERE schemaname = $1", schema)
@@ -281,3 +282,20 @@ def test_importing_the_storage_package_does_not_need_asyncpg() -> None:
     code = "import sys, runstream.storage; assert 'asyncpg' not in sys.modules, 'asyncpg imported eagerly'"
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert completed.returncode == 0, completed.stderr
+
+
+async def test_the_tool_call_index_is_built_for_messages_saved_before_it(
+    schema: str, open_storage: OpenStorage
+) -> None:
+    """Migration 2 indexes the tool calls of messages a version-1 schema already holds."""
+    old = open_storage()
+    await old.save_thread(thread())
+    await old.save_messages([tool_call_message("m1", "call-1"), tool_call_message("m2", "call-1", created=1)])
+    await old.close()
+    quoted = schema_module.quote_ident(schema)
+    await query(f"DROP TABLE {quoted}.message_tool_calls")
+    await query(f"DELETE FROM {quoted}.schema_version WHERE version >= 2")
+
+    upgraded = open_storage()
+    found = await upgraded.find_tool_call_message("t1", "call-1")
+    assert found is not None and found.id == "m2"  # the call id's newest message

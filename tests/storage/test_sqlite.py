@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from storage_testkit import message, task, thread
+from storage_testkit import message, task, thread, tool_call_message
 
 from runstream.storage import SchemaVersionError, SqliteStorage, StorageError, TaskFilter
 from runstream.storage import _sqlite_schema as schema
@@ -215,3 +215,22 @@ async def test_sqlite_failures_surface_as_storage_errors(tmp_path: Path) -> None
     with pytest.raises(StorageError, match="SQLite error: file is not a database"):
         await storage.get_thread("t1")
     await storage.close()
+
+
+async def test_the_tool_call_index_is_built_for_messages_saved_before_it(tmp_path: Path) -> None:
+    """Migration 2 indexes the tool calls of messages a version-1 database already holds."""
+    path = tmp_path / "v1.db"
+    old = SqliteStorage(path)
+    await old.save_thread(thread())
+    await old.save_messages([tool_call_message("m1", "call-1"), tool_call_message("m2", "call-2", created=1)])
+    await old.close()
+    with sqlite3.connect(path) as db:  # back to version 1: no index yet
+        db.execute("DROP TABLE message_tool_calls")
+        db.execute("DELETE FROM schema_version WHERE version >= 2")
+
+    upgraded = SqliteStorage(path)
+    try:
+        found = await upgraded.find_tool_call_message("t1", "call-2")
+        assert found is not None and found.id == "m2"
+    finally:
+        await upgraded.close()

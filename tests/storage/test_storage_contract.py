@@ -806,3 +806,37 @@ async def test_concurrent_writers(storage: Storage) -> None:
 
     assert [m.id for m in (await storage.list_messages("t1")).items] == [f"m{i:02}" for i in range(30)]
     assert await storage.count_tasks(TaskFilter(status="running")) == 30
+
+
+async def test_find_tool_call_message_through_the_index(storage: Storage) -> None:
+    await storage.save_thread(thread())
+    await storage.save_thread(thread("t2"))
+    await storage.save_messages([message("u1"), tool_call_message("m1", "call-1", created=1)])
+
+    found = await storage.find_tool_call_message("t1", "call-1")
+    assert found is not None and found == (await storage.get_messages(["m1"]))[0]
+    assert await storage.find_tool_call_message("t1", "unknown") is None
+    assert await storage.find_tool_call_message("t2", "call-1") is None  # another thread's call
+
+    # A later message holding the same call id is the one found; a rewrite keeps the pointer.
+    await storage.save_messages([tool_call_message("m2", "call-1", created=2)])
+    await storage.update_message("m2", lambda stored: stored)
+    assert (found := await storage.find_tool_call_message("t1", "call-1")) is not None and found.id == "m2"
+
+    # Deleting the message, or its thread, drops it from the index.
+    await storage.delete_messages(["m2"])
+    assert await storage.find_tool_call_message("t1", "call-1") is None
+    await storage.delete_thread("t1")
+    assert await storage.find_tool_call_message("t1", "call-1") is None
+
+
+async def test_a_rewrite_without_the_call_drops_it_from_the_index(storage: Storage) -> None:
+    await storage.save_thread(thread())
+    await storage.save_messages([tool_call_message("m1", "call-1")])
+
+    def drop_invocation(stored: StoredMessage) -> StoredMessage:
+        stored.content["parts"] = [p for p in stored.content["parts"] if p["type"] != "tool-invocation"]
+        return stored
+
+    await storage.update_message("m1", drop_invocation)
+    assert await storage.find_tool_call_message("t1", "call-1") is None

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
 from runstream.abort import AbortSignal
+from runstream.errors import RunstreamError
 
 FinishReason = Literal["stop", "length", "content-filter", "tool-calls", "error", "other", "unknown"]
 
@@ -104,7 +105,7 @@ class ModelStream:
     response: dict[str, Any] = field(default_factory=dict)
 
 
-class ModelCallError(Exception):
+class ModelCallError(RunstreamError):
     """A model request failed (HTTP status, vendor error). Becomes an ``error`` chunk."""
 
     def __init__(

@@ -22,6 +22,7 @@ from starlette.routing import Route
 
 from runstream.abort import AbortController
 from runstream.agent import Agent, RunNotFoundError
+from runstream.errors import StateConflictError
 from runstream.output import RunOutput
 from runstream.request_context import RequestContext
 from runstream.server.auth import Principal, principal_of
@@ -233,7 +234,7 @@ class MastraRoutes:
             out = await start(agent, run_id, body)
         except RunNotFoundError as exc:
             raise ApiError(404, str(exc)) from None
-        except ValueError as exc:
+        except StateConflictError as exc:
             raise ApiError(409, str(exc)) from None
         return await respond(self.ctx, request, Run(out, agent), principal)
 

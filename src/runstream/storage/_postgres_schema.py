@@ -113,6 +113,31 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        2,
+        "tool-call index: the message holding each tool call of a thread",
+        (
+            """CREATE TABLE {schema}.message_tool_calls (
+                thread_id TEXT NOT NULL,
+                tool_call_id TEXT NOT NULL,
+                message_id TEXT NOT NULL,
+                PRIMARY KEY (thread_id, tool_call_id)
+            )""",
+            "CREATE INDEX message_tool_calls_message ON {schema}.message_tool_calls (message_id)",
+            """INSERT INTO {schema}.message_tool_calls (thread_id, tool_call_id, message_id)
+            SELECT DISTINCT ON (m.thread_id, p.value -> 'toolInvocation' ->> 'toolCallId')
+                m.thread_id, p.value -> 'toolInvocation' ->> 'toolCallId', m.id
+            FROM {schema}.messages AS m, jsonb_array_elements(
+                CASE WHEN jsonb_typeof(m.content::jsonb -> 'parts') = 'array'
+                THEN m.content::jsonb -> 'parts' ELSE '[]'::jsonb END
+            ) AS p
+            WHERE m.role = 'assistant'
+                AND jsonb_typeof(p.value) = 'object'
+                AND p.value ->> 'type' = 'tool-invocation'
+                AND jsonb_typeof(p.value -> 'toolInvocation' -> 'toolCallId') = 'string'
+            ORDER BY m.thread_id, p.value -> 'toolInvocation' ->> 'toolCallId', m.seq DESC""",
+        ),
+    ),
 )
 
 

@@ -115,6 +115,21 @@ def message_to_row(message: StoredMessage) -> Row:
     }
 
 
+def tool_call_ids(row: Mapping[str, Any]) -> list[str]:
+    """The tool-call ids a message row's parts hold (``tool-invocation`` parts of an assistant
+    message): the keys of every backend's tool-call index (``find_tool_call_message``)."""
+    if row["role"] != "assistant" or '"tool-invocation"' not in row["content"]:
+        return []
+    parts = json.loads(row["content"]).get("parts")
+    ids = []
+    for part in parts if isinstance(parts, list) else []:
+        invocation = part.get("toolInvocation") if isinstance(part, dict) else None
+        call_id = invocation.get("toolCallId") if isinstance(invocation, dict) else None
+        if part.get("type") == "tool-invocation" and isinstance(call_id, str):
+            ids.append(call_id)
+    return ids
+
+
 def message_from_row(row: Mapping[str, Any]) -> StoredMessage:
     return StoredMessage(
         id=row["id"],

@@ -102,6 +102,26 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        2,
+        "tool-call index: the message holding each tool call of a thread",
+        (
+            """CREATE TABLE message_tool_calls (
+                thread_id TEXT NOT NULL,
+                tool_call_id TEXT NOT NULL,
+                message_id TEXT NOT NULL,
+                PRIMARY KEY (thread_id, tool_call_id)
+            )""",
+            "CREATE INDEX message_tool_calls_message ON message_tool_calls (message_id)",
+            """INSERT OR REPLACE INTO message_tool_calls (thread_id, tool_call_id, message_id)
+            SELECT m.thread_id, json_extract(p.value, '$.toolInvocation.toolCallId'), m.id
+            FROM messages AS m, json_each(m.content, '$.parts') AS p
+            WHERE m.role = 'assistant'
+                AND json_extract(p.value, '$.type') = 'tool-invocation'
+                AND json_type(p.value, '$.toolInvocation.toolCallId') = 'text'
+            ORDER BY m.seq""",
+        ),
+    ),
 )
 
 

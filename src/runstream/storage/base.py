@@ -127,6 +127,13 @@ class Storage(Protocol):
         """Delete by id; returns how many existed."""
         ...
 
+    async def find_tool_call_message(self, thread_id: str, tool_call_id: str) -> StoredMessage | None:
+        """The thread's assistant message holding the tool call ``tool_call_id`` (a
+        ``tool-invocation`` part), through an index kept on every save, update and delete, so
+        the cost does not grow with the thread. A call id held by several messages of the
+        thread (a model that reuses ids) finds the one saved last."""
+        ...
+
     # -- background tasks ------------------------------------------------------------------
 
     async def save_task(self, task: TaskRecord) -> None:

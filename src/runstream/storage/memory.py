@@ -39,6 +39,7 @@ from runstream.storage._rows import (
     thread_from_row,
     thread_to_row,
     to_utc,
+    tool_call_ids,
 )
 from runstream.storage.base import MessageMutator
 from runstream.storage.errors import (
@@ -76,6 +77,8 @@ class InMemoryStorage:
     def __init__(self) -> None:
         self._threads: dict[str, Row] = {}
         self._messages: dict[str, Row] = {}
+        self._tool_calls: dict[tuple[str, str], str] = {}
+        """(thread id, tool call id) -> the id of the message holding the call"""
         self._tasks: dict[str, Row] = {}
         # Decoded twins of the task rows, for filtering without decoding every row (never handed out).
         self._task_view: dict[str, TaskRecord] = {}
@@ -144,6 +147,8 @@ class InMemoryStorage:
         self._check_open()
         for message_id in [m["id"] for m in self._messages.values() if m["thread_id"] == thread_id]:
             del self._messages[message_id]
+        for key in [key for key in self._tool_calls if key[0] == thread_id]:
+            del self._tool_calls[key]
         for key in [key for key in self._thread_state if key[0] == thread_id]:
             del self._thread_state[key]
         return self._threads.pop(thread_id, None) is not None
@@ -164,6 +169,8 @@ class InMemoryStorage:
             self._owned_thread(row["thread_id"], row["resource_id"])
         for row in rows:
             self._messages[row["id"]] = row
+            for call_id in tool_call_ids(row):
+                self._tool_calls[(row["thread_id"], call_id)] = row["id"]
         now = utc_now()
         for thread_id in {row["thread_id"] for row in rows}:
             self._threads[thread_id] = dict(self._threads[thread_id], updated_at=now)
@@ -217,6 +224,14 @@ class InMemoryStorage:
     async def delete_messages(self, message_ids: Collection[str]) -> int:
         self._check_open()
         return sum(self._messages.pop(message_id, None) is not None for message_id in set(message_ids))
+
+    async def find_tool_call_message(self, thread_id: str, tool_call_id: str) -> StoredMessage | None:
+        self._check_open()
+        row = self._messages.get(self._tool_calls.get((thread_id, tool_call_id), ""))
+        # A pointer can be stale (its message deleted, moved or rewritten without the call).
+        if row is None or row["thread_id"] != thread_id or tool_call_id not in tool_call_ids(row):
+            return None
+        return message_from_row(row)
 
     # -- background tasks ------------------------------------------------------------------
 

@@ -53,6 +53,7 @@ from runstream.storage._rows import (
     thread_from_row,
     thread_to_row,
     to_utc,
+    tool_call_ids,
 )
 from runstream.storage.base import MessageMutator
 from runstream.storage.errors import (
@@ -134,6 +135,7 @@ class PostgresStorage:
         quoted = _schema.quote_ident(schema)
         self._threads = f"{quoted}.threads"
         self._messages = f"{quoted}.messages"
+        self._tool_calls = f"{quoted}.message_tool_calls"
         self._tasks = f"{quoted}.background_tasks"
         self._state = f"{quoted}.thread_state"
         self._snapshots = f"{quoted}.snapshots"
@@ -256,6 +258,7 @@ class PostgresStorage:
         async with self._write() as conn:
             await conn.execute(f"SELECT 1 FROM {self._threads} WHERE id = $1 FOR UPDATE", thread_id)
             await conn.execute(f"DELETE FROM {self._messages} WHERE thread_id = $1", thread_id)
+            await conn.execute(f"DELETE FROM {self._tool_calls} WHERE thread_id = $1", thread_id)
             await conn.execute(f"DELETE FROM {self._state} WHERE thread_id = $1", thread_id)
             return _affected(await conn.execute(f"DELETE FROM {self._threads} WHERE id = $1", thread_id)) > 0
 
@@ -284,6 +287,16 @@ class PostgresStorage:
                 raise ThreadResourceMismatchError(thread_id, owners[thread_id], resource_id)
         sql, _ = _upsert(self._messages, rows[0])
         await conn.executemany(sql, [[row[column] for column in rows[0]] for row in rows])
+        await conn.execute(
+            f"DELETE FROM {self._tool_calls} WHERE message_id = ANY($1::text[])", [row["id"] for row in rows]
+        )
+        calls = {(row["thread_id"], call_id): row["id"] for row in rows for call_id in tool_call_ids(row)}
+        if calls:
+            await conn.executemany(
+                f"INSERT INTO {self._tool_calls} (thread_id, tool_call_id, message_id) VALUES ($1, $2, $3)"
+                " ON CONFLICT (thread_id, tool_call_id) DO UPDATE SET message_id = EXCLUDED.message_id",
+                [[thread_id, call_id, message_id] for (thread_id, call_id), message_id in calls.items()],
+            )
         await conn.execute(
             f"UPDATE {self._threads} SET updated_at = $1 WHERE id = ANY($2::text[])", utc_now(), thread_ids
         )
@@ -358,9 +371,21 @@ class PostgresStorage:
         return message_from_row(new_row)
 
     async def delete_messages(self, message_ids: Collection[str]) -> int:
-        return await self._execute(
-            f"DELETE FROM {self._messages} WHERE id = ANY($1::text[])", list(message_ids)
+        ids = list(message_ids)
+        async with self._write() as conn:
+            await conn.execute(f"DELETE FROM {self._tool_calls} WHERE message_id = ANY($1::text[])", ids)
+            return _affected(
+                await conn.execute(f"DELETE FROM {self._messages} WHERE id = ANY($1::text[])", ids)
+            )
+
+    async def find_tool_call_message(self, thread_id: str, tool_call_id: str) -> StoredMessage | None:
+        sql = (
+            f"{self._message_select} WHERE id = (SELECT message_id FROM {self._tool_calls}"
+            " WHERE thread_id = $1 AND tool_call_id = $2) AND thread_id = $1"
         )
+        async with self._connection() as conn:
+            row = _row(await conn.fetchrow(sql, thread_id, tool_call_id))
+        return None if row is None else message_from_row(row)
 
     # -- background tasks ------------------------------------------------------------------
 

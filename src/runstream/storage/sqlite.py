@@ -56,6 +56,7 @@ from runstream.storage._rows import (
     thread_from_row,
     thread_to_row,
     to_utc,
+    tool_call_ids,
 )
 from runstream.storage.base import MessageMutator
 from runstream.storage.errors import (
@@ -306,6 +307,7 @@ class SqliteStorage:
     async def delete_thread(self, thread_id: str) -> bool:
         async with self._write() as tx:
             await tx.run("DELETE FROM messages WHERE thread_id = ?", [thread_id])
+            await tx.run("DELETE FROM message_tool_calls WHERE thread_id = ?", [thread_id])
             await tx.run("DELETE FROM thread_state WHERE thread_id = ?", [thread_id])
             return await tx.run("DELETE FROM threads WHERE id = ?", [thread_id]) > 0
 
@@ -324,6 +326,12 @@ class SqliteStorage:
             await self._check_owner(tx, thread_id, resource_id)
         for row in rows:
             await tx.upsert("messages", row)
+            await tx.run("DELETE FROM message_tool_calls WHERE message_id = ?", [row["id"]])
+            for call_id in tool_call_ids(row):
+                await tx.run(
+                    "INSERT OR REPLACE INTO message_tool_calls (thread_id, tool_call_id, message_id) VALUES (?, ?, ?)",
+                    [row["thread_id"], call_id, row["id"]],
+                )
         thread_ids = list(dict.fromkeys(row["thread_id"] for row in rows))
         await tx.run(
             f"UPDATE threads SET updated_at = ? WHERE id IN {_IDS_PARAM}", [utc_now(), _ids_json(thread_ids)]
@@ -388,8 +396,19 @@ class SqliteStorage:
         return message_from_row(new_row)
 
     async def delete_messages(self, message_ids: Collection[str]) -> int:
+        ids = [_ids_json(message_ids)]
         async with self._write() as tx:
-            return await tx.run(f"DELETE FROM messages WHERE id IN {_IDS_PARAM}", [_ids_json(message_ids)])
+            await tx.run(f"DELETE FROM message_tool_calls WHERE message_id IN {_IDS_PARAM}", ids)
+            return await tx.run(f"DELETE FROM messages WHERE id IN {_IDS_PARAM}", ids)
+
+    async def find_tool_call_message(self, thread_id: str, tool_call_id: str) -> StoredMessage | None:
+        sql = (
+            f"{_MESSAGE_SELECT} WHERE id = (SELECT message_id FROM message_tool_calls"
+            " WHERE thread_id = ? AND tool_call_id = ?) AND thread_id = ?"
+        )
+        async with self._read() as tx:
+            row = await tx.row(sql, [thread_id, tool_call_id, thread_id])
+        return None if row is None else message_from_row(row)
 
     # -- background tasks ------------------------------------------------------------------
 

@@ -16,21 +16,22 @@ from runstream.config_mapping import (
     positive_int,
     read_config,
 )
+from runstream.errors import NotFoundError, RunstreamError, StateConflictError
 from runstream.storage import TaskRecord
 from runstream.tools import Tool
 
 Backpressure = Literal["queue", "reject", "fallback-sync"]
 
 
-class BackgroundTaskError(Exception):
+class BackgroundTaskError(RunstreamError):
     """Base class of the manager's errors."""
 
 
-class TaskNotFoundError(BackgroundTaskError, LookupError):
+class TaskNotFoundError(BackgroundTaskError, NotFoundError):
     """No task with that id."""
 
 
-class TaskStateError(BackgroundTaskError):
+class TaskStateError(BackgroundTaskError, StateConflictError):
     """The task is not in a state that allows the operation (e.g. resuming a completed task)."""
 
 

@@ -16,7 +16,7 @@ from runstream.chunks import (
     ToolErrorChunk,
     ToolResultChunk,
 )
-from runstream.memory import rewrite_prompt_result
+from runstream.messages import rewrite_prompt_result
 from runstream.run_state import LoopConfig, RunState, ToolCall, ToolOutcome
 from runstream.storage import TaskRecord
 from runstream.tasks.config import BackgroundTaskError, TaskHook, TaskRequest, TerminalHook

@@ -78,7 +78,7 @@ from runstream.tasks.manager import (
     _Outcome,
 )
 from runstream.tasks.redis_bus import RedisChannel, RedisEventBus, record_from_wire
-from runstream.tools import draft07_schema_json
+from runstream.tools import resume_schema_of
 
 logger = logging.getLogger(__name__)
 
@@ -581,12 +581,10 @@ class DistributedTaskManager(BackgroundTaskManager):
         """The result over its placeholder, or the suspension in the message's metadata."""
         memory = Memory(storage=self.storage)
         try:
-            if record.status == "suspended":
-                tool = self._resolve_tool(record)
-                schema = tool.resume_schema if tool is not None else None
-                await memory.apply_task_suspension(record, draft07_schema_json(schema) if schema else None)
-            else:
-                await memory.apply_task_result(record)
+            resume_schema = (
+                resume_schema_of(self._resolve_tool(record)) if record.status == "suspended" else None
+            )
+            await memory.apply_task_outcome(record, resume_schema)
         except Exception:
             logger.exception("task %s: could not write its %s state into memory", record.id, record.status)
 

@@ -6,18 +6,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from runstream.errors import NotFoundError, RunstreamError, StateConflictError
 
-class WorkflowError(RuntimeError):
+
+class WorkflowError(RunstreamError, RuntimeError):
     """A workflow could not run as asked (a broken flow, a run in the wrong state)."""
 
     name = "Error"
 
 
-class RunNotSuspendedError(WorkflowError):
+class RunNotSuspendedError(WorkflowError, StateConflictError):
     """``resume_stream()`` on a run that is not suspended (it finished, failed or was canceled)."""
 
 
-class WorkflowRunNotFoundError(LookupError):
+class WorkflowRunNotFoundError(NotFoundError):
     """``workflow.get_run(run_id)`` found no stored run with that id."""
 
 

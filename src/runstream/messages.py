@@ -1,0 +1,363 @@
+"""Message formats, as pure functions: model-prompt messages, Mastra's stored format 2, AI SDK
+UI messages, and a background task's outcome written into them.
+
+Nothing here touches storage: :mod:`runstream.memory` loads and saves with these, the loop and
+``step_results`` build payloads with them, and the server lists messages with them.
+
+Stored assistant messages hold one run each; their parts are the run's steps (``step-start``,
+``text``, ``reasoning``, ``tool-invocation`` with its result, ``file``, ``source``). A run without
+new input that continues the thread's last (assistant) message appends to it
+(:class:`ContinuedMessage`, :func:`merge_parts`).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from runstream.chunks import iso_datetime
+from runstream.models.base import PromptMessage, tool_result_output
+from runstream.storage import StoredMessage, TaskRecord
+
+BACKGROUND_FAILED_PREFIX = "Background task failed: "
+
+
+@dataclass(slots=True)
+class ContinuedMessage:
+    """The thread's last stored message, an assistant one, that a run without new input continues."""
+
+    id: str
+    parts: list[dict[str, Any]]
+    metadata: dict[str, Any]
+    prompt_count: int
+    """How many of the run's history prompt messages this message makes up (the last ones)."""
+
+    def merged_parts(
+        self, responses: Sequence[PromptMessage], model: str | None = None
+    ) -> list[dict[str, Any]]:
+        """This message's parts with the run's responses appended (see :func:`merge_parts`)."""
+        return merge_parts(copy.deepcopy(self.parts), responses_to_parts(responses, model))
+
+
+def input_parts(message: PromptMessage) -> list[dict[str, Any]]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [copy.deepcopy(p) for p in content or []]
+
+
+def plain_text(message: PromptMessage) -> str:
+    return "".join(p.get("text", "") for p in input_parts(message) if p.get("type") == "text")
+
+
+def responses_to_parts(responses: Sequence[PromptMessage], model: str | None = None) -> list[dict[str, Any]]:
+    """A run's assistant/tool prompt messages as the parts of one stored assistant message.
+
+    Steps after the first open with a ``step-start`` part (labelled with ``model``, as Mastra
+    stores them); the first step has none.
+    """
+    parts: list[dict[str, Any]] = []
+    invocations: dict[str, dict[str, Any]] = {}
+    steps = 0
+    for message in responses:
+        if message["role"] == "assistant":
+            if steps:
+                parts.append(_step_start(model))
+            steps += 1
+            for part in message["content"]:
+                kind = part.get("type")
+                if kind == "text":
+                    parts.append({"type": "text", "text": part["text"]})
+                elif kind == "reasoning":
+                    parts.append(
+                        {
+                            "type": "reasoning",
+                            "reasoning": "",
+                            "details": [{"type": "text", "text": part["text"]}],
+                        }
+                    )
+                elif kind == "tool-call":
+                    invocation: dict[str, Any] = {
+                        "type": "tool-invocation",
+                        "toolInvocation": {
+                            "state": "call",
+                            "toolCallId": part["toolCallId"],
+                            "toolName": part["toolName"],
+                            "args": part.get("input", {}),
+                        },
+                    }
+                    invocations[part["toolCallId"]] = invocation
+                    parts.append(invocation)
+                else:
+                    parts.append(copy.deepcopy(part))
+        elif message["role"] == "tool":
+            for part in message["content"]:
+                found = invocations.get(part.get("toolCallId", ""))
+                if found is None:
+                    continue
+                invocation = found
+                output = part.get("output") or {}
+                inv = invocation["toolInvocation"]
+                if output.get("type") in ("error-text", "error-json"):
+                    inv["state"] = "output-error"
+                    inv["errorText"] = output.get("value")
+                else:
+                    inv["state"] = "result"
+                    inv["result"] = output.get("value")
+                # Mastra stamps a result's time here unless it carries other metadata (a task link).
+                invocation["providerMetadata"] = copy.deepcopy(part.get("providerOptions")) or {
+                    "mastra": {"createdAt": int(time.time() * 1000)}
+                }
+    return parts
+
+
+def _step_start(model: str | None) -> dict[str, Any]:
+    if model is None:
+        return {"type": "step-start"}
+    return {"type": "step-start", "createdAt": int(time.time() * 1000), "model": model}
+
+
+def merge_parts(parts: list[dict[str, Any]], new_parts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Append a response's parts to a stored assistant message's parts (in place), as Mastra's
+    message merger: a result for a call already there updates that call; text right after a
+    tool invocation opens a new step."""
+    calls = {p["toolInvocation"]["toolCallId"]: p for p in parts if p.get("type") == "tool-invocation"}
+    for part in new_parts:
+        if part.get("type") == "tool-invocation":
+            known = calls.get(part["toolInvocation"]["toolCallId"])
+            if known is not None:
+                known.update(copy.deepcopy(part))
+                continue
+        elif part.get("type") == "text" and parts and parts[-1].get("type") == "tool-invocation":
+            parts.append({"type": "step-start"})
+        parts.append(copy.deepcopy(part))
+    return parts
+
+
+def merge_metadata(stored: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored message's metadata with a later run's added (background tasks of both)."""
+    merged = {**copy.deepcopy(dict(new)), **copy.deepcopy(dict(stored))}
+    tasks = {**copy.deepcopy(new.get("backgroundTasks") or {}), **(merged.get("backgroundTasks") or {})}
+    if tasks:
+        merged["backgroundTasks"] = tasks
+    return merged
+
+
+def db_to_prompt(message: StoredMessage) -> list[PromptMessage]:
+    """A stored message as prompt messages (an assistant message becomes one pair per step)."""
+    parts = message.content.get("parts", [])
+    if message.role != "assistant":
+        return [{"role": message.role, "content": copy.deepcopy(parts)}]
+    return [prompt for step in parts_to_steps(parts) for prompt in step]
+
+
+def parts_to_steps(parts: Sequence[Mapping[str, Any]]) -> list[list[PromptMessage]]:
+    """An assistant message's parts as prompt messages, grouped by step (split at ``step-start``).
+
+    A tool invocation becomes a ``tool-call`` and, once it has one, a ``tool-result`` in the
+    step's tool message; both carry the invocation's provider metadata (the task link).
+    """
+    steps: list[list[PromptMessage]] = []
+    content: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        step: list[PromptMessage] = []
+        if content:
+            step.append({"role": "assistant", "content": list(content)})
+        if results:
+            step.append({"role": "tool", "content": list(results)})
+        steps.append(step)
+        content.clear()
+        results.clear()
+
+    for part in parts:
+        kind = part.get("type")
+        if kind == "step-start":
+            flush()
+        elif kind == "text":
+            content.append({"type": "text", "text": part["text"]})
+        elif kind == "reasoning":
+            text = "".join(d.get("text", "") for d in part.get("details", [])) or part.get("reasoning", "")
+            content.append({"type": "reasoning", "text": text})
+        elif kind == "file":
+            content.append({"type": "file", "data": part.get("data"), "mediaType": part.get("mediaType")})
+        elif kind == "tool-invocation":
+            inv = part["toolInvocation"]
+            call: dict[str, Any] = {
+                "type": "tool-call",
+                "toolCallId": inv["toolCallId"],
+                "toolName": inv["toolName"],
+                "input": inv["args"],
+            }
+            if part.get("providerMetadata"):
+                call["providerOptions"] = copy.deepcopy(part["providerMetadata"])
+            content.append(call)
+            if inv["state"] in ("result", "output-error"):
+                output = (
+                    tool_result_output(inv.get("errorText"), is_error=True)
+                    if inv["state"] == "output-error"
+                    else tool_result_output(inv.get("result"))
+                )
+                result = {
+                    "type": "tool-result",
+                    "toolCallId": inv["toolCallId"],
+                    "toolName": inv["toolName"],
+                    "output": output,
+                    "input": inv["args"],
+                }
+                if part.get("providerMetadata"):
+                    result["providerOptions"] = copy.deepcopy(part["providerMetadata"])
+                results.append(result)
+    flush()
+    return [step for step in steps if step]
+
+
+def parts_to_ui(
+    parts: Sequence[Mapping[str, Any]], metadata: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Stored parts as AI SDK UI message parts (what a ``useChat`` client holds); a call the
+    metadata lists as suspended is followed by a ``data-tool-call-suspended`` part."""
+    suspended = (metadata or {}).get("suspendedTools") or {}
+    ui: list[dict[str, Any]] = []
+    for part in parts:
+        kind = part.get("type")
+        if kind == "tool-invocation":
+            ui.append(ui_tool_part(part))
+            record = suspended.get(part["toolInvocation"]["toolCallId"])
+            if record is not None:
+                ui.append({"type": "data-tool-call-suspended", "data": copy.deepcopy(record)})
+        elif kind == "reasoning":
+            text = "".join(d.get("text", "") for d in part.get("details", [])) or part.get("reasoning", "")
+            ui.append({"type": "reasoning", "text": text})
+        elif kind == "text":
+            ui.append({"type": "text", "text": part["text"]})
+        elif kind == "file":
+            ui.append({"type": "file", "mediaType": part.get("mediaType"), "url": part.get("data")})
+        else:
+            ui.append(copy.deepcopy(dict(part)))
+    return ui
+
+
+def ui_tool_part(part: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored tool invocation as an AI SDK v5 UI tool part."""
+    inv = part["toolInvocation"]
+    tool: dict[str, Any] = {
+        "type": f"tool-{inv['toolName']}",
+        "toolCallId": inv["toolCallId"],
+        "input": inv.get("args", {}),
+    }
+    if inv["state"] == "result":
+        tool.update(state="output-available", output=inv.get("result"))
+    elif inv["state"] == "output-error":
+        tool.update(state="output-error", errorText=inv.get("errorText"))
+    else:
+        tool["state"] = "input-available"
+    if part.get("providerMetadata"):
+        tool["callProviderMetadata"] = copy.deepcopy(part["providerMetadata"])
+    return tool
+
+
+def _task_link(metadata: Any) -> Mapping[str, Any] | None:
+    if not isinstance(metadata, Mapping):
+        return None
+    mastra = metadata.get("mastra")
+    link = mastra.get("backgroundTask") if isinstance(mastra, Mapping) else None
+    return link if isinstance(link, Mapping) else None
+
+
+def is_task_part(part: Mapping[str, Any], task: TaskRecord) -> bool:
+    if part.get("type") != "tool-invocation":
+        return False
+    link = _task_link(part.get("providerMetadata"))
+    return (
+        part["toolInvocation"].get("toolCallId") == task.tool_call_id
+        and link is not None
+        and link.get("taskId") == task.id
+    )
+
+
+def task_outcome(task: TaskRecord) -> tuple[str, Any]:
+    """``("result", value)`` or ``("output-error", text)`` for a finished task."""
+    if task.status == "completed":
+        return "result", task.result
+    if task.status == "cancelled":
+        return "output-error", "Background task cancelled by the user: no result."
+    message = (task.error or {}).get("message") or "Unknown error"
+    return "output-error", BACKGROUND_FAILED_PREFIX + message
+
+
+def link_status(task: TaskRecord) -> str:
+    """The status a task link records: a timeout is a failure (as the task's lifecycle event)."""
+    return "failed" if task.status == "timed_out" else task.status
+
+
+def suspension_record(task: TaskRecord, resume_schema: str | None) -> dict[str, Any]:
+    """What a stored message keeps about a suspended call (``metadata.suspendedTools``)."""
+    record = {
+        "toolCallId": task.tool_call_id,
+        "toolName": task.tool_name,
+        "args": copy.deepcopy(task.args),
+        "type": "suspension",
+        "runId": task.run_id,
+        "suspendPayload": copy.deepcopy(task.suspend_payload),
+    }
+    if resume_schema is not None:
+        record["resumeSchema"] = resume_schema
+    return record
+
+
+def record_suspension(message: StoredMessage, task: TaskRecord, record: Mapping[str, Any]) -> StoredMessage:
+    for part in message.content.get("parts", []):
+        if is_task_part(part, task):
+            part["providerMetadata"]["mastra"].setdefault("createdAt", int(time.time() * 1000))
+    metadata = message.content.setdefault("metadata", {})
+    metadata.setdefault("suspendedTools", {})[task.tool_call_id] = copy.deepcopy(dict(record))
+    timing = metadata.get("backgroundTasks", {}).get(task.tool_call_id)
+    if timing is not None:
+        timing["suspendedAt"] = iso_datetime(task.suspended_at or datetime.now(UTC))
+    return message
+
+
+def rewrite_task_result(message: StoredMessage, task: TaskRecord) -> StoredMessage:
+    state, value = task_outcome(task)
+    for part in message.content.get("parts", []):
+        if not is_task_part(part, task):
+            continue
+        inv = part["toolInvocation"]
+        inv["state"] = state
+        inv.pop("result", None)
+        inv.pop("errorText", None)
+        inv["result" if state == "result" else "errorText"] = value
+        mastra = part["providerMetadata"]["mastra"]
+        mastra["backgroundTask"]["status"] = link_status(task)
+        mastra["modelOutput"] = None  # as Mastra's rewrite: no model-output override for the result
+        tasks = message.content.get("metadata", {}).get("backgroundTasks", {})
+        if task.tool_call_id in tasks:
+            tasks[task.tool_call_id]["completedAt"] = iso_datetime(task.completed_at or datetime.now(UTC))
+    return message
+
+
+def rewrite_prompt_result(messages: list[PromptMessage], task: TaskRecord) -> bool:
+    """The same rewrite on a live run's prompt messages (before they are saved)."""
+    state, value = task_outcome(task)
+    for message in messages:
+        if message["role"] != "tool":
+            continue
+        for part in message["content"]:
+            link = _task_link(part.get("providerOptions"))
+            if (
+                part.get("toolCallId") == task.tool_call_id
+                and link is not None
+                and link.get("taskId") == task.id
+            ):
+                part["output"] = tool_result_output(value, is_error=state != "result")
+                mastra = part["providerOptions"]["mastra"]
+                mastra["backgroundTask"]["status"] = link_status(task)
+                mastra["modelOutput"] = None
+                return True
+    return False

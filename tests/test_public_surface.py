@@ -1,0 +1,101 @@
+"""The typed public surface: the quick-start names at the package root, one error tree, a chunk
+union that narrows (at runtime with ``match``, and for a type checker), ``py.typed``."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from mypy import api as mypy_api
+
+import runstream
+from runstream import Agent, AgentChunk, RunstreamError, StateConflictError, StreamChunk, tool
+from runstream.chunks import DataChunk, TextDeltaChunk, ToolCallChunk
+from runstream.testing import ScriptedModel
+
+
+def test_the_quick_start_imports_from_the_package_root() -> None:
+    for name in ("Agent", "tool", "ToolContext", "Memory", "MemoryScope", "Runstream", "SqliteStorage"):
+        assert name in runstream.__all__ and hasattr(runstream, name), name
+    assert (Path(runstream.__file__).parent / "py.typed").is_file()
+
+
+def test_every_error_is_a_runstream_error_and_keeps_its_builtin_base() -> None:
+    from runstream.agent import RunNotFoundError
+    from runstream.storage import StorageError
+    from runstream.structured import StructuredOutputError
+    from runstream.tasks.config import TaskStateError
+    from runstream.tools import ToolArgumentsError
+
+    for error in (RunNotFoundError, StorageError, StructuredOutputError, TaskStateError, ToolArgumentsError):
+        assert issubclass(error, RunstreamError), error
+    assert issubclass(TaskStateError, StateConflictError)
+    assert issubclass(StructuredOutputError, ValueError) and issubclass(RunNotFoundError, LookupError)
+
+
+@tool(require_approval=True)
+async def wipe(path: str) -> str:
+    """Wipe a path."""
+    return path
+
+
+async def test_a_state_conflict_is_its_own_class() -> None:
+    parts = [
+        {"type": "tool-call", "toolCallId": "c1", "toolName": "wipe", "input": '{"path": "/"}'},
+        {"type": "finish", "finishReason": "tool-calls", "usage": {}},
+    ]
+    agent = Agent("a", model=ScriptedModel(calls=[parts]), tools=[wipe])
+    out = await agent.stream("wipe it")
+    assert [c.type async for c in out.full_stream][-1] == "tool-call-approval"
+    with pytest.raises(StateConflictError, match="is not waiting for approval"):
+        await agent.approve_tool_call(run_id=out.run_id, tool_call_id="nope")
+
+
+def describe(chunk: StreamChunk) -> str:
+    match chunk:
+        case TextDeltaChunk(payload):
+            return f"text {payload['text']}"
+        case ToolCallChunk(payload):
+            return f"call {payload['toolName']}"
+        case DataChunk():
+            return f"data {chunk.data}"
+        case _:
+            return chunk.type
+
+
+def test_chunks_narrow_with_match() -> None:
+    assert describe(TextDeltaChunk("r", {"id": "t", "text": "hi"})) == "text hi"
+    assert describe(ToolCallChunk("r", {"toolCallId": "c", "toolName": "wipe"})) == "call wipe"
+    assert describe(DataChunk("data-progress", 3)) == "data 3"
+
+
+def test_a_type_checker_narrows_the_union(tmp_path: Path) -> None:
+    """mypy (strict) accepts payload access after ``match``, ``isinstance`` and a ``type``
+    comparison, and rejects it without narrowing."""
+    narrowed = tmp_path / "narrowed.py"
+    narrowed.write_text(
+        textwrap.dedent(
+            """
+            from runstream import AgentChunk
+            from runstream.chunks import TextDeltaChunk
+
+            def text(chunk: AgentChunk) -> str:
+                if chunk.type == "text-delta":
+                    return chunk.payload["text"]
+                match chunk:
+                    case TextDeltaChunk(payload):
+                        return payload["text"]
+                return ""
+            """
+        )
+    )
+    out, _, status = mypy_api.run(["--strict", "--no-incremental", str(narrowed)])
+    assert status == 0, out
+    unnarrowed = tmp_path / "unnarrowed.py"
+    unnarrowed.write_text(
+        "from runstream import AgentChunk\n\ndef text(chunk: AgentChunk) -> str:\n    return chunk.payload['text']\n"
+    )
+    out, _, status = mypy_api.run(["--strict", "--no-incremental", str(unnarrowed)])
+    assert status == 1 and "TypedDict" in out, out
+    assert AgentChunk is not None
