@@ -65,7 +65,7 @@ from runstream.tasks.until_idle import IdleOptions, until_idle_stream
 from runstream.tools import Tool, ToolContext, resume_schema_of
 
 if TYPE_CHECKING:
-    from runstream.runtime import Runstream, Toolset
+    from runstream.services import RuntimeServices, Toolset
     from runstream.tasks.policy import AgentBackgroundConfig
     from runstream.workflows import Workflow
 
@@ -162,7 +162,8 @@ class Agent:
         self.goal = goal
         self.durable = durable
         self.is_task_complete = TaskCompletion.coerce(is_task_complete)
-        self.runtime: Runstream | None = None
+        self.services: RuntimeServices | None = None
+        """The storage and task manager of the runtime that holds this agent (see :meth:`bind`)."""
         self._suspended: dict[str, tuple[LoopConfig, RunState, RunOptions]] = {}
         self._live_runs: set[str] = set()
         """Durable runs streaming in this process (not to be resumed from a snapshot)."""
@@ -171,16 +172,16 @@ class Agent:
     def __repr__(self) -> str:
         return f"Agent({self.id!r})"
 
-    def bind(self, runtime: Runstream) -> None:
-        """Attach the agent to a :class:`~runstream.Runstream` (its storage and task manager)."""
-        self.runtime = runtime
+    def bind(self, services: RuntimeServices) -> None:
+        """Give the agent a runtime's storage and task manager (``Runstream`` does this)."""
+        self.services = services
         if self.memory is not None and self.memory.storage is None:
-            self.memory.storage = runtime.storage
-        if runtime.task_manager is not None:
+            self.memory.storage = services.storage
+        if services.task_manager is not None:
             for tool in self.tools.values():
-                runtime.task_manager.register_tool(self.id, tool)
+                services.task_manager.register_tool(self.id, tool)
             if self.background_config.concurrency is not None:
-                runtime.task_manager.agent_concurrency[self.id] = self.background_config.concurrency
+                services.task_manager.agent_concurrency[self.id] = self.background_config.concurrency
 
     async def current_tools(self) -> dict[str, Tool]:
         """The agent's own tools plus its toolsets' current ones (own tools win a name clash)."""
@@ -289,7 +290,7 @@ class Agent:
     def _idles(self, until_idle: bool | Mapping[str, Any], options: RunOptions) -> bool:
         """Whether a stream stays open for its background tasks (it needs a task manager and a
         thread to continue on; otherwise it is a plain stream, as in Mastra)."""
-        manager = self.runtime.task_manager if self.runtime is not None else None
+        manager = self.services.task_manager if self.services is not None else None
         return (
             until_idle is not False
             and manager is not None
@@ -334,8 +335,8 @@ class Agent:
         if scope is not None:
             if self.memory is None:
                 raise ValueError(f"agent {self.id!r} has no memory: pass Agent(..., memory=Memory(...))")
-            if self.runtime is not None:
-                await self.runtime.start()
+            if self.services is not None:
+                await self.services.start()
             await self.memory.ensure_thread(scope)
             history = await self.memory.load_prompt(scope)
             if not input_messages:  # e.g. an until-idle continuation
@@ -417,14 +418,20 @@ class Agent:
             warn_without_manager,
         )
 
-        manager = self.runtime.task_manager if self.runtime is not None else None
+        services = self.services
+        manager = services.task_manager if services is not None else None
         if manager is None and not options.disable_background_tasks:
             warn_without_manager(self.id, self.tools, self.background_config)
-        if manager is None or options.disable_background_tasks or self.background_config.disabled:
+        if (
+            services is None
+            or manager is None
+            or options.disable_background_tasks
+            or self.background_config.disabled
+        ):
             return ""
         from runstream.tasks.dispatch import BackgroundDispatcher, wait_in_loop
 
-        await self.runtime.start()  # type: ignore[union-attr]
+        await services.start()
         dispatcher = BackgroundDispatcher(manager, self.background_config, self._terminal_hook)
         tools = {name: tool for name, tool in cfg.tools.items() if name not in cfg.client_tools}
         eligible = dispatcher.eligible_tools(tools)
@@ -489,8 +496,8 @@ class Agent:
 
     def _goal_storage(self) -> Storage:
         storage = self.memory.storage if self.memory is not None else None
-        if storage is None and self.runtime is not None:
-            storage = self.runtime.storage
+        if storage is None and self.services is not None:
+            storage = self.services.storage
         if storage is None:
             raise ValueError(f"agent {self.id!r} needs storage for goals: give it memory or a Runstream")
         return storage
@@ -545,8 +552,8 @@ class Agent:
         data = await storage.load_snapshot(suspension.DURABLE_NAMESPACE, run_id) if storage else None
         if data is None or data.get("agentId") != self.id or run_id in self._live_runs:
             raise RunNotFoundError(f"no interrupted durable run {run_id!r} on agent {self.id!r}")
-        if self.runtime is not None:
-            await self.runtime.start()
+        if self.services is not None:
+            await self.services.start()
         state = suspension.restore(data)
         state.status = "running"
         state.saved = False
@@ -641,7 +648,7 @@ class Agent:
     def _run_storage(self) -> Storage | None:
         if self.memory is not None and self.memory.storage is not None:
             return self.memory.storage
-        return self.runtime.storage if self.runtime is not None else None
+        return self.services.storage if self.services is not None else None
 
     async def _stream_until_idle(
         self,
@@ -649,7 +656,7 @@ class Agent:
         until_idle: bool | Mapping[str, Any],
         start_first_turn: Callable[[], Awaitable[RunOutput]],
     ) -> RunOutput:
-        runtime = self.runtime
+        runtime = self.services
         assert runtime is not None and runtime.task_manager is not None and options.memory is not None
         idle = IdleOptions.coerce(
             dict(until_idle) if isinstance(until_idle, Mapping) else None,
@@ -792,8 +799,8 @@ class Agent:
             if stored_cfg is not None:
                 cfg = replace(stored_cfg, abort_signal=controller.signal)
             else:  # restored from storage: rebuild the configuration from the agent
-                if self.runtime is not None:
-                    await self.runtime.start()
+                if self.services is not None:
+                    await self.services.start()
                 cfg = await self._configure(options, state, controller)
             return self._output(cfg, state, controller, action, options)
 

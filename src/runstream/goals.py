@@ -320,22 +320,7 @@ class GoalCheck:
             if should_continue
             else f"{record.status} ({iteration}/{max_runs})\n{final_reason or reason}"
         )
-        yield DataChunk(
-            "data-signal",
-            {
-                "id": str(uuid.uuid4()),
-                "type": "reactive",
-                "tagName": "system-reminder",
-                "contents": contents,
-                "createdAt": now_utc(),
-                "acceptedAt": now_utc(),
-                "attributes": {"type": "goal-judge"},
-                "metadata": {"goalEvaluation": final.payload},
-            },
-            run_id=state.run_id,
-            from_="AGENT",
-            transient=True,
-        )
+        yield _judge_signal(state.run_id, contents, final)
         yield final
         feedback: list[PromptMessage] = [
             {
@@ -488,3 +473,23 @@ async def resolve_judge(
     if inspect.isawaitable(resolved):
         resolved = await resolved
     return resolved
+
+
+def _judge_signal(run_id: str, contents: str, final: GoalChunk) -> DataChunk:
+    """The judge's verdict as the ``data-signal`` (a system reminder) Mastra streams before it."""
+    return DataChunk(
+        "data-signal",
+        {
+            "id": str(uuid.uuid4()),
+            "type": "reactive",
+            "tagName": "system-reminder",
+            "contents": contents,
+            "createdAt": now_utc(),
+            "acceptedAt": now_utc(),
+            "attributes": {"type": "goal-judge"},
+            "metadata": {"goalEvaluation": final.payload},
+        },
+        run_id=run_id,
+        from_="AGENT",
+        transient=True,
+    )

@@ -3,29 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 from runstream.agent import Agent
+from runstream.services import RuntimeServices, Toolset
 from runstream.storage import InMemoryStorage, Storage
 from runstream.tasks.config import BackgroundTaskConfig
 from runstream.tasks.manager import BackgroundTaskManager
 from runstream.tools import Tool
 from runstream.workflows import Workflow
-
-
-class Toolset(Protocol):
-    """Tools that come and go while an agent lives (an MCP client is one): started with the
-    runtime (or the first run), closed with the runtime, read per run."""
-
-    async def start(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-    def tools(self) -> Mapping[str, Tool]: ...
-
-    def on_tools_changed(self, listener: Callable[[dict[str, Tool]], None]) -> None: ...
 
 
 class Runstream:
@@ -69,7 +57,7 @@ class Runstream:
         if agent.id in self.agents:
             raise ValueError(f"an agent with id {agent.id!r} is already registered")
         self.agents[agent.id] = agent
-        agent.bind(self)
+        agent.bind(RuntimeServices(self.storage, self.task_manager, self.start))
         return agent
 
     def add_workflow(self, workflow: Workflow) -> Workflow:

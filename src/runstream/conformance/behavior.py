@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 from runstream.abort import AbortSignal, sleep
-from runstream.chunks import AnyChunk
+from runstream.chunks import AnyChunk, dumps
 from runstream.processors import ProcessorContext, StepView
 from runstream.testing.scripted import ScriptedError
 from runstream.tools import Tool, ToolContext
@@ -137,3 +137,21 @@ class RuleProcessor:
                 continue
             if rule["action"] == "tripwire":
                 ctx.abort(rule["reason"], retry=bool(rule.get("retry", False)), metadata=rule.get("metadata"))
+
+
+@dataclass
+class StreamWriter:
+    out: TextIO
+    sections: int = 0
+    chunk_counts: dict[str, int] = field(default_factory=dict)
+
+    def marker(self, source: str) -> None:
+        self.out.write(dumps({"type": "$stream", "index": self.sections, "source": source}) + "\n")
+
+    def begin(self, source: str) -> None:
+        if self.sections:
+            self.marker(source)
+        self.sections += 1
+
+    def chunk(self, chunk: AnyChunk) -> None:
+        self.out.write(dumps(chunk.to_wire()) + "\n")

@@ -13,13 +13,13 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from runstream.abort import AbortController
 from runstream.agent import Agent
-from runstream.chunks import AnyChunk, dumps
-from runstream.conformance.behavior import RuleProcessor, ToolExecutionLog, build_tool, contains
+from runstream.chunks import AnyChunk
+from runstream.conformance.behavior import RuleProcessor, StreamWriter, ToolExecutionLog, build_tool, contains
 from runstream.conformance.temporal import temporal_task_manager
 from runstream.conformance.workflow_runner import build_workflow, run_workflow_scenario
 from runstream.goals import DEFAULT_MAX_RUNS, GoalConfig
@@ -48,24 +48,6 @@ class _Action:
     fired: bool = False
     chunk: AnyChunk | None = None
     """The chunk that triggered it."""
-
-
-@dataclass
-class StreamWriter:
-    out: TextIO
-    sections: int = 0
-    chunk_counts: dict[str, int] = field(default_factory=dict)
-
-    def marker(self, source: str) -> None:
-        self.out.write(dumps({"type": "$stream", "index": self.sections, "source": source}) + "\n")
-
-    def begin(self, source: str) -> None:
-        if self.sections:
-            self.marker(source)
-        self.sections += 1
-
-    def chunk(self, chunk: AnyChunk) -> None:
-        self.out.write(dumps(chunk.to_wire()) + "\n")
 
 
 def _runs(scenario: Mapping[str, Any]) -> list[Mapping[str, Any]]:

@@ -18,16 +18,13 @@ import copy
 import os
 import tempfile
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runstream.agent import Agent
-from runstream.conformance.behavior import ToolExecutionLog, abortable_sleep, contains
+from runstream.conformance.behavior import StreamWriter, ToolExecutionLog, abortable_sleep, contains
 from runstream.storage import InMemoryStorage, SqliteStorage, Storage
 from runstream.testing.scripted import ScriptedError, ScriptedModel
 from runstream.workflows import Step, StepContext, Workflow, WorkflowRun, WorkflowRunOutput, agent_step
-
-if TYPE_CHECKING:
-    from runstream.conformance.runner import StreamWriter
 
 
 def build_workflow(

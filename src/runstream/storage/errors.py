@@ -6,14 +6,14 @@ can catch one type; the subclasses exist for the cases a caller handles differen
 
 from __future__ import annotations
 
-from runstream import errors
+from runstream import errors as base
 
 
-class StorageError(errors.RunstreamError):
+class StorageError(base.RunstreamError):
     """Base class for storage failures."""
 
 
-class NotFoundError(StorageError, errors.NotFoundError):
+class NotFoundError(StorageError, base.NotFoundError):
     """An operation needs a record that does not exist (for example updating a missing thread)."""
 
     def __init__(self, kind: str, record_id: str) -> None:

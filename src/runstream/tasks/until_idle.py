@@ -235,25 +235,13 @@ async def until_idle_stream(
     before the first turn runs, so no event is missed). ``running`` is the set of task ids the
     stream waits for; it may start non-empty (tasks taken over from a superseded stream).
     """
-    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-    pumps: list[asyncio.Task[None]] = []
-
-    async def pump_events() -> None:
-        async for event in subscription:
-            queue.put_nowait(("task", event))
-
-    async def pump_turn(out: RunOutput) -> None:
-        try:
-            async for chunk in out.full_stream:
-                queue.put_nowait(("turn", chunk))
-        finally:
-            queue.put_nowait(("turn-end", out))
+    pumps = _Pumps(subscription)
+    queue = pumps.queue
 
     def start_turn(out: RunOutput) -> None:
         ledger.turn_started(out.run_id)
-        pumps.append(asyncio.create_task(pump_turn(out)))
+        pumps.start_turn(out)
 
-    pumps.append(asyncio.create_task(pump_events()))
     stop_waiting: asyncio.Future[Any] = asyncio.ensure_future(controller.signal.wait())
     ledger = _Ledger(running, options.resume_window_ms)
     turn_active = True
@@ -296,14 +284,7 @@ async def until_idle_stream(
                     return
                 if now >= next_progress:
                     next_progress = now + options.progress_interval_ms / 1000
-                    yield BackgroundTaskProgressChunk(
-                        run_id,
-                        {
-                            "taskIds": sorted(running),
-                            "runningCount": len(running),
-                            "elapsedMs": round((now - waiting_since) * 1000),
-                        },
-                    )
+                    yield _progress(run_id, running, round((now - waiting_since) * 1000))
                 continue
             kind, item = getter.result()
             if kind == "turn":
@@ -351,9 +332,40 @@ async def until_idle_stream(
             # The reader went away mid-stream: stop the turn in flight (tasks keep running).
             controller.abort("until-idle stream closed")
         await subscription.close()
-        for pump in pumps:
+        await pumps.close()
+
+
+class _Pumps:
+    """Feeds the manager's task events and each turn's chunks into one queue, which the
+    until-idle stream reads: ``("task", event)``, ``("turn", chunk)``, ``("turn-end", out)``."""
+
+    def __init__(self, subscription: TaskSubscription) -> None:
+        self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self.tasks = [asyncio.create_task(self._events(subscription))]
+
+    async def _events(self, subscription: TaskSubscription) -> None:
+        async for event in subscription:
+            self.queue.put_nowait(("task", event))
+
+    def start_turn(self, out: RunOutput) -> None:
+        self.tasks.append(asyncio.create_task(self._turn(out)))
+
+    async def _turn(self, out: RunOutput) -> None:
+        try:
+            async for chunk in out.full_stream:
+                self.queue.put_nowait(("turn", chunk))
+        finally:
+            self.queue.put_nowait(("turn-end", out))
+
+    async def close(self) -> None:
+        for pump in self.tasks:
             pump.cancel()
-        await asyncio.gather(*pumps, return_exceptions=True)
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+def _progress(run_id: str, running: set[str], elapsed_ms: int) -> AnyChunk:
+    payload: Any = {"taskIds": sorted(running), "runningCount": len(running), "elapsedMs": elapsed_ms}
+    return BackgroundTaskProgressChunk(run_id, payload)
 
 
 class ContinuationLimitError(RuntimeError):

@@ -71,7 +71,7 @@ from runstream.tasks.temporal.workflow import (
     ResumeSignal,
     TaskPlan,
 )
-from runstream.tools import draft07_schema_json
+from runstream.tools import resume_schema_of
 
 logger = logging.getLogger(__name__)
 
@@ -356,12 +356,10 @@ class TemporalTaskManager(BackgroundTaskManager):
     async def _write_outcome(self, record: TaskRecord) -> None:
         memory = Memory(storage=self.storage)
         try:
-            if record.status == "suspended":
-                tool = self._resolve_tool(record)
-                schema = tool.resume_schema if tool is not None else None
-                await memory.apply_task_suspension(record, draft07_schema_json(schema) if schema else None)
-            else:
-                await memory.apply_task_result(record)
+            resume_schema = (
+                resume_schema_of(self._resolve_tool(record)) if record.status == "suspended" else None
+            )
+            await memory.apply_task_outcome(record, resume_schema)
         except Exception:
             logger.exception("task %s: could not write its %s state into memory", record.id, record.status)
 

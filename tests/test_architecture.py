@@ -1,0 +1,190 @@
+"""The layering of ``src/runstream`` as docs/architecture.md states it, checked on the source (AST):
+which way imports run, no import cycles (type-only imports count), and the size limits."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+PACKAGE = SRC / "runstream"
+
+MAX_FUNCTION_LINES = 100
+MAX_MODULE_LINES = 800
+
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    # module (or package prefix) -> what it must never import (module or package prefixes)
+    "runstream.errors": ("runstream",),
+    "runstream.chunks": ("runstream.models", "runstream.loop", "runstream.agent", "runstream.run_state"),
+    "runstream.payloads": ("runstream",),
+    "runstream.models": ("runstream.chunks", "runstream.loop", "runstream.agent", "runstream.run_state"),
+    "runstream.messages": ("runstream.memory", "runstream.agent", "runstream.loop", "runstream.tasks"),
+    "runstream.run_state": (
+        "runstream.loop",
+        "runstream.model_step",
+        "runstream.tool_step",
+        "runstream.agent",
+    ),
+    "runstream.output": ("runstream.loop", "runstream.agent", "runstream.memory", "runstream.tasks"),
+    "runstream.loop": ("runstream.agent", "runstream.runtime", "runstream.memory", "runstream.tasks"),
+    "runstream.model_step": ("runstream.agent", "runstream.runtime", "runstream.memory", "runstream.loop"),
+    "runstream.tool_step": ("runstream.agent", "runstream.runtime", "runstream.memory", "runstream.loop"),
+    "runstream.step_results": ("runstream.agent", "runstream.memory", "runstream.loop"),
+    "runstream.memory": ("runstream.agent", "runstream.runtime", "runstream.loop", "runstream.tasks"),
+    "runstream.storage": ("runstream.agent", "runstream.runtime", "runstream.loop", "runstream.memory"),
+    "runstream.tasks": ("runstream.agent", "runstream.runtime", "runstream.loop"),
+    "runstream.agent": ("runstream.runtime",),
+}
+"""Besides: nothing outside ``runstream.server`` imports it (see ``test_the_core_never_imports_the_server``)."""
+
+SERVER_USERS = ("runstream.server", "runstream.cli", "runstream.__main__")
+"""The server's own package and the command line that starts it."""
+
+KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
+    {
+        frozenset(
+            {
+                "runstream.workflows.control",
+                "runstream.workflows.engine",
+                "runstream.workflows.flow",
+                "runstream.workflows.foreach",
+                "runstream.workflows.nested",
+                "runstream.workflows.run",
+                "runstream.workflows.snapshots",
+                "runstream.workflows.tool",
+                "runstream.workflows.workflow",
+            }
+        )
+    }
+)
+"""Cycles inside one package that predate this check (the workflow engine's modules refer to
+each other); a new cycle, or one between packages, fails."""
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@cache
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported(name: str) -> set[str]:
+    """The runstream modules ``name`` imports anywhere (type-only and function-local included)."""
+    known = modules()
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(known[name].read_text())):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # ``from package import module`` imports the module; ``from module import name`` the module.
+            targets = [f"{node.module}.{alias.name}" for alias in node.names]
+        for target in targets:
+            while target not in known and "." in target:
+                target = target.rsplit(".", 1)[0]
+            # The root package is everyone's parent (importing any module runs it first).
+            if target in known and target not in (name, "runstream"):
+                found.add(target)
+    return found
+
+
+def within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_imports_run_the_documented_way(layer: str) -> None:
+    wrong = [
+        f"{name} imports {target}"
+        for name in modules()
+        if within(name, layer)
+        for target in sorted(imported(name))
+        if any(within(target, banned) for banned in FORBIDDEN[layer]) and not within(target, layer)
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_core_never_imports_the_server() -> None:
+    wrong = [
+        f"{name} imports {target}"
+        for name in modules()
+        if not any(within(name, user) for user in SERVER_USERS)
+        for target in imported(name)
+        if within(target, "runstream.server")
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> Iterator[set[str]]:
+    """Tarjan's algorithm: the graph's cycles (components of more than one node)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+
+    def visit(node: str) -> Iterator[set[str]]:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                yield from visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                yield component
+
+    for node in sorted(graph):
+        if node not in index:
+            yield from visit(node)
+
+
+def test_no_import_cycles() -> None:
+    graph = {name: imported(name) for name in modules()}
+    cycles = [c for c in strongly_connected(graph) if frozenset(c) not in KNOWN_CYCLES]
+    assert not cycles, "\n".join(" <-> ".join(sorted(c)) for c in cycles)
+
+
+def test_no_import_cycles_between_packages() -> None:
+    """Counting a package (``runstream.tasks``, ``runstream.workflows`` ...) as one node."""
+
+    def unit(name: str) -> str:
+        return ".".join(name.split(".")[:2])
+
+    graph: dict[str, set[str]] = {}
+    for name in modules():
+        graph.setdefault(unit(name), set()).update(unit(t) for t in imported(name) if unit(t) != unit(name))
+    cycles = list(strongly_connected(graph))
+    assert not cycles, "\n".join(" <-> ".join(sorted(c)) for c in cycles)
+
+
+def test_functions_and_modules_stay_short() -> None:
+    too_long = []
+    for name, path in modules().items():
+        source = path.read_text()
+        if source.count("\n") > MAX_MODULE_LINES:
+            too_long.append(f"module {name}: {source.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{name}.{node.name}: {length} lines")
+    assert not too_long, "\n".join(too_long)
