@@ -56,18 +56,22 @@ from runstream.tool_step import answer_pending, calls_client_tools, run_tool_ste
 Phase = AsyncIterator[AnyChunk | StepOutcome]
 """A part of the run: it yields chunks, then how it ended (its last item)."""
 
+CONTINUE = Continue()
+
 
 async def agent_loop(
     cfg: LoopConfig, state: RunState, resume: ResumeAction | None = None
 ) -> AsyncIterator[AnyChunk]:
     """Run the agent until it stops; yields every chunk of the run."""
-    turn = Turn.of(cfg, state.run_id)
-    outcome: StepOutcome = Continue()
+    if resume is None:  # the first chunk goes out before anything else is set up
+        yield StartChunk(state.run_id, {"id": cfg.agent_id, "messageId": state.message_id})
+    outcome: StepOutcome = CONTINUE
     async for item in _begin(cfg, state, resume):
         if isinstance(item, Chunk):
             yield item
         else:
             outcome = item
+    turn = Turn.of(cfg, state.run_id)
     while isinstance(outcome, Continue):
         if cfg.abort_signal.aborted:
             # As in Mastra, the step the abort preempted still has a response (no warnings).
@@ -90,8 +94,7 @@ async def agent_loop(
 
 async def _begin(cfg: LoopConfig, state: RunState, resume: ResumeAction | None) -> Phase:
     """A new run's start (and its input processors), or where a stopped run goes on."""
-    if resume is None:
-        yield StartChunk(state.run_id, {"id": cfg.agent_id, "messageId": state.message_id})
+    if resume is None:  # (its start chunk is out)
         for start_chunk in cfg.start_chunks:
             _open_message_after_signal(state, start_chunk)
             yield start_chunk
@@ -265,7 +268,7 @@ async def _review_step(
         chunk = step_finish_chunk(cfg, state, record, "retry", continued=True, step_result=retry_result)
         chunk.payload["processorRetryFeedback"] = feedback
         yield chunk
-        yield Continue()
+        yield CONTINUE
         return
     if state.processor_retry_count:  # the step is accepted: its retries are over
         state.processor_retry_count = 0
@@ -304,7 +307,7 @@ async def _model_turn_ended(cfg: LoopConfig, state: RunState, step: ModelStep, r
             state.messages.extend(verdict.feedback)
             add_feedback(record, verdict.feedback)
             state.message_id = verdict.next_message_id or state.message_id
-        yield Continue()
+        yield CONTINUE
         return
     waited = len(state.waited_task_ids)
     async for chunk in wait_for_background(cfg, state):
@@ -312,7 +315,7 @@ async def _model_turn_ended(cfg: LoopConfig, state: RunState, step: ModelStep, r
     if cfg.abort_signal.aborted:
         yield Abort()
     elif _task_settled(cfg, state, waited):
-        yield Continue()
+        yield CONTINUE
     else:  # the final verdicts travel with the finish too (as in Mastra)
         yield Finish(step.finish_reason, step.step_result, extra)
 
@@ -341,7 +344,7 @@ async def _tool_step(
     )
     add_tool_results(state, record, pending.results)
     if step is None:  # a resumed step: as in Mastra, it goes on without saving or waiting
-        yield Continue() if cont else Finish(reason)
+        yield CONTINUE if cont else Finish(reason)
         return
     if cfg.on_step_end is not None:
         await cfg.on_step_end(state)
@@ -351,7 +354,7 @@ async def _tool_step(
     if cfg.abort_signal.aborted:
         yield Abort()
     elif cont or _task_settled(cfg, state, waited):
-        yield Continue()
+        yield CONTINUE
     else:
         yield Finish(reason, step_result)
 

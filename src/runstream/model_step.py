@@ -11,7 +11,7 @@ import base64
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,13 +52,16 @@ DURABLE_STEP_ID = "durable-llm-execution"
 """The step id of a durable run's model steps, as Mastra's durable workflow names them."""
 
 
+_NONE: tuple[Any, ...] = ()
+
+
 @dataclass(slots=True)
 class Turn:
     """What the loop keeps across the steps of one stream (not part of the saved run)."""
 
     processor_contexts: dict[str, ProcessorContext]
-    stream_processors: list[Any]
-    step_processors: list[Any]
+    stream_processors: Sequence[Any]
+    step_processors: Sequence[Any]
     eager_allowed: bool
     """Tools may start while the model streams (no tool of the agent needs approval)."""
     retry_feedback: list[PromptMessage] = field(default_factory=list)
@@ -67,12 +70,16 @@ class Turn:
     @classmethod
     def of(cls, cfg: LoopConfig, run_id: str) -> Turn:
         processors = cfg.output_processors
+        eager_allowed = cfg.tool_call_strategy == "available" and not any(
+            tool.require_approval for tool in cfg.tools.values()
+        )
+        if not processors:
+            return cls({}, _NONE, _NONE, eager_allowed)
         return cls(
             processor_contexts={p.id: ProcessorContext(processor_id=p.id, run_id=run_id) for p in processors},
             stream_processors=[p for p in processors if hasattr(p, "process_output_stream")],
             step_processors=[p for p in processors if hasattr(p, "process_output_step")],
-            eager_allowed=cfg.tool_call_strategy == "available"
-            and not any(tool.require_approval for tool in cfg.tools.values()),
+            eager_allowed=eager_allowed,
         )
 
 

@@ -16,6 +16,7 @@ the model to try the step again with the reason as feedback (up to ``max_process
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol, runtime_checkable
 
@@ -81,7 +82,7 @@ class Processor(Protocol):
 
 
 async def run_stream_processors(
-    processors: list[Any], chunk: AnyChunk, contexts: dict[str, ProcessorContext]
+    processors: Sequence[Any], chunk: AnyChunk, contexts: dict[str, ProcessorContext]
 ) -> AnyChunk | None:
     """Pass ``chunk`` through every processor's ``process_output_stream``; ``None`` = dropped."""
     current: AnyChunk | None = chunk
@@ -97,7 +98,7 @@ async def run_stream_processors(
 
 
 async def run_step_processors(
-    processors: list[Any], step: StepView, contexts: dict[str, ProcessorContext]
+    processors: Sequence[Any], step: StepView, contexts: dict[str, ProcessorContext]
 ) -> None:
     for processor in processors:
         hook = getattr(processor, "process_output_step", None)
