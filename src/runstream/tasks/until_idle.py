@@ -256,13 +256,9 @@ async def until_idle_stream(
         start_turn(first)
         while True:
             now = time.monotonic()
-            wait: float | None = None
-            if not turn_active and running:
-                if idle_deadline is None:
-                    idle_deadline = now + options.max_idle_ms / 1000
-                wait = max(0.0, min(idle_deadline, next_progress) - now)
-            elif not turn_active and ledger.resume_windows:
-                wait = max(0.0, max(ledger.resume_windows.values()) - now)
+            if not turn_active and running and idle_deadline is None:
+                idle_deadline = now + options.max_idle_ms / 1000
+            wait = None if turn_active else _wait_s(now, running, idle_deadline, next_progress, ledger)
             getter = asyncio.ensure_future(queue.get())
             done, _ = await asyncio.wait(
                 {getter, stop_waiting}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
@@ -333,6 +329,19 @@ async def until_idle_stream(
             controller.abort("until-idle stream closed")
         await subscription.close()
         await pumps.close()
+
+
+def _wait_s(
+    now: float, running: set[str], idle_deadline: float | None, next_progress: float, ledger: _Ledger
+) -> float | None:
+    """Between turns: how long to wait for the next item. While tasks run, until the idle
+    deadline or the next progress chunk; else until the last resume window closes (``None``:
+    no limit)."""
+    if running and idle_deadline is not None:
+        return max(0.0, min(idle_deadline, next_progress) - now)
+    if not running and ledger.resume_windows:
+        return max(0.0, max(ledger.resume_windows.values()) - now)
+    return None
 
 
 class _Pumps:
