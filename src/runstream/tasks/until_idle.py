@@ -229,12 +229,9 @@ async def until_idle_stream(
     controller: AbortController,
     running: set[str],
 ) -> AsyncIterator[AnyChunk]:
-    """The merged outer stream (see the module docstring).
-
-    ``subscription`` delivers the task manager's events for the thread and resource (made
-    before the first turn runs, so no event is missed). ``running`` is the set of task ids the
-    stream waits for; it may start non-empty (tasks taken over from a superseded stream).
-    """
+    """The merged outer stream (see the module docstring). ``subscription``: the manager's events
+    for the thread and resource, made before the first turn runs (no event is missed);
+    ``running``: the task ids to wait for (may start with tasks of a superseded stream)."""
     pumps = _Pumps(subscription)
     queue = pumps.queue
 
@@ -310,16 +307,9 @@ async def until_idle_stream(
                     yield _continuation_limit_error(run_id, options.max_continuations)
                     return
                 continuations += 1
-                batch = ledger.take_batch()
                 idle_deadline = None
                 turn_active = True
-                token = tracing.continuation_task_ids(batch)
-                try:
-                    start_turn(
-                        await continuation([{"role": "system", "content": continuation_directive(batch)}])
-                    )
-                finally:
-                    tracing.end_continuation(token)
+                start_turn(await _continue(continuation, ledger.take_batch()))
             elif not running and not ledger.queued and not ledger.window_open():
                 return
     finally:
@@ -329,6 +319,15 @@ async def until_idle_stream(
             controller.abort("until-idle stream closed")
         await subscription.close()
         await pumps.close()
+
+
+async def _continue(continuation: StartTurn, batch: list[AnyChunk]) -> RunOutput:
+    """Start the continuation turn that tells the model about ``batch`` (its tasks' outcomes)."""
+    token = tracing.continuation_task_ids(batch)
+    try:
+        return await continuation([{"role": "system", "content": continuation_directive(batch)}])
+    finally:
+        tracing.end_continuation(token)
 
 
 def _wait_s(
