@@ -60,6 +60,18 @@ NOT_RUN = {
     ),
 }
 
+EXPECTED_OUTPUT = {
+    ("README.md", "async def get_weather"): [
+        '"type":"tool-output"',
+        '"type":"tool-result"',
+        "It is 21C in Paris.",
+    ],
+    ("README.md", "async def research"): ["background-task-started", "background-task-completed"],
+    ("README.md", "GoalConfig(judge=judge"): ["active - The haiku has no title", "done - A titled haiku."],
+    ("README.md", "DistributedTaskManager(storage"): ["background-task-running", "background-task-completed"],
+}
+"""What a block must print, for blocks found by a piece of their code."""
+
 
 @dataclass
 class Block:
@@ -86,6 +98,8 @@ def test_every_document_has_been_found() -> None:
     for doc in DOCS:
         for block in blocks_of(doc):
             assert block.lang, f"{doc}:{block.line}: a code block needs a language"
+    for doc, needle in [*EXPECTED_OUTPUT, *NOT_RUN]:
+        assert any(needle in block.code for block in blocks_of(doc)), f"{doc}: no block with {needle!r}"
 
 
 @dataclass
@@ -138,7 +152,11 @@ def run_python(session: Session, block: Block) -> None:
     if named is None:
         script = session.cwd / f"block_{block.line}.py"
         script.write_text(block.code)
-        check(session, block, [sys.executable, script.name], env={**session.env, **session.services})
+        out = check(session, block, [sys.executable, script.name], env={**session.env, **session.services})
+        for (doc, needle), expected in EXPECTED_OUTPUT.items():
+            if doc == session.doc and needle in block.code:
+                missing = [text for text in expected if text not in out]
+                assert not missing, f"{session.where(block)}: the output lacks {missing}:\n{out}"
         return
     name = named.group(1)
     body = block.code.split("\n", 1)[1]
