@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tomllib
 import uuid
+from asyncio.subprocess import PIPE
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -320,3 +321,34 @@ def services(blocks: list[Block]) -> Iterator[dict[str, str]]:
         yield {"DATABASE_URL": POSTGRES_URL.rsplit("/", 1)[0] + f"/{database}", "REDIS_URL": REDIS_URL}
     finally:
         asyncio.run(admin(f"DROP DATABASE {database} WITH (FORCE)"))
+
+
+async def test_the_first_example_runs_on_a_real_provider_too(tmp_path: Path) -> None:
+    """With OPENAI_API_KEY set, the README's first example talks to OpenAI's Responses API: here a
+    loopback server replays recorded OpenAI streams (two get_weather calls, then an answer)."""
+    pytest.importorskip("openai")
+    from tests.providers.loopback import LoopbackServer, Reply, fixture
+
+    [block] = [b for b in blocks_of("README.md") if "async def get_weather" in b.code]
+    script = tmp_path / "first_agent.py"
+    script.write_text(block.code)
+    server = LoopbackServer()
+    await server.start()
+    server.queue(
+        Reply(fixture("openai_responses_reasoning_tools.sse")), Reply(fixture("openai_responses_text.sse"))
+    )
+    env = clean_env(OPENAI_API_KEY="sk-test", OPENAI_BASE_URL=server.url("/v1"))
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, script.name, cwd=tmp_path, env=env, stdout=PIPE, stderr=PIPE
+        )
+        async with asyncio.timeout(RUN_TIMEOUT_S):
+            out, err = await process.communicate()
+    finally:
+        await server.stop()
+    assert process.returncode == 0, err.decode()
+    text = out.decode()
+    assert text.count('"type":"tool-output"') == 2 and '"tempC":21' in text
+    assert "Hello world! See the docs." in text
+    assert [r.path for r in server.requests] == ["/v1/responses", "/v1/responses"]
+    assert server.requests[0].body["model"] == "gpt-4.1-mini"
