@@ -53,9 +53,6 @@ CI = os.environ.get("CI") == "true"
 RUN_TIMEOUT_S = 120
 
 NOT_RUN = {
-    ("docs/server.md", 'const workflow = client.getWorkflow("approve-post");'): (
-        "a fragment against a server with an approval workflow; tests/js/scripts/workflow.mjs runs it"
-    ),
     ("docs/server.md", 'import { useChat } from "@ai-sdk/react";'): (
         "a React hook, needs a browser app; tests/js/scripts/ui-chat.mjs drives the same route"
     ),
@@ -70,6 +67,8 @@ EXPECTED_OUTPUT = {
     ("README.md", "async def research"): ["background-task-started", "background-task-completed"],
     ("README.md", "GoalConfig(judge=judge"): ["active - The haiku has no title", "done - A titled haiku."],
     ("README.md", "DistributedTaskManager(storage"): ["background-task-running", "background-task-completed"],
+    ("docs/server.md", 'client.getAgent("assistant")'): ["text-delta", "finish"],
+    ("docs/server.md", 'getWorkflow("approve-post")'): ["workflow-step-suspended", "workflow-finish success"],
 }
 """What a block must print, for blocks found by a piece of their code."""
 
@@ -154,10 +153,7 @@ def run_python(session: Session, block: Block) -> None:
         script = session.cwd / f"block_{block.line}.py"
         script.write_text(block.code)
         out = check(session, block, [sys.executable, script.name], env={**session.env, **session.services})
-        for (doc, needle), expected in EXPECTED_OUTPUT.items():
-            if doc == session.doc and needle in block.code:
-                missing = [text for text in expected if text not in out]
-                assert not missing, f"{session.where(block)}: the output lacks {missing}:\n{out}"
+        expect_output(session, block, out)
         return
     name = named.group(1)
     body = block.code.split("\n", 1)[1]
@@ -167,6 +163,13 @@ def run_python(session: Session, block: Block) -> None:
     target.write_text(body)
     if not target.name.startswith("test_"):  # test files run through the pytest command below them
         check(session, block, [sys.executable, "-c", f"import {target.stem}"])
+
+
+def expect_output(session: Session, block: Block, out: str) -> None:
+    for (doc, needle), expected in EXPECTED_OUTPUT.items():
+        if doc == session.doc and needle in block.code:
+            missing = [text for text in expected if text not in out]
+            assert not missing, f"{session.where(block)}: the output lacks {missing}:\n{out}"
 
 
 def check(
@@ -289,6 +292,7 @@ def run_js(session: Session, block: Block) -> None:
         env = {**session.env, "RUNSTREAM_URL": f"http://127.0.0.1:{port}"}
         out = check(session, block, ["node", script.name], env=env)
     assert out.strip(), f"{session.where(block)}: printed nothing"
+    expect_output(session, block, out)
 
 
 # -- services --------------------------------------------------------------------------------------
