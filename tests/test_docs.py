@@ -131,6 +131,9 @@ def test_code_blocks_run_as_written(doc: str, tmp_path: Path) -> None:
 
 
 def run_block(session: Session, block: Block) -> None:
+    is_file = re.fullmatch(r"# [\w/.-]+\.py", block.first_line) is not None
+    if "DATABASE_URL" in block.code and not session.services and not is_file:
+        return  # see services()
     if block.lang == "python":
         run_python(session, block)
     elif block.lang == "sh":
@@ -317,10 +320,11 @@ def services(blocks: list[Block]) -> Iterator[dict[str, str]]:
 
     try:
         asyncio.run(admin(f"CREATE DATABASE {database}"))
-    except (OSError, asyncpg.PostgresError) as exc:
+    except (OSError, asyncpg.PostgresError):
         if CI:
             raise
-        pytest.skip(f"PostgreSQL is not reachable at {POSTGRES_URL}: {exc}")
+        yield {}  # no PostgreSQL here: the blocks that need it are left out (never under CI)
+        return
     try:
         yield {"DATABASE_URL": POSTGRES_URL.rsplit("/", 1)[0] + f"/{database}", "REDIS_URL": REDIS_URL}
     finally:
