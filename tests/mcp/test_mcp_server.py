@@ -143,3 +143,23 @@ async def test_runstreams_mcp_client_uses_runstreams_mcp_server_with_a_token(htt
     assert result == "The result is 0.75."
     notes = [c.payload["output"]["message"] for c in chunks if c.type == "tool-output"]
     assert notes and notes == ["calling divide", "divide done"][: len(notes)]
+
+
+async def test_a_client_cancellation_reaches_a_tool_as_its_abort_signal() -> None:
+    args = [*SERVE[:4], "--no-agents", "--tool", "calc.pause", "--tool", "calc.was_aborted"]
+    params = StdioServerParameters(command=sys.executable, args=args, cwd=str(ROOT))
+    async with mcp.Client(params) as client:
+        assert {t.name for t in (await client.list_tools()).tools} == {"pause", "was_aborted"}
+        waiting = asyncio.Event()
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            waiting.set()
+
+        call = asyncio.ensure_future(
+            client.call_tool("pause", {"seconds": 60}, progress_callback=on_progress)
+        )
+        await waiting.wait()
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+        assert text_of(await client.call_tool("was_aborted", {})) == "true"
