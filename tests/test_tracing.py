@@ -74,6 +74,8 @@ async def test_agent_chat_and_tool_spans(spans: InMemorySpanExporter) -> None:
     assert agent.attributes["gen_ai.provider.name"] == "scripted"
     assert agent.attributes["runstream.run.status"] == "success"
     assert agent.attributes["gen_ai.response.finish_reasons"] == ("stop",)
+    assert agent.attributes["gen_ai.usage.input_tokens"] == 6  # the run's total over two calls
+    assert agent.attributes["gen_ai.usage.output_tokens"] == 4
     chats = named(spans, "chat ")
     assert [c.name for c in chats] == ["chat scripted-model", "chat scripted-model"]
     for chat in chats:

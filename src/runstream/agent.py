@@ -613,7 +613,7 @@ class Agent:
         )
 
         async def on_close() -> None:
-            tracing.end_agent_span(state.span, state.status, state.finish_reason, state.error)
+            tracing.end_agent_span(state.span, state.status, state.finish_reason, state.error, state.usage)
             self._live_runs.discard(state.run_id)
             storage = self._run_storage()
             if cfg.on_step_end is not None and storage is not None:

@@ -23,6 +23,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+try:
+    import ag_ui  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError("runstream.agui needs the 'agui' extra: pip install 'runstream[agui]'") from exc
+
 from ag_ui.core import (
     AssistantMessage,
     BaseEvent,

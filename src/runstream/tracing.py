@@ -118,16 +118,29 @@ def start_agent_span(
 
 
 def end_agent_span(
-    span: Span, status: str, finish_reason: str | None, error: BaseException | str | None
+    span: Span,
+    status: str,
+    finish_reason: str | None,
+    error: BaseException | str | None,
+    usage: Mapping[str, Any] | None = None,
 ) -> None:
+    """End a run's span; ``usage`` is the run's total over its model calls."""
     if not span.is_recording():  # no SDK: nothing to compute
         span.end()
         return
     span.set_attribute("runstream.run.status", status)
     if finish_reason:
         span.set_attribute("gen_ai.response.finish_reasons", [finish_reason_of(finish_reason)])
+    _set_usage(span, usage or {})
     _record_error(span, error)
     span.end()
+
+
+def _set_usage(span: Span, usage: Mapping[str, Any]) -> None:
+    if isinstance(usage.get("inputTokens"), int):
+        span.set_attribute("gen_ai.usage.input_tokens", usage["inputTokens"])
+    if isinstance(usage.get("outputTokens"), int):
+        span.set_attribute("gen_ai.usage.output_tokens", usage["outputTokens"])
 
 
 # -- model calls ---------------------------------------------------------------------------------
@@ -186,10 +199,7 @@ def end_chat_span(
     if not span.is_recording():
         span.end()
         return
-    if isinstance(usage.get("inputTokens"), int):
-        span.set_attribute("gen_ai.usage.input_tokens", usage["inputTokens"])
-    if isinstance(usage.get("outputTokens"), int):
-        span.set_attribute("gen_ai.usage.output_tokens", usage["outputTokens"])
+    _set_usage(span, usage)
     reason = finish_reason_of(finish_reason)
     span.set_attribute("gen_ai.response.finish_reasons", [reason])
     if isinstance(response.get("id"), str):

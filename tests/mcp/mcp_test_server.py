@@ -105,7 +105,10 @@ async def add_multiply(ctx: Context) -> str:
         return a * b
 
     server.add_tool(multiply)
-    await ctx.notify_tools_changed()
+    if ctx.protocol_version is not None and ctx.protocol_version >= "2026":
+        await ctx.notify_tools_changed()  # to subscriptions/listen streams
+    else:
+        await ctx.request_context.session.send_tool_list_changed()  # the handshake era's notification
     return "added"
 
 

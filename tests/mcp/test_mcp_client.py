@@ -206,3 +206,16 @@ async def test_background_mcp_tool_in_an_until_idle_stream(http_server_url: str)
     assert completed["result"] == {"counted": 2}
     assert kinds.index("background-task-completed") < kinds.index("start", 1)
     assert await out.text == "Started."
+
+
+async def test_a_legacy_connection_picks_up_tool_list_changes_too() -> None:
+    """Before 2026-07-28 a server announces changes unasked (``notifications/tools/list_changed``)."""
+    async with stdio_client(protocol="legacy") as client:
+        assert client.connection("tests")._client is not None
+        assert client.connection("tests")._client.protocol_version < "2026"
+        changed = asyncio.Event()
+        client.on_tools_changed(lambda tools: changed.set() if "tests_multiply" in tools else None)
+        await run_tool(client, "tests_add_multiply", "{}")
+        await changed.wait()
+        chunks = await run_tool(client, "tests_multiply", '{"a": 3, "b": 5}')
+        assert only(chunks, "tool-result")["result"] == {"result": 15}

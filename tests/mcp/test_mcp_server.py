@@ -12,6 +12,9 @@ import mcp
 import pytest
 from mcp import StdioServerParameters
 
+from runstream import Agent
+from runstream.mcp import HttpServer, MCPClient, MCPConnectionError
+from runstream.testing import ScriptedModel
 from tests.mcp.conftest import ROOT, start_http_server
 
 SERVE = ["-m", "runstream", "mcp", "examples.ecosystem:runtime", "--tool", "calc.divide"]
@@ -107,3 +110,56 @@ async def test_a_client_cancellation_aborts_the_agents_run() -> None:
             await call
         answer = await client.call_tool("was_aborted", {})
         assert text_of(answer) == "true"
+
+
+async def test_runstreams_mcp_client_uses_runstreams_mcp_server_with_a_token(http_url: str) -> None:
+    refused = MCPClient({"calc": HttpServer(http_url)}, max_reconnects=0)
+    with pytest.raises(MCPConnectionError):
+        await refused.start()
+    await refused.close()
+    remote = MCPClient({"calc": HttpServer(http_url, {"Authorization": f"Bearer {TOKEN}"})})
+    model = ScriptedModel(
+        calls=[
+            [
+                {
+                    "type": "tool-call",
+                    "toolCallId": "c1",
+                    "toolName": "calc_ask_calc",
+                    "input": '{"message": "divide 3 4"}',
+                },
+                {
+                    "type": "finish",
+                    "finishReason": "tool-calls",
+                    "usage": {"inputTokens": 1, "outputTokens": 1},
+                },
+            ],
+            [{"type": "finish", "finishReason": "stop", "usage": {"inputTokens": 1, "outputTokens": 1}}],
+        ]
+    )
+    async with remote:
+        out = await Agent("front", model=model, toolsets=[remote]).stream("ask calc")
+        chunks = [chunk async for chunk in out.full_stream]
+    (result,) = [c.payload["result"] for c in chunks if c.type == "tool-result"]
+    assert result == "The result is 0.75."
+    notes = [c.payload["output"]["message"] for c in chunks if c.type == "tool-output"]
+    assert notes and notes == ["calling divide", "divide done"][: len(notes)]
+
+
+async def test_a_client_cancellation_reaches_a_tool_as_its_abort_signal() -> None:
+    args = [*SERVE[:4], "--no-agents", "--tool", "calc.pause", "--tool", "calc.was_aborted"]
+    params = StdioServerParameters(command=sys.executable, args=args, cwd=str(ROOT))
+    async with mcp.Client(params) as client:
+        assert {t.name for t in (await client.list_tools()).tools} == {"pause", "was_aborted"}
+        waiting = asyncio.Event()
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            waiting.set()
+
+        call = asyncio.ensure_future(
+            client.call_tool("pause", {"seconds": 60}, progress_callback=on_progress)
+        )
+        await waiting.wait()
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+        assert text_of(await client.call_tool("was_aborted", {})) == "true"

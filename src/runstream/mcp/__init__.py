@@ -4,6 +4,11 @@ server (``runstream mcp module:runtime``, :func:`runstream.mcp.server.build_serv
 Needs the ``mcp`` extra: ``pip install 'runstream[mcp]'``.
 """
 
+try:
+    import mcp  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError("runstream.mcp needs the 'mcp' extra: pip install 'runstream[mcp]'") from exc
+
 from runstream.mcp.client import HttpServer, MCPClient, MCPConnectionError, StdioServer
 from runstream.mcp.convert import MCPToolError
 

@@ -89,6 +89,7 @@ class MCPConnection:
         on_tools_changed: Callable[[], None],
         timeout_s: float,
         max_reconnects: int,
+        protocol: str,
     ) -> None:
         self.name = name
         self.spec = spec
@@ -96,6 +97,7 @@ class MCPConnection:
         self._on_tools_changed = on_tools_changed
         self._timeout_s = timeout_s
         self._max_reconnects = max_reconnects
+        self._protocol = protocol
         self._client: Client | None = None
         self._connected = asyncio.Event()
         self._closing = asyncio.Event()
@@ -140,6 +142,7 @@ class MCPConnection:
         common: dict[str, Any] = {
             "message_handler": self._on_message,
             "read_timeout_seconds": self._timeout_s,
+            "mode": self._protocol,
         }
         if isinstance(spec, StdioServer):
             params = StdioServerParameters(
@@ -158,6 +161,7 @@ class MCPConnection:
             try:
                 async with self._open() as client:
                     await self._list_tools(client)
+                    self._on_tools_changed()  # a new connection may bring other tools
                     self._client = client
                     self.connections += 1
                     failures = 0
@@ -275,7 +279,9 @@ class MCPClient:
     """Tools from one or more MCP servers; a toolset for :class:`~runstream.Agent`.
 
     ``background`` makes the named tools (``server_tool`` names, or ``"all"``) eligible to run as
-    background tasks, as a ``background=`` option does for a local tool.
+    background tasks, as a ``background=`` option does for a local tool. ``protocol`` is the SDK's
+    connection mode: ``"auto"`` (the newest both sides speak), ``"legacy"`` (the ``initialize``
+    handshake of protocol versions before 2026-07-28) or a version.
     """
 
     def __init__(
@@ -285,6 +291,7 @@ class MCPClient:
         timeout_s: float = 60.0,
         max_reconnects: int = 5,
         background: Mapping[str, BackgroundToolConfig | bool | Mapping[str, Any]] | None = None,
+        protocol: str = "auto",
     ) -> None:
         self._connections = {
             name: MCPConnection(
@@ -293,6 +300,7 @@ class MCPClient:
                 on_tools_changed=self._invalidate,
                 timeout_s=timeout_s,
                 max_reconnects=max_reconnects,
+                protocol=protocol,
             )
             for name, spec in servers.items()
         }
@@ -308,7 +316,6 @@ class MCPClient:
         """Connect to every server (idempotent); raises :class:`MCPConnectionError` if one fails."""
         async with self._start_lock:
             await asyncio.gather(*(c.start() for c in self._connections.values()))
-            self._invalidate()
 
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self._connections.values()))

@@ -138,7 +138,8 @@ class _Progress:
         await self._ctx.session.report_progress(self._count, None, message)
 
 
-_winding_down: set[asyncio.Task[Any]] = set()
+ABORT_GRACE_S = 1.0
+_winding_down: set[asyncio.Future[Any]] = set()
 """Runs of cancelled calls, finishing after their abort (their tools see the abort signal)."""
 
 
@@ -210,8 +211,11 @@ async def _run_tool(ctx: Context, tool: Tool, args: dict[str, Any]) -> mcp_types
             if note is not None:
                 await progress.report(note)
     except asyncio.CancelledError:  # the MCP client cancelled the request
-        controller.abort()
-        execution.cancel()
+        # As in a run: the tool sees its abort signal and gets a second to end, then is cancelled.
+        controller.abort("the MCP client cancelled the call")
+        asyncio.get_running_loop().call_later(ABORT_GRACE_S, execution.cancel)
+        _winding_down.add(execution)
+        execution.add_done_callback(_winding_down.discard)
         raise
     try:
         return _result(execution.result())
