@@ -3,26 +3,13 @@
 // with a tool call, a background task and its follow-up turn, an approval, a thread reopened
 // from memory, and an agent without memory. Every request to the server is recorded.
 // Env: BASE (the server). Arguments: Studio's URL, then (optional) a folder for screenshots.
-import { chromium } from "playwright-core";
-import { BASE, emit } from "./lib.mjs";
+import { BASE, emit, launchChromium } from "./lib.mjs";
 
 const [STUDIO, SHOTS] = process.argv.slice(2);
 if (!STUDIO) throw new Error("usage: node scripts/studio.mjs <studio url> [screenshot folder]");
 const TIMEOUT = 20000;
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-  args: [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-  ],
-});
+const browser = await launchChromium();
 const requests = [];
 const pageErrors = [];
 const corsErrors = [];
