@@ -7,7 +7,7 @@ import { BASE, emit, launchChromium } from "./lib.mjs";
 
 const [STUDIO, SHOTS] = process.argv.slice(2);
 if (!STUDIO) throw new Error("usage: node scripts/studio.mjs <studio url> [screenshot folder]");
-const TIMEOUT = 20000;
+const TIMEOUT = 30000;
 
 const browser = await launchChromium();
 const requests = [];
@@ -64,7 +64,7 @@ try {
   await newChat("assistant");
   await send("weather in Paris");
   await thread.getByText("Tool said:").waitFor({ timeout: TIMEOUT });
-  const badge = thread.locator('[data-testid="tool-badge"]').first();
+  const badge = thread.locator('[data-testid="tool-badge"]', { hasText: "Get weather" }).first();
   await badge.waitFor({ timeout: TIMEOUT });
   steps.toolChat = { badge: await badge.innerText(), text: await thread.innerText() };
   steps.weatherUrl = page.url();
@@ -74,6 +74,8 @@ try {
   await send("research octopus");
   await thread.getByText("All background work is done.").waitFor({ timeout: TIMEOUT });
   await thread.getByText("Working on it.").waitFor({ timeout: TIMEOUT });
+  await thread.locator('[data-testid="tool-badge"]', { hasText: "Research" }).waitFor({ timeout: TIMEOUT });
+  await page.getByRole("button", { name: "Show background task information" }).waitFor({ timeout: TIMEOUT });
   steps.background = {
     text: await thread.innerText(),
     badges: await thread.locator('[data-testid="tool-badge"]').allInnerTexts(),
@@ -94,6 +96,7 @@ try {
   // 5. Reopen the first thread from memory: the conversation as it happened.
   await page.goto(steps.weatherUrl);
   await thread.getByText("Tool said:").waitFor({ timeout: TIMEOUT });
+  await thread.locator('[data-testid="tool-badge"]', { hasText: "Get weather" }).waitFor({ timeout: TIMEOUT });
   steps.reopened = {
     text: await thread.innerText(),
     badges: await thread.locator('[data-testid="tool-badge"]').allInnerTexts(),
