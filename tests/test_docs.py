@@ -63,7 +63,17 @@ NODE_MODULES = ROOT / "tests" / "js" / "node_modules"
 CI = os.environ.get("CI") == "true"
 RUN_TIMEOUT_S = 120
 
+STARTS_STUDIO = "starts Mastra Studio with npx; tests/server/test_cli.py runs `runstream studio`"
 NOT_RUN = {
+    ("README.md", "runstream studio myapp:runtime"): STARTS_STUDIO,
+    (
+        "docs/studio.md",
+        "runstream studio myapp:runtime          # same as: runstream serve myapp:runtime --studio",
+    ): (STARTS_STUDIO),
+    (
+        "docs/studio.md",
+        "npx mastra@1.31.0 studio --server-host 127.0.0.1 --server-port 4111 --server-api-prefix /api",
+    ): ("a Node.js command; tests/server/test_studio_js.py runs this Studio against a server"),
     ("docs/server.md", 'import { useChat } from "@ai-sdk/react";'): (
         "a React hook, needs a browser app; tests/js/scripts/ui-chat.mjs drives the same route"
     ),

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -147,3 +148,16 @@ def test_runstream_studio_starts_server_and_studio(tmp_path: Path) -> None:
     finally:
         process.send_signal(signal.SIGINT)
         assert process.wait(20) == 0
+    assert _closes(studio_port), "Studio (npx's child) outlived runstream studio"
+
+
+def _closes(port: int, within_s: float = 10) -> bool:
+    """Whether nothing listens on ``port`` any more, within ``within_s`` (a process shutting down)."""
+    gone = threading.Event()
+    for _ in range(int(within_s / 0.05)):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        except OSError:
+            return True
+        gone.wait(0.05)
+    return False

@@ -7,8 +7,10 @@ server from the browser, across origins, which the server's CORS allows.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass
 
@@ -67,16 +69,20 @@ def start_studio(command: StudioCommand, target: str) -> subprocess.Popen[bytes]
         raise SystemExit(NO_NODE.format(target=target))
     os.environ[STUDIO_URL_ENV] = command.studio_url  # the server's root page links to it
     env = {**os.environ, "MASTRA_TELEMETRY_DISABLED": "1"}
-    process = subprocess.Popen(command.argv(npx), env=env)
+    # Its own process group: npx runs Studio as a child, and stopping must reach both.
+    process = subprocess.Popen(command.argv(npx), env=env, start_new_session=True)
     print(f"runstream server: {command.server_url} (playground: {command.server_url}/playground)")
     print(f"Mastra Studio:    {command.studio_url} (starting via npx mastra@{STUDIO_VERSION})")
     return process
 
 
 def stop_studio(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
+    """Stop npx and the Studio server it started (the whole process group)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
         try:
             process.wait(10)
+            return
         except subprocess.TimeoutExpired:
-            process.kill()
+            continue

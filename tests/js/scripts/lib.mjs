@@ -33,3 +33,21 @@ export async function failure(promise) {
     return { name: error.name, status: error.status, body: error.body, message: String(error.message) };
   }
 }
+
+// Debian's headless Chromium, quiet: no GPU, QUIC, first-run or background network chatter.
+export async function launchChromium() {
+  const { chromium } = await import("playwright-core");
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
+  });
+}

@@ -2,23 +2,10 @@
 // the live chunk stream and the background-task panel fill in, see tool calls in the chat,
 // approve one, talk to an agent without memory, and check that after a long run every pane is
 // still inside the viewport.
-import { chromium } from "playwright-core";
-import { BASE, emit, unique } from "./lib.mjs";
+import { BASE, emit, launchChromium, unique } from "./lib.mjs";
 
 const VIEWPORT = { width: 1280, height: 800 };
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-  args: [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-  ],
-});
+const browser = await launchChromium();
 const transcript = (page) =>
   page.$$eval("#transcript .msg", (els) => els.map((e) => [e.className, e.textContent]));
 try {

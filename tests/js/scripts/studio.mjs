@@ -3,26 +3,13 @@
 // with a tool call, a background task and its follow-up turn, an approval, a thread reopened
 // from memory, and an agent without memory. Every request to the server is recorded.
 // Env: BASE (the server). Arguments: Studio's URL, then (optional) a folder for screenshots.
-import { chromium } from "playwright-core";
-import { BASE, emit } from "./lib.mjs";
+import { BASE, emit, launchChromium } from "./lib.mjs";
 
 const [STUDIO, SHOTS] = process.argv.slice(2);
 if (!STUDIO) throw new Error("usage: node scripts/studio.mjs <studio url> [screenshot folder]");
-const TIMEOUT = 20000;
+const TIMEOUT = 30000;
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-  args: [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-  ],
-});
+const browser = await launchChromium();
 const requests = [];
 const pageErrors = [];
 const corsErrors = [];
@@ -77,7 +64,7 @@ try {
   await newChat("assistant");
   await send("weather in Paris");
   await thread.getByText("Tool said:").waitFor({ timeout: TIMEOUT });
-  const badge = thread.locator('[data-testid="tool-badge"]').first();
+  const badge = thread.locator('[data-testid="tool-badge"]', { hasText: "Get weather" }).first();
   await badge.waitFor({ timeout: TIMEOUT });
   steps.toolChat = { badge: await badge.innerText(), text: await thread.innerText() };
   steps.weatherUrl = page.url();
@@ -87,6 +74,8 @@ try {
   await send("research octopus");
   await thread.getByText("All background work is done.").waitFor({ timeout: TIMEOUT });
   await thread.getByText("Working on it.").waitFor({ timeout: TIMEOUT });
+  await thread.locator('[data-testid="tool-badge"]', { hasText: "Research" }).waitFor({ timeout: TIMEOUT });
+  await page.getByRole("button", { name: "Show background task information" }).waitFor({ timeout: TIMEOUT });
   steps.background = {
     text: await thread.innerText(),
     badges: await thread.locator('[data-testid="tool-badge"]').allInnerTexts(),
@@ -107,6 +96,7 @@ try {
   // 5. Reopen the first thread from memory: the conversation as it happened.
   await page.goto(steps.weatherUrl);
   await thread.getByText("Tool said:").waitFor({ timeout: TIMEOUT });
+  await thread.locator('[data-testid="tool-badge"]', { hasText: "Get weather" }).waitFor({ timeout: TIMEOUT });
   steps.reopened = {
     text: await thread.innerText(),
     badges: await thread.locator('[data-testid="tool-badge"]').allInnerTexts(),
