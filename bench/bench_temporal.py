@@ -36,7 +36,7 @@ from runstream import Agent, ToolContext, tool
 from runstream.chunks import AnyChunk
 from runstream.memory import Memory
 from runstream.runtime import Runstream
-from runstream.storage import PostgresStorage
+from runstream.storage import PostgresStorage, TaskFilter
 from runstream.storage._postgres_schema import quote_ident
 from runstream.tasks.config import BackgroundTaskConfig, TaskRequest
 from runstream.tasks.manager import BackgroundTaskManager
@@ -113,16 +113,24 @@ async def throughput(runtime: Runstream, tasks: int, work_ms: int) -> float:
         )
     )
     ended: dict[str, int] = {}
-    async with asyncio.timeout(120 + tasks * work_ms / 1000):
-        async for chunk in events:
-            if chunk.type in TERMINAL_EVENTS:
-                ended[chunk.type] = ended.get(chunk.type, 0) + 1
-                if sum(ended.values()) == tasks:
-                    break
+    errors: list[str] = []
+    try:
+        async with asyncio.timeout(120 + tasks * work_ms / 1000):
+            async for chunk in events:
+                if chunk.type in TERMINAL_EVENTS:
+                    ended[chunk.type] = ended.get(chunk.type, 0) + 1
+                    if chunk.type == "background-task-failed":
+                        errors.append(chunk.payload["error"]["message"])
+                    if sum(ended.values()) == tasks:
+                        break
+    except TimeoutError:
+        stored = (await manager.list_tasks(TaskFilter(run_id="run-1"))).items
+        statuses = {s: sum(r.status == s for r in stored) for s in {r.status for r in stored}}
+        raise AssertionError(f"timed out with events {ended}; stored {statuses}; errors {errors}") from None
     elapsed = time.perf_counter() - started
     await events.close()
     if ended != {"background-task-completed": tasks}:
-        raise AssertionError(f"not every task completed: {ended}")
+        raise AssertionError(f"not every task completed: {ended}; errors: {errors}")
     return tasks / elapsed
 
 

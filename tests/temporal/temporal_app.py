@@ -60,6 +60,7 @@ def build_agent(model: LanguageModel) -> Agent:
     async def research(topic: str, ctx: ToolContext) -> dict[str, Any]:
         """Research a topic (slow)."""
         say(event="started", tool="research", topic=topic, attempt=ctx.attempt)
+        await ctx.writer.write({"type": "progress", "attempt": ctx.attempt, "pid": os.getpid()})
         await gate(topic)
         return {"topic": topic, "summary": f"{topic} is fast", "attempt": ctx.attempt}
 

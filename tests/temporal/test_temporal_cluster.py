@@ -129,8 +129,11 @@ async def test_a_killed_workers_task_completes_on_another_and_the_stream_continu
     workers: dict[str, WorkerProcess] = {}
 
     async def kill_b_mid_task(chunk: AnyChunk) -> None:
-        if chunk.type == "background-task-running":  # B's event, over Redis
-            await b.expect(lambda line: line["event"] == "started")
+        progress = (
+            chunk.payload["payload"]["payload"]["output"] if chunk.type == "background-task-output" else {}
+        )
+        if progress.get("attempt") == 1:
+            assert progress["pid"] == b.pid  # B's progress, over Redis
             await b.kill()
             workers["c"] = c = await cluster.start_worker()
             started = await c.expect(lambda line: line["event"] == "started")
@@ -150,6 +153,12 @@ async def test_a_killed_workers_task_completes_on_another_and_the_stream_continu
     assert next(c for c in chunks if c.type == "background-task-completed").payload["result"] == result
     assert record is not None and (record.status, record.retry_count) == ("completed", 1)
     assert record.metadata["worker"].endswith(f":{workers['c'].pid}")
+    # the tool's output chunks reached A's stream from both workers, over Redis
+    outputs = [
+        c.payload["payload"]["payload"]["output"] for c in chunks if c.type == "background-task-output"
+    ]
+    progress = [(o["attempt"], o["pid"]) for o in outputs]
+    assert progress == [(1, b.pid), (2, workers["c"].pid)]
     # exactly once in memory, and the continuation turn read it from there
     assert await cluster.tool_results() == [{"type": "json", "value": result}]
     assert tool_outputs(model.recorded[2].prompt) == [{"type": "json", "value": result}]

@@ -15,9 +15,15 @@ from temporalio.exceptions import is_cancelled_exception
 
 from runstream.abort import AbortError
 from runstream.storage import InMemoryStorage, TaskRecord
-from runstream.tasks.config import BackgroundTaskConfig, ConcurrencyLimitError, RetryConfig, TaskRequest
+from runstream.tasks.config import (
+    BackgroundTaskConfig,
+    BackgroundTaskError,
+    ConcurrencyLimitError,
+    RetryConfig,
+    TaskRequest,
+)
 from runstream.tasks.temporal import TemporalSettings, TemporalTaskManager
-from runstream.tasks.temporal.devserver import TemporalDevServer
+from runstream.tasks.temporal.devserver import TemporalDevServer, free_port
 from runstream.tools import Tool, ToolContext
 
 AGENT = "agent-t"
@@ -268,3 +274,39 @@ async def test_backpressure_reject_counts_running_tasks(make_manager: MakeManage
     gate.set()
     assert (await settled(manager, first)).status == "completed"
     await events.close()
+
+
+async def test_a_pending_task_without_a_workflow_is_started_by_the_next_manager(
+    make_manager: MakeManager,
+) -> None:
+    """An enqueuing process that died between storing a task and starting its workflow: the
+    next manager to start on that storage starts it (and a workflow that exists is kept)."""
+
+    async def echo(args: dict[str, Any], ctx: ToolContext) -> Any:
+        return args["label"]
+
+    first = await make_manager()
+    echo_tool = tool("echo", echo)
+    orphan = TaskRecord(
+        id=str(uuid.uuid4()), status="pending", tool_name="echo", tool_call_id="call-o",
+        args={"label": "orphan"}, agent_id=AGENT, run_id="run-1", max_retries=0, timeout_ms=0,
+    )  # fmt: skip
+    await first.storage.save_task(orphan)
+    second = TemporalTaskManager(first.storage, first.config, temporal=first.temporal, run_worker=True)
+    second.register_tool(AGENT, echo_tool)
+    try:
+        await second.start()
+        final = await second.wait_for(orphan.id, timeout_ms=WAIT_S * 1000)
+        assert (final.status, final.result) == ("completed", "orphan")
+        await second._recover()  # again: its workflow exists (closed), nothing runs twice
+        assert (await second.get_task(orphan.id)).result == "orphan"  # type: ignore[union-attr]
+    finally:
+        await second.shutdown()
+
+
+async def test_an_unreachable_temporal_is_a_task_error_at_once() -> None:
+    manager = TemporalTaskManager(
+        InMemoryStorage(), temporal=TemporalSettings(address=f"127.0.0.1:{free_port()}")
+    )
+    with pytest.raises(BackgroundTaskError, match="Cannot reach Temporal"):
+        await manager.start()

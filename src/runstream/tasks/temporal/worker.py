@@ -61,6 +61,9 @@ class TaskWorker:
                 graceful_shutdown_timeout=grace,
             )
         )
+        # Heartbeats leave at most every quarter of the timeout (the SDK's default, 0.8 of it,
+        # left a loaded machine too little slack: a live attempt was taken for lost).
+        throttle = timedelta(milliseconds=settings.heartbeat_timeout_ms / 4)
         for agent_id in self.agent_ids():
             self._workers.append(
                 Worker(
@@ -69,6 +72,8 @@ class TaskWorker:
                     activities=[self.activities.run_task, self.activities.settle_lost],
                     max_concurrent_activities=max(manager.config.per_agent_concurrency, 1),
                     graceful_shutdown_timeout=grace,
+                    max_heartbeat_throttle_interval=throttle,
+                    default_heartbeat_throttle_interval=throttle,
                 )
             )
         self._runs = [asyncio.create_task(worker.run()) for worker in self._workers]
