@@ -21,6 +21,7 @@ from runstream.models.base import ModelSettings
 from runstream.models.fallback import FallbackModel, ModelChoice
 from runstream.output import RunOutput
 from runstream.runtime import Runstream
+from runstream.structured import StructuredOutput
 from runstream.tasks.adoption import BackgroundTaskAdoption, BackgroundTaskOperation
 from runstream.tasks.config import BackgroundTaskConfig, CleanupConfig, RetryConfig
 from runstream.tasks.manager import BackgroundTaskManager
@@ -56,6 +57,7 @@ NAMES: dict[str, Any] = {
     "BackgroundTaskOperation": BackgroundTaskOperation,
     "Runstream": Runstream,
     "RunOutput": RunOutput,
+    "StructuredOutput": StructuredOutput,
 }
 INSTANCES: dict[str, Callable[[], Any]] = {"Agent": lambda: Agent("a", model=ScriptedModel.text("hi"))}
 

@@ -51,6 +51,7 @@ from runstream.step_results import (
     step_finish_chunk,
     step_record,
 )
+from runstream.structured import NO_OBJECT
 from runstream.tool_step import answer_pending, calls_client_tools, run_tool_step, wait_for_background
 
 Phase = AsyncIterator[AnyChunk | StepOutcome]
@@ -179,12 +180,15 @@ async def _after_model_step(cfg: LoopConfig, state: RunState, turn: Turn, step: 
         try:
             obj = structured.parse_final(text)
         except ValueError as exc:
-            state.error = exc
-            yield ErrorChunk(state.run_id, {"type": "error", "error": exc})
-            yield Failed(_record(state, step, content, "error"))
-            return
-        state.object = obj
-        yield ObjectResultChunk(state.run_id, obj)
+            if structured.error_strategy == "strict":
+                state.error = exc
+                yield ErrorChunk(state.run_id, {"type": "error", "error": exc})
+                yield Failed(_record(state, step, content, "error"))
+                return
+            obj = structured.recover(exc)
+        if obj is not NO_OBJECT:
+            state.object = obj
+            yield ObjectResultChunk(state.run_id, obj)
     record = _record(state, step, content, step.finish_reason)
     if not step.calls:
         async for item in _model_turn_ended(cfg, state, step, record):
