@@ -243,3 +243,31 @@ async def test_tool_call_concurrency_caps_a_steps_calls() -> None:
         await peak(0)
     with pytest.raises(ValueError, match=r"tool_call_concurrency.strategy must be one of"):
         await peak({"limit": 2, "strategy": "some"})
+
+
+async def test_an_approval_policy_function_decides_per_call() -> None:
+    asked: list[dict[str, Any]] = []
+
+    async def policy(call: dict[str, Any]) -> bool:
+        asked.append(call)
+        return call["toolName"] == "delete_account" and call["args"]["user"] == "root"
+
+    model = ScriptedModel(
+        calls=[
+            calls(
+                ("c1", "weather", '{"city":"Oslo"}'),
+                ("c2", "delete_account", '{"user":"ada"}'),
+                ("c3", "delete_account", '{"user":"root"}'),
+            ),
+            say("Done."),
+        ]
+    )
+    agent = Agent("a", model=model, tools=[weather, delete_account])
+    out = await agent.stream("go", require_tool_approval=policy, request_context={"tenant": "acme"})
+    chunks = await drain(out)
+    approvals = [c.payload["toolCallId"] for c in chunks if c.type == "tool-call-approval"]
+    assert approvals == ["c3"] and "tool-result" not in [c.type for c in chunks]
+    assert asked[0] == {"toolName": "weather", "args": {"city": "Oslo"}, "requestContext": {"tenant": "acme"}}
+    resumed = await agent.approve_tool_call(run_id=out.run_id)
+    results = [c.payload["toolCallId"] for c in await drain(resumed) if c.type == "tool-result"]
+    assert results == ["c1", "c2", "c3"]

@@ -221,7 +221,7 @@ class Agent:
         system: str | Sequence[str] | None = None,
         model: LanguageModel | Dynamic[LanguageModel] | None = None,
         active_tools: Sequence[str] | None = None,
-        require_tool_approval: bool = False,
+        require_tool_approval: bool | Callable[[dict[str, Any]], Any] = False,
         tool_call_concurrency: int | Mapping[str, Any] | None = None,
     ) -> RunOutput:
         """Start a run; iterate ``out.full_stream`` for its chunks.
@@ -237,7 +237,8 @@ class Agent:
         ``instructions`` and ``model`` replace the agent's for this call (either may be a
         function of the request context), ``system`` adds system messages after the
         instructions, ``active_tools`` offers only the named tools and
-        ``require_tool_approval=True`` makes every tool call wait for approval.
+        ``require_tool_approval=True`` makes every tool call wait for approval (a function of
+        ``{"toolName", "args", "requestContext"}`` decides per call).
         ``tool_call_concurrency`` (``n`` or ``{"limit": n, "strategy": ...}``) caps how many
         of a step's tool calls run at once (default 10; one at a time when a tool that may need
         approval or suspend is offered, as in Mastra).
@@ -391,6 +392,9 @@ class Agent:
             durable=self.durable,
             request_context=context,
             tool_call_strategy=options.tool_call_strategy,
+            approval_policy=options.require_tool_approval
+            if callable(options.require_tool_approval)
+            else None,
         )
         if options.tool_call_concurrency is not None:
             cfg.tool_call_concurrency = options.tool_call_concurrency

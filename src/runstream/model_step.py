@@ -72,6 +72,7 @@ class Turn:
             stream_processors=[p for p in processors if hasattr(p, "process_output_stream")],
             step_processors=[p for p in processors if hasattr(p, "process_output_step")],
             eager_allowed=cfg.tool_call_strategy == "available"
+            and cfg.approval_policy is None
             and not any(tool.require_approval for tool in cfg.tools.values()),
         )
 

@@ -4,7 +4,7 @@ reuse them), their JSON form in a saved run, and the input normalisation they sh
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -75,7 +75,7 @@ def options_to_json(options: RunOptions) -> dict[str, Any]:
         "instructions": options.instructions if isinstance(options.instructions, str) else None,
         "system": options.system,
         "activeTools": options.active_tools,
-        "requireToolApproval": options.require_tool_approval,
+        "requireToolApproval": options.require_tool_approval is True,
         "toolCallConcurrency": {
             "limit": options.tool_call_concurrency,
             "strategy": options.tool_call_strategy,
@@ -153,8 +153,9 @@ class RunOptions:
     """Replaces the agent's model for this call; not kept when a run is restored elsewhere."""
     active_tools: list[str] | None = None
     """Only these tools are offered (and run) in this call."""
-    require_tool_approval: bool = False
-    """Every tool call of this run waits for approval."""
+    require_tool_approval: bool | Callable[[dict[str, Any]], Any] = False
+    """``True``: every tool call of this run waits for approval; a function decides per call
+    (it gets ``{"toolName", "args", "requestContext"}``)."""
     tool_call_concurrency: int | None = None
     tool_call_strategy: Literal["available", "called"] = "available"
 
@@ -187,7 +188,7 @@ def call_tools(tools: dict[str, Tool], options: RunOptions) -> dict[str, Tool]:
                 f"(the run has: {', '.join(tools) or 'none'})"
             )
         tools = {name: tools[name] for name in options.active_tools}
-    if options.require_tool_approval:
+    if options.require_tool_approval is True:
         tools = {name: with_approval(tool) for name, tool in tools.items()}
     return tools
 
