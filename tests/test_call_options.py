@@ -271,3 +271,26 @@ async def test_an_approval_policy_function_decides_per_call() -> None:
     resumed = await agent.approve_tool_call(run_id=out.run_id)
     results = [c.payload["toolCallId"] for c in await drain(resumed) if c.type == "tool-result"]
     assert results == ["c1", "c2", "c3"]
+
+
+async def test_stop_when_ends_the_run_after_the_step_that_meets_a_condition() -> None:
+    from runstream.stop_conditions import has_tool_call, step_count_is
+
+    def lookups() -> ScriptedModel:
+        return ScriptedModel(calls=[calls((f"c{i}", "weather", '{"city":"Oslo"}')) for i in range(4)])
+
+    async def finish_of(model: ScriptedModel, stop_when: Any) -> tuple[int, Any]:
+        out = await Agent("a", model=model, tools=[weather], max_steps=10).stream("go", stop_when=stop_when)
+        chunks = await drain(out)
+        return model.call_count, [c.payload["stepResult"] for c in chunks if c.type == "step-finish"][-1]
+
+    assert await finish_of(lookups(), has_tool_call("weather")) == (
+        1,
+        {"reason": "tool-calls", "isContinued": False},
+    )
+    assert (await finish_of(lookups(), [step_count_is(3)]))[0] == 3
+
+    async def after_two_results(event: dict[str, Any]) -> bool:  # async, and it sees every step
+        return len(event["steps"]) == 2 and all(s["toolCalls"] for s in event["steps"])
+
+    assert (await finish_of(lookups(), after_two_results))[0] == 2

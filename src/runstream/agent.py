@@ -42,6 +42,7 @@ from runstream.run_options import (
     by_name,
     call_tools,
     is_function,
+    loop_settings,
     normalize_messages,
     normalize_tool_choice,
     options_from_json,
@@ -57,6 +58,7 @@ from runstream.run_options import (
 from runstream.run_state import LoopConfig, ResumeAction, RunState
 from runstream.scoring import TaskCompletion
 from runstream.step_results import model_label, run_metadata
+from runstream.stop_conditions import StopCondition
 from runstream.storage import Storage, TaskRecord
 from runstream.structured import StructuredOutput
 from runstream.tasks.until_idle import IdleOptions, until_idle_stream
@@ -223,6 +225,7 @@ class Agent:
         active_tools: Sequence[str] | None = None,
         require_tool_approval: bool | Callable[[dict[str, Any]], Any] = False,
         tool_call_concurrency: int | Mapping[str, Any] | None = None,
+        stop_when: StopCondition | Sequence[StopCondition] = (),
     ) -> RunOutput:
         """Start a run; iterate ``out.full_stream`` for its chunks.
 
@@ -241,7 +244,8 @@ class Agent:
         ``{"toolName", "args", "requestContext"}`` decides per call).
         ``tool_call_concurrency`` (``n`` or ``{"limit": n, "strategy": ...}``) caps how many
         of a step's tool calls run at once (default 10; one at a time when a tool that may need
-        approval or suspend is offered, as in Mastra).
+        approval or suspend is offered, as in Mastra). ``stop_when`` ends the run after the
+        step that meets one of its conditions (see ``runstream.stop_conditions``).
 
         ``memory={"thread": ..., "resource": ...}`` loads the thread's history and saves the new
         messages. ``until_idle=True`` (or ``{"max_idle_ms": n, "resume_window_ms": n}``) keeps the
@@ -275,6 +279,7 @@ class Agent:
             active_tools=list(active_tools) if active_tools is not None else None,
             require_tool_approval=require_tool_approval,
             **tool_call_concurrency_options(tool_call_concurrency),
+            stop_when=[stop_when] if callable(stop_when) else list(stop_when),
         )
         input_messages = normalize_messages(messages)
 
@@ -390,14 +395,8 @@ class Agent:
             thread_id=scope.thread_id if scope else None,
             resource_id=scope.resource_id if scope else None,
             durable=self.durable,
-            request_context=context,
-            tool_call_strategy=options.tool_call_strategy,
-            approval_policy=options.require_tool_approval
-            if callable(options.require_tool_approval)
-            else None,
+            **loop_settings(options),
         )
-        if options.tool_call_concurrency is not None:
-            cfg.tool_call_concurrency = options.tool_call_concurrency
         chosen = options.instructions if options.instructions is not None else self.instructions
         instructions = await resolve_instructions(chosen, context, owner)
         own_tools = {name: tool for name, tool in tools.items() if name not in options.client_tools}

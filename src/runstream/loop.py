@@ -51,6 +51,7 @@ from runstream.step_results import (
     step_finish_chunk,
     step_record,
 )
+from runstream.stop_conditions import should_stop
 from runstream.structured import NO_OBJECT
 from runstream.tool_step import answer_pending, calls_client_tools, run_tool_step, wait_for_background
 
@@ -294,7 +295,7 @@ async def _model_turn_ended(cfg: LoopConfig, state: RunState, step: ModelStep, r
     chosen = [v for v in verdicts if v.authoritative] or verdicts
     # Like a tool step, a step that ended for an unknown reason goes on (as Mastra does).
     wants_more = step.finish_reason == "other" or any(v.continue_loop for v in chosen)
-    cont = wants_more and _should_continue(cfg, state)
+    cont = wants_more and await _goes_on(cfg, state)
     extra: dict[str, Any] = {}
     for verdict in verdicts:
         extra.update(verdict.payload_extra)
@@ -339,7 +340,7 @@ async def _tool_step(
         return
     record = pending.step_record
     reason = record["finishReason"]
-    cont = _should_continue(cfg, state) and not calls_client_tools(cfg, pending)
+    cont = not calls_client_tools(cfg, pending) and await _goes_on(cfg, state)
     yield step_finish_chunk(
         cfg, state, record, reason, continued=cont, step_result=step_result, tool_results=pending.results
     )
@@ -376,6 +377,13 @@ def _task_settled(cfg: LoopConfig, state: RunState, waited_before: int) -> bool:
     """Durable mode: a background task settled while the loop waited after the step, so the
     model gets another step to see its result (as Mastra's durable loop, ``x-pt03``)."""
     return len(state.waited_task_ids) > waited_before and _should_continue(cfg, state)
+
+
+async def _goes_on(cfg: LoopConfig, state: RunState) -> bool:
+    """Whether another step may follow this one: steps left, not aborted, no stop condition met."""
+    if not _should_continue(cfg, state):
+        return False
+    return not (cfg.stop_when and await should_stop(cfg.stop_when, list(state.steps)))
 
 
 def _should_continue(cfg: LoopConfig, state: RunState) -> bool:

@@ -15,6 +15,7 @@ from runstream.memory import MemoryScope
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.request_context import Dynamic, RequestContext, resolve
 from runstream.scoring import TaskCompletion
+from runstream.stop_conditions import StopCondition
 from runstream.structured import StructuredOutput
 from runstream.tools import Tool, ToolContext
 
@@ -156,6 +157,7 @@ class RunOptions:
     require_tool_approval: bool | Callable[[dict[str, Any]], Any] = False
     """``True``: every tool call of this run waits for approval; a function decides per call
     (it gets ``{"toolName", "args", "requestContext"}``)."""
+    stop_when: list[StopCondition] = field(default_factory=list)
     tool_call_concurrency: int | None = None
     tool_call_strategy: Literal["available", "called"] = "available"
 
@@ -236,3 +238,17 @@ def tool_call_concurrency(value: int | Mapping[str, Any] | None) -> dict[str, An
             "tool_call_strategy": options.get("strategy", "available"),
         }
     return {"tool_call_concurrency": positive_int("tool_call_concurrency", value)}
+
+
+def loop_settings(options: RunOptions) -> dict[str, Any]:
+    """The loop settings that come from a call's options alone."""
+    settings: dict[str, Any] = {
+        "request_context": options.request_context,
+        "tool_call_strategy": options.tool_call_strategy,
+        "stop_when": list(options.stop_when),
+    }
+    if callable(options.require_tool_approval):
+        settings["approval_policy"] = options.require_tool_approval
+    if options.tool_call_concurrency is not None:
+        settings["tool_call_concurrency"] = options.tool_call_concurrency
+    return settings

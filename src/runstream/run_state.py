@@ -104,6 +104,8 @@ class LoopConfig:
     offered (``available``) or only when it is called (``called``)."""
     request_context: dict[str, Any] = field(default_factory=dict)
     """The run's :class:`~runstream.request_context.RequestContext` (tools get it)."""
+    stop_when: list[Callable[[dict[str, Any]], bool | Awaitable[bool]]] = field(default_factory=list)
+    """Conditions that end the run after a step (``runstream.stop_conditions``)."""
     approval_policy: Callable[[dict[str, Any]], bool | Awaitable[bool]] | None = None
     """Decides per call whether it waits for approval (Mastra's ``requireToolApproval`` as a
     function): gets ``{"toolName", "args", "requestContext"}``."""
