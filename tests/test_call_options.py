@@ -294,3 +294,42 @@ async def test_stop_when_ends_the_run_after_the_step_that_meets_a_condition() ->
         return len(event["steps"]) == 2 and all(s["toolCalls"] for s in event["steps"])
 
     assert (await finish_of(lookups(), after_two_results))[0] == 2
+
+
+async def test_prepare_step_changes_one_step() -> None:
+    first = ScriptedModel(calls=[calls(("c1", "weather", '{"city":"Oslo"}'))], model_id="first")
+    second = ScriptedModel.text("Sunny in Oslo.")
+    seen: list[dict[str, Any]] = []
+
+    async def prepare(step: dict[str, Any]) -> dict[str, Any] | None:
+        seen.append({"stepNumber": step["stepNumber"], "tools": step["tools"], "steps": len(step["steps"])})
+        if step["stepNumber"] == 0:
+            return {"activeTools": ["weather"], "toolChoice": "required", "system": "Use the weather tool."}
+        return {
+            "model": second,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Summarise."}]}],
+        }
+
+    agent = Agent("a", model=first, instructions="Be brief.", tools=[weather, delete_account])
+    out = await agent.stream("weather in Oslo?", prepare_step=prepare)
+    await drain(out)
+    assert out.state.text == "Sunny in Oslo."
+    assert seen == [
+        {"stepNumber": 0, "tools": ["weather", "delete_account"], "steps": 0},
+        {"stepNumber": 1, "tools": ["weather", "delete_account"], "steps": 1},
+    ]
+    call = first.recorded[0]
+    assert call.tools == ["weather"] and call.tool_choice == {"type": "required"}
+    assert [m["content"] for m in call.prompt if m["role"] == "system"] == ["Use the weather tool."]
+    later = second.recorded[0].prompt
+    assert systems(second) == ["Be brief."] and later[-1]["content"][0]["text"] == "Summarise."
+    assert len(later) == 2  # the step's own conversation replaced the run's (not rewritten)
+    assert len(out.state.messages) == 4  # user, assistant tool call, tool result, answer
+
+
+async def test_prepare_step_mistakes_are_named() -> None:
+    agent = Agent("a", model=ScriptedModel.text("x"), tools=[weather])
+    with pytest.raises(ValueError, match="prepare_step result: unknown option 'tool'"):
+        await (await agent.stream("hi", prepare_step=lambda step: {"tool": []})).consume()
+    with pytest.raises(ValueError, match="activeTools names no tool: 'wether'"):
+        await (await agent.stream("hi", prepare_step=lambda step: {"activeTools": ["wether"]})).consume()

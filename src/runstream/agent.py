@@ -226,6 +226,7 @@ class Agent:
         require_tool_approval: bool | Callable[[dict[str, Any]], Any] = False,
         tool_call_concurrency: int | Mapping[str, Any] | None = None,
         stop_when: StopCondition | Sequence[StopCondition] = (),
+        prepare_step: Callable[[dict[str, Any]], Any] | None = None,
     ) -> RunOutput:
         """Start a run; iterate ``out.full_stream`` for its chunks.
 
@@ -245,7 +246,9 @@ class Agent:
         ``tool_call_concurrency`` (``n`` or ``{"limit": n, "strategy": ...}``) caps how many
         of a step's tool calls run at once (default 10; one at a time when a tool that may need
         approval or suspend is offered, as in Mastra). ``stop_when`` ends the run after the
-        step that meets one of its conditions (see ``runstream.stop_conditions``).
+        step that meets one of its conditions (see ``runstream.stop_conditions``);
+        ``prepare_step`` changes a step's model, tools, tool choice, messages or system before
+        the model is called (see ``runstream.prepare_step``).
 
         ``memory={"thread": ..., "resource": ...}`` loads the thread's history and saves the new
         messages. ``until_idle=True`` (or ``{"max_idle_ms": n, "resume_window_ms": n}``) keeps the
@@ -280,6 +283,7 @@ class Agent:
             require_tool_approval=require_tool_approval,
             **tool_call_concurrency_options(tool_call_concurrency),
             stop_when=[stop_when] if callable(stop_when) else list(stop_when),
+            prepare_step=prepare_step,
         )
         input_messages = normalize_messages(messages)
 

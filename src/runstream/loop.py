@@ -29,6 +29,7 @@ from runstream.chunks import (
     TripwireChunk,
 )
 from runstream.model_step import ModelStep, Turn, default_response_metadata
+from runstream.prepare_step import prepared_step
 from runstream.processors import ProcessorContext, StepView, TripWire, run_step_processors
 from runstream.run_state import (
     Abort,
@@ -78,10 +79,11 @@ async def agent_loop(
         state.step_number += 1
         if cfg.durable and state.steps:
             open_new_message(state)
-        step = ModelStep(cfg, state, turn)
+        step_cfg, conversation = await prepared_step(cfg, state) if cfg.prepare_step else (cfg, None)
+        step = ModelStep(step_cfg, state, turn, conversation)
         async for chunk in step.stream():
             yield chunk
-        async for item in _after_model_step(cfg, state, turn, step):
+        async for item in _after_model_step(step_cfg, state, turn, step):
             if isinstance(item, Chunk):
                 yield item
             else:

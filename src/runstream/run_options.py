@@ -158,6 +158,7 @@ class RunOptions:
     """``True``: every tool call of this run waits for approval; a function decides per call
     (it gets ``{"toolName", "args", "requestContext"}``)."""
     stop_when: list[StopCondition] = field(default_factory=list)
+    prepare_step: Callable[[dict[str, Any]], Any] | None = None
     tool_call_concurrency: int | None = None
     tool_call_strategy: Literal["available", "called"] = "available"
 
@@ -246,6 +247,7 @@ def loop_settings(options: RunOptions) -> dict[str, Any]:
         "request_context": options.request_context,
         "tool_call_strategy": options.tool_call_strategy,
         "stop_when": list(options.stop_when),
+        "prepare_step": options.prepare_step,
     }
     if callable(options.require_tool_approval):
         settings["approval_policy"] = options.require_tool_approval
