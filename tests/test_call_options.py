@@ -333,3 +333,37 @@ async def test_prepare_step_mistakes_are_named() -> None:
         await (await agent.stream("hi", prepare_step=lambda step: {"tool": []})).consume()
     with pytest.raises(ValueError, match="activeTools names no tool: 'wether'"):
         await (await agent.stream("hi", prepare_step=lambda step: {"activeTools": ["wether"]})).consume()
+
+
+async def test_default_options_apply_under_the_calls_own() -> None:
+    finished: list[str] = []
+    tool_steps = [calls((f"c{i}", "weather", '{"city":"Oslo"}')) for i in range(3)]
+    model = ScriptedModel(calls=[*tool_steps, say("Sunny.")])
+    agent = Agent(
+        "a",
+        model=model,
+        tools=[weather, delete_account],
+        default_options={
+            "activeTools": ["weather"],
+            "maxSteps": 1,
+            "onFinish": lambda r: finished.append(r["text"]),
+        },
+    )
+    out = await agent.stream("weather?")
+    await drain(out)
+    assert model.recorded[0].tools == ["weather"] and model.call_count == 1  # maxSteps 1 from the defaults
+    assert finished == [""]
+    await drain(await agent.stream("again", max_steps=3))  # the call's own option wins
+    assert model.call_count == 4
+
+    dynamic = Agent(
+        "b",
+        model=ScriptedModel.text("x"),
+        default_options=lambda rc: {"system": f"Tenant {rc.get('tenant')}."},
+    )
+    await drain(await dynamic.stream("hi", request_context={"tenant": "acme"}))
+    assert systems(dynamic.model) == ["Tenant acme."]  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=r"default_options: unknown option 'maxStep'; did you mean 'maxSteps'"
+    ):
+        Agent("c", model=ScriptedModel.text("x"), default_options={"maxStep": 2})

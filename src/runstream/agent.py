@@ -41,6 +41,8 @@ from runstream.run_options import (
     ToolsInput,
     by_name,
     call_tools,
+    concurrency_options,
+    default_stream_options,
     is_function,
     loop_settings,
     normalize_messages,
@@ -50,11 +52,9 @@ from runstream.run_options import (
     resolve_instructions,
     resolve_model,
     system_messages,
+    with_default_options,
 )
 from runstream.run_options import client_tool as client_tool  # public here since before the move
-from runstream.run_options import (
-    tool_call_concurrency as tool_call_concurrency_options,
-)
 from runstream.run_state import LoopConfig, ResumeAction, RunState
 from runstream.scoring import TaskCompletion
 from runstream.step_results import model_label, run_metadata
@@ -111,6 +111,7 @@ class Agent:
         is_task_complete: TaskCompletion | Mapping[str, Any] | None = None,
         durable: bool = False,
         max_retries: int = 0,
+        default_options: Mapping[str, Any] | Dynamic[Mapping[str, Any]] | None = None,
     ) -> None:
         from runstream.tasks.policy import AgentBackgroundConfig
 
@@ -162,6 +163,9 @@ class Agent:
         self.goal = goal
         self.durable = durable
         self.is_task_complete = TaskCompletion.coerce(is_task_complete)
+        if isinstance(default_options, Mapping):  # a misspelt option fails here, not at the first call
+            default_stream_options(default_options, type(self).stream)
+        self.default_options = default_options
         self.runtime: Runstream | None = None
         self._suspended: dict[str, tuple[LoopConfig, RunState, RunOptions]] = {}
         self._live_runs: set[str] = set()
@@ -193,6 +197,7 @@ class Agent:
         return {**merged, **self.tools}
 
     # -- running -----------------------------------------------------------------------------------
+    @with_default_options
     async def stream(
         self,
         messages: MessagesInput | None = None,
@@ -230,25 +235,13 @@ class Agent:
     ) -> RunOutput:
         """Start a run; iterate ``out.full_stream`` for its chunks.
 
-        ``request_context`` (Mastra's ``requestContext``) holds per-request values: the tools
-        read it as ``ctx.request_context``, and the agent's instructions, model and tools may
-        be functions of it. A ``RequestContext`` given is shared, not copied.
-
-        ``on_chunk``, ``on_step_finish``, ``on_finish``, ``on_error`` and ``on_abort`` are
-        Mastra's callbacks (see ``runstream.callbacks``); an until-idle stream calls them for
-        each of its turns.
-
-        ``instructions`` and ``model`` replace the agent's for this call (either may be a
-        function of the request context), ``system`` adds system messages after the
-        instructions, ``active_tools`` offers only the named tools and
-        ``require_tool_approval=True`` makes every tool call wait for approval (a function of
-        ``{"toolName", "args", "requestContext"}`` decides per call).
-        ``tool_call_concurrency`` (``n`` or ``{"limit": n, "strategy": ...}``) caps how many
-        of a step's tool calls run at once (default 10; one at a time when a tool that may need
-        approval or suspend is offered, as in Mastra). ``stop_when`` ends the run after the
-        step that meets one of its conditions (see ``runstream.stop_conditions``);
-        ``prepare_step`` changes a step's model, tools, tool choice, messages or system before
-        the model is called (see ``runstream.prepare_step``).
+        Mastra's options by their Python names (docs/porting-from-mastra.md): ``request_context``
+        (tools read it as ``ctx.request_context``; instructions, model and tools may be functions
+        of it), the callbacks ``on_chunk`` ... ``on_abort`` (``runstream.callbacks``),
+        ``instructions``/``model`` (replace the agent's), ``system`` (added system messages),
+        ``active_tools``, ``require_tool_approval`` (``True`` or a function of the call),
+        ``tool_call_concurrency`` (``n`` or ``{"limit", "strategy"}``), ``stop_when``
+        (``runstream.stop_conditions``) and ``prepare_step`` (``runstream.prepare_step``).
 
         ``memory={"thread": ..., "resource": ...}`` loads the thread's history and saves the new
         messages. ``until_idle=True`` (or ``{"max_idle_ms": n, "resume_window_ms": n}``) keeps the
@@ -281,7 +274,7 @@ class Agent:
             model=model,
             active_tools=list(active_tools) if active_tools is not None else None,
             require_tool_approval=require_tool_approval,
-            **tool_call_concurrency_options(tool_call_concurrency),
+            **concurrency_options(tool_call_concurrency),
             stop_when=[stop_when] if callable(stop_when) else list(stop_when),
             prepare_step=prepare_step,
         )

@@ -4,9 +4,11 @@ reuse them), their JSON form in a saved run, and the input normalisation they sh
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 from runstream.abort import AbortSignal
 from runstream.callbacks import RunCallbacks
@@ -103,7 +105,7 @@ def options_from_json(data: Mapping[str, Any]) -> RunOptions:
         system=list(data.get("system") or []),
         active_tools=data.get("activeTools"),
         require_tool_approval=bool(data.get("requireToolApproval")),
-        **tool_call_concurrency(data.get("toolCallConcurrency")),
+        **concurrency_options(data.get("toolCallConcurrency")),
         client_tools={
             name: client_tool(
                 name, description=spec.get("description", ""), input_schema=spec.get("inputSchema")
@@ -223,7 +225,7 @@ async def resolve_instructions(value: str | Dynamic[str], context: RequestContex
     return instructions
 
 
-def tool_call_concurrency(value: int | Mapping[str, Any] | None) -> dict[str, Any]:
+def concurrency_options(value: int | Mapping[str, Any] | None) -> dict[str, Any]:
     """``tool_call_concurrency=n`` or Mastra's ``{"limit": n, "strategy": "available" | "called"}``,
     as ``RunOptions`` fields."""
     if value is None:
@@ -254,3 +256,29 @@ def loop_settings(options: RunOptions) -> dict[str, Any]:
     if options.tool_call_concurrency is not None:
         settings["tool_call_concurrency"] = options.tool_call_concurrency
     return settings
+
+
+StreamMethod = TypeVar("StreamMethod", bound=Callable[..., Awaitable[Any]])
+
+
+def with_default_options(stream: StreamMethod) -> StreamMethod:
+    """Mastra's ``defaultOptions``: an agent's ``default_options`` (a mapping of ``stream()``
+    options, Mastra's names or Python's, or a function of the request context returning one)
+    apply to every call, under the options the call gives itself."""
+
+    @functools.wraps(stream)
+    async def with_defaults(agent: Any, messages: Any = None, **options: Any) -> Any:
+        defaults = agent.default_options
+        if defaults is not None:
+            if not isinstance(defaults, Mapping):
+                defaults = await resolve(defaults, RequestContext.coerce(options.get("request_context")))
+            options = {**default_stream_options(defaults, stream), **options}
+        return await stream(agent, messages, **options)
+
+    return cast(StreamMethod, with_defaults)
+
+
+def default_stream_options(defaults: Mapping[str, Any], stream: Callable[..., Any]) -> dict[str, Any]:
+    """``defaults`` as ``stream()`` keyword arguments; an unknown option is an error naming it."""
+    names = [name for name in inspect.signature(stream).parameters if name not in ("self", "messages")]
+    return read_config(defaults, dict.fromkeys(names), where="default_options")
