@@ -44,6 +44,7 @@ from runstream.run_options import (
     concurrency_options,
     default_stream_options,
     is_function,
+    is_model,
     loop_settings,
     normalize_messages,
     normalize_tool_choice,
@@ -266,7 +267,7 @@ class Agent:
             disable_background_tasks=disable_background_tasks,
             context=normalize_messages(list(context)) if context else [],
             is_task_complete=TaskCompletion.coerce(is_task_complete),
-            client_tools=by_name(client_tools),
+            client_tools=by_name(client_tools) if client_tools else {},
             request_context=RequestContext.coerce(request_context),
             callbacks=RunCallbacks(on_chunk, on_step_finish, on_finish, on_error, on_abort).check(),
             instructions=instructions,
@@ -363,13 +364,17 @@ class Agent:
             signal = AbortSignal.any(signal, options.abort_signal)
         scope = options.memory
         context = options.request_context
-        owner = f"agent {self.id!r}"
-        tools = call_tools({**await self.get_tools(context), **options.client_tools}, options)
+        tools = await self.get_tools(context)  # with the toolsets' current tools
+        if options.client_tools or options.active_tools is not None or options.require_tool_approval is True:
+            tools = call_tools({**tools, **options.client_tools}, options)
+        model = options.model or self.model
         cfg = LoopConfig(
             agent_id=self.id,
             agent_name=self.name,
-            model=ready_model(await resolve_model(options.model or self.model, context, owner)),
-            tools=tools,
+            model=ready_model(
+                model if is_model(model) else await resolve_model(model, context, f"agent {self.id!r}")
+            ),
+            tools=dict(tools),
             client_tools=frozenset(options.client_tools),
             max_steps=options.max_steps if options.max_steps is not None else self.max_steps,
             tool_choice=normalize_tool_choice(options.tool_choice) or self.tool_choice,
@@ -394,9 +399,14 @@ class Agent:
             durable=self.durable,
             **loop_settings(options),
         )
-        chosen = options.instructions if options.instructions is not None else self.instructions
-        instructions = await resolve_instructions(chosen, context, owner)
-        own_tools = {name: tool for name, tool in tools.items() if name not in options.client_tools}
+        instructions = options.instructions if options.instructions is not None else self.instructions
+        if not isinstance(instructions, str):
+            instructions = await resolve_instructions(instructions, context, f"agent {self.id!r}")
+        own_tools = (
+            {n: t for n, t in tools.items() if n not in options.client_tools}
+            if options.client_tools
+            else tools
+        )
         instructions += await self._attach_background(cfg, state, options, own_tools)
         completion = options.is_task_complete or self.is_task_complete
         if completion is not None:
