@@ -243,3 +243,127 @@ async def test_tool_call_concurrency_caps_a_steps_calls() -> None:
         await peak(0)
     with pytest.raises(ValueError, match=r"tool_call_concurrency.strategy must be one of"):
         await peak({"limit": 2, "strategy": "some"})
+
+
+async def test_an_approval_policy_function_decides_per_call() -> None:
+    asked: list[dict[str, Any]] = []
+
+    async def policy(call: dict[str, Any]) -> bool:
+        asked.append(call)
+        return call["toolName"] == "delete_account" and call["args"]["user"] == "root"
+
+    model = ScriptedModel(
+        calls=[
+            calls(
+                ("c1", "weather", '{"city":"Oslo"}'),
+                ("c2", "delete_account", '{"user":"ada"}'),
+                ("c3", "delete_account", '{"user":"root"}'),
+            ),
+            say("Done."),
+        ]
+    )
+    agent = Agent("a", model=model, tools=[weather, delete_account])
+    out = await agent.stream("go", require_tool_approval=policy, request_context={"tenant": "acme"})
+    chunks = await drain(out)
+    approvals = [c.payload["toolCallId"] for c in chunks if c.type == "tool-call-approval"]
+    assert approvals == ["c3"] and "tool-result" not in [c.type for c in chunks]
+    assert asked[0] == {"toolName": "weather", "args": {"city": "Oslo"}, "requestContext": {"tenant": "acme"}}
+    resumed = await agent.approve_tool_call(run_id=out.run_id)
+    results = [c.payload["toolCallId"] for c in await drain(resumed) if c.type == "tool-result"]
+    assert results == ["c1", "c2", "c3"]
+
+
+async def test_stop_when_ends_the_run_after_the_step_that_meets_a_condition() -> None:
+    from runstream.stop_conditions import has_tool_call, step_count_is
+
+    def lookups() -> ScriptedModel:
+        return ScriptedModel(calls=[calls((f"c{i}", "weather", '{"city":"Oslo"}')) for i in range(4)])
+
+    async def finish_of(model: ScriptedModel, stop_when: Any) -> tuple[int, Any]:
+        out = await Agent("a", model=model, tools=[weather], max_steps=10).stream("go", stop_when=stop_when)
+        chunks = await drain(out)
+        return model.call_count, [c.payload["stepResult"] for c in chunks if c.type == "step-finish"][-1]
+
+    assert await finish_of(lookups(), has_tool_call("weather")) == (
+        1,
+        {"reason": "tool-calls", "isContinued": False},
+    )
+    assert (await finish_of(lookups(), [step_count_is(3)]))[0] == 3
+
+    async def after_two_results(event: dict[str, Any]) -> bool:  # async, and it sees every step
+        return len(event["steps"]) == 2 and all(s["toolCalls"] for s in event["steps"])
+
+    assert (await finish_of(lookups(), after_two_results))[0] == 2
+
+
+async def test_prepare_step_changes_one_step() -> None:
+    first = ScriptedModel(calls=[calls(("c1", "weather", '{"city":"Oslo"}'))], model_id="first")
+    second = ScriptedModel.text("Sunny in Oslo.")
+    seen: list[dict[str, Any]] = []
+
+    async def prepare(step: dict[str, Any]) -> dict[str, Any] | None:
+        seen.append({"stepNumber": step["stepNumber"], "tools": step["tools"], "steps": len(step["steps"])})
+        if step["stepNumber"] == 0:
+            return {"activeTools": ["weather"], "toolChoice": "required", "system": "Use the weather tool."}
+        return {
+            "model": second,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Summarise."}]}],
+        }
+
+    agent = Agent("a", model=first, instructions="Be brief.", tools=[weather, delete_account])
+    out = await agent.stream("weather in Oslo?", prepare_step=prepare)
+    await drain(out)
+    assert out.state.text == "Sunny in Oslo."
+    assert seen == [
+        {"stepNumber": 0, "tools": ["weather", "delete_account"], "steps": 0},
+        {"stepNumber": 1, "tools": ["weather", "delete_account"], "steps": 1},
+    ]
+    call = first.recorded[0]
+    assert call.tools == ["weather"] and call.tool_choice == {"type": "required"}
+    assert [m["content"] for m in call.prompt if m["role"] == "system"] == ["Use the weather tool."]
+    later = second.recorded[0].prompt
+    assert systems(second) == ["Be brief."] and later[-1]["content"][0]["text"] == "Summarise."
+    assert len(later) == 2  # the step's own conversation replaced the run's (not rewritten)
+    assert len(out.state.messages) == 4  # user, assistant tool call, tool result, answer
+
+
+async def test_prepare_step_mistakes_are_named() -> None:
+    agent = Agent("a", model=ScriptedModel.text("x"), tools=[weather])
+    with pytest.raises(ValueError, match="prepare_step result: unknown option 'tool'"):
+        await (await agent.stream("hi", prepare_step=lambda step: {"tool": []})).consume()
+    with pytest.raises(ValueError, match="activeTools names no tool: 'wether'"):
+        await (await agent.stream("hi", prepare_step=lambda step: {"activeTools": ["wether"]})).consume()
+
+
+async def test_default_options_apply_under_the_calls_own() -> None:
+    finished: list[str] = []
+    tool_steps = [calls((f"c{i}", "weather", '{"city":"Oslo"}')) for i in range(3)]
+    model = ScriptedModel(calls=[*tool_steps, say("Sunny.")])
+    agent = Agent(
+        "a",
+        model=model,
+        tools=[weather, delete_account],
+        default_options={
+            "activeTools": ["weather"],
+            "maxSteps": 1,
+            "onFinish": lambda r: finished.append(r["text"]),
+        },
+    )
+    out = await agent.stream("weather?")
+    await drain(out)
+    assert model.recorded[0].tools == ["weather"] and model.call_count == 1  # maxSteps 1 from the defaults
+    assert finished == [""]
+    await drain(await agent.stream("again", max_steps=3))  # the call's own option wins
+    assert model.call_count == 4
+
+    dynamic = Agent(
+        "b",
+        model=ScriptedModel.text("x"),
+        default_options=lambda rc: {"system": f"Tenant {rc.get('tenant')}."},
+    )
+    await drain(await dynamic.stream("hi", request_context={"tenant": "acme"}))
+    assert systems(dynamic.model) == ["Tenant acme."]  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=r"default_options: unknown option 'maxStep'; did you mean 'maxSteps'"
+    ):
+        Agent("c", model=ScriptedModel.text("x"), default_options={"maxStep": 2})

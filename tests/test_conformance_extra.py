@@ -52,6 +52,7 @@ LEVEL_3 = {
     "x-pt07-tool-call-concurrency-one",
     "x-pt08-suspendable-tool-serializes",
     "x-pt09-tool-calls-concurrent",
+    "x-pt12-structured-warn",
     "x-q01-bg-concurrency-one",
     "x-q02-bg-retries-exhausted",
     "x-q03-until-idle-abort",

@@ -21,6 +21,8 @@ from runstream.models.base import ModelSettings
 from runstream.models.fallback import FallbackModel, ModelChoice
 from runstream.output import RunOutput
 from runstream.runtime import Runstream
+from runstream.stop_conditions import has_tool_call, step_count_is
+from runstream.structured import StructuredOutput
 from runstream.tasks.adoption import BackgroundTaskAdoption, BackgroundTaskOperation
 from runstream.tasks.config import BackgroundTaskConfig, CleanupConfig, RetryConfig
 from runstream.tasks.manager import BackgroundTaskManager
@@ -56,6 +58,9 @@ NAMES: dict[str, Any] = {
     "BackgroundTaskOperation": BackgroundTaskOperation,
     "Runstream": Runstream,
     "RunOutput": RunOutput,
+    "StructuredOutput": StructuredOutput,
+    "step_count_is": step_count_is,
+    "has_tool_call": has_tool_call,
 }
 INSTANCES: dict[str, Callable[[], Any]] = {"Agent": lambda: Agent("a", model=ScriptedModel.text("hi"))}
 

@@ -211,3 +211,29 @@ async def test_the_structured_answer_is_in_the_message_metadata() -> None:
     (ui,) = finish.payload["response"]["uiMessages"]
     assert ui["metadata"]["structuredOutput"] == {"city": "Paris"}
     assert stored.items[-1].content["metadata"]["structuredOutput"] == {"city": "Paris"}
+
+
+# -- errorStrategy / fallbackValue (Mastra's structured output options) ----------------------
+
+
+async def test_error_strategies_of_an_answer_that_fails_the_schema(caplog: pytest.LogCaptureFixture) -> None:
+    schema = {"type": "object", "properties": {"age": {"type": "number"}}, "required": ["age"]}
+
+    async def run(**options: Any) -> Any:
+        agent = Agent("a", model=ScriptedModel.text('{"name":"Ada"}'))
+        out = await agent.stream("x", structured_output={"schema": schema, **options})
+        kinds = [c.type async for c in out.full_stream]
+        return kinds, out.state
+
+    kinds, state = await run()
+    assert "error" in kinds and state.status == "failed"
+    assert str(state.error) == (
+        "Structured output validation failed: - age: Invalid input: expected number, received undefined"
+    )
+    kinds, state = await run(errorStrategy="fallback", fallbackValue={"age": 0})
+    assert "object-result" in kinds and state.object == {"age": 0} and state.status == "success"
+    kinds, state = await run(error_strategy="warn")
+    assert "object-result" not in kinds and "error" not in kinds and state.object is None
+    assert "errorStrategy warn" in caplog.text
+    with pytest.raises(ValueError, match="errorStrategy 'fallback' needs a fallbackValue"):
+        await run(errorStrategy="fallback")

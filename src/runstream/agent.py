@@ -43,7 +43,11 @@ from runstream.run_options import (
     ToolsInput,
     by_name,
     call_tools,
+    concurrency_options,
+    default_stream_options,
     is_function,
+    is_model,
+    loop_settings,
     normalize_messages,
     normalize_tool_choice,
     options_from_json,
@@ -51,14 +55,13 @@ from runstream.run_options import (
     resolve_instructions,
     resolve_model,
     system_messages,
+    with_default_options,
 )
 from runstream.run_options import client_tool as client_tool  # public here since before the move
-from runstream.run_options import (
-    tool_call_concurrency as tool_call_concurrency_options,
-)
 from runstream.run_state import LoopConfig, ResumeAction, RunState
 from runstream.scoring import TaskCompletion
 from runstream.step_results import model_label, run_metadata
+from runstream.stop_conditions import StopCondition
 from runstream.storage import Storage, TaskRecord
 from runstream.structured import StructuredOutput
 from runstream.tasks.until_idle import IdleOptions, until_idle_stream
@@ -111,6 +114,7 @@ class Agent:
         is_task_complete: TaskCompletion | Mapping[str, Any] | None = None,
         durable: bool = False,
         max_retries: int = 0,
+        default_options: Mapping[str, Any] | Dynamic[Mapping[str, Any]] | None = None,
     ) -> None:
         from runstream.tasks.policy import AgentBackgroundConfig
 
@@ -162,6 +166,9 @@ class Agent:
         self.goal = goal
         self.durable = durable
         self.is_task_complete = TaskCompletion.coerce(is_task_complete)
+        if isinstance(default_options, Mapping):  # a misspelt option fails here, not at the first call
+            default_stream_options(default_options, type(self).stream)
+        self.default_options = default_options
         self.services: RuntimeServices | None = None
         """The storage and task manager of the runtime that holds this agent (see :meth:`bind`)."""
         self._suspended: dict[str, tuple[LoopConfig, RunState, RunOptions]] = {}
@@ -194,6 +201,7 @@ class Agent:
         return {**merged, **self.tools}
 
     # -- running -----------------------------------------------------------------------------------
+    @with_default_options
     async def stream(
         self,
         messages: MessagesInput | None = None,
@@ -224,26 +232,20 @@ class Agent:
         system: str | Sequence[str] | None = None,
         model: LanguageModel | Dynamic[LanguageModel] | None = None,
         active_tools: Sequence[str] | None = None,
-        require_tool_approval: bool = False,
+        require_tool_approval: bool | Callable[[dict[str, Any]], Any] = False,
         tool_call_concurrency: int | Mapping[str, Any] | None = None,
+        stop_when: StopCondition | Sequence[StopCondition] = (),
+        prepare_step: Callable[[dict[str, Any]], Any] | None = None,
     ) -> RunOutput:
         """Start a run; iterate ``out.full_stream`` for its chunks.
 
-        ``request_context`` (Mastra's ``requestContext``) holds per-request values: the tools
-        read it as ``ctx.request_context``, and the agent's instructions, model and tools may
-        be functions of it. A ``RequestContext`` given is shared, not copied.
-
-        ``on_chunk``, ``on_step_finish``, ``on_finish``, ``on_error`` and ``on_abort`` are
-        Mastra's callbacks (see ``runstream.callbacks``); an until-idle stream calls them for
-        each of its turns.
-
-        ``instructions`` and ``model`` replace the agent's for this call (either may be a
-        function of the request context), ``system`` adds system messages after the
-        instructions, ``active_tools`` offers only the named tools and
-        ``require_tool_approval=True`` makes every tool call wait for approval.
-        ``tool_call_concurrency`` (``n`` or ``{"limit": n, "strategy": ...}``) caps how many
-        of a step's tool calls run at once (default 10; one at a time when a tool that may need
-        approval or suspend is offered, as in Mastra).
+        Mastra's options by their Python names (docs/porting-from-mastra.md): ``request_context``
+        (tools read it as ``ctx.request_context``; instructions, model and tools may be functions
+        of it), the callbacks ``on_chunk`` ... ``on_abort`` (``runstream.callbacks``),
+        ``instructions``/``model`` (replace the agent's), ``system`` (added system messages),
+        ``active_tools``, ``require_tool_approval`` (``True`` or a function of the call),
+        ``tool_call_concurrency`` (``n`` or ``{"limit", "strategy"}``), ``stop_when``
+        (``runstream.stop_conditions``) and ``prepare_step`` (``runstream.prepare_step``).
 
         ``memory={"thread": ..., "resource": ...}`` loads the thread's history and saves the new
         messages. ``until_idle=True`` (or ``{"max_idle_ms": n, "resume_window_ms": n}``) keeps the
@@ -268,7 +270,7 @@ class Agent:
             disable_background_tasks=disable_background_tasks,
             context=normalize_messages(list(context)) if context else [],
             is_task_complete=TaskCompletion.coerce(is_task_complete),
-            client_tools=by_name(client_tools),
+            client_tools=by_name(client_tools) if client_tools else {},
             request_context=RequestContext.coerce(request_context),
             callbacks=RunCallbacks(on_chunk, on_step_finish, on_finish, on_error, on_abort).check(),
             instructions=instructions,
@@ -276,7 +278,9 @@ class Agent:
             model=model,
             active_tools=list(active_tools) if active_tools is not None else None,
             require_tool_approval=require_tool_approval,
-            **tool_call_concurrency_options(tool_call_concurrency),
+            **concurrency_options(tool_call_concurrency),
+            stop_when=[stop_when] if callable(stop_when) else list(stop_when),
+            prepare_step=prepare_step,
         )
         input_messages = normalize_messages(messages)
 
@@ -363,13 +367,17 @@ class Agent:
             signal = AbortSignal.any(signal, options.abort_signal)
         scope = options.memory
         context = options.request_context
-        owner = f"agent {self.id!r}"
-        tools = call_tools({**await self.get_tools(context), **options.client_tools}, options)
+        tools = await self.get_tools(context)  # with the toolsets' current tools
+        if options.client_tools or options.active_tools is not None or options.require_tool_approval is True:
+            tools = call_tools({**tools, **options.client_tools}, options)
+        model = options.model or self.model
         cfg = LoopConfig(
             agent_id=self.id,
             agent_name=self.name,
-            model=ready_model(await resolve_model(options.model or self.model, context, owner)),
-            tools=tools,
+            model=ready_model(
+                model if is_model(model) else await resolve_model(model, context, f"agent {self.id!r}")
+            ),
+            tools=dict(tools),
             client_tools=frozenset(options.client_tools),
             max_steps=options.max_steps if options.max_steps is not None else self.max_steps,
             tool_choice=normalize_tool_choice(options.tool_choice) or self.tool_choice,
@@ -392,14 +400,16 @@ class Agent:
             thread_id=scope.thread_id if scope else None,
             resource_id=scope.resource_id if scope else None,
             durable=self.durable,
-            request_context=context,
-            tool_call_strategy=options.tool_call_strategy,
+            **loop_settings(options),
         )
-        if options.tool_call_concurrency is not None:
-            cfg.tool_call_concurrency = options.tool_call_concurrency
-        chosen = options.instructions if options.instructions is not None else self.instructions
-        instructions = await resolve_instructions(chosen, context, owner)
-        own_tools = {name: tool for name, tool in tools.items() if name not in options.client_tools}
+        instructions = options.instructions if options.instructions is not None else self.instructions
+        if not isinstance(instructions, str):
+            instructions = await resolve_instructions(instructions, context, f"agent {self.id!r}")
+        own_tools = (
+            {n: t for n, t in tools.items() if n not in options.client_tools}
+            if options.client_tools
+            else tools
+        )
         instructions += await self._attach_background(cfg, state, options, own_tools)
         completion = options.is_task_complete or self.is_task_complete
         if completion is not None:

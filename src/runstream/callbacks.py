@@ -64,6 +64,8 @@ class RunCallbacks:
         )
 
     def check(self) -> RunCallbacks:
+        if not self:
+            return self
         for name in ("on_chunk", "on_step_finish", "on_finish", "on_error", "on_abort"):
             hook = getattr(self, name)
             if hook is not None and not callable(hook):

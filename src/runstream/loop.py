@@ -29,6 +29,7 @@ from runstream.chunks import (
     TripwireChunk,
 )
 from runstream.model_step import ModelStep, Turn, default_response_metadata
+from runstream.prepare_step import prepared_step
 from runstream.processors import ProcessorContext, StepView, TripWire, run_step_processors
 from runstream.run_state import (
     Abort,
@@ -51,6 +52,8 @@ from runstream.step_results import (
     step_finish_chunk,
     step_record,
 )
+from runstream.stop_conditions import should_stop
+from runstream.structured import NO_OBJECT
 from runstream.tool_step import answer_pending, calls_client_tools, run_tool_step, wait_for_background
 
 Phase = AsyncIterator[AnyChunk | StepOutcome]
@@ -80,10 +83,11 @@ async def agent_loop(
         state.step_number += 1
         if cfg.durable and state.steps:
             open_new_message(state)
-        step = ModelStep(cfg, state, turn)
+        step_cfg, conversation = await prepared_step(cfg, state) if cfg.prepare_step else (cfg, None)
+        step = ModelStep(step_cfg, state, turn, conversation)
         async for chunk in step.stream():
             yield chunk
-        async for item in _after_model_step(cfg, state, turn, step):
+        async for item in _after_model_step(step_cfg, state, turn, step):
             if isinstance(item, Chunk):
                 yield item
             else:
@@ -182,12 +186,15 @@ async def _after_model_step(cfg: LoopConfig, state: RunState, turn: Turn, step: 
         try:
             obj = structured.parse_final(text)
         except ValueError as exc:
-            state.error = exc
-            yield ErrorChunk(state.run_id, {"type": "error", "error": exc})
-            yield Failed(_record(state, step, content, "error"))
-            return
-        state.object = obj
-        yield ObjectResultChunk(state.run_id, obj)
+            if structured.error_strategy == "strict":
+                state.error = exc
+                yield ErrorChunk(state.run_id, {"type": "error", "error": exc})
+                yield Failed(_record(state, step, content, "error"))
+                return
+            obj = structured.recover(exc)
+        if obj is not NO_OBJECT:
+            state.object = obj
+            yield ObjectResultChunk(state.run_id, obj)
     record = _record(state, step, content, step.finish_reason)
     if not step.calls:
         async for item in _model_turn_ended(cfg, state, step, record):
@@ -293,7 +300,7 @@ async def _model_turn_ended(cfg: LoopConfig, state: RunState, step: ModelStep, r
     chosen = [v for v in verdicts if v.authoritative] or verdicts
     # Like a tool step, a step that ended for an unknown reason goes on (as Mastra does).
     wants_more = step.finish_reason == "other" or any(v.continue_loop for v in chosen)
-    cont = wants_more and _should_continue(cfg, state)
+    cont = wants_more and await _goes_on(cfg, state)
     extra: dict[str, Any] = {}
     for verdict in verdicts:
         extra.update(verdict.payload_extra)
@@ -338,7 +345,7 @@ async def _tool_step(
         return
     record = pending.step_record
     reason = record["finishReason"]
-    cont = _should_continue(cfg, state) and not calls_client_tools(cfg, pending)
+    cont = not calls_client_tools(cfg, pending) and await _goes_on(cfg, state)
     yield step_finish_chunk(
         cfg, state, record, reason, continued=cont, step_result=step_result, tool_results=pending.results
     )
@@ -375,6 +382,13 @@ def _task_settled(cfg: LoopConfig, state: RunState, waited_before: int) -> bool:
     """Durable mode: a background task settled while the loop waited after the step, so the
     model gets another step to see its result (as Mastra's durable loop, ``x-pt03``)."""
     return len(state.waited_task_ids) > waited_before and _should_continue(cfg, state)
+
+
+async def _goes_on(cfg: LoopConfig, state: RunState) -> bool:
+    """Whether another step may follow this one: steps left, not aborted, no stop condition met."""
+    if not _should_continue(cfg, state):
+        return False
+    return not (cfg.stop_when and await should_stop(cfg.stop_when, list(state.steps)))
 
 
 def _should_continue(cfg: LoopConfig, state: RunState) -> bool:

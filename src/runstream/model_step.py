@@ -70,8 +70,10 @@ class Turn:
     @classmethod
     def of(cls, cfg: LoopConfig, run_id: str) -> Turn:
         processors = cfg.output_processors
-        eager_allowed = cfg.tool_call_strategy == "available" and not any(
-            tool.require_approval for tool in cfg.tools.values()
+        eager_allowed = (
+            cfg.tool_call_strategy == "available"
+            and cfg.approval_policy is None
+            and not any(tool.require_approval for tool in cfg.tools.values())
         )
         if not processors:
             return cls({}, _NONE, _NONE, eager_allowed)
@@ -91,6 +93,7 @@ class ModelStep:
         "block_starts",
         "calls",
         "cfg",
+        "conversation",
         "eager",
         "error",
         "files",
@@ -112,8 +115,12 @@ class ModelStep:
         "warnings",
     )
 
-    def __init__(self, cfg: LoopConfig, state: RunState, turn: Turn) -> None:
+    def __init__(
+        self, cfg: LoopConfig, state: RunState, turn: Turn, conversation: list[PromptMessage] | None = None
+    ) -> None:
         self.cfg = cfg
+        self.conversation = conversation
+        """The step's conversation when ``prepare_step`` replaced it (else the run's)."""
         self.state = state
         self.turn = turn
         self.text_deltas: list[str] = []
@@ -248,15 +255,13 @@ class ModelStep:
         cfg, state = self.cfg, self.state
         structured = cfg.structured_output
         tools_offered = [] if (cfg.tool_choice or {}).get("type") == "none" else list(cfg.tools.values())
+        conversation = (
+            [*state.messages[: state.input_count], *cfg.after_input, *state.messages[state.input_count :]]
+            if self.conversation is None
+            else self.conversation
+        )
         return ModelRequest(
-            prompt=[
-                *cfg.system,
-                *self.turn.retry_feedback,
-                *cfg.context,
-                *state.messages[: state.input_count],
-                *cfg.after_input,
-                *state.messages[state.input_count :],
-            ],
+            prompt=[*cfg.system, *self.turn.retry_feedback, *cfg.context, *conversation],
             tools=[t.spec(cfg.tool_schemas.get(t.name)) for t in tools_offered],
             tool_choice=(cfg.tool_choice or {"type": "auto"}) if cfg.tools else cfg.tool_choice,
             response_format=structured.response_format() if structured else None,

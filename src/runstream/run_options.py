@@ -4,9 +4,11 @@ reuse them), their JSON form in a saved run, and the input normalisation they sh
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping, Sequence
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard, TypeVar, cast
 
 from runstream.abort import AbortSignal
 from runstream.callbacks import RunCallbacks
@@ -15,6 +17,7 @@ from runstream.memory import MemoryScope
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.request_context import Dynamic, RequestContext, resolve
 from runstream.scoring import TaskCompletion
+from runstream.stop_conditions import StopCondition
 from runstream.structured import StructuredOutput
 from runstream.tools import Tool, ToolContext
 
@@ -75,7 +78,7 @@ def options_to_json(options: RunOptions) -> dict[str, Any]:
         "instructions": options.instructions if isinstance(options.instructions, str) else None,
         "system": options.system,
         "activeTools": options.active_tools,
-        "requireToolApproval": options.require_tool_approval,
+        "requireToolApproval": options.require_tool_approval is True,
         "toolCallConcurrency": {
             "limit": options.tool_call_concurrency,
             "strategy": options.tool_call_strategy,
@@ -102,7 +105,7 @@ def options_from_json(data: Mapping[str, Any]) -> RunOptions:
         system=list(data.get("system") or []),
         active_tools=data.get("activeTools"),
         require_tool_approval=bool(data.get("requireToolApproval")),
-        **tool_call_concurrency(data.get("toolCallConcurrency")),
+        **concurrency_options(data.get("toolCallConcurrency")),
         client_tools={
             name: client_tool(
                 name, description=spec.get("description", ""), input_schema=spec.get("inputSchema")
@@ -153,13 +156,21 @@ class RunOptions:
     """Replaces the agent's model for this call; not kept when a run is restored elsewhere."""
     active_tools: list[str] | None = None
     """Only these tools are offered (and run) in this call."""
-    require_tool_approval: bool = False
-    """Every tool call of this run waits for approval."""
+    require_tool_approval: bool | Callable[[dict[str, Any]], Any] = False
+    """``True``: every tool call of this run waits for approval; a function decides per call
+    (it gets ``{"toolName", "args", "requestContext"}``)."""
+    stop_when: list[StopCondition] = field(default_factory=list)
+    prepare_step: Callable[[dict[str, Any]], Any] | None = None
     tool_call_concurrency: int | None = None
     tool_call_strategy: Literal["available", "called"] = "available"
 
 
 ToolsInput = Iterable[Tool] | Mapping[str, Tool]
+
+
+def is_model(value: Any) -> TypeGuard[LanguageModel]:
+    """A language model (it streams and names itself)."""
+    return hasattr(value, "stream") and hasattr(value, "model_id")
 
 
 def is_function(value: Any) -> bool:
@@ -187,7 +198,7 @@ def call_tools(tools: dict[str, Tool], options: RunOptions) -> dict[str, Tool]:
                 f"(the run has: {', '.join(tools) or 'none'})"
             )
         tools = {name: tools[name] for name in options.active_tools}
-    if options.require_tool_approval:
+    if options.require_tool_approval is True:
         tools = {name: with_approval(tool) for name, tool in tools.items()}
     return tools
 
@@ -205,8 +216,10 @@ async def resolve_model(
     value: LanguageModel | Dynamic[LanguageModel], context: RequestContext, owner: str
 ) -> LanguageModel:
     """A model, or what a per-request model function returns (checked)."""
-    model = value if isinstance(value, LanguageModel) else await resolve(value, context)
-    if not isinstance(model, LanguageModel):
+    # A duck check, not isinstance(): a runtime-checkable Protocol costs ~10 µs per check, and
+    # this runs at the start of every run.
+    model = value if is_model(value) else await resolve(value, context)  # type: ignore[arg-type]
+    if not is_model(model):
         raise TypeError(f"{owner}: the model function returned {type(model).__name__}, not a model")
     return model
 
@@ -219,7 +232,7 @@ async def resolve_instructions(value: str | Dynamic[str], context: RequestContex
     return instructions
 
 
-def tool_call_concurrency(value: int | Mapping[str, Any] | None) -> dict[str, Any]:
+def concurrency_options(value: int | Mapping[str, Any] | None) -> dict[str, Any]:
     """``tool_call_concurrency=n`` or Mastra's ``{"limit": n, "strategy": "available" | "called"}``,
     as ``RunOptions`` fields."""
     if value is None:
@@ -235,3 +248,44 @@ def tool_call_concurrency(value: int | Mapping[str, Any] | None) -> dict[str, An
             "tool_call_strategy": options.get("strategy", "available"),
         }
     return {"tool_call_concurrency": positive_int("tool_call_concurrency", value)}
+
+
+def loop_settings(options: RunOptions) -> dict[str, Any]:
+    """The loop settings that come from a call's options alone."""
+    settings: dict[str, Any] = {
+        "request_context": options.request_context,
+        "tool_call_strategy": options.tool_call_strategy,
+        "stop_when": list(options.stop_when),
+        "prepare_step": options.prepare_step,
+    }
+    if callable(options.require_tool_approval):
+        settings["approval_policy"] = options.require_tool_approval
+    if options.tool_call_concurrency is not None:
+        settings["tool_call_concurrency"] = options.tool_call_concurrency
+    return settings
+
+
+StreamMethod = TypeVar("StreamMethod", bound=Callable[..., Awaitable[Any]])
+
+
+def with_default_options(stream: StreamMethod) -> StreamMethod:
+    """Mastra's ``defaultOptions``: an agent's ``default_options`` (a mapping of ``stream()``
+    options, Mastra's names or Python's, or a function of the request context returning one)
+    apply to every call, under the options the call gives itself."""
+
+    @functools.wraps(stream)
+    async def with_defaults(agent: Any, messages: Any = None, **options: Any) -> Any:
+        defaults = agent.default_options
+        if defaults is not None:
+            if not isinstance(defaults, Mapping):
+                defaults = await resolve(defaults, RequestContext.coerce(options.get("request_context")))
+            options = {**default_stream_options(defaults, stream), **options}
+        return await stream(agent, messages, **options)
+
+    return cast(StreamMethod, with_defaults)
+
+
+def default_stream_options(defaults: Mapping[str, Any], stream: Callable[..., Any]) -> dict[str, Any]:
+    """``defaults`` as ``stream()`` keyword arguments; an unknown option is an error naming it."""
+    names = [name for name in inspect.signature(stream).parameters if name not in ("self", "messages")]
+    return read_config(defaults, dict.fromkeys(names), where="default_options")

@@ -105,6 +105,13 @@ class LoopConfig:
     offered (``available``) or only when it is called (``called``)."""
     request_context: dict[str, Any] = field(default_factory=dict)
     """The run's :class:`~runstream.request_context.RequestContext` (tools get it)."""
+    stop_when: list[Callable[[dict[str, Any]], bool | Awaitable[bool]]] = field(default_factory=list)
+    """Conditions that end the run after a step (``runstream.stop_conditions``)."""
+    prepare_step: Callable[[dict[str, Any]], Any] | None = None
+    """Changes each step before the model is called (``runstream.prepare_step``)."""
+    approval_policy: Callable[[dict[str, Any]], bool | Awaitable[bool]] | None = None
+    """Decides per call whether it waits for approval (Mastra's ``requireToolApproval`` as a
+    function): gets ``{"toolName", "args", "requestContext"}``."""
     durable: bool = False
     """A durable agent's run: Mastra's durable loop reports its steps in a shape of its own
     (see ``step_results``), and each step streams as a message of its own."""

@@ -8,16 +8,20 @@ parsed and validated, and ``object-result`` carries the result.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
 
-from runstream.config_mapping import read_config
+from runstream.config_mapping import Check, one_of, read_config
 from runstream.errors import RunstreamError
+from runstream.schema import Schema
+
+logger = logging.getLogger(__name__)
 
 
 class StructuredOutputError(RunstreamError, ValueError):
@@ -26,12 +30,25 @@ class StructuredOutputError(RunstreamError, ValueError):
     name = "StructuredOutputError"
 
 
+NO_OBJECT: Any = object()
+"""What :meth:`StructuredOutput.recover` returns when the run goes on without an object."""
+
+ErrorStrategy = Literal["strict", "warn", "fallback"]
+
+
 @dataclass(slots=True)
 class StructuredOutput:
-    """``structured_output=`` on a run: a pydantic model class or a JSON schema."""
+    """``structured_output=`` on a run: a pydantic model class or a JSON schema.
+
+    ``error_strategy`` (Mastra's ``errorStrategy``) decides what an answer that does not parse
+    or match does: ``strict`` fails the run with an ``error`` chunk, ``warn`` logs it and ends
+    the run without an object, ``fallback`` makes ``fallback_value`` the object.
+    """
 
     schema: dict[str, Any]
     model: type[BaseModel] | None = None
+    error_strategy: ErrorStrategy = "strict"
+    fallback_value: Any = None
 
     @classmethod
     def coerce(cls, value: Any) -> StructuredOutput | None:
@@ -41,19 +58,22 @@ class StructuredOutput:
         if isinstance(value, type) and issubclass(value, BaseModel):
             return cls(schema=value.model_json_schema(), model=value)
         if isinstance(value, Mapping):
-            inner = value
+            inner: Any = value
+            options: dict[str, Any] = {}
             if "schema" in value and not _is_json_schema_keyword_use(value):
                 options = read_config(
-                    value, {"schema": None}, where="structured_output", unsupported=_UNSUPPORTED_OPTIONS
+                    value, _OPTIONS, where="structured_output", unsupported=_UNSUPPORTED_OPTIONS
                 )
-                inner = options["schema"]
+                inner = options.pop("schema")
+                if options.get("error_strategy") == "fallback" and "fallback_value" not in options:
+                    raise ValueError("structured_output: errorStrategy 'fallback' needs a fallbackValue")
             if isinstance(inner, type) and issubclass(inner, BaseModel):
-                return cls(schema=inner.model_json_schema(), model=inner)
+                return cls(schema=inner.model_json_schema(), model=inner, **options)
             schema = dict(inner)
             jsonschema.validators.validator_for(schema).check_schema(schema)
             if "$schema" not in schema:
                 schema = {"$schema": "http://json-schema.org/draft-07/schema#", **schema}
-            return cls(schema=schema)
+            return cls(schema=schema, **options)
         raise TypeError(
             f"structured_output must be a pydantic model or a JSON schema, not {type(value).__name__}"
         )
@@ -72,25 +92,29 @@ class StructuredOutput:
                 return self.model.model_validate(value)
             except ValidationError as exc:
                 raise StructuredOutputError(f"Structured output validation failed: {exc}") from None
-        errors = list(jsonschema.validators.validator_for(self.schema)(self.schema).iter_errors(value))
-        if errors:
-            problems = "; ".join(e.message for e in errors)
+        issues = Schema(self.schema).issues(value)
+        if issues:  # worded as Mastra's (zod's) issues
+            problems = "\n".join(f"- {path or 'root'}: {message}" for path, message in issues)
             raise StructuredOutputError(f"Structured output validation failed: {problems}")
         return value
 
+    def recover(self, error: ValueError) -> Any:
+        """The object of an answer that failed (``warn``/``fallback``): the fallback value, or
+        :data:`NO_OBJECT` after a warning."""
+        if self.error_strategy == "fallback":
+            return self.fallback_value
+        logger.warning("structured output ignored (errorStrategy warn): %s", error)
+        return NO_OBJECT
 
+
+_OPTIONS: dict[str, Check | None] = {
+    "schema": None,
+    "error_strategy": one_of("strict", "warn", "fallback"),
+    "fallback_value": None,
+}
 _UNSUPPORTED_OPTIONS = {
-    name: "not implemented: only schema is"
-    for name in (
-        "model",
-        "instructions",
-        "useAgent",
-        "jsonPromptInjection",
-        "logger",
-        "providerOptions",
-        "errorStrategy",
-        "fallbackValue",
-    )
+    name: "not implemented: schema, errorStrategy and fallbackValue are"
+    for name in ("model", "instructions", "useAgent", "jsonPromptInjection", "logger", "providerOptions")
 }
 
 

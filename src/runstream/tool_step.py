@@ -9,7 +9,8 @@ a human when a call needs approval or a tool suspends; :func:`answer_pending` ap
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Coroutine
+import inspect
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine
 from functools import partial
 from typing import Any, cast
 
@@ -102,9 +103,9 @@ async def run_tool_step(
         tool = cfg.tools.get(call.tool_name)
         if (
             tool is not None
-            and tool.require_approval
             and call.args_error is None
             and call.tool_call_id not in pending.approved
+            and (tool.require_approval or await _policy_requires_approval(cfg, call))
         ):
             # One approval at a time, in call order (as Mastra): the next one is asked for
             # when this one is answered; nothing of the step runs before all are answered.
@@ -147,7 +148,11 @@ async def _run_calls(
     run_id = state.run_id
     outbox: asyncio.Queue[AnyChunk | None] = eager.outbox if eager is not None else asyncio.Queue()
     emit = outbox.put_nowait
-    slots = eager.slots if eager is not None else asyncio.Semaphore(tool_call_limit(cfg, to_run))
+    slots = (
+        eager.slots
+        if eager is not None
+        else asyncio.Semaphore(tool_call_limit(cfg, to_run, pending.approved))
+    )
 
     async def run_one(call: ToolCall) -> None:
         try:
@@ -207,10 +212,24 @@ async def _run_calls(
                 )
 
 
-def tool_call_limit(cfg: LoopConfig, calls: list[ToolCall]) -> int:
+async def _policy_requires_approval(cfg: LoopConfig, call: ToolCall) -> bool:
+    """The run's approval policy function, asked about one call."""
+    if cfg.approval_policy is None:
+        return False
+    verdict = cfg.approval_policy(
+        {"toolName": call.tool_name, "args": call.args, "requestContext": cfg.request_context}
+    )
+    if inspect.isawaitable(verdict):
+        verdict = await verdict
+    return bool(verdict)
+
+
+def tool_call_limit(cfg: LoopConfig, calls: list[ToolCall], approved: Collection[str] = ()) -> int:
     """How many of a step's calls run at once: ``cfg.tool_call_concurrency``, or one at a time
     when a tool that may need approval or suspend is offered (or, with the ``called``
-    strategy, called), as Mastra does."""
+    strategy, called), or when an approval policy made one of the calls wait, as Mastra does."""
+    if cfg.approval_policy is not None and any(call.tool_call_id in approved for call in calls):
+        return 1
     if cfg.tool_call_strategy == "called":
         tools = [cfg.tools[call.tool_name] for call in calls if call.tool_name in cfg.tools]
     else:

@@ -26,6 +26,7 @@ from runstream.goals import DEFAULT_MAX_RUNS, GoalConfig
 from runstream.output import RunOutput
 from runstream.runtime import Runstream
 from runstream.scoring import ScoreInput, Scorer, TaskCompletion
+from runstream.stop_conditions import StopCondition, has_tool_call, step_count_is
 from runstream.storage import InMemoryStorage, SqliteStorage, Storage, TaskFilter
 from runstream.tasks.config import BackgroundTaskConfig
 from runstream.testing.scripted import ScriptedModel
@@ -143,6 +144,15 @@ def _task_completion(spec: Mapping[str, Any] | None) -> TaskCompletion | None:
     return TaskCompletion(scorers=[scorer(d) for d in spec["scorers"]], strategy=spec.get("strategy", "all"))
 
 
+def _stop_condition(spec: Mapping[str, Any]) -> StopCondition:
+    """``{"stepCountIs": n}`` or ``{"hasToolCall": name}`` (the runner's JSON for stopWhen)."""
+    if "stepCountIs" in spec:
+        return step_count_is(int(spec["stepCountIs"]))
+    if "hasToolCall" in spec:
+        return has_tool_call(str(spec["hasToolCall"]))
+    raise UnsupportedScenario(f"stop condition {spec!r} is not supported")
+
+
 def _stream_options(run: Mapping[str, Any]) -> dict[str, Any]:
     options = dict(run.get("options", {}))
     out: dict[str, Any] = {}
@@ -159,6 +169,10 @@ def _stream_options(run: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in options.items():
         if key in mapping:
             out[mapping[key]] = value
+        elif key == "stopWhen":
+            out["stop_when"] = [
+                _stop_condition(spec) for spec in (value if isinstance(value, list) else [value])
+            ]
         elif key == "maxIdleMs":
             continue
         elif key == "maxRetries":

@@ -1,0 +1,72 @@
+"""``prepare_step``: change one step before the model is called (Mastra's ``prepareStep``).
+
+The function (sync or async) gets the step as ``{"stepNumber" (0-based), "steps", "messages",
+"model", "tools", "toolChoice", "activeTools", "system", "requestContext"}`` and returns
+``None`` (no change) or a mapping of what this step uses instead: ``model``, ``toolChoice``,
+``activeTools`` (the tool names offered, and run, in this step), ``messages`` (the prompt's
+conversation for this step, system messages excluded) and ``system`` (its system messages,
+a string or a list). Keys may be snake_case too; an unknown key is an error naming it. The
+changes last one step; the run's conversation is not rewritten.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from runstream.config_mapping import read_config
+from runstream.models.base import LanguageModel, PromptMessage
+from runstream.run_options import normalize_tool_choice
+from runstream.run_state import LoopConfig, RunState
+
+PrepareStep = Callable[[dict[str, Any]], Mapping[str, Any] | Awaitable[Mapping[str, Any] | None] | None]
+
+_RESULT_FIELDS = {"model": None, "tool_choice": None, "active_tools": None, "messages": None, "system": None}
+
+
+async def prepared_step(cfg: LoopConfig, state: RunState) -> tuple[LoopConfig, list[PromptMessage] | None]:
+    """The configuration of the coming step (and its conversation, if replaced)."""
+    assert cfg.prepare_step is not None
+    event = {
+        "stepNumber": state.step_number - 1,
+        "steps": list(state.steps),
+        "messages": list(state.messages),
+        "model": cfg.model,
+        "tools": list(cfg.tools),
+        "toolChoice": cfg.tool_choice,
+        "activeTools": list(cfg.tools),
+        "system": [str(message["content"]) for message in cfg.system],
+        "requestContext": cfg.request_context,
+    }
+    result = cfg.prepare_step(event)
+    if inspect.isawaitable(result):
+        result = await result
+    if result is None:
+        return cfg, None
+    changes = read_config(result, _RESULT_FIELDS, where="prepare_step result")
+    step_cfg = cfg
+    if changes.get("model") is not None:
+        if not isinstance(changes["model"], LanguageModel):
+            raise TypeError(
+                f"prepare_step result model must be a model, got {type(changes['model']).__name__}"
+            )
+        step_cfg = replace(step_cfg, model=changes["model"])
+    if changes.get("tool_choice") is not None:
+        step_cfg = replace(step_cfg, tool_choice=normalize_tool_choice(changes["tool_choice"]))
+    if changes.get("active_tools") is not None:
+        step_cfg = replace(step_cfg, tools=_active(cfg, changes["active_tools"]))
+    if changes.get("system") is not None:
+        system = changes["system"]
+        texts = [system] if isinstance(system, str) else list(system)
+        step_cfg = replace(step_cfg, system=[{"role": "system", "content": str(text)} for text in texts])
+    messages = changes.get("messages")
+    return step_cfg, list(messages) if messages is not None else None
+
+
+def _active(cfg: LoopConfig, names: Any) -> dict[str, Any]:
+    unknown = [name for name in names if name not in cfg.tools]
+    if unknown:
+        raise ValueError(f"prepare_step result activeTools names no tool: {', '.join(map(repr, unknown))}")
+    return {name: cfg.tools[name] for name in names}
