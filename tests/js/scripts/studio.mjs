@@ -66,7 +66,7 @@ try {
   await thread.getByText("Tool said:").waitFor({ timeout: TIMEOUT });
   const badge = thread.locator('[data-testid="tool-badge"]', { hasText: "Get weather" }).first();
   await badge.waitFor({ timeout: TIMEOUT });
-  steps.toolChat = { badge: await badge.innerText(), text: await thread.innerText() };
+  steps.toolChat = { badge: (await badge.textContent()).trim(), text: await thread.innerText() };
   steps.weatherUrl = page.url();
 
   // 3. A background task: the tool badge with its task widget, then the follow-up turn.
@@ -78,7 +78,7 @@ try {
   await page.getByRole("button", { name: "Show background task information" }).waitFor({ timeout: TIMEOUT });
   steps.background = {
     text: await thread.innerText(),
-    badges: await thread.locator('[data-testid="tool-badge"]').allInnerTexts(),
+    badges: (await thread.locator('[data-testid="tool-badge"]').allTextContents()).map((t) => t.trim()),
     taskWidget: await page.getByRole("button", { name: "Show background task information" }).count(),
   };
   await shot("studio-background-task");
@@ -99,7 +99,7 @@ try {
   await thread.locator('[data-testid="tool-badge"]', { hasText: "Get weather" }).waitFor({ timeout: TIMEOUT });
   steps.reopened = {
     text: await thread.innerText(),
-    badges: await thread.locator('[data-testid="tool-badge"]').allInnerTexts(),
+    badges: (await thread.locator('[data-testid="tool-badge"]').allTextContents()).map((t) => t.trim()),
   };
   await shot("studio-thread-from-memory");
 
