@@ -59,7 +59,7 @@ def argv(command: str) -> list[str]:
 def served() -> Iterator[str]:
     """The server of docs/ag-ui.md's first block, on a free port."""
     (kind, command), *_ = blocks("ag-ui.md")
-    assert kind == "bash"
+    assert kind == "sh"
     process, base = start_http_server(*argv(command), env={"RUNSTREAM_API_TOKEN": ""})
     try:
         yield base
@@ -75,7 +75,7 @@ async def list_tools(server: mcp.StdioServerParameters | str) -> set[str]:
 
 async def test_mcp_page() -> None:
     page = blocks("mcp.md")
-    assert [kind for kind, _ in page] == ["python", "text", "bash", "bash", "json", "bash", "python", "text"]
+    assert [kind for kind, _ in page] == ["python", "text", "sh", "sh", "json", "sh", "python", "text"]
     check_python(page[0][1], page[1][1])
     stdio = shlex.split(page[2][1])
     assert stdio[0] == "runstream"
@@ -104,7 +104,7 @@ async def test_mcp_page() -> None:
 
 def test_ag_ui_page(served: str) -> None:
     page = blocks("ag-ui.md")
-    assert [kind for kind, _ in page] == ["bash", "js", "text", "bash"]
+    assert [kind for kind, _ in page] == ["sh", "js", "text", "sh"]
     script = JS / "docs-ag-ui-client.mjs"  # inside tests/js, where @ag-ui/client resolves
     script.write_text(page[1][1].replace("http://localhost:4111", served))
     try:
@@ -121,7 +121,7 @@ def test_ag_ui_page(served: str) -> None:
 
 def test_otel_page(collector: tuple[Collector, str]) -> None:
     page = blocks("otel.md")
-    assert [kind for kind, _ in page] == ["python", "text", "bash"]
+    assert [kind for kind, _ in page] == ["python", "text", "sh"]
     check_python(page[0][1], page[1][1])
     received, endpoint = collector
     words = page[2][1].split()
