@@ -32,6 +32,10 @@ def background_scenarios() -> list[Path]:
 
 SCENARIOS = {p.stem: p for p in background_scenarios()}
 
+# The module's fixture replays every scenario (~50 processes, about two minutes on an idle
+# 2-core machine); the first test waits for all of them, so it gets more than the default 300 s.
+pytestmark = pytest.mark.timeout(1200)
+
 
 @pytest.fixture(scope="module")
 def candidate(temporal_server: TemporalDevServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
