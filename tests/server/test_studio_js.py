@@ -23,6 +23,10 @@ from tests.server.test_js_interop import CI, JS, node
 
 STUDIO_CLI = JS / "node_modules" / "mastra" / "dist" / "index.js"
 MAX_REQUESTS_PER_ROUTE = 20
+RETRY_WINDOW_MS = 10_000
+"""A route asked for more than MAX_REQUESTS_PER_ROUTE times within this long is a retry loop (the
+issue saw ~90 requests/s); Studio's own reloads on each page visit stay far below it however long a
+slow machine takes over the whole test."""
 STREAMS = {"POST /api/agents/:id/threads/subscribe", "GET /api/background-tasks/stream"}
 # 4xx a Mastra server gives too: Studio asks for a new chat's thread before it exists.
 MASTRA_ALSO_ANSWERS = {
@@ -133,11 +137,29 @@ def test_studio_drives_runstream(live: Live, studio: str) -> None:
     assert counts["POST /api/agents/:id/send-message"] == 3
     assert counts["POST /api/agents/:id/send-tool-approval"] == 1
     assert counts["POST /api/agents/:id/stream"] == 1  # the agent without memory
-    looping = {route: n for route, n in counts.items() if n > MAX_REQUESTS_PER_ROUTE}
-    assert looping == {}, f"routes asked for more than {MAX_REQUESTS_PER_ROUTE} times: {looping}"
+    looping = busiest_windows(out["requests"])
+    assert looping == {}, f"routes asked for more than {MAX_REQUESTS_PER_ROUTE} times in 10 s: {looping}"
     failed = [
         (route_of(r["method"], r["url"]), r["status"], r["url"])
         for r in out["requests"]
         if r["status"] >= 400 or (r["status"] == 0 and not _left_behind(r))
     ]
     assert [f for f in failed if f[:2] not in MASTRA_ALSO_ANSWERS] == []
+
+
+def busiest_windows(requests: list[dict[str, Any]]) -> dict[str, int]:
+    """Routes requested more than MAX_REQUESTS_PER_ROUTE times within RETRY_WINDOW_MS, with their
+    busiest window's count."""
+    times: dict[str, list[int]] = {}
+    for r in requests:
+        times.setdefault(route_of(r["method"], r["url"]), []).append(int(r["at"]))
+    busiest: dict[str, int] = {}
+    for route, stamps in times.items():
+        stamps.sort()
+        start = 0
+        for end, stamp in enumerate(stamps):
+            while stamp - stamps[start] > RETRY_WINDOW_MS:
+                start += 1
+            if end - start + 1 > MAX_REQUESTS_PER_ROUTE:
+                busiest[route] = max(busiest.get(route, 0), end - start + 1)
+    return busiest

@@ -28,7 +28,7 @@ try {
   const entries = new Map();
   page.on("request", (request) => {
     if (!request.url().startsWith(BASE)) return;
-    const entry = { method: request.method(), url: request.url().slice(BASE.length), status: 0 };
+    const entry = { method: request.method(), url: request.url().slice(BASE.length), status: 0, at: Date.now() };
     entries.set(request, entry);
     requests.push(entry);
   });
