@@ -19,24 +19,24 @@ MAX_MODULE_LINES = 800
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     # module (or package prefix) -> what it must never import (module or package prefixes)
     "runstream.errors": ("runstream",),
-    "runstream.chunks": ("runstream.models", "runstream.loop", "runstream.agent", "runstream.run_state"),
-    "runstream.payloads": ("runstream",),
-    "runstream.models": ("runstream.chunks", "runstream.loop", "runstream.agent", "runstream.run_state"),
-    "runstream.messages": ("runstream.memory", "runstream.agent", "runstream.loop", "runstream.tasks"),
-    "runstream.run_state": (
-        "runstream.loop",
-        "runstream.model_step",
-        "runstream.tool_step",
+    "runstream.chunks": ("runstream.models", "runstream._loop", "runstream.agent", "runstream._run_state"),
+    "runstream._payloads": ("runstream",),
+    "runstream.models": ("runstream.chunks", "runstream._loop", "runstream.agent", "runstream._run_state"),
+    "runstream._messages": ("runstream.memory", "runstream.agent", "runstream._loop", "runstream.tasks"),
+    "runstream._run_state": (
+        "runstream._loop",
+        "runstream._model_step",
+        "runstream._tool_step",
         "runstream.agent",
     ),
-    "runstream.output": ("runstream.loop", "runstream.agent", "runstream.memory", "runstream.tasks"),
-    "runstream.loop": ("runstream.agent", "runstream.runtime", "runstream.memory", "runstream.tasks"),
-    "runstream.model_step": ("runstream.agent", "runstream.runtime", "runstream.memory", "runstream.loop"),
-    "runstream.tool_step": ("runstream.agent", "runstream.runtime", "runstream.memory", "runstream.loop"),
-    "runstream.step_results": ("runstream.agent", "runstream.memory", "runstream.loop"),
-    "runstream.memory": ("runstream.agent", "runstream.runtime", "runstream.loop", "runstream.tasks"),
-    "runstream.storage": ("runstream.agent", "runstream.runtime", "runstream.loop", "runstream.memory"),
-    "runstream.tasks": ("runstream.agent", "runstream.runtime", "runstream.loop"),
+    "runstream.output": ("runstream._loop", "runstream.agent", "runstream.memory", "runstream.tasks"),
+    "runstream._loop": ("runstream.agent", "runstream.runtime", "runstream.memory", "runstream.tasks"),
+    "runstream._model_step": ("runstream.agent", "runstream.runtime", "runstream.memory", "runstream._loop"),
+    "runstream._tool_step": ("runstream.agent", "runstream.runtime", "runstream.memory", "runstream._loop"),
+    "runstream._step_results": ("runstream.agent", "runstream.memory", "runstream._loop"),
+    "runstream.memory": ("runstream.agent", "runstream.runtime", "runstream._loop", "runstream.tasks"),
+    "runstream.storage": ("runstream.agent", "runstream.runtime", "runstream._loop", "runstream.memory"),
+    "runstream.tasks": ("runstream.agent", "runstream.runtime", "runstream._loop"),
     "runstream.agent": ("runstream.runtime",),
 }
 """Besides: nothing outside ``runstream.server`` imports it (see ``test_the_core_never_imports_the_server``)."""
@@ -86,7 +86,7 @@ KNOWN_PACKAGE_CYCLES: frozenset[frozenset[str]] = frozenset(
             {
                 "runstream.agent",
                 "runstream.runtime",
-                "runstream.services",
+                "runstream._services",
                 "runstream.tasks",
                 "runstream.workflows",
             }

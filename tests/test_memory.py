@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 from runstream import Agent
-from runstream.memory import Memory, MemoryScope
-from runstream.messages import (
+from runstream._messages import (
     ContinuedMessage,
     db_to_prompt,
     merge_parts,
     responses_to_parts,
     rewrite_prompt_result,
 )
+from runstream.memory import Memory, MemoryScope
 from runstream.storage import (
     InMemoryStorage,
     SqliteStorage,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from runstream import Agent, RequestContext, Tool, ToolContext, tool
-from runstream.config_mapping import camel
+from runstream._config_mapping import camel
 from runstream.memory import Memory, MemoryScope
 from runstream.models.base import ModelSettings
 from runstream.models.fallback import FallbackModel, ModelChoice

@@ -14,18 +14,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runstream import Agent, ToolContext, tool
-from runstream.abort import AbortSignal
-from runstream.agent import client_tool
-from runstream.chunks import AnyChunk
-from runstream.loop import agent_loop
-from runstream.memory import Memory
-from runstream.run_state import (
+from runstream._loop import agent_loop
+from runstream._run_state import (
     STATE_VERSION,
     LoopConfig,
     ResumeAction,
     RunState,
     UnsupportedRunStateError,
 )
+from runstream.abort import AbortSignal
+from runstream.agent import client_tool
+from runstream.chunks import AnyChunk
+from runstream.memory import Memory
 from runstream.runtime import Runstream
 from runstream.storage import SqliteStorage
 from runstream.structured import StructuredOutput

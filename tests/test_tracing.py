@@ -11,7 +11,8 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from runstream import Agent, ToolContext, tool, tracing
+from runstream import Agent, ToolContext, tool
+from runstream import _tracing as tracing
 from runstream.memory import Memory
 from runstream.runtime import Runstream
 from runstream.storage import InMemoryStorage

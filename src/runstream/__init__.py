@@ -2,8 +2,9 @@
 
 The names here are the public surface: everything the quick start and a typical application
 needs. Deeper modules hold more specialised parts (``runstream.storage``, ``runstream.tasks``,
-``runstream.workflows``, ``runstream.server``, ``runstream.testing``); the loop's internals
-(``run_state``, ``loop``, ``model_step``, ``tool_step``, ``step_results``) are not API.
+``runstream.workflows``, ``runstream.server``, ``runstream.testing``). Modules whose name starts
+with an underscore (``runstream._loop``, ``runstream._run_state``, ...) are internal, as in httpx:
+they may change in any release.
 """
 
 from runstream.abort import AbortController, AbortError, AbortSignal

@@ -1,6 +1,6 @@
 """``Agent``: configuration plus ``stream()`` / ``generate()`` and the human-in-the-loop calls.
 
-An agent wires a model, tools, processors and defaults into a :class:`~runstream.run_state.LoopConfig`
+An agent wires a model, tools, processors and defaults into a :class:`~runstream._run_state.LoopConfig`
 per run and returns a :class:`~runstream.output.RunOutput`. Runs that stop for a human (an
 approval, a suspended tool) are remembered by run id so ``approve_tool_call``,
 ``decline_tool_call`` and ``resume_stream`` can continue them.
@@ -15,9 +15,14 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from runstream import suspension, tracing
+from runstream import _suspension as suspension
+from runstream import _tracing as tracing
+from runstream._callbacks import Callback, RunCallbacks, with_callbacks
+from runstream._loop import agent_loop
+from runstream._messages import ContinuedMessage, rewrite_prompt_result
+from runstream._run_state import LoopConfig, ResumeAction, RunState
+from runstream._step_results import model_label, run_metadata
 from runstream.abort import AbortController, AbortSignal
-from runstream.callbacks import Callback, RunCallbacks, with_callbacks
 from runstream.chunks import AnyChunk, iso_datetime, now_utc
 from runstream.errors import NotFoundError, RunstreamError, StateConflictError
 from runstream.goals import (
@@ -29,9 +34,7 @@ from runstream.goals import (
     objective_signal,
     resolve_judge,
 )
-from runstream.loop import agent_loop
 from runstream.memory import Memory, MemoryScope
-from runstream.messages import ContinuedMessage, rewrite_prompt_result
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.models.fallback import FallbackModel, ModelChoice
 from runstream.models.registry import as_model, ready_model
@@ -58,9 +61,7 @@ from runstream.run_options import (
     with_default_options,
 )
 from runstream.run_options import client_tool as client_tool  # public here since before the move
-from runstream.run_state import LoopConfig, ResumeAction, RunState
 from runstream.scoring import TaskCompletion
-from runstream.step_results import model_label, run_metadata
 from runstream.stop_conditions import StopCondition
 from runstream.storage import Storage, TaskRecord
 from runstream.structured import StructuredOutput
@@ -68,7 +69,7 @@ from runstream.tasks.until_idle import IdleOptions, until_idle_stream
 from runstream.tools import Tool, ToolContext, resume_schema_of
 
 if TYPE_CHECKING:
-    from runstream.services import RuntimeServices, Toolset
+    from runstream._services import RuntimeServices, Toolset
     from runstream.tasks.policy import AgentBackgroundConfig
     from runstream.workflows import Workflow
 
@@ -241,11 +242,11 @@ class Agent:
 
         Mastra's options by their Python names (docs/porting-from-mastra.md): ``request_context``
         (tools read it as ``ctx.request_context``; instructions, model and tools may be functions
-        of it), the callbacks ``on_chunk`` ... ``on_abort`` (``runstream.callbacks``),
+        of it), the callbacks ``on_chunk`` ... ``on_abort`` (``runstream._callbacks``),
         ``instructions``/``model`` (replace the agent's), ``system`` (added system messages),
         ``active_tools``, ``require_tool_approval`` (``True`` or a function of the call),
         ``tool_call_concurrency`` (``n`` or ``{"limit", "strategy"}``), ``stop_when``
-        (``runstream.stop_conditions``) and ``prepare_step`` (``runstream.prepare_step``).
+        (``runstream.stop_conditions``) and ``prepare_step`` (``runstream._prepare_step``).
 
         ``memory={"thread": ..., "resource": ...}`` loads the thread's history and saves the new
         messages. ``until_idle=True`` (or ``{"max_idle_ms": n, "resume_window_ms": n}``) keeps the

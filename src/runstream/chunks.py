@@ -22,133 +22,133 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
-from runstream.errors import RunstreamError
-from runstream.payloads import (
+from runstream._payloads import (
     CustomPayload as CustomPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     ErrorPayload as ErrorPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     FilePayload as FilePayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     FinishPayload as FinishPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     GoalPayload as GoalPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     IsTaskCompletePayload as IsTaskCompletePayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     OpenPayload as OpenPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     ReasoningPayload as ReasoningPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     ReasoningSignaturePayload as ReasoningSignaturePayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     RedactedReasoningPayload as RedactedReasoningPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     ResponseMetadataPayload as ResponseMetadataPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     ScorerResult as ScorerResult,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     SourcePayload as SourcePayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     StartPayload as StartPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     StepFinishPayload as StepFinishPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     StepOutputPayload as StepOutputPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     StepResult as StepResult,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     StepStartPayload as StepStartPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     TaskCancelledPayload as TaskCancelledPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     TaskCompletedPayload as TaskCompletedPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     TaskEventPayload as TaskEventPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     TaskFailedPayload as TaskFailedPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     TaskOutputPayload as TaskOutputPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     TaskProgressPayload as TaskProgressPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     TaskResumedPayload as TaskResumedPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     TaskRunningPayload as TaskRunningPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     TaskStartedPayload as TaskStartedPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     TaskSuspendedPayload as TaskSuspendedPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     TextDeltaPayload as TextDeltaPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     TextPayload as TextPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     ToolCallApprovalPayload as ToolCallApprovalPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     ToolCallDeltaPayload as ToolCallDeltaPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     ToolCallPayload as ToolCallPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     ToolCallSuspendedPayload as ToolCallSuspendedPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     ToolErrorPayload as ToolErrorPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     ToolInputEndPayload as ToolInputEndPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     ToolInputStartPayload as ToolInputStartPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     ToolOutputDeniedPayload as ToolOutputDeniedPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     ToolOutputPayload as ToolOutputPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     ToolResultPayload as ToolResultPayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     TripwirePayload as TripwirePayload,
 )
-from runstream.payloads import (
+from runstream._payloads import (
     WatchPayload as WatchPayload,
 )
+from runstream.errors import RunstreamError
 
 ChunkFrom = Literal["AGENT", "USER", "SYSTEM", "WORKFLOW", "NETWORK"]
 JSON = Any

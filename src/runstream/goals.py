@@ -21,10 +21,10 @@ from typing import Any, Literal
 
 from pydantic_core import from_json
 
+from runstream._run_state import CheckVerdict, LoopConfig, RunState
+from runstream._schema import UNDEFINED, Schema
 from runstream.chunks import AnyChunk, DataChunk, GoalChunk, now_utc
 from runstream.models.base import LanguageModel, ModelRequest, PromptMessage
-from runstream.run_state import CheckVerdict, LoopConfig, RunState
-from runstream.schema import UNDEFINED, Schema
 from runstream.storage import Storage
 
 GoalStatus = Literal["active", "paused", "done"]

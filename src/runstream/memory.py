@@ -11,7 +11,7 @@ message's metadata. The message is found through the storage's tool-call index
 (:meth:`~runstream.storage.Storage.find_tool_call_message`), not by reading the thread, and
 matched by tool-call id *and* task id, so the next turn sees the real result.
 
-The formats themselves (prompt, stored, UI) are pure functions in :mod:`runstream.messages`.
+The formats themselves (prompt, stored, UI) are pure functions in :mod:`runstream._messages`.
 
 A run without new input whose thread ends with an assistant message (an until-idle
 continuation) does not start a new assistant message: as Mastra's message list, it appends its
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runstream.config_mapping import Check, non_negative_int, read_config
-from runstream.messages import (
+from runstream._config_mapping import Check, non_negative_int, read_config
+from runstream._messages import (
     ContinuedMessage,
     db_to_prompt,
     input_parts,

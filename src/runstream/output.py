@@ -17,6 +17,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
+from runstream._run_state import RunState
 from runstream.abort import AbortController
 from runstream.chunks import (
     AnyChunk,
@@ -26,7 +27,6 @@ from runstream.chunks import (
     TextDeltaChunk,
     TripwirePayload,
 )
-from runstream.run_state import RunState
 
 
 class _DeltaRun:

@@ -10,9 +10,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeGuard, TypeVar, cast
 
+from runstream._callbacks import RunCallbacks
+from runstream._config_mapping import one_of, positive_int, read_config
 from runstream.abort import AbortSignal
-from runstream.callbacks import RunCallbacks
-from runstream.config_mapping import one_of, positive_int, read_config
 from runstream.memory import MemoryScope
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.request_context import Dynamic, RequestContext, resolve

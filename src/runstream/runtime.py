@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
+from runstream._services import RuntimeServices, Toolset
 from runstream.agent import Agent
-from runstream.services import RuntimeServices, Toolset
 from runstream.storage import InMemoryStorage, Storage
 from runstream.tasks.config import BackgroundTaskConfig
 from runstream.tasks.manager import BackgroundTaskManager

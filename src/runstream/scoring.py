@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from runstream._config_mapping import boolean, non_negative_number, one_of, read_config
+from runstream._run_state import CheckVerdict, LoopConfig, RunState
 from runstream.chunks import AnyChunk, IsTaskCompleteChunk
-from runstream.config_mapping import boolean, non_negative_number, one_of, read_config
-from runstream.run_state import CheckVerdict, LoopConfig, RunState
 
 
 @dataclass(slots=True)

@@ -17,9 +17,9 @@ import jsonschema
 from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
 
-from runstream.config_mapping import Check, one_of, read_config
+from runstream._config_mapping import Check, one_of, read_config
+from runstream._schema import Schema
 from runstream.errors import RunstreamError
-from runstream.schema import Schema
 
 logger = logging.getLogger(__name__)
 

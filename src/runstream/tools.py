@@ -20,12 +20,12 @@ import docstring_parser
 import jsonschema
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from runstream._config_mapping import Check, boolean, callback, non_negative_int, one_of, read_config
+from runstream._schema import Schema
 from runstream.abort import AbortSignal
 from runstream.chunks import AnyChunk, DataChunk, ToolOutputChunk
-from runstream.config_mapping import Check, boolean, callback, non_negative_int, one_of, read_config
 from runstream.errors import NotFoundError, RunstreamError
 from runstream.models.base import FunctionToolSpec
-from runstream.schema import Schema
 
 Emit = Callable[[AnyChunk], None]
 """Where a tool's writer puts the chunks it makes (the loop's live output queue)."""

@@ -114,7 +114,7 @@ def test_serve_exports_genai_spans_over_otlp(collector: tuple[Collector, str]) -
 def test_which_exporters_the_environment_asks_for(
     monkeypatch: pytest.MonkeyPatch, env: dict[str, str], wanted: list[str]
 ) -> None:
-    from runstream.telemetry import _wanted_exporters
+    from runstream._telemetry import _wanted_exporters
 
     for name in (
         "OTEL_SDK_DISABLED",

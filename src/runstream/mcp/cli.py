@@ -16,11 +16,11 @@ import uvicorn
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
 
+from runstream._telemetry import setup_from_environment
 from runstream.mcp.server import build_server
 from runstream.runtime import Runstream
 from runstream.server.auth import AuthMiddleware, default_auth
 from runstream.server.cli import import_target
-from runstream.telemetry import setup_from_environment
 from runstream.tools import Tool
 
 

@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runstream._config_mapping import boolean, non_negative_int, read_config
 from runstream.abort import AbortError
-from runstream.config_mapping import boolean, non_negative_int, read_config
 from runstream.models.base import LanguageModel, ModelRequest, ModelStream, StreamPart
 
 logger = logging.getLogger(__name__)

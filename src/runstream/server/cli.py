@@ -19,12 +19,12 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 
+from runstream._telemetry import setup_from_environment
 from runstream.runtime import Runstream
 from runstream.server.app import create_app
 from runstream.server.auth import TOKEN_ENV, AuthMiddleware, open_access
 from runstream.server.cors import ANY_ORIGIN
 from runstream.server.studio_launcher import StudioCommand, start_studio, stop_studio
-from runstream.telemetry import setup_from_environment
 
 TARGET_ENV = "RUNSTREAM_SERVE_TARGET"
 CORS_ENV = "RUNSTREAM_SERVE_CORS_ORIGINS"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from runstream.messages import ui_tool_part
+from runstream._messages import ui_tool_part
 from runstream.server.errors import ApiError
 from runstream.storage import StoredMessage
 

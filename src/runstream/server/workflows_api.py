@@ -28,8 +28,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from runstream._schema import SchemaValidationError
 from runstream.chunks import error_to_wire, to_jsonable
-from runstream.schema import SchemaValidationError
 from runstream.server.auth import Principal, principal_of
 from runstream.server.context import ServerContext, json_body, json_response, query_date, query_int
 from runstream.server.errors import ApiError

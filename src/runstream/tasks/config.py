@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from runstream.config_mapping import (
+from runstream._config_mapping import (
     Check,
     boolean,
     callback,

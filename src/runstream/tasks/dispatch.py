@@ -7,7 +7,9 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from runstream import tracing
+from runstream import _tracing as tracing
+from runstream._messages import rewrite_prompt_result
+from runstream._run_state import LoopConfig, RunState, ToolCall, ToolOutcome
 from runstream.abort import AbortError, AbortSignal
 from runstream.chunks import (
     AnyChunk,
@@ -16,8 +18,6 @@ from runstream.chunks import (
     ToolErrorChunk,
     ToolResultChunk,
 )
-from runstream.messages import rewrite_prompt_result
-from runstream.run_state import LoopConfig, RunState, ToolCall, ToolOutcome
 from runstream.storage import TaskRecord
 from runstream.tasks.config import BackgroundTaskError, TaskHook, TaskRequest, TerminalHook
 from runstream.tasks.manager import BackgroundTaskManager

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
-from runstream import tracing
+from runstream import _tracing as tracing
 from runstream.abort import AbortController, AbortError, sleep
 from runstream.chunks import (
     AnyChunk,

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from runstream.config_mapping import (
+from runstream._config_mapping import (
     Check,
     boolean,
     callback,

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runstream import tracing
+from runstream import _tracing as tracing
 from runstream.abort import AbortController
 from runstream.chunks import AnyChunk, BackgroundTaskProgressChunk, ErrorChunk
 from runstream.output import RunOutput

@@ -30,7 +30,7 @@ goes on with the next step), and step outputs are checked against their ``output
 (``Step output validation failed: ...``) unless ``Workflow(validate_outputs=False)``.
 """
 
-from runstream.schema import Schema, SchemaValidationError
+from runstream._schema import Schema, SchemaValidationError
 from runstream.workflows.agent_step import agent_step
 from runstream.workflows.errors import RunNotSuspendedError, WorkflowError, WorkflowRunNotFoundError
 from runstream.workflows.flow import ConditionContext

@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from runstream._schema import SchemaValidationError, to_plain
 from runstream.abort import AbortSignal
 from runstream.processors import TripWire
-from runstream.schema import SchemaValidationError, to_plain
 from runstream.workflows import control, foreach
 from runstream.workflows._results import UNDEFINED, now_ms, omit_completion
 from runstream.workflows.errors import WorkflowError

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import BaseModel
 
+from runstream._schema import Schema
 from runstream.abort import AbortSignal
-from runstream.schema import Schema
 
 if TYPE_CHECKING:
     from runstream.workflows.events import Sink

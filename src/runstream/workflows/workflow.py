@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from runstream.schema import Schema
+from runstream._schema import Schema
 from runstream.storage import InMemoryStorage, Storage
 from runstream.workflows.agent_step import agent_step
 from runstream.workflows.errors import WorkflowError, WorkflowRunNotFoundError

@@ -14,7 +14,8 @@ from collections.abc import AsyncIterator, Callable, Collection, Coroutine
 from functools import partial
 from typing import Any, cast
 
-from runstream import tracing
+from runstream import _tracing as tracing
+from runstream._run_state import LoopConfig, PendingToolStep, ResumeAction, RunState, ToolCall, ToolOutcome
 from runstream.abort import AbortError
 from runstream.chunks import (
     AnyChunk,
@@ -29,7 +30,6 @@ from runstream.chunks import (
 )
 from runstream.errors import StateConflictError
 from runstream.models.base import tool_result_output
-from runstream.run_state import LoopConfig, PendingToolStep, ResumeAction, RunState, ToolCall, ToolOutcome
 from runstream.tools import (
     APPROVAL_RESUME_SCHEMA,
     Tool,

@@ -26,8 +26,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from runstream._run_state import LoopConfig, RunState
 from runstream.chunks import AnyChunk
-from runstream.run_state import LoopConfig, RunState
 
 Callback = Callable[[Any], Awaitable[None] | None]
 

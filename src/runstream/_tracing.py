@@ -2,7 +2,7 @@
 
 Uses ``opentelemetry-api`` only (a no-op until the application installs an SDK and a tracer
 provider; ``runstream serve`` does when ``OTEL_*`` variables ask for it, see
-:mod:`runstream.telemetry`). Spans are started explicitly with their parent rather than made
+:mod:`runstream._telemetry`). Spans are started explicitly with their parent rather than made
 "current": the loop is an async generator, and a current span would leak into the consumer's
 context across ``yield``.
 

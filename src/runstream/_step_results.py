@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from runstream._messages import merge_metadata, parts_to_steps, parts_to_ui, responses_to_parts
 from runstream.chunks import FinishChunk, StepFinishChunk, iso_datetime, now_utc
-from runstream.messages import merge_metadata, parts_to_steps, parts_to_ui, responses_to_parts
 from runstream.models.base import PromptMessage
 
 if TYPE_CHECKING:
-    from runstream.run_state import LoopConfig, RunState, StepRecord
+    from runstream._run_state import LoopConfig, RunState, StepRecord
 
 _USAGE_KEYS = ("inputTokens", "outputTokens", "totalTokens")
 

@@ -1,6 +1,6 @@
 """The run as data: its configuration, its state, its tool calls and their outcomes.
 
-Everything the loop (``runstream.loop``) works on lives here, so the modules that only need a
+Everything the loop (``runstream._loop``) works on lives here, so the modules that only need a
 run's types (output, goals, scoring, step results, tasks) do not import the algorithm. A
 :class:`RunState` saves and restores itself (:meth:`RunState.to_json` /
 :meth:`RunState.from_json`): a saved run is the state itself, versioned, not a second copy kept
@@ -15,10 +15,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict
 
+from runstream._messages import ContinuedMessage
 from runstream.abort import AbortSignal
 from runstream.chunks import AnyChunk, TripwirePayload, chunk_from_wire, to_jsonable
 from runstream.errors import RunstreamError
-from runstream.messages import ContinuedMessage
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.structured import StructuredOutput
 from runstream.tools import Tool
@@ -108,7 +108,7 @@ class LoopConfig:
     stop_when: list[Callable[[dict[str, Any]], bool | Awaitable[bool]]] = field(default_factory=list)
     """Conditions that end the run after a step (``runstream.stop_conditions``)."""
     prepare_step: Callable[[dict[str, Any]], Any] | None = None
-    """Changes each step before the model is called (``runstream.prepare_step``)."""
+    """Changes each step before the model is called (``runstream._prepare_step``)."""
     approval_policy: Callable[[dict[str, Any]], bool | Awaitable[bool]] | None = None
     """Decides per call whether it waits for approval (Mastra's ``requireToolApproval`` as a
     function): gets ``{"toolName", "args", "requestContext"}``."""

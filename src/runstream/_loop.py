@@ -9,7 +9,7 @@ model step the loop decides what comes next and gets it as a value (:data:`StepO
 
 A run that needs a human (a tool awaiting approval, a tool that suspended) ends its stream after
 the ``tool-call-approval`` / ``tool-call-suspended`` chunk and leaves a
-:class:`~runstream.run_state.PendingToolStep` in the :class:`~runstream.run_state.RunState`;
+:class:`~runstream._run_state.PendingToolStep` in the :class:`~runstream._run_state.RunState`;
 ``agent_loop(..., resume=...)`` continues it.
 """
 
@@ -19,19 +19,9 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from runstream.chunks import (
-    AbortChunk,
-    AnyChunk,
-    Chunk,
-    ErrorChunk,
-    ObjectResultChunk,
-    StartChunk,
-    TripwireChunk,
-)
-from runstream.model_step import ModelStep, Turn, default_response_metadata
-from runstream.prepare_step import prepared_step
-from runstream.processors import ProcessorContext, StepView, TripWire, run_step_processors
-from runstream.run_state import (
+from runstream._model_step import ModelStep, Turn, default_response_metadata
+from runstream._prepare_step import prepared_step
+from runstream._run_state import (
     Abort,
     CheckVerdict,
     Continue,
@@ -45,16 +35,26 @@ from runstream.run_state import (
     Suspend,
     Tripwire,
 )
-from runstream.step_results import (
+from runstream._step_results import (
     add_feedback,
     add_tool_results,
     finish_chunk,
     step_finish_chunk,
     step_record,
 )
+from runstream._tool_step import answer_pending, calls_client_tools, run_tool_step, wait_for_background
+from runstream.chunks import (
+    AbortChunk,
+    AnyChunk,
+    Chunk,
+    ErrorChunk,
+    ObjectResultChunk,
+    StartChunk,
+    TripwireChunk,
+)
+from runstream.processors import ProcessorContext, StepView, TripWire, run_step_processors
 from runstream.stop_conditions import should_stop
 from runstream.structured import NO_OBJECT
-from runstream.tool_step import answer_pending, calls_client_tools, run_tool_step, wait_for_background
 
 Phase = AsyncIterator[AnyChunk | StepOutcome]
 """A part of the run: it yields chunks, then how it ended (its last item)."""

@@ -15,7 +15,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runstream import tracing
+from runstream import _tracing as tracing
+from runstream._run_state import LoopConfig, RunState, ToolCall
+from runstream._step_results import normalize_usage
+from runstream._tool_step import EagerTools, tool_call_limit, with_run_id
 from runstream.abort import AbortError
 from runstream.chunks import (
     AnyChunk,
@@ -43,10 +46,7 @@ from runstream.chunks import (
 )
 from runstream.models.base import LanguageModel, ModelCallError, ModelRequest, PromptMessage
 from runstream.processors import ProcessorContext, TripWire, run_stream_processors
-from runstream.run_state import LoopConfig, RunState, ToolCall
-from runstream.step_results import normalize_usage
 from runstream.structured import partial_object
-from runstream.tool_step import EagerTools, tool_call_limit, with_run_id
 
 DURABLE_STEP_ID = "durable-llm-execution"
 """The step id of a durable run's model steps, as Mastra's durable workflow names them."""

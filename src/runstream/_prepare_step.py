@@ -16,10 +16,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from runstream.config_mapping import read_config
+from runstream._config_mapping import read_config
+from runstream._run_state import LoopConfig, RunState
 from runstream.models.base import LanguageModel, PromptMessage
 from runstream.run_options import normalize_tool_choice
-from runstream.run_state import LoopConfig, RunState
 
 PrepareStep = Callable[[dict[str, Any]], Mapping[str, Any] | Awaitable[Mapping[str, Any] | None] | None]
 

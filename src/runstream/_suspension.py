@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from runstream._run_state import RunState
 from runstream.memory import MemoryScope
-from runstream.run_state import RunState
 
 NAMESPACE = "agent-runs"
 DURABLE_NAMESPACE = "durable-runs"
@@ -53,7 +53,7 @@ def snapshot(agent_id: str, state: RunState, options: dict[str, Any]) -> dict[st
 
 def restore(data: dict[str, Any]) -> RunState:
     """The :class:`RunState` of a snapshot, ready to be continued (its messages are already in
-    memory). Raises :class:`~runstream.run_state.UnsupportedRunStateError` for a snapshot of a
+    memory). Raises :class:`~runstream._run_state.UnsupportedRunStateError` for a snapshot of a
     state version this code does not read."""
     state = RunState.from_json(data)
     state.saved = True
