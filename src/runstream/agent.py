@@ -354,6 +354,9 @@ class Agent:
             history_count=len(history),
             continued=continued,
         )
+        durable_runs = self.services.durable_runs if self.services is not None else None
+        if durable_runs is not None:  # the run is a workflow elsewhere (runstream.durable)
+            return await durable_runs.start_run(self.id, state, options, controller)
         cfg = await self._configure(options, state, controller)
         if scope is not None:
             await self._attach_goal(cfg, state, scope)
@@ -805,6 +808,9 @@ class Agent:
             raise StateConflictError(f"tool call {action.tool_call_id!r} of run {run_id!r} is not {what}")
 
         async def resumed() -> RunOutput:
+            durable_runs = self.services.durable_runs if self.services is not None else None
+            if durable_runs is not None:
+                return await durable_runs.continue_run(self.id, state, action, options)
             controller = AbortController()
             state.status = "running"
             if stored_cfg is not None:

@@ -116,6 +116,8 @@ async def run_worker(runtime: Runstream, stop: asyncio.Event) -> None:
     if not isinstance(manager, TemporalTaskManager):
         raise SystemExit("runstream worker: the Runstream needs task_manager=TemporalTaskManager(...)")
     manager.run_worker = True
+    if runtime.durable_runs is not None:  # the agents' durable runs (runstream.durable) too
+        runtime.durable_runs.run_worker = True
     await runtime.start()
     queues = ", ".join(
         [manager.temporal.task_queue, *map(manager.temporal.activity_queue, manager._worker.agent_ids())]

@@ -1,0 +1,177 @@
+"""The activities of a durable agent run: one loop step, and the end of a log segment.
+
+``run_step`` restores the run from the workflow's JSON, builds the loop configuration from the
+agent (as a run restored from a snapshot does, :meth:`Agent._configure`), and drives
+:func:`runstream._loop.agent_loop` until the step ends: the loop's ``on_step_end`` hook (called
+after a step's tool calls, where an in-process durable run saves its snapshot) stops it there,
+and the state goes back to the workflow. A run that ends or stops for a human ends the step too;
+then the activity does what :meth:`Agent._output`'s close does in-process: saves the turn into
+memory, or the suspended run's snapshot (for listings and approvals from any process).
+
+Every chunk goes to the run's log at the sequence number after the previous one
+(:meth:`RunLog.append_at`), so an attempt that runs a step again after a lost worker adds only
+what the lost attempt had not published. A side task heartbeats to Temporal and watches the
+run's abort flag (set by the API process whose client went away, or that aborted the run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from runstream import _suspension as suspension
+from runstream._loop import agent_loop
+from runstream._run_state import LoopConfig, ResumeAction, RunState
+from runstream._step_results import model_label, run_metadata
+from runstream.abort import AbortController
+from runstream.chunks import dumps, iso_datetime, now_utc
+from runstream.durable.workflow import END_SEGMENT, RUN_STEP, SegmentEnd, StepInput, StepOutput
+from runstream.memory import MemoryScope
+from runstream.run_options import options_from_json
+
+if TYPE_CHECKING:
+    from runstream.agent import Agent
+    from runstream.durable.log import RunLog
+
+SETTLED_TASK_STATUSES = frozenset({"completed", "failed", "cancelled", "timed_out"})
+
+
+class StepBoundary(Exception):
+    """Raised by the loop's ``on_step_end`` hook: the step is over, the workflow takes it on."""
+
+
+class RunActivities:
+    """The activities of the runs of ``agents`` (by id), publishing to ``log``."""
+
+    def __init__(self, agents: Mapping[str, Agent], log: RunLog, heartbeat_timeout_ms: int) -> None:
+        self.agents = agents
+        self.log = log
+        self.heartbeat_timeout_ms = heartbeat_timeout_ms
+
+    @activity.defn(name=RUN_STEP)
+    async def run_step(self, step: StepInput) -> StepOutput:
+        agent = self.agents.get(step.agent_id)
+        if agent is None:
+            raise ApplicationError(f"no agent {step.agent_id!r} in this worker", type="UnknownAgent")
+        controller = AbortController()
+        watch = asyncio.create_task(self._watch(step.run_id, controller))
+        try:
+            return await self._run(agent, step, controller)
+        finally:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
+
+    @activity.defn(name=END_SEGMENT)
+    async def end_segment(self, end: SegmentEnd) -> None:
+        log = self.log
+        seq = end.seq
+        if end.error is not None:  # as the server ends a run that failed mid-stream
+            envelope = {"runId": end.run_id, "from": "AGENT"}
+            failure = [
+                {"type": "error", **envelope, "payload": {"error": {"message": end.error}}},
+                {
+                    "type": "finish",
+                    **envelope,
+                    "payload": {
+                        "stepResult": {"reason": "error", "isContinued": False},
+                        "output": {"usage": {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}},
+                    },
+                },
+            ]
+            for chunk in failure:
+                seq += 1
+                await log.append_at(end.segment, seq, dumps(chunk), 2**62)
+        await log.end(end.segment, end.snapshot)
+
+    async def _watch(self, run_id: str, controller: AbortController) -> None:
+        interval_s = self.heartbeat_timeout_ms / 4000
+        while True:
+            activity.heartbeat()
+            reason = await self.log.abort_requested(run_id)
+            if reason is not None and not controller.signal.aborted:
+                controller.abort(reason)
+            await asyncio.sleep(interval_s)
+
+    async def _run(self, agent: Agent, step: StepInput, controller: AbortController) -> StepOutput:
+        log = self.log
+        state = suspension.restore(step.snapshot)
+        state.saved = False
+        state.status = "running"
+        options_json: dict[str, Any] = step.snapshot["options"]
+        action = step.action
+        resume = (
+            None
+            if action.kind == "start"
+            else ResumeAction(action.kind, action.tool_call_id, action.data, action.reason)  # type: ignore[arg-type]
+        )
+        cfg = await agent._configure(options_from_json(options_json), state, controller)
+        cfg.on_step_end = _stop_at_step_end
+        seq = step.seq
+        fence = step.fence + activity.info().attempt
+        try:
+            async for chunk in agent_loop(cfg, state, resume):
+                seq += 1
+                await log.append_at(step.segment, seq, dumps(chunk.to_wire()), fence)
+        except StepBoundary:
+            state.saved = True  # this process's hooks of later task outcomes write into memory
+            return StepOutput(suspension.snapshot(agent.id, state, options_json), seq, "step")
+        if _status(state) == "suspended":
+            await self._suspended(agent, cfg, state, options_json)
+            outcome = "suspended"
+        else:
+            await self._finished(agent, cfg, state)
+            outcome = "finished"
+        state.saved = True
+        return StepOutput(suspension.snapshot(agent.id, state, options_json), seq, outcome)
+
+    async def _suspended(
+        self, agent: Agent, cfg: LoopConfig, state: RunState, options: dict[str, Any]
+    ) -> None:
+        """As in-process: the input is saved now, the run's snapshot is listed as suspended."""
+        await agent._save_input_early(cfg, state)
+        storage = agent._run_storage()
+        if storage is not None:
+            data = suspension.snapshot(agent.id, state, options)
+            data["suspendedAt"] = iso_datetime(now_utc())
+            await storage.save_snapshot(suspension.NAMESPACE, state.run_id, data)
+
+    async def _finished(self, agent: Agent, cfg: LoopConfig, state: RunState) -> None:
+        """Save the turn, then the outcomes of its background tasks that settled while other
+        workers ran its earlier steps (their hooks had no turn in memory to write into)."""
+        storage = agent._run_storage()
+        if storage is not None:
+            await storage.delete_snapshot(suspension.NAMESPACE, state.run_id)
+        memory = agent.memory
+        if memory is None or cfg.thread_id is None or cfg.resource_id is None:
+            return
+        state.saved = True
+        await memory.save_turn(
+            MemoryScope(cfg.thread_id, cfg.resource_id),
+            state.new_input_messages,
+            state.response_messages,
+            state.message_id,
+            metadata=run_metadata(cfg, state),
+            model=model_label(cfg),
+            continued=state.continued,
+        )
+        if storage is None:
+            return
+        for task_id in state.background_task_ids:
+            record = await storage.get_task(task_id)
+            if record is not None and record.status in SETTLED_TASK_STATUSES:
+                await memory.apply_task_outcome(record)
+
+
+def _status(state: RunState) -> str:
+    """The status the loop left (mypy narrowed it to the one set before the loop ran)."""
+    return state.status
+
+
+async def _stop_at_step_end(state: RunState) -> None:
+    raise StepBoundary

@@ -1,0 +1,96 @@
+"""The Runstream of the durable-run tests: every agent run is a Temporal workflow
+(``TemporalRuns``); its model and tools run in ``runstream worker durable_app:runtime``
+processes. Configured by the environment ``temporal_cluster.Cluster`` sets.
+
+The model is a function of the prompt (each worker has its own copy, so a step that moves to
+another worker gets the same answer): a user message ``<tool> <arg>`` makes it call that tool,
+a tool result makes it answer with the result word by word, and a turn after its own answer
+(an until-idle continuation) says the research is in. ``lookup`` and ``research`` wait for the
+test's gates; ``wire`` needs approval.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from temporal_app import HEARTBEAT_TIMEOUT_MS, env, gate, say
+
+from runstream import Agent, tool
+from runstream.durable import TemporalRuns
+from runstream.memory import Memory
+from runstream.runtime import Runstream
+from runstream.storage import PostgresStorage
+from runstream.tasks.config import BackgroundTaskConfig
+from runstream.tasks.temporal import TemporalSettings, TemporalTaskManager
+from runstream.testing import FunctionModel, ModelCall, Text, ToolCall, Turn
+
+AGENT_ID = "durable"
+
+
+def respond(call: ModelCall) -> Turn:
+    verb, _, arg = call.last_user_text.partition(" ")
+    last_user = max(i for i, m in enumerate(call.prompt) if m["role"] == "user")
+    after = [m for m in call.prompt[last_user + 1 :] if m["role"] != "system"]
+    if not after:
+        return ToolCall(verb, {"amount": int(arg)} if verb == "wire" else {"topic": arg})
+    if after[-1]["role"] == "tool":
+        output = call.tool_results[-1]["output"]
+        return Text(
+            f"{verb} {arg} gave {json.dumps(output.get('value'), sort_keys=True)} as you asked", words=True
+        )
+    return Text("All the research is in.", words=True)
+
+
+def build_agent() -> Agent:
+    @tool
+    async def lookup(topic: str) -> dict[str, Any]:
+        """Look a topic up (waits for the test's gate)."""
+        say(event="started", tool="lookup", topic=topic)
+        await gate(f"lookup-{topic}")
+        return {"topic": topic, "fact": f"{topic} is bright"}
+
+    @tool(require_approval=True)
+    async def wire(amount: int) -> dict[str, Any]:
+        """Wire money (needs a human's approval)."""
+        say(event="ran", tool="wire", amount=amount)
+        return {"sent": amount}
+
+    @tool(background={"enabled": True, "maxRetries": 1})
+    async def research(topic: str) -> dict[str, Any]:
+        """Research a topic in the background (waits for the test's gate)."""
+        say(event="started", tool="research", topic=topic)
+        await gate(f"research-{topic}")
+        return {"topic": topic, "summary": f"{topic} is fast"}
+
+    return Agent(
+        AGENT_ID,
+        instructions="Help.",
+        model=FunctionModel(respond),
+        tools=[lookup, wire, research],
+        memory=Memory(),
+    )
+
+
+def runtime() -> Runstream:
+    storage = PostgresStorage(env("RUNSTREAM_TEST_POSTGRES_URL"), schema=env("TEMPORAL_TEST_SCHEMA"))
+    prefix = env("TEMPORAL_TEST_PREFIX")
+    manager = TemporalTaskManager(
+        storage,
+        BackgroundTaskConfig(),
+        temporal=TemporalSettings(
+            address=env("TEMPORAL_TEST_ADDRESS"),
+            task_queue=prefix,
+            heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
+            recheck_interval_ms=1000,
+            graceful_shutdown_ms=2000,
+        ),
+        redis_url=env("RUNSTREAM_TEST_REDIS_URL"),
+        channel_prefix=prefix,
+    )
+    runs = TemporalRuns(
+        env("RUNSTREAM_TEST_REDIS_URL"),
+        heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
+        log_prefix=f"{prefix}:durable",
+    )
+    return Runstream(agents=[build_agent()], storage=storage, task_manager=manager, durable_runs=runs)

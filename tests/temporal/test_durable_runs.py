@@ -1,0 +1,194 @@
+"""Durable agent runs on Temporal across real processes: the API servers (uvicorn, in this
+process) start runs and stream them; the runs' steps (model calls and tools) run in
+``runstream worker durable_app:runtime`` processes; Temporal (the dev server of the session
+fixture), PostgreSQL and Redis are shared.
+
+Proven here: a worker killed (-9) mid-turn, its step finished by another worker, and a client
+that reconnects to another API server getting every chunk exactly once; an approval answered
+after every process restarted; an until-idle durable run whose background task completes and
+brings its continuation turn."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2 as httpx
+from durable_app import runtime
+from starlette.applications import Starlette
+from temporal_cluster import Cluster
+from test_temporal_cluster import cluster, postgres_problem
+
+from runstream.server import create_app
+from runstream.server.auth import open_access
+from runstream.server.redis_replay import RedisReplayLog
+from tests.conftest import REDIS_URL
+from tests.server.conftest import serve
+
+WORKER = "durable_app:runtime"
+MEMORY = {"thread": "t1", "resource": "u1"}
+TIMEOUT = httpx.Timeout(60.0)
+
+Event = tuple[str | None, str]
+
+
+def api_server(cluster: Cluster) -> Starlette:
+    """An API process: the same Runstream, no worker; resumable streams in the shared Redis."""
+    prefix = cluster.env["TEMPORAL_TEST_PREFIX"]
+    return create_app(
+        runtime(), auth=open_access, replay_log=RedisReplayLog(REDIS_URL, prefix=f"{prefix}:replay")
+    )
+
+
+async def events(response: httpx.Response, stop_at: str | None = None) -> AsyncIterator[Event]:
+    """``(id, data)`` of each SSE event as it arrives, through ``[DONE]`` (or ``stop_at``)."""
+    buffer = b""
+    async for raw in response.aiter_raw():
+        buffer += raw
+        while b"\n\n" in buffer:
+            block, buffer = buffer.split(b"\n\n", 1)
+            event_id = data = None
+            for line in block.decode().split("\n"):
+                if line.startswith("id: "):
+                    event_id = line[4:]
+                elif line.startswith("data: "):
+                    data = line[6:]
+            if data is None:
+                continue
+            yield event_id, data
+            if data == "[DONE]" or (stop_at is not None and json.loads(data)["type"] == stop_at):
+                return
+
+
+async def read_all(client: httpx.AsyncClient, method: str, url: str, **kwargs: Any) -> list[Event]:
+    async with client.stream(method, url, **kwargs) as response:
+        assert response.status_code == 200, await response.aread()
+        return [event async for event in events(response)]
+
+
+def kinds(stream: list[Event]) -> list[str]:
+    return [json.loads(data)["type"] for _, data in stream if data != "[DONE]"]
+
+
+def text(stream: list[Event]) -> str:
+    return "".join(
+        json.loads(data)["payload"]["text"]
+        for _, data in stream
+        if data != "[DONE]" and json.loads(data)["type"] == "text-delta"
+    )
+
+
+async def test_a_killed_workers_step_finishes_on_another_and_a_reconnecting_client_gets_every_chunk_once(
+    cluster: Cluster,
+) -> None:
+    b = await cluster.start_worker(WORKER)
+    body = {"messages": "lookup sol", "memory": MEMORY}
+    with serve(api_server(cluster)) as url_a, serve(api_server(cluster)) as url_b:
+        a = httpx.AsyncClient(base_url=url_a, timeout=TIMEOUT)
+        async with a, a.stream("POST", "/api/agents/durable/stream?resumable=true", json=body) as response:
+            before = [event async for event in events(response, stop_at="tool-call")]
+        # The client is gone; B runs the tool, and dies mid-turn.
+        started = await b.expect(lambda line: line.get("tool") == "lookup")
+        assert started["pid"] == b.pid
+        await b.kill()
+        c = await cluster.start_worker(WORKER)
+        await c.expect(lambda line: line.get("tool") == "lookup")  # the step again, on C
+        await cluster.open_gate("lookup-sol")
+        last_id = before[-1][0]
+        assert last_id is not None
+        run_id = last_id.rpartition(":")[0]
+        async with httpx.AsyncClient(base_url=url_b, timeout=TIMEOUT) as other:
+            after = await read_all(
+                other,
+                "POST",
+                "/api/agents/durable/stream?resumable=true",
+                json=body,
+                headers={"Last-Event-ID": last_id},
+            )
+            everything = await read_all(other, "GET", f"/api/runs/{run_id}/stream")
+    assert after[-1] == (None, "[DONE]")
+    ids = [event_id for event_id, _ in before + after[:-1]]
+    assert ids == [f"{run_id}:{n}" for n in range(1, len(ids) + 1)]  # in order, none twice, none missing
+    assert before + after == everything
+    seen = kinds(everything)
+    for once in ("start", "tool-call", "tool-result", "finish"):
+        assert seen.count(once) == 1, (once, seen)
+    assert seen[0] == "start" and seen[-1] == "finish" and seen.count("step-finish") == 2
+    assert text(everything) == 'lookup sol gave {"fact": "sol is bright", "topic": "sol"} as you asked'
+    assert await cluster.tool_results() == [
+        {"type": "json", "value": {"topic": "sol", "fact": "sol is bright"}}
+    ]  # the turn in memory, its tool result once
+
+
+async def test_a_pending_approval_is_answered_after_every_process_restarted(cluster: Cluster) -> None:
+    b = await cluster.start_worker(WORKER)
+    with serve(api_server(cluster)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as client:
+            first = await read_all(
+                client, "POST", "/api/agents/durable/stream", json={"messages": "wire 5", "memory": MEMORY}
+            )
+    assert "tool-call-approval" in kinds(first) and "tool-result" not in kinds(first)
+    run_id = json.loads(first[0][1])["runId"]
+    call_id = next(
+        json.loads(d)["payload"]["toolCallId"]
+        for _, d in first[:-1]
+        if json.loads(d)["type"] == "tool-call-approval"
+    )
+    assert await b.stop() == 0  # every process goes: the API server above, then the worker
+    c = await cluster.start_worker(WORKER)
+    with serve(api_server(cluster)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as client:
+            listed = (await client.get("/api/agents/durable/suspended-runs")).json()
+            assert [r["runId"] for r in listed["runs"]] == [run_id]
+            approved = await read_all(
+                client,
+                "POST",
+                "/api/agents/durable/approve-tool-call",
+                json={"runId": run_id, "toolCallId": call_id},
+            )
+            again = await client.post(
+                "/api/agents/durable/approve-tool-call", json={"runId": run_id, "toolCallId": call_id}
+            )
+            assert again.status_code == 404  # answered: nothing waits any more
+    seen = kinds(approved)
+    assert "start" not in seen and seen.count("tool-result") == 1 and seen[-1] == "finish"
+    assert text(approved) == 'wire 5 gave {"sent": 5} as you asked'
+    ran = await c.expect(lambda line: line.get("tool") == "wire")
+    assert ran["amount"] == 5 and not [line for line in b.lines if line.get("tool") == "wire"]
+    assert await cluster.tool_results() == [{"type": "json", "value": {"sent": 5}}]
+
+
+async def test_an_until_idle_durable_run_gets_its_background_tasks_continuation_turn(
+    cluster: Cluster,
+) -> None:
+    """The first turn (a workflow) starts a background task (a workflow of its own) and ends;
+    the task completes, and the stream in the API process gets a continuation turn, which runs
+    as a workflow on the worker too."""
+    worker = await cluster.start_worker(WORKER)
+    body = {"messages": "research tides", "memory": MEMORY}
+    stream: list[Event] = []
+    with serve(api_server(cluster)) as url:
+        client = httpx.AsyncClient(base_url=url, timeout=TIMEOUT)
+        async with (
+            client,
+            client.stream("POST", "/api/agents/durable/stream-until-idle", json=body) as response,
+        ):
+            assert response.status_code == 200
+            async for event in events(response):
+                stream.append(event)
+                if kinds(stream) and kinds(stream)[-1] == "finish" and kinds(stream).count("finish") == 1:
+                    await cluster.open_gate("research-tides")  # the first turn is over
+    seen = kinds(stream)
+    assert seen.count("start") == 2 and seen.count("finish") == 2, seen
+    first_finish, second_start = seen.index("finish"), len(seen) - 1 - seen[::-1].index("start")
+    assert first_finish < seen.index("background-task-completed") < second_start
+    assert text(stream).endswith("All the research is in.")
+    assert await cluster.tool_results() == [
+        {"type": "json", "value": {"topic": "tides", "summary": "tides is fast"}}
+    ]  # the task's result, written into the first turn's message, once
+    started = await worker.expect(lambda line: line.get("tool") == "research")
+    assert started["topic"] == "tides" and started["pid"] == worker.pid
+
+
+__all__ = ["cluster", "postgres_problem"]  # the fixtures
