@@ -15,11 +15,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2 as httpx
-from durable_app import runtime
+from durable_app import build_agent, runtime
 from starlette.applications import Starlette
 from temporal_cluster import Cluster
 from test_temporal_cluster import cluster, postgres_problem
 
+from runstream.chunks import AnyChunk
+from runstream.runtime import Runstream
 from runstream.server import create_app
 from runstream.server.auth import open_access
 from runstream.server.redis_replay import RedisReplayLog
@@ -192,3 +194,37 @@ async def test_an_until_idle_durable_run_gets_its_background_tasks_continuation_
 
 
 __all__ = ["cluster", "postgres_problem"]  # the fixtures
+
+
+async def test_a_durable_run_streams_the_chunks_of_an_in_process_run(cluster: Cluster) -> None:
+    """The same agent, in-process and durable: the same chunks (types, text, tool payloads),
+    for a run with a tool and for one stopped for an approval and approved."""
+    await cluster.start_worker(WORKER)
+    local = Runstream(agents=[build_agent()], background_tasks={"enabled": True})
+    durable = runtime()
+    async with local, durable:
+        streams: dict[str, list[list[AnyChunk]]] = {}
+        for name, rt in (("local", local), ("durable", durable)):
+            await cluster.open_gate("lookup-sol")
+            agent = rt.get_agent("durable")
+            looked = await agent.stream("lookup sol", memory={"thread": f"look-{name}", "resource": "u1"})
+            asked = await agent.stream("wire 7", memory={"thread": f"wire-{name}", "resource": "u1"})
+            runs = [[c async for c in looked.full_stream], [c async for c in asked.full_stream]]
+            call_id = next(c.payload["toolCallId"] for c in runs[1] if c.type == "tool-call-approval")
+            approved = await agent.approve_tool_call(run_id=asked.run_id, tool_call_id=call_id)
+            runs.append([c async for c in approved.full_stream])
+            assert await approved.text == 'wire 7 gave {"sent": 7} as you asked'  # the aggregates too
+            streams[name] = runs
+    for local_run, durable_run in zip(streams["local"], streams["durable"], strict=True):
+        assert [c.type for c in durable_run] == [c.type for c in local_run]
+        assert comparable(durable_run) == comparable(local_run)
+
+
+def comparable(chunks: list[AnyChunk]) -> list[Any]:
+    """What must match between two runs of one script (not ids, times or the model's request)."""
+    kept = ("text", "toolName", "args", "result", "finishReason", "reason", "isContinued")
+    out: list[Any] = []
+    for chunk in chunks:
+        payload = chunk.payload if isinstance(chunk.payload, dict) else {}
+        out.append((chunk.type, {key: payload[key] for key in kept if key in payload}))
+    return out
