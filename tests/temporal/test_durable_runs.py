@@ -10,6 +10,7 @@ brings its continuation turn."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -228,3 +229,22 @@ def comparable(chunks: list[AnyChunk]) -> list[Any]:
         payload = chunk.payload if isinstance(chunk.payload, dict) else {}
         out.append((chunk.type, {key: payload[key] for key in kept if key in payload}))
     return out
+
+
+async def test_aborting_a_durable_run_mid_tool_ends_it_where_it_runs(cluster: Cluster) -> None:
+    """The API process's abort (a client gone, ``POST /runs/:id/abort``) reaches the worker
+    running the step: its tool is stopped (``tool-error``) and the run ends with ``abort`` and
+    ``finish``, as an in-process run aborted while its tool runs."""
+    worker = await cluster.start_worker(WORKER)
+    async with runtime() as durable:
+        out = await durable.get_agent("durable").stream("lookup never", memory=MEMORY)
+        chunks = []
+        async with asyncio.timeout(60):
+            async for chunk in out.full_stream:
+                chunks.append(chunk)
+                if chunk.type == "tool-call":
+                    await worker.expect(lambda line: line.get("tool") == "lookup")  # it runs
+                    out.abort("the user left")
+    assert [c.type for c in chunks[-3:]] == ["tool-error", "abort", "finish"]
+    assert chunks[-3].payload["error"]["message"] == "Tool execution aborted"
+    assert out.state.status == "aborted" and out.state.finish_reason == "aborted"
