@@ -8,7 +8,7 @@ and the state goes back to the workflow. A run that ends or stops for a human en
 then the activity does what :meth:`Agent._output`'s close does in-process: saves the turn into
 memory, or the suspended run's snapshot (for listings and approvals from any process).
 
-Every chunk goes to the run's log at the sequence number after the previous one
+Every chunk goes to the run's log at the sequence number after the previous one, in batches
 (:meth:`RunLog.append_at`), so an attempt that runs a step again after a lost worker adds only
 what the lost attempt had not published. A side task heartbeats to Temporal and watches the
 run's abort flag (set by the API process whose client went away, or that aborted the run).
@@ -30,13 +30,13 @@ from runstream._run_state import LoopConfig, ResumeAction, RunState
 from runstream._step_results import model_label, run_metadata
 from runstream.abort import AbortController
 from runstream.chunks import dumps, iso_datetime, now_utc
+from runstream.durable.log import RunLog
 from runstream.durable.workflow import END_SEGMENT, RUN_STEP, SegmentEnd, StepInput, StepOutput
 from runstream.memory import MemoryScope
 from runstream.run_options import options_from_json
 
 if TYPE_CHECKING:
     from runstream.agent import Agent
-    from runstream.durable.log import RunLog
 
 SETTLED_TASK_STATUSES = frozenset({"completed", "failed", "cancelled", "timed_out"})
 
@@ -84,9 +84,7 @@ class RunActivities:
                     },
                 },
             ]
-            for chunk in failure:
-                seq += 1
-                await log.append_at(end.segment, seq, dumps(chunk), 2**62)
+            await log.append_at(end.segment, seq + 1, [dumps(chunk) for chunk in failure], 2**62)
         await log.end(end.segment, end.snapshot)
 
     async def _watch(self, run_id: str, controller: AbortController) -> None:
@@ -112,15 +110,18 @@ class RunActivities:
         )
         cfg = await agent._configure(options_from_json(options_json), state, controller)
         cfg.on_step_end = _stop_at_step_end
-        seq = step.seq
-        fence = step.fence + activity.info().attempt
+        publisher = _Publisher(log, step.segment, step.seq, step.fence + activity.info().attempt)
         try:
             async for chunk in agent_loop(cfg, state, resume):
-                seq += 1
-                await log.append_at(step.segment, seq, dumps(chunk.to_wire()), fence)
+                await publisher.put(dumps(chunk.to_wire()))
         except StepBoundary:
+            seq = await publisher.close()
             state.saved = True  # this process's hooks of later task outcomes write into memory
             return StepOutput(suspension.snapshot(agent.id, state, options_json), seq, "step")
+        except BaseException:
+            await publisher.cancel()
+            raise
+        seq = await publisher.close()
         if _status(state) == "suspended":
             await self._suspended(agent, cfg, state, options_json)
             outcome = "suspended"
@@ -166,6 +167,63 @@ class RunActivities:
             record = await storage.get_task(task_id)
             if record is not None and record.status in SETTLED_TASK_STATUSES:
                 await memory.apply_task_outcome(record)
+
+
+class _Publisher:
+    """Writes a step's chunks to its log segment in order, in batches: the chunks the loop made
+    while one batch was being written go in the next (one Redis call each). The loop waits only
+    when ``MAX_PENDING`` chunks are not written yet."""
+
+    MAX_PENDING = 512
+
+    def __init__(self, log: RunLog, segment: str, seq: int, fence: int) -> None:
+        self.log = log
+        self.segment = segment
+        self.fence = fence
+        self.seq = seq
+        """The last sequence number given out."""
+        self._written = seq
+        self._pending: list[str] = []
+        self._closing = False
+        self._wake = asyncio.Event()
+        self._progress = asyncio.Event()
+        self._writer = asyncio.create_task(self._write())
+
+    async def put(self, data: str) -> None:
+        if self._writer.done():
+            self._writer.result()  # the writer's error (e.g. fenced off) stops the step
+        self.seq += 1
+        self._pending.append(data)
+        self._wake.set()
+        while len(self._pending) >= self.MAX_PENDING and not self._writer.done():
+            self._progress.clear()
+            await self._progress.wait()
+
+    async def close(self) -> int:
+        """Write what is left; the segment's last sequence number."""
+        self._closing = True
+        self._wake.set()
+        await self._writer
+        return self.seq
+
+    async def cancel(self) -> None:
+        self._writer.cancel()
+        with contextlib.suppress(BaseException):
+            await self._writer
+
+    async def _write(self) -> None:
+        try:
+            while self._pending or not self._closing:
+                if not self._pending:
+                    await self._wake.wait()
+                    self._wake.clear()
+                    continue
+                batch, self._pending = self._pending, []
+                await self.log.append_at(self.segment, self._written + 1, batch, self.fence)
+                self._written += len(batch)
+                self._progress.set()
+        finally:
+            self._progress.set()
 
 
 def _status(state: RunState) -> str:

@@ -8,7 +8,8 @@ writers' fence, the run's final state). Per run, ``<prefix>:abort:<run id>`` ask
 running it to abort.
 
 Writes are idempotent by sequence number: :meth:`RunLog.append_at` adds chunk ``seq`` only if
-the segment does not hold it yet, so a step that a worker lost half-way, run again by another
+the segment does not hold it yet (chunks go in batches: whatever the step produced while the
+previous batch was written), so a step that a worker lost half-way, run again by another
 worker, adds only the chunks past the ones already there. Every write carries a *fence* (the
 step's number times the attempts it may take, plus its attempt): a write with a lower fence
 than one already seen is refused, so a worker taken for dead cannot write after its successor.
@@ -26,19 +27,26 @@ READ_BLOCK_MS = 1000
 READ_BATCH = 500
 
 _APPEND_AT = """
-local fence = tonumber(ARGV[3])
+local fence = tonumber(ARGV[2])
 local seen = tonumber(redis.call('HGET', KEYS[3], 'fence') or '0')
 if fence < seen then return -1 end
 if fence > seen then redis.call('HSET', KEYS[3], 'fence', fence) end
 if redis.call('HGET', KEYS[3], 'ended') == '1' then return -2 end
-local seq = tonumber(ARGV[1])
+local first = tonumber(ARGV[1])
 local last = tonumber(redis.call('GET', KEYS[1]) or '0')
-if seq <= last then return 0 end
-if seq ~= last + 1 then return redis.error_reply('chunk ' .. seq .. ' after ' .. last) end
-redis.call('SET', KEYS[1], seq)
-redis.call('XADD', KEYS[2], seq .. '-0', 'd', ARGV[2])
-for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[4]) end
-return 1
+if first > last + 1 then return redis.error_reply('chunk ' .. first .. ' after ' .. last) end
+local added = 0
+for i = 4, #ARGV do
+  local seq = first + i - 4
+  if seq > last then
+    redis.call('XADD', KEYS[2], seq .. '-0', 'd', ARGV[i])
+    last = seq
+    added = added + 1
+  end
+end
+redis.call('SET', KEYS[1], last)
+for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
+return added
 """
 
 _END = """
@@ -82,13 +90,17 @@ class RunLog:
             pipe.expire(info, self.live_ttl_s)
             await pipe.execute()
 
-    async def append_at(self, segment: str, seq: int, data: str, fence: int) -> bool:
-        """Add chunk ``seq`` (False: the segment holds it already). Raises
-        :class:`FencedOffError` if a newer attempt writes the log, or the segment has ended."""
-        added = int(await self._append(keys=self._keys(segment), args=[seq, data, fence, self.live_ttl_s]))
+    async def append_at(self, segment: str, first_seq: int, data: list[str], fence: int) -> int:
+        """Add the chunks ``data`` as ``first_seq``, ``first_seq + 1``, ...; the ones the segment
+        holds already are skipped. Returns how many were added. Raises :class:`FencedOffError`
+        if a newer attempt writes the log, or the segment has ended."""
+        if not data:
+            return 0
+        keys = self._keys(segment)
+        added = int(await self._append(keys=keys, args=[first_seq, fence, self.live_ttl_s, *data]))
         if added < 0:
             raise FencedOffError(f"log segment {segment} is written by a newer attempt or has ended")
-        return added == 1
+        return added
 
     async def end(self, segment: str, state: dict[str, Any]) -> None:
         """End the segment (once) with the run's state; its readers stop after the last chunk."""
