@@ -6,7 +6,7 @@ The model is a function of the prompt (each worker has its own copy, so a step t
 another worker gets the same answer): a user message ``<tool> <arg>`` makes it call that tool,
 a tool result makes it answer with the result word by word, and a turn after its own answer
 (an until-idle continuation) says the research is in. ``lookup`` and ``research`` wait for the
-test's gates; ``wire`` needs approval.
+test's gates; ``wire`` needs approval; ``confirm`` suspends until resumed.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from temporal_app import HEARTBEAT_TIMEOUT_MS, env, gate, say
 
-from runstream import Agent, tool
+from runstream import Agent, ToolContext, tool
 from runstream.durable import TemporalRuns
 from runstream.memory import Memory
 from runstream.runtime import Runstream
@@ -63,11 +63,19 @@ def build_agent() -> Agent:
         await gate(f"research-{topic}")
         return {"topic": topic, "summary": f"{topic} is fast"}
 
+    @tool
+    async def confirm(topic: str, ctx: ToolContext) -> dict[str, Any]:
+        """Ask the user to confirm a topic (suspends until resumed)."""
+        if ctx.resume_data is None:
+            await ctx.suspend({"question": f"confirm {topic}?"})
+        say(event="resumed", tool="confirm", data=ctx.resume_data)
+        return {"topic": topic, "answer": ctx.resume_data}
+
     return Agent(
         AGENT_ID,
         instructions="Help.",
         model=FunctionModel(respond),
-        tools=[lookup, wire, research],
+        tools=[lookup, wire, research, confirm],
         memory=Memory(),
     )
 

@@ -21,7 +21,10 @@ from starlette.applications import Starlette
 from temporal_cluster import Cluster
 from test_temporal_cluster import cluster, postgres_problem
 
+from runstream.agent import RunNotFoundError
 from runstream.chunks import AnyChunk
+from runstream.errors import StateConflictError
+from runstream.output import RunOutput
 from runstream.runtime import Runstream
 from runstream.server import create_app
 from runstream.server.auth import open_access
@@ -248,3 +251,39 @@ async def test_aborting_a_durable_run_mid_tool_ends_it_where_it_runs(cluster: Cl
     assert [c.type for c in chunks[-3:]] == ["tool-error", "abort", "finish"]
     assert chunks[-3].payload["error"]["message"] == "Tool execution aborted"
     assert out.state.status == "aborted" and out.state.finish_reason == "aborted"
+
+
+async def test_a_suspended_tool_is_resumed_and_an_approval_declined_and_answered_once(
+    cluster: Cluster,
+) -> None:
+    """Resume and decline reach the waiting workflow as updates; two answers to one wait at the
+    same time: one continues the run, the other is refused (409 on the server)."""
+    worker = await cluster.start_worker(WORKER)
+    async with runtime() as rt:
+        agent = rt.get_agent("durable")
+        asked = await agent.stream("confirm colour", memory=MEMORY)
+        suspended = [c async for c in asked.full_stream]
+        assert suspended[-1].type == "tool-call-suspended" and asked.state.status == "suspended"
+        resumed = await agent.resume_stream({"pick": "blue"}, run_id=asked.run_id)
+        assert (
+            await resumed.text
+            == 'confirm colour gave {"answer": {"pick": "blue"}, "topic": "colour"} as you asked'
+        )
+        ran = await worker.expect(lambda line: line.get("tool") == "confirm")
+        assert ran["data"] == {"pick": "blue"}
+
+        wired = await agent.stream("wire 9", memory={"thread": "t2", "resource": "u1"})
+        await wired.consume()
+        answers = await asyncio.gather(
+            agent.decline_tool_call(run_id=wired.run_id, reason="too much"),
+            agent.approve_tool_call(run_id=wired.run_id),
+            return_exceptions=True,
+        )
+        outputs = [a for a in answers if isinstance(a, RunOutput)]
+        refused = [a for a in answers if isinstance(a, BaseException)]
+        assert len(outputs) == 1 and len(refused) == 1, answers
+        # refused by the workflow (the update validator) or, once the run went on, by the agent
+        assert isinstance(refused[0], StateConflictError | RunNotFoundError), refused
+        continued = [c.type async for c in outputs[0].full_stream]
+        assert continued[-1] == "finish"
+        assert ("tool-output-denied" in continued) != ("tool-result" in continued)  # one answer won
