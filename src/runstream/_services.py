@@ -28,11 +28,11 @@ class RuntimeServices:
     task_manager: BackgroundTaskManager | None
     start: Callable[[], Awaitable[None]]
     """Initialises the storage and starts the task manager (idempotent)."""
-    durable_runs: DurableRuns | None = None
+    durable_runs: DurableRunner | None = None
     """Where the agents' runs run when they are durable on an engine (``runstream.durable``)."""
 
 
-class DurableRuns(Protocol):
+class DurableRunner(Protocol):
     """Runs every agent run of a runtime elsewhere, durably (e.g. ``runstream.durable.TemporalRuns``).
 
     The agent builds a run's first state (memory loaded) and hands it over; the returned output

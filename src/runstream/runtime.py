@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from runstream._services import DurableRuns, RuntimeServices, Toolset
+from runstream._services import DurableRunner, RuntimeServices, Toolset
 from runstream.agent import Agent
 from runstream.storage import InMemoryStorage, Storage
 from runstream.tasks.config import BackgroundTaskConfig
@@ -32,7 +32,7 @@ class Runstream:
         storage: Storage | None = None,
         background_tasks: BackgroundTaskConfig | Mapping[str, Any] | bool | None = None,
         task_manager: BackgroundTaskManager | None = None,
-        durable_runs: DurableRuns | None = None,
+        durable_runs: DurableRunner | None = None,
     ) -> None:
         self.storage: Storage = storage if storage is not None else InMemoryStorage()
         config = BackgroundTaskConfig.coerce(background_tasks)
