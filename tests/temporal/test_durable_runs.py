@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2 as httpx
+import pytest
 from durable_app import build_agent, runtime
 from starlette.applications import Starlette
 from temporal_cluster import Cluster
@@ -247,6 +248,8 @@ async def test_aborting_a_durable_run_mid_tool_ends_it_where_it_runs(cluster: Cl
                 chunks.append(chunk)
                 if chunk.type == "tool-call":
                     await worker.expect(lambda line: line.get("tool") == "lookup")  # it runs
+                    with pytest.raises(StateConflictError, match="already running"):
+                        await durable.get_agent("durable").stream("lookup twice", run_id=out.run_id)
                     out.abort("the user left")
     assert [c.type for c in chunks[-3:]] == ["tool-error", "abort", "finish"]
     assert chunks[-3].payload["error"]["message"] == "Tool execution aborted"

@@ -23,7 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowUpdateFailedError
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
@@ -41,7 +41,7 @@ from runstream.durable.workflow import (
     Continuation,
     RunPlan,
 )
-from runstream.errors import StateConflictError
+from runstream.errors import RunstreamError, StateConflictError
 from runstream.output import RunOutput
 from runstream.run_options import RunOptions, options_to_json
 from runstream.storage import Storage
@@ -49,6 +49,10 @@ from runstream.tasks.manager import BackgroundTaskManager
 from runstream.tasks.temporal.manager import TemporalSettings, TemporalTaskManager
 
 logger = logging.getLogger(__name__)
+
+
+class DurableRunError(RunstreamError):
+    """Temporal refused to start a run (unreachable, or the namespace is unknown)."""
 
 
 class TemporalRuns:
@@ -180,8 +184,10 @@ class TemporalRuns:
             await self.client.start_workflow(
                 AgentRunWorkflow.run, plan, id=self.workflow_id(state.run_id), task_queue=self.task_queue
             )
+        except WorkflowAlreadyStartedError:
+            raise StateConflictError(f"run {state.run_id!r} is already running") from None
         except RPCError as exc:
-            raise ValueError(f"could not start run {state.run_id!r} on Temporal: {exc}") from exc
+            raise DurableRunError(f"could not start run {state.run_id!r} on Temporal: {exc}") from exc
         return self._output(state, segment, controller, options.abort_signal)
 
     async def continue_run(
