@@ -6,7 +6,8 @@ The model is a function of the prompt (each worker has its own copy, so a step t
 another worker gets the same answer): a user message ``<tool> <arg>`` makes it call that tool,
 a tool result makes it answer with the result word by word, and a turn after its own answer
 (an until-idle continuation) says the research is in. ``lookup`` and ``research`` wait for the
-test's gates; ``wire`` needs approval; ``confirm`` suspends until resumed.
+test's gates; ``wire`` needs approval; ``confirm`` suspends until resumed. ``both <topic>``
+calls ``research`` and ``lookup`` in one step.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def respond(call: ModelCall) -> Turn:
     verb, _, arg = call.last_user_text.partition(" ")
     last_user = max(i for i, m in enumerate(call.prompt) if m["role"] == "user")
     after = [m for m in call.prompt[last_user + 1 :] if m["role"] != "system"]
+    if not after and verb == "both":  # a background task and a foreground tool in one step
+        return [ToolCall("research", {"topic": arg}), ToolCall("lookup", {"topic": arg})]
     if not after:
         return ToolCall(verb, {"amount": int(arg)} if verb == "wire" else {"topic": arg})
     if after[-1]["role"] == "tool":

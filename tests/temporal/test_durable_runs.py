@@ -30,6 +30,8 @@ from runstream.runtime import Runstream
 from runstream.server import create_app
 from runstream.server.auth import open_access
 from runstream.server.redis_replay import RedisReplayLog
+from runstream.storage import TaskFilter
+from runstream.tasks.temporal import TemporalTaskManager
 from tests.conftest import REDIS_URL
 from tests.server.conftest import serve
 
@@ -290,3 +292,36 @@ async def test_a_suspended_tool_is_resumed_and_an_approval_declined_and_answered
         continued = [c.type async for c in outputs[0].full_stream]
         assert continued[-1] == "finish"
         assert ("tool-output-denied" in continued) != ("tool-result" in continued)  # one answer won
+
+
+async def test_a_step_run_again_cancels_the_background_task_its_lost_attempt_started(
+    cluster: Cluster,
+) -> None:
+    """B runs a step that starts a background task and a foreground tool, and dies; C runs the
+    step again, which cancels the task B's attempt started and starts its own: one task
+    completes, its result reaches the turn in memory, and the run's chunks hold each call once."""
+    b = await cluster.start_worker(WORKER)
+    async with runtime() as rt:
+        manager = rt.task_manager
+        assert isinstance(manager, TemporalTaskManager)
+        out = await rt.get_agent("durable").stream("both moon", memory=MEMORY)
+        await b.expect(lambda line: line.get("tool") == "lookup")
+        await b.expect(lambda line: line.get("tool") == "research")
+        await b.kill()
+        c = await cluster.start_worker(WORKER)
+        await c.expect(lambda line: line.get("tool") == "lookup")  # the step again
+        for _ in range(2):  # the lost task's retry may take one before it is cancelled
+            await cluster.open_gate("research-moon")
+        await cluster.open_gate("lookup-moon")
+        async with asyncio.timeout(60):
+            seen = [chunk.type async for chunk in out.full_stream]
+        assert seen.count("tool-call") == 2 and seen.count("tool-result") == 2 and seen[-1] == "finish"
+        tasks = (await manager.list_tasks(TaskFilter(run_id=out.run_id))).items
+        assert len(tasks) == 2 and [t.status for t in tasks].count("cancelled") == 1, tasks
+        (kept,) = [t for t in tasks if t.status != "cancelled"]
+        assert (await manager.wait_for(kept.id, timeout_ms=60_000)).status == "completed"
+    # The run is over and the task completed: its result is in the saved turn, once.
+    assert await cluster.tool_results() == [
+        {"type": "json", "value": {"topic": "moon", "summary": "moon is fast"}},
+        {"type": "json", "value": {"topic": "moon", "fact": "moon is bright"}},
+    ]

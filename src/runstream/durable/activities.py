@@ -34,6 +34,7 @@ from runstream.durable.log import RunLog
 from runstream.durable.workflow import END_SEGMENT, RUN_STEP, SegmentEnd, StepInput, StepOutput
 from runstream.memory import MemoryScope
 from runstream.run_options import options_from_json
+from runstream.storage import TaskFilter
 
 if TYPE_CHECKING:
     from runstream.agent import Agent
@@ -108,6 +109,8 @@ class RunActivities:
             if action.kind == "start"
             else ResumeAction(action.kind, action.tool_call_id, action.data, action.reason)  # type: ignore[arg-type]
         )
+        if activity.info().attempt > 1:
+            await _cancel_orphans(agent, state)
         cfg = await agent._configure(options_from_json(options_json), state, controller)
         cfg.on_step_end = _stop_at_step_end
         publisher = _Publisher(log, step.segment, step.seq, step.fence + activity.info().attempt)
@@ -224,6 +227,21 @@ class _Publisher:
                 self._progress.set()
         finally:
             self._progress.set()
+
+
+async def _cancel_orphans(agent: Agent, state: RunState) -> None:
+    """A step run again after a lost attempt: cancel the background tasks that attempt started
+    (the run's state, as it was before the step, does not know them); the step starts its own."""
+    services = agent.services
+    if services is None or services.task_manager is None:
+        return
+    known = set(state.background_task_ids)
+    active = await services.storage.list_tasks(
+        TaskFilter(run_id=state.run_id, status=("pending", "running", "suspended"))
+    )
+    for record in active.items:
+        if record.id not in known:
+            await services.task_manager.cancel(record.id)
 
 
 def _status(state: RunState) -> str:
