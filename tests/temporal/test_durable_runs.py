@@ -325,3 +325,9 @@ async def test_a_step_run_again_cancels_the_background_task_its_lost_attempt_sta
         {"type": "json", "value": {"topic": "moon", "summary": "moon is fast"}},
         {"type": "json", "value": {"topic": "moon", "fact": "moon is bright"}},
     ]
+
+
+async def test_bad_options_fail_the_call_as_in_process(cluster: Cluster) -> None:
+    async with runtime() as rt:
+        with pytest.raises(ValueError, match="active_tools names no tool: 'nope'"):
+            await rt.get_agent("durable").stream("lookup x", active_tools=["nope"])

@@ -111,7 +111,10 @@ class RunActivities:
         )
         if activity.info().attempt > 1:
             await _cancel_orphans(agent, state)
-        cfg = await agent._configure(options_from_json(options_json), state, controller)
+        try:
+            cfg = await agent._configure(options_from_json(options_json), state, controller)
+        except (ValueError, TypeError, LookupError) as exc:  # the same in every attempt
+            raise ApplicationError(f"{type(exc).__name__}: {exc}", non_retryable=True) from exc
         cfg.on_step_end = _stop_at_step_end
         publisher = _Publisher(log, step.segment, step.seq, step.fence + activity.info().attempt)
         try:

@@ -167,7 +167,14 @@ class TemporalRuns:
     async def start_run(
         self, agent_id: str, state: RunState, options: RunOptions, controller: AbortController
     ) -> RunOutput:
-        """Start the run's workflow; its chunks stream from the log as workers publish them."""
+        """Start the run's workflow; its chunks stream from the log as workers publish them.
+
+        The run's configuration is built here first, and dropped, so that bad options fail the
+        call (as in-process) rather than the run's first step on a worker."""
+        agent = self.agents.get(agent_id)
+        if agent is None:
+            raise RunNotFoundError(f"agent {agent_id!r} is not in this Runstream")
+        await agent._configure(options, state, AbortController())
         segment = _segment(state.run_id)
         await self.log.open(segment)
         await self.log.clear_abort(state.run_id)
