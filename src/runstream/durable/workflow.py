@@ -186,10 +186,11 @@ class AgentRunWorkflow:
         return out
 
     async def _end(self, plan: RunPlan, end: SegmentEnd) -> None:
-        await workflow.execute_activity(
+        """A local activity (it only writes Redis): no task-queue round trip before the run's
+        readers learn that it ended."""
+        await workflow.execute_local_activity(
             END_SEGMENT,
             end,
-            task_queue=plan.activity_queue,
             start_to_close_timeout=timedelta(minutes=1),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
         )
