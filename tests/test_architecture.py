@@ -50,7 +50,6 @@ a new one fails."""
 
 KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
     {
-        frozenset({"runstream.testing.scripted", "runstream.testing.turns"}),
         frozenset(
             {
                 "runstream.tasks.temporal.activities",
