@@ -66,12 +66,11 @@ from runstream.stop_conditions import StopCondition
 from runstream.storage import Storage, TaskRecord
 from runstream.structured import StructuredOutput
 from runstream.tasks.until_idle import IdleOptions, until_idle_stream
-from runstream.tools import Tool, ToolContext, resume_schema_of
+from runstream.tools import OffersTool, Tool, ToolContext, resume_schema_of
 
 if TYPE_CHECKING:
     from runstream._services import RuntimeServices, Toolset
     from runstream.tasks.policy import AgentBackgroundConfig
-    from runstream.workflows import Workflow
 
 
 class AgentToolError(RunstreamError):
@@ -101,7 +100,7 @@ class Agent:
         tools: ToolsInput | Dynamic[ToolsInput] = (),
         toolsets: Iterable[Toolset] = (),
         agents: Iterable[Agent] | Mapping[str, Agent] = (),
-        workflows: Iterable[Workflow] | Mapping[str, Workflow] = (),
+        workflows: Iterable[OffersTool] | Mapping[str, OffersTool] = (),
         max_steps: int = 5,
         tool_choice: str | Mapping[str, Any] | None = None,
         structured_output: Any = None,
@@ -147,7 +146,9 @@ class Agent:
         """Sources of tools that change while the agent lives (e.g. an MCP client); read per run."""
         self.agents = dict(agents) if isinstance(agents, Mapping) else {sub.id: sub for sub in agents}
         """Sub-agents by name, each offered as the tool ``agent-<name>`` (Mastra's ``agents``)."""
-        self.workflows = dict(workflows) if isinstance(workflows, Mapping) else {w.id: w for w in workflows}
+        self.workflows: dict[str, OffersTool] = (
+            dict(workflows) if isinstance(workflows, Mapping) else {w.id: w for w in workflows}
+        )
         """Workflows by name, each offered as the tool ``workflow-<name>`` (Mastra's ``workflows``)."""
         for key, sub in self.agents.items():
             sub_tool = sub.as_tool(name=key)

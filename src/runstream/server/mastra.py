@@ -38,6 +38,7 @@ from runstream.server.tasks_api import resume_task_stream
 from runstream.server.workflow_info import workflow_info
 from runstream.storage import ThreadResourceMismatchError
 from runstream.tools import Tool, ToolArgumentsError, ToolContext, ToolWriter
+from runstream.workflows import Workflow
 
 
 def query_request_context(request: Request) -> RequestContext:
@@ -94,7 +95,11 @@ async def serialize_agent(agent: Agent, context: RequestContext | None = None) -
         "instructions": await agent.get_instructions(context),
         "tools": {name: serialize_tool(tool) for name, tool in (await agent.get_tools(context)).items()},
         "agents": {key: {"id": sub.id, "name": sub.name} for key, sub in agent.agents.items()},
-        "workflows": {key: workflow_info(w, partial=True) for key, w in agent.workflows.items()},
+        "workflows": {
+            key: workflow_info(w, partial=True)
+            for key, w in agent.workflows.items()
+            if isinstance(w, Workflow)
+        },
         "provider": model.provider,
         "modelId": model.model_id,
         "defaultOptions": {"maxSteps": agent.max_steps},
