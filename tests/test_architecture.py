@@ -76,7 +76,7 @@ KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
 agent's workflow helpers to them), as do the Temporal manager's and the scripted model's; a new
 cycle fails."""
 
-KNOWN_LONG = frozenset({"module runstream.agent", "module runstream.tasks.manager"})
+KNOWN_LONG = frozenset({"module runstream.tasks.manager"})
 """Modules over the limit that predate this check (to split next)."""
 
 

@@ -30,7 +30,7 @@ from runstream.server.body import StreamRequest, parse_stream_body
 from runstream.server.context import ServerContext, json_body, json_response
 from runstream.server.errors import ApiError
 from runstream.server.limits import MAX_OFFSET, bounded_int, check_id
-from runstream.server.overrides import absorb_tool_results, request_agent
+from runstream.server.overrides import absorb_tool_results
 from runstream.server.resumable import TooManyRunsError
 from runstream.server.streaming import Run, owned_run, parse_event_id, reconnect, replay, respond, wants_ids
 from runstream.server.suspended_runs import list_suspended_runs
@@ -123,7 +123,6 @@ async def start_stream(
     """
     if request.memory is not None and agent.memory is None:
         request.memory = None  # as Mastra: an agent without memory streams and saves nothing
-    view = request_agent(agent, request)
     messages, scope = request.messages, request.memory
     if scope is not None:
         thread = await ctx.runstream.storage.get_thread(scope.thread_id)
@@ -137,14 +136,16 @@ async def start_stream(
             raise ApiError(429, str(exc)) from None
     request.run_id = await ctx.owners.claim(request.run_id, principal, owner_resource)
     if scope is not None:
-        messages = await absorb_tool_results(view, scope, messages)
+        messages = await absorb_tool_results(agent, scope, messages)
     try:
-        out = await view.stream(messages, **request.stream_options())
+        options = request.options.copy()
+        options["memory"] = scope
+        out = await agent.stream(messages, run_id=request.run_id, until_idle=request.until_idle, **options)
     except ThreadResourceMismatchError:
         raise ApiError(404, f"Thread {scope.thread_id if scope else ''} not found") from None
     except (ValueError, TypeError) as exc:
         raise ApiError(400, str(exc)) from None
-    return Run(out, view, scope)
+    return Run(out, agent, scope)
 
 
 async def full_output(run: Run) -> dict[str, Any]:
