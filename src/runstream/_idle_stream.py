@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from runstream import _tracing as tracing
 from runstream.abort import AbortController
+from runstream.errors import RunstreamError
 from runstream.models.base import PromptMessage
 from runstream.output import RunOutput
-from runstream.run_options import RunOptions
+from runstream.run_options import InvalidOptionError, RunOptions
 from runstream.tasks.until_idle import IdleOptions, until_idle_stream
 
 if TYPE_CHECKING:
@@ -24,7 +25,12 @@ UntilIdle = bool | Mapping[str, Any]
 def check_idle_options(until_idle: UntilIdle) -> None:
     """Bad options fail before anything starts, even where until-idle falls back to a plain stream."""
     if isinstance(until_idle, Mapping):
-        IdleOptions.coerce(dict(until_idle), progress_interval_ms=0)
+        try:
+            IdleOptions.coerce(dict(until_idle), progress_interval_ms=0)
+        except RunstreamError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise InvalidOptionError(str(exc)) from exc
 
 
 class IdleStreams:

@@ -19,6 +19,7 @@ from runstream._callbacks import Callback, RunCallbacks
 from runstream._config_mapping import camel, one_of, positive_int, read_config
 from runstream._run_state import LoopConfig, UnsupportedRunStateError
 from runstream.abort import AbortSignal
+from runstream.errors import InvalidInputError, RunstreamError
 from runstream.memory import MemoryScope
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.request_context import Dynamic, RequestContext, resolve
@@ -91,6 +92,11 @@ class AgentDefaults(Protocol):
     def durable(self) -> bool: ...
 
 
+class InvalidOptionError(InvalidInputError, TypeError):
+    """A run option whose value cannot be used. Also a ``TypeError``: the checks it reports
+    raised either builtin before the error tree, and code may catch those."""
+
+
 OPTIONS_VERSION = 2
 """The version of :meth:`RunOptions.to_json`'s format (1: before it had one; its structured
 output was the bare schema)."""
@@ -149,7 +155,12 @@ class RunOptions:
             if name is None:
                 read_config(options, _NAMES, where=where)  # raises, naming the option
             elif value is not None:
-                fields.update(_READERS[name](value))
+                try:
+                    fields.update(_READERS[name](value))
+                except RunstreamError:
+                    raise
+                except (TypeError, ValueError) as exc:
+                    raise InvalidOptionError(str(exc)) from exc
         return cls(**fields)
 
     @property
@@ -163,7 +174,7 @@ class RunOptions:
         if self.active_tools is not None:
             unknown = [name for name in self.active_tools if name not in merged]
             if unknown:
-                raise ValueError(
+                raise InvalidOptionError(
                     f"active_tools names no tool: {', '.join(map(repr, unknown))} "
                     f"(the run has: {', '.join(merged) or 'none'})"
                 )
@@ -307,10 +318,10 @@ def normalize_messages(messages: MessagesInput | None) -> list[PromptMessage]:
             out.append({"role": "user", "content": [{"type": "text", "text": message}]})
             continue
         if not isinstance(message, Mapping) or "role" not in message:
-            raise TypeError("a message must be a string or a mapping with 'role' and 'content'")
+            raise InvalidOptionError("a message must be a string or a mapping with 'role' and 'content'")
         role = message["role"]
         if role not in ("user", "assistant", "system", "tool"):
-            raise ValueError(f"unknown message role {role!r}")
+            raise InvalidOptionError(f"unknown message role {role!r}")
         content = message.get("content", "")
         if role == "system":
             out.append({"role": "system", "content": content if isinstance(content, str) else str(content)})

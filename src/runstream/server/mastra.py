@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from runstream.abort import AbortController
 from runstream.agent import Agent, RunNotFoundError
-from runstream.errors import StateConflictError
+from runstream.errors import InvalidInputError, StateConflictError
 from runstream.output import RunOutput
 from runstream.request_context import RequestContext
 from runstream.server.auth import Principal, principal_of
@@ -143,7 +143,7 @@ async def start_stream(
         out = await agent.stream(messages, run_id=request.run_id, until_idle=request.until_idle, **options)
     except ThreadResourceMismatchError:
         raise ApiError(404, f"Thread {scope.thread_id if scope else ''} not found") from None
-    except (ValueError, TypeError) as exc:
+    except InvalidInputError as exc:
         raise ApiError(400, str(exc)) from None
     return Run(out, agent, scope)
 
