@@ -323,8 +323,6 @@ class Agent:
             continued=continued,
         )
         cfg = await self._configure(options, state, controller)
-        if scope is not None:
-            await self._attach_goal(cfg, state, scope)
         return self._output(cfg, state, controller, None, options)
 
     async def _configure(
@@ -352,6 +350,8 @@ class Agent:
             cfg.completion_checks.append(completion.check)
         system = [instructions] if instructions else []
         cfg.system = [{"role": "system", "content": text} for text in [*system, *options.system]]
+        if options.memory is not None:  # a restored run is judged (and shown its goal) as well
+            await self._attach_goal(cfg, state, options.memory)
         return cfg
 
     async def _attach_background(self, cfg: LoopConfig, options: RunOptions) -> str:
