@@ -38,12 +38,13 @@ class Runstream:
         if task_manager is None and config is not None and config.mode == "producer":
             raise ValueError(
                 'background_tasks mode "producer" runs no tasks, so it needs workers sharing its storage: '
-                "pass task_manager=DistributedTaskManager(storage, config, redis_url=..., worker=False)"
+                "pass task_manager=TemporalTaskManager(storage, config, ...) (runstream.tasks.temporal), "
+                "whose tools run on `runstream worker` processes"
             )
         if task_manager is None and config is not None:
             task_manager = BackgroundTaskManager(self.storage, config)
         self.task_manager = task_manager
-        """``task_manager=`` takes a ready manager, e.g. a ``DistributedTaskManager`` for scale-out."""
+        """``task_manager=`` takes a ready manager, e.g. a ``TemporalTaskManager`` for scale-out."""
         self.agents: dict[str, Agent] = {}
         self.workflows: dict[str, Workflow] = {}
         self._started = False

@@ -266,7 +266,6 @@ class BackgroundTaskManager:
                 expected_status="pending",
                 status="running",
                 started_at=utc_now(),
-                metadata=self._claim_metadata(record),
             )
             if claimed is None:  # cancelled (or deleted) meanwhile
                 slots.give_back(record.agent_id)
@@ -394,14 +393,9 @@ class BackgroundTaskManager:
         finally:
             ex.context = None
 
-    def _claim_metadata(self, record: TaskRecord) -> dict[str, Any]:
-        """The metadata written by the compare-and-set that makes a task ``running`` here (a
-        claim or a resume): unchanged here; the distributed manager takes a lease with it."""
-        return record.metadata
-
     def _lease_guard(self, record: TaskRecord) -> dict[str, str | None] | None:
-        """Metadata the runner's own writes (retry, outcome) require: none here; the distributed
-        manager requires its lease, so a runner that lost the task cannot overwrite it."""
+        """Metadata the runner's own writes (retry, outcome) require: none here; the Temporal
+        manager requires the attempt's token, so an attempt it gave up on cannot overwrite it."""
         return None
 
     def _resolve_tool(self, record: TaskRecord) -> Tool | None:
@@ -517,7 +511,6 @@ class BackgroundTaskManager:
                 suspend_payload=None,
                 suspended_at=None,
                 resume_data=data,
-                metadata=self._claim_metadata(record),
             )
             if resumed is None:
                 current = await self.storage.get_task(task_id)
@@ -550,7 +543,6 @@ class BackgroundTaskManager:
                 task_id,
                 expected_status="running",
                 started_at=utc_now(),
-                metadata=self._claim_metadata(record),
             )
             if claimed is None:
                 raise TaskStateError(f"Task {task_id} changed while restarting")

@@ -141,6 +141,8 @@ class TemporalTaskManager(BackgroundTaskManager):
         super().__init__(
             storage, config, bus=bus, on_task_complete=on_task_complete, on_task_failed=on_task_failed
         )
+        if run_worker and self.config.mode == "producer":
+            raise ValueError('run_worker=True contradicts the config\'s mode "producer" (it runs no tool)')
         self.temporal = temporal or TemporalSettings()
         self.run_worker = run_worker
         self._client = client

@@ -115,6 +115,8 @@ async def run_worker(runtime: Runstream, stop: asyncio.Event) -> None:
     manager = runtime.task_manager
     if not isinstance(manager, TemporalTaskManager):
         raise SystemExit("runstream worker: the Runstream needs task_manager=TemporalTaskManager(...)")
+    if manager.config.mode == "producer":
+        raise SystemExit('runstream worker: the background_tasks mode is "producer", which runs no tool')
     manager.run_worker = True
     await runtime.start()
     queues = ", ".join(
