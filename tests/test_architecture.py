@@ -44,20 +44,12 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 SERVER_USERS = ("runstream.server", "runstream.cli", "runstream.__main__", "runstream.mcp.cli")
 """The server's own package and the commands that start a server."""
 
-KNOWN_VIOLATIONS = frozenset({("runstream.tasks.temporal.worker", "runstream.runtime")})
-"""Imports against the rules that predate this check (the Temporal worker builds a runtime);
-a new one fails."""
+KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()
+"""Imports against the rules that predate this check; a new one fails."""
 
 KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
     {
         frozenset({"runstream.testing.scripted", "runstream.testing.turns"}),
-        frozenset(
-            {
-                "runstream.tasks.temporal.activities",
-                "runstream.tasks.temporal.manager",
-                "runstream.tasks.temporal.worker",
-            }
-        ),
         frozenset(
             {
                 "runstream.agent",
@@ -77,25 +69,16 @@ KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
     }
 )
 """Cycles that predate this check: the workflow engine's modules refer to each other (and the
-agent's workflow helpers to them), as do the Temporal manager's and the scripted model's; a new
-cycle fails."""
+agent's workflow helpers to them), as do the scripted model's; a new cycle fails."""
 
 KNOWN_PACKAGE_CYCLES: frozenset[frozenset[str]] = frozenset(
     {
-        frozenset(
-            {
-                "runstream.agent",
-                "runstream.runtime",
-                "runstream._services",
-                "runstream.tasks",
-                "runstream.workflows",
-            }
-        )
+        frozenset({"runstream.agent", "runstream.workflows"}),
     }
 )
-"""The Temporal worker (in ``tasks``) builds a runtime; the rest of ``tasks`` sits below the agent."""
+"""The agent's workflow helpers and the workflow engine's agent steps refer to each other."""
 
-KNOWN_LONG = frozenset({"module runstream.agent", "module runstream.tasks.manager"})
+KNOWN_LONG = frozenset({"module runstream.agent"})
 """Modules over the limit that predate this check (to split next)."""
 
 

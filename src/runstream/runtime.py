@@ -11,6 +11,7 @@ from runstream._services import RuntimeServices, Toolset
 from runstream.agent import Agent
 from runstream.storage import InMemoryStorage, Storage
 from runstream.tasks.config import BackgroundTaskConfig
+from runstream.tasks.coordination import TaskManager
 from runstream.tasks.manager import BackgroundTaskManager
 from runstream.tools import Tool
 from runstream.workflows import Workflow
@@ -31,7 +32,7 @@ class Runstream:
         workflows: Iterable[Workflow] = (),
         storage: Storage | None = None,
         background_tasks: BackgroundTaskConfig | Mapping[str, Any] | bool | None = None,
-        task_manager: BackgroundTaskManager | None = None,
+        task_manager: TaskManager | None = None,
     ) -> None:
         self.storage: Storage = storage if storage is not None else InMemoryStorage()
         config = BackgroundTaskConfig.coerce(background_tasks)
