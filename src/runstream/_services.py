@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runstream.storage import Storage
-from runstream.tasks.manager import BackgroundTaskManager
+from runstream.tasks.coordination import TaskManager
 from runstream.tools import Tool
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class RuntimeServices:
     storage: Storage
-    task_manager: BackgroundTaskManager | None
+    task_manager: TaskManager | None
     start: Callable[[], Awaitable[None]]
     """Initialises the storage and starts the task manager (idempotent)."""
     durable_runs: DurableRunner | None = None
@@ -41,9 +41,7 @@ class DurableRunner(Protocol):
     run_worker: bool
     """Whether this process also runs the runs (``runstream worker`` sets it)."""
 
-    def bind(
-        self, agents: Mapping[str, Any], storage: Storage, task_manager: BackgroundTaskManager | None
-    ) -> None: ...
+    def bind(self, agents: Mapping[str, Any], storage: Storage, task_manager: TaskManager | None) -> None: ...
 
     async def start(self) -> None: ...
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -33,7 +33,7 @@ from runstream.chunks import dumps, iso_datetime, now_utc
 from runstream.durable.log import RunLog
 from runstream.durable.workflow import END_SEGMENT, RUN_STEP, SegmentEnd, StepInput, StepOutput
 from runstream.memory import MemoryScope
-from runstream.run_options import options_from_json
+from runstream.run_options import RunOptions
 from runstream.storage import TaskFilter
 
 if TYPE_CHECKING:
@@ -99,10 +99,9 @@ class RunActivities:
 
     async def _run(self, agent: Agent, step: StepInput, controller: AbortController) -> StepOutput:
         log = self.log
-        state = suspension.restore(step.snapshot)
+        state, options = suspension.restore(step.snapshot)
         state.saved = False
         state.status = "running"
-        options_json: dict[str, Any] = step.snapshot["options"]
         action = step.action
         resume = (
             None
@@ -112,7 +111,7 @@ class RunActivities:
         if activity.info().attempt > 1:
             await _cancel_orphans(agent, state)
         try:
-            cfg = await agent._configure(options_from_json(options_json), state, controller)
+            cfg = await agent._configure(options, state, controller)
         except (ValueError, TypeError, LookupError) as exc:  # the same in every attempt
             raise ApplicationError(f"{type(exc).__name__}: {exc}", non_retryable=True) from exc
         cfg.on_step_end = _stop_at_step_end
@@ -123,23 +122,21 @@ class RunActivities:
         except StepBoundary:
             seq = await publisher.close()
             state.saved = True  # this process's hooks of later task outcomes write into memory
-            return StepOutput(suspension.snapshot(agent.id, state, options_json), seq, "step")
+            return StepOutput(suspension.snapshot(agent.id, state, options), seq, "step")
         except BaseException:
             await publisher.cancel()
             raise
         seq = await publisher.close()
         if _status(state) == "suspended":
-            await self._suspended(agent, cfg, state, options_json)
+            await self._suspended(agent, cfg, state, options)
             outcome = "suspended"
         else:
             await self._finished(agent, cfg, state)
             outcome = "finished"
         state.saved = True
-        return StepOutput(suspension.snapshot(agent.id, state, options_json), seq, outcome)
+        return StepOutput(suspension.snapshot(agent.id, state, options), seq, outcome)
 
-    async def _suspended(
-        self, agent: Agent, cfg: LoopConfig, state: RunState, options: dict[str, Any]
-    ) -> None:
+    async def _suspended(self, agent: Agent, cfg: LoopConfig, state: RunState, options: RunOptions) -> None:
         """As in-process: the input is saved now, the run's snapshot is listed as suspended."""
         await agent._save_input_early(cfg, state)
         storage = agent._run_storage()

@@ -43,9 +43,9 @@ from runstream.durable.workflow import (
 )
 from runstream.errors import RunstreamError, StateConflictError
 from runstream.output import RunOutput
-from runstream.run_options import RunOptions, options_to_json
+from runstream.run_options import RunOptions
 from runstream.storage import Storage
-from runstream.tasks.manager import BackgroundTaskManager
+from runstream.tasks.coordination import TaskManager
 from runstream.tasks.temporal.manager import TemporalSettings, TemporalTaskManager
 
 logger = logging.getLogger(__name__)
@@ -87,14 +87,12 @@ class TemporalRuns:
         self.run_worker = run_worker
         self.agents: Mapping[str, Agent] = {}
         self._client = client
-        self._task_manager: BackgroundTaskManager | None = None
+        self._task_manager: TaskManager | None = None
         self._worker: Worker | None = None
         self._worker_run: asyncio.Task[None] | None = None
         self._aborts: set[asyncio.Task[None]] = set()
 
-    def bind(
-        self, agents: Mapping[str, Any], storage: Storage, task_manager: BackgroundTaskManager | None
-    ) -> None:
+    def bind(self, agents: Mapping[str, Any], storage: Storage, task_manager: TaskManager | None) -> None:
         """The runtime's agents (looked up by id when a step runs) and its task manager."""
         self.agents = agents
         self._task_manager = task_manager
@@ -181,7 +179,7 @@ class TemporalRuns:
         plan = RunPlan(
             run_id=state.run_id,
             agent_id=agent_id,
-            snapshot=suspension.snapshot(agent_id, state, options_to_json(options)),
+            snapshot=suspension.snapshot(agent_id, state, options),
             segment=segment,
             activity_queue=self.task_queue,
             heartbeat_timeout_ms=self.heartbeat_timeout_ms,
