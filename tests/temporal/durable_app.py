@@ -7,7 +7,8 @@ another worker gets the same answer): a user message ``<tool> <arg>`` makes it c
 a tool result makes it answer with the result word by word, and a turn after its own answer
 (an until-idle continuation) says the research is in. ``lookup`` and ``research`` wait for the
 test's gates; ``wire`` needs approval; ``confirm`` suspends until resumed. ``both <topic>``
-calls ``research`` and ``lookup`` in one step.
+calls ``research`` and ``lookup`` in one step. The agent ``poet`` has goals, judged by a model
+that wants a title.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from temporal_app import HEARTBEAT_TIMEOUT_MS, env, gate, say
 
 from runstream import Agent, ToolContext, tool
 from runstream.durable import TemporalRuns
+from runstream.goals import GoalConfig
 from runstream.memory import Memory
 from runstream.runtime import Runstream
 from runstream.storage import PostgresStorage
@@ -43,6 +45,29 @@ def respond(call: ModelCall) -> Turn:
             f"{verb} {arg} gave {json.dumps(output.get('value'), sort_keys=True)} as you asked", words=True
         )
     return Text("All the research is in.", words=True)
+
+
+def poet(call: ModelCall) -> Turn:
+    """Writes a haiku, titled once the judge asked for a title."""
+    asked = any("Judge feedback" in json.dumps(m) for m in call.prompt)
+    return Text("Title: Pond\npond / frog / splash" if asked else "pond / frog / splash")
+
+
+def judge(call: ModelCall) -> Turn:
+    """Done once the haiku has a title."""
+    titled = "Title:" in json.dumps(call.prompt)
+    return Text(json.dumps({"decision": "done" if titled else "continue", "reason": "Add a title."}))
+
+
+def build_poet() -> Agent:
+    """An agent whose threads may have a goal, judged after each of its turns."""
+    return Agent(
+        "poet",
+        instructions="Write haiku.",
+        model=FunctionModel(poet),
+        memory=Memory(),
+        goal=GoalConfig(judge=FunctionModel(judge)),
+    )
 
 
 def build_agent() -> Agent:
@@ -104,4 +129,6 @@ def runtime() -> Runstream:
         heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
         log_prefix=f"{prefix}:durable",
     )
-    return Runstream(agents=[build_agent()], storage=storage, task_manager=manager, durable_runs=runs)
+    return Runstream(
+        agents=[build_agent(), build_poet()], storage=storage, task_manager=manager, durable_runs=runs
+    )

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx2 as httpx
 import pytest
-from durable_app import build_agent, runtime
+from durable_app import build_agent, build_poet, runtime
 from starlette.applications import Starlette
 from temporal_cluster import Cluster
 from test_temporal_cluster import cluster, postgres_problem
@@ -331,3 +331,29 @@ async def test_bad_options_fail_the_call_as_in_process(cluster: Cluster) -> None
     async with runtime() as rt:
         with pytest.raises(ValueError, match="active_tools names no tool: 'nope'"):
             await rt.get_agent("durable").stream("lookup x", active_tools=["nope"])
+
+
+async def test_a_durable_run_on_a_thread_with_a_goal_is_judged_as_in_process(cluster: Cluster) -> None:
+    """The goal's signal, the judge's verdicts and the judged turn's chunks are the same as an
+    in-process run's, and the goal is done in storage."""
+    await cluster.start_worker(WORKER)
+    local = Runstream(agents=[build_poet()])
+    durable = runtime()
+    streams: dict[str, list[AnyChunk]] = {}
+    async with local, durable:
+        for name, rt in (("local", local), ("durable", durable)):
+            agent = rt.get_agent("poet")
+            await agent.set_objective("Write a haiku with a title", thread_id=f"goal-{name}")
+            out = await agent.stream("Write a haiku", memory={"thread": f"goal-{name}", "resource": "u1"})
+            async with asyncio.timeout(60):
+                streams[name] = [chunk async for chunk in out.full_stream]
+            record = await agent.get_objective(thread_id=f"goal-{name}")
+            assert record is not None and record.status == "done" and record.runs_used == 2
+    assert [c.type for c in streams["durable"]] == [c.type for c in streams["local"]]
+    assert comparable(streams["durable"]) == comparable(streams["local"])
+    verdicts = [
+        (c.payload["status"], c.payload["shouldContinue"])
+        for c in streams["durable"]
+        if c.type == "goal" and not c.payload.get("pending")
+    ]
+    assert verdicts == [("active", True), ("done", False)]
