@@ -116,10 +116,14 @@ async def test_a_killed_workers_step_finishes_on_another_and_a_reconnecting_clie
                 headers={"Last-Event-ID": last_id},
             )
             everything = await read_all(other, "GET", f"/api/runs/{run_id}/stream")
+            observed = await read_all(
+                other, "POST", "/api/agents/durable/observe", json={"runId": run_id, "offset": 3}
+            )
     assert after[-1] == (None, "[DONE]")
     ids = [event_id for event_id, _ in before + after[:-1]]
     assert ids == [f"{run_id}:{n}" for n in range(1, len(ids) + 1)]  # in order, none twice, none missing
     assert before + after == everything
+    assert [data for _, data in observed] == [data for _, data in everything[3:]]  # client-js's observe
     seen = kinds(everything)
     for once in ("start", "tool-call", "tool-result", "finish"):
         assert seen.count(once) == 1, (once, seen)
