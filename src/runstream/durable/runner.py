@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 
 
 class DurableRunError(RunstreamError):
-    """Temporal refused to start a run (unreachable, or the namespace is unknown)."""
+    """Temporal cannot be reached, or refused to start a run."""
 
 
 class TemporalRuns:
@@ -120,12 +120,15 @@ class TemporalRuns:
                 self._client = manager.client
             else:
                 settings = self.settings
-                self._client = await Client.connect(
-                    settings.address,
-                    namespace=settings.namespace,
-                    tls=settings.tls or settings.api_key is not None,
-                    api_key=settings.api_key,
-                )
+                try:
+                    self._client = await Client.connect(
+                        settings.address,
+                        namespace=settings.namespace,
+                        tls=settings.tls or settings.api_key is not None,
+                        api_key=settings.api_key,
+                    )
+                except RuntimeError as exc:
+                    raise DurableRunError(f"Cannot reach Temporal at {settings.address}: {exc}") from exc
         if self.run_worker and self._worker is None:
             throttle = timedelta(milliseconds=self.heartbeat_timeout_ms / 4)
             activities = RunActivities(self.agents, self.log, self.heartbeat_timeout_ms)
