@@ -115,7 +115,11 @@ def test_studio_drives_runstream(live: Live, studio: str) -> None:
     assert out["pageErrors"] == [] and out["corsErrors"] == []
     assert "Assistant" in steps["agents"] and "plain" in steps["agents"]
 
-    assert steps["toolChat"]["badge"] == "Get weather"
+    tool_chat = steps["toolChat"]
+    assert tool_chat["badge"] == "Get weather"
+    # While streaming and after Studio merged the stored turn, the badge comes before the reply.
+    assert tool_chat["orders"] == ["badge-first"], tool_chat
+    assert tool_chat["text"].index("Get weather") < tool_chat["text"].index("Tool said")
     assert 'Tool said: {"city": "Paris", "sky": "sunny", "celsius": 21}' in steps["reopened"]["text"]
     assert steps["reopened"]["badges"] == ["Get weather"]
     reopened = steps["reopened"]["text"]

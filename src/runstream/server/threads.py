@@ -7,7 +7,7 @@ arrives on the subscription, not on the send's response. Approvals go through
 
 - the subscription starts with a ``: connected`` comment and carries every chunk of every run on
   the thread (the runs are until-idle, so a background task's follow-up turn comes too), plus a
-  transient ``data-user-message`` chunk for each accepted message;
+  transient ``data-user-message`` chunk for each accepted message, sent just before its run's chunks;
 - a message sent while a run is going is accepted at once and runs after it (``queue-message``
   always queues);
 - answers: ``{accepted, runId, signal}`` for a message, ``{accepted, runId, toolCallId}`` for an
@@ -20,6 +20,7 @@ principal can only use its own resource.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -99,6 +100,23 @@ def _text_field(body: dict[str, Any], key: str) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
         raise ApiError(400, f"Invalid request body: '{key}' must be a non-empty string (at most 256)")
     return value
+
+
+def _as_run(data: str, run_id: str) -> str:
+    """A chunk of a follow-up turn carries the thread run's id, as on Mastra's thread stream.
+
+    An until-idle stream gives each continuation turn a run id of its own (``agent.stream``
+    does in Mastra too); Mastra's thread runtime starts the turn under the run it continues, so
+    subscribers (Studio, client-js's client-tool loop, which keys a run's tools by its id) see
+    one run per accepted message.
+    """
+    if '"runId"' not in data:
+        return data
+    chunk = json.loads(data)
+    if not isinstance(chunk, dict) or chunk.get("runId") in (None, run_id):
+        return data
+    chunk["runId"] = run_id
+    return encode_json(chunk) or data
 
 
 def _as_tool_messages(messages: Any) -> Any:
@@ -288,11 +306,14 @@ class ThreadRoutes:
             channel.publish(data_frame(encode_json(error) or "{}"))
             return
         channel.current_run = out.run_id
+        if notice is not None:
+            # Before the run's ``start`` (Mastra sends it just after): Studio 1.31 drops the empty
+            # assistant message ``start`` opened when this echo arrives after it, splits the reply
+            # into two messages, and merges them out of order once it refetches the stored turn.
+            channel.publish(data_frame(notice))
         try:
-            async for seq, data in self.ctx.registry.log.read(out.run_id, 0):
-                channel.publish(data_frame(data))
-                if seq == 1 and notice is not None:
-                    channel.publish(data_frame(notice))
+            async for _, data in self.ctx.registry.log.read(out.run_id, 0):
+                channel.publish(data_frame(_as_run(data, out.run_id)))
         finally:
             channel.current_run = None
 
