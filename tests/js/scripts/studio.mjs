@@ -40,7 +40,8 @@ try {
     const entry = entries.get(request);
     if (entry) entry.failure = request.failure()?.errorText ?? "failed";
   });
-  const shot = async (name) => { if (SHOTS) await page.screenshot({ path: `${SHOTS}/${name}.png` }); };
+  // (after Studio's fade-in animations)
+  const shot = async (name) => { if (SHOTS) { await page.waitForTimeout(800); await page.screenshot({ path: `${SHOTS}/${name}.png` }); } };
   const thread = page.locator('[data-testid="thread-wrapper"]');
   const send = async (text) => {
     const box = page.locator('textarea[data-slot="composer-input"]');
