@@ -104,14 +104,15 @@ async def test_mcp_page() -> None:
 
 def test_ag_ui_page(served: str) -> None:
     page = blocks("ag-ui.md")
-    assert [kind for kind, _ in page] == ["sh", "js", "text", "sh"]
+    assert [kind for kind, _ in page] == ["sh", "js", "text", "js", "text", "sh"]
     script = JS / "docs-ag-ui-client.mjs"  # inside tests/js, where @ag-ui/client resolves
-    script.write_text(page[1][1].replace("http://localhost:4111", served))
-    try:
-        assert run_program(["node", script.name], JS) == page[2][1]
-    finally:
-        script.unlink()
-    curl = shlex.split(page[3][1].replace("http://localhost:4111", served))
+    for code, expected in ((page[1][1], page[2][1]), (page[3][1], page[4][1])):
+        script.write_text(code.replace("http://localhost:4111", served))
+        try:
+            assert run_program(["node", script.name], JS) == expected
+        finally:
+            script.unlink()
+    curl = shlex.split(page[5][1].replace("http://localhost:4111", served))
     events = [
         json.loads(line[6:]) for line in run_program(curl, ROOT).splitlines() if line.startswith("data: ")
     ]
