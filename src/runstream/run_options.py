@@ -69,9 +69,7 @@ def options_to_json(options: RunOptions) -> dict[str, Any]:
         "includeRawChunks": options.include_raw_chunks,
         "structuredOutput": structured.schema if structured is not None else None,
         "maxProcessorRetries": options.max_processor_retries,
-        "memory": {"thread": options.memory.thread_id, "resource": options.memory.resource_id}
-        if options.memory
-        else None,
+        "memory": options.memory.to_json() if options.memory else None,
         "disableBackgroundTasks": options.disable_background_tasks,
         "context": options.context,
         "requestContext": options.request_context.to_json(),
