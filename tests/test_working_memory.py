@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from runstream import Agent, RequestContext
 from runstream.conformance.runner import ScenarioRunner
 from runstream.memory import Memory, MemoryScope
+from runstream.memory.titles import DEFAULT_INSTRUCTIONS
 from runstream.memory.working import (
     DEFAULT_TEMPLATE,
     WorkingMemory,
@@ -354,3 +355,94 @@ async def test_concurrent_schema_updates_of_one_resource_all_land() -> None:
 
     await asyncio.gather(*(tool.execute({"memory": {f"k{i}": i}}, ctx(i)) for i in range(6)))
     assert json.loads(await memory.get_working_memory("t1", "u1") or "") == {f"k{i}": i for i in range(6)}
+
+
+# -- thread titles ------------------------------------------------------------------------------
+
+
+async def test_the_first_exchange_titles_the_thread_as_mastra_asks_for_it() -> None:
+    """The title call's prompt is what Mastra 1.71 sends (checked against it with a model whose
+    non-streaming call was recorded): its instructions, then a User:/Assistant: transcript."""
+    storage = InMemoryStorage()
+    model = ScriptedModel.turns(
+        Text("Sure, Paris in May is lovely."),
+        Text("<think>hmm</think> Paris trip in May"),
+        Text("Book early."),
+    )
+    memory = Memory(storage=storage, generate_title=True)
+    agent = Agent("a", model=model, memory=memory)
+    await collect(agent.stream("Plan a trip to Paris in May.", memory={"thread": "t1", "resource": "u1"}))
+    await memory.wait_for_titles()
+    thread = await storage.get_thread("t1")
+    assert thread is not None and thread.title == "Paris trip in May"
+    assert model.recorded[1].prompt == [
+        {"role": "system", "content": DEFAULT_INSTRUCTIONS},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "text",
+                    "text": "User: Plan a trip to Paris in May.\nAssistant: Sure, Paris in May is lovely.",
+                }
+            ],
+        },
+    ]
+    await collect(agent.stream("Any tips?", memory={"thread": "t1", "resource": "u1"}))
+    await memory.wait_for_titles()
+    assert model.call_count == 3  # a titled thread is not asked again
+
+
+async def test_a_title_model_and_instructions_may_depend_on_the_request_context() -> None:
+    storage = InMemoryStorage()
+    title_model = ScriptedModel.turns(Text("  Lyon weekend  "))
+    titles: list[str] = []
+
+    async def remember(title: str) -> None:
+        titles.append(title)
+
+    config = {
+        "model": lambda rc: title_model,
+        "instructions": lambda rc: f"Title it in {rc['lang']}.",
+        "minMessages": 2,
+    }
+    memory = Memory(storage=storage)
+    agent = Agent("a", model=ScriptedModel.turns(Text("Sure.")), memory=memory)
+    scope = {
+        "thread": "t1",
+        "resource": "u1",
+        "options": {"generateTitle": config},
+        "onTitleGenerated": remember,
+    }
+    await collect(agent.stream("A weekend in Lyon?", memory=scope, request_context={"lang": "French"}))
+    await memory.wait_for_titles()
+    thread = await storage.get_thread("t1")
+    assert thread is not None and thread.title == "Lyon weekend" and titles == ["Lyon weekend"]
+    assert title_model.recorded[0].prompt[0] == {"role": "system", "content": "Title it in French."}
+
+
+async def test_a_failing_title_call_leaves_the_thread_untitled(caplog: pytest.LogCaptureFixture) -> None:
+    storage = InMemoryStorage()
+    broken = ScriptedModel(calls=[{"throwOnCall": {"message": "rate limited"}}])
+    memory = Memory(storage=storage, generate_title={"model": broken})
+    agent = Agent("a", model=ScriptedModel.turns(Text("Hi.")), memory=memory)
+    chunks = await collect(agent.stream("Hello", memory={"thread": "t1", "resource": "u1"}))
+    await memory.wait_for_titles()
+    assert chunks[-1].type == "finish"
+    thread = await storage.get_thread("t1")
+    assert thread is not None and thread.title is None
+    assert "Error generating the title of thread t1" in caplog.text
+
+
+async def test_read_only_memory_and_min_messages_generate_no_title() -> None:
+    storage = InMemoryStorage()
+    model = ScriptedModel.turns(Text("Hi."), Text("Hi again."))
+    memory = Memory(storage=storage, generate_title={"minMessages": 5})
+    agent = Agent("a", model=model, memory=memory)
+    await collect(agent.stream("Hello", memory={"thread": "t1", "resource": "u1"}))
+    await collect(
+        agent.stream("Hello", memory={"thread": "t1", "resource": "u1", "options": {"readOnly": True}})
+    )
+    await memory.wait_for_titles()
+    assert model.call_count == 2
+    with pytest.raises(ValueError, match=r"Mastra's 'emitEvent' is not supported"):
+        Memory(generate_title={"emitEvent": True})
