@@ -508,6 +508,17 @@ class Agent:
         resolved: ToolsInput = await resolve(self.tools_resolver, RequestContext.coerce(request_context))
         return {**by_name(resolved), **own}
 
+    async def get_memory(
+        self, request_context: RequestContext | Mapping[str, Any] | None = None
+    ) -> Memory | None:
+        """The memory for a request (Mastra's ``getMemory``): ``memory=``, or what it returns as
+        a function of the request context; with the runtime's storage where it has none."""
+        source = self.memory_resolver or self.memory
+        if source is None:
+            return None
+        storage = self.services.storage if self.services is not None else None
+        return await run_memory(source, MemoryScope("", ""), RequestContext.coerce(request_context), storage)
+
     async def _attach_goal(self, cfg: LoopConfig, state: RunState, scope: MemoryScope) -> None:
         """Judge the thread's active goal after the run (when a judge resolves)."""
         if self.goal is None:
