@@ -246,7 +246,8 @@ class Memory:
     async def ensure_thread(self, scope: MemoryScope) -> Thread:
         """Get the thread, creating it on first use (with the scope's ``title`` and
         ``metadata``); a thread belongs to exactly one resource. An existing thread gets the
-        scope's metadata merged in, as Mastra (a read-only memory writes nothing)."""
+        scope's metadata merged in. As in Mastra, this happens for a read-only memory too (it
+        writes no messages, title or working memory)."""
         storage = self._storage()
         thread = await storage.get_thread(scope.thread_id)
         if thread is None:
@@ -256,8 +257,7 @@ class Memory:
                 title=scope.title,
                 metadata=dict(scope.metadata or {}),
             )
-            if not self.read_only:
-                await storage.save_thread(thread)
+            await storage.save_thread(thread)
         elif thread.resource_id != scope.resource_id:
             raise ThreadResourceMismatchError(scope.thread_id, thread.resource_id, scope.resource_id)
         elif (
