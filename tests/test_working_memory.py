@@ -218,6 +218,8 @@ def test_empty_document_follows_generate_empty_from_schema() -> None:
 
 
 def test_bad_working_memory_configuration_is_an_error_naming_it() -> None:
+    with pytest.raises(ValueError, match="not a valid JSON Schema"):
+        WorkingMemory(schema={"type": "nope"})
     with pytest.raises(ValueError, match="template or a schema, not both"):
         WorkingMemory(template="x", schema={"type": "object"})
     with pytest.raises(ValueError, match=r"workingMemory: Mastra's 'version' is not supported"):

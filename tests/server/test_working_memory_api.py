@@ -201,6 +201,7 @@ def test_memory_options_in_the_stream_body_are_checked_and_applied(server: Serve
         ({"semanticRecall": True}, "semanticRecall"),
         ({"lastMessages": 10**9}, "lastMessages"),
         ({"generateTitle": {"model": "openai/gpt-4.1"}}, "generateTitle"),
+        ({"workingMemory": {"enabled": True, "schema": {"type": "nope"}}}, "schema"),
     ):
         refused = alice.post(
             "/agents/plain/stream",

@@ -190,8 +190,8 @@ class Memory:
     read_only: bool = False
     working_memory: WorkingMemory | None = None
     generate_title: TitleGeneration | None = None
-    _locks: dict[str, asyncio.Lock] = field(default_factory=dict, repr=False)
-    _titles: set[asyncio.Task[None]] = field(default_factory=set, repr=False)
+    _locks: dict[str, asyncio.Lock] = field(default_factory=dict, repr=False, compare=False)
+    _titles: set[asyncio.Task[None]] = field(default_factory=set, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.working_memory = WorkingMemory.coerce(self.working_memory)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, Protocol
 
+import jsonschema
 from pydantic import BaseModel
 
 from runstream._config_mapping import Check, boolean, one_of, read_config
@@ -70,6 +71,11 @@ class WorkingMemory:
             or (isinstance(self.schema, type) and issubclass(self.schema, BaseModel))
         ):
             raise TypeError("workingMemory.schema must be a JSON Schema mapping or a pydantic model class")
+        if isinstance(self.schema, Mapping):
+            try:
+                jsonschema.validators.validator_for(self.schema).check_schema(dict(self.schema))
+            except jsonschema.SchemaError as exc:
+                raise ValueError(f"workingMemory.schema is not a valid JSON Schema: {exc.message}") from None
 
     @classmethod
     def coerce(cls, value: WorkingMemory | Mapping[str, Any] | bool | None) -> WorkingMemory | None:

@@ -167,6 +167,11 @@ def _memory_options(value: Any) -> dict[str, Any]:
         bounded_int(last, "memory.options.lastMessages", minimum=0, maximum=MAX_LAST_MESSAGES)
     if not isinstance(value.get("generateTitle", False), bool):
         raise invalid("'memory.options.generateTitle' must be true or false")
+    working = value.get("workingMemory")
+    if isinstance(working, Mapping) and "schema" in working:
+        raise invalid(
+            "'memory.options.workingMemory.schema' is the server's to choose (give the agent's Memory one)"
+        )
     try:
         return memory_options(value, where="memory.options")
     except (TypeError, ValueError) as exc:
