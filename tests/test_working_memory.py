@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from runstream import Agent, RequestContext
+from runstream import Agent, RequestContext, tool
 from runstream.conformance.runner import ScenarioRunner
 from runstream.memory import Memory, MemoryScope
 from runstream.memory.titles import DEFAULT_INSTRUCTIONS
@@ -51,7 +51,13 @@ async def _run(agent: Agent, text: str, **memory: Any) -> list[Any]:
 
 
 @pytest.mark.parametrize(
-    "name", ["x-wm01-working-memory-markdown", "x-wm02-working-memory-schema", "x-wm03-read-only-call"]
+    "name",
+    [
+        "x-wm01-working-memory-markdown",
+        "x-wm02-working-memory-schema",
+        "x-wm03-read-only-call",
+        "x-wm04-title-event",
+    ],
 )
 async def test_prompts_and_tools_match_the_recorded_mastra_calls(name: str) -> None:
     """Each model call's system messages (the instructions, then the working-memory instruction
@@ -70,6 +76,8 @@ async def test_prompts_and_tools_match_the_recorded_mastra_calls(name: str) -> N
         ], f"call {got.index}"
         assert got.tools == want["tools"]
         assert [m["role"] for m in got.prompt] == [m["role"] for m in want["prompt"]]
+        if want.get("generate"):  # the title call (non-streamed in Mastra): the same transcript
+            assert got.prompt[1]["content"][0]["text"] == want["prompt"][1]["content"][0]["text"]
 
 
 # -- Markdown mode ------------------------------------------------------------------------------
@@ -362,6 +370,12 @@ async def test_concurrent_schema_updates_of_one_resource_all_land() -> None:
 # -- thread titles ------------------------------------------------------------------------------
 
 
+@tool
+def lookup(q: str) -> str:
+    """Look something up."""
+    return "found"
+
+
 async def test_the_first_exchange_titles_the_thread_as_mastra_asks_for_it() -> None:
     """The title call's prompt is what Mastra 1.71 sends (checked against it with a model whose
     non-streaming call was recorded): its instructions, then a User:/Assistant: transcript."""
@@ -446,5 +460,31 @@ async def test_read_only_memory_and_min_messages_generate_no_title() -> None:
     )
     await memory.wait_for_titles()
     assert model.call_count == 2
-    with pytest.raises(ValueError, match=r"Mastra's 'emitEvent' is not supported"):
-        Memory(generate_title={"emitEvent": True})
+    with pytest.raises(ValueError, match=r"generate_title: unknown option 'emitEvents'"):
+        Memory(generate_title={"emitEvents": True})
+
+
+async def test_emit_event_titles_the_thread_before_finish_and_streams_the_title() -> None:
+    storage = InMemoryStorage()
+    model = ScriptedModel.turns(
+        ToolCall("lookup", {"q": "paris"}, id="c1"), Text("Sure."), Text("Paris trip"), Text("Again.")
+    )
+    titles: list[str] = []
+    memory = Memory(storage=storage, generate_title={"emitEvent": True})
+    agent = Agent("a", model=model, memory=memory, tools=[lookup])
+    scope = {"thread": "t1", "resource": "u1", "onTitleGenerated": titles.append}
+    chunks = await collect(agent.stream("Plan Paris.", memory=scope))
+    assert [c.type for c in chunks][-2:] == ["data-thread-title", "finish"]
+    assert chunks[-2].to_wire() == {
+        "type": "data-thread-title",
+        "data": {"threadId": "t1", "title": "Paris trip"},
+        "transient": True,
+    }
+    assert titles == ["Paris trip"]
+    transcript = model.recorded[2].prompt[1]["content"][0]["text"]
+    assert (
+        transcript
+        == "User: Plan Paris.\nTool Result lookup: found\nAssistant: Sure."  # a call with its result: one line
+    )
+    again = await collect(agent.stream("More?", memory=scope))
+    assert "data-thread-title" not in [c.type for c in again] and model.call_count == 4

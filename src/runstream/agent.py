@@ -684,6 +684,10 @@ class Agent:
                     memory.title_after_turn(options.memory, cfg.model, options.request_context)
 
         source = agent_loop(cfg, state, resume)
+        if memory is not None and options.memory is not None:  # generateTitle's emitEvent
+            source = memory.title_event(
+                source, options.memory, cfg.model, options.request_context, lambda: state.messages
+            )
         if options.callbacks:
             source = with_callbacks(source, cfg, state, options.callbacks, partial(full_output, state))
         return RunOutput(source, state, controller, on_close=on_close)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -50,7 +50,8 @@ from runstream._messages import (
     rewrite_task_result,
     suspension_record,
 )
-from runstream.memory.titles import TitleGeneration, generate_title
+from runstream.chunks import AnyChunk
+from runstream.memory.titles import TitleGeneration, generate_title, title_before_finish
 from runstream.memory.working import TOOL_NAME, Change, WorkingMemory, WorkingMemoryTool
 from runstream.models.base import LanguageModel, PromptMessage
 from runstream.request_context import RequestContext, resolve
@@ -334,7 +335,7 @@ class Memory:
     ) -> None:
         """Start generating the thread's title after a saved turn, as Mastra: in the background,
         when ``generate_title`` is on and the thread has none (see :meth:`wait_for_titles`)."""
-        if self.generate_title is None or self.read_only:
+        if self.generate_title is None or self.generate_title.emit_event or self.read_only:
             return
         task = asyncio.create_task(
             generate_title(
@@ -349,6 +350,30 @@ class Memory:
         )
         self._titles.add(task)
         task.add_done_callback(self._titles.discard)
+
+    def title_event(
+        self,
+        source: AsyncIterator[AnyChunk],
+        scope: MemoryScope,
+        model: LanguageModel,
+        request_context: RequestContext,
+        conversation: Callable[[], Sequence[PromptMessage]],
+    ) -> AsyncIterator[AnyChunk]:
+        """``source`` with the title made before its ``finish`` when ``generate_title`` has
+        ``emit_event`` (see :func:`~runstream.memory.titles.title_before_finish`)."""
+        config = self.generate_title
+        if config is None or not config.emit_event or self.read_only:
+            return source
+        return title_before_finish(
+            source,
+            self._storage(),
+            scope.thread_id,
+            config,
+            model,
+            request_context,
+            conversation,
+            scope.on_title_generated,
+        )
 
     async def wait_for_titles(self) -> None:
         """Wait until the titles being generated are stored (tests, and a clean shutdown)."""

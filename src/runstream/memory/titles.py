@@ -1,5 +1,7 @@
 """Thread titles, as Mastra's ``generateTitle``: after a turn is saved on a thread that has no
-title yet, one model call turns the conversation into a title, stored on the thread.
+title yet, one model call turns the conversation into a title, stored on the thread. With
+``emitEvent`` the title is made before the run's ``finish`` chunk instead, and a transient
+``data-thread-title`` chunk (``{threadId, title}``) precedes it (:func:`title_before_finish`).
 
 The model gets Mastra's instructions (or the configured ones) as its system message and the
 thread's messages as a transcript (``User: ...``, ``Assistant: ...``, tool calls and results cut
@@ -13,12 +15,14 @@ import inspect
 import json
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runstream._config_mapping import Check, positive_int, read_config
-from runstream.models.base import LanguageModel, ModelRequest
+from runstream._config_mapping import Check, boolean, positive_int, read_config
+from runstream._messages import input_parts, responses_to_parts
+from runstream.chunks import AnyChunk, DataChunk
+from runstream.models.base import LanguageModel, ModelRequest, PromptMessage
 from runstream.models.registry import as_model, ready_model
 from runstream.request_context import RequestContext, resolve
 from runstream.storage import Storage, StoredMessage
@@ -46,6 +50,8 @@ class TitleGeneration:
     model: LanguageModel | str | Callable[..., Any] | None = None
     instructions: str | Callable[..., Any] | None = None
     min_messages: int = 1
+    emit_event: bool = False
+    """Title the thread before the run's ``finish`` and stream a ``data-thread-title`` chunk."""
 
     @classmethod
     def coerce(cls, value: Any, *, where: str) -> TitleGeneration | None:
@@ -58,11 +64,15 @@ class TitleGeneration:
             return value
         if not isinstance(value, Mapping):
             raise TypeError(f"{where} must be true/false or a mapping {{model, instructions}}")
-        return cls(**read_config(value, _FIELDS, where=where, unsupported=_UNSUPPORTED))
+        return cls(**read_config(value, _FIELDS, where=where))
 
 
-_FIELDS: dict[str, Check | None] = {"model": None, "instructions": None, "min_messages": positive_int}
-_UNSUPPORTED = {"emitEvent": "the data-thread-title chunk is not emitted"}
+_FIELDS: dict[str, Check | None] = {
+    "model": None,
+    "instructions": None,
+    "min_messages": positive_int,
+    "emit_event": boolean,
+}
 
 
 async def generate_title(
@@ -86,12 +96,98 @@ async def generate_title(
         if not title:
             return
         await storage.update_thread(thread_id, title=title)
-        if on_title_generated is not None:
-            result = on_title_generated(title)
-            if inspect.isawaitable(result):
-                await result
+        await _notify(on_title_generated, title)
     except Exception:
         logger.exception("Error generating the title of thread %s", thread_id)
+
+
+async def title_before_finish(
+    source: AsyncIterator[AnyChunk],
+    storage: Storage,
+    thread_id: str,
+    config: TitleGeneration,
+    agent_model: LanguageModel,
+    request_context: RequestContext,
+    conversation: Callable[[], Sequence[PromptMessage]],
+    on_title_generated: Callable[[str], Any] | None = None,
+) -> AsyncIterator[AnyChunk]:
+    """``source`` with the thread titled (if it has no title) when its ``finish`` arrives: the
+    title is stored and a transient ``data-thread-title`` chunk streams just before ``finish``
+    (Mastra's ``emitEvent``). ``conversation`` gives the thread's messages as the run sees them
+    (not saved yet)."""
+    try:
+        async for chunk in source:
+            if chunk.type == "finish":
+                title = await _title_now(
+                    storage, thread_id, config, agent_model, request_context, conversation()
+                )
+                if title:
+                    yield DataChunk(
+                        "data-thread-title", {"threadId": thread_id, "title": title}, transient=True
+                    )
+                    await _notify(on_title_generated, title)
+            yield chunk
+    finally:
+        close = getattr(source, "aclose", None)
+        if close is not None:
+            await close()
+
+
+async def _title_now(
+    storage: Storage,
+    thread_id: str,
+    config: TitleGeneration,
+    agent_model: LanguageModel,
+    request_context: RequestContext,
+    messages: Sequence[PromptMessage],
+) -> str | None:
+    try:
+        thread = await storage.get_thread(thread_id)
+        if thread is None or thread.title or not any(m["role"] == "user" for m in messages):
+            return None
+        stored = prompt_to_stored(messages)
+        if len(stored) < config.min_messages:
+            return None
+        title = await _ask_model(config, agent_model, request_context, transcript(stored))
+        if title:
+            await storage.update_thread(thread_id, title=title)
+        return title or None
+    except Exception:
+        logger.exception("Error generating the title of thread %s", thread_id)
+        return None
+
+
+async def _notify(callback: Callable[[str], Any] | None, title: str) -> None:
+    if callback is None:
+        return
+    try:
+        result = callback(title)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        logger.exception("Error in onTitleGenerated")
+
+
+def prompt_to_stored(messages: Sequence[PromptMessage]) -> list[StoredMessage]:
+    """Prompt messages as the stored messages they become: a user message each, and each run of
+    assistant/tool messages as one assistant message (for :func:`transcript`)."""
+    stored: list[StoredMessage] = []
+    group: list[PromptMessage] = []
+
+    def flush() -> None:
+        if group:
+            parts = responses_to_parts(group)
+            stored.append(StoredMessage("", "", "", "assistant", {"parts": parts}))
+            group.clear()
+
+    for message in messages:
+        if message["role"] in ("assistant", "tool"):
+            group.append(message)
+        elif message["role"] == "user":
+            flush()
+            stored.append(StoredMessage("", "", "", "user", {"parts": input_parts(message)}))
+    flush()
+    return stored
 
 
 async def _ask_model(
