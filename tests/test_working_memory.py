@@ -32,6 +32,7 @@ from runstream.run_options import RunOptions, options_from_json, options_to_json
 from runstream.runtime import Runstream
 from runstream.storage import InMemoryStorage, SqliteStorage, Storage
 from runstream.testing import ScriptedModel, Text, ToolCall
+from runstream.testing.turns import compile_turns
 
 EXTRA = Path(__file__).parent / "conformance_extra"
 
@@ -406,6 +407,21 @@ async def test_the_first_exchange_titles_the_thread_as_mastra_asks_for_it() -> N
     await collect(agent.stream("Any tips?", memory={"thread": "t1", "resource": "u1"}))
     await memory.wait_for_titles()
     assert model.call_count == 3  # a titled thread is not asked again
+
+
+async def test_closing_the_runtime_lets_a_title_in_the_making_land(tmp_path: Path) -> None:
+    slow_title = ScriptedModel(
+        calls=[{"delayMs": 100, "parts": compile_turns([Text("Late title")])[0]["parts"]}]
+    )
+    agent = Agent(
+        "a", model=ScriptedModel.turns(Text("Hi.")), memory=Memory(generate_title={"model": slow_title})
+    )
+    async with Runstream(agents=[agent], storage=SqliteStorage(tmp_path / "db.sqlite")):
+        await collect(agent.stream("Hello", memory={"thread": "t1", "resource": "u1"}))
+    reopened = SqliteStorage(tmp_path / "db.sqlite")
+    thread = await reopened.get_thread("t1")
+    await reopened.close()
+    assert thread is not None and thread.title == "Late title"
 
 
 async def test_a_title_model_and_instructions_may_depend_on_the_request_context() -> None:
