@@ -322,7 +322,11 @@ def test_a_restored_run_keeps_its_thread_and_json_options() -> None:
         {
             "thread": {"id": "t1", "title": "T", "metadata": {"k": 1}},
             "resource": "u1",
-            "options": {"readOnly": True},
+            "options": {
+                "readOnly": True,
+                "lastMessages": 3,
+                "workingMemory": {"enabled": True, "scope": "thread"},
+            },
         }
     )
     restored = options_from_json(json.loads(json.dumps(options_to_json(RunOptions(memory=scope)))))

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runstream._config_mapping import Check, boolean, callback, mapping, non_negative_int, read_config
+from runstream._config_mapping import Check, boolean, callback, camel, mapping, non_negative_int, read_config
 from runstream._messages import (
     ContinuedMessage,
     db_to_prompt,
@@ -116,7 +116,10 @@ class MemoryScope:
         data: dict[str, Any] = {"thread": self.thread_id, "resource": self.resource_id}
         if self.title is not None or self.metadata is not None:
             data["thread"] = {"id": self.thread_id, "title": self.title, "metadata": self.metadata}
-        kept = {k: v for k, v in self.options.items() if k in ("last_messages", "read_only")}
+        kept = {camel(k): v for k, v in self.options.items() if k in ("last_messages", "read_only")}
+        working = self.options.get("working_memory")
+        if isinstance(working, Mapping) and not isinstance(working.get("schema"), type):
+            kept["workingMemory"] = dict(working)  # Mastra's JSON mapping (a pydantic schema is not kept)
         if kept:
             data["options"] = kept
         return data
