@@ -28,7 +28,7 @@ from runstream.memory.working import (
     merge_working_memory,
     strip_optional_nulls,
 )
-from runstream.run_options import RunOptions, options_from_json, options_to_json
+from runstream.run_options import RunOptions
 from runstream.runtime import Runstream
 from runstream.storage import InMemoryStorage, SqliteStorage, Storage
 from runstream.testing import ScriptedModel, Text, ToolCall
@@ -329,7 +329,7 @@ def test_a_restored_run_keeps_its_thread_and_json_options() -> None:
             },
         }
     )
-    restored = options_from_json(json.loads(json.dumps(options_to_json(RunOptions(memory=scope)))))
+    restored = RunOptions.from_json(json.loads(json.dumps(RunOptions(memory=scope).to_json())))
     assert restored.memory == scope
 
 
