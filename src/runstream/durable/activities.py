@@ -116,8 +116,14 @@ class RunActivities:
             raise ApplicationError(f"{type(exc).__name__}: {exc}", non_retryable=True) from exc
         cfg.on_step_end = _stop_at_step_end
         publisher = _Publisher(log, step.segment, step.seq, step.fence + activity.info().attempt)
+        source = agent_loop(cfg, state, resume)
+        memory = cfg.memory if cfg.thread_id is not None else None
+        if memory is not None and options.memory is not None:  # generateTitle's emitEvent
+            source = memory.title_event(
+                source, options.memory, cfg.model, options.request_context, lambda: state.messages
+            )
         try:
-            async for chunk in agent_loop(cfg, state, resume):
+            async for chunk in source:
                 await publisher.put(dumps(chunk.to_wire()))
         except StepBoundary:
             seq = await publisher.close()
@@ -131,7 +137,7 @@ class RunActivities:
             await self._suspended(agent, cfg, state, options)
             outcome = "suspended"
         else:
-            await self._finished(agent, cfg, state)
+            await self._finished(agent, cfg, state, options)
             outcome = "finished"
         state.saved = True
         return StepOutput(suspension.snapshot(agent.id, state, options), seq, outcome)
@@ -145,13 +151,14 @@ class RunActivities:
             data["suspendedAt"] = iso_datetime(now_utc())
             await storage.save_snapshot(suspension.NAMESPACE, state.run_id, data)
 
-    async def _finished(self, agent: Agent, cfg: LoopConfig, state: RunState) -> None:
-        """Save the turn, then the outcomes of its background tasks that settled while other
-        workers ran its earlier steps (their hooks had no turn in memory to write into)."""
+    async def _finished(self, agent: Agent, cfg: LoopConfig, state: RunState, options: RunOptions) -> None:
+        """Save the turn (and start its thread's title, as in-process), then the outcomes of its
+        background tasks that settled while other workers ran its earlier steps (their hooks
+        had no turn in memory to write into)."""
         storage = agent._run_storage()
         if storage is not None:
             await storage.delete_snapshot(suspension.NAMESPACE, state.run_id)
-        memory = agent.memory
+        memory = cfg.memory
         if memory is None or cfg.thread_id is None or cfg.resource_id is None:
             return
         state.saved = True
@@ -164,6 +171,8 @@ class RunActivities:
             model=model_label(cfg),
             continued=state.continued,
         )
+        if options.memory is not None:
+            memory.title_after_turn(options.memory, cfg.model, options.request_context)
         if storage is None:
             return
         for task_id in state.background_task_ids:
