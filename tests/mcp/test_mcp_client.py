@@ -18,6 +18,7 @@ from runstream.mcp.client import _known_closed
 from runstream.memory import Memory
 from runstream.runtime import Runstream
 from runstream.storage import InMemoryStorage
+from runstream.tasks.manager import BackgroundTaskManager
 from runstream.testing import ScriptedModel
 from tests.mcp.conftest import SERVER, start_http_server, stdio_command
 
@@ -178,8 +179,8 @@ async def test_runtime_starts_and_closes_the_servers() -> None:
     runtime = Runstream(agents=[agent], background_tasks={"enabled": True})
     async with runtime:
         assert "tests_add" in client.tools()
-        assert runtime.task_manager is not None
-        assert ("a", "tests_add") in runtime.task_manager._registry
+        assert isinstance(runtime.task_manager, BackgroundTaskManager)
+        assert ("a", "tests_add") in runtime.task_manager.tasks.tools
     assert client.connection("tests")._client is None
 
 
