@@ -44,27 +44,6 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 SERVER_USERS = ("runstream.server", "runstream.cli", "runstream.__main__", "runstream.mcp.cli")
 """The server's own package and the commands that start a server."""
 
-KNOWN_VIOLATIONS = frozenset({("runstream.tasks.temporal.worker", "runstream.runtime")})
-"""Imports against the rules that predate this check (the Temporal worker builds a runtime);
-a new one fails."""
-
-KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
-    {
-        frozenset(
-            {
-                "runstream.tasks.temporal.activities",
-                "runstream.tasks.temporal.manager",
-                "runstream.tasks.temporal.worker",
-            }
-        ),
-    }
-)
-"""Cycles that predate this check: the Temporal manager's modules refer to each other (their
-package is another helper's to untangle); a new cycle fails."""
-
-KNOWN_LONG = frozenset({"module runstream.tasks.manager"})
-"""Modules over the limit that predate this check (to split next)."""
-
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(SRC).with_suffix("").parts)
@@ -109,9 +88,7 @@ def test_imports_run_the_documented_way(layer: str) -> None:
         for name in modules()
         if within(name, layer)
         for target in sorted(imported(name))
-        if any(within(target, banned) for banned in FORBIDDEN[layer])
-        and not within(target, layer)
-        and (name, target) not in KNOWN_VIOLATIONS
+        if any(within(target, banned) for banned in FORBIDDEN[layer]) and not within(target, layer)
     ]
     assert not wrong, "\n".join(wrong)
 
@@ -162,23 +139,19 @@ def strongly_connected(graph: dict[str, set[str]]) -> Iterator[set[str]]:
 
 def test_no_import_cycles() -> None:
     graph = {name: imported(name) for name in modules()}
-    cycles = [c for c in strongly_connected(graph) if frozenset(c) not in KNOWN_CYCLES]
+    cycles = list(strongly_connected(graph))
     assert not cycles, "\n".join(" <-> ".join(sorted(c)) for c in cycles)
 
 
 def test_no_import_cycles_between_packages() -> None:
-    """Counting a package (``runstream.tasks``, ``runstream.workflows`` ...) as one node; the
-    imports of :data:`KNOWN_VIOLATIONS` (the Temporal worker builds a runtime from inside
-    ``tasks``) are left out, as they are the only edge that would close a circle."""
+    """Counting a package (``runstream.tasks``, ``runstream.workflows`` ...) as one node."""
 
     def unit(name: str) -> str:
         return ".".join(name.split(".")[:2])
 
     graph: dict[str, set[str]] = {}
     for name in modules():
-        graph.setdefault(unit(name), set()).update(
-            unit(t) for t in imported(name) if unit(t) != unit(name) and (name, t) not in KNOWN_VIOLATIONS
-        )
+        graph.setdefault(unit(name), set()).update(unit(t) for t in imported(name) if unit(t) != unit(name))
     cycles = list(strongly_connected(graph))
     assert not cycles, "\n".join(" <-> ".join(sorted(c)) for c in cycles)
 
@@ -187,7 +160,7 @@ def test_functions_and_modules_stay_short() -> None:
     too_long = []
     for name, path in modules().items():
         source = path.read_text()
-        if source.count("\n") > MAX_MODULE_LINES and f"module {name}" not in KNOWN_LONG:
+        if source.count("\n") > MAX_MODULE_LINES:
             too_long.append(f"module {name}: {source.count(chr(10))} lines")
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):

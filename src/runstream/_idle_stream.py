@@ -17,7 +17,7 @@ from runstream.run_options import InvalidOptionError, RunOptions
 from runstream.tasks.until_idle import IdleOptions, until_idle_stream
 
 if TYPE_CHECKING:
-    from runstream.tasks.manager import BackgroundTaskManager
+    from runstream.tasks.coordination import TaskManager
 
 UntilIdle = bool | Mapping[str, Any]
 
@@ -43,7 +43,7 @@ class IdleStreams:
 
     async def open(
         self,
-        manager: BackgroundTaskManager,
+        manager: TaskManager,
         options: RunOptions,
         until_idle: UntilIdle,
         first_turn: Callable[[], Awaitable[RunOutput]],
