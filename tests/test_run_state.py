@@ -381,7 +381,7 @@ async def _goal_run(
 GOAL_VERDICTS = st.lists(st.sampled_from(["continue", "done"]), min_size=1, max_size=3)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=DURABLE_SCRIPTS, verdicts=GOAL_VERDICTS, approvals=st.lists(st.booleans(), max_size=6))
 def test_a_goal_run_restored_at_every_stop_streams_the_same_chunks(
     steps: list[list[str]], verdicts: list[str], approvals: list[bool]
