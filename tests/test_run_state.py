@@ -96,7 +96,17 @@ def final_step(text: str) -> list[dict[str, Any]]:
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z?")
-_CLOCK_KEYS = {"startedAt", "createdAt", "updatedAt", "timestamp", "completedAt", "suspendedAt"}
+_CLOCK_KEYS = {
+    "startedAt",
+    "createdAt",
+    "updatedAt",
+    "timestamp",
+    "completedAt",
+    "suspendedAt",
+    "duration",
+    "activeDurationMs",
+}
+"""Keys whose values are clock readings or measured durations."""
 
 
 def masked(value: Any) -> Any:
