@@ -107,9 +107,12 @@ async def _begin(cfg: LoopConfig, state: RunState, resume: ResumeAction | None) 
                 await _process_input(cfg, state)
             except TripWire as trip:  # the model is never called
                 yield Tripwire(trip.payload())
-    elif resume.kind == "continue":
+    elif resume.kind == "continue":  # a durable run from the snapshot after its last step
+        waited = len(state.waited_task_ids)
         async for waited_chunk in wait_for_background(cfg, state):
             yield waited_chunk
+        if state.ends_after_step is not None and not _task_settled(cfg, state, waited):
+            yield Finish(state.ends_after_step)  # that step ended the run
     else:  # a resumed run goes on where it stopped: no new start chunk (as in Mastra)
         pending = state.pending
         if pending is None:
@@ -353,6 +356,7 @@ async def _tool_step(
     if step is None:  # a resumed step: as in Mastra, it goes on without saving or waiting
         yield CONTINUE if cont else Finish(reason)
         return
+    state.ends_after_step = None if cont else reason
     if cfg.on_step_end is not None:
         await cfg.on_step_end(state)
     waited = len(state.waited_task_ids)

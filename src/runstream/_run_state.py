@@ -328,6 +328,10 @@ class RunState:
     """The run's tracing span (parent of its step and tool spans)."""
     waited_task_ids: set[str] = field(default_factory=set)
     """Durable mode: background tasks whose results the loop already waited for."""
+    ends_after_step: str | None = None
+    """Durable mode: the finish reason when the last finished step ended the run (a client tool
+    was called, no steps left, a stop condition held), so a run resumed from the snapshot taken
+    after that step finishes instead of asking the model again."""
     message_segments: list[tuple[str, int]] = field(default_factory=list)
     """The response messages when signals split the response: (id, the index in ``messages``
     its content starts at), the first one included. Empty when the run is one message."""
@@ -370,6 +374,7 @@ class RunState:
                 "processorRetryCount": self.processor_retry_count,
                 "backgroundTaskIds": self.background_task_ids,
                 "waitedTaskIds": sorted(self.waited_task_ids),
+                "endsAfterStep": self.ends_after_step,
                 "reasoning": self.reasoning,
                 "toolCalls": [c.to_wire() for c in self.tool_calls],
                 "toolResults": [c.to_wire() for c in self.tool_results],
@@ -421,6 +426,7 @@ class RunState:
             processor_retry_count=data["processorRetryCount"],
             background_task_ids=data["backgroundTaskIds"],
             waited_task_ids=set(data.get("waitedTaskIds", [])),
+            ends_after_step=data.get("endsAfterStep"),
             reasoning=data["reasoning"],
             tool_calls=[chunk_from_wire(c) for c in data["toolCalls"]],
             tool_results=[chunk_from_wire(c) for c in data["toolResults"]],

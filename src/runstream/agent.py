@@ -127,21 +127,26 @@ class Agent:
             raise ValueError(
                 "max_retries needs a model or a model list: a model function can return a FallbackModel"
             )
-        if isinstance(model, str | LanguageModel):
-            model = as_model(model)  # "openai/gpt-4.1" is checked now, resolved at its first run
-        elif not (is_function(model) or isinstance(model, Sequence)):
+        chosen: LanguageModel | Dynamic[LanguageModel]
+        if is_function(model):
+            chosen = model
+        elif isinstance(model, str | LanguageModel):
+            chosen = as_model(model)  # "openai/gpt-4.1" is checked now, resolved at its first run
+            if max_retries:  # Mastra's maxRetries
+                chosen = FallbackModel([chosen], max_retries=max_retries)
+        elif isinstance(model, Sequence) and not isinstance(model, str):  # Mastra's model list
+            chosen = FallbackModel(model, max_retries=max_retries)
+        else:
             raise TypeError(
                 f"model must be a model string such as 'openai/gpt-4.1' or a LanguageModel, not {model!r}"
             )
-        if isinstance(model, Sequence) or max_retries:  # Mastra's model list / maxRetries
-            model = FallbackModel(model if isinstance(model, Sequence) else [model], max_retries=max_retries)  # type: ignore[arg-type, list-item]
-        self.model: LanguageModel | Dynamic[LanguageModel] = model
+        self.model: LanguageModel | Dynamic[LanguageModel] = chosen
         """The model, or a function of the request context (see :meth:`get_model`); a list of
         models (``[{"model": m, "maxRetries": 2}, ...]``) becomes a
         :class:`~runstream.models.fallback.FallbackModel`."""
-        self.tools_resolver: Dynamic[ToolsInput] | None = tools if is_function(tools) else None  # type: ignore[assignment]
+        self.tools_resolver: Dynamic[ToolsInput] | None = tools if is_function(tools) else None
         """``tools=`` given as a function of the request context: its tools join ``tools``."""
-        self.tools: dict[str, Tool] = {} if self.tools_resolver is not None else by_name(tools)  # type: ignore[arg-type]
+        self.tools: dict[str, Tool] = by_name(tools) if not is_function(tools) else {}
         self.toolsets = list(toolsets)
         """Sources of tools that change while the agent lives (e.g. an MCP client); read per run."""
         self.agents = dict(agents) if isinstance(agents, Mapping) else {sub.id: sub for sub in agents}

@@ -160,7 +160,7 @@ def _memory_options(value: Any) -> dict[str, Any]:
 
 def _tool_choice(value: Any) -> str | dict[str, Any] | None:
     if value is None or value in ("auto", "none", "required"):
-        return value  # type: ignore[no-any-return]
+        return None if value is None else str(value)
     if isinstance(value, Mapping) and value.get("type") == "tool" and isinstance(value.get("toolName"), str):
         return dict(value)
     raise invalid("'toolChoice' must be 'auto', 'none', 'required' or {type: 'tool', toolName}")
