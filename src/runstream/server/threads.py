@@ -32,6 +32,7 @@ from starlette.routing import Route
 
 from runstream.agent import Agent, RunNotFoundError
 from runstream.chunks import iso_datetime
+from runstream.errors import StateConflictError
 from runstream.memory import MemoryScope
 from runstream.output import RunOutput
 from runstream.server.auth import principal_of
@@ -289,7 +290,7 @@ class ThreadRoutes:
                     out = await agent.decline_tool_call(run_id=run_id, tool_call_id=call_id, reason=reason)
             except RunNotFoundError as exc:
                 raise ApiError(404, str(exc)) from None
-            except ValueError as exc:
+            except StateConflictError as exc:
                 raise ApiError(409, str(exc)) from None
             await detach_run(self.ctx, Run(out, agent, MemoryScope(key[2], key[1])), principal)
             return out
