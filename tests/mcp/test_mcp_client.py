@@ -13,6 +13,7 @@ from runstream.mcp import HttpServer, MCPClient, MCPConnectionError, StdioServer
 from runstream.memory import Memory
 from runstream.runtime import Runstream
 from runstream.storage import InMemoryStorage
+from runstream.tasks import BackgroundTaskManager
 from runstream.testing import ScriptedModel
 from tests.mcp.conftest import stdio_command
 
@@ -173,8 +174,8 @@ async def test_runtime_starts_and_closes_the_servers() -> None:
     runtime = Runstream(agents=[agent], background_tasks={"enabled": True})
     async with runtime:
         assert "tests_add" in client.tools()
-        assert runtime.task_manager is not None
-        assert ("a", "tests_add") in runtime.task_manager._registry
+        assert isinstance(runtime.task_manager, BackgroundTaskManager)
+        assert ("a", "tests_add") in runtime.task_manager.tasks.tools
     assert client.connection("tests")._client is None
 
 
