@@ -17,7 +17,7 @@ import pytest
 
 from runstream import Agent, RequestContext, Tool, ToolContext, tool
 from runstream._config_mapping import camel
-from runstream.memory import Memory, MemoryScope
+from runstream.memory import Memory, MemoryScope, TitleGeneration, WorkingMemory
 from runstream.models.base import ModelSettings
 from runstream.models.fallback import FallbackModel, ModelChoice
 from runstream.output import RunOutput
@@ -42,6 +42,8 @@ CONFIGS: dict[str, Any] = {
     "ToolBackgroundEntry": ToolBackgroundEntry,
     "BackgroundToolConfig": BackgroundToolConfig,
     "Memory": Memory,
+    "WorkingMemory": WorkingMemory,
+    "TitleGeneration": TitleGeneration,
 }
 NAMES: dict[str, Any] = {
     **CONFIGS,
