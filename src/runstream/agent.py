@@ -328,6 +328,9 @@ class Agent:
             history_count=len(history),
             continued=continued,
         )
+        durable_runs = self.services.durable_runs if self.services is not None else None
+        if durable_runs is not None:  # the run is a workflow elsewhere (runstream.durable)
+            return await durable_runs.start_run(self.id, state, options, controller)
         cfg = await self._configure(options, state, controller, memory)
         return self._output(cfg, state, controller, None, options)
 
@@ -685,6 +688,9 @@ class Agent:
         state, options = stopped.state, stopped.options
 
         async def resumed() -> RunOutput:
+            durable_runs = self.services.durable_runs if self.services is not None else None
+            if durable_runs is not None:
+                return await durable_runs.continue_run(self.id, state, action, options)
             controller = AbortController()
             state.status = "running"
             if stopped.cfg is not None:

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from runstream._services import RuntimeServices, Toolset
+from runstream._services import DurableRunner, RuntimeServices, Toolset
 from runstream.agent import Agent
 from runstream.storage import InMemoryStorage, Storage
 from runstream.tasks.config import BackgroundTaskConfig
@@ -33,6 +33,7 @@ class Runstream:
         storage: Storage | None = None,
         background_tasks: BackgroundTaskConfig | Mapping[str, Any] | bool | None = None,
         task_manager: TaskManager | None = None,
+        durable_runs: DurableRunner | None = None,
     ) -> None:
         self.storage: Storage = storage if storage is not None else InMemoryStorage()
         config = BackgroundTaskConfig.coerce(background_tasks)
@@ -46,12 +47,17 @@ class Runstream:
             task_manager = BackgroundTaskManager(self.storage, config)
         self.task_manager = task_manager
         """``task_manager=`` takes a ready manager, e.g. a ``TemporalTaskManager`` for scale-out."""
+        self.durable_runs = durable_runs
+        """``durable_runs=`` runs every agent run durably elsewhere, e.g.
+        ``runstream.durable.TemporalRuns(redis_url)`` (see docs/scale-out.md)."""
         self.agents: dict[str, Agent] = {}
         self.workflows: dict[str, Workflow] = {}
         self._started = False
         self._start_lock = asyncio.Lock()
         for agent in agents:
             self.add_agent(agent)
+        if durable_runs is not None:
+            durable_runs.bind(self.agents, self.storage, task_manager)
         for workflow in workflows:
             self.add_workflow(workflow)
 
@@ -59,7 +65,7 @@ class Runstream:
         if agent.id in self.agents:
             raise ValueError(f"an agent with id {agent.id!r} is already registered")
         self.agents[agent.id] = agent
-        agent.bind(RuntimeServices(self.storage, self.task_manager, self.start))
+        agent.bind(RuntimeServices(self.storage, self.task_manager, self.start, self.durable_runs))
         return agent
 
     def add_workflow(self, workflow: Workflow) -> Workflow:
@@ -90,6 +96,8 @@ class Runstream:
             await self._start_toolsets()
             if self.task_manager is not None:
                 await self.task_manager.start()
+            if self.durable_runs is not None:
+                await self.durable_runs.start()
             self._started = True
 
     def _toolsets(self) -> list[tuple[Agent, Toolset]]:
@@ -112,6 +120,8 @@ class Runstream:
     async def close(self) -> None:
         for _agent, toolset in self._toolsets():
             await toolset.close()
+        if self.durable_runs is not None:
+            await self.durable_runs.close()
         if self.task_manager is not None:
             await self.task_manager.shutdown()
         for agent in self.agents.values():  # thread titles still being made go to storage first
