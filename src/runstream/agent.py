@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 import warnings
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from runstream import _suspension as suspension
 from runstream import _tracing as tracing
 from runstream._callbacks import Callback, RunCallbacks, with_callbacks
-from runstream._loop import agent_loop
+from runstream._ids import new_id
+from runstream._loop import agent_loop, run_chunks
 from runstream._messages import ContinuedMessage, rewrite_prompt_result
 from runstream._run_state import LoopConfig, ResumeAction, RunState
 from runstream._step_results import model_label, run_metadata
@@ -38,7 +39,7 @@ from runstream.memory import Memory, MemoryScope
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.models.fallback import FallbackModel, ModelChoice
 from runstream.models.registry import as_model, ready_model
-from runstream.output import RunOutput, full_output
+from runstream.output import RunOutput, SubStream, full_output
 from runstream.request_context import Dynamic, RequestContext, resolve
 from runstream.run_options import (
     MessagesInput,
@@ -65,6 +66,7 @@ from runstream.scoring import TaskCompletion
 from runstream.stop_conditions import StopCondition
 from runstream.storage import Storage, TaskRecord
 from runstream.structured import StructuredOutput
+from runstream.tasks.policy import system_prompt_section, tool_schema_with_override, warn_without_manager
 from runstream.tasks.until_idle import IdleOptions, until_idle_stream
 from runstream.tools import Tool, ToolContext, resume_schema_of
 
@@ -347,8 +349,8 @@ class Agent:
             if not input_messages:  # e.g. an until-idle continuation
                 continued = await self.memory.continuable_message(scope)
         state = RunState(
-            run_id=run_id or str(uuid.uuid4()),
-            message_id=str(uuid.uuid4()),
+            run_id=run_id or new_id(),
+            message_id=new_id(),
             messages=[*history, *input_messages],
             input_count=len(history) + len(input_messages),
             history_count=len(history),
@@ -423,12 +425,6 @@ class Agent:
         self, cfg: LoopConfig, state: RunState, options: RunOptions, tools: dict[str, Tool]
     ) -> str:
         """Wire the task manager into the run; returns text to append to the instructions."""
-        from runstream.tasks.policy import (
-            system_prompt_section,
-            tool_schema_with_override,
-            warn_without_manager,
-        )
-
         services = self.services
         manager = services.task_manager if services is not None else None
         if manager is None and not options.disable_background_tasks:
@@ -651,9 +647,11 @@ class Agent:
                     continued=state.continued,
                 )
 
-        source = agent_loop(cfg, state, resume)
+        source: AsyncIterator[AnyChunk | SubStream] = run_chunks(cfg, state, resume)
         if options.callbacks:
-            source = with_callbacks(source, cfg, state, options.callbacks, partial(full_output, state))
+            source = with_callbacks(
+                agent_loop(cfg, state, resume), cfg, state, options.callbacks, partial(full_output, state)
+            )
         return RunOutput(source, state, controller, on_close=on_close)
 
     def _run_storage(self) -> Storage | None:
