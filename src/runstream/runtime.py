@@ -11,6 +11,7 @@ from runstream._services import RuntimeServices, Toolset
 from runstream.agent import Agent
 from runstream.storage import InMemoryStorage, Storage
 from runstream.tasks.config import BackgroundTaskConfig
+from runstream.tasks.coordination import TaskManager
 from runstream.tasks.manager import BackgroundTaskManager
 from runstream.tools import Tool
 from runstream.workflows import Workflow
@@ -31,19 +32,20 @@ class Runstream:
         workflows: Iterable[Workflow] = (),
         storage: Storage | None = None,
         background_tasks: BackgroundTaskConfig | Mapping[str, Any] | bool | None = None,
-        task_manager: BackgroundTaskManager | None = None,
+        task_manager: TaskManager | None = None,
     ) -> None:
         self.storage: Storage = storage if storage is not None else InMemoryStorage()
         config = BackgroundTaskConfig.coerce(background_tasks)
         if task_manager is None and config is not None and config.mode == "producer":
             raise ValueError(
                 'background_tasks mode "producer" runs no tasks, so it needs workers sharing its storage: '
-                "pass task_manager=DistributedTaskManager(storage, config, redis_url=..., worker=False)"
+                "pass task_manager=TemporalTaskManager(storage, config, ...) (runstream.tasks.temporal), "
+                "whose tools run on `runstream worker` processes"
             )
         if task_manager is None and config is not None:
             task_manager = BackgroundTaskManager(self.storage, config)
         self.task_manager = task_manager
-        """``task_manager=`` takes a ready manager, e.g. a ``DistributedTaskManager`` for scale-out."""
+        """``task_manager=`` takes a ready manager, e.g. a ``TemporalTaskManager`` for scale-out."""
         self.agents: dict[str, Agent] = {}
         self.workflows: dict[str, Workflow] = {}
         self._started = False
@@ -112,6 +114,9 @@ class Runstream:
             await toolset.close()
         if self.task_manager is not None:
             await self.task_manager.shutdown()
+        for agent in self.agents.values():  # thread titles still being made go to storage first
+            if agent.memory is not None:
+                await agent.memory.wait_for_titles()
         await self.storage.close()
         self._started = False
 

@@ -58,8 +58,7 @@ class AGUIRoutes:
             messages=prompt_messages(run_input, only_new=scope is not None),
             memory=scope,
             until_idle=scope is not None,
-            context=context_messages(run_input),
-            client_tools={tool.name: tool for tool in tools},
+            options={"context": context_messages(run_input), "client_tools": tools},
         )
         run = await start_stream(self.ctx, agent, parsed, principal)
         mapper = EventMapper(run_input, frozenset(tool.name for tool in tools))
@@ -79,8 +78,8 @@ class AGUIRoutes:
 
     def _scope(self, agent: Agent, run_input: RunAgentInput, principal: Principal) -> MemoryScope | None:
         """The memory scope of the run (``None`` for an agent without memory)."""
-        if agent.memory is None or agent.memory.storage is None:
-            return None
+        if agent.memory_resolver is None and (agent.memory is None or agent.memory.storage is None):
+            return None  # (a memory function gets the runtime's storage per run)
         props = run_input.forwarded_props if isinstance(run_input.forwarded_props, dict) else {}
         requested = props.get("resourceId")
         if requested is not None and (not isinstance(requested, str) or not requested):

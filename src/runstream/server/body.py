@@ -19,9 +19,9 @@ from typing import Any
 
 import jsonschema
 
-from runstream.agent import client_tool
-from runstream.memory import MemoryScope
+from runstream.memory import MemoryScope, memory_options
 from runstream.models.base import ModelSettings
+from runstream.run_options import StreamOptions, client_tool
 from runstream.server.auth import Principal
 from runstream.server.errors import ApiError
 from runstream.server.limits import (
@@ -74,35 +74,15 @@ def invalid(message: str) -> ApiError:
 
 @dataclass(slots=True)
 class StreamRequest:
+    """A validated generate/stream body: the messages, what the server itself needs (the memory
+    scope it checks ownership of, the run id it claims, until-idle), and the run's options as
+    ``Agent.stream`` takes them (read into a ``RunOptions`` there, with the agent's defaults)."""
+
     messages: list[Prompt]
     memory: MemoryScope | None = None
     run_id: str | None = None
-    max_steps: int | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    model_settings: ModelSettings | None = None
-    structured_output: StructuredOutput | None = None
     until_idle: bool | dict[str, Any] = False
-    context: list[Prompt] = field(default_factory=list)
-    client_tools: dict[str, Tool] = field(default_factory=dict)
-    active_tools: list[str] | None = None
-    instructions: str | None = None
-    require_tool_approval: bool = False
-    request_context: dict[str, Any] | None = None
-
-    def stream_options(self) -> dict[str, Any]:
-        """Keyword arguments for ``Agent.stream``."""
-        return {
-            "max_steps": self.max_steps,
-            "tool_choice": self.tool_choice,
-            "model_settings": self.model_settings,
-            "structured_output": self.structured_output,
-            "run_id": self.run_id,
-            "context": self.context,
-            "memory": self.memory,
-            "until_idle": self.until_idle,
-            "client_tools": self.client_tools,
-            "request_context": self.request_context,
-        }
+    options: StreamOptions = field(default_factory=lambda: StreamOptions())
 
 
 def _optional(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
@@ -113,13 +93,23 @@ def _optional(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...], 
 
 
 def memory_scope(value: Any, principal: Principal) -> MemoryScope | None:
-    """``memory: {thread, resource}`` with the resource forced to the principal's."""
+    """``memory: {thread, resource, options?}`` with the resource forced to the principal's; the
+    thread may be ``{id, title?, metadata?}`` (used when the run creates it)."""
     if value is None:
         return None
     if not isinstance(value, Mapping):
         raise invalid("'memory' must be an object with 'thread' and 'resource'")
+    unknown = sorted(set(value) - {"thread", "resource", "options"})
+    if unknown:
+        raise invalid(f"unknown field 'memory.{unknown[0]}' (known: thread, resource, options)")
     thread = value.get("thread")
+    title, metadata = None, None
     if isinstance(thread, Mapping):
+        title, metadata = thread.get("title"), thread.get("metadata")
+        if not (title is None or (isinstance(title, str) and len(title) <= MAX_TITLE_LENGTH)):
+            raise invalid(f"'memory.thread.title' must be a string of at most {MAX_TITLE_LENGTH} characters")
+        if not (metadata is None or isinstance(metadata, Mapping)):
+            raise invalid("'memory.thread.metadata' must be an object")
         thread = thread.get("id")
     if not isinstance(thread, str) or not thread:
         raise invalid("'memory.thread' must be a thread id (or an object with an 'id')")
@@ -130,7 +120,42 @@ def memory_scope(value: Any, principal: Principal) -> MemoryScope | None:
     resource = principal.resource(requested)
     if resource is None:
         raise ApiError(400, "A resource ID is required when using memory: pass memory.resource")
-    return MemoryScope(thread, resource)
+    return MemoryScope(
+        thread, resource, title=title, metadata=metadata, options=_memory_options(value.get("options"))
+    )
+
+
+MAX_TITLE_LENGTH = 1_000
+MAX_LAST_MESSAGES = 10_000
+_HTTP_MEMORY_OPTIONS = ("lastMessages", "readOnly", "workingMemory", "generateTitle")
+
+
+def _memory_options(value: Any) -> dict[str, Any]:
+    """A request's memory options: Mastra's JSON-valued ones, bounded (a title model or its
+    instructions are the server's to choose, so ``generateTitle`` is a boolean here)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise invalid("'memory.options' must be an object")
+    unknown = sorted(set(value) - set(_HTTP_MEMORY_OPTIONS))
+    if unknown:
+        raise invalid(
+            f"unknown field 'memory.options.{unknown[0]}' (known: {', '.join(_HTTP_MEMORY_OPTIONS)})"
+        )
+    last = value.get("lastMessages")
+    if last is not None and last is not False:
+        bounded_int(last, "memory.options.lastMessages", minimum=0, maximum=MAX_LAST_MESSAGES)
+    if not isinstance(value.get("generateTitle", False), bool):
+        raise invalid("'memory.options.generateTitle' must be true or false")
+    working = value.get("workingMemory")
+    if isinstance(working, Mapping) and "schema" in working:
+        raise invalid(
+            "'memory.options.workingMemory.schema' is the server's to choose (give the agent's Memory one)"
+        )
+    try:
+        return memory_options(value, where="memory.options")
+    except (TypeError, ValueError) as exc:
+        raise invalid(str(exc)) from None
 
 
 def _tool_choice(value: Any) -> str | dict[str, Any] | None:
@@ -259,19 +284,22 @@ def parse_stream_body(
     if max_steps is not None:
         max_steps = bounded_int(max_steps, "maxSteps", minimum=1, maximum=MAX_STEPS)
     context = _optional(body, "context", list, "an array of messages")
-    return StreamRequest(
-        messages=to_prompt(messages) if messages is not None else [],
-        memory=memory_scope(body.get("memory"), principal),
-        run_id=None if body.get("runId") is None else check_id(body["runId"], "runId"),
+    options = StreamOptions(
         max_steps=max_steps,
         tool_choice=_tool_choice(body.get("toolChoice")),
         model_settings=_model_settings(body),
         structured_output=_structured(structured),
-        until_idle=_until_idle(body, until_idle),
         context=to_prompt(context, "context") if context else [],
         client_tools=_client_tools(body.get("clientTools")),
         active_tools=active,
         instructions=_optional(body, "instructions", str, "a string"),
         require_tool_approval=bool(_optional(body, "requireToolApproval", bool, "a boolean")),
         request_context=_optional(body, "requestContext", Mapping, "an object"),
+    )
+    return StreamRequest(
+        messages=to_prompt(messages) if messages is not None else [],
+        memory=memory_scope(body.get("memory"), principal),
+        run_id=None if body.get("runId") is None else check_id(body["runId"], "runId"),
+        until_idle=_until_idle(body, until_idle),
+        options=options,
     )

@@ -16,7 +16,7 @@ from runstream.server.limits import MAX_PAGE, MAX_PER_PAGE, parse_json
 from runstream.server.resumable import RunRegistry
 from runstream.server.run_owners import RunOwners
 from runstream.server.wire import encode_json
-from runstream.tasks.manager import BackgroundTaskManager
+from runstream.tasks.coordination import TaskManager
 
 MAX_REMEMBERED_RUNS = 10_000
 
@@ -39,7 +39,7 @@ class ServerContext:
         return agent
 
     @property
-    def tasks(self) -> BackgroundTaskManager | None:
+    def tasks(self) -> TaskManager | None:
         return self.runstream.task_manager
 
 
@@ -93,3 +93,8 @@ def json_response(value: Any, status: int = 200) -> Response:
     if text is None:
         raise ApiError(500, "The response could not be encoded as JSON")
     return Response(text, status_code=status, media_type="application/json")
+
+
+def has_memory(agent: Agent) -> bool:
+    """Whether the agent has memory: a ``Memory``, or a function of the request context."""
+    return agent.memory is not None or agent.memory_resolver is not None
