@@ -10,12 +10,12 @@ from __future__ import annotations
 import base64
 import json
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from runstream import _tracing as tracing
+from runstream._ids import new_id
 from runstream._run_state import LoopConfig, RunState, ToolCall
 from runstream._step_results import normalize_usage
 from runstream._tool_step import EagerTools, tool_call_limit, with_run_id
@@ -147,7 +147,7 @@ class ModelStep:
     def text(self) -> str:
         return "".join(self.text_deltas)
 
-    async def stream(self) -> AsyncIterator[AnyChunk]:
+    async def stream(self) -> AsyncGenerator[AnyChunk, None]:
         """Call the model and yield the step's chunks (``step-start`` first)."""
         cfg, state = self.cfg, self.state
         run_id = state.run_id
@@ -168,6 +168,7 @@ class ModelStep:
         signal = cfg.abort_signal
         structured = cfg.structured_output
         stream_processors = self.turn.stream_processors
+        plain = structured is None and not stream_processors
         text = self.text_deltas
         try:
             async for part in parts:
@@ -183,6 +184,11 @@ class ModelStep:
                         continue
                     text.append(delta)
                     chunk = TextDeltaChunk(run_id, {"id": part["id"], "text": delta})
+                    if plain and self.started_emitted:  # the hot path: nothing else to do
+                        yield chunk
+                        if signal.aborted:
+                            break
+                        continue
                 elif kind == "stream-start":
                     self.warnings = part.get("warnings") or []
                     if not self.started_emitted:
@@ -406,7 +412,7 @@ def default_response_metadata(model: LanguageModel) -> dict[str, Any]:
     """A step's response metadata when the model sent none (or its call failed), as Mastra
     fills it in: a generated id, the time, and the model."""
     return {
-        "id": str(uuid.uuid4()),
+        "id": new_id(),
         "timestamp": iso_datetime(now_utc()),
         "modelId": model.model_id,
         "modelVersion": model.specification_version,

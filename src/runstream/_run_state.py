@@ -338,6 +338,12 @@ class RunState:
     continued: ContinuedMessage | None = None
     """For a run without new input: the thread's last stored message, an assistant one, which
     the run's response is appended to (see ``runstream.memory``)."""
+    public_steps: dict[int, tuple[StepRecord, int, dict[str, Any]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    """Each step's public form (``output.steps`` of ``step-finish``/``finish``) as last built,
+    with its record and the content length it was built at: a later payload reuses it instead
+    of copying every earlier step again. A cache, not saved."""
 
     @property
     def new_input_messages(self) -> list[PromptMessage]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 import warnings
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Unpack
@@ -21,7 +21,8 @@ from runstream import _tracing as tracing
 from runstream._callbacks import with_callbacks
 from runstream._config_mapping import read_config
 from runstream._idle_stream import IdleStreams, UntilIdle, check_idle_options
-from runstream._loop import agent_loop
+from runstream._ids import new_id
+from runstream._loop import agent_loop, run_chunks
 from runstream._messages import ContinuedMessage, rewrite_prompt_result
 from runstream._run_state import LoopConfig, ResumeAction, RunState
 from runstream._step_results import model_label, run_metadata
@@ -51,7 +52,7 @@ from runstream.memory import Memory, MemoryInput, MemoryScope, run_memory
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.models.fallback import FallbackModel, ModelChoice
 from runstream.models.registry import as_model, ready_model
-from runstream.output import RunOutput, full_output
+from runstream.output import RunOutput, SubStream, full_output
 from runstream.request_context import Dynamic, RequestContext, resolve
 from runstream.run_options import (
     MessagesInput,
@@ -70,6 +71,7 @@ from runstream.run_options import client_tool as client_tool  # public here sinc
 from runstream.scoring import TaskCompletion
 from runstream.storage import Storage, TaskRecord
 from runstream.structured import StructuredOutput
+from runstream.tasks.policy import system_prompt_section, tool_schema_with_override, warn_without_manager
 from runstream.tools import OffersTool, Tool, ToolContext, resume_schema_of
 
 if TYPE_CHECKING:
@@ -321,8 +323,8 @@ class Agent:
             if not input_messages:  # e.g. an until-idle continuation
                 continued = await memory.continuable_message(scope)
         state = RunState(
-            run_id=run_id or str(uuid.uuid4()),
-            message_id=str(uuid.uuid4()),
+            run_id=run_id or new_id(),
+            message_id=new_id(),
             messages=[*history, *input_messages],
             input_count=len(history) + len(input_messages),
             history_count=len(history),
@@ -383,12 +385,6 @@ class Agent:
 
     async def _attach_background(self, cfg: LoopConfig, options: RunOptions) -> str:
         """Wire the task manager into the run; returns text to append to the instructions."""
-        from runstream.tasks.policy import (
-            system_prompt_section,
-            tool_schema_with_override,
-            warn_without_manager,
-        )
-
         services = self.services
         manager = services.task_manager if services is not None else None
         if manager is None and not options.disable_background_tasks:
@@ -601,13 +597,18 @@ class Agent:
                 if options.memory is not None:
                     memory.title_after_turn(options.memory, cfg.model, options.request_context)
 
-        source = agent_loop(cfg, state, resume)
+        chunks = agent_loop(cfg, state, resume)
+        wrapped = chunks
         if memory is not None and options.memory is not None:  # generateTitle's emitEvent
-            source = memory.title_event(
-                source, options.memory, cfg.model, options.request_context, lambda: state.messages
+            wrapped = memory.title_event(
+                wrapped, options.memory, cfg.model, options.request_context, lambda: state.messages
             )
         if options.callbacks:
-            source = with_callbacks(source, cfg, state, options.callbacks, partial(full_output, state))
+            wrapped = with_callbacks(wrapped, cfg, state, options.callbacks, partial(full_output, state))
+        # Unwrapped, the loop hands each model step's chunks over whole: a layer less per token.
+        source: AsyncIterator[AnyChunk | SubStream] = (
+            run_chunks(cfg, state, resume) if wrapped is chunks else wrapped
+        )
         return RunOutput(source, state, controller, on_close=on_close)
 
     def _run_storage(self) -> Storage | None:
