@@ -16,6 +16,7 @@ import pytest
 
 from runstream import Agent, RequestContext, Tool, ToolContext, tool
 from runstream._config_mapping import camel
+from runstream.delegation import DelegationConfig
 from runstream.memory import Memory, MemoryScope
 from runstream.models.base import ModelSettings
 from runstream.models.fallback import FallbackModel, ModelChoice
@@ -41,6 +42,7 @@ CONFIGS: dict[str, Any] = {
     "ToolBackgroundEntry": ToolBackgroundEntry,
     "BackgroundToolConfig": BackgroundToolConfig,
     "Memory": Memory,
+    "DelegationConfig": DelegationConfig,
 }
 NAMES: dict[str, Any] = {
     **CONFIGS,

@@ -119,6 +119,8 @@ class LoopConfig:
     """Tools (in ``tools``) that the client executes: a step that calls one ends the run."""
     tasks_pending: Callable[[list[str]], bool] | None = None
     """Reports whether any of the given background tasks still runs (``backgroundTaskPending``)."""
+    delegation: Any = None
+    """The run's :class:`~runstream.delegation.DelegationRun` (its sub-agent tools read it)."""
 
 
 class StepRecord(TypedDict):

@@ -421,6 +421,7 @@ async def execute_call(
         resource_id=cfg.resource_id,
         messages=state.messages,
         request_context=cfg.request_context,
+        delegation=cfg.delegation,
     )
     span = tracing.start_tool_span(state.span, tool.name, call.tool_call_id, tool.description, args)
     outcome = await run_tool(tool, args, ctx, call)

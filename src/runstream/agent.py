@@ -22,9 +22,12 @@ from runstream._loop import agent_loop
 from runstream._messages import ContinuedMessage, rewrite_prompt_result
 from runstream._run_state import LoopConfig, ResumeAction, RunState
 from runstream._step_results import model_label, run_metadata
+from runstream._sub_agent import AgentToolError as AgentToolError  # public here since before the move
+from runstream._sub_agent import agent_tool
 from runstream.abort import AbortController, AbortSignal
-from runstream.chunks import AnyChunk, iso_datetime, now_utc
-from runstream.errors import NotFoundError, RunstreamError, StateConflictError
+from runstream.chunks import iso_datetime, now_utc
+from runstream.delegation import DelegationConfig
+from runstream.errors import NotFoundError, StateConflictError
 from runstream.goals import (
     GoalCheck,
     GoalConfig,
@@ -66,18 +69,12 @@ from runstream.stop_conditions import StopCondition
 from runstream.storage import Storage, TaskRecord
 from runstream.structured import StructuredOutput
 from runstream.tasks.until_idle import IdleOptions, until_idle_stream
-from runstream.tools import Tool, ToolContext, resume_schema_of
+from runstream.tools import Tool, resume_schema_of
 
 if TYPE_CHECKING:
     from runstream._services import RuntimeServices, Toolset
     from runstream.tasks.policy import AgentBackgroundConfig
     from runstream.workflows import Workflow
-
-
-class AgentToolError(RunstreamError):
-    """An agent called as a tool ended in an error."""
-
-    name = "Error"
 
 
 class RunNotFoundError(NotFoundError):
@@ -150,7 +147,7 @@ class Agent:
         self.workflows = dict(workflows) if isinstance(workflows, Mapping) else {w.id: w for w in workflows}
         """Workflows by name, each offered as the tool ``workflow-<name>`` (Mastra's ``workflows``)."""
         for key, sub in self.agents.items():
-            sub_tool = sub.as_tool(name=key)
+            sub_tool = agent_tool(sub, key, self)
             self.tools[sub_tool.name] = sub_tool
         for key, workflow in self.workflows.items():
             workflow_tool = workflow.as_tool(name=key)
@@ -185,6 +182,9 @@ class Agent:
         self.services = services
         if self.memory is not None and self.memory.storage is None:
             self.memory.storage = services.storage
+        for sub in self.agents.values():  # a sub-agent's memory and tasks live in its supervisor's runtime
+            if sub.services is None:
+                sub.bind(services)
         if services.task_manager is not None:
             for tool in self.tools.values():
                 services.task_manager.register_tool(self.id, tool)
@@ -237,6 +237,7 @@ class Agent:
         tool_call_concurrency: int | Mapping[str, Any] | None = None,
         stop_when: StopCondition | Sequence[StopCondition] = (),
         prepare_step: Callable[[dict[str, Any]], Any] | None = None,
+        delegation: DelegationConfig | Mapping[str, Any] | None = None,
     ) -> RunOutput:
         """Start a run; iterate ``out.full_stream`` for its chunks.
 
@@ -246,7 +247,8 @@ class Agent:
         ``instructions``/``model`` (replace the agent's), ``system`` (added system messages),
         ``active_tools``, ``require_tool_approval`` (``True`` or a function of the call),
         ``tool_call_concurrency`` (``n`` or ``{"limit", "strategy"}``), ``stop_when``
-        (``runstream.stop_conditions``) and ``prepare_step`` (``runstream._prepare_step``).
+        (``runstream.stop_conditions``), ``prepare_step`` (``runstream._prepare_step``) and
+        ``delegation`` (hooks around sub-agent calls, ``runstream.delegation``).
 
         ``memory={"thread": ..., "resource": ...}`` loads the thread's history and saves the new
         messages. ``until_idle=True`` (or ``{"max_idle_ms": n, "resume_window_ms": n}``) keeps the
@@ -282,6 +284,7 @@ class Agent:
             **concurrency_options(tool_call_concurrency),
             stop_when=[stop_when] if callable(stop_when) else list(stop_when),
             prepare_step=prepare_step,
+            delegation=DelegationConfig.coerce(delegation),
         )
         input_messages = normalize_messages(messages)
 
@@ -821,42 +824,7 @@ class Agent:
 
     # -- composition -----------------------------------------------------------------------------------
     def as_tool(self, name: str | None = None) -> Tool:
-        """This agent as a tool ``agent-<name>`` (default: its id) taking ``{"prompt"}``; its
-        chunks stream as tool output."""
-
-        async def execute(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-            # As in Mastra, the sub-agent sees what the user asked the calling agent.
-            asked = [m for m in ctx.messages if m["role"] == "user"]
-            out = await self.stream(
-                args["prompt"],
-                abort_signal=ctx.abort_signal,
-                context=asked,
-                request_context=RequestContext.coerce(ctx.request_context),
-            )
-            results: list[AnyChunk] = []
-            async for chunk in out.full_stream:
-                await ctx.writer.write(chunk)
-                if chunk.type == "tool-result":
-                    results.append(chunk)
-            if out.state.status == "failed":  # the caller's model sees Mastra's words for it
-                raise AgentToolError(
-                    f"[Agent:{ctx.agent_name or ctx.agent_id}] - Failed agent tool execution for {self.id}"
-                )
-            return {
-                "text": out.state.text,
-                "subAgentThreadId": str(uuid.uuid4()),
-                "subAgentResourceId": str(uuid.uuid4()),
-                "subAgentToolResults": [c.payload for c in results],
-            }
-
-        return Tool(
-            f"agent-{name or self.id}",
-            execute,
-            description=self.description or f"Agent: {self.name}",
-            input_schema={
-                "type": "object",
-                "properties": {"prompt": {"type": "string"}},
-                "required": ["prompt"],
-                "additionalProperties": False,
-            },
-        )
+        """This agent as a tool ``agent-<name>`` (default: its id) taking Mastra's delegation
+        input ``{"prompt", "threadId"?, "resourceId"?, "instructions"?, "maxSteps"?}``; its
+        chunks stream as tool output (see ``runstream._sub_agent``)."""
+        return agent_tool(self, name or self.id, None)

@@ -13,6 +13,7 @@ from typing import Any, Literal, TypeGuard, TypeVar, cast
 from runstream._callbacks import RunCallbacks
 from runstream._config_mapping import one_of, positive_int, read_config
 from runstream.abort import AbortSignal
+from runstream.delegation import DelegationConfig, DelegationRun
 from runstream.memory import MemoryScope
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.request_context import Dynamic, RequestContext, resolve
@@ -163,6 +164,8 @@ class RunOptions:
     prepare_step: Callable[[dict[str, Any]], Any] | None = None
     tool_call_concurrency: int | None = None
     tool_call_strategy: Literal["available", "called"] = "available"
+    delegation: DelegationConfig | None = None
+    """Hooks around the run's sub-agent calls (Mastra's ``delegation``)."""
 
 
 ToolsInput = Iterable[Tool] | Mapping[str, Tool]
@@ -258,6 +261,10 @@ def loop_settings(options: RunOptions) -> dict[str, Any]:
         "stop_when": list(options.stop_when),
         "prepare_step": options.prepare_step,
     }
+    if options.delegation is not None:  # per run: whether a hook bailed
+        run = DelegationRun(options.delegation)
+        settings["delegation"] = run
+        settings["stop_when"].append(run.stop_after_bail)
     if callable(options.require_tool_approval):
         settings["approval_policy"] = options.require_tool_approval
     if options.tool_call_concurrency is not None:

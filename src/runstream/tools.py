@@ -138,6 +138,9 @@ class ToolContext:
     background: Any = None
     """While the tool runs as a background task: its
     :class:`~runstream.tasks.adoption.BackgroundTaskAdoption` (``ctx.background.adopt(...)``)."""
+    delegation: Any = None
+    """The calling run's :class:`~runstream.delegation.DelegationRun` (a sub-agent tool runs
+    its hooks)."""
 
     async def suspend(self, payload: Any = None, *, resume_schema: Mapping[str, Any] | None = None) -> None:
         """Suspend this execution: nothing after this call runs; resuming runs the tool again.

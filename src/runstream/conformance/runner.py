@@ -87,6 +87,8 @@ def build_agent(scenario: Mapping[str, Any], log: ToolExecutionLog) -> Agent:
                     description=tool_spec.get("description", ""),
                     instructions=tool_spec.get("instructions", ""),
                     model=ScriptedModel.from_script(tool_spec["model"]),
+                    memory={"lastMessages": 50} if tool_spec.get("memory") else None,
+                    default_options=tool_spec.get("defaultOptions"),
                 )
             )
         elif kind == "workflow":
@@ -153,6 +155,26 @@ def _stop_condition(spec: Mapping[str, Any]) -> StopCondition:
     raise UnsupportedScenario(f"stop condition {spec!r} is not supported")
 
 
+def _delegation(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The scenario format's declarative hooks: each returns the given result (``"bail"``:
+    calls ``bail()``), as the Node runner's extension does."""
+    out: dict[str, Any] = {k: v for k, v in spec.items() if not k.startswith("onDelegation")}
+
+    def hook(result: Any) -> Callable[[dict[str, Any]], Any]:
+        def call(context: dict[str, Any]) -> Any:
+            if result == "bail":
+                context["bail"]()
+                return None
+            return result
+
+        return call
+
+    for name in ("onDelegationStart", "onDelegationComplete"):
+        if name in spec:
+            out[name] = hook(spec[name])
+    return out
+
+
 def _stream_options(run: Mapping[str, Any]) -> dict[str, Any]:
     options = dict(run.get("options", {}))
     out: dict[str, Any] = {}
@@ -173,6 +195,8 @@ def _stream_options(run: Mapping[str, Any]) -> dict[str, Any]:
             out["stop_when"] = [
                 _stop_condition(spec) for spec in (value if isinstance(value, list) else [value])
             ]
+        elif key == "delegation":
+            out["delegation"] = _delegation(value)
         elif key == "maxIdleMs":
             continue
         elif key == "maxRetries":
