@@ -186,6 +186,10 @@ def _stream_options(run: Mapping[str, Any]) -> dict[str, Any]:
         "maxProcessorRetries": "max_processor_retries",
         "toolCallConcurrency": "tool_call_concurrency",
     }
+    structured = options.get("structuredOutput")
+    if isinstance(structured, Mapping) and isinstance(structured.get("model"), Mapping):
+        # the scenario format's structuring model: a ModelScript
+        options["structuredOutput"] = {**structured, "model": ScriptedModel.from_script(structured["model"])}
     if "isTaskComplete" in options:
         out["is_task_complete"] = _task_completion(options.pop("isTaskComplete"))
     for key, value in options.items():
