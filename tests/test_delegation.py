@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runstream import Agent
+from runstream import Agent, tool
 from runstream.chunks import AnyChunk
 from runstream.delegation import HOOK_ERRORS_KEY, DelegationConfig
 from runstream.memory import Memory
@@ -23,9 +23,9 @@ from runstream.testing import ScriptedModel
 USAGE = {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2}
 
 
-def delegate(args: dict[str, Any]) -> list[dict[str, Any]]:
+def delegate(args: dict[str, Any], to: str = "researcher") -> list[dict[str, Any]]:
     return [
-        {"type": "tool-call", "toolCallId": "c1", "toolName": "agent-researcher", "input": json.dumps(args)},
+        {"type": "tool-call", "toolCallId": "c1", "toolName": f"agent-{to}", "input": json.dumps(args)},
         {"type": "finish", "finishReason": "tool-calls", "usage": USAGE},
     ]
 
@@ -236,3 +236,42 @@ def test_unknown_delegation_key_is_an_error() -> None:
         DelegationConfig.coerce({"onDelegationStrat": print})
     with pytest.raises(ValueError, match=r"enableResultReferences.*not supported"):
         DelegationConfig.coerce({"enableResultReferences": True})
+
+
+PAID: list[int] = []
+
+
+@tool(require_approval=True)
+async def pay(amount: int) -> dict[str, Any]:
+    """Pay an invoice (needs approval)."""
+    PAID.append(amount)
+    return {"paid": amount}
+
+
+async def test_a_sub_agent_waiting_for_approval_suspends_the_supervisor() -> None:
+    """Mastra suspends the supervisor's call with ``{requireToolApproval: ...}``; the supervisor's
+    resume (``suspendedToolRunId``) approves the sub-agent's call (``approved: false`` declines)."""
+    PAID.clear()
+    sub_model = ScriptedModel(
+        calls=[
+            [
+                {"type": "tool-call", "toolCallId": "p1", "toolName": "pay", "input": '{"amount": 30}'},
+                {"type": "finish", "finishReason": "tool-calls", "usage": USAGE},
+            ],
+            say("Paid."),
+        ]
+    )
+    payer = Agent("payer", model=sub_model, tools=[pay])
+    model = ScriptedModel(calls=[delegate({"prompt": "Pay 30"}, to="payer"), say("Done.")])
+    supervisor = Agent("supervisor", model=model, agents={"payer": payer})
+    async with Runstream(agents=[supervisor], storage=InMemoryStorage()):
+        first = await drain(await supervisor.stream("Pay the invoice"))
+        (suspended,) = [c for c in first if c.type == "tool-call-suspended"]
+        assert suspended.payload["toolName"] == "agent-payer"
+        assert suspended.payload["suspendPayload"]["requireToolApproval"]["toolName"] == "pay"
+        assert PAID == []
+        run_id = first[0].run_id
+        second = await drain(await supervisor.resume_stream({"approved": True}, run_id=run_id))
+        assert PAID == [30]
+        assert tool_result(second)["text"] == "Paid."
+        assert second[-1].type == "finish"

@@ -201,6 +201,8 @@ class ToolOutcome:
     """What the model sees instead of ``value`` (e.g. a background placeholder)."""
     resume_schema: dict[str, Any] | None = None
     """For a suspension: the schema of the data that resumes it (if the call gave one)."""
+    run_id: str | None = None
+    """For a suspension: the delegated run it waits on (``ToolContext.suspend(run_id=)``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -240,6 +242,9 @@ class PendingToolStep:
     """Approved calls (they run when the step goes on)."""
     resume_data: dict[str, Any] = field(default_factory=dict)
     """tool call id -> the data a suspended call resumes with"""
+    suspended_run_ids: dict[str, str] = field(default_factory=dict)
+    """tool call id -> the delegated run a suspended call waits on (its resumed execution gets
+    it as ``ToolContext.suspended_tool_run_id``)"""
     results: list[dict[str, Any]] = field(default_factory=list)
     """The step's tool-result parts once its tools ran; they join the step's content after its
     ``step-finish`` (as in Mastra)."""
@@ -252,6 +257,7 @@ class PendingToolStep:
             "done": {call_id: outcome.to_json() for call_id, outcome in self.done.items()},
             "approved": self.approved,
             "resumeData": self.resume_data,
+            "suspendedRunIds": self.suspended_run_ids,
             "stepRecord": self.step_record,
         }
 
@@ -275,6 +281,7 @@ class PendingToolStep:
             },
             approved=list(approved),
             resume_data=dict(resume_data),
+            suspended_run_ids=dict(data.get("suspendedRunIds", {})),
         )
 
 

@@ -16,6 +16,7 @@ As in Mastra (recorded: ``x-pt15``..``x-pt19``):
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Mapping
@@ -107,7 +108,6 @@ async def _delegate(
     instructions: str | None = args.get("instructions") or None
     max_steps = _max_steps(args.get("maxSteps"))
     sub_context = RequestContext(ctx.request_context)  # the hooks may add to it, not to the parent's
-    given = {"threadId": ctx.thread_id, "resourceId": ctx.resource_id, "instructions": instructions}
     base = {
         "primitiveId": sub.id,
         "primitiveType": "agent",
@@ -117,21 +117,9 @@ async def _delegate(
         "parentAgentName": ctx.agent_name,
         "toolCallId": ctx.tool_call_id,
     }
-    start = hook_result(
-        await run.call(
-            "onDelegationStart",
-            {
-                **base,
-                "prompt": prompt,
-                "params": {k: v for k, v in {**given, "maxSteps": max_steps}.items() if v is not None},
-                "threadId": ctx.thread_id,
-                "resourceId": ctx.resource_id,
-                "messages": list(ctx.messages),
-                "requestContext": sub_context,
-            },
-            ctx.request_context,
-        ),
-        "onDelegationStart",
+    params = {"threadId": ctx.thread_id, "resourceId": ctx.resource_id, "instructions": instructions}
+    start = await _start_hook(
+        run, ctx, {**base, "prompt": prompt, "requestContext": sub_context}, params, max_steps
     )
     cap = _default_max_steps(sub)
     if max_steps is not None and cap is not None and max_steps > cap:
@@ -156,23 +144,29 @@ async def _delegate(
     if filtered is not None:
         context = normalize_messages(filtered)
     complete = {**base, "prompt": prompt, "messages": [], "bail": _bail(run)}
-    out = await sub.stream(
-        prompt,
-        abort_signal=ctx.abort_signal,
-        context=context,
-        request_context=sub_context,
-        **({"instructions": instructions} if instructions else {}),
-        **({"max_steps": max_steps} if max_steps else {}),
-    )
-    state, tool_results = await _relay(out, ctx)
+    resumed = ctx.resume_data is not None and ctx.suspended_tool_run_id is not None
+    if resumed:  # the supervisor resumes: the sub-agent's suspended run goes on (Mastra's resumeStream)
+        out = await _resume(sub, ctx)
+    else:
+        out = await sub.stream(
+            prompt,
+            abort_signal=ctx.abort_signal,
+            context=context,
+            request_context=sub_context,
+            **({"instructions": instructions} if instructions else {}),
+            **({"max_steps": max_steps} if max_steps else {}),
+        )
+    state, tool_results, stopped = await _relay(out, ctx)
+    if memory is not None:
+        await _save(memory, scope, None if resumed else prompt, state.response_messages, state.message_id)
+    if state.status == "suspended":  # the supervisor's call waits with the sub-agent (x-pt23)
+        await _suspend(ctx, state, stopped)
     result: dict[str, Any] = {
         "text": state.text,
         "subAgentThreadId": thread_id,
         "subAgentResourceId": resource_id,
         "subAgentToolResults": tool_results,
     }
-    if memory is not None:
-        await _save(memory, scope, prompt, state.response_messages, state.message_id)
     failed = state.status == "failed"
     outcome = {
         **complete,
@@ -195,14 +189,64 @@ async def _delegate(
     return result
 
 
-async def _relay(out: Any, ctx: ToolContext) -> tuple[Any, list[Any]]:
-    """Stream the sub-agent's chunks as the tool's output; its state and tool results."""
+async def _start_hook(
+    run: DelegationRun,
+    ctx: ToolContext,
+    context: dict[str, Any],
+    params: dict[str, Any],
+    max_steps: int | None,
+) -> Mapping[str, Any]:
+    """``onDelegationStart`` with Mastra's context; what it returned (``{}``: no change)."""
+    given = {k: v for k, v in {**params, "maxSteps": max_steps}.items() if v is not None}
+    context = {
+        **context,
+        "params": given,
+        "threadId": ctx.thread_id,
+        "resourceId": ctx.resource_id,
+        "messages": list(ctx.messages),
+    }
+    return hook_result(await run.call("onDelegationStart", context, ctx.request_context), "onDelegationStart")
+
+
+async def _relay(out: Any, ctx: ToolContext) -> tuple[Any, list[Any], AnyChunk | None]:
+    """Stream the sub-agent's chunks as the tool's output; its state, its tool results and the
+    chunk it stopped for a human with (if it did)."""
     results: list[AnyChunk] = []
+    stopped: AnyChunk | None = None
     async for chunk in out.full_stream:
         await ctx.writer.write(chunk)
         if chunk.type == "tool-result":
             results.append(chunk)
-    return out.state, [c.payload for c in results]
+        elif chunk.type in ("tool-call-suspended", "tool-call-approval"):
+            stopped = chunk
+    return out.state, [c.payload for c in results], stopped
+
+
+async def _suspend(ctx: ToolContext, state: Any, stopped: AnyChunk | None) -> None:
+    """Suspend the supervisor's call with the sub-agent's suspension, as Mastra: its payload and
+    resume schema (an approval as ``{"requireToolApproval": ...}``), and its run id to resume."""
+    payload = stopped.payload if stopped is not None and isinstance(stopped.payload, Mapping) else {}
+    if stopped is not None and stopped.type == "tool-call-approval":
+        await ctx.suspend({"requireToolApproval": dict(payload)}, run_id=state.run_id)
+    schema = payload.get("resumeSchema")
+    await ctx.suspend(
+        state.suspend_payload,
+        resume_schema=json.loads(schema) if isinstance(schema, str) else None,
+        run_id=state.run_id,
+    )
+
+
+async def _resume(sub: Any, ctx: ToolContext) -> Any:
+    """The sub-agent's suspended run, continued with the supervisor's resume data: a tool
+    suspension resumes with it; an approval is approved unless the data says ``approved: false``."""
+    run_id = ctx.suspended_tool_run_id
+    data = ctx.resume_data
+    waiting = await sub.suspended_run(run_id)
+    if waiting is not None and waiting.awaiting_approval:
+        if isinstance(data, Mapping) and data.get("approved") is False:
+            return await sub.decline_tool_call(run_id=run_id)
+        return await sub.approve_tool_call(run_id=run_id)
+    return await sub.resume_stream(data, run_id=run_id)
 
 
 async def _reject(
@@ -226,9 +270,9 @@ def _bail(run: DelegationRun) -> Any:
 
 
 async def _save(
-    memory: Memory, scope: MemoryScope, prompt: str, responses: list[Any], message_id: str
+    memory: Memory, scope: MemoryScope, prompt: str | None, responses: list[Any], message_id: str
 ) -> None:
-    """The delegation on the sub-agent's thread: its prompt and the sub-agent's answer."""
+    """The delegation on the sub-agent's thread: its prompt (not on a resume) and the answer."""
     await memory.ensure_thread(scope)
     await memory.save_turn(scope, normalize_messages(prompt), responses, message_id)
 

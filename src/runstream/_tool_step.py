@@ -256,6 +256,8 @@ def _suspensions(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> 
             continue
         tool = cfg.tools.get(call.tool_name)
         pending.suspended[call.tool_call_id] = outcome.value
+        if outcome.run_id is not None:
+            pending.suspended_run_ids[call.tool_call_id] = outcome.run_id
         del pending.done[call.tool_call_id]
         state.suspend_payload = outcome.value
         payload: ToolCallSuspendedPayload = {
@@ -422,6 +424,11 @@ async def execute_call(
         messages=state.messages,
         request_context=cfg.request_context,
         delegation=cfg.delegation,
+        suspended_tool_run_id=(
+            state.pending.suspended_run_ids.pop(call.tool_call_id, None)
+            if resume_data is not None and state.pending is not None
+            else None
+        ),
     )
     span = tracing.start_tool_span(state.span, tool.name, call.tool_call_id, tool.description, args)
     outcome = await run_tool(tool, args, ctx, call)
@@ -443,7 +450,13 @@ async def run_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext, call: Too
     else:
         if not ctx.suspended:
             return ToolOutcome(call, "result", result)
-    return ToolOutcome(call, "suspended", ctx.suspended_with, resume_schema=ctx.suspend_resume_schema)
+    return ToolOutcome(
+        call,
+        "suspended",
+        ctx.suspended_with,
+        resume_schema=ctx.suspend_resume_schema,
+        run_id=ctx.suspend_run_id,
+    )
 
 
 def tool_output_for_model(outcome: ToolOutcome) -> dict[str, Any]:

@@ -687,7 +687,7 @@ class Agent:
         controller = AbortController()
         self._idle_streams[key] = controller
         subscription = manager.subscribe(
-            agent_id=self.id, thread_id=scope.thread_id, resource_id=scope.resource_id
+            agent_id=self.id, thread_id=scope.thread_id, resource_id=scope.resource_id, include_existing=False
         )
         if options.abort_signal is not None:
             options.abort_signal.add_listener(controller.abort)

@@ -141,16 +141,28 @@ class ToolContext:
     delegation: Any = None
     """The calling run's :class:`~runstream.delegation.DelegationRun` (a sub-agent tool runs
     its hooks)."""
+    suspended_tool_run_id: str | None = None
+    """On a resumed execution: the run id the suspension recorded (``suspend(run_id=)``), e.g.
+    the sub-agent run to resume (Mastra's ``suspendedToolRunId``)."""
+    suspend_run_id: str | None = None
 
-    async def suspend(self, payload: Any = None, *, resume_schema: Mapping[str, Any] | None = None) -> None:
+    async def suspend(
+        self,
+        payload: Any = None,
+        *,
+        resume_schema: Mapping[str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> None:
         """Suspend this execution: nothing after this call runs; resuming runs the tool again.
 
         ``resume_schema`` describes the data a resume must bring, when it differs per call
-        (otherwise the tool's own ``resume_schema`` is shown).
+        (otherwise the tool's own ``resume_schema`` is shown). ``run_id`` is handed back to the
+        resumed execution as ``suspended_tool_run_id`` (a delegated run the tool waits on).
         """
         self.suspended = True
         self.suspended_with = payload
         self.suspend_resume_schema = dict(resume_schema) if resume_schema is not None else None
+        self.suspend_run_id = run_id
         raise ToolSuspended(payload)
 
 

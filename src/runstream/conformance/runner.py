@@ -87,6 +87,7 @@ def build_agent(scenario: Mapping[str, Any], log: ToolExecutionLog) -> Agent:
                     description=tool_spec.get("description", ""),
                     instructions=tool_spec.get("instructions", ""),
                     model=ScriptedModel.from_script(tool_spec["model"]),
+                    tools=[build_tool(sub_tool, log) for sub_tool in tool_spec.get("tools", [])],
                     memory={"lastMessages": 50} if tool_spec.get("memory") else None,
                     default_options=tool_spec.get("defaultOptions"),
                 )
@@ -367,7 +368,7 @@ class ScenarioRunner:
         manager = self.runtime.task_manager
         assert manager is not None
         events: list[AnyChunk] = []
-        subscription = manager.subscribe(agent_id=self.scenario["agent"]["id"])
+        subscription = manager.subscribe(agent_id=self.scenario["agent"]["id"], include_existing=False)
 
         async def record() -> None:
             async for event in subscription:

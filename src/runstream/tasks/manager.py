@@ -63,12 +63,15 @@ from runstream.tasks.config import (
     TaskStateError,
 )
 from runstream.tasks.slots import Slots
+from runstream.tasks.waiting import wait_for_next_task
 from runstream.tools import Tool, ToolArgumentsError, ToolContext, ToolSuspended, ToolWriter
 
 logger = logging.getLogger(__name__)
 
 TERMINAL_STATUSES: frozenset[TaskStatus] = frozenset({"completed", "failed", "cancelled", "timed_out"})
 SETTLED_STATUSES: frozenset[TaskStatus] = TERMINAL_STATUSES | {"suspended"}
+SUSPENDED_RUN_KEY = "suspendedToolRunId"
+"""Task metadata: the delegated run a suspended task waits on (Mastra's ``suspendedToolRunId``)."""
 """What ``wait_for`` waits for: the task will not move again without a ``resume``."""
 
 STALE_TASK_MESSAGE = "Worker process terminated before task completed"
@@ -82,6 +85,9 @@ class _Outcome:
     kind: Literal["result", "error", "suspended", "timeout"]
     value: Any = None
     retryable: bool = True
+    run_id: str | None = None
+    """A suspension's delegated run (``ctx.suspend(run_id=)``), kept as the task's
+    ``metadata.suspendedToolRunId`` for its resumed execution."""
 
 
 @dataclass(eq=False)
@@ -372,6 +378,9 @@ class BackgroundTaskManager:
             resource_id=record.resource_id,
             is_background_task=True,
             attempt=record.retry_count + 1,
+            suspended_tool_run_id=record.metadata.get(SUSPENDED_RUN_KEY)
+            if record.resume_data is not None
+            else None,
         )
         request = self._requests.get(record.id)
         disposition = request.disposition if request is not None else "deferred"
@@ -418,13 +427,15 @@ class BackgroundTaskManager:
             update = {"status": "completed", "result": outcome.value, "completed_at": now}
         elif outcome.kind == "suspended":
             update = {"status": "suspended", "suspend_payload": outcome.value, "suspended_at": now}
+            if outcome.run_id is not None:
+                update["metadata"] = {**record.metadata, SUSPENDED_RUN_KEY: outcome.run_id}
         elif outcome.kind == "timeout":
             update = {"status": "timed_out", "error": {"message": outcome.value}, "completed_at": now}
         else:
             update = {"status": "failed", "error": _error_of(outcome.value), "completed_at": now}
         traced = tracing.task_span_metadata(record.id)
         if traced:  # where the task's span is, for continuation turns in other processes
-            update["metadata"] = {**record.metadata, **traced}
+            update["metadata"] = {**update.get("metadata", record.metadata), **traced}
         guard = self._lease_guard(record)
         try:
             stored = await self.storage.update_task(
@@ -604,6 +615,11 @@ class BackgroundTaskManager:
         finally:
             await subscription.close()
 
+    async def wait_for_next_task(self, task_ids: Iterable[str], **options: Any) -> TaskRecord:
+        """The first of ``task_ids`` to end (Mastra's ``waitForNextTask``): see
+        :func:`runstream.tasks.waiting.wait_for_next_task` for the options."""
+        return await wait_for_next_task(self, task_ids, **options)
+
     def subscribe(
         self,
         *,
@@ -612,12 +628,13 @@ class BackgroundTaskManager:
         thread_id: str | None = None,
         resource_id: str | None = None,
         task_id: str | None = None,
-        include_existing: bool = False,
+        include_existing: bool = True,
     ) -> TaskSubscription:
         """Lifecycle chunks of the matching tasks, from now on, in publish order.
 
-        ``include_existing`` first yields a ``background-task-running`` snapshot of the matching
-        tasks running at that moment.
+        ``include_existing`` (default true, as Mastra's ``stream()``) first yields a
+        ``background-task-running`` snapshot of the matching tasks running at that moment
+        (running ones only, as Mastra: a pending or suspended task shows up with its next event).
         """
         wanted = TaskEventFilter(
             agent_id, run_id, thread_id, resource_id, None if task_id is None else frozenset({task_id})
@@ -743,15 +760,15 @@ async def _call_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> _Out
         if ctx.background is not None:
             result = await ctx.background.result(result)
     except ToolSuspended as suspended:
-        return _Outcome("suspended", suspended.payload)
+        return _Outcome("suspended", suspended.payload, run_id=ctx.suspend_run_id)
     except Exception as exc:
         if ctx.suspended:
-            return _Outcome("suspended", ctx.suspended_with)
+            return _Outcome("suspended", ctx.suspended_with, run_id=ctx.suspend_run_id)
         if ctx.background is not None:
             await ctx.background.failed(exc)
         return _Outcome("error", exc)
     if ctx.suspended:
-        return _Outcome("suspended", ctx.suspended_with)
+        return _Outcome("suspended", ctx.suspended_with, run_id=ctx.suspend_run_id)
     return _Outcome("result", result)
 
 
