@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import uuid
 import warnings
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from runstream import _suspension as suspension
 from runstream import _tracing as tracing
-from runstream._callbacks import Callback, RunCallbacks, with_callbacks
+from runstream._call_options import call_options, resumed_options
+from runstream._callbacks import Callback, with_callbacks
+from runstream._durable_api import RunLogs, list_active_runs, observe, recover_active_runs, stamp
 from runstream._loop import agent_loop
 from runstream._messages import ContinuedMessage, rewrite_prompt_result
 from runstream._run_state import LoopConfig, ResumeAction, RunState
@@ -25,7 +27,7 @@ from runstream._step_results import model_label, run_metadata
 from runstream._sub_agent import AgentToolError as AgentToolError  # public here since before the move
 from runstream._sub_agent import agent_tool
 from runstream.abort import AbortController, AbortSignal
-from runstream.chunks import iso_datetime, now_utc
+from runstream.chunks import AnyChunk, iso_datetime, now_utc
 from runstream.delegation import DelegationConfig
 from runstream.errors import NotFoundError, StateConflictError
 from runstream.goals import (
@@ -49,7 +51,6 @@ from runstream.run_options import (
     ToolsInput,
     by_name,
     call_tools,
-    concurrency_options,
     default_stream_options,
     is_function,
     is_model,
@@ -60,7 +61,6 @@ from runstream.run_options import (
     options_to_json,
     resolve_instructions,
     resolve_model,
-    system_messages,
     with_default_options,
 )
 from runstream.run_options import client_tool as client_tool  # public here since before the move
@@ -171,6 +171,9 @@ class Agent:
         """The storage and task manager of the runtime that holds this agent (see :meth:`bind`)."""
         self._suspended: dict[str, tuple[LoopConfig, RunState, RunOptions]] = {}
         self._live_runs: set[str] = set()
+        self._run_logs = RunLogs()
+        """Durable runs' chunks, for ``observe``."""
+        self._durable_created: dict[str, str] = {}
         """Durable runs streaming in this process (not to be resumed from a snapshot)."""
         self._idle_streams: dict[tuple[str, str], AbortController] = {}
 
@@ -257,35 +260,10 @@ class Agent:
         offered to the model but executed by the caller: a step that calls one ends the run with
         reason ``tool-calls`` after its ``tool-call`` chunks; send the results in the next run.
         """
+        params = {k: v for k, v in locals().items() if k not in ("self", "messages", "run_id", "until_idle")}
         if isinstance(until_idle, Mapping):  # bad options fail even where until-idle falls back
             IdleOptions.coerce(dict(until_idle), progress_interval_ms=0)
-        options = RunOptions(
-            max_steps=max_steps,
-            tool_choice=tool_choice,
-            include_raw_chunks=include_raw_chunks,
-            structured_output=structured_output,
-            output_processors=list(output_processors) if output_processors is not None else None,
-            input_processors=list(input_processors) if input_processors is not None else None,
-            max_processor_retries=max_processor_retries,
-            model_settings=model_settings,
-            abort_signal=abort_signal,
-            memory=MemoryScope.coerce(memory),
-            disable_background_tasks=disable_background_tasks,
-            context=normalize_messages(list(context)) if context else [],
-            is_task_complete=TaskCompletion.coerce(is_task_complete),
-            client_tools=by_name(client_tools) if client_tools else {},
-            request_context=RequestContext.coerce(request_context),
-            callbacks=RunCallbacks(on_chunk, on_step_finish, on_finish, on_error, on_abort).check(),
-            instructions=instructions,
-            system=system_messages(system),
-            model=model,
-            active_tools=list(active_tools) if active_tools is not None else None,
-            require_tool_approval=require_tool_approval,
-            **concurrency_options(tool_call_concurrency),
-            stop_when=[stop_when] if callable(stop_when) else list(stop_when),
-            prepare_step=prepare_step,
-            delegation=DelegationConfig.coerce(delegation),
-        )
+        options = call_options(params)
         input_messages = normalize_messages(messages)
 
         async def first_turn() -> RunOutput:
@@ -414,6 +392,9 @@ class Agent:
             if options.client_tools
             else tools
         )
+        storage = self._run_storage() if self.durable else None
+        if storage is not None:  # a durable run is saved after every step (runstream._durable_api)
+            cfg.on_step_end = partial(self._save_durable, storage, options)
         instructions += await self._attach_background(cfg, state, options, own_tools)
         completion = options.is_task_complete or self.is_task_complete
         if completion is not None:
@@ -461,9 +442,6 @@ class Agent:
             if wait_timeout is None:
                 wait_timeout = manager.config.wait_timeout_ms
             cfg.wait_for_background = partial(wait_in_loop, manager, wait_timeout_ms=wait_timeout)
-            storage = self._run_storage()
-            if storage is not None:
-                cfg.on_step_end = partial(self._save_durable, storage, options)
         cfg.tasks_pending = lambda ids: any(manager.is_active(task_id) for task_id in ids)
         return system_prompt_section(eligible)
 
@@ -546,6 +524,7 @@ class Agent:
 
     async def _save_durable(self, storage: Storage, options: RunOptions, state: RunState) -> None:
         data = suspension.snapshot(self.id, state, options_to_json(options))
+        stamp(data, self._durable_created, state.run_id)
         await storage.save_snapshot(suspension.DURABLE_NAMESPACE, state.run_id, data)
 
     async def durable_runs(self) -> list[str]:
@@ -560,7 +539,34 @@ class Agent:
                 ids.append(run_id)
         return ids
 
-    async def resume_durable_run(self, run_id: str) -> RunOutput:
+    async def list_active_runs(self, **filters: Any) -> dict[str, Any]:
+        """Mastra's ``listActiveRuns``: this agent's durable runs no one drives in this process,
+        with ``thread_id``, ``resource_id``, ``from_date``, ``to_date``, ``per_page``, ``page``
+        (see ``runstream._durable_api``)."""
+        return await list_active_runs(self._run_storage(), self.id, self._live_runs, **filters)
+
+    async def recover(self, run_id: str, **options: Any) -> RunOutput:
+        """Mastra's ``recover``: a durable run continued from its last step as a stream, with
+        ``on_chunk``, ``on_step_finish``, ``on_finish``, ``on_error``, ``abort_signal``."""
+        unknown = set(options) - {"on_chunk", "on_step_finish", "on_finish", "on_error", "abort_signal"}
+        if unknown:
+            raise TypeError(f"recover() got unknown options: {', '.join(sorted(unknown))}")
+        return await self.resume_durable_run(run_id, **options)
+
+    async def recover_active_runs(self, *, run_id: str | None = None, **filters: Any) -> dict[str, Any]:
+        """Mastra's ``recoverActiveRuns``: recover every matching run (or ``run_id``) and drive
+        each to its end here; ``{"recovered", "succeeded", "failed"}``."""
+        return await recover_active_runs(self.recover, self.list_active_runs, run_id=run_id, **filters)
+
+    async def observe(self, run_id: str, **options: Any) -> AsyncIterator[AnyChunk]:
+        """Mastra's ``observe``: the chunks of a durable run streaming in this process (or
+        finished lately), from ``offset``, live until it ends (``idle_timeout_ms``, ``is_alive``)."""
+        log = self._run_logs.get(run_id)
+        if log is None:
+            raise RunNotFoundError(f"no durable run {run_id!r} streams on agent {self.id!r}")
+        return observe(log, run_id, **options)
+
+    async def resume_durable_run(self, run_id: str, **options: Any) -> RunOutput:
         """Continue a durable run from its last finished step (waiting for its tasks first)."""
         storage = self._run_storage()
         data = await storage.load_snapshot(suspension.DURABLE_NAMESPACE, run_id) if storage else None
@@ -571,10 +577,12 @@ class Agent:
         state = suspension.restore(data)
         state.status = "running"
         state.saved = False
-        options = options_from_json(data["options"])
+        run_options = resumed_options(options_from_json(data["options"]), options, type(self).stream)
+        if isinstance(data.get("createdAt"), str):
+            self._durable_created.setdefault(run_id, data["createdAt"])
         controller = AbortController()
-        cfg = await self._configure(options, state, controller)
-        return self._output(cfg, state, controller, ResumeAction("continue"), options)
+        cfg = await self._configure(run_options, state, controller)
+        return self._output(cfg, state, controller, ResumeAction("continue"), run_options)
 
     def _terminal_hook(self, state: RunState, cfg: LoopConfig) -> Any:
         """Writes a background task's outcome into the run (if still live) or into memory."""
@@ -629,6 +637,8 @@ class Agent:
         async def on_close() -> None:
             tracing.end_agent_span(state.span, state.status, state.finish_reason, state.error, state.usage)
             self._live_runs.discard(state.run_id)
+            if state.status != "suspended":
+                self._durable_created.pop(state.run_id, None)
             storage = self._run_storage()
             if cfg.on_step_end is not None and storage is not None:
                 await storage.delete_snapshot(suspension.DURABLE_NAMESPACE, state.run_id)
@@ -657,6 +667,8 @@ class Agent:
         source = agent_loop(cfg, state, resume)
         if options.callbacks:
             source = with_callbacks(source, cfg, state, options.callbacks, partial(full_output, state))
+        if cfg.on_step_end is not None:  # a durable run: observable (Mastra's observe)
+            source = self._run_logs.tee(state.run_id, source)
         return RunOutput(source, state, controller, on_close=on_close)
 
     def _run_storage(self) -> Storage | None:
@@ -726,14 +738,21 @@ class Agent:
 
     # -- human in the loop ---------------------------------------------------------------------------
     async def approve_tool_call(
-        self, *, run_id: str, tool_call_id: str | None = None, until_idle: bool | Mapping[str, Any] = False
+        self,
+        *,
+        run_id: str,
+        tool_call_id: str | None = None,
+        until_idle: bool | Mapping[str, Any] = False,
+        **options: Any,
     ) -> RunOutput:
         """Approve a tool call the run stopped for; the returned stream continues the run.
 
         ``until_idle`` (here and on ``decline_tool_call``/``resume_stream``, as Mastra's
         ``resumeStream(..., {untilIdle})``) keeps the stream open for the background tasks the
-        continued run starts, with their continuation turns, as ``stream(until_idle=...)``."""
-        return await self._continue(run_id, ResumeAction("approve", tool_call_id), until_idle)
+        continued run starts, with their continuation turns, as ``stream(until_idle=...)``.
+        Any other ``stream()`` option (Mastra's name or Python's) replaces the run's own for the
+        continued run (see ``runstream._call_options``)."""
+        return await self._continue(run_id, ResumeAction("approve", tool_call_id), until_idle, options)
 
     async def decline_tool_call(
         self,
@@ -742,9 +761,12 @@ class Agent:
         tool_call_id: str | None = None,
         reason: str | None = None,
         until_idle: bool | Mapping[str, Any] = False,
+        **options: Any,
     ) -> RunOutput:
         """Decline it: the model is told the call was not approved (``tool-output-denied``)."""
-        return await self._continue(run_id, ResumeAction("decline", tool_call_id, reason=reason), until_idle)
+        return await self._continue(
+            run_id, ResumeAction("decline", tool_call_id, reason=reason), until_idle, options
+        )
 
     async def resume_stream(
         self,
@@ -753,9 +775,24 @@ class Agent:
         run_id: str,
         tool_call_id: str | None = None,
         until_idle: bool | Mapping[str, Any] = False,
+        **options: Any,
     ) -> RunOutput:
         """Resume a suspended tool with ``data`` (it runs again with ``ctx.resume_data``)."""
-        return await self._continue(run_id, ResumeAction("resume", tool_call_id, data=data), until_idle)
+        return await self._continue(
+            run_id, ResumeAction("resume", tool_call_id, data=data), until_idle, options
+        )
+
+    async def resume_generate(self, data: Any, *, run_id: str, **options: Any) -> dict[str, Any]:
+        """``resume_stream`` run to the end: the full output (Mastra's ``resumeGenerate``)."""
+        return await (await self.resume_stream(data, run_id=run_id, **options)).get_full_output()
+
+    async def approve_tool_call_generate(self, *, run_id: str, **options: Any) -> dict[str, Any]:
+        """``approve_tool_call`` run to the end (Mastra's ``approveToolCallGenerate``)."""
+        return await (await self.approve_tool_call(run_id=run_id, **options)).get_full_output()
+
+    async def decline_tool_call_generate(self, *, run_id: str, **options: Any) -> dict[str, Any]:
+        """``decline_tool_call`` run to the end (Mastra's ``declineToolCallGenerate``)."""
+        return await (await self.decline_tool_call(run_id=run_id, **options)).get_full_output()
 
     async def suspended_runs(self) -> list[dict[str, Any]]:
         """The stored snapshots (see :func:`.suspension.snapshot`, plus ``suspendedAt``) of this
@@ -788,14 +825,20 @@ class Agent:
         return None, suspension.restore(data), options_from_json(data["options"])
 
     async def _continue(
-        self, run_id: str, action: ResumeAction, until_idle: bool | Mapping[str, Any] = False
+        self,
+        run_id: str,
+        action: ResumeAction,
+        until_idle: bool | Mapping[str, Any] = False,
+        given: Mapping[str, Any] | None = None,
     ) -> RunOutput:
         if isinstance(until_idle, Mapping):  # bad options fail before the run is touched
             IdleOptions.coerce(dict(until_idle), progress_interval_ms=0)
         found = await self._find_suspended(run_id)
         if found is None:
             raise RunNotFoundError(f"no suspended run {run_id!r} on agent {self.id!r}")
-        stored_cfg, state, options = found
+        stored_cfg, state, own_options = found
+        # The resume call's options replace the run's own (its configuration is then rebuilt).
+        options = resumed_options(own_options, given or {}, type(self).stream)
         self._suspended.pop(run_id, None)
         pending = state.pending
         if pending is None:
@@ -803,16 +846,16 @@ class Agent:
         waiting = pending.awaiting_approval if action.kind != "resume" else set(pending.suspended)
         if action.tool_call_id is not None and action.tool_call_id not in waiting:
             if stored_cfg is not None:
-                self._suspended[run_id] = (stored_cfg, state, options)
+                self._suspended[run_id] = (stored_cfg, state, own_options)
             what = "waiting for approval" if action.kind != "resume" else "suspended"
             raise StateConflictError(f"tool call {action.tool_call_id!r} of run {run_id!r} is not {what}")
 
         async def resumed() -> RunOutput:
             controller = AbortController()
             state.status = "running"
-            if stored_cfg is not None:
+            if stored_cfg is not None and options is own_options:
                 cfg = replace(stored_cfg, abort_signal=controller.signal)
-            else:  # restored from storage: rebuild the configuration from the agent
+            else:  # restored from storage, or new options: rebuild the configuration
                 if self.services is not None:
                     await self.services.start()
                 cfg = await self._configure(options, state, controller)

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
+from runstream._config_mapping import one_of, read_config
 from runstream._services import RuntimeServices, Toolset
 from runstream.agent import Agent
 from runstream.storage import InMemoryStorage, Storage
@@ -32,6 +33,7 @@ class Runstream:
         storage: Storage | None = None,
         background_tasks: BackgroundTaskConfig | Mapping[str, Any] | bool | None = None,
         task_manager: BackgroundTaskManager | None = None,
+        recovery: Mapping[str, Any] | None = None,
     ) -> None:
         self.storage: Storage = storage if storage is not None else InMemoryStorage()
         config = BackgroundTaskConfig.coerce(background_tasks)
@@ -44,6 +46,11 @@ class Runstream:
             task_manager = BackgroundTaskManager(self.storage, config)
         self.task_manager = task_manager
         """``task_manager=`` takes a ready manager, e.g. a ``DistributedTaskManager`` for scale-out."""
+        self.recover_durable_agents = read_recovery(recovery)
+        """Mastra's ``recovery: {durableAgents: "auto"}``: at start, each durable agent's
+        interrupted runs are recovered in the background (``Agent.recover_active_runs``)."""
+        self.recoveries: list[asyncio.Task[dict[str, Any]]] = []
+        """The start's recoveries, one per durable agent (await them to know how they went)."""
         self.agents: dict[str, Agent] = {}
         self.workflows: dict[str, Workflow] = {}
         self._started = False
@@ -89,6 +96,12 @@ class Runstream:
             if self.task_manager is not None:
                 await self.task_manager.start()
             self._started = True
+            if self.recover_durable_agents:
+                self.recoveries = [
+                    asyncio.create_task(agent.recover_active_runs())
+                    for agent in self.agents.values()
+                    if agent.durable
+                ]
 
     def _toolsets(self) -> list[tuple[Agent, Toolset]]:
         return [(agent, toolset) for agent in self.agents.values() for toolset in agent.toolsets]
@@ -108,6 +121,10 @@ class Runstream:
             await toolset.start()
 
     async def close(self) -> None:
+        for recovery in self.recoveries:
+            recovery.cancel()
+        await asyncio.gather(*self.recoveries, return_exceptions=True)
+        self.recoveries = []
         for _agent, toolset in self._toolsets():
             await toolset.close()
         if self.task_manager is not None:
@@ -123,3 +140,11 @@ class Runstream:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+
+def read_recovery(recovery: Mapping[str, Any] | None) -> bool:
+    """Whether ``recovery={"durableAgents": "auto"}`` (Mastra's default ``"off"``)."""
+    if recovery is None:
+        return False
+    options = read_config(recovery, {"durable_agents": one_of("auto", "off")}, where="recovery")
+    return bool(options.get("durable_agents", "off") == "auto")

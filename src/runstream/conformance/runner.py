@@ -396,14 +396,22 @@ class ScenarioRunner:
         options = spec.get("options", {})
         idle = options.get("untilIdle", False)
         until_idle = {"max_idle_ms": idle["maxIdleMs"]} if isinstance(idle, Mapping) else bool(idle)
+        # the resume call's own stream options (x-pt24..x-pt26)
+        more = _stream_options(
+            {"options": {k: v for k, v in options.items() if k not in ("untilIdle", "reason")}}
+        )
         if spec["do"] == "approveToolCall":
             return await agent.approve_tool_call(
-                run_id=out.run_id, tool_call_id=call_id, until_idle=until_idle
+                run_id=out.run_id, tool_call_id=call_id, until_idle=until_idle, **more
             )
         if spec["do"] == "declineToolCall":
             return await agent.decline_tool_call(
-                run_id=out.run_id, tool_call_id=call_id, reason=options.get("reason"), until_idle=until_idle
+                run_id=out.run_id,
+                tool_call_id=call_id,
+                reason=options.get("reason"),
+                until_idle=until_idle,
+                **more,
             )
         return await agent.resume_stream(
-            spec.get("data"), run_id=out.run_id, tool_call_id=call_id, until_idle=until_idle
+            spec.get("data"), run_id=out.run_id, tool_call_id=call_id, until_idle=until_idle, **more
         )
