@@ -54,6 +54,7 @@ LEVEL_3 = {
     "x-pt09-tool-calls-concurrent",
     "x-pt11-structured-fallback",
     "x-pt12-structured-warn",
+    "x-pt15-delegation-inputs",
     "x-pt16-delegation-own-memory",
     "x-pt17-delegation-rejected",
     "x-pt18-delegation-modified",

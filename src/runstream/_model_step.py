@@ -18,7 +18,7 @@ from typing import Any
 from runstream import _tracing as tracing
 from runstream._run_state import LoopConfig, RunState, ToolCall
 from runstream._step_results import normalize_usage
-from runstream._tool_step import EagerTools, tool_call_limit, with_run_id
+from runstream._tool_step import EagerTools, model_view, tool_call_limit, with_run_id
 from runstream.abort import AbortError
 from runstream.chunks import (
     AnyChunk,
@@ -262,7 +262,7 @@ class ModelStep:
             if self.conversation is None
             else self.conversation
         )
-        prompt = [*cfg.system, *self.turn.retry_feedback, *cfg.context, *conversation]
+        prompt = [*cfg.system, *self.turn.retry_feedback, *cfg.context, *model_view(conversation)]
         return ModelRequest(
             prompt=structured.prompt(prompt, cfg.model.provider) if structured else prompt,
             tools=[t.spec(cfg.tool_schemas.get(t.name)) for t in tools_offered],

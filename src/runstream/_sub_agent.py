@@ -74,7 +74,15 @@ def agent_tool(sub: Any, name: str, parent: Any | None) -> Tool:
         execute,
         description=sub.description or f"Agent: {sub.name}",
         input_schema=INPUT_SCHEMA,
+        to_model_output=_text_only,
     )
+
+
+def _text_only(output: Any) -> dict[str, Any]:
+    """The supervisor's model sees the sub-agent's text, not its ids and tool results (Mastra's
+    default, without ``includeSubAgentToolResultsInModelContext``)."""
+    text = output.get("text", "") if isinstance(output, Mapping) else str(output)
+    return {"type": "text", "value": text}
 
 
 def _max_steps(value: Any) -> int | None:

@@ -255,9 +255,15 @@ class Tool:
         require_approval: bool = False,
         background: BackgroundToolConfig | bool | Mapping[str, Any] | None = None,
         args_model: type[BaseModel] | None = None,
+        to_model_output: Callable[[Any], Mapping[str, Any]] | None = None,
     ) -> None:
         if not name:
             raise ValueError("a tool needs a name")
+        if to_model_output is not None and not callable(to_model_output):
+            raise TypeError("to_model_output must be a function of the tool's result")
+        self.to_model_output = to_model_output
+        """Mastra's ``toModelOutput``: what the model sees of a result (e.g. ``{"type": "text",
+        "value": ...}``) instead of the whole result; the stream and memory keep the result."""
         self.name = name
         self.description = description
         self.input_schema: dict[str, Any] = dict(input_schema or {"type": "object", "properties": {}})
@@ -437,6 +443,7 @@ def tool(
     output_schema: Mapping[str, Any] | None = None,
     resume_schema: Mapping[str, Any] | None = None,
     suspend_schema: Mapping[str, Any] | None = None,
+    to_model_output: Callable[[Any], Mapping[str, Any]] | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -451,6 +458,7 @@ def tool(
     output_schema: Mapping[str, Any] | None = None,
     resume_schema: Mapping[str, Any] | None = None,
     suspend_schema: Mapping[str, Any] | None = None,
+    to_model_output: Callable[[Any], Mapping[str, Any]] | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a :class:`Tool` from a typed function (sync or async).
 
@@ -464,7 +472,7 @@ def tool(
     """
 
     def build(f: Callable[..., Any]) -> Tool:
-        return _from_function(
+        built = _from_function(
             f,
             name=name,
             description=description,
@@ -474,6 +482,11 @@ def tool(
             resume_schema=resume_schema,
             suspend_schema=suspend_schema,
         )
+        if to_model_output is not None:
+            if not callable(to_model_output):
+                raise TypeError("to_model_output must be a function of the tool's result")
+            built.to_model_output = to_model_output
+        return built
 
     return build(fn) if fn is not None else build
 
