@@ -1,7 +1,7 @@
 # The example deployment (examples/deploy/app.py) as a container image:
 #   docker build -t runstream-app .
 #   docker run -p 4111:4111 -e RUNSTREAM_API_TOKEN=change-me runstream-app                      # API
-#   docker run -e DATABASE_URL=... -e REDIS_URL=... runstream-app python app.py worker          # worker
+#   docker run -e DATABASE_URL=... -e REDIS_URL=... -e TEMPORAL_ADDRESS=... runstream-app runstream worker app:api_runtime  # worker
 # Replace examples/deploy/app.py with your own module (keep an `api_runtime` or change the CMD).
 FROM python:3.12-slim
 
@@ -14,7 +14,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 COPY pyproject.toml README.md LICENSE ./
 COPY src ./src
-RUN pip install '.[openai,anthropic,postgres,redis]'
+RUN pip install '.[openai,anthropic,postgres,redis,temporal]'
 COPY examples/deploy/app.py ./app.py
 
 RUN useradd --create-home --uid 10001 runstream && mkdir /data && chown runstream /data

@@ -6,7 +6,8 @@
 Set ``RUNSTREAM_EXAMPLE_MODEL`` (e.g. ``openai/gpt-4o-mini``) to use a real model. Without it the
 model is a deterministic stand-in (no network, no key) that reads the conversation: ``divide A B``
 calls the ``divide`` tool, ``research TOPIC`` the background ``research`` tool, ``pause SECONDS``
-the ``pause`` tool, ``ask the user`` a client-side ``confirm`` tool when the client offers one;
+the ``pause`` tool, ``plan N`` the ``plan`` tool (which shows its progress in an AG-UI front end's
+state), ``ask the user`` a client-side ``confirm`` tool when the client offers one;
 anything else is echoed. After a tool result it answers with that result; in the follow-up turn
 of a background task, with the task's result.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import os
 from typing import Any
@@ -89,6 +91,8 @@ class RuleModel:
             return _call("research", {"topic": words[1]}, f"call-{self.calls}")
         if len(words) == 2 and words[0] == "pause":
             return _call("pause", {"seconds": float(words[1])}, f"call-{self.calls}")
+        if len(words) == 2 and words[0] == "plan" and words[1].isdigit():
+            return _call("plan", {"steps": int(words[1])}, f"call-{self.calls}")
         if " ".join(words) == "ask the user" and "confirm" in offered:
             return _call("confirm", {"question": "Proceed?"}, f"call-{self.calls}")
         return _say(f"You said: {' '.join(words)}")
@@ -125,6 +129,30 @@ async def pause(seconds: float, ctx: ToolContext) -> str:
 
 
 @tool
+async def plan(steps: int, ctx: ToolContext) -> str:
+    """Work through a plan of 1 to 20 steps, showing its progress in the front end's state."""
+    if not 1 <= steps <= 20:
+        raise ValueError("steps must be between 1 and 20")
+    state: dict[str, Any] = {
+        "plan": [
+            {"step": n, "title": f"Step {n} of the plan", "status": "pending"} for n in range(1, steps + 1)
+        ],
+        "done": 0,
+    }
+    # The whole state each time (AG-UI gets a snapshot first, then JSON Patch deltas) ...
+    await ctx.writer.custom({"type": "data-state", "data": copy.deepcopy(state)})
+    for item in state["plan"]:
+        item["status"] = "done"
+        state["done"] = item["step"]
+        await ctx.writer.custom({"type": "data-state", "data": copy.deepcopy(state)})
+    # ... or a JSON Patch of it, sent as it is.
+    await ctx.writer.custom(
+        {"type": "data-state-delta", "data": [{"op": "add", "path": "/finished", "value": True}]}
+    )
+    return f"{steps} steps done"
+
+
+@tool
 async def was_aborted(wait_seconds: float = 10) -> bool:
     """Whether a pause was aborted (waiting up to wait_seconds for one)."""
     with contextlib.suppress(TimeoutError):
@@ -139,7 +167,7 @@ def build() -> Runstream:
         model=resolve_model(model_name) if model_name else RuleModel(),
         instructions="You divide numbers.",
         description="Divides numbers and echoes everything else.",
-        tools=[divide, research, pause, was_aborted],
+        tools=[divide, research, pause, plan, was_aborted],
         memory=Memory(),
     )
     return Runstream(agents=[calc], background_tasks={"enabled": True})

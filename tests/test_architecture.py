@@ -37,66 +37,12 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "runstream.memory": ("runstream.agent", "runstream.runtime", "runstream._loop", "runstream.tasks"),
     "runstream.storage": ("runstream.agent", "runstream.runtime", "runstream._loop", "runstream.memory"),
     "runstream.tasks": ("runstream.agent", "runstream.runtime", "runstream._loop"),
-    "runstream.agent": ("runstream.runtime",),
+    "runstream.agent": ("runstream.runtime", "runstream.workflows"),
 }
 """Besides: nothing outside ``runstream.server`` imports it (see ``test_the_core_never_imports_the_server``)."""
 
 SERVER_USERS = ("runstream.server", "runstream.cli", "runstream.__main__", "runstream.mcp.cli")
 """The server's own package and the commands that start a server."""
-
-KNOWN_VIOLATIONS = frozenset({("runstream.tasks.temporal.worker", "runstream.runtime")})
-"""Imports against the rules that predate this check (the Temporal worker builds a runtime);
-a new one fails."""
-
-KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
-    {
-        frozenset({"runstream.testing.scripted", "runstream.testing.turns"}),
-        frozenset(
-            {
-                "runstream.tasks.temporal.activities",
-                "runstream.tasks.temporal.manager",
-                "runstream.tasks.temporal.worker",
-            }
-        ),
-        frozenset(
-            {
-                "runstream.agent",
-                "runstream.workflows",
-                "runstream.workflows.agent_step",
-                "runstream.workflows.control",
-                "runstream.workflows.engine",
-                "runstream.workflows.flow",
-                "runstream.workflows.foreach",
-                "runstream.workflows.nested",
-                "runstream.workflows.run",
-                "runstream.workflows.snapshots",
-                "runstream.workflows.tool",
-                "runstream.workflows.workflow",
-            }
-        ),
-    }
-)
-"""Cycles that predate this check: the workflow engine's modules refer to each other (and the
-agent's workflow helpers to them), as do the Temporal manager's and the scripted model's; a new
-cycle fails."""
-
-KNOWN_PACKAGE_CYCLES: frozenset[frozenset[str]] = frozenset(
-    {
-        frozenset(
-            {
-                "runstream.agent",
-                "runstream.runtime",
-                "runstream._services",
-                "runstream.tasks",
-                "runstream.workflows",
-            }
-        )
-    }
-)
-"""The Temporal worker (in ``tasks``) builds a runtime; the rest of ``tasks`` sits below the agent."""
-
-KNOWN_LONG = frozenset({"module runstream.agent", "module runstream.tasks.manager"})
-"""Modules over the limit that predate this check (to split next)."""
 
 
 def module_name(path: Path) -> str:
@@ -142,9 +88,7 @@ def test_imports_run_the_documented_way(layer: str) -> None:
         for name in modules()
         if within(name, layer)
         for target in sorted(imported(name))
-        if any(within(target, banned) for banned in FORBIDDEN[layer])
-        and not within(target, layer)
-        and (name, target) not in KNOWN_VIOLATIONS
+        if any(within(target, banned) for banned in FORBIDDEN[layer]) and not within(target, layer)
     ]
     assert not wrong, "\n".join(wrong)
 
@@ -195,7 +139,7 @@ def strongly_connected(graph: dict[str, set[str]]) -> Iterator[set[str]]:
 
 def test_no_import_cycles() -> None:
     graph = {name: imported(name) for name in modules()}
-    cycles = [c for c in strongly_connected(graph) if frozenset(c) not in KNOWN_CYCLES]
+    cycles = list(strongly_connected(graph))
     assert not cycles, "\n".join(" <-> ".join(sorted(c)) for c in cycles)
 
 
@@ -208,7 +152,7 @@ def test_no_import_cycles_between_packages() -> None:
     graph: dict[str, set[str]] = {}
     for name in modules():
         graph.setdefault(unit(name), set()).update(unit(t) for t in imported(name) if unit(t) != unit(name))
-    cycles = [c for c in strongly_connected(graph) if frozenset(c) not in KNOWN_PACKAGE_CYCLES]
+    cycles = list(strongly_connected(graph))
     assert not cycles, "\n".join(" <-> ".join(sorted(c)) for c in cycles)
 
 
@@ -216,7 +160,7 @@ def test_functions_and_modules_stay_short() -> None:
     too_long = []
     for name, path in modules().items():
         source = path.read_text()
-        if source.count("\n") > MAX_MODULE_LINES and f"module {name}" not in KNOWN_LONG:
+        if source.count("\n") > MAX_MODULE_LINES:
             too_long.append(f"module {name}: {source.count(chr(10))} lines")
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):

@@ -11,7 +11,8 @@ scripted models):
   workers are started, checked (``/health``, their ready line) and stopped; ``make`` targets,
   ``pip install`` extras and ``docker`` commands are checked against the Makefile, pyproject.toml
   and the Dockerfile (which ``test_dockerfile.py`` checks); ``export`` sets the environment of
-  the following commands, with ``DATABASE_URL`` and ``REDIS_URL`` pointing at the test services;
+  the following commands, with ``DATABASE_URL``, ``REDIS_URL`` and ``TEMPORAL_ADDRESS`` pointing
+  at the test services (a Temporal dev server is started for a document that names it);
 * ``js``: run with node against the document's last server, with the interop tests' packages;
 * ``text``: diagrams and sample output, not run;
 * blocks that cannot run here are listed in :data:`NOT_RUN` with the reason.
@@ -87,7 +88,6 @@ EXPECTED_OUTPUT = {
     ],
     ("README.md", "async def research"): ["background-task-started", "background-task-completed"],
     ("README.md", "GoalConfig(judge=judge"): ["active - The haiku has no title", "done - A titled haiku."],
-    ("README.md", "DistributedTaskManager(storage"): ["background-task-running", "background-task-completed"],
     ("docs/server.md", 'client.getAgent("assistant")'): ["text-delta", "finish"],
     ("docs/server.md", 'getWorkflow("approve-post")'): ["workflow-step-suspended", "workflow-finish success"],
 }
@@ -249,12 +249,15 @@ def run_command(session: Session, block: Block, argv: list[str]) -> None:
         check_extras(where, argv)
     elif name == "docker":
         assert (ROOT / "Dockerfile").is_file(), f"{where}: no Dockerfile"
-        if argv[1] == "run" and "python" in argv:
-            assert argv[argv.index("python") + 1 :] == ["app.py", "worker"], f"{where}: unknown command"
+        if argv[1] == "run" and "runstream" in argv:
+            command = argv[argv.index("runstream") + 1 :]
+            assert command[0] in ("serve", "worker") and command[1] == "app:api_runtime", (
+                f"{where}: {command}"
+            )
+    elif argv[:2] == ["runstream", "worker"]:
+        run_worker(session, argv)
     elif name in ("runstream", "uvicorn"):
         serve(session, block, argv)
-    elif argv[:2] == ["python", "app.py"]:
-        run_worker(session, argv)
     elif argv[:3] == ["python", "-m", "pytest"]:
         check(session, block, [sys.executable, *argv[1:]])
     elif name == "python" and argv[1].startswith("examples/"):
@@ -290,10 +293,11 @@ def serve(session: Session, block: Block, argv: list[str]) -> None:
 
 
 def run_worker(session: Session, argv: list[str]) -> None:
+    """``runstream worker``: started, ready (polling its Temporal task queues), stopped by SIGTERM."""
     with running(argv, session.cwd, session.env) as process:
-        read_line_with(process, "runstream worker: ready")
-        out, _ = stop_and_read(process)
-    assert "runstream worker: stopped" in out and process.returncode == 0
+        read_line_with(process, "runstream worker ready")
+        stop_and_read(process)
+    assert process.returncode == 0
 
 
 # -- js --------------------------------------------------------------------------------------------
@@ -326,10 +330,16 @@ def run_js(session: Session, block: Block) -> None:
 
 @contextmanager
 def services(blocks: list[Block]) -> Iterator[dict[str, str]]:
-    """A fresh PostgreSQL database (and the test Redis) for a document that needs them."""
+    """A fresh PostgreSQL database (and the test Redis, and a Temporal dev server if the
+    document names ``TEMPORAL_ADDRESS``) for a document that needs them."""
     if not any("DATABASE_URL" in block.code for block in blocks):
         yield {}
         return
+    temporal = None
+    if any("TEMPORAL_ADDRESS" in block.code for block in blocks):
+        from runstream.tasks.temporal.devserver import TemporalDevServer
+
+        temporal = TemporalDevServer().start()
     import asyncpg
 
     database = f"docs_{uuid.uuid4().hex[:12]}"
@@ -342,16 +352,23 @@ def services(blocks: list[Block]) -> Iterator[dict[str, str]]:
             await connection.close()
 
     try:
-        asyncio.run(admin(f"CREATE DATABASE {database}"))
-    except (OSError, asyncpg.PostgresError):
-        if CI:
-            raise
-        yield {}  # no PostgreSQL here: the blocks that need it are left out (never under CI)
-        return
-    try:
-        yield {"DATABASE_URL": POSTGRES_URL.rsplit("/", 1)[0] + f"/{database}", "REDIS_URL": REDIS_URL}
+        try:
+            asyncio.run(admin(f"CREATE DATABASE {database}"))
+        except (OSError, asyncpg.PostgresError):
+            if CI:
+                raise
+            yield {}  # no PostgreSQL here: the blocks that need it are left out (never under CI)
+            return
+        urls = {"DATABASE_URL": POSTGRES_URL.rsplit("/", 1)[0] + f"/{database}", "REDIS_URL": REDIS_URL}
+        if temporal is not None:
+            urls["TEMPORAL_ADDRESS"] = temporal.address
+        try:
+            yield urls
+        finally:
+            asyncio.run(admin(f"DROP DATABASE {database} WITH (FORCE)"))
     finally:
-        asyncio.run(admin(f"DROP DATABASE {database} WITH (FORCE)"))
+        if temporal is not None:
+            temporal.stop()
 
 
 async def test_the_first_example_runs_on_a_real_provider_too(tmp_path: Path) -> None:

@@ -12,19 +12,16 @@ import json
 import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx2
 import mcp
 import pytest
 
 from tests.mcp.conftest import start_http_server
-from tests.otel.test_otlp_export import Collector, collector
-
-__all__ = ["collector"]
 
 ROOT = Path(__file__).parents[1]
 JS = ROOT / "tests" / "js"
@@ -104,14 +101,15 @@ async def test_mcp_page() -> None:
 
 def test_ag_ui_page(served: str) -> None:
     page = blocks("ag-ui.md")
-    assert [kind for kind, _ in page] == ["sh", "js", "text", "sh"]
+    assert [kind for kind, _ in page] == ["sh", "js", "text", "js", "text", "sh"]
     script = JS / "docs-ag-ui-client.mjs"  # inside tests/js, where @ag-ui/client resolves
-    script.write_text(page[1][1].replace("http://localhost:4111", served))
-    try:
-        assert run_program(["node", script.name], JS) == page[2][1]
-    finally:
-        script.unlink()
-    curl = shlex.split(page[3][1].replace("http://localhost:4111", served))
+    for code, expected in ((page[1][1], page[2][1]), (page[3][1], page[4][1])):
+        script.write_text(code.replace("http://localhost:4111", served))
+        try:
+            assert run_program(["node", script.name], JS) == expected
+        finally:
+            script.unlink()
+    curl = shlex.split(page[5][1].replace("http://localhost:4111", served))
     events = [
         json.loads(line[6:]) for line in run_program(curl, ROOT).splitlines() if line.startswith("data: ")
     ]
@@ -119,27 +117,48 @@ def test_ag_ui_page(served: str) -> None:
     assert "You said: hello" in [e.get("delta") for e in events]
 
 
-def test_otel_page(collector: tuple[Collector, str]) -> None:
+def test_otel_page() -> None:
+    """The in-process example, then the documented receiver, server and request as processes:
+    the receiver prints what the page says (ports made free, the export's batch delay short)."""
     page = blocks("otel.md")
-    assert [kind for kind, _ in page] == ["python", "text", "sh"]
+    assert [kind for kind, _ in page] == ["python", "text", "sh", "sh", "sh", "text"]
     check_python(page[0][1], page[1][1])
-    received, endpoint = collector
-    words = page[2][1].split()
-    env = dict(word.split("=", 1) for word in words if "=" in word and not word.startswith("-"))
-    assert env.pop("OTEL_EXPORTER_OTLP_ENDPOINT") == "http://127.0.0.1:4318"
-    env |= {
-        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
-        "OTEL_BSP_SCHEDULE_DELAY": "50",
-        "RUNSTREAM_API_TOKEN": "",
-    }
-    command = " ".join(word for word in words if "=" not in word or word.startswith("-"))
-    process, base = start_http_server(*argv(command), env=env)
+    port = free_port()
+    receiver = subprocess.Popen(
+        [sys.executable, *page[2][1].split()[1:-1], str(port)],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
-        httpx2.post(
-            f"{base}/api/agents/calc/generate", json={"messages": "divide 6 3"}, timeout=20
-        ).raise_for_status()
-        received.wait_for("invoke_agent calc", "chat rule-model", "execute_tool divide")
+        assert receiver.stdout is not None
+        printed = [receiver.stdout.readline()]
+        words = page[3][1].split()
+        env = dict(word.split("=", 1) for word in words if "=" in word and not word.startswith("-"))
+        assert env.pop("OTEL_EXPORTER_OTLP_ENDPOINT") == "http://127.0.0.1:4318"
+        env |= {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+            "OTEL_BSP_SCHEDULE_DELAY": "50",
+            "RUNSTREAM_API_TOKEN": "",
+        }
+        command = " ".join(word for word in words if "=" not in word or word.startswith("-"))
+        process, base = start_http_server(*argv(command), env=env)
+        try:
+            curl = shlex.split(page[4][1].replace("http://127.0.0.1:4111", base))
+            assert json.loads(run_program(curl, ROOT))["text"] == "The result is 2.0."
+            expected = page[5][1].replace(":4318", f":{port}").splitlines(keepends=True)
+            printed += [receiver.stdout.readline() for _ in expected[1:]]  # blocks until printed
+        finally:
+            process.terminate()
+            process.wait(10)
     finally:
-        process.terminate()
-        process.wait(10)
-    assert received.service_names == {"calc-service"}
+        receiver.terminate()
+        receiver.wait(10)
+    assert printed == expected
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

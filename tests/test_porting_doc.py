@@ -8,6 +8,7 @@ import inspect
 import re
 import subprocess
 import sys
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -98,8 +99,20 @@ def exists(name: str) -> bool:
             return False
     if parameter is not None:
         function = target.__init__ if inspect.isclass(target) else target
-        return parameter in inspect.signature(function).parameters
+        return parameter in parameters(function)
     return True
+
+
+def parameters(function: Callable[..., Any]) -> set[str]:
+    """The keyword names ``function`` takes, including those of ``**options: Unpack[SomeTypedDict]``."""
+    signature = inspect.signature(function)
+    names = set(signature.parameters)
+    for parameter in signature.parameters.values():
+        if parameter.kind is parameter.VAR_KEYWORD:
+            hint = typing.get_type_hints(function).get(parameter.name)
+            if typing.get_origin(hint) is typing.Unpack:
+                names |= set(typing.get_args(hint)[0].__annotations__)
+    return names
 
 
 def test_the_tables_are_there() -> None:

@@ -17,8 +17,8 @@ from runstream.scoring import TaskCompletion
 from runstream.storage import InMemoryStorage, TaskRecord
 from runstream.structured import StructuredOutput
 from runstream.tasks.config import BackgroundTaskConfig, RetryConfig
-from runstream.tasks.distributed import DistributedTaskManager
 from runstream.tasks.policy import AgentBackgroundConfig
+from runstream.tasks.temporal import TemporalTaskManager
 from runstream.testing import ScriptedModel
 from runstream.tools import BackgroundToolConfig
 
@@ -315,15 +315,15 @@ async def test_retryable_errors_decides_which_failures_are_retried() -> None:
     assert attempts.count("flaky") == 4 and attempts.count("bad") == 1
 
 
-def test_producer_mode_needs_a_distributed_manager() -> None:
-    with pytest.raises(ValueError, match="producer"):
+def test_producer_mode_needs_a_manager_whose_tasks_run_elsewhere() -> None:
+    with pytest.raises(ValueError, match=r"producer.*TemporalTaskManager"):
         Runstream(background_tasks={"enabled": True, "mode": "producer"})
     assert Runstream(background_tasks={"enabled": True, "mode": "worker"}).task_manager is not None
     config = BackgroundTaskConfig(mode="producer")
-    producer = DistributedTaskManager(InMemoryStorage(), config, redis_url="redis://127.0.0.1:1/0")
-    assert producer.worker is False
+    producer = TemporalTaskManager(InMemoryStorage(), config)
+    assert producer.run_worker is False
     with pytest.raises(ValueError, match="contradicts"):
-        DistributedTaskManager(InMemoryStorage(), config, redis_url="redis://127.0.0.1:1/0", worker=True)
+        TemporalTaskManager(InMemoryStorage(), config, run_worker=True)
 
 
 # -- the other configuration mappings --------------------------------------------------------

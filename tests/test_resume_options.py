@@ -115,6 +115,6 @@ async def test_bad_resume_options_are_errors_and_keep_the_run() -> None:
     run_id = (await drain(await approving.stream("Delete /tmp/x")))[0].run_id
     with pytest.raises(ConfigKeyError, match="'maxStep'; did you mean 'maxSteps'"):
         await approving.approve_tool_call(run_id=run_id, maxStep=1)
-    with pytest.raises(TypeError, match="run_id is not an option of a resume"):
+    with pytest.raises(ConfigKeyError, match="unknown option 'runId'"):
         await approving.approve_tool_call(run_id=run_id, runId="other")
     assert [c.type for c in await drain(await approving.approve_tool_call(run_id=run_id))][-1] == "finish"

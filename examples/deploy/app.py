@@ -1,11 +1,12 @@
 """A runstream app configured from the environment, as the Dockerfile at the repository root runs it.
 
     runstream serve app:api_runtime --host 0.0.0.0 --port 4111   # an API process
-    python app.py worker                                          # a background-task worker
+    runstream worker app:api_runtime                              # a background-task worker
 
 RUNSTREAM_MODEL      a model string, e.g. "openai/gpt-4.1-mini" (default: a scripted model)
 DATABASE_URL         PostgreSQL for memory and tasks (default: the SQLite file RUNSTREAM_SQLITE_PATH)
-REDIS_URL            with DATABASE_URL: API processes enqueue, worker processes run the tasks
+TEMPORAL_ADDRESS     with DATABASE_URL: background tasks run on Temporal, their tools on workers
+REDIS_URL            with TEMPORAL_ADDRESS: task events reach every API process
 RUNSTREAM_API_TOKEN  the bearer token callers must send (read by the server)
 """
 
@@ -13,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import sys
 
 from runstream import Agent, ToolContext, tool
 from runstream.memory import Memory
@@ -48,39 +47,24 @@ def storage() -> Storage:
     return SqliteStorage(os.environ.get("RUNSTREAM_SQLITE_PATH", "runstream.db"))
 
 
-def build(*, worker: bool) -> Runstream:
-    """The runtime; ``worker`` says whether this process runs background tasks itself."""
+def api_runtime() -> Runstream:
+    """The runtime of API processes (``runstream serve``) and workers (``runstream worker``).
+
+    Without ``TEMPORAL_ADDRESS`` one process runs its own background tasks; with it, tasks are
+    Temporal workflows whose tools run on ``runstream worker`` processes (an API process runs none).
+    """
     agent = Agent("researcher", instructions="Research.", model=model(), tools=[research], memory=Memory())
     store = storage()
-    redis_url = os.environ.get("REDIS_URL")
-    if not redis_url:  # one process: it runs its own tasks
+    address = os.environ.get("TEMPORAL_ADDRESS")
+    if not address:  # one process: it runs its own tasks
         return Runstream(agents=[agent], storage=store, background_tasks={"enabled": True})
     if not os.environ.get("DATABASE_URL"):
-        raise SystemExit("REDIS_URL needs DATABASE_URL: API processes and workers share one PostgreSQL")
-    from runstream.tasks.distributed import DistributedTaskManager
+        raise SystemExit(
+            "TEMPORAL_ADDRESS needs DATABASE_URL: API processes and workers share one PostgreSQL"
+        )
+    from runstream.tasks.temporal import TemporalSettings, TemporalTaskManager
 
-    manager = DistributedTaskManager(store, redis_url=redis_url, worker=worker)
+    manager = TemporalTaskManager(
+        store, temporal=TemporalSettings(address=address), redis_url=os.environ.get("REDIS_URL") or None
+    )
     return Runstream(agents=[agent], storage=store, task_manager=manager)
-
-
-def api_runtime() -> Runstream:
-    """For ``runstream serve app:api_runtime``: with workers (REDIS_URL), it runs no task itself."""
-    return build(worker=not os.environ.get("REDIS_URL"))
-
-
-async def run_worker() -> None:
-    """Run background tasks until SIGTERM or SIGINT, then stop taking new ones and exit."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    async with build(worker=True):
-        print("runstream worker: ready", flush=True)
-        await stop.wait()
-    print("runstream worker: stopped", flush=True)
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] != ["worker"]:
-        raise SystemExit("usage: python app.py worker  (API processes: runstream serve app:api_runtime)")
-    asyncio.run(run_worker())

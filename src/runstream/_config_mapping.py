@@ -13,11 +13,13 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from runstream.errors import InvalidInputError
+
 Check = Callable[[str, Any], Any]
 """Validates (and may convert) one value; raises ``ValueError``/``TypeError`` naming the key."""
 
 
-class ConfigKeyError(ValueError):
+class ConfigKeyError(InvalidInputError):
     """A configuration mapping has a key runstream does not know (or does not implement)."""
 
 

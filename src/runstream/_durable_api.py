@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from runstream import _suspension as suspension
-from runstream.chunks import AnyChunk, ErrorChunk, iso_datetime, now_utc
+from runstream.chunks import AnyChunk, ErrorChunk
 from runstream.errors import NotFoundError
 from runstream.storage import Storage
 
@@ -93,14 +93,6 @@ async def list_active_runs(
     if per_page is not None and page is not None:  # as Mastra: paged only when both are given
         runs = runs[page * per_page : (page + 1) * per_page]
     return {"runs": runs, "total": total}
-
-
-def stamp(data: dict[str, Any], created: dict[str, str], run_id: str) -> dict[str, Any]:
-    """A durable snapshot with the run's ``createdAt`` (its first save) and ``savedAt``."""
-    now = iso_datetime(now_utc())
-    data["createdAt"] = created.setdefault(run_id, now)
-    data["savedAt"] = now
-    return data
 
 
 # -- recovery ---------------------------------------------------------------------------------

@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from runstream.storage import Storage
-from runstream.tasks.manager import BackgroundTaskManager
+from runstream.tasks.coordination import TaskManager
 from runstream.tools import Tool
 
 
 @dataclass(frozen=True, slots=True)
 class RuntimeServices:
     storage: Storage
-    task_manager: BackgroundTaskManager | None
+    task_manager: TaskManager | None
     start: Callable[[], Awaitable[None]]
     """Initialises the storage and starts the task manager (idempotent)."""
 

@@ -1,9 +1,11 @@
 """``Agent``: configuration plus ``stream()`` / ``generate()`` and the human-in-the-loop calls.
 
 An agent wires a model, tools, processors and defaults into a :class:`~runstream._run_state.LoopConfig`
-per run and returns a :class:`~runstream.output.RunOutput`. Runs that stop for a human (an
-approval, a suspended tool) are remembered by run id so ``approve_tool_call``,
-``decline_tool_call`` and ``resume_stream`` can continue them.
+per run (from the run's :class:`~runstream.run_options.RunOptions`) and returns a
+:class:`~runstream.output.RunOutput`. Runs that stop for a human (an approval, a suspended
+tool) are kept by run id (``runstream._suspension``) so ``approve_tool_call``,
+``decline_tool_call`` and ``resume_stream`` can continue them; until-idle streams are wired in
+``runstream._idle_stream``.
 """
 
 from __future__ import annotations
@@ -13,23 +15,31 @@ import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
-from runstream import _suspension as suspension
 from runstream import _tracing as tracing
-from runstream._call_options import call_options, resumed_options
-from runstream._callbacks import Callback, with_callbacks
-from runstream._durable_api import RunLogs, list_active_runs, observe, recover_active_runs, stamp
+from runstream._callbacks import with_callbacks
+from runstream._config_mapping import read_config
+from runstream._durable_api import RunLogs, list_active_runs, observe, recover_active_runs
+from runstream._idle_stream import IdleStreams, UntilIdle, check_idle_options
 from runstream._loop import agent_loop
 from runstream._messages import ContinuedMessage, rewrite_prompt_result
 from runstream._run_state import LoopConfig, ResumeAction, RunState
 from runstream._step_results import model_label, run_metadata
 from runstream._sub_agent import AgentToolError as AgentToolError  # public here since before the move
 from runstream._sub_agent import agent_tool
+from runstream._suspension import (
+    DURABLE_NAMESPACE,
+    NAMESPACE,
+    DurableRuns,
+    Stopped,
+    SuspendedRun,
+    SuspendedRuns,
+    describe,
+)
+from runstream._suspension import RunNotFoundError as RunNotFoundError
 from runstream.abort import AbortController, AbortSignal
-from runstream.chunks import AnyChunk, iso_datetime, now_utc
-from runstream.delegation import DelegationConfig
-from runstream.errors import NotFoundError, StateConflictError
+from runstream.chunks import AnyChunk
 from runstream.goals import (
     GoalCheck,
     GoalConfig,
@@ -48,37 +58,25 @@ from runstream.request_context import Dynamic, RequestContext, resolve
 from runstream.run_options import (
     MessagesInput,
     RunOptions,
+    StreamOptions,
     ToolsInput,
     by_name,
-    call_tools,
-    default_stream_options,
     is_function,
     is_model,
-    loop_settings,
     normalize_messages,
     normalize_tool_choice,
-    options_from_json,
-    options_to_json,
     resolve_instructions,
     resolve_model,
-    with_default_options,
 )
 from runstream.run_options import client_tool as client_tool  # public here since before the move
 from runstream.scoring import TaskCompletion
-from runstream.stop_conditions import StopCondition
 from runstream.storage import Storage, TaskRecord
 from runstream.structured import StructuredOutput
-from runstream.tasks.until_idle import IdleOptions, until_idle_stream
-from runstream.tools import Tool, resume_schema_of
+from runstream.tools import OffersTool, Tool, resume_schema_of
 
 if TYPE_CHECKING:
     from runstream._services import RuntimeServices, Toolset
     from runstream.tasks.policy import AgentBackgroundConfig
-    from runstream.workflows import Workflow
-
-
-class RunNotFoundError(NotFoundError):
-    """No suspended run with that id (it finished, or it never stopped for a human)."""
 
 
 class Agent:
@@ -98,7 +96,7 @@ class Agent:
         tools: ToolsInput | Dynamic[ToolsInput] = (),
         toolsets: Iterable[Toolset] = (),
         agents: Iterable[Agent] | Mapping[str, Agent] = (),
-        workflows: Iterable[Workflow] | Mapping[str, Workflow] = (),
+        workflows: Iterable[OffersTool] | Mapping[str, OffersTool] = (),
         max_steps: int = 5,
         tool_choice: str | Mapping[str, Any] | None = None,
         structured_output: Any = None,
@@ -144,7 +142,9 @@ class Agent:
         """Sources of tools that change while the agent lives (e.g. an MCP client); read per run."""
         self.agents = dict(agents) if isinstance(agents, Mapping) else {sub.id: sub for sub in agents}
         """Sub-agents by name, each offered as the tool ``agent-<name>`` (Mastra's ``agents``)."""
-        self.workflows = dict(workflows) if isinstance(workflows, Mapping) else {w.id: w for w in workflows}
+        self.workflows: dict[str, OffersTool] = (
+            dict(workflows) if isinstance(workflows, Mapping) else {w.id: w for w in workflows}
+        )
         """Workflows by name, each offered as the tool ``workflow-<name>`` (Mastra's ``workflows``)."""
         for key, sub in self.agents.items():
             sub_tool = agent_tool(sub, key, self)
@@ -165,17 +165,15 @@ class Agent:
         self.durable = durable
         self.is_task_complete = TaskCompletion.coerce(is_task_complete)
         if isinstance(default_options, Mapping):  # a misspelt option fails here, not at the first call
-            default_stream_options(default_options, type(self).stream)
+            read_default_options(default_options)
         self.default_options = default_options
         self.services: RuntimeServices | None = None
         """The storage and task manager of the runtime that holds this agent (see :meth:`bind`)."""
-        self._suspended: dict[str, tuple[LoopConfig, RunState, RunOptions]] = {}
-        self._live_runs: set[str] = set()
+        self._stopped = SuspendedRuns(id)
+        self._durable_runs = DurableRuns(id)
         self._run_logs = RunLogs()
         """Durable runs' chunks, for ``observe``."""
-        self._durable_created: dict[str, str] = {}
-        """Durable runs streaming in this process (not to be resumed from a snapshot)."""
-        self._idle_streams: dict[tuple[str, str], AbortController] = {}
+        self._idle_streams = IdleStreams(id)
 
     def __repr__(self) -> str:
         return f"Agent({self.id!r})"
@@ -205,53 +203,27 @@ class Agent:
         return {**merged, **self.tools}
 
     # -- running -----------------------------------------------------------------------------------
-    @with_default_options
     async def stream(
         self,
         messages: MessagesInput | None = None,
         *,
-        max_steps: int | None = None,
-        tool_choice: str | Mapping[str, Any] | None = None,
-        include_raw_chunks: bool = False,
-        structured_output: Any = None,
-        output_processors: Iterable[Any] | None = None,
-        input_processors: Iterable[Any] | None = None,
-        max_processor_retries: int | None = None,
-        model_settings: ModelSettings | None = None,
-        abort_signal: AbortSignal | None = None,
         run_id: str | None = None,
-        context: Sequence[Mapping[str, Any]] = (),
-        memory: MemoryScope | Mapping[str, Any] | None = None,
-        until_idle: bool | Mapping[str, Any] = False,
-        disable_background_tasks: bool = False,
-        is_task_complete: TaskCompletion | Mapping[str, Any] | None = None,
-        client_tools: Iterable[Tool] | Mapping[str, Tool] = (),
-        request_context: RequestContext | Mapping[str, Any] | None = None,
-        on_chunk: Callback | None = None,
-        on_step_finish: Callback | None = None,
-        on_finish: Callback | None = None,
-        on_error: Callback | None = None,
-        on_abort: Callback | None = None,
-        instructions: str | Dynamic[str] | None = None,
-        system: str | Sequence[str] | None = None,
-        model: LanguageModel | Dynamic[LanguageModel] | None = None,
-        active_tools: Sequence[str] | None = None,
-        require_tool_approval: bool | Callable[[dict[str, Any]], Any] = False,
-        tool_call_concurrency: int | Mapping[str, Any] | None = None,
-        stop_when: StopCondition | Sequence[StopCondition] = (),
-        prepare_step: Callable[[dict[str, Any]], Any] | None = None,
-        delegation: DelegationConfig | Mapping[str, Any] | None = None,
+        until_idle: UntilIdle | None = None,
+        **options: Unpack[StreamOptions],
     ) -> RunOutput:
         """Start a run; iterate ``out.full_stream`` for its chunks.
 
-        Mastra's options by their Python names (docs/porting-from-mastra.md): ``request_context``
-        (tools read it as ``ctx.request_context``; instructions, model and tools may be functions
-        of it), the callbacks ``on_chunk`` ... ``on_abort`` (``runstream._callbacks``),
+        The options (:class:`~runstream.run_options.StreamOptions`) are Mastra's by their Python
+        names (docs/porting-from-mastra.md): ``max_steps``, ``tool_choice``, ``structured_output``,
+        ``model_settings``, processors, ``abort_signal``, ``context``, ``request_context`` (tools
+        read it as ``ctx.request_context``; instructions, model and tools may be functions of
+        it), the callbacks ``on_chunk`` ... ``on_abort`` (``runstream._callbacks``),
         ``instructions``/``model`` (replace the agent's), ``system`` (added system messages),
         ``active_tools``, ``require_tool_approval`` (``True`` or a function of the call),
         ``tool_call_concurrency`` (``n`` or ``{"limit", "strategy"}``), ``stop_when``
-        (``runstream.stop_conditions``), ``prepare_step`` (``runstream._prepare_step``) and
-        ``delegation`` (hooks around sub-agent calls, ``runstream.delegation``).
+        (``runstream.stop_conditions``) and ``prepare_step`` (``runstream._prepare_step``). They
+        are read once into a frozen :class:`~runstream.run_options.RunOptions`, over the agent's
+        ``default_options``; an unknown option is an error naming it.
 
         ``memory={"thread": ..., "resource": ...}`` loads the thread's history and saves the new
         messages. ``until_idle=True`` (or ``{"max_idle_ms": n, "resume_window_ms": n}``) keeps the
@@ -260,20 +232,36 @@ class Agent:
         offered to the model but executed by the caller: a step that calls one ends the run with
         reason ``tool-calls`` after its ``tool-call`` chunks; send the results in the next run.
         """
-        params = {k: v for k, v in locals().items() if k not in ("self", "messages", "run_id", "until_idle")}
-        if isinstance(until_idle, Mapping):  # bad options fail even where until-idle falls back
-            IdleOptions.coerce(dict(until_idle), progress_interval_ms=0)
-        options = call_options(params)
+        run_options, run_id, idle = await self._read_options(options, run_id, until_idle)
         input_messages = normalize_messages(messages)
 
         async def first_turn() -> RunOutput:
-            return await self._start_run(input_messages, options, run_id, AbortController())
+            return await self._start_run(input_messages, run_options, run_id, AbortController())
 
-        if self._idles(until_idle, options):
-            return await self._stream_until_idle(options, until_idle, first_turn)
-        return await self._start_run(input_messages, options, run_id)
+        if self._idles(idle, run_options):
+            return await self._stream_until_idle(run_options, idle, first_turn)
+        return await self._start_run(input_messages, run_options, run_id)
 
-    def _idles(self, until_idle: bool | Mapping[str, Any], options: RunOptions) -> bool:
+    async def _read_options(
+        self, options: Mapping[str, Any], run_id: str | None, until_idle: UntilIdle | None
+    ) -> tuple[RunOptions, str | None, UntilIdle]:
+        """A call's options over the agent's ``default_options`` (Mastra's ``defaultOptions``: a
+        mapping, or a function of the request context returning one), read once."""
+        if self.default_options is not None:
+            defaults = self.default_options
+            if not isinstance(defaults, Mapping):
+                defaults = await resolve(defaults, RequestContext.coerce(options.get("request_context")))
+            given = read_default_options(defaults)
+            run_id = run_id if run_id is not None else given.pop("run_id", None)
+            until_idle = until_idle if until_idle is not None else given.pop("until_idle", None)
+            given.pop("run_id", None)
+            given.pop("until_idle", None)
+            options = {**given, **options}
+        idle = until_idle if until_idle is not None else False
+        check_idle_options(idle)
+        return RunOptions.of(options), run_id, idle
+
+    def _idles(self, until_idle: UntilIdle, options: RunOptions) -> bool:
         """Whether a stream stays open for its background tasks (it needs a task manager and a
         thread to continue on; otherwise it is a plain stream, as in Mastra)."""
         manager = self.services.task_manager if self.services is not None else None
@@ -336,8 +324,6 @@ class Agent:
             continued=continued,
         )
         cfg = await self._configure(options, state, controller)
-        if scope is not None:
-            await self._attach_goal(cfg, state, scope)
         return self._output(cfg, state, controller, None, options)
 
     async def _configure(
@@ -347,65 +333,32 @@ class Agent:
         signal = controller.signal
         if options.abort_signal is not None:
             signal = AbortSignal.any(signal, options.abort_signal)
-        scope = options.memory
         context = options.request_context
         tools = await self.get_tools(context)  # with the toolsets' current tools
         if options.client_tools or options.active_tools is not None or options.require_tool_approval is True:
-            tools = call_tools({**tools, **options.client_tools}, options)
+            tools = options.call_tools(tools)
         model = options.model or self.model
-        cfg = LoopConfig(
-            agent_id=self.id,
-            agent_name=self.name,
-            model=ready_model(
-                model if is_model(model) else await resolve_model(model, context, f"agent {self.id!r}")
-            ),
-            tools=dict(tools),
-            client_tools=frozenset(options.client_tools),
-            max_steps=options.max_steps if options.max_steps is not None else self.max_steps,
-            tool_choice=normalize_tool_choice(options.tool_choice) or self.tool_choice,
-            include_raw_chunks=options.include_raw_chunks,
-            structured_output=StructuredOutput.coerce(options.structured_output) or self.structured_output,
-            output_processors=(
-                options.output_processors if options.output_processors is not None else self.output_processors
-            ),
-            input_processors=(
-                options.input_processors if options.input_processors is not None else self.input_processors
-            ),
-            max_processor_retries=(
-                options.max_processor_retries
-                if options.max_processor_retries is not None
-                else self.max_processor_retries
-            ),
-            model_settings=options.model_settings or self.model_settings,
-            abort_signal=signal,
-            context=list(options.context),
-            thread_id=scope.thread_id if scope else None,
-            resource_id=scope.resource_id if scope else None,
-            durable=self.durable,
-            **loop_settings(options),
+        model = ready_model(
+            model if is_model(model) else await resolve_model(model, context, f"agent {self.id!r}")
         )
+        cfg = options.loop_config(self, model=model, tools=tools, signal=signal)
         instructions = options.instructions if options.instructions is not None else self.instructions
         if not isinstance(instructions, str):
             instructions = await resolve_instructions(instructions, context, f"agent {self.id!r}")
-        own_tools = (
-            {n: t for n, t in tools.items() if n not in options.client_tools}
-            if options.client_tools
-            else tools
-        )
         storage = self._run_storage() if self.durable else None
         if storage is not None:  # a durable run is saved after every step (runstream._durable_api)
-            cfg.on_step_end = partial(self._save_durable, storage, options)
-        instructions += await self._attach_background(cfg, state, options, own_tools)
+            cfg.on_step_end = partial(self._durable_runs.save, storage, options)
+        instructions += await self._attach_background(cfg, options)
         completion = options.is_task_complete or self.is_task_complete
         if completion is not None:
             cfg.completion_checks.append(completion.check)
         system = [instructions] if instructions else []
         cfg.system = [{"role": "system", "content": text} for text in [*system, *options.system]]
+        if options.memory is not None:  # a restored run is judged (and shown its goal) as well
+            await self._attach_goal(cfg, state, options.memory)
         return cfg
 
-    async def _attach_background(
-        self, cfg: LoopConfig, state: RunState, options: RunOptions, tools: dict[str, Tool]
-    ) -> str:
+    async def _attach_background(self, cfg: LoopConfig, options: RunOptions) -> str:
         """Wire the task manager into the run; returns text to append to the instructions."""
         from runstream.tasks.policy import (
             system_prompt_section,
@@ -522,28 +475,15 @@ class Agent:
     async def clear_objective(self, *, thread_id: str) -> bool:
         return await Goals(self._goal_storage()).clear(thread_id)
 
-    async def _save_durable(self, storage: Storage, options: RunOptions, state: RunState) -> None:
-        data = suspension.snapshot(self.id, state, options_to_json(options))
-        stamp(data, self._durable_created, state.run_id)
-        await storage.save_snapshot(suspension.DURABLE_NAMESPACE, state.run_id, data)
-
     async def durable_runs(self) -> list[str]:
         """Ids of this agent's durable runs that did not finish (e.g. cut off by a restart)."""
-        storage = self._run_storage()
-        if storage is None:
-            return []
-        ids = []
-        for run_id in await storage.list_snapshots(suspension.DURABLE_NAMESPACE):
-            data = await storage.load_snapshot(suspension.DURABLE_NAMESPACE, run_id)
-            if data is not None and data.get("agentId") == self.id and run_id not in self._live_runs:
-                ids.append(run_id)
-        return ids
+        return await self._durable_runs.unfinished(self._run_storage())
 
     async def list_active_runs(self, **filters: Any) -> dict[str, Any]:
         """Mastra's ``listActiveRuns``: this agent's durable runs no one drives in this process,
         with ``thread_id``, ``resource_id``, ``from_date``, ``to_date``, ``per_page``, ``page``
         (see ``runstream._durable_api``)."""
-        return await list_active_runs(self._run_storage(), self.id, self._live_runs, **filters)
+        return await list_active_runs(self._run_storage(), self.id, self._durable_runs.live, **filters)
 
     async def recover(self, run_id: str, **options: Any) -> RunOutput:
         """Mastra's ``recover``: a durable run continued from its last step as a stream, with
@@ -567,19 +507,12 @@ class Agent:
         return observe(log, run_id, **options)
 
     async def resume_durable_run(self, run_id: str, **options: Any) -> RunOutput:
-        """Continue a durable run from its last finished step (waiting for its tasks first)."""
-        storage = self._run_storage()
-        data = await storage.load_snapshot(suspension.DURABLE_NAMESPACE, run_id) if storage else None
-        if data is None or data.get("agentId") != self.id or run_id in self._live_runs:
-            raise RunNotFoundError(f"no interrupted durable run {run_id!r} on agent {self.id!r}")
+        """Continue a durable run from its last finished step (waiting for its tasks first);
+        ``options`` (``stream()``'s) replace the run's own."""
+        state, saved = await self._durable_runs.load(run_id, self._run_storage())
+        run_options = saved.replaced(options) if options else saved
         if self.services is not None:
             await self.services.start()
-        state = suspension.restore(data)
-        state.status = "running"
-        state.saved = False
-        run_options = resumed_options(options_from_json(data["options"]), options, type(self).stream)
-        if isinstance(data.get("createdAt"), str):
-            self._durable_created.setdefault(run_id, data["createdAt"])
         controller = AbortController()
         cfg = await self._configure(run_options, state, controller)
         return self._output(cfg, state, controller, ResumeAction("continue"), run_options)
@@ -622,7 +555,7 @@ class Agent:
         memory = self.memory if cfg.thread_id is not None else None
 
         if cfg.on_step_end is not None:
-            self._live_runs.add(state.run_id)
+            self._durable_runs.live.add(state.run_id)
         state.span = tracing.start_agent_span(
             self.id,
             self.name,
@@ -636,22 +569,16 @@ class Agent:
 
         async def on_close() -> None:
             tracing.end_agent_span(state.span, state.status, state.finish_reason, state.error, state.usage)
-            self._live_runs.discard(state.run_id)
-            if state.status != "suspended":
-                self._durable_created.pop(state.run_id, None)
+            self._durable_runs.finished(state.run_id)
             storage = self._run_storage()
             if cfg.on_step_end is not None and storage is not None:
-                await storage.delete_snapshot(suspension.DURABLE_NAMESPACE, state.run_id)
+                await storage.delete_snapshot(DURABLE_NAMESPACE, state.run_id)
             if state.status == "suspended":
                 await self._save_input_early(cfg, state)
-                self._suspended[state.run_id] = (cfg, state, options)
-                if storage is not None:
-                    data = suspension.snapshot(self.id, state, options_to_json(options))
-                    data["suspendedAt"] = iso_datetime(now_utc())
-                    await storage.save_snapshot(suspension.NAMESPACE, state.run_id, data)
+                await self._stopped.remember(Stopped(cfg, state, options), storage)
                 return
             if resume is not None and storage is not None:
-                await storage.delete_snapshot(suspension.NAMESPACE, state.run_id)
+                await storage.delete_snapshot(NAMESPACE, state.run_id)
             if memory is not None and cfg.thread_id is not None and cfg.resource_id is not None:
                 state.saved = True
                 await memory.save_turn(
@@ -677,63 +604,27 @@ class Agent:
         return self.services.storage if self.services is not None else None
 
     async def _stream_until_idle(
-        self,
-        options: RunOptions,
-        until_idle: bool | Mapping[str, Any],
-        start_first_turn: Callable[[], Awaitable[RunOutput]],
+        self, options: RunOptions, until_idle: UntilIdle, first_turn: Callable[[], Awaitable[RunOutput]]
     ) -> RunOutput:
-        runtime = self.services
-        assert runtime is not None and runtime.task_manager is not None and options.memory is not None
-        idle = IdleOptions.coerce(
-            dict(until_idle) if isinstance(until_idle, Mapping) else None,
-            runtime.task_manager.config.progress_interval_ms,
-        )
-        scope = options.memory
-        key = (scope.thread_id, scope.resource_id)
-        manager = runtime.task_manager
-        running: set[str] = set()
-        previous = self._idle_streams.get(key)
-        if previous is not None:  # take over the tasks the older stream was waiting for
-            previous.abort("superseded by a newer until-idle stream on the same thread")
-            running.update(manager.running_task_ids(thread_id=scope.thread_id, resource_id=scope.resource_id))
-        controller = AbortController()
-        self._idle_streams[key] = controller
-        subscription = manager.subscribe(
-            agent_id=self.id, thread_id=scope.thread_id, resource_id=scope.resource_id, include_existing=False
-        )
-        if options.abort_signal is not None:
-            options.abort_signal.add_listener(controller.abort)
-        first = await start_first_turn()
-        controller.signal.add_listener(first.abort)
+        manager = self.services.task_manager if self.services is not None else None
+        assert manager is not None
 
-        async def continuation(context: list[PromptMessage]) -> RunOutput:
-            await tracing.link_stored_tasks(manager.storage.get_task)
-            turn_options = replace(
-                options, context=[*options.context, *context], abort_signal=controller.signal
-            )
+        async def next_turn(turn_options: RunOptions) -> RunOutput:
             return await self._start_run([], turn_options, None)
 
-        async def first_turn() -> RunOutput:
-            return first
+        return await self._idle_streams.open(manager, options, until_idle, first_turn, next_turn)
 
-        source = until_idle_stream(
-            first_turn,
-            continuation,
-            subscription,
-            options=idle,
-            controller=controller,
-            running=running,
-        )
-
-        async def forget() -> None:
-            if self._idle_streams.get(key) is controller:
-                del self._idle_streams[key]
-
-        return RunOutput(source, first.state, controller, on_close=forget)
-
-    async def generate(self, messages: MessagesInput | None = None, **options: Any) -> dict[str, Any]:
-        """Run to the end and return the full output (``text``, ``usage``, ``steps`` …)."""
-        out = await self.stream(messages, **options)
+    async def generate(
+        self,
+        messages: MessagesInput | None = None,
+        *,
+        run_id: str | None = None,
+        until_idle: UntilIdle | None = None,
+        **options: Unpack[StreamOptions],
+    ) -> dict[str, Any]:
+        """Run to the end and return the full output (``text``, ``usage``, ``steps`` …); the
+        options are ``stream()``'s."""
+        out = await self.stream(messages, run_id=run_id, until_idle=until_idle, **options)
         return await out.get_full_output()
 
     # -- human in the loop ---------------------------------------------------------------------------
@@ -742,16 +633,16 @@ class Agent:
         *,
         run_id: str,
         tool_call_id: str | None = None,
-        until_idle: bool | Mapping[str, Any] = False,
-        **options: Any,
+        until_idle: UntilIdle = False,
+        **options: Unpack[StreamOptions],
     ) -> RunOutput:
         """Approve a tool call the run stopped for; the returned stream continues the run.
 
         ``until_idle`` (here and on ``decline_tool_call``/``resume_stream``, as Mastra's
         ``resumeStream(..., {untilIdle})``) keeps the stream open for the background tasks the
         continued run starts, with their continuation turns, as ``stream(until_idle=...)``.
-        Any other ``stream()`` option (Mastra's name or Python's) replaces the run's own for the
-        continued run (see ``runstream._call_options``)."""
+        Any other ``stream()`` option replaces the run's own for the continued run (Mastra's
+        ``approveToolCall({runId, ...options})``; recorded ``x-pt24``..``x-pt26``)."""
         return await self._continue(run_id, ResumeAction("approve", tool_call_id), until_idle, options)
 
     async def decline_tool_call(
@@ -760,8 +651,8 @@ class Agent:
         run_id: str,
         tool_call_id: str | None = None,
         reason: str | None = None,
-        until_idle: bool | Mapping[str, Any] = False,
-        **options: Any,
+        until_idle: UntilIdle = False,
+        **options: Unpack[StreamOptions],
     ) -> RunOutput:
         """Decline it: the model is told the call was not approved (``tool-output-denied``)."""
         return await self._continue(
@@ -774,8 +665,8 @@ class Agent:
         *,
         run_id: str,
         tool_call_id: str | None = None,
-        until_idle: bool | Mapping[str, Any] = False,
-        **options: Any,
+        until_idle: UntilIdle = False,
+        **options: Unpack[StreamOptions],
     ) -> RunOutput:
         """Resume a suspended tool with ``data`` (it runs again with ``ctx.resume_data``)."""
         return await self._continue(
@@ -795,66 +686,35 @@ class Agent:
         return await (await self.decline_tool_call(run_id=run_id, **options)).get_full_output()
 
     async def suspended_runs(self) -> list[dict[str, Any]]:
-        """The stored snapshots (see :func:`.suspension.snapshot`, plus ``suspendedAt``) of this
-        agent's runs that wait for a human, for listings."""
-        storage = self._run_storage()
-        if storage is None:
-            return []
-        found = []
-        for run_id in await storage.list_snapshots(suspension.NAMESPACE):
-            data = await storage.load_snapshot(suspension.NAMESPACE, run_id)
-            if data is not None and data.get("agentId") == self.id:
-                found.append(data)
-        return found
+        """The stored snapshots (see :func:`runstream._suspension.snapshot`, plus ``suspendedAt``)
+        of this agent's runs that wait for a human, for listings."""
+        return await self._stopped.listing(self._run_storage())
 
-    async def suspended_run(self, run_id: str) -> suspension.SuspendedRun | None:
+    async def suspended_run(self, run_id: str) -> SuspendedRun | None:
         """What a run that stopped for a human waits for (and its thread and resource)."""
-        found = await self._find_suspended(run_id)
-        if found is None:
-            return None
-        _, state, options = found
-        return suspension.describe(self.id, state, options.memory)
-
-    async def _find_suspended(self, run_id: str) -> tuple[LoopConfig | None, RunState, RunOptions] | None:
-        if run_id in self._suspended:
-            return self._suspended[run_id]
-        storage = self._run_storage()
-        data = await storage.load_snapshot(suspension.NAMESPACE, run_id) if storage is not None else None
-        if data is None or data.get("agentId") != self.id:
-            return None
-        return None, suspension.restore(data), options_from_json(data["options"])
+        found = await self._stopped.find(run_id, self._run_storage())
+        return describe(self.id, found.state, found.options.memory) if found is not None else None
 
     async def _continue(
         self,
         run_id: str,
         action: ResumeAction,
-        until_idle: bool | Mapping[str, Any] = False,
+        until_idle: UntilIdle = False,
         given: Mapping[str, Any] | None = None,
     ) -> RunOutput:
-        if isinstance(until_idle, Mapping):  # bad options fail before the run is touched
-            IdleOptions.coerce(dict(until_idle), progress_interval_ms=0)
-        found = await self._find_suspended(run_id)
-        if found is None:
-            raise RunNotFoundError(f"no suspended run {run_id!r} on agent {self.id!r}")
-        stored_cfg, state, own_options = found
+        check_idle_options(until_idle)  # bad options fail before the run is touched
+        if given:
+            RunOptions.of(given, where="resume")
+        stopped = await self._stopped.take(run_id, action, self._run_storage())
+        state = stopped.state
         # The resume call's options replace the run's own (its configuration is then rebuilt).
-        options = resumed_options(own_options, given or {}, type(self).stream)
-        self._suspended.pop(run_id, None)
-        pending = state.pending
-        if pending is None:
-            raise RunNotFoundError(f"run {run_id!r} is not waiting for anything")
-        waiting = pending.awaiting_approval if action.kind != "resume" else set(pending.suspended)
-        if action.tool_call_id is not None and action.tool_call_id not in waiting:
-            if stored_cfg is not None:
-                self._suspended[run_id] = (stored_cfg, state, own_options)
-            what = "waiting for approval" if action.kind != "resume" else "suspended"
-            raise StateConflictError(f"tool call {action.tool_call_id!r} of run {run_id!r} is not {what}")
+        options = stopped.options.replaced(given) if given else stopped.options
 
         async def resumed() -> RunOutput:
             controller = AbortController()
             state.status = "running"
-            if stored_cfg is not None and options is own_options:
-                cfg = replace(stored_cfg, abort_signal=controller.signal)
+            if stopped.cfg is not None and not given:
+                cfg = replace(stopped.cfg, abort_signal=controller.signal)
             else:  # restored from storage, or new options: rebuild the configuration
                 if self.services is not None:
                     await self.services.start()
@@ -871,3 +731,10 @@ class Agent:
         input ``{"prompt", "threadId"?, "resourceId"?, "instructions"?, "maxSteps"?}``; its
         chunks stream as tool output (see ``runstream._sub_agent``)."""
         return agent_tool(self, name or self.id, None)
+
+
+def read_default_options(defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """An agent's ``default_options`` (``stream()``'s options, Mastra's names or Python's, plus
+    ``run_id`` / ``until_idle``) by their Python names; an unknown option is an error naming it."""
+    names = [*StreamOptions.__annotations__, "run_id", "until_idle"]
+    return read_config(defaults, dict.fromkeys(names), where="default_options")

@@ -10,18 +10,27 @@ Uses the official ``ag-ui-protocol`` package (the ``agui`` extra). The HTTP endp
   ``TEXT_MESSAGE_*`` and ``REASONING_*``; tool calls as ``TOOL_CALL_START/ARGS/END`` and their
   outcomes as ``TOOL_CALL_RESULT``. Calls of the client's tools (``RunAgentInput.tools``) are
   left for the client: ``RUN_FINISHED`` names them in ``pendingToolCallIds``.
-* a ``data-state`` chunk a tool writes (``ctx.writer.custom({"type": "data-state", "data": s})``)
-  is a ``STATE_SNAPSHOT``; the client's ``state`` is echoed as the first snapshot.
+* state: the client's ``state`` is echoed as the first ``STATE_SNAPSHOT``. A tool updates it with
+  ``ctx.writer.custom({"type": "data-state", "data": s})`` (the whole new state): that becomes a
+  ``STATE_DELTA`` (a JSON Patch, RFC 6902, from the state the client has) when the patch is
+  smaller than ``s``, else a snapshot; the first state of a run without client state is always a
+  snapshot. ``{"type": "data-state-delta", "data": [ops]}`` sends a patch as it is (checked
+  against the state the client has; a patch that does not apply ends the run with ``RUN_ERROR``).
 * background tasks, tool output and other data chunks are ``CUSTOM`` events named after the
   chunk type, with its wire JSON as value.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import uuid
 from collections.abc import Callable
 from typing import Any
+
+import jsonpatch
+import jsonpointer
+from pydantic import ValidationError
 
 try:
     import ag_ui  # noqa: F401
@@ -42,6 +51,7 @@ from ag_ui.core import (
     RunErrorEvent,
     RunFinishedEvent,
     RunStartedEvent,
+    StateDeltaEvent,
     StateSnapshotEvent,
     StepFinishedEvent,
     StepStartedEvent,
@@ -64,6 +74,7 @@ from runstream.models.base import PromptMessage
 from runstream.tools import Tool
 
 STATE_CHUNK = "data-state"
+STATE_DELTA_CHUNK = "data-state-delta"
 TURN_EVENT = "runstream.turn"
 
 
@@ -173,6 +184,8 @@ class EventMapper:
         self._turns = 0
         self._failed = False
         self._aborted = False
+        self._state: Any = copy.deepcopy(run_input.state)
+        """The state the client has (``None``: unknown, so the next state is a snapshot)."""
 
     def start(self) -> list[BaseEvent]:
         events: list[BaseEvent] = [RunStartedEvent(thread_id=self.input.thread_id, run_id=self.input.run_id)]
@@ -327,7 +340,27 @@ class EventMapper:
 
     def _on_state(self, chunk: AnyChunk) -> list[BaseEvent]:
         data = chunk.data if isinstance(chunk, DataChunk) else chunk.payload
-        return [StateSnapshotEvent(snapshot=data if data is not None else {})]
+        new = copy.deepcopy(data) if data is not None else {}
+        previous, self._state = self._state, new
+        if previous is None:
+            return [StateSnapshotEvent(snapshot=new)]
+        patch = jsonpatch.make_patch(previous, new).patch
+        if not patch:
+            return []
+        if len(dumps(patch)) < len(dumps(new)):
+            return [StateDeltaEvent.model_validate({"delta": patch})]
+        return [StateSnapshotEvent(snapshot=new)]
+
+    def _on_state_delta(self, chunk: AnyChunk) -> list[BaseEvent]:
+        ops = chunk.data if isinstance(chunk, DataChunk) else chunk.payload
+        try:
+            event = StateDeltaEvent.model_validate({"delta": ops})
+            self._state = jsonpatch.apply_patch(self._state if self._state is not None else {}, ops)
+        except (ValidationError, jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
+            self._failed = True
+            message = f"a {STATE_DELTA_CHUNK} chunk is not a JSON Patch of the client's state: {exc}"
+            return [*self._close_blocks(), RunErrorEvent(message=message, code="INVALID_STATE_DELTA")]
+        return [event]
 
     def _on_abort(self, chunk: AnyChunk) -> list[BaseEvent]:
         self._aborted = True
@@ -353,4 +386,5 @@ _HANDLERS: dict[str, Callable[[EventMapper, AnyChunk], list[BaseEvent]]] = {
     "error": EventMapper._on_error,
     "abort": EventMapper._on_abort,
     STATE_CHUNK: EventMapper._on_state,
+    STATE_DELTA_CHUNK: EventMapper._on_state_delta,
 }

@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return mcp_command(argv[1:])
     if argv[:1] == ["worker"]:
-        from runstream.tasks.temporal.worker import worker_command
+        from runstream._worker_cli import worker_command
 
         return worker_command(argv[1:])
     parser = argparse.ArgumentParser(prog="runstream")

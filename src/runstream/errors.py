@@ -2,7 +2,8 @@
 
 Each class also keeps the builtin base it had before the tree existed (``ValueError``,
 ``LookupError``, ...), so code that caught those still works. The server maps these classes to
-HTTP statuses (a :class:`StateConflictError` is a 409), never a bare builtin.
+HTTP statuses (:class:`InvalidInputError` 400, :class:`NotFoundError` 404,
+:class:`StateConflictError` 409), never a bare builtin.
 """
 
 from __future__ import annotations
@@ -19,3 +20,8 @@ class StateConflictError(RunstreamError, ValueError):
 
 class NotFoundError(RunstreamError, LookupError):
     """No such object (run, task, thread, workflow run, ...) for this caller."""
+
+
+class InvalidInputError(RunstreamError, ValueError):
+    """A value the caller gave cannot be used: an unknown option, a malformed argument, a
+    setting out of range (a 400 on the server)."""

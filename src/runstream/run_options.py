@@ -1,19 +1,26 @@
-"""The per-call options of ``Agent.stream()`` (kept so continuation turns and resumed runs can
-reuse them), their JSON form in a saved run, and the input normalisation they share."""
+"""The options of one run: :class:`RunOptions`, the one frozen value that ``Agent.stream()`` /
+``generate()``, continuation turns, restored runs and the server all use.
+
+Callers give options as keywords (:class:`StreamOptions`: ``max_steps=3``, Mastra's camelCase in
+``default_options``); :meth:`RunOptions.of` reads them once into the frozen value (an unknown
+option is an error naming it); :meth:`RunOptions.loop_config` derives the loop's configuration
+from it and the agent's defaults; :meth:`RunOptions.to_json` / :meth:`RunOptions.from_json` are
+its form in a saved run. Also the input normalisation the options share.
+"""
 
 from __future__ import annotations
 
 import copy
-import functools
-import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeGuard, TypeVar, cast
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal, Protocol, TypedDict, TypeGuard
 
-from runstream._callbacks import RunCallbacks
-from runstream._config_mapping import one_of, positive_int, read_config
+from runstream._callbacks import Callback, RunCallbacks
+from runstream._config_mapping import camel, one_of, positive_int, read_config
+from runstream._run_state import LoopConfig, UnsupportedRunStateError
 from runstream.abort import AbortSignal
 from runstream.delegation import DelegationConfig, DelegationRun
+from runstream.errors import InvalidInputError, RunstreamError
 from runstream.memory import MemoryScope
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.request_context import Dynamic, RequestContext, resolve
@@ -23,6 +30,298 @@ from runstream.structured import StructuredOutput
 from runstream.tools import Tool, ToolContext
 
 MessagesInput = str | Sequence[str] | Sequence[Mapping[str, Any]]
+ToolsInput = Iterable[Tool] | Mapping[str, Tool]
+
+
+class StreamOptions(TypedDict, total=False):
+    """The keyword options of ``Agent.stream()`` / ``generate()``, as callers give them (read
+    into a :class:`RunOptions` by :meth:`RunOptions.of`; ``tests/test_run_options.py`` checks the
+    two name the same options). See ``Agent.stream`` for what each does."""
+
+    max_steps: int | None
+    tool_choice: str | Mapping[str, Any] | None
+    include_raw_chunks: bool
+    structured_output: Any
+    output_processors: Iterable[Any] | None
+    input_processors: Iterable[Any] | None
+    max_processor_retries: int | None
+    model_settings: ModelSettings | None
+    abort_signal: AbortSignal | None
+    context: Sequence[Mapping[str, Any]]
+    memory: MemoryScope | Mapping[str, Any] | None
+    disable_background_tasks: bool
+    is_task_complete: TaskCompletion | Mapping[str, Any] | None
+    client_tools: Iterable[Tool] | Mapping[str, Tool]
+    request_context: RequestContext | Mapping[str, Any] | None
+    on_chunk: Callback | None
+    on_step_finish: Callback | None
+    on_finish: Callback | None
+    on_error: Callback | None
+    on_abort: Callback | None
+    instructions: str | Dynamic[str] | None
+    system: str | Sequence[str] | None
+    model: LanguageModel | Dynamic[LanguageModel] | None
+    active_tools: Sequence[str] | None
+    require_tool_approval: bool | Callable[[dict[str, Any]], Any]
+    tool_call_concurrency: int | Mapping[str, Any] | None
+    stop_when: StopCondition | Sequence[StopCondition]
+    prepare_step: Callable[[dict[str, Any]], Any] | None
+    delegation: DelegationConfig | Mapping[str, Any] | None
+
+
+class AgentDefaults(Protocol):
+    """What an agent gives a run when the run's options leave it open (``Agent`` is one)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def max_steps(self) -> int: ...
+    @property
+    def tool_choice(self) -> dict[str, Any] | None: ...
+    @property
+    def structured_output(self) -> StructuredOutput | None: ...
+    @property
+    def output_processors(self) -> list[Any]: ...
+    @property
+    def input_processors(self) -> list[Any]: ...
+    @property
+    def max_processor_retries(self) -> int: ...
+    @property
+    def model_settings(self) -> ModelSettings: ...
+    @property
+    def durable(self) -> bool: ...
+
+
+class InvalidOptionError(InvalidInputError, TypeError):
+    """A run option whose value cannot be used. Also a ``TypeError``: the checks it reports
+    raised either builtin before the error tree, and code may catch those."""
+
+
+OPTIONS_VERSION = 2
+"""The version of :meth:`RunOptions.to_json`'s format (1: before it had one; its structured
+output was the bare schema)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """The options of one run, normalised. Build it with :meth:`of` (from ``stream()``'s
+    keywords); ``None`` / empty means "the agent's" where the agent has a default."""
+
+    max_steps: int | None = None
+    tool_choice: dict[str, Any] | None = None
+    include_raw_chunks: bool = False
+    structured_output: StructuredOutput | None = None
+    output_processors: tuple[Any, ...] | None = None
+    input_processors: tuple[Any, ...] | None = None
+    max_processor_retries: int | None = None
+    model_settings: ModelSettings | None = None
+    abort_signal: AbortSignal | None = None
+    context: tuple[PromptMessage, ...] = ()
+    """Extra messages for the model, not part of the conversation (not saved)."""
+    memory: MemoryScope | None = None
+    disable_background_tasks: bool = False
+    is_task_complete: TaskCompletion | None = None
+    client_tools: Mapping[str, Tool] = field(default_factory=dict)
+    """Tools the caller executes (see :func:`client_tool`)."""
+    request_context: RequestContext = field(default_factory=RequestContext)
+    on_chunk: Callback | None = None
+    on_step_finish: Callback | None = None
+    on_finish: Callback | None = None
+    on_error: Callback | None = None
+    on_abort: Callback | None = None
+    instructions: str | Dynamic[str] | None = None
+    """Replaces the agent's instructions for this call (Mastra's per-call ``instructions``)."""
+    system: tuple[str, ...] = ()
+    """System messages added after the instructions (Mastra's ``system``)."""
+    model: LanguageModel | Dynamic[LanguageModel] | None = None
+    """Replaces the agent's model for this call; not kept when a run is restored elsewhere."""
+    active_tools: tuple[str, ...] | None = None
+    """Only these tools are offered (and run) in this call."""
+    require_tool_approval: bool | Callable[[dict[str, Any]], Any] = False
+    """``True``: every tool call of this run waits for approval; a function decides per call
+    (it gets ``{"toolName", "args", "requestContext"}``)."""
+    stop_when: tuple[StopCondition, ...] = ()
+    prepare_step: Callable[[dict[str, Any]], Any] | None = None
+    tool_call_concurrency: int | None = None
+    tool_call_strategy: Literal["available", "called"] = "available"
+    delegation: DelegationConfig | None = None
+    """Hooks around the run's sub-agent calls (Mastra's ``delegation``, ``runstream.delegation``)."""
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any], *, where: str = "stream()") -> RunOptions:
+        """Read ``stream()``'s keyword options (Python's names or Mastra's camelCase); ``None``
+        leaves an option unset. An unknown option is a ``ConfigKeyError`` naming it."""
+        fields: dict[str, Any] = {}
+        for key, value in options.items():
+            name = _SPELLINGS.get(key)
+            if name is None:
+                read_config(options, _NAMES, where=where)  # raises, naming the option
+            elif value is not None:
+                try:
+                    fields.update(_READERS[name](value))
+                except RunstreamError:
+                    raise
+                except (TypeError, ValueError) as exc:
+                    raise InvalidOptionError(str(exc)) from exc
+        return cls(**fields)
+
+    def replaced(self, options: Mapping[str, Any], *, where: str = "resume") -> RunOptions:
+        """These options with the given ones (``stream()``'s keywords) replacing theirs, one by
+        one: Mastra's ``resumeStream(data, options)`` and ``approveToolCall({runId, ...options})``."""
+        RunOptions.of(options, where=where)  # an unknown or bad option is an error naming it
+        changed: dict[str, Any] = {}
+        for key, value in options.items():
+            if value is not None:
+                changed.update(_READERS[_SPELLINGS[key]](value))
+        return replace(self, **changed)
+
+    @property
+    def callbacks(self) -> RunCallbacks:
+        return RunCallbacks(self.on_chunk, self.on_step_finish, self.on_finish, self.on_error, self.on_abort)
+
+    def call_tools(self, tools: Mapping[str, Tool]) -> dict[str, Tool]:
+        """The tools of this call: the agent's plus the client tools, only ``active_tools`` (in
+        that order), each needing approval when ``require_tool_approval`` is ``True``."""
+        merged = {**tools, **self.client_tools}
+        if self.active_tools is not None:
+            unknown = [name for name in self.active_tools if name not in merged]
+            if unknown:
+                raise InvalidOptionError(
+                    f"active_tools names no tool: {', '.join(map(repr, unknown))} "
+                    f"(the run has: {', '.join(merged) or 'none'})"
+                )
+            merged = {name: merged[name] for name in self.active_tools}
+        if self.require_tool_approval is True:
+            merged = {name: with_approval(tool) for name, tool in merged.items()}
+        return merged
+
+    def loop_config(
+        self, agent: AgentDefaults, *, model: LanguageModel, tools: Mapping[str, Tool], signal: AbortSignal
+    ) -> LoopConfig:
+        """The loop's configuration: these options over ``agent``'s defaults (the one place a run's
+        options become loop settings; the agent adds instructions, background tasks and checks)."""
+
+        def pick(value: Any, default: Any) -> Any:
+            return value if value is not None else default
+
+        scope = self.memory
+        cfg = LoopConfig(
+            agent_id=agent.id,
+            agent_name=agent.name,
+            model=model,
+            tools=dict(tools),
+            client_tools=frozenset(self.client_tools),
+            max_steps=pick(self.max_steps, agent.max_steps),
+            tool_choice=self.tool_choice or agent.tool_choice,
+            include_raw_chunks=self.include_raw_chunks,
+            structured_output=self.structured_output or agent.structured_output,
+            output_processors=list(pick(self.output_processors, agent.output_processors)),
+            input_processors=list(pick(self.input_processors, agent.input_processors)),
+            max_processor_retries=pick(self.max_processor_retries, agent.max_processor_retries),
+            model_settings=self.model_settings or agent.model_settings,
+            abort_signal=signal,
+            context=list(self.context),
+            thread_id=scope.thread_id if scope else None,
+            resource_id=scope.resource_id if scope else None,
+            durable=agent.durable,
+            request_context=self.request_context,
+            tool_call_strategy=self.tool_call_strategy,
+            stop_when=list(self.stop_when),
+            prepare_step=self.prepare_step,
+            approval_policy=self.require_tool_approval if callable(self.require_tool_approval) else None,
+        )
+        if self.tool_call_concurrency is not None:
+            cfg.tool_call_concurrency = self.tool_call_concurrency
+        if self.delegation is not None:  # per run: whether a hook bailed
+            run = DelegationRun(self.delegation)
+            cfg.delegation = run
+            cfg.stop_when.append(run.stop_after_bail)
+        return cfg
+
+    def to_json(self) -> dict[str, Any]:
+        """The options a restored run gets back; those that are code (processors, callbacks,
+        signals, functions) are left out and come from the agent's defaults."""
+        structured = self.structured_output
+        return {
+            "optionsVersion": OPTIONS_VERSION,
+            "maxSteps": self.max_steps,
+            "toolChoice": self.tool_choice,
+            "includeRawChunks": self.include_raw_chunks,
+            "structuredOutput": {
+                "schema": structured.schema,
+                "errorStrategy": structured.error_strategy,
+                "fallbackValue": structured.fallback_value,
+            }
+            if structured is not None
+            else None,
+            "maxProcessorRetries": self.max_processor_retries,
+            "modelSettings": asdict(self.model_settings) if self.model_settings is not None else None,
+            "memory": {"thread": self.memory.thread_id, "resource": self.memory.resource_id}
+            if self.memory
+            else None,
+            "disableBackgroundTasks": self.disable_background_tasks,
+            "context": list(self.context),
+            "requestContext": self.request_context.to_json(),
+            "instructions": self.instructions if isinstance(self.instructions, str) else None,
+            "system": list(self.system),
+            "activeTools": list(self.active_tools) if self.active_tools is not None else None,
+            "requireToolApproval": self.require_tool_approval is True,
+            "toolCallConcurrency": {"limit": self.tool_call_concurrency, "strategy": self.tool_call_strategy},
+            "clientTools": {
+                name: {"description": tool.description, "inputSchema": tool.input_schema}
+                for name, tool in self.client_tools.items()
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunOptions:
+        """Options saved by :meth:`to_json`, of this version or an older one. An unknown
+        version or key fails (:class:`~runstream._run_state.UnsupportedRunStateError`) rather
+        than continuing a run with an option dropped."""
+        version = data.get("optionsVersion", 1)
+        if version not in (1, OPTIONS_VERSION) or isinstance(version, bool):
+            raise UnsupportedRunStateError(
+                f"saved run options of version {version!r}: this runstream reads versions 1 to {OPTIONS_VERSION}"
+            )
+        unknown = sorted(set(data) - _JSON_KEYS)
+        if unknown:
+            raise UnsupportedRunStateError(f"saved run options have an unknown option {unknown[0]!r}")
+        structured = data.get("structuredOutput")
+        if structured and version == 1:  # version 1 kept the bare schema
+            structured = {"schema": structured}
+        return cls.of(
+            {
+                "max_steps": data.get("maxSteps"),
+                "tool_choice": data.get("toolChoice"),
+                "include_raw_chunks": data.get("includeRawChunks"),
+                "structured_output": structured or None,
+                "max_processor_retries": data.get("maxProcessorRetries"),
+                "model_settings": ModelSettings(**data["modelSettings"])
+                if data.get("modelSettings")
+                else None,
+                "memory": data.get("memory"),
+                "disable_background_tasks": data.get("disableBackgroundTasks"),
+                "context": data.get("context"),
+                "request_context": data.get("requestContext"),
+                "instructions": data.get("instructions"),
+                "system": data.get("system"),
+                "active_tools": data.get("activeTools"),
+                "require_tool_approval": data.get("requireToolApproval"),
+                "tool_call_concurrency": data.get("toolCallConcurrency"),
+                "client_tools": [
+                    client_tool(
+                        name, description=spec.get("description", ""), input_schema=spec.get("inputSchema")
+                    )
+                    for name, spec in (data.get("clientTools") or {}).items()
+                ],
+            },
+            where="saved run options",
+        )
+
+
+_JSON_KEYS = frozenset(RunOptions().to_json())
 
 
 def normalize_messages(messages: MessagesInput | None) -> list[PromptMessage]:
@@ -37,10 +336,10 @@ def normalize_messages(messages: MessagesInput | None) -> list[PromptMessage]:
             out.append({"role": "user", "content": [{"type": "text", "text": message}]})
             continue
         if not isinstance(message, Mapping) or "role" not in message:
-            raise TypeError("a message must be a string or a mapping with 'role' and 'content'")
+            raise InvalidOptionError("a message must be a string or a mapping with 'role' and 'content'")
         role = message["role"]
         if role not in ("user", "assistant", "system", "tool"):
-            raise ValueError(f"unknown message role {role!r}")
+            raise InvalidOptionError(f"unknown message role {role!r}")
         content = message.get("content", "")
         if role == "system":
             out.append({"role": "system", "content": content if isinstance(content, str) else str(content)})
@@ -61,61 +360,6 @@ def normalize_tool_choice(choice: str | Mapping[str, Any] | None) -> dict[str, A
     return dict(choice)
 
 
-def options_to_json(options: RunOptions) -> dict[str, Any]:
-    """The run options a restored run can get back (code-valued ones fall back to the agent's)."""
-    structured = StructuredOutput.coerce(options.structured_output)
-    return {
-        "maxSteps": options.max_steps,
-        "toolChoice": normalize_tool_choice(options.tool_choice),
-        "includeRawChunks": options.include_raw_chunks,
-        "structuredOutput": structured.schema if structured is not None else None,
-        "maxProcessorRetries": options.max_processor_retries,
-        "memory": {"thread": options.memory.thread_id, "resource": options.memory.resource_id}
-        if options.memory
-        else None,
-        "disableBackgroundTasks": options.disable_background_tasks,
-        "context": options.context,
-        "requestContext": options.request_context.to_json(),
-        "instructions": options.instructions if isinstance(options.instructions, str) else None,
-        "system": options.system,
-        "activeTools": options.active_tools,
-        "requireToolApproval": options.require_tool_approval is True,
-        "toolCallConcurrency": {
-            "limit": options.tool_call_concurrency,
-            "strategy": options.tool_call_strategy,
-        },
-        "clientTools": {
-            name: {"description": tool.description, "inputSchema": tool.input_schema}
-            for name, tool in options.client_tools.items()
-        },
-    }
-
-
-def options_from_json(data: Mapping[str, Any]) -> RunOptions:
-    return RunOptions(
-        max_steps=data.get("maxSteps"),
-        tool_choice=data.get("toolChoice"),
-        include_raw_chunks=bool(data.get("includeRawChunks")),
-        structured_output={"schema": data["structuredOutput"]} if data.get("structuredOutput") else None,
-        max_processor_retries=data.get("maxProcessorRetries"),
-        memory=MemoryScope.coerce(data.get("memory")),
-        disable_background_tasks=bool(data.get("disableBackgroundTasks")),
-        context=list(data.get("context") or []),
-        request_context=RequestContext(data.get("requestContext") or {}),
-        instructions=data.get("instructions"),
-        system=list(data.get("system") or []),
-        active_tools=data.get("activeTools"),
-        require_tool_approval=bool(data.get("requireToolApproval")),
-        **concurrency_options(data.get("toolCallConcurrency")),
-        client_tools={
-            name: client_tool(
-                name, description=spec.get("description", ""), input_schema=spec.get("inputSchema")
-            )
-            for name, spec in (data.get("clientTools") or {}).items()
-        },
-    )
-
-
 def _runs_on_the_client(args: dict[str, Any], ctx: ToolContext) -> None:
     raise RuntimeError(f"{ctx.tool_name} is a client tool: the caller executes it, not the loop")
 
@@ -129,48 +373,6 @@ def by_name(tools: Iterable[Tool] | Mapping[str, Tool]) -> dict[str, Tool]:
     return {tool.name: tool for tool in (tools.values() if isinstance(tools, Mapping) else tools)}
 
 
-@dataclass(slots=True)
-class RunOptions:
-    """The per-call options of ``stream()``, kept so continuation turns can reuse them."""
-
-    max_steps: int | None = None
-    tool_choice: str | Mapping[str, Any] | None = None
-    include_raw_chunks: bool = False
-    structured_output: Any = None
-    output_processors: list[Any] | None = None
-    input_processors: list[Any] | None = None
-    max_processor_retries: int | None = None
-    model_settings: ModelSettings | None = None
-    abort_signal: AbortSignal | None = None
-    memory: MemoryScope | None = None
-    disable_background_tasks: bool = False
-    context: list[PromptMessage] = field(default_factory=list)
-    is_task_complete: TaskCompletion | None = None
-    client_tools: dict[str, Tool] = field(default_factory=dict)
-    request_context: RequestContext = field(default_factory=RequestContext)
-    callbacks: RunCallbacks = field(default_factory=RunCallbacks)
-    instructions: str | Dynamic[str] | None = None
-    """Replaces the agent's instructions for this call (Mastra's per-call ``instructions``)."""
-    system: list[str] = field(default_factory=list)
-    """System messages added after the instructions (Mastra's ``system``)."""
-    model: LanguageModel | Dynamic[LanguageModel] | None = None
-    """Replaces the agent's model for this call; not kept when a run is restored elsewhere."""
-    active_tools: list[str] | None = None
-    """Only these tools are offered (and run) in this call."""
-    require_tool_approval: bool | Callable[[dict[str, Any]], Any] = False
-    """``True``: every tool call of this run waits for approval; a function decides per call
-    (it gets ``{"toolName", "args", "requestContext"}``)."""
-    stop_when: list[StopCondition] = field(default_factory=list)
-    prepare_step: Callable[[dict[str, Any]], Any] | None = None
-    tool_call_concurrency: int | None = None
-    tool_call_strategy: Literal["available", "called"] = "available"
-    delegation: DelegationConfig | None = None
-    """Hooks around the run's sub-agent calls (Mastra's ``delegation``)."""
-
-
-ToolsInput = Iterable[Tool] | Mapping[str, Tool]
-
-
 def is_model(value: Any) -> TypeGuard[LanguageModel]:
     """A language model (it streams and names itself)."""
     return hasattr(value, "stream") and hasattr(value, "model_id")
@@ -181,29 +383,13 @@ def is_function(value: Any) -> bool:
     return callable(value) and not isinstance(value, LanguageModel | Mapping | Tool)
 
 
-def system_messages(system: str | Sequence[str] | None) -> list[str]:
+def system_messages(system: str | Sequence[str] | None) -> tuple[str, ...]:
     if system is None:
-        return []
-    messages = [system] if isinstance(system, str) else list(system)
+        return ()
+    messages = (system,) if isinstance(system, str) else tuple(system)
     if not all(isinstance(message, str) for message in messages):
         raise TypeError("system must be a string or a list of strings")
     return messages
-
-
-def call_tools(tools: dict[str, Tool], options: RunOptions) -> dict[str, Tool]:
-    """The tools of one call: only ``active_tools`` (in that order), each needing approval
-    when ``require_tool_approval`` is set."""
-    if options.active_tools is not None:
-        unknown = [name for name in options.active_tools if name not in tools]
-        if unknown:
-            raise ValueError(
-                f"active_tools names no tool: {', '.join(map(repr, unknown))} "
-                f"(the run has: {', '.join(tools) or 'none'})"
-            )
-        tools = {name: tools[name] for name in options.active_tools}
-    if options.require_tool_approval is True:
-        tools = {name: with_approval(tool) for name, tool in tools.items()}
-    return tools
 
 
 def with_approval(tool: Tool) -> Tool:
@@ -235,11 +421,9 @@ async def resolve_instructions(value: str | Dynamic[str], context: RequestContex
     return instructions
 
 
-def concurrency_options(value: int | Mapping[str, Any] | None) -> dict[str, Any]:
+def concurrency_options(value: int | Mapping[str, Any]) -> dict[str, Any]:
     """``tool_call_concurrency=n`` or Mastra's ``{"limit": n, "strategy": "available" | "called"}``,
     as ``RunOptions`` fields."""
-    if value is None:
-        return {}
     if isinstance(value, Mapping):
         options = read_config(
             value,
@@ -253,46 +437,51 @@ def concurrency_options(value: int | Mapping[str, Any] | None) -> dict[str, Any]
     return {"tool_call_concurrency": positive_int("tool_call_concurrency", value)}
 
 
-def loop_settings(options: RunOptions) -> dict[str, Any]:
-    """The loop settings that come from a call's options alone."""
-    settings: dict[str, Any] = {
-        "request_context": options.request_context,
-        "tool_call_strategy": options.tool_call_strategy,
-        "stop_when": list(options.stop_when),
-        "prepare_step": options.prepare_step,
-    }
-    if options.delegation is not None:  # per run: whether a hook bailed
-        run = DelegationRun(options.delegation)
-        settings["delegation"] = run
-        settings["stop_when"].append(run.stop_after_bail)
-    if callable(options.require_tool_approval):
-        settings["approval_policy"] = options.require_tool_approval
-    if options.tool_call_concurrency is not None:
-        settings["tool_call_concurrency"] = options.tool_call_concurrency
-    return settings
+def _as(name: str, convert: Callable[[Any], Any] = lambda value: value) -> Callable[[Any], dict[str, Any]]:
+    return lambda value: {name: convert(value)}
 
 
-StreamMethod = TypeVar("StreamMethod", bound=Callable[..., Awaitable[Any]])
+def _callback(name: str) -> Callable[[Any], dict[str, Any]]:
+    def read(value: Any) -> dict[str, Any]:
+        if not callable(value):
+            raise TypeError(f"{name} must be a function, got {type(value).__name__}")
+        return {name: value}
+
+    return read
 
 
-def with_default_options(stream: StreamMethod) -> StreamMethod:
-    """Mastra's ``defaultOptions``: an agent's ``default_options`` (a mapping of ``stream()``
-    options, Mastra's names or Python's, or a function of the request context returning one)
-    apply to every call, under the options the call gives itself."""
-
-    @functools.wraps(stream)
-    async def with_defaults(agent: Any, messages: Any = None, **options: Any) -> Any:
-        defaults = agent.default_options
-        if defaults is not None:
-            if not isinstance(defaults, Mapping):
-                defaults = await resolve(defaults, RequestContext.coerce(options.get("request_context")))
-            options = {**default_stream_options(defaults, stream), **options}
-        return await stream(agent, messages, **options)
-
-    return cast(StreamMethod, with_defaults)
+def _tuple_or_none(value: Any) -> tuple[Any, ...] | None:
+    return tuple(value) if value is not None else None
 
 
-def default_stream_options(defaults: Mapping[str, Any], stream: Callable[..., Any]) -> dict[str, Any]:
-    """``defaults`` as ``stream()`` keyword arguments; an unknown option is an error naming it."""
-    names = [name for name in inspect.signature(stream).parameters if name not in ("self", "messages")]
-    return read_config(defaults, dict.fromkeys(names), where="default_options")
+_READERS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "max_steps": _as("max_steps"),
+    "tool_choice": _as("tool_choice", normalize_tool_choice),
+    "include_raw_chunks": _as("include_raw_chunks", bool),
+    "structured_output": _as("structured_output", StructuredOutput.coerce),
+    "output_processors": _as("output_processors", _tuple_or_none),
+    "input_processors": _as("input_processors", _tuple_or_none),
+    "max_processor_retries": _as("max_processor_retries"),
+    "model_settings": _as("model_settings"),
+    "abort_signal": _as("abort_signal"),
+    "context": _as("context", lambda value: tuple(normalize_messages(list(value)))),
+    "memory": _as("memory", MemoryScope.coerce),
+    "disable_background_tasks": _as("disable_background_tasks", bool),
+    "is_task_complete": _as("is_task_complete", TaskCompletion.coerce),
+    "client_tools": _as("client_tools", by_name),
+    "request_context": _as("request_context", RequestContext.coerce),
+    **{name: _callback(name) for name in ("on_chunk", "on_step_finish", "on_finish", "on_error", "on_abort")},
+    "instructions": _as("instructions"),
+    "system": _as("system", system_messages),
+    "model": _as("model"),
+    "active_tools": _as("active_tools", tuple),
+    "require_tool_approval": _as("require_tool_approval"),
+    "tool_call_concurrency": concurrency_options,
+    "stop_when": _as("stop_when", lambda value: (value,) if callable(value) else tuple(value)),
+    "prepare_step": _as("prepare_step"),
+    "delegation": _as("delegation", DelegationConfig.coerce),
+}
+"""Each of :class:`StreamOptions` -> the :class:`RunOptions` fields it sets (checked, normalised)."""
+
+_NAMES: dict[str, None] = dict.fromkeys(_READERS)
+_SPELLINGS = {camel(name): name for name in _READERS} | {name: name for name in _READERS}

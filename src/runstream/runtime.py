@@ -12,6 +12,7 @@ from runstream._services import RuntimeServices, Toolset
 from runstream.agent import Agent
 from runstream.storage import InMemoryStorage, Storage
 from runstream.tasks.config import BackgroundTaskConfig
+from runstream.tasks.coordination import TaskManager
 from runstream.tasks.manager import BackgroundTaskManager
 from runstream.tools import Tool
 from runstream.workflows import Workflow
@@ -32,7 +33,7 @@ class Runstream:
         workflows: Iterable[Workflow] = (),
         storage: Storage | None = None,
         background_tasks: BackgroundTaskConfig | Mapping[str, Any] | bool | None = None,
-        task_manager: BackgroundTaskManager | None = None,
+        task_manager: TaskManager | None = None,
         recovery: Mapping[str, Any] | None = None,
     ) -> None:
         self.storage: Storage = storage if storage is not None else InMemoryStorage()
@@ -40,12 +41,13 @@ class Runstream:
         if task_manager is None and config is not None and config.mode == "producer":
             raise ValueError(
                 'background_tasks mode "producer" runs no tasks, so it needs workers sharing its storage: '
-                "pass task_manager=DistributedTaskManager(storage, config, redis_url=..., worker=False)"
+                "pass task_manager=TemporalTaskManager(storage, config, ...) (runstream.tasks.temporal), "
+                "whose tools run on `runstream worker` processes"
             )
         if task_manager is None and config is not None:
             task_manager = BackgroundTaskManager(self.storage, config)
         self.task_manager = task_manager
-        """``task_manager=`` takes a ready manager, e.g. a ``DistributedTaskManager`` for scale-out."""
+        """``task_manager=`` takes a ready manager, e.g. a ``TemporalTaskManager`` for scale-out."""
         self.recover_durable_agents = read_recovery(recovery)
         """Mastra's ``recovery: {durableAgents: "auto"}``: at start, each durable agent's
         interrupted runs are recovered in the background (``Agent.recover_active_runs``)."""

@@ -14,7 +14,7 @@ import json
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, NoReturn, get_type_hints, overload
+from typing import Any, Literal, NoReturn, Protocol, get_type_hints, overload
 
 import docstring_parser
 import jsonschema
@@ -237,6 +237,17 @@ APPROVAL_RESUME_SCHEMA: dict[str, Any] = {
     "required": ["approved"],
     "additionalProperties": False,
 }
+
+
+class OffersTool(Protocol):
+    """Something an agent offers as one tool: a workflow (``Agent(workflows=...)``, tool
+    ``workflow-<name>``) or another agent. Typed by what it does, so the agent does not import
+    the workflow package that runs agents as steps."""
+
+    @property
+    def id(self) -> str: ...
+
+    def as_tool(self, name: str | None = None) -> Tool: ...
 
 
 class Tool:

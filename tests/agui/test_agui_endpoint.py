@@ -6,7 +6,14 @@ import json
 from typing import Any
 
 import httpx2
-from ag_ui.core import Event, RunAgentInput, StateSnapshotEvent
+from ag_ui.core import (
+    Event,
+    RunAgentInput,
+    RunErrorEvent,
+    RunStartedEvent,
+    StateDeltaEvent,
+    StateSnapshotEvent,
+)
 from pydantic import TypeAdapter
 
 from runstream.agui import EventMapper, prompt_messages
@@ -133,3 +140,36 @@ def test_a_tools_state_chunk_is_a_state_snapshot() -> None:
     mapper = EventMapper(RunAgentInput.model_validate(run_input("t", user("hi"))))
     (event,) = mapper.map(DataChunk("data-state", {"count": 2}))
     assert isinstance(event, StateSnapshotEvent) and event.snapshot == {"count": 2}
+
+
+def test_state_updates_become_json_patch_deltas() -> None:
+    """After the client's state, a tool's new state is a JSON Patch from it when that is smaller,
+    an unchanged state sends nothing, and a tool's own patch goes out as it is once it applies."""
+    mapper = EventMapper(
+        RunAgentInput.model_validate(run_input("t", user("hi"), state={"items": ["a"] * 20}))
+    )
+    assert [type(e) for e in mapper.start()] == [RunStartedEvent, StateSnapshotEvent]
+    (delta,) = mapper.map(DataChunk("data-state", {"items": ["a"] * 20, "count": 1}))
+    assert isinstance(delta, StateDeltaEvent)
+    assert [op.model_dump() for op in delta.delta] == [{"op": "add", "path": "/count", "value": 1}]
+    assert mapper.map(DataChunk("data-state", {"items": ["a"] * 20, "count": 1})) == []
+    other = {"other": True, "text": "x" * 60}
+    (whole,) = mapper.map(DataChunk("data-state", other))  # a patch would be longer
+    assert isinstance(whole, StateSnapshotEvent) and whole.snapshot == other
+    (own,) = mapper.map(DataChunk("data-state-delta", [{"op": "add", "path": "/n", "value": 2}]))
+    assert isinstance(own, StateDeltaEvent)
+    (after,) = mapper.map(DataChunk("data-state", {**other, "n": 3}))
+    assert isinstance(after, StateDeltaEvent)
+    assert [op.model_dump() for op in after.delta] == [{"op": "replace", "path": "/n", "value": 3}]
+
+
+def test_a_state_patch_that_does_not_apply_ends_the_run() -> None:
+    mapper = EventMapper(RunAgentInput.model_validate(run_input("t", user("hi"))))
+    mapper.start()
+    (error,) = mapper.map(DataChunk("data-state-delta", [{"op": "replace", "path": "/missing", "value": 1}]))
+    assert isinstance(error, RunErrorEvent) and error.code == "INVALID_STATE_DELTA"
+    assert "not a JSON Patch of the client's state" in error.message
+    assert mapper.map(DataChunk("data-state", {"a": 1})) == [] and mapper.finish() == []
+    other = EventMapper(RunAgentInput.model_validate(run_input("t", user("hi"))))
+    (bad,) = other.map(DataChunk("data-state-delta", [{"op": "explode", "path": "/x"}]))
+    assert isinstance(bad, RunErrorEvent) and bad.code == "INVALID_STATE_DELTA"

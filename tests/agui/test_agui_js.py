@@ -111,3 +111,24 @@ def test_client_side_tool_round_trip(out: Any) -> None:
         {"role": "tool", "content": '"yes"', "toolCallId": tool["callId"]},
         {"role": "assistant", "content": 'The result is "yes".'},
     ]
+
+
+def test_state_snapshot_then_deltas(out: Any) -> None:
+    """``plan 3``: the client's state echoed, the tool's first state as a snapshot (a patch from
+    the client's state would be longer), each step as a JSON Patch delta, then the tool's own
+    patch; ``HttpAgent`` applies them all."""
+    run = out["state"]
+    kinds = [event["type"] for event in run["stateEvents"]]
+    assert kinds == ["STATE_SNAPSHOT", "STATE_SNAPSHOT", *["STATE_DELTA"] * 4]
+    assert run["stateEvents"][0]["snapshot"] == {"page": "plan"}
+    assert run["stateEvents"][2]["delta"] == [
+        {"op": "replace", "path": "/plan/0/status", "value": "done"},
+        {"op": "replace", "path": "/done", "value": 1},
+    ]
+    assert run["stateEvents"][-1]["delta"] == [{"op": "add", "path": "/finished", "value": True}]
+    assert run["finalState"] == {
+        "plan": [{"step": n, "title": f"Step {n} of the plan", "status": "done"} for n in (1, 2, 3)],
+        "done": 3,
+        "finished": True,
+    }
+    assert run["newMessages"][-1] == {"role": "assistant", "content": 'The result is "3 steps done".'}

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import socket
+from collections.abc import Callable
 from typing import Any
 
 import mcp
@@ -10,11 +14,13 @@ import mcp
 from runstream import AbortController, Agent
 from runstream.chunks import AnyChunk
 from runstream.mcp import HttpServer, MCPClient, MCPConnectionError, StdioServer
+from runstream.mcp.client import _known_closed
 from runstream.memory import Memory
 from runstream.runtime import Runstream
 from runstream.storage import InMemoryStorage
+from runstream.tasks.manager import BackgroundTaskManager
 from runstream.testing import ScriptedModel
-from tests.mcp.conftest import stdio_command
+from tests.mcp.conftest import SERVER, start_http_server, stdio_command
 
 USAGE = {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2}
 
@@ -173,8 +179,8 @@ async def test_runtime_starts_and_closes_the_servers() -> None:
     runtime = Runstream(agents=[agent], background_tasks={"enabled": True})
     async with runtime:
         assert "tests_add" in client.tools()
-        assert runtime.task_manager is not None
-        assert ("a", "tests_add") in runtime.task_manager._registry
+        assert isinstance(runtime.task_manager, BackgroundTaskManager)
+        assert ("a", "tests_add") in runtime.task_manager.tasks.tools
     assert client.connection("tests")._client is None
 
 
@@ -219,3 +225,73 @@ async def test_a_legacy_connection_picks_up_tool_list_changes_too() -> None:
         await changed.wait()
         chunks = await run_tool(client, "tests_multiply", '{"a": 3, "b": 5}')
         assert only(chunks, "tool-result")["result"] == {"result": 15}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _run_until_output(client: MCPClient, tool: str, on_output: Callable[[], None]) -> list[AnyChunk]:
+    """Run ``tool`` (one that reports progress, then waits) and call ``on_output`` once the call
+    is in flight on the server."""
+    agent = Agent("a", model=ScriptedModel(calls=[call(tool, "{}"), say("ok")]), toolsets=[client])
+    chunks = []
+    async for chunk in (await agent.stream("go")).full_stream:
+        chunks.append(chunk)
+        if chunk.type == "tool-output":
+            on_output()
+    return chunks
+
+
+async def test_a_server_killed_mid_call_fails_the_call_clearly_and_is_reconnected() -> None:
+    async with stdio_client() as client:
+        pid = only(await run_tool(client, "tests_pid", "{}"), "tool-result")["result"]["result"]
+        chunks = await _run_until_output(
+            client, "tests_wait_for_cancel", lambda: os.kill(pid, signal.SIGKILL)
+        )
+        error = str(only(chunks, "tool-error")["error"])
+        assert "the connection was lost while 'wait_for_cancel' was running" in error
+        assert "may or may not have run" in error
+        assert chunks[-1].type == "finish"  # the model saw the error and answered
+        again = only(await run_tool(client, "tests_pid", "{}"), "tool-result")["result"]["result"]
+        assert again != pid and client.connection("tests").connections == 2
+
+
+async def test_a_server_that_died_while_idle_is_reopened_before_the_call() -> None:
+    """Nothing was sent to a server the client already saw exit: the call goes to a new one."""
+    async with stdio_client() as client:
+        pid = only(await run_tool(client, "tests_pid", "{}"), "tool-result")["result"]["result"]
+        os.kill(pid, signal.SIGKILL)
+        connection = client.connection("tests")
+        # Until the SDK has read the end of the server's output (it has no event to wait on).
+        async with asyncio.timeout(10):
+            while connection._client is not None and not _known_closed(connection._client):  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        again = only(await run_tool(client, "tests_pid", "{}"), "tool-result")["result"]["result"]
+        assert again != pid and connection.connections == 2
+
+
+async def test_a_restarted_http_server_gets_the_call_again() -> None:
+    """A legacy (session) connection to a server that restarted: the server refuses the old
+    session before running anything, so the client reconnects and sends the call again (as
+    Mastra's MCPClient does); killed mid-call, the call is a clear tool error."""
+    port = _free_port()
+    process, base = start_http_server(str(SERVER), "http", str(port))
+    try:
+        async with MCPClient({"web": HttpServer(f"{base}/mcp")}, protocol="legacy") as client:
+            first = only(await run_tool(client, "web_pid", "{}"), "tool-result")["result"]["result"]
+            chunks = await _run_until_output(client, "web_wait_for_cancel", process.kill)
+            assert "the connection was lost while 'wait_for_cancel' was running" in str(
+                only(chunks, "tool-error")["error"]
+            )
+            process.wait(10)
+            process, _ = start_http_server(str(SERVER), "http", str(port))
+            second = only(await run_tool(client, "web_pid", "{}"), "tool-result")["result"]["result"]
+            third = only(await run_tool(client, "web_pid", "{}"), "tool-result")["result"]["result"]
+            assert first != second == third
+            assert client.connection("web").connections == 2
+    finally:
+        process.kill()
+        process.wait(10)

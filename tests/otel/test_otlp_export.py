@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx2
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from examples.otlp_receiver import Span, receiver
 from tests.mcp.conftest import start_http_server
 
 
 class Collector:
-    """Receives ``POST /v1/traces`` and keeps the spans (name → attributes), plus the resource."""
+    """Keeps what the example receiver got on ``/v1/traces``: spans (name → attributes) and the
+    services that sent them."""
 
     def __init__(self) -> None:
         self.spans: dict[str, dict[str, Any]] = {}
@@ -24,17 +24,12 @@ class Collector:
         self.paths: set[str] = set()
         self.changed = threading.Condition()
 
-    def receive(self, path: str, body: bytes) -> None:
-        request = ExportTraceServiceRequest.FromString(body)
+    def receive(self, path: str, spans: list[Span]) -> None:
         with self.changed:
             self.paths.add(path)
-            for resource_spans in request.resource_spans:
-                for attribute in resource_spans.resource.attributes:
-                    if attribute.key == "service.name":
-                        self.service_names.add(attribute.value.string_value)
-                for scope_spans in resource_spans.scope_spans:
-                    for span in scope_spans.spans:
-                        self.spans[span.name] = {a.key: _value(a.value) for a in span.attributes}
+            for service, name, attributes in spans:
+                self.service_names.add(service)
+                self.spans[name] = attributes
             self.changed.notify_all()
 
     def wait_for(self, *names: str) -> None:
@@ -42,29 +37,11 @@ class Collector:
             assert self.changed.wait_for(lambda: set(names) <= set(self.spans), timeout=20), self.spans
 
 
-def _value(value: Any) -> Any:
-    kind = value.WhichOneof("value")
-    if kind == "array_value":
-        return [_value(v) for v in value.array_value.values]
-    return getattr(value, kind) if kind else None
-
-
 @pytest.fixture
 def collector() -> Iterator[tuple[Collector, str]]:
+    """examples/otlp_receiver.py's receiver in this process, on a free port."""
     received = Collector()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            received.receive(self.path, body)
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = receiver(0, received.receive)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield received, f"http://127.0.0.1:{server.server_address[1]}"

@@ -16,10 +16,10 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 from starlette.applications import Starlette
+from starlette.testclient import TestClient
 
 from runstream.cli import main
 from runstream.server import cli
-from runstream.server.cors import MastraCORSMiddleware
 
 MODULE = """
 from runstream import Agent
@@ -68,22 +68,33 @@ def test_serve_command_runs_uvicorn(project: Path, monkeypatch: pytest.MonkeyPat
     assert isinstance(cli.reload_factory(), Starlette)
 
 
-def _cors_of(app: Starlette) -> list[str] | None:
-    for middleware in app.user_middleware:
-        if middleware.cls is MastraCORSMiddleware:
-            return list(middleware.kwargs["allow_origins"])
-    return None
+def _allowed(app: Starlette, origin: str) -> bool:
+    """Whether a browser on ``origin`` gets through the app's CORS preflight."""
+    preflight = TestClient(app).options(
+        "/api/agents", headers={"Origin": origin, "Access-Control-Request-Method": "GET"}
+    )
+    return preflight.headers.get("access-control-allow-origin") == origin
 
 
 def test_cors_flags(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     apps: list[Any] = []
     monkeypatch.setattr(cli.uvicorn, "run", lambda app, **kw: apps.append(app))
+    monkeypatch.setattr(cli, "start_studio", lambda command, target: None)
     cli.serve_command(["served_project:runtime"])
     cli.serve_command(
         ["served_project:runtime", "--cors-origin", "https://a.example", "--cors-origin", "https://b.example"]
     )
     cli.serve_command(["served_project:runtime", "--no-cors"])
-    assert [_cors_of(app) for app in apps] == [["*"], ["https://a.example", "https://b.example"], None]
+    cli.serve_command(["served_project:runtime", "--cors-origin", "*"])
+    # Studio's origin is added to named origins (here: not a local one, from another host).
+    cli.serve_command(["served_project:runtime", "--studio", "--cors-origin", "https://a.example"])
+    default, named, none, anything, studio = apps
+    origins = ["http://localhost:3000", "http://127.0.0.1:5173", "https://a.example", "https://evil.example"]
+    assert [_allowed(default, o) for o in origins] == [True, True, False, False]
+    assert [_allowed(named, o) for o in origins] == [False, False, True, False]
+    assert [_allowed(none, o) for o in origins] == [False, False, False, False]
+    assert [_allowed(anything, o) for o in origins] == [True, True, True, True]
+    assert [_allowed(studio, o) for o in origins] == [True, False, True, False]
     with pytest.raises(SystemExit, match="exclude each other"):
         cli.serve_command(["served_project:runtime", "--no-cors", "--cors-origin", "https://a.example"])
 

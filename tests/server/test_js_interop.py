@@ -98,6 +98,24 @@ def test_memory(live: Live) -> None:
     assert out["afterDelete"]["status"] == 404
 
 
+def test_client_tools_over_thread_signals(live: Live) -> None:
+    """client-js runs a client tool called in a thread-signal run and sends its result with
+    send-tool-approval ``messages``: the reply comes on the same subscription, in a new run."""
+    out = node(live, "thread-client-tools")
+    assert out["calls"] == [{"text": "ping"}]
+    assert out["sent"]["accepted"] is True
+    kinds = out["types"]
+    assert kinds.index("tool-call") < kinds.index("finish") < kinds.index("start", kinds.index("finish"))
+    assert out["text"] == 'Tool said: {"echoed": "ping"}'
+    assert len(out["runIds"]) == 2 and out["runIds"][0] == out["sent"]["runId"]
+    assert live.log.matching("POST", "/agents/assistant/send-tool-approval")
+    # The result went into the stored call; the reply follows it.
+    assert out["stored"] == [
+        {"role": "user", "parts": ["text"]},
+        {"role": "assistant", "parts": ["tool:clientEcho:result", "step-start", "text"]},
+    ]
+
+
 def test_client_tools(live: Live) -> None:
     before = len(live.log.matching("POST", "/agents/assistant/stream"))
     out = node(live, "client-tools")

@@ -109,13 +109,18 @@ def _left_behind(request: dict[str, Any]) -> bool:
 
 def test_studio_drives_runstream(live: Live, studio: str) -> None:
     shots = os.environ.get("STUDIO_SHOTS")  # set to a folder to refresh the docs' screenshots
-    out: dict[str, Any] = node(live, "studio", studio, shots or "", timeout=240)
+    # The script runs in tests/js: a relative folder is the caller's.
+    out: dict[str, Any] = node(live, "studio", studio, os.path.abspath(shots) if shots else "", timeout=240)
     steps = out["steps"]
     assert "failure" not in steps, steps.get("failure")
     assert out["pageErrors"] == [] and out["corsErrors"] == []
     assert "Assistant" in steps["agents"] and "plain" in steps["agents"]
 
-    assert steps["toolChat"]["badge"] == "Get weather"
+    tool_chat = steps["toolChat"]
+    assert tool_chat["badge"] == "Get weather"
+    # While streaming and after Studio merged the stored turn, the badge comes before the reply.
+    assert tool_chat["orders"] == ["badge-first"], tool_chat
+    assert tool_chat["text"].index("Get weather") < tool_chat["text"].index("Tool said")
     assert 'Tool said: {"city": "Paris", "sky": "sunny", "celsius": 21}' in steps["reopened"]["text"]
     assert steps["reopened"]["badges"] == ["Get weather"]
     reopened = steps["reopened"]["text"]
@@ -126,7 +131,7 @@ def test_studio_drives_runstream(live: Live, studio: str) -> None:
     assert background["badges"] == ["Research"] and background["taskWidget"] == 1
     text = background["text"]
     assert text.count("research octopus") == 1
-    assert text.index("Working on it.") < text.index("All background work is done.")
+    assert text.index("Research") < text.index("Working on it.") < text.index("All background work is done.")
 
     assert 'Tool said: {"deleted": "/tmp/report.txt"}' in steps["approval"]["text"]
     assert steps["approval"]["text"].count("delete the report") == 1

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scaleout_worker import REDIS_URL, ScriptProcess, require_redis
+from bus_listener import REDIS_URL, ScriptProcess, require_redis
 
 from runstream.chunks import AnyChunk, BackgroundTaskOutputChunk, BackgroundTaskRunningChunk
 from runstream.storage import TaskRecord

@@ -5,7 +5,7 @@ temporal_app:worker_runtime``.
 Configured by the environment the test sets: ``RUNSTREAM_TEST_POSTGRES_URL``,
 ``RUNSTREAM_TEST_REDIS_URL``, ``TEMPORAL_TEST_ADDRESS``, ``TEMPORAL_TEST_SCHEMA`` and
 ``TEMPORAL_TEST_PREFIX`` (the PostgreSQL schema, and the Redis channel prefix and Temporal task
-queue). The tools print JSON lines on stdout (``{"event", "tool", "pid", ...}``) so the test
+queue), and optionally ``TEMPORAL_TEST_GLOBAL_CONCURRENCY``. The tools print JSON lines on stdout (``{"event", "tool", "pid", ...}``) so the test
 waits on what they do; ``research`` and ``ask`` wait until the test pushes to the Redis list
 ``<prefix>:gate:<name>``.
 """
@@ -84,13 +84,35 @@ def build_agent(model: LanguageModel) -> Agent:
         return {"answer": ctx.resume_data}
 
     @tool(background=True)
+    async def hold(label: str, ctx: ToolContext) -> str:
+        """Hold a slot until the test opens the gate ``label``; pushes to the Redis list
+        ``<prefix>:starts`` how many ``hold`` tools run at that moment, cluster-wide."""
+        client = Redis.from_url(env("RUNSTREAM_TEST_REDIS_URL"))
+        prefix = env("TEMPORAL_TEST_PREFIX")
+        try:
+            running = await client.incr(f"{prefix}:running")
+            start = {"label": label, "running": running, "pid": os.getpid()}
+            await client.rpush(f"{prefix}:starts", json.dumps(start))  # type: ignore[misc]
+            try:
+                await gate(label)
+            finally:
+                await client.decr(f"{prefix}:running")
+        finally:
+            await client.aclose()
+        return label
+
+    @tool(background=True)
     async def work(label: str, ctx: ToolContext) -> str:
         """Do a quick piece of work."""
         say(event="ran", tool="work", label=label)
         return label
 
     return Agent(
-        AGENT_ID, instructions="Research.", model=model, tools=[research, hang, ask, work], memory=Memory()
+        AGENT_ID,
+        instructions="Research.",
+        model=model,
+        tools=[research, hang, ask, hold, work],
+        memory=Memory(),
     )
 
 
@@ -99,7 +121,9 @@ def build_runtime(model: LanguageModel) -> Runstream:
     prefix = env("TEMPORAL_TEST_PREFIX")
     manager = TemporalTaskManager(
         storage,
-        BackgroundTaskConfig(),
+        BackgroundTaskConfig(
+            global_concurrency=int(os.environ.get("TEMPORAL_TEST_GLOBAL_CONCURRENCY", "10"))
+        ),
         temporal=TemporalSettings(
             address=env("TEMPORAL_TEST_ADDRESS"),
             task_queue=prefix,

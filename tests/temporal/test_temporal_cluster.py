@@ -6,6 +6,7 @@ server (started by the session fixture), PostgreSQL (memory and task records) an
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from runstream.tasks.config import TaskRequest
 from runstream.tasks.manager import STALE_TASK_MESSAGE
 from runstream.tasks.temporal import TemporalTaskManager
 from runstream.tasks.temporal.devserver import TemporalDevServer
+from runstream.tasks.temporal.slots import SlotsWorkflow, slots_workflow_id
 from runstream.testing import ScriptedModel
 from tests.conftest import POSTGRES_URL, REDIS_URL
 from tests.storage.postgres_testkit import drop_schema, require_postgres, unreachable_reason
@@ -303,3 +305,44 @@ async def test_a_suspended_task_is_resumed_after_every_process_restarted(cluster
     again = await c.expect(lambda line: line["event"] == "started")
     assert again["resume_data"] == {"name": "Ada"}
     assert await cluster.tool_results() == [{"type": "json", "value": {"answer": {"name": "Ada"}}}]
+
+
+async def test_the_global_limit_holds_across_two_workers(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """global_concurrency=2 with two workers, each of which would run 2 on its own: at most 2
+    ``hold`` tools run at once in the whole cluster; the others wait for a slot of the slots
+    workflow, and start as slots free."""
+    cluster.env["TEMPORAL_TEST_GLOBAL_CONCURRENCY"] = "2"
+    monkeypatch.setenv("TEMPORAL_TEST_GLOBAL_CONCURRENCY", "2")
+    await cluster.start_worker()
+    await cluster.start_worker()
+    runtime, agent, manager = api(ScriptedModel(calls=[say("unused")]))
+    hold = agent.tools["hold"]
+    starts_key = f"{cluster.env['TEMPORAL_TEST_PREFIX']}:starts"
+
+    async def next_start() -> dict[str, Any]:
+        popped = await cluster.gates.blpop([starts_key], timeout=STREAM_TIMEOUT_S)  # type: ignore[misc]
+        assert popped is not None, "no hold tool started"
+        return dict(json.loads(popped[1]))
+
+    async with runtime:
+        records = [
+            await manager.enqueue(TaskRequest(hold, f"c{n}", {"label": f"h{n}"}, "bg", "run-1"))
+            for n in range(5)
+        ]
+        started = [await next_start(), await next_start()]
+        slots = manager.client.get_workflow_handle(slots_workflow_id(manager.temporal.task_queue))
+        async with asyncio.timeout(STREAM_TIMEOUT_S):  # Temporal's state is read by polling
+            while len((state := await slots.query(SlotsWorkflow.state)).waiting) < 3:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        assert len(state.holders) == 2
+        while len(started) < 5:
+            await cluster.open_gate(started[len(started) - 2]["label"])
+            started.append(await next_start())
+        for start in started[-2:]:
+            await cluster.open_gate(start["label"])
+        finals = [await manager.wait_for(r.id, timeout_ms=STREAM_TIMEOUT_S * 1000) for r in records if r]
+    assert sorted(f.result for f in finals) == [f"h{n}" for n in range(5)]
+    assert sorted(s["label"] for s in started) == [f"h{n}" for n in range(5)]
+    assert max(s["running"] for s in started) == 2

@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import is_cancelled_exception
 
@@ -24,6 +23,7 @@ from runstream.tasks.config import (
 )
 from runstream.tasks.temporal import TemporalSettings, TemporalTaskManager
 from runstream.tasks.temporal.devserver import TemporalDevServer, free_port
+from runstream.tasks.temporal.slots import SlotsState, SlotsWorkflow, slots_workflow_id
 from runstream.tools import Tool, ToolContext
 
 AGENT = "agent-t"
@@ -88,7 +88,7 @@ async def workflow_outcome(manager: TemporalTaskManager, task_id: str) -> str:
     """How the task's workflow ended: its result, or ``cancelled``."""
     try:
         async with asyncio.timeout(WAIT_S):
-            return str(await manager._handle(task_id).result())
+            return str(await manager.workflow_handle(task_id).result())
     except WorkflowFailureError as failure:
         assert is_cancelled_exception(failure.cause), failure
         return "cancelled"
@@ -218,7 +218,17 @@ async def test_cancel_of_a_suspended_task_ends_its_workflow(make_manager: MakeMa
     assert await workflow_outcome(manager, record.id) == "cancelled"
 
 
-async def test_per_agent_concurrency_is_the_agent_queues_worker_limit(make_manager: MakeManager) -> None:
+async def slots_state(manager: TemporalTaskManager, done: Callable[[SlotsState], bool]) -> SlotsState:
+    """The slots workflow's state once ``done`` holds (Temporal's state is read by polling:
+    no event tells it)."""
+    handle = manager.client.get_workflow_handle(slots_workflow_id(manager.temporal.task_queue))
+    async with asyncio.timeout(WAIT_S):
+        while not done(state := await handle.query(SlotsWorkflow.state)):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    return state
+
+
+async def test_per_agent_concurrency_holds_through_the_slots_workflow(make_manager: MakeManager) -> None:
     gates = {"a": asyncio.Event(), "b": asyncio.Event()}
     started = asyncio.Queue[str]()
 
@@ -236,22 +246,19 @@ async def test_per_agent_concurrency_is_the_agent_queues_worker_limit(make_manag
     second = "b" if first == "a" else "a"
     waiting = records[second]
     assert waiting is not None
-    # the other task's attempt is scheduled on the agent's queue but not started: no slot
-    async with asyncio.timeout(WAIT_S):  # Temporal's state is read by polling: no event tells it
-        while not (  # noqa: ASYNC110
-            pending := (await manager._handle(waiting.id).describe()).raw_description.pending_activities
-        ):
-            await asyncio.sleep(0.05)
-    assert pending[0].state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED
-    # untouched by a worker: as its enqueue left it (``running`` if it was counted into a free
-    # slot there, and Temporal happened to give the agent's one worker slot to the other first)
-    assert (await manager.get_task(waiting.id)).status == waiting.status  # type: ignore[union-attr]
+    # the other task's workflow waits for the agent's one slot, held by the first
+    state = await slots_state(manager, lambda s: len(s.waiting) == 1)
+    workflow_ids = {label: manager.temporal.workflow_id(r.id) for label, r in records.items() if r}
+    assert state.holders == {workflow_ids[first]: AGENT}
+    assert [w.holder for w in state.waiting] == [workflow_ids[second]]
     assert started.empty()
     gates[first].set()
     async with asyncio.timeout(WAIT_S):
         assert await started.get() == second
     gates[second].set()
     assert (await settled(manager, waiting)).result == second
+    state = await slots_state(manager, lambda s: not s.holders)
+    assert state.waiting == []
 
 
 async def test_backpressure_reject_counts_running_tasks(make_manager: MakeManager) -> None:

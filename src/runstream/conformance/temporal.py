@@ -13,15 +13,13 @@ import uuid
 
 from runstream.storage import Storage
 from runstream.tasks.config import BackgroundTaskConfig
-from runstream.tasks.manager import BackgroundTaskManager
+from runstream.tasks.coordination import TaskManager
 
 TEMPORAL_ENV = "RUNSTREAM_CONFORMANCE_TEMPORAL"
 REDIS_ENV = "RUNSTREAM_CONFORMANCE_REDIS"
 
 
-def temporal_task_manager(
-    storage: Storage, config: BackgroundTaskConfig | None
-) -> BackgroundTaskManager | None:
+def temporal_task_manager(storage: Storage, config: BackgroundTaskConfig | None) -> TaskManager | None:
     """The Temporal manager the environment asks for, or ``None`` (the default manager)."""
     address = os.environ.get(TEMPORAL_ENV)
     if not address or config is None:

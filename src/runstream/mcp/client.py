@@ -241,9 +241,30 @@ class MCPConnection:
             self._lost.set()
 
     async def call(self, tool_name: str, args: dict[str, Any], ctx: ToolContext) -> Any:
-        """Call a tool; the run's abort cancels the request, progress becomes tool output."""
-        client = await self._ready()
+        """Call a tool; the run's abort cancels the request, progress becomes tool output.
 
+        A request the server cannot have run is sent again on a new connection, once: when the
+        connection was already closed before the call (the server died while idle), or when the
+        server answered that it does not know the session (it restarted), as Mastra's MCPClient
+        retries session errors. A connection lost while the call was in flight is a tool error
+        (the tool may have run); the connection is reopened for the next call.
+        """
+        client = await self._ready()
+        if _known_closed(client):
+            self._mark_lost(client)
+            client = await self._ready()
+        try:
+            return await self._call_once(client, tool_name, args, ctx)
+        except _SessionExpiredError:
+            logger.info("MCP server %r forgot the session: reconnecting to call %r", self.name, tool_name)
+            self._mark_lost(client)
+            client = await self._ready()
+        try:
+            return await self._call_once(client, tool_name, args, ctx)
+        except _SessionExpiredError as exc:
+            raise MCPToolError(f"MCP server {self.name!r}: {exc}") from exc
+
+    async def _call_once(self, client: Client, tool_name: str, args: dict[str, Any], ctx: ToolContext) -> Any:
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             await ctx.writer.write(
                 {
@@ -265,14 +286,43 @@ class MCPConnection:
             raise
         except _LOST as exc:
             self._mark_lost(client)
-            raise MCPToolError(f"MCP server {self.name!r}: connection lost") from exc
+            raise MCPToolError(self._lost_message(tool_name, type(exc).__name__)) from exc
         except MCPError as exc:
+            if _session_expired(exc):
+                raise _SessionExpiredError(exc.message) from exc
             if exc.code == CONNECTION_CLOSED:
                 self._mark_lost(client)
+                raise MCPToolError(self._lost_message(tool_name, exc.message)) from exc
             raise MCPToolError(f"MCP server {self.name!r}: {exc.message}") from exc
         finally:
             remove()
         return result_value(result)
+
+    def _lost_message(self, tool_name: str, detail: str) -> str:
+        return (
+            f"MCP server {self.name!r}: the connection was lost while {tool_name!r} was running "
+            f"({detail}); the tool may or may not have run. The connection is reopened for the next call."
+        )
+
+
+class _SessionExpiredError(Exception):
+    """The server refused a request because it does not know the session (so it did not run)."""
+
+
+def _session_expired(exc: MCPError) -> bool:
+    message = exc.message.lower()
+    return "session not found" in message or "no valid session" in message
+
+
+def _known_closed(client: Client) -> bool:
+    """Whether the SDK already saw the connection end (the server exited while idle), so a call
+    could not be sent. The SDK has no public flag for it; its dispatcher's ``_closed`` is read
+    defensively (``False`` when absent: the call then fails as a lost connection would)."""
+    try:
+        dispatcher = client.session._dispatcher
+    except (AttributeError, RuntimeError):
+        return False
+    return getattr(dispatcher, "_closed", False) is True
 
 
 class MCPClient:

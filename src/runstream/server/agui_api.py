@@ -58,8 +58,7 @@ class AGUIRoutes:
             messages=prompt_messages(run_input, only_new=scope is not None),
             memory=scope,
             until_idle=scope is not None,
-            context=context_messages(run_input),
-            client_tools={tool.name: tool for tool in tools},
+            options={"context": context_messages(run_input), "client_tools": tools},
         )
         run = await start_stream(self.ctx, agent, parsed, principal)
         mapper = EventMapper(run_input, frozenset(tool.name for tool in tools))

@@ -17,7 +17,7 @@ from starlette.routing import Mount, Route
 from runstream.runtime import Runstream
 from runstream.server.auth import AuthHook, AuthMiddleware, default_auth
 from runstream.server.context import ServerContext
-from runstream.server.cors import ANY_ORIGIN, cors_middleware
+from runstream.server.cors import LOCAL_ORIGINS, cors_middleware
 from runstream.server.errors import EXCEPTION_HANDLERS, BodyLimitMiddleware
 from runstream.server.health import HEALTH_PATH, health_route
 from runstream.server.limits import UrlSafetyMiddleware
@@ -42,15 +42,16 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     heartbeat_s: float | None = 15.0,
     replay_log: ReplayLog | None = None,
-    cors_origins: Sequence[str] | None = ANY_ORIGIN,
+    cors_origins: Sequence[str] | None = LOCAL_ORIGINS,
 ) -> Starlette:
     """Serve ``runstream``'s agents.
 
     ``auth`` decides who may call (default: a bearer token from ``RUNSTREAM_API_TOKEN`` when set,
     open otherwise). ``heartbeat_s`` is the idle time after which an SSE stream gets a comment
     (``None``: never). ``replay_log`` keeps the events of detached runs (default: in memory).
-    ``cors_origins`` may call from a browser on another origin (default any, ``None``: no CORS;
-    see :mod:`runstream.server.cors`).
+    ``cors_origins`` may call from a browser on another origin (default: pages served from this
+    machine, ``http://localhost:*`` and the loopback addresses; ``["*"]``: any; ``None``: no
+    CORS; see :mod:`runstream.server.cors`).
     """
     if prefix and (not prefix.startswith("/") or prefix.endswith("/")):
         raise ValueError(f"prefix must start with '/' and not end with one, got {prefix!r}")

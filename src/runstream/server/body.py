@@ -19,9 +19,9 @@ from typing import Any
 
 import jsonschema
 
-from runstream.agent import client_tool
 from runstream.memory import MemoryScope
 from runstream.models.base import ModelSettings
+from runstream.run_options import StreamOptions, client_tool
 from runstream.server.auth import Principal
 from runstream.server.errors import ApiError
 from runstream.server.limits import (
@@ -74,35 +74,15 @@ def invalid(message: str) -> ApiError:
 
 @dataclass(slots=True)
 class StreamRequest:
+    """A validated generate/stream body: the messages, what the server itself needs (the memory
+    scope it checks ownership of, the run id it claims, until-idle), and the run's options as
+    ``Agent.stream`` takes them (read into a ``RunOptions`` there, with the agent's defaults)."""
+
     messages: list[Prompt]
     memory: MemoryScope | None = None
     run_id: str | None = None
-    max_steps: int | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    model_settings: ModelSettings | None = None
-    structured_output: StructuredOutput | None = None
     until_idle: bool | dict[str, Any] = False
-    context: list[Prompt] = field(default_factory=list)
-    client_tools: dict[str, Tool] = field(default_factory=dict)
-    active_tools: list[str] | None = None
-    instructions: str | None = None
-    require_tool_approval: bool = False
-    request_context: dict[str, Any] | None = None
-
-    def stream_options(self) -> dict[str, Any]:
-        """Keyword arguments for ``Agent.stream``."""
-        return {
-            "max_steps": self.max_steps,
-            "tool_choice": self.tool_choice,
-            "model_settings": self.model_settings,
-            "structured_output": self.structured_output,
-            "run_id": self.run_id,
-            "context": self.context,
-            "memory": self.memory,
-            "until_idle": self.until_idle,
-            "client_tools": self.client_tools,
-            "request_context": self.request_context,
-        }
+    options: StreamOptions = field(default_factory=lambda: StreamOptions())
 
 
 def _optional(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
@@ -259,19 +239,22 @@ def parse_stream_body(
     if max_steps is not None:
         max_steps = bounded_int(max_steps, "maxSteps", minimum=1, maximum=MAX_STEPS)
     context = _optional(body, "context", list, "an array of messages")
-    return StreamRequest(
-        messages=to_prompt(messages) if messages is not None else [],
-        memory=memory_scope(body.get("memory"), principal),
-        run_id=None if body.get("runId") is None else check_id(body["runId"], "runId"),
+    options = StreamOptions(
         max_steps=max_steps,
         tool_choice=_tool_choice(body.get("toolChoice")),
         model_settings=_model_settings(body),
         structured_output=_structured(structured),
-        until_idle=_until_idle(body, until_idle),
         context=to_prompt(context, "context") if context else [],
         client_tools=_client_tools(body.get("clientTools")),
         active_tools=active,
         instructions=_optional(body, "instructions", str, "a string"),
         require_tool_approval=bool(_optional(body, "requireToolApproval", bool, "a boolean")),
         request_context=_optional(body, "requestContext", Mapping, "an object"),
+    )
+    return StreamRequest(
+        messages=to_prompt(messages) if messages is not None else [],
+        memory=memory_scope(body.get("memory"), principal),
+        run_id=None if body.get("runId") is None else check_id(body["runId"], "runId"),
+        until_idle=_until_idle(body, until_idle),
+        options=options,
     )

@@ -2,7 +2,8 @@
 
 ``attr`` names a :class:`~runstream.Runstream`, an ASGI app (e.g. from ``create_app``), or a
 function with no arguments returning either. The current directory is importable.
-``--cors-origin`` (repeatable) names the browser origins allowed to call (default: any);
+``--cors-origin`` (repeatable) names the browser origins allowed to call (default: pages served
+from this machine, see :mod:`runstream.server.cors`);
 ``--studio`` also starts Mastra Studio next to the server (``runstream studio`` is the same).
 """
 
@@ -23,7 +24,7 @@ from runstream._telemetry import setup_from_environment
 from runstream.runtime import Runstream
 from runstream.server.app import create_app
 from runstream.server.auth import TOKEN_ENV, AuthMiddleware, open_access
-from runstream.server.cors import ANY_ORIGIN
+from runstream.server.cors import LOCAL_ORIGINS, allows
 from runstream.server.studio_launcher import StudioCommand, start_studio, stop_studio
 
 TARGET_ENV = "RUNSTREAM_SERVE_TARGET"
@@ -44,7 +45,7 @@ def import_target(target: str, command: str) -> Any:
     return obj
 
 
-def load_app(target: str, cors_origins: Sequence[str] | None = ANY_ORIGIN) -> Any:
+def load_app(target: str, cors_origins: Sequence[str] | None = LOCAL_ORIGINS) -> Any:
     """The ASGI app named by ``module:attr`` (a Runstream is wrapped with ``create_app``).
 
     ``cors_origins`` applies to a Runstream target; an app made by ``create_app`` has its own.
@@ -90,7 +91,7 @@ def _open_access(app: Any) -> bool:
 def reload_factory() -> Any:
     """The app for uvicorn's reloader (which imports by name in a fresh process)."""
     setup_from_environment()
-    return load_app(os.environ[TARGET_ENV], json.loads(os.environ.get(CORS_ENV, '["*"]')))
+    return load_app(os.environ[TARGET_ENV], json.loads(os.environ.get(CORS_ENV, json.dumps(LOCAL_ORIGINS))))
 
 
 def serve_command(argv: list[str]) -> int:
@@ -99,7 +100,7 @@ def serve_command(argv: list[str]) -> int:
     studio = None
     if args.studio:
         command = StudioCommand(args.host, args.port, args.studio_port)
-        if cors is not None and "*" not in cors:
+        if cors is not None and not allows(cors, command.studio_url):
             cors.append(command.studio_url)
         load_app(args.target, cors)  # fail fast, before Studio starts
         studio = start_studio(command, args.target)
@@ -125,7 +126,10 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         dest="cors_origins",
         metavar="ORIGIN",
-        help="a browser origin allowed to call, e.g. https://studio.example.com (repeatable; default: any)",
+        help=(
+            "a browser origin allowed to call, e.g. https://studio.example.com, http://localhost:*"
+            " (any port) or * (any origin); repeatable; default: localhost and loopback pages"
+        ),
     )
     parser.add_argument("--no-cors", action="store_true", help="no CORS headers: same-origin browsers only")
     parser.add_argument("--studio", action="store_true", help="also start Mastra Studio (needs Node.js)")
@@ -138,7 +142,7 @@ def _cors_origins(args: argparse.Namespace) -> list[str] | None:
         raise SystemExit("runstream serve: --no-cors and --cors-origin exclude each other")
     if args.no_cors:
         return None
-    return list(args.cors_origins) if args.cors_origins else list(ANY_ORIGIN)
+    return list(args.cors_origins) if args.cors_origins else list(LOCAL_ORIGINS)
 
 
 def _run(args: argparse.Namespace, cors: list[str] | None) -> None:

@@ -16,7 +16,7 @@ from runstream.server.limits import MAX_PAGE, MAX_PER_PAGE, parse_json
 from runstream.server.resumable import RunRegistry
 from runstream.server.run_owners import RunOwners
 from runstream.server.wire import encode_json
-from runstream.tasks.manager import BackgroundTaskManager
+from runstream.tasks.coordination import TaskManager
 
 MAX_REMEMBERED_RUNS = 10_000
 
@@ -39,7 +39,7 @@ class ServerContext:
         return agent
 
     @property
-    def tasks(self) -> BackgroundTaskManager | None:
+    def tasks(self) -> TaskManager | None:
         return self.runstream.task_manager
 
 

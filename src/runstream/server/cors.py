@@ -1,4 +1,4 @@
-"""CORS for browsers on another origin (Mastra Studio, web apps), with Mastra's defaults.
+"""CORS for browsers on another origin (Mastra Studio, web apps), with Mastra's headers.
 
 Mastra's server allows the methods GET/POST/PUT/PATCH/DELETE/OPTIONS, the headers
 ``Content-Type``, ``Authorization``, ``A2A-Version``, ``x-mastra-client-type`` and
@@ -6,14 +6,21 @@ Mastra's server allows the methods GET/POST/PUT/PATCH/DELETE/OPTIONS, the header
 preflights be cached for an hour. runstream does the same and also allows any other
 ``x-mastra-*`` header. Credentials are allowed: Studio and ``@mastra/client-js`` in a browser
 fetch with ``credentials: "include"``, which a browser only accepts when the server names the
-calling origin (never ``*``), so with the default ``("*",)`` every origin is echoed back.
+calling origin (never ``*``), so an allowed origin is echoed back.
 
-In production, name the origins that may call (``create_app(cors_origins=[...])`` or
-``runstream serve --cors-origin https://studio.example.com``) and require a token.
+Which origins: by default only pages served from this machine (:data:`LOCAL_ORIGINS`:
+``http://localhost``, ``http://127.0.0.1`` and ``http://[::1]`` on any port), so Studio and a
+local dev server work while a web site the user visits cannot read or drive the API. Mastra's
+server differs (``@mastra/deployer`` 1.69): without auth it answers ``*`` without credentials,
+which lets every site read an open server and still breaks Studio on another origin; with auth it
+echoes any origin with credentials. ``create_app(cors_origins=[...])`` or ``runstream serve
+--cors-origin ...`` names other origins; an origin may end in ``:*`` for any port, and ``*``
+alone allows every origin (Mastra's behaviour with auth).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from starlette.datastructures import Headers
@@ -33,6 +40,8 @@ ALLOW_HEADERS = (
 EXPOSE_HEADERS = ("Content-Length", "X-Requested-With")
 MAX_AGE_S = 3600
 ANY_ORIGIN = ("*",)
+LOCAL_ORIGINS = ("http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*")
+ANY_PORT = ":*"
 MASTRA_HEADER_PREFIX = "x-mastra-"
 _REQUEST_HEADERS = b"access-control-request-headers"
 
@@ -62,18 +71,26 @@ class MastraCORSMiddleware(CORSMiddleware):
 
 
 def cors_middleware(origins: Sequence[str] | None) -> list[Middleware]:
-    """The CORS middleware for ``origins`` (``"*"``: any), or none when ``origins`` is empty."""
+    """The CORS middleware for ``origins`` (``"*"``: any; ``scheme://host:*``: any port of that
+    host), or none when ``origins`` is empty."""
     if not origins:
         return []
+    exact: list[str] = []
+    patterns: list[str] = []
     for origin in origins:
         if origin != "*" and ("://" not in origin or origin.endswith("/")):
             raise ValueError(
                 f"a CORS origin is a scheme://host[:port] without a trailing slash, got {origin!r}"
             )
+        if origin.endswith(ANY_PORT):
+            patterns.append(_any_port(origin))
+        else:
+            exact.append(origin)
     return [
         Middleware(
             MastraCORSMiddleware,
-            allow_origins=list(origins),
+            allow_origins=exact,
+            allow_origin_regex="|".join(patterns) or None,
             allow_methods=ALLOW_METHODS,
             allow_headers=ALLOW_HEADERS,
             allow_credentials=True,
@@ -81,3 +98,18 @@ def cors_middleware(origins: Sequence[str] | None) -> list[Middleware]:
             max_age=MAX_AGE_S,
         )
     ]
+
+
+def allows(origins: Sequence[str] | None, origin: str) -> bool:
+    """Whether ``origins`` (as :func:`cors_middleware` reads them) let ``origin`` call."""
+    for allowed in origins or ():
+        if allowed in ("*", origin):
+            return True
+        if allowed.endswith(ANY_PORT) and re.fullmatch(_any_port(allowed), origin):
+            return True
+    return False
+
+
+def _any_port(origin: str) -> str:
+    """A regex for ``scheme://host:*``: that host with any port, or none."""
+    return "(?:" + re.escape(origin.removesuffix(ANY_PORT)) + r"(?::[0-9]{1,5})?)"

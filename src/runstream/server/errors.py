@@ -1,6 +1,6 @@
 """HTTP errors as Mastra answers them: ``{"error": "<message>"}`` with the status.
 
-Caller mistakes are 4xx (client-js never retries those); 5xx is only for real server faults,
+Errors of runstream's tree map by class (:func:`status_of`); caller mistakes are 4xx (client-js never retries those); 5xx is only for real server faults,
 because client-js re-sends a request that got a 5xx, which for ``/stream`` means another run.
 Bodies over the size limit are refused with 413 before or while they are read.
 """
@@ -15,6 +15,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from runstream.errors import InvalidInputError, NotFoundError, RunstreamError, StateConflictError
 
 logger = logging.getLogger("runstream.server")
 
@@ -49,6 +51,25 @@ async def handle_http_exception(request: Request, exc: Exception) -> Response:
     return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
 
 
+def status_of(exc: RunstreamError) -> int:
+    """The HTTP status of an error of runstream's tree, by its class (500: not the caller's doing)."""
+    if isinstance(exc, InvalidInputError):
+        return 400
+    if isinstance(exc, NotFoundError):
+        return 404
+    if isinstance(exc, StateConflictError):
+        return 409
+    return 500
+
+
+async def handle_runstream_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RunstreamError)
+    status = status_of(exc)
+    if status == 500:
+        return await handle_unexpected(request, exc)
+    return error_response(status, str(exc))
+
+
 async def handle_unexpected(request: Request, exc: Exception) -> Response:
     logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(500, "Internal server error")
@@ -57,6 +78,7 @@ async def handle_unexpected(request: Request, exc: Exception) -> Response:
 EXCEPTION_HANDLERS: dict[Any, Any] = {
     ApiError: handle_api_error,
     HTTPException: handle_http_exception,
+    RunstreamError: handle_runstream_error,
     Exception: handle_unexpected,
 }
 

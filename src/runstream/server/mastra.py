@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from runstream.abort import AbortController
 from runstream.agent import Agent, RunNotFoundError
-from runstream.errors import StateConflictError
+from runstream.errors import InvalidInputError, StateConflictError
 from runstream.output import RunOutput
 from runstream.request_context import RequestContext
 from runstream.server.auth import Principal, principal_of
@@ -30,7 +30,7 @@ from runstream.server.body import StreamRequest, parse_stream_body
 from runstream.server.context import ServerContext, json_body, json_response
 from runstream.server.errors import ApiError
 from runstream.server.limits import MAX_OFFSET, bounded_int, check_id
-from runstream.server.overrides import absorb_tool_results, request_agent
+from runstream.server.overrides import absorb_tool_results
 from runstream.server.resumable import TooManyRunsError
 from runstream.server.streaming import Run, owned_run, parse_event_id, reconnect, replay, respond, wants_ids
 from runstream.server.suspended_runs import list_suspended_runs
@@ -38,6 +38,7 @@ from runstream.server.tasks_api import resume_task_stream
 from runstream.server.workflow_info import workflow_info
 from runstream.storage import ThreadResourceMismatchError
 from runstream.tools import Tool, ToolArgumentsError, ToolContext, ToolWriter
+from runstream.workflows import Workflow
 
 
 def query_request_context(request: Request) -> RequestContext:
@@ -94,7 +95,11 @@ async def serialize_agent(agent: Agent, context: RequestContext | None = None) -
         "instructions": await agent.get_instructions(context),
         "tools": {name: serialize_tool(tool) for name, tool in (await agent.get_tools(context)).items()},
         "agents": {key: {"id": sub.id, "name": sub.name} for key, sub in agent.agents.items()},
-        "workflows": {key: workflow_info(w, partial=True) for key, w in agent.workflows.items()},
+        "workflows": {
+            key: workflow_info(w, partial=True)
+            for key, w in agent.workflows.items()
+            if isinstance(w, Workflow)
+        },
         "provider": model.provider,
         "modelId": model.model_id,
         "defaultOptions": {"maxSteps": agent.max_steps},
@@ -118,7 +123,6 @@ async def start_stream(
     """
     if request.memory is not None and agent.memory is None:
         request.memory = None  # as Mastra: an agent without memory streams and saves nothing
-    view = request_agent(agent, request)
     messages, scope = request.messages, request.memory
     if scope is not None:
         thread = await ctx.runstream.storage.get_thread(scope.thread_id)
@@ -132,14 +136,16 @@ async def start_stream(
             raise ApiError(429, str(exc)) from None
     request.run_id = await ctx.owners.claim(request.run_id, principal, owner_resource)
     if scope is not None:
-        messages = await absorb_tool_results(view, scope, messages)
+        messages = await absorb_tool_results(agent, scope, messages)
     try:
-        out = await view.stream(messages, **request.stream_options())
+        options = request.options.copy()
+        options["memory"] = scope
+        out = await agent.stream(messages, run_id=request.run_id, until_idle=request.until_idle, **options)
     except ThreadResourceMismatchError:
         raise ApiError(404, f"Thread {scope.thread_id if scope else ''} not found") from None
-    except (ValueError, TypeError) as exc:
+    except InvalidInputError as exc:
         raise ApiError(400, str(exc)) from None
-    return Run(out, view, scope)
+    return Run(out, agent, scope)
 
 
 async def full_output(run: Run) -> dict[str, Any]:

@@ -1,48 +1,21 @@
-"""Per-request agent options the core has no parameter for, and client tool results.
+"""Client tool results sent back in a request.
 
-``activeTools``, ``instructions`` and ``requireToolApproval`` apply to one request only, so the
-request runs on a shallow copy of the agent with those changes (it shares the agent's memory,
-runtime and suspended-run table, so approvals and resumes still find the run). Client tools need
-no copy: they go to ``Agent.stream(client_tools=...)``, which ends the run with reason
+Client tools go to ``Agent.stream(client_tools=...)``, which ends the run with reason
 ``tool-calls`` once the model calls one; client-js runs the tool and posts its result in a new
 request. :func:`absorb_tool_results` writes those results into the stored assistant message, as
-Mastra's memory does, so the history the model sees is complete.
+Mastra's memory does, so the history the model sees is complete. (Per-request ``activeTools``,
+``instructions`` and ``requireToolApproval`` are run options like any other: see ``body.py``.)
 """
 
 from __future__ import annotations
 
-import copy
 from functools import partial
 from typing import Any
 
 from runstream.agent import Agent
 from runstream.memory import MemoryScope
-from runstream.server.body import StreamRequest
 from runstream.server.messages import Prompt
 from runstream.storage import StoredMessage
-from runstream.tools import Tool
-
-
-def request_agent(agent: Agent, request: StreamRequest) -> Agent:
-    """The agent as this request configures it (the agent itself when nothing changes)."""
-    if request.active_tools is None and request.instructions is None and not request.require_tool_approval:
-        return agent
-    view = copy.copy(agent)
-    tools = dict(agent.tools)
-    if request.active_tools is not None:
-        tools = {name: tool for name, tool in tools.items() if name in request.active_tools}
-    if request.require_tool_approval:
-        tools = {name: _with_approval(tool) for name, tool in tools.items()}
-    view.tools = tools
-    if request.instructions is not None:
-        view.instructions = request.instructions
-    return view
-
-
-def _with_approval(tool: Tool) -> Tool:
-    gated = copy.copy(tool)
-    gated.require_approval = True
-    return gated
 
 
 def _results(messages: list[Prompt]) -> dict[str, dict[str, Any]]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from runstream.server.resumable import ReplayGapError, RunInfo
+from runstream.server.resumable import ReplayGapError, RunAlreadyStreamingError, RunInfo
 
 READ_BLOCK_MS = 1000
 """A blocked reader wakes this often to notice a log that expired."""
@@ -76,7 +76,7 @@ class RedisReplayLog:
     async def create(self, info: RunInfo) -> None:
         seq, events, meta = self._keys(info.run_id)
         if await self.client.hget(meta, "ended") == "0":
-            raise ValueError(f"run {info.run_id!r} is already streaming")
+            raise RunAlreadyStreamingError(f"run {info.run_id!r} is already streaming")
         owner = json.dumps({"agent_id": info.agent_id, "resource_id": info.resource_id})
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.delete(seq, events, meta)

@@ -21,11 +21,17 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from runstream.errors import NotFoundError, RunstreamError, StateConflictError
+
 logger = logging.getLogger("runstream.server")
 
 
-class ReplayGapError(LookupError):
+class ReplayGapError(NotFoundError):
     """The events a reader asked for are no longer kept (the log was trimmed)."""
+
+
+class RunAlreadyStreamingError(StateConflictError):
+    """A run with this id is streaming into the replay log already (a 409)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +124,7 @@ class InMemoryReplayLog:
     async def create(self, info: RunInfo) -> None:
         current = self._get(info.run_id)
         if current is not None and current.ended_at is None:
-            raise ValueError(f"run {info.run_id!r} is already streaming")
+            raise RunAlreadyStreamingError(f"run {info.run_id!r} is already streaming")
         self._logs[info.run_id] = _Log(info)
         self._logs.move_to_end(info.run_id)
         self._purge()
@@ -163,7 +169,7 @@ class InMemoryReplayLog:
             await waiter
 
 
-class TooManyRunsError(RuntimeError):
+class TooManyRunsError(RunstreamError, RuntimeError):
     """This process already pumps as many detached runs as it may (overall or for one resource)."""
 
 

@@ -24,7 +24,7 @@ from runstream.output import RunOutput
 from runstream.server.auth import Principal
 from runstream.server.context import ServerContext
 from runstream.server.errors import ApiError
-from runstream.server.resumable import ReplayGapError, RunInfo
+from runstream.server.resumable import ReplayGapError, RunAlreadyStreamingError, RunInfo
 from runstream.server.sse import DONE, SSEResponse, data_frame
 from runstream.server.wire import encode_json, run_events
 
@@ -132,6 +132,6 @@ async def detach_run(ctx: ServerContext, run: Run, principal: Principal) -> None
     owner = run.scope.resource_id if run.scope is not None else principal.resource_id
     try:
         await ctx.registry.start(RunInfo(run.run_id, run.agent.id, owner), run.events(str), run.out.abort)
-    except ValueError as exc:
+    except RunAlreadyStreamingError as exc:
         run.out.abort("duplicate run id")
         raise ApiError(409, str(exc)) from None

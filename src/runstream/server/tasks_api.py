@@ -23,7 +23,7 @@ from runstream.server.wire import chunk_json, encode_json
 from runstream.storage import TaskDateField, TaskFilter, TaskRecord, TaskStatus
 from runstream.storage.records import TASK_STATUSES
 from runstream.tasks.config import ConcurrencyLimitError, TaskNotFoundError, TaskStateError
-from runstream.tasks.manager import BackgroundTaskManager
+from runstream.tasks.coordination import TaskManager
 
 _DATE_FIELDS: dict[str, TaskDateField] = {
     "createdAt": "created_at",
@@ -69,14 +69,14 @@ def task_filter(request: Request, principal: Principal) -> TaskFilter:
     )
 
 
-async def owned_task(manager: BackgroundTaskManager, task_id: str, principal: Principal) -> TaskRecord:
+async def owned_task(manager: TaskManager, task_id: str, principal: Principal) -> TaskRecord:
     task = await manager.get_task(task_id)
     if task is None or not principal.owns(task.resource_id):
         raise ApiError(404, "Background task not found")
     return task
 
 
-def _manager(ctx: ServerContext) -> BackgroundTaskManager:
+def _manager(ctx: ServerContext) -> TaskManager:
     if ctx.tasks is None:
         raise ApiError(404, "Background tasks are not enabled on this server")
     return ctx.tasks
@@ -120,7 +120,7 @@ async def resume_task_stream(
     return SSEResponse(frames(), heartbeat_s=ctx.heartbeat_s)
 
 
-async def _resume(manager: BackgroundTaskManager, task_id: str, data: Any) -> TaskRecord:
+async def _resume(manager: TaskManager, task_id: str, data: Any) -> TaskRecord:
     try:
         return await manager.resume(task_id, data)
     except TaskNotFoundError:

@@ -7,7 +7,7 @@ arrives on the subscription, not on the send's response. Approvals go through
 
 - the subscription starts with a ``: connected`` comment and carries every chunk of every run on
   the thread (the runs are until-idle, so a background task's follow-up turn comes too), plus a
-  transient ``data-user-message`` chunk for each accepted message;
+  transient ``data-user-message`` chunk for each accepted message, sent just before its run's chunks;
 - a message sent while a run is going is accepted at once and runs after it (``queue-message``
   always queues);
 - answers: ``{accepted, runId, signal}`` for a message, ``{accepted, runId, toolCallId}`` for an
@@ -20,6 +20,7 @@ principal can only use its own resource.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -32,9 +33,10 @@ from starlette.routing import Route
 
 from runstream.agent import Agent, RunNotFoundError
 from runstream.chunks import iso_datetime
+from runstream.errors import StateConflictError
 from runstream.memory import MemoryScope
 from runstream.output import RunOutput
-from runstream.server.auth import principal_of
+from runstream.server.auth import Principal, principal_of
 from runstream.server.body import parse_stream_body
 from runstream.server.context import ServerContext, json_body, json_response
 from runstream.server.errors import ApiError
@@ -52,6 +54,8 @@ CONNECTED = b": connected\n\n"
 MAX_ID_LENGTH = 256
 MAX_QUEUED_FRAMES = 10_000
 MAX_QUEUED_MESSAGES = 100
+CLIENT_ONLY_OPTIONS = frozenset({"clientToolsResolver", "abortSignal", "onChunk", "onFinish"})
+"""``streamOptions`` keys client-js keeps for itself (functions, dropped from JSON anyway)."""
 
 ThreadKey = tuple[str, str, str]
 """(agent id, resource id, thread id)."""
@@ -97,6 +101,51 @@ def _text_field(body: dict[str, Any], key: str) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
         raise ApiError(400, f"Invalid request body: '{key}' must be a non-empty string (at most 256)")
     return value
+
+
+def _as_run(data: str, run_id: str) -> str:
+    """A chunk of a follow-up turn carries the thread run's id, as on Mastra's thread stream.
+
+    An until-idle stream gives each continuation turn a run id of its own (``agent.stream``
+    does in Mastra too); Mastra's thread runtime starts the turn under the run it continues, so
+    subscribers (Studio, client-js's client-tool loop, which keys a run's tools by its id) see
+    one run per accepted message.
+    """
+    if '"runId"' not in data:
+        return data
+    chunk = json.loads(data)
+    if not isinstance(chunk, dict) or chunk.get("runId") in (None, run_id):
+        return data
+    chunk["runId"] = run_id
+    return encode_json(chunk) or data
+
+
+def _as_tool_messages(messages: Any) -> Any:
+    """client-js sends each client tool's outcome as an assistant message holding the call and
+    its ``tool-result``; the call is already stored in the thread, so keep only the result, as a
+    ``tool`` message (Mastra's message list merges them the same way)."""
+    if not isinstance(messages, list):
+        return messages
+    out: list[Any] = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list) or message.get("role") != "assistant":
+            out.append(message)
+            continue
+        results = [p for p in content if isinstance(p, dict) and p.get("type") == "tool-result"]
+        answered = {p.get("toolCallId") for p in results}
+        rest = [
+            p
+            for p in content
+            if not (
+                isinstance(p, dict) and (p.get("type") == "tool-result" or p.get("toolCallId") in answered)
+            )
+        ]
+        if rest:
+            out.append({**message, "content": rest})
+        if results:
+            out.append({"role": "tool", "content": results})
+    return out
 
 
 class ThreadRoutes:
@@ -258,11 +307,14 @@ class ThreadRoutes:
             channel.publish(data_frame(encode_json(error) or "{}"))
             return
         channel.current_run = out.run_id
+        if notice is not None:
+            # Before the run's ``start`` (Mastra sends it just after): Studio 1.31 drops the empty
+            # assistant message ``start`` opened when this echo arrives after it, splits the reply
+            # into two messages, and merges them out of order once it refetches the stored turn.
+            channel.publish(data_frame(notice))
         try:
-            async for seq, data in self.ctx.registry.log.read(out.run_id, 0):
-                channel.publish(data_frame(data))
-                if seq == 1 and notice is not None:
-                    channel.publish(data_frame(notice))
+            async for _, data in self.ctx.registry.log.read(out.run_id, 0):
+                channel.publish(data_frame(_as_run(data, out.run_id)))
         finally:
             channel.current_run = None
 
@@ -275,10 +327,11 @@ class ThreadRoutes:
         reason = body.get("reason")
         if not isinstance(approved, bool) or not (reason is None or isinstance(reason, str)):
             raise ApiError(400, "Invalid request body: 'approved' must be a boolean, 'reason' a string")
-        if body.get("messages"):
-            raise ApiError(400, "Client-side tool results over thread signals are not supported")
-        run_id = await self._waiting_run(agent, key, call_id)
         principal = principal_of(request)
+        if body.get("messages") and approved:
+            run_id = await self._continue_with_messages(agent, key, body, principal)
+            return json_response({"accepted": True, "runId": run_id, "toolCallId": call_id})
+        run_id = await self._waiting_run(agent, key, call_id)
         await self.ctx.owners.check(run_id, principal)
 
         async def start() -> RunOutput:
@@ -289,13 +342,44 @@ class ThreadRoutes:
                     out = await agent.decline_tool_call(run_id=run_id, tool_call_id=call_id, reason=reason)
             except RunNotFoundError as exc:
                 raise ApiError(404, str(exc)) from None
-            except ValueError as exc:
+            except StateConflictError as exc:
                 raise ApiError(409, str(exc)) from None
             await detach_run(self.ctx, Run(out, agent, MemoryScope(key[2], key[1])), principal)
             return out
 
         await self._enqueue(key, start, None, wait_for_start=True)
         return json_response({"accepted": True, "runId": run_id, "toolCallId": call_id})
+
+    async def _continue_with_messages(
+        self, agent: Agent, key: ThreadKey, body: dict[str, Any], principal: Principal
+    ) -> str:
+        """Client-side tool results (``messages``): a new until-idle run on the thread that
+        continues from them, after the thread's current run, as Mastra's ``continueWithMessages``.
+
+        client-js sends them when a run on the subscription stopped for its client tools; the
+        results are written into the stored assistant message that holds the calls.
+        """
+        if agent.memory is None:
+            raise ApiError(400, f"Agent {agent.id} has no memory: thread messages need one")
+        options = body.get("streamOptions") or {}
+        if not isinstance(options, dict):
+            raise ApiError(400, "Invalid request body: 'streamOptions' must be an object")
+        run_id = str(uuid.uuid4())
+        stream_body = {
+            **{k: v for k, v in options.items() if k not in CLIENT_ONLY_OPTIONS},
+            "messages": _as_tool_messages(body["messages"]),
+            "memory": {"thread": key[2], "resource": key[1]},
+            "runId": run_id,
+        }
+        parsed = parse_stream_body(stream_body, principal, until_idle=True)
+
+        async def start() -> RunOutput:
+            run = await start_stream(self.ctx, agent, parsed, principal, detached=True)
+            await detach_run(self.ctx, run, principal)
+            return run.out
+
+        await self._enqueue(key, start, None, wait_for_start=True)
+        return run_id
 
     async def _waiting_run(self, agent: Agent, key: ThreadKey, call_id: str) -> str:
         """The run on this thread that waits for a decision on ``call_id`` (from storage)."""

@@ -27,6 +27,7 @@ from runstream.workflows.flow import (
     ParallelEntry,
     SleepEntry,
     StepEntry,
+    WorkflowSpec,
 )
 from runstream.workflows.snapshots import NAMESPACE
 
@@ -108,7 +109,7 @@ def _graph_entry(entry: Entry) -> dict[str, Any]:
     return {"type": "conditional", "steps": steps, "serializedConditions": conditions}
 
 
-def step_graph(workflow: Workflow) -> list[dict[str, Any]]:
+def step_graph(workflow: WorkflowSpec) -> list[dict[str, Any]]:
     """Mastra's ``serializedStepGraph``: one entry per builder call (conditions are not code here,
     so their ``fn`` is empty)."""
     return [_graph_entry(entry) for entry in workflow.entries]

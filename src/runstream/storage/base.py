@@ -162,8 +162,8 @@ class Storage(Protocol):
         compare-and-set: the write happens only if the current status is one of those (so a
         stale dispatch cannot restart a finished task). ``expected_metadata`` adds conditions on
         top-level metadata keys (identifiers), each equal to a string, or absent/null for
-        ``None``: the distributed manager's lease fencing, so a worker that lost a task cannot
-        write over its new owner. Both are checked and the write made in one atomic step.
+        ``None``: the Temporal manager's attempt tokens, so an attempt Temporal gave up on cannot
+        write over its successor's. Both are checked and the write made in one atomic step.
         """
         ...
 

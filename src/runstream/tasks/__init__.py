@@ -11,6 +11,7 @@ from runstream.tasks.config import (
     TaskRequest,
     TaskStateError,
 )
+from runstream.tasks.coordination import TaskCoordinator, TaskManager
 from runstream.tasks.manager import BackgroundTaskManager
 from runstream.tasks.policy import AgentBackgroundConfig
 
@@ -24,6 +25,8 @@ __all__ = [
     "CleanupConfig",
     "ConcurrencyLimitError",
     "RetryConfig",
+    "TaskCoordinator",
+    "TaskManager",
     "TaskNotFoundError",
     "TaskRequest",
     "TaskStateError",

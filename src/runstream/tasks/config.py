@@ -110,8 +110,8 @@ class BackgroundTaskConfig:
     """The manager's settings (Mastra's ``BackgroundTaskManagerConfig``; same defaults).
 
     ``mode`` is Mastra's deployment role: ``"full"`` and ``"worker"`` run tasks; ``"producer"``
-    only enqueues them for workers elsewhere, which needs a shared store
-    (:class:`~runstream.tasks.distributed.DistributedTaskManager` with ``worker=False``).
+    only enqueues them for workers elsewhere: a
+    :class:`~runstream.tasks.temporal.TemporalTaskManager` without ``run_worker``.
     ``progress_throttle_ms`` drops a task's output events that come sooner than that after the
     last one published. ``wait_timeout_ms`` is read by durable agents' loops (see
     ``runstream.tasks.dispatch.wait_in_loop``). ``progress_interval_ms`` (runstream's own) is

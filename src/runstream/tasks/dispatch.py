@@ -20,7 +20,7 @@ from runstream.chunks import (
 )
 from runstream.storage import TaskRecord
 from runstream.tasks.config import BackgroundTaskError, TaskHook, TaskRequest, TerminalHook
-from runstream.tasks.manager import BackgroundTaskManager
+from runstream.tasks.coordination import TaskManager
 from runstream.tasks.policy import (
     BACKGROUND_ARG,
     AgentBackgroundConfig,
@@ -36,7 +36,7 @@ class BackgroundDispatcher:
 
     def __init__(
         self,
-        manager: BackgroundTaskManager,
+        manager: TaskManager,
         config: AgentBackgroundConfig,
         on_terminal: Callable[[RunState, LoopConfig], TerminalHook],
     ) -> None:
@@ -115,9 +115,7 @@ class BackgroundDispatcher:
         )
 
 
-async def _wait_unless_aborted(
-    manager: BackgroundTaskManager, task_id: str, signal: AbortSignal
-) -> TaskRecord | None:
+async def _wait_unless_aborted(manager: TaskManager, task_id: str, signal: AbortSignal) -> TaskRecord | None:
     """The task's settled record, or ``None`` if the run is aborted first."""
     settled = asyncio.ensure_future(manager.wait_for(task_id))
     aborted = asyncio.ensure_future(signal.wait())
@@ -134,7 +132,7 @@ DURABLE_WAIT_MS = 1000
 
 
 async def wait_in_loop(
-    manager: BackgroundTaskManager,
+    manager: TaskManager,
     state: RunState,
     task_ids: list[str],
     abort_signal: AbortSignal,

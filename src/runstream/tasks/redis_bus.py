@@ -16,7 +16,7 @@ Delivery guarantee:
 * But Redis pub/sub is at-most-once: a subscriber whose connection is down misses what is
   published meanwhile. The reader reconnects with backoff, re-subscribes, logs the gap and calls
   ``on_reconnect``. The record in storage stays the truth, so a consumer must not depend on one
-  event arriving: ``DistributedTaskManager`` re-reads the records it waits for after a gap and
+  event arriving: ``TemporalTaskManager`` re-reads the records it waits for after a gap and
   whenever no event came for a while.
 
 Events from other processes are handled one at a time, in arrival order; ``before_delivery``

@@ -22,10 +22,12 @@ from runstream.tasks.config import BackgroundTaskError, TaskNotFoundError
 
 
 class _Manager(Protocol):
-    """What waiting needs of a ``BackgroundTaskManager`` (its storage and event bus)."""
+    """What waiting needs of a task manager (its storage and event bus)."""
 
-    storage: Storage
-    bus: EventBus
+    @property
+    def storage(self) -> Storage: ...
+    @property
+    def bus(self) -> EventBus: ...
 
 
 TERMINAL = frozenset({"completed", "failed", "cancelled", "timed_out"})
@@ -60,12 +62,9 @@ async def wait_for_next_task(
     aborted = asyncio.ensure_future(abort_signal.wait()) if abort_signal is not None else None
     event: asyncio.Future[TaskEvent] | None = None  # the next bus event, kept across progress ticks
     try:
-        for task_id in ids:
-            stored = await manager.storage.get_task(task_id)
-            if stored is None:
-                raise TaskNotFoundError(f"Task not found: {task_id}")
-            if stored.status in TERMINAL:
-                return stored
+        ended = await _first_ended(manager, ids, check=True)
+        if ended is not None:
+            return ended
         while True:
             if abort_signal is not None:
                 abort_signal.raise_if_aborted()
@@ -74,6 +73,9 @@ async def wait_for_next_task(
                 raise TimeoutError("Timed out waiting for background task")
             if now >= next_progress:
                 next_progress += interval
+                ended = await _first_ended(manager, ids)  # an event may be lost (another process)
+                if ended is not None:
+                    return ended
                 if on_progress is not None:
                     reported = on_progress(round((now - started) * 1000))
                     if inspect.isawaitable(reported):
@@ -100,3 +102,14 @@ async def wait_for_next_task(
             if future is not None:
                 future.cancel()
         await subscription.close()
+
+
+async def _first_ended(manager: _Manager, ids: list[str], *, check: bool = False) -> TaskRecord | None:
+    """The first of the tasks found ended in storage (``check``: a missing one is an error)."""
+    for task_id in ids:
+        stored = await manager.storage.get_task(task_id)
+        if stored is None and check:
+            raise TaskNotFoundError(f"Task not found: {task_id}")
+        if stored is not None and stored.status in TERMINAL:
+            return stored
+    return None

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from runstream.models.base import ModelRequest, ModelStream, StreamPart, Usage
-from runstream.testing.scripted import RecordedCall, play_call, prepare_call, record
+from runstream.testing._playback import RecordedCall, play_call, prepare_call, record
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,11 +25,12 @@ from runstream.workflows.flow import (
 )
 
 if TYPE_CHECKING:
-    from runstream.workflows.engine import Execution, Resume, StepCall
+    from runstream.workflows._execution import Runner, StepCall
+    from runstream.workflows.flow import Resume
 
 
 async def run_block(
-    ex: Execution, entry: ParallelEntry | BranchEntry, path: list[int], prev: Any
+    ex: Runner, entry: ParallelEntry | BranchEntry, path: list[int], prev: Any
 ) -> dict[str, Any]:
     branch = isinstance(entry, BranchEntry)
     if ex.resume is not None and ex.resume.path:
@@ -52,7 +53,7 @@ async def run_block(
     return _block_result(ex, chosen, results, branch)
 
 
-async def _branches_to_run(ex: Execution, entry: BranchEntry, prev: Any) -> list[StepEntry]:
+async def _branches_to_run(ex: Runner, entry: BranchEntry, prev: Any) -> list[StepEntry]:
     ctx = ConditionContext(prev, ex.state, ex.results.get("input"), ex.results)
     chosen = []
     for step, condition in zip(entry.steps, entry.conditions, strict=True):
@@ -66,7 +67,7 @@ async def _branches_to_run(ex: Execution, entry: BranchEntry, prev: Any) -> list
 
 
 def _block_result(
-    ex: Execution, steps: list[StepEntry], results: list[dict[str, Any]], branch: bool
+    ex: Runner, steps: list[StepEntry], results: list[dict[str, Any]], branch: bool
 ) -> dict[str, Any]:
     failed = next((r for r in results if r["status"] == "failed"), None)
     if failed is not None:
@@ -90,7 +91,7 @@ def _block_result(
     return {"status": "success", "output": output}
 
 
-def _resumed_result(ex: Execution, entry: ParallelEntry | BranchEntry, path: list[int]) -> dict[str, Any]:
+def _resumed_result(ex: Runner, entry: ParallelEntry | BranchEntry, path: list[int]) -> dict[str, Any]:
     """After resuming one step of a block: done if every (executed) step succeeded."""
     branch = isinstance(entry, BranchEntry)
     relevant = [s for s in entry.steps if not branch or s.id in ex.results]
@@ -117,7 +118,7 @@ def _resumed_result(ex: Execution, entry: ParallelEntry | BranchEntry, path: lis
     return {"status": "suspended", "payload": payload, "suspendPayload": payload}
 
 
-async def run_loop(ex: Execution, entry: LoopEntry, path: list[int], prev: Any) -> dict[str, Any]:
+async def run_loop(ex: Runner, entry: LoopEntry, path: list[int], prev: Any) -> dict[str, Any]:
     """``dowhile`` / ``dountil``; iterations continue the count of an earlier (suspended) run."""
     previous = ex.results.get(entry.step.id)
     previous = previous if isinstance(previous, Mapping) else {}
@@ -145,7 +146,7 @@ async def run_loop(ex: Execution, entry: LoopEntry, path: list[int], prev: Any) 
             return result
 
 
-async def run_sleep(ex: Execution, entry: SleepEntry, prev: Any) -> dict[str, Any]:
+async def run_sleep(ex: Runner, entry: SleepEntry, prev: Any) -> dict[str, Any]:
     started = now_ms()
     ex.sink.event(
         "workflow-step-waiting", {"id": entry.id, "payload": prev, "startedAt": started, "status": "waiting"}

@@ -24,49 +24,18 @@ from runstream._schema import SchemaValidationError, to_plain
 from runstream.abort import AbortSignal
 from runstream.processors import TripWire
 from runstream.workflows import control, foreach
+from runstream.workflows._execution import StepCall
 from runstream.workflows._results import UNDEFINED, now_ms, omit_completion
 from runstream.workflows.errors import WorkflowError
 from runstream.workflows.events import Sink
-from runstream.workflows.flow import Entry, ForeachEntry, LoopEntry, SleepEntry, StepEntry
+from runstream.workflows.flow import Entry, ForeachEntry, LoopEntry, Resume, SleepEntry, StepEntry
 from runstream.workflows.nested import run_nested
 from runstream.workflows.output import WorkflowResult
 from runstream.workflows.snapshots import RunStore
 from runstream.workflows.step import StepBailed, StepContext, StepSuspended, StepWriter
 
 if TYPE_CHECKING:
-    from runstream.workflows.workflow import Workflow
-
-
-@dataclass(slots=True)
-class Resume:
-    """What a resume targets: the step path (outer to inner) and where it sits in the flow."""
-
-    steps: list[str]
-    payload: Any
-    path: list[int]
-    foreach_index: int | None = None
-
-
-@dataclass(slots=True)
-class StepCall:
-    """A step that has started (its start event is out) and is about to run."""
-
-    entry: StepEntry
-    call_id: str
-    input_data: Any
-    validation_error: Exception | None
-    resume_data: Any
-    suspend_data: Any
-    was_suspended: bool
-    info: dict[str, Any]
-    path: list[int]
-    foreach_index: int | None
-    resume: Resume | None
-
-    @property
-    def skip_emits(self) -> bool:
-        """Foreach items stream only progress events, no start or result of their own."""
-        return self.foreach_index is not None
+    from runstream.workflows.flow import WorkflowSpec
 
 
 @dataclass(slots=True)
@@ -83,7 +52,7 @@ _DEFAULT: Any = object()
 class Execution:
     """Runs a workflow's entries for one run, reporting to ``sink`` and saving to ``store``."""
 
-    workflow: Workflow
+    workflow: WorkflowSpec
     run_id: str
     sink: Sink
     abort: AbortSignal
@@ -92,6 +61,12 @@ class Execution:
     state: dict[str, Any] = field(default_factory=dict)
     resume: Resume | None = None
     suspended_paths: dict[str, list[int]] = field(default_factory=dict)
+
+    def nested(
+        self, workflow: WorkflowSpec, run_id: str, sink: Sink, abort: AbortSignal, store: RunStore
+    ) -> Execution:
+        """A fresh execution of ``workflow`` inside this one (a nested workflow step)."""
+        return Execution(workflow, run_id, sink, abort, store)
 
     # -- the run -------------------------------------------------------------------------------
     async def start(self, input_data: Any, state: dict[str, Any]) -> WorkflowResult:

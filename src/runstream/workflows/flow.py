@@ -4,13 +4,49 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from runstream.workflows.predicates import evaluate
 
 if TYPE_CHECKING:
+    from runstream.storage import Storage
     from runstream.workflows.step import Step
-    from runstream.workflows.workflow import Workflow
+
+
+class WorkflowSpec(Protocol):
+    """What the engine, its runs, snapshots and nested runs read of a workflow. ``Workflow`` (the
+    builder, which imports all of them) is one; they name this, so none of them imports it."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def entries(self) -> list[Entry]: ...
+    @property
+    def steps(self) -> dict[str, Step]: ...
+    @property
+    def storage(self) -> Storage: ...
+    @property
+    def retry_attempts(self) -> int: ...
+    @property
+    def retry_delay_ms(self) -> float: ...
+    @property
+    def validate_inputs(self) -> bool: ...
+    @property
+    def validate_outputs(self) -> bool: ...
+
+    def validate_input(self, input_data: Any) -> Any: ...
+
+    def validate_state(self, state: Any) -> Any: ...
+
+
+@dataclass(slots=True)
+class Resume:
+    """What a resume targets: the step path (outer to inner) and where it sits in the flow."""
+
+    steps: list[str]
+    payload: Any
+    path: list[int]
+    foreach_index: int | None = None
 
 
 @dataclass(slots=True)
@@ -50,7 +86,7 @@ async def check(condition: Condition, ctx: ConditionContext) -> bool:
 @dataclass(slots=True)
 class StepEntry:
     step: Step
-    workflow: Workflow | None = None
+    workflow: WorkflowSpec | None = None
     """Set when the step is a nested workflow."""
 
     @property

@@ -20,7 +20,8 @@ from runstream.workflows.errors import WorkflowError
 from runstream.workflows.flow import ForeachEntry
 
 if TYPE_CHECKING:
-    from runstream.workflows.engine import Execution, Resume
+    from runstream.workflows._execution import Runner
+    from runstream.workflows.flow import Resume
 
 
 @dataclass(slots=True)
@@ -37,7 +38,7 @@ class _Items:
     exit: dict[str, Any] | None = None
 
 
-async def run_foreach(ex: Execution, entry: ForeachEntry, path: list[int], items: Any) -> dict[str, Any]:
+async def run_foreach(ex: Runner, entry: ForeachEntry, path: list[int], items: Any) -> dict[str, Any]:
     if not isinstance(items, list):
         raise WorkflowError(
             f"foreach step {entry.step.id!r} needs an array as input, got {type(items).__name__}"
@@ -70,7 +71,7 @@ async def run_foreach(ex: Execution, entry: ForeachEntry, path: list[int], items
 
 
 def _plan(
-    ex: Execution, previous: Mapping[str, Any], total: int
+    ex: Runner, previous: Mapping[str, Any], total: int
 ) -> tuple[_Items, deque[tuple[int, Resume | None]]]:
     """Which items to run (and which one gets the resume data), skipping finished ones."""
     meta = (previous.get("suspendPayload") or {}).get("__workflow_meta") or {}
@@ -92,7 +93,7 @@ def _plan(
     return state, queue
 
 
-def _record(ex: Execution, step_id: str, state: _Items, k: int, result: dict[str, Any]) -> None:
+def _record(ex: Runner, step_id: str, state: _Items, k: int, result: dict[str, Any]) -> None:
     status = result["status"]
     if status == "success":
         state.completed += 1
@@ -111,9 +112,7 @@ def _record(ex: Execution, step_id: str, state: _Items, k: int, result: dict[str
     state.results[k] = result if status == "suspended" else {**result, "suspendPayload": {}}
 
 
-def _finish(
-    ex: Execution, step_id: str, path: list[int], info: dict[str, Any], state: _Items
-) -> dict[str, Any]:
+def _finish(ex: Runner, step_id: str, path: list[int], info: dict[str, Any], state: _Items) -> dict[str, Any]:
     if ex.abort.aborted:
         return {**info, "status": "canceled", "output": state.outputs, "endedAt": now_ms()}
     if state.error is not None:
@@ -154,9 +153,7 @@ def _suspension(result: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _progress(
-    ex: Execution, step_id: str, state: _Items, index: int, status: str, output: Any = None
-) -> None:
+def _progress(ex: Runner, step_id: str, state: _Items, index: int, status: str, output: Any = None) -> None:
     payload: dict[str, Any] = {
         "id": step_id,
         "completedCount": state.completed,

@@ -10,7 +10,6 @@ under ``<outer key>/<step id>``.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -24,27 +23,22 @@ from runstream.workflows.snapshots import prepare_resume
 from runstream.workflows.step import StepContext, StepSuspended
 
 if TYPE_CHECKING:
-    from runstream.workflows.engine import Execution, StepCall
+    from runstream.workflows._execution import Runner, StepCall
 
 
-async def run_nested(ex: Execution, call: StepCall, ctx: StepContext) -> Any:
+async def run_nested(ex: Runner, call: StepCall, ctx: StepContext) -> Any:
     """Run (or resume) the nested workflow of ``call``; its result is the step's output."""
     workflow = call.entry.workflow
     assert workflow is not None
     item = call.foreach_index
-    child = dataclasses.replace(
-        ex,
-        workflow=workflow,
+    child = ex.nested(
+        workflow,
         # A foreach item's nested run gets a run id of its own (Mastra), whose events the
         # outer stream then drops.
         run_id=ex.run_id if item is None else str(uuid.uuid4()),
         sink=PrefixSink(ex.sink, workflow.id) if item is None else DetachedSink(ex.sink, workflow.id),
         abort=_nested_signal(ex.abort),
         store=ex.store.child(call.entry.id if item is None else f"{call.entry.id}[{item}]"),
-        results={},
-        state={},
-        resume=None,
-        suspended_paths={},
     )
     if call.resume_data is not None and call.resume is not None and call.was_suspended:
         snapshot = await child.store.load()

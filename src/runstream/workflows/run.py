@@ -16,7 +16,7 @@ from runstream.workflows.output import WorkflowResult, WorkflowRunOutput
 from runstream.workflows.snapshots import RunStore, StepPath, prepare_resume
 
 if TYPE_CHECKING:
-    from runstream.workflows.workflow import Workflow
+    from runstream.workflows.flow import WorkflowSpec
 
 Executor = Callable[[Execution], Awaitable[WorkflowResult]]
 
@@ -26,7 +26,7 @@ _OPEN_STATUSES = ("pending", "running", "suspended")
 class WorkflowRun:
     """Created by ``workflow.create_run()`` (or loaded by ``workflow.get_run(run_id)``)."""
 
-    def __init__(self, workflow: Workflow, run_id: str) -> None:
+    def __init__(self, workflow: WorkflowSpec, run_id: str) -> None:
         self.workflow = workflow
         self.run_id = run_id
         self.status = "pending"

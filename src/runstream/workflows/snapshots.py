@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Any
 from runstream.chunks import to_jsonable
 from runstream.storage import Storage
 from runstream.workflows.errors import RunNotSuspendedError, WorkflowError
+from runstream.workflows.flow import Resume, WorkflowSpec
 
 if TYPE_CHECKING:
-    from runstream.workflows.engine import Resume
     from runstream.workflows.step import Step
-    from runstream.workflows.workflow import Workflow
 
 NAMESPACE = "workflow-runs"
 
@@ -44,15 +43,13 @@ class RunStore:
 
 def prepare_resume(
     snapshot: Mapping[str, Any] | None,
-    workflow: Workflow,
+    workflow: WorkflowSpec,
     step: StepPath | None,
     data: Any,
     run_id: str,
     foreach_index: int | None = None,
 ) -> Resume:
     """Check that the run can be resumed at ``step`` with ``data`` (Mastra's messages)."""
-    from runstream.workflows.engine import Resume
-
     if snapshot is None:
         raise WorkflowError(f"No snapshot found for this workflow run: {workflow.id} {run_id}")
     if snapshot.get("status") != "suspended":

@@ -14,20 +14,39 @@ its agent used>}`` — a per-step summary Mastra 1.71 never streams, so it is op
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from runstream._schema import Schema
 from runstream.chunks import AnyChunk, Chunk, StepOutputChunk
 from runstream.tools import Tool, ToolContext
 from runstream.workflows.output import USAGE_KEYS, WorkflowResult
 from runstream.workflows.run import WorkflowRun
-
-if TYPE_CHECKING:
-    from runstream.workflows.workflow import Workflow
+from runstream.workflows.step import Step
 
 JSON_SCHEMA_DRAFT = "http://json-schema.org/draft-07/schema#"
 
 
-def workflow_tool(workflow: Workflow, name: str, *, step_output: bool = False) -> Tool:
+class RunnableWorkflow(Protocol):
+    """What the tool needs of a workflow. ``Workflow`` is one; the tool names this, so the
+    builder (which offers ``as_tool()``) and this module do not import each other."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def input_schema(self) -> Schema | None: ...
+    @property
+    def state_schema(self) -> Schema | None: ...
+    @property
+    def steps(self) -> dict[str, Step]: ...
+    @property
+    def nested(self) -> Mapping[str, RunnableWorkflow]: ...
+
+    async def create_run(self, run_id: str | None = None) -> WorkflowRun: ...
+
+
+def workflow_tool(workflow: RunnableWorkflow, name: str, *, step_output: bool = False) -> Tool:
     suspended_runs: dict[tuple[str, str], WorkflowRun] = {}
 
     async def execute(args: dict[str, Any], ctx: ToolContext) -> Any:
@@ -85,7 +104,7 @@ def _json(schema: Any) -> dict[str, Any] | None:
     return dict(schema.json_schema) if schema is not None else None
 
 
-def _resume_schema(workflow: Workflow, result: WorkflowResult) -> dict[str, Any] | None:
+def _resume_schema(workflow: RunnableWorkflow, result: WorkflowResult) -> dict[str, Any] | None:
     """The resume schema of the first suspended step (walking into nested workflows); the tool
     passes it to ``ctx.suspend`` so ``tool-call-suspended`` shows what this call's resume needs."""
     current = workflow

@@ -45,6 +45,16 @@ const background = new HttpAgent({ url, headers, threadId: "js-background" });
 background.addMessage(user("research sol"));
 const backgroundRun = await run(background);
 
+// State: a tool's progress arrives as a snapshot, then JSON Patch deltas the client applies.
+const planner = new HttpAgent({ url, headers, threadId: "js-state", initialState: { page: "plan" } });
+planner.addMessage(user("plan 3"));
+const stateEvents = [];
+const planRun = await planner.runAgent({}, {
+  onStateSnapshotEvent: ({ event }) => { stateEvents.push({ type: event.type, snapshot: event.snapshot }); },
+  onStateDeltaEvent: ({ event }) => { stateEvents.push({ type: event.type, delta: event.delta }); },
+});
+const stateRun = { stateEvents, finalState: planner.state, newMessages: planRun.newMessages.map(summary) };
+
 // Client-side tool: the run stops at the call; the client answers it in the next run.
 const confirm = {
   name: "confirm",
@@ -67,6 +77,7 @@ console.log(
     text: textRun,
     tool: toolRun,
     background: backgroundRun,
+    state: stateRun,
     clientTool: {
       firstNewMessages: first.newMessages.map(summary),
       pending,

@@ -40,7 +40,8 @@ try {
     const entry = entries.get(request);
     if (entry) entry.failure = request.failure()?.errorText ?? "failed";
   });
-  const shot = async (name) => { if (SHOTS) await page.screenshot({ path: `${SHOTS}/${name}.png` }); };
+  // (after Studio's fade-in animations)
+  const shot = async (name) => { if (SHOTS) { await page.waitForTimeout(800); await page.screenshot({ path: `${SHOTS}/${name}.png` }); } };
   const thread = page.locator('[data-testid="thread-wrapper"]');
   const send = async (text) => {
     const box = page.locator('textarea[data-slot="composer-input"]');
@@ -60,13 +61,35 @@ try {
   steps.agents = await page.evaluate(() => document.body.innerText);
   await shot("studio-agents");
 
-  // 2. A chat whose reply calls a tool: the streamed reply and the tool badge.
+  // 2. A chat whose reply calls a tool: the streamed reply and the tool badge, the badge before
+  // the reply's text in every state the page shows, also once Studio has merged the stored turn
+  // (a refetch of the thread's messages that holds the reply).
   await newChat("assistant");
+  await page.evaluate(() => {
+    window.__orders = [];
+    new MutationObserver(() => {
+      const text = document.querySelector('[data-testid="thread-wrapper"]')?.innerText ?? "";
+      const badge = text.indexOf("Get weather"), reply = text.indexOf("Tool said");
+      const order = badge < 0 || reply < 0 ? null : badge < reply ? "badge-first" : "text-first";
+      if (order && window.__orders.at(-1) !== order) window.__orders.push(order);
+    }).observe(document.body, { subtree: true, childList: true, characterData: true });
+  });
+  const storedTurn = page.waitForResponse(
+    async (response) => /\/memory\/threads\/[^/]+\/messages/.test(response.url()) && (await response.text()).includes("Tool said"),
+    { timeout: 10000 },
+  ).then(() => true, () => false);
   await send("weather in Paris");
   await thread.getByText("Tool said:").waitFor({ timeout: TIMEOUT });
   const badge = thread.locator('[data-testid="tool-badge"]', { hasText: "Get weather" }).first();
   await badge.waitFor({ timeout: TIMEOUT });
-  steps.toolChat = { badge: (await badge.textContent()).trim(), text: await thread.innerText() };
+  const refetched = await storedTurn;
+  await page.waitForTimeout(300); // the merge renders after the response
+  steps.toolChat = {
+    badge: (await badge.textContent()).trim(),
+    text: await thread.innerText(),
+    orders: await page.evaluate(() => window.__orders),
+    refetched,
+  };
   steps.weatherUrl = page.url();
 
   // 3. A background task: the tool badge with its task widget, then the follow-up turn.

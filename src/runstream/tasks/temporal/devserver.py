@@ -80,11 +80,20 @@ class TemporalDevServer:
         return self
 
     def _accepts(self) -> bool:
+        """Listening, and its frontend serving (a client connecting before that is refused
+        with "Frontend is not healthy yet")."""
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                return True
+                pass
         except OSError:
             return False
+        health = subprocess.run(
+            [temporal_cli(), "operator", "cluster", "health", "--address", self.address],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return health.returncode == 0 and "SERVING" in health.stdout
 
     def stop(self) -> None:
         process, self._process = self._process, None

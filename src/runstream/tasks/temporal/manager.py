@@ -6,7 +6,8 @@ as in-process: every status change is a compare-and-set, so a cancel racing a co
 worker that lost its attempt, cannot overwrite a settled task. What Temporal adds is the part
 that was hard to get right by hand: queueing, retries with backoff, noticing a dead worker
 (heartbeats, no clocks compared) and handing its attempt to another, and waiting durably for a
-resume.
+resume. What this manager shares with the in-process one is its
+:class:`~runstream.tasks.coordination.TaskCoordinator`.
 
 How the task semantics map:
 
@@ -22,91 +23,57 @@ How the task semantics map:
   ``ctx.resume_data``. Any API process can resume, at any later time.
 * concurrency: a task enqueued while the ``running`` records (all processes) leave a slot is
   claimed ``running`` at once, as in-process; the others stay ``pending`` (backpressure
-  ``queue``: Temporal queues them until a worker slot frees) or are refused (``reject``,
-  ``fallback-sync``). Each worker process runs at most ``global_concurrency`` attempts, and at
-  most ``per_agent_concurrency`` of one agent (one activity task queue per agent).
+  ``queue``) or are refused (``reject``, ``fallback-sync``). Attempts run under cluster-wide
+  limits: each holds a slot of the task queue's slots workflow (:mod:`.slots`), at most
+  ``global_concurrency`` in all and the agent's limit of one agent, across every worker.
 * events: with ``redis_url`` every process's subscribers see every task's events (Redis pub/sub,
   :class:`RedisEventBus`); the worker writes a result into memory before publishing its event,
-  and the process that enqueued the task runs its ``on_terminal`` hook before delivering it.
-  Without Redis only this process's events are seen (a local worker: ``run_worker=True``).
+  and the process that enqueued the task runs its ``on_terminal`` hook before delivering it
+  (:mod:`.settlements`). Without Redis only this process's events are seen (a local worker:
+  ``run_worker=True``), and the enqueuer learns of other processes' outcomes by re-reading.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
-from collections.abc import Collection
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterator, Collection, Iterable
+from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import WorkflowIDReusePolicy
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from runstream.chunks import BackgroundTaskRunningChunk
-from runstream.memory import Memory
-from runstream.storage import Storage, TaskFilter, TaskRecord
+from runstream.chunks import BackgroundTaskProgressChunk
+from runstream.storage import Page, Storage, TaskFilter, TaskRecord
 from runstream.storage.records import utc_now
-from runstream.tasks.bus import EventBus, InProcessEventBus, TaskEvent, TaskEventFilter
+from runstream.tasks.bus import EventBus, InProcessEventBus, TaskEvent, TaskSubscription
 from runstream.tasks.config import (
     BackgroundTaskConfig,
     BackgroundTaskError,
+    ConcurrencyLimitError,
     TaskHook,
-    TaskNotFoundError,
     TaskRequest,
 )
-from runstream.tasks.manager import (
-    SETTLED_STATUSES,
-    TERMINAL_STATUSES,
-    BackgroundTaskManager,
-    _lifecycle_chunk,
-    _running_payload,
-)
-from runstream.tasks.slots import Slots
-from runstream.tasks.temporal.workflow import (
-    RESUME_SIGNAL,
-    BackgroundTaskWorkflow,
-    ResumeSignal,
-    TaskPlan,
-)
-from runstream.tools import resume_schema_of
+from runstream.tasks.coordination import TaskCoordinator, event_filter
+from runstream.tasks.lifecycle import running_chunk
+from runstream.tasks.temporal.settings import TemporalSettings
+from runstream.tasks.temporal.settlements import Settlements
+from runstream.tasks.temporal.slots import SlotsState, SlotsWorkflow, slots_workflow_id
+from runstream.tasks.temporal.workflow import RESUME_SIGNAL, BackgroundTaskWorkflow, ResumeSignal, TaskPlan
+from runstream.tasks.waiting import wait_for_next_task
+from runstream.tools import Tool
+
+if TYPE_CHECKING:
+    from runstream.tasks.temporal.worker import TaskWorker
+
+__all__ = ["TemporalSettings", "TemporalTaskManager"]
 
 logger = logging.getLogger(__name__)
 
-FINISHED_REMEMBERED = 10_000
 
-
-@dataclass(frozen=True, slots=True)
-class TemporalSettings:
-    """Where Temporal is and how its tasks are scheduled."""
-
-    address: str = "localhost:7233"
-    namespace: str = "default"
-    tls: bool = False
-    """TLS to the server (Temporal Cloud needs it; so does an ``api_key``)."""
-    api_key: str | None = None
-    """A Temporal Cloud API key (or pass a connected ``client`` for mTLS and other options)."""
-    task_queue: str = "runstream"
-    """The workflows' queue; each agent's attempts go to ``<task_queue>@<agent id>``."""
-    heartbeat_timeout_ms: int = 10_000
-    """A worker silent this long is taken for dead and its attempt runs elsewhere."""
-    recheck_interval_ms: int = 5_000
-    """Without an event for this long, ``wait_for`` and the enqueuing process re-read the
-    records they wait for (Redis pub/sub can lose events)."""
-    graceful_shutdown_ms: int = 10_000
-    """How long a stopping worker lets running attempts finish before cancelling them (they
-    are then retried on another worker)."""
-
-    def activity_queue(self, agent_id: str) -> str:
-        return f"{self.task_queue}@{agent_id}"
-
-    def workflow_id(self, task_id: str) -> str:
-        return f"runstream-task-{task_id}"
-
-
-class TemporalTaskManager(BackgroundTaskManager):
+class TemporalTaskManager:
     """A task manager whose tasks run as Temporal workflows on runstream workers.
 
     ``run_worker=True`` runs a worker in this process too (tools run here and elsewhere); an
@@ -126,6 +93,9 @@ class TemporalTaskManager(BackgroundTaskManager):
         on_task_complete: TaskHook | None = None,
         on_task_failed: TaskHook | None = None,
     ) -> None:
+        config = config or BackgroundTaskConfig()
+        if run_worker and config.mode == "producer":
+            raise ValueError('run_worker=True contradicts the config\'s mode "producer" (it runs no tool)')
         bus: EventBus
         if redis_url is not None:
             from runstream.tasks.redis_bus import RedisEventBus
@@ -133,30 +103,43 @@ class TemporalTaskManager(BackgroundTaskManager):
             bus = RedisEventBus(
                 redis_url,
                 channel_prefix=channel_prefix,
-                before_delivery=self._on_remote_event,
+                before_delivery=self._before_delivery,
                 on_reconnect=self._recheck_soon,
             )
         else:
             bus = InProcessEventBus()
-        super().__init__(
-            storage, config, bus=bus, on_task_complete=on_task_complete, on_task_failed=on_task_failed
+        self.tasks = TaskCoordinator(
+            storage, config, bus, on_task_complete=on_task_complete, on_task_failed=on_task_failed
         )
+        self.settlements = Settlements(self.tasks)
         self.temporal = temporal or TemporalSettings()
         self.run_worker = run_worker
         self._client = client
-        self._worker: Any = None  # a TaskWorker, imported lazily (it imports the activities)
-        self._suspended_here: set[str] = set()
-        """Tasks enqueued here whose last state heard here is ``suspended``."""
-        self._delivered: dict[str, tuple[str, str]] = {}
-        self._finished: OrderedDict[str, None] = OrderedDict()
+        self._worker: TaskWorker | None = None
+        self._pending: dict[str, TaskRecord] = {}
+        """Tasks enqueued here and refused a slot, until backpressure decides."""
         self._loops: list[asyncio.Task[None]] = []
-        self._signals: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[None]] = set()
         self._recheck = asyncio.Event()
-        self._connect_lock = asyncio.Lock()
-        self._handed: dict[str, TaskRecord] = {}
-        """Tasks handed to Temporal by the last dispatch, whose workflows are not started yet."""
+        self._start_lock = asyncio.Lock()
+        self._started = False
+        self._closing = False
 
-    # -- lifecycle -------------------------------------------------------------------------
+    @property
+    def storage(self) -> Storage:
+        return self.tasks.storage
+
+    @property
+    def config(self) -> BackgroundTaskConfig:
+        return self.tasks.config
+
+    @property
+    def bus(self) -> EventBus:
+        return self.tasks.bus
+
+    @property
+    def agent_concurrency(self) -> dict[str, int]:
+        return self.tasks.agent_concurrency
 
     @property
     def client(self) -> Client:
@@ -164,15 +147,24 @@ class TemporalTaskManager(BackgroundTaskManager):
             raise BackgroundTaskError("TemporalTaskManager is not started (no Temporal client yet)")
         return self._client
 
+    # -- lifecycle -------------------------------------------------------------------------
+
     async def start(self) -> None:
+        """Connect to Temporal (and Redis), start the local worker if asked, the slots workflow
+        and the re-read loop, and start the workflows of tasks left pending without one."""
         if self._started:
             return
-        async with self._connect_lock:
+        async with self._start_lock:
+            if self._started:
+                return
+            self._check_open()
             await self._connect()
-        await super().start()
+            await self._ensure_slots()
+            if self.config.recover_stale_tasks_on_start:
+                await self._recover()
+            self._started = True
 
     async def _connect(self) -> None:
-        """The Temporal client, the event bus, the local worker and the re-read loop (once)."""
         if self._client is None:
             try:
                 settings = self.temporal
@@ -190,22 +182,48 @@ class TemporalTaskManager(BackgroundTaskManager):
         if self.run_worker and self._worker is None:
             from runstream.tasks.temporal.worker import TaskWorker
 
-            self._worker = TaskWorker(self)
+            self._worker = TaskWorker(self.client, self.temporal, self.tasks, self.announce)
             await self._worker.start()
         if not self._loops:
             self._loops.append(asyncio.create_task(self._recheck_loop()))
 
+    async def _ensure_slots(self) -> None:
+        """The slots workflow of the task queue (cluster-wide limits), started once."""
+        if not self.temporal.cluster_limits:
+            return
+        try:
+            await self.client.start_workflow(
+                SlotsWorkflow.run,
+                SlotsState(),
+                id=slots_workflow_id(self.temporal.task_queue),
+                task_queue=self.temporal.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            )
+        except RPCError as exc:
+            raise BackgroundTaskError(f"Cannot start the slots workflow on Temporal: {exc}") from exc
+
+    def worker_queues(self) -> list[str]:
+        """The task queues the local worker polls (empty without one)."""
+        return [] if self._worker is None else self._worker.queues()
+
     async def shutdown(self) -> None:
-        """Stop the local worker (gracefully: its attempts finish or go to another worker),
-        then the base manager's shutdown (subscriptions end, the bus closes)."""
+        """Stop the local worker (gracefully: its attempts finish or go to another worker), end
+        subscriptions and close the bus. Tasks go on in Temporal."""
         if self._closing:
             return
+        self._closing = True
         if self._worker is not None:
             await self._worker.shutdown()
-        for task in (*self._loops, *self._signals):
+        for task in (*self._loops, *self._background):
             task.cancel()
-        await asyncio.gather(*self._loops, *self._signals, return_exceptions=True)
-        await super().shutdown()
+        await asyncio.gather(*self._loops, *self._background, return_exceptions=True)
+        self._pending.clear()
+        self.tasks.requests.clear()
+        await self.bus.close()
+
+    def register_tool(self, agent_id: str, tool: Tool) -> None:
+        """Make ``tool`` runnable for ``agent_id``'s tasks on this process's worker."""
+        self.tasks.register_tool(agent_id, tool)
 
     async def _recover(self) -> None:
         """Start the workflow of every pending task (one whose enqueuing process died between
@@ -214,68 +232,46 @@ class TemporalTaskManager(BackgroundTaskManager):
         for record in pending.items:
             await self._start_workflow(record)
 
-    # -- dispatch: every task is a workflow ------------------------------------------------
+    # -- enqueue: every task is a workflow -------------------------------------------------
 
     async def enqueue(self, request: TaskRequest) -> TaskRecord | None:
-        """As in-process; the task's workflow is started before this returns (outside the
-        dispatch lock, so that concurrent enqueues wait on Temporal together)."""
-        record = await super().enqueue(request)
-        if record is not None:
-            await self._start_handed([record.id])
-        return record
-
-    async def _drain(self) -> None:
-        await super()._drain()
-        await self._start_handed()
-
-    async def _dispatch_pending(self) -> None:
-        """Hand the tasks queued here to Temporal, oldest first (under the dispatch lock; their
-        workflows are started by :meth:`_start_handed`). A task with a free slot (counted over
-        ``running`` records, as in-process) is claimed ``running`` here; one without stays
-        ``pending`` until a worker slot frees, or, with backpressure other than ``queue``, stays
-        here to be refused."""
-        if self._closing:
-            return
-        queued = sorted(
-            (r for r in self._active.values() if r.status == "pending"), key=lambda r: r.created_at
-        )
-        slots = Slots(self.storage, self.config, self.agent_concurrency)
-        for record in queued:
-            free = await slots.take(record.agent_id)
-            if not free and self.config.backpressure != "queue":
-                continue
-            claimed: TaskRecord | None = record
-            if free:
-                claimed = await self.storage.update_task(
-                    record.id, expected_status="pending", status="running", started_at=utc_now()
+        """Create and persist a task and start its workflow. With a free slot (counted over
+        ``running`` records, as in-process) it is claimed ``running`` at once; without one,
+        backpressure ``queue`` leaves it ``pending`` until its attempt gets a slot, ``reject``
+        raises :class:`ConcurrencyLimitError` and ``fallback-sync`` returns ``None`` (the
+        record is then deleted)."""
+        self._check_open()
+        await self.start()
+        record = self.tasks.new_record(request)
+        await self.storage.save_task(record)
+        self._pending[record.id] = record
+        try:
+            async with self.tasks.slot_lock:
+                free = await self.tasks.slots().take(record.agent_id)
+                if free:
+                    claimed = await self.storage.update_task(
+                        record.id, expected_status="pending", status="running", started_at=utc_now()
+                    )
+                    record = claimed or record
+        finally:
+            self._pending.pop(record.id, None)
+        if not free and self.config.backpressure != "queue":
+            del self.tasks.requests[record.id]
+            await self.storage.delete_tasks([record.id])
+            if self.config.backpressure == "reject":
+                raise ConcurrencyLimitError(
+                    f'Concurrency limit reached, cannot enqueue task for tool "{record.tool_name}"'
                 )
-            del self._active[record.id]
-            if claimed is None:  # cancelled meanwhile
-                slots.give_back(record.agent_id)
-            else:
-                self._handed[record.id] = claimed
-
-    async def _start_handed(self, task_ids: Collection[str] | None = None) -> None:
-        """Start the workflows of the tasks handed over (those of ``task_ids``, or all); announce
-        the ones claimed ``running`` (after the enqueuer's own chunks, as the in-process runner
-        does). A task whose workflow cannot start is deleted and the error raised: the tool call
-        fails, no task stays."""
-        wanted = list(self._handed) if task_ids is None else [i for i in task_ids if i in self._handed]
-        handed = {task_id: self._handed.pop(task_id) for task_id in wanted}
-        results = await asyncio.gather(
-            *(self._start_workflow(record) for record in handed.values()), return_exceptions=True
-        )
-        failure: BaseException | None = None
-        for record, result in zip(handed.values(), results, strict=True):
-            if isinstance(result, BaseException):
-                self._requests.pop(record.id, None)
-                await self.storage.delete_tasks([record.id])
-                failure = failure or result
-            elif record.status == "running":
-                running = BackgroundTaskRunningChunk(record.run_id, _running_payload(record))
-                asyncio.get_running_loop().call_soon(self._publish, record, running)
-        if failure is not None:
-            raise failure
+            return None
+        try:
+            await self._start_workflow(record)
+        except BackgroundTaskError:  # the tool call fails; no task stays
+            self.tasks.requests.pop(record.id, None)
+            await self.storage.delete_tasks([record.id])
+            raise
+        if record.status == "running":  # after the enqueuer's own chunks, as the in-process runner
+            asyncio.get_running_loop().call_soon(self.tasks.publish, record, running_chunk(record))
+        return record
 
     def plan(self, record: TaskRecord) -> TaskPlan:
         retries = self.config.default_retries
@@ -288,6 +284,10 @@ class TemporalTaskManager(BackgroundTaskManager):
             backoff_multiplier=retries.backoff_multiplier,
             max_retry_delay_ms=retries.max_retry_delay_ms,
             heartbeat_timeout_ms=self.temporal.heartbeat_timeout_ms,
+            agent_id=record.agent_id,
+            global_limit=max(self.config.global_concurrency, 1) if self.temporal.cluster_limits else 0,
+            agent_limit=self.agent_concurrency.get(record.agent_id, self.config.per_agent_concurrency),
+            slots_queue=self.temporal.task_queue,
         )
 
     async def _start_workflow(self, record: TaskRecord) -> None:
@@ -304,7 +304,8 @@ class TemporalTaskManager(BackgroundTaskManager):
         except RPCError as exc:
             raise BackgroundTaskError(f"Could not start task {record.id} on Temporal: {exc}") from exc
 
-    def _handle(self, task_id: str) -> WorkflowHandle[Any, Any]:
+    def workflow_handle(self, task_id: str) -> WorkflowHandle[Any, Any]:
+        """The Temporal workflow of a task."""
         return self.client.get_workflow_handle(self.temporal.workflow_id(task_id))
 
     # -- control ---------------------------------------------------------------------------
@@ -312,101 +313,52 @@ class TemporalTaskManager(BackgroundTaskManager):
     async def cancel(self, task_id: str) -> None:
         """Cancel in storage and announce (as in-process), then cancel the workflow, which
         reaches the running attempt's abort signal wherever it runs."""
-        await super().cancel(task_id)
-        record = await self.storage.get_task(task_id)
-        if record is not None and record.status == "cancelled":
-            try:
-                await self._handle(task_id).cancel()
-            except RPCError as exc:  # already closed, or never started (cancelled while pending)
-                logger.debug("task %s: workflow not cancelled: %s", task_id, exc)
-
-    def _launch(self, record: TaskRecord, *, announce: bool, suspend_payload: Any = None) -> None:
-        """A resume stored here (the base ``resume``): signal the task's workflow to run it."""
-        self._suspended_here.discard(record.id)
-        signal = ResumeSignal(retry_base=record.retry_count, suspend_payload=suspend_payload)
-        task = asyncio.create_task(self._signal_resume(record, signal))
-        self._signals.add(task)
-        task.add_done_callback(self._signals.discard)
-
-    async def _signal_resume(self, record: TaskRecord, signal: ResumeSignal) -> None:
+        cancelled = await self.tasks.store_cancel(task_id)
+        if cancelled is None:
+            return
+        await self.tasks.stop(task_id, "Task cancelled")
+        await self.announce(cancelled)
         try:
-            await self._handle(record.id).signal(RESUME_SIGNAL, signal)
-        except RPCError:
-            logger.exception("task %s: could not signal its resume to Temporal", record.id)
+            await self.workflow_handle(task_id).cancel()
+        except RPCError as exc:  # already closed, or never started (cancelled while pending)
+            logger.debug("task %s: workflow not cancelled: %s", task_id, exc)
+
+    async def resume(self, task_id: str, data: Any = None) -> TaskRecord:
+        """Store the resume (with a free slot, as in-process), then signal the task's workflow
+        to run the tool again with ``ctx.resume_data = data``."""
+        self._check_open()
+        await self.start()
+        async with self.tasks.slot_lock:
+            resumed, suspend_payload = await self.tasks.store_resume(task_id, data)
+        self.settlements.resumed(task_id)
+        signal = ResumeSignal(retry_base=resumed.retry_count, suspend_payload=suspend_payload)
+        try:
+            await self.workflow_handle(task_id).signal(RESUME_SIGNAL, signal)
+        except RPCError as exc:
+            raise BackgroundTaskError(
+                f"Could not signal the resume of task {task_id} to Temporal: {exc}"
+            ) from exc
+        return resumed
 
     # -- announcing: memory first, then the event ------------------------------------------
 
-    def _lease_guard(self, record: TaskRecord) -> dict[str, str | None] | None:
-        """An attempt's writes require its own token: an attempt Temporal gave up on (its worker
-        was taken for dead) cannot overwrite its successor's."""
-        token = record.metadata.get("attempt")
-        return {"attempt": token} if isinstance(token, str) else None
+    async def announce(self, record: TaskRecord) -> None:
+        """Announce a settled state stored in this process (see ``TaskCoordinator.announce``)."""
+        self.settlements.announced_here(record)
+        await self.tasks.announce(record)
 
-    async def _announce(self, record: TaskRecord) -> None:
-        """As the base manager; without the enqueuing request here (a worker), first write the
-        settled state into memory, as the agent's hook would."""
-        if record.id in self._requests:
-            self._delivered[record.id] = _settled_key(record)
-            if record.status == "suspended":
-                self._suspended_here.add(record.id)
-        else:
-            await self._write_outcome(record)
-        await super()._announce(record)
-
-    async def _write_outcome(self, record: TaskRecord) -> None:
-        memory = Memory(storage=self.storage)
-        try:
-            resume_schema = (
-                resume_schema_of(self._resolve_tool(record)) if record.status == "suspended" else None
-            )
-            await memory.apply_task_outcome(record, resume_schema)
-        except Exception:
-            logger.exception("task %s: could not write its %s state into memory", record.id, record.status)
-
-    async def _on_remote_event(self, event: TaskEvent) -> bool:
-        """Before another process's event is delivered here: a settled state of a task enqueued
-        here runs its request's hook first (once); a cancel stops the attempt if it runs here."""
+    async def _before_delivery(self, event: TaskEvent) -> bool:
+        """Another process's event, before this process's subscribers see it: a cancel stops
+        the attempt if it runs here; a settled state of a task enqueued here runs its hook."""
         record = event.record
-        if record.status == "cancelled" and record.id in self._executions:
-            self._stop_soon(record.id)
-        if record.status not in SETTLED_STATUSES:
-            if record.status == "running":
-                self._suspended_here.discard(record.id)
-            return True
-        if record.id in self._requests:
-            return await self._settled_elsewhere(record)
-        return not (record.status in TERMINAL_STATUSES and record.id in self._finished)
+        if record.status == "cancelled" and record.id in self.tasks.executions:
+            self._spawn(self.tasks.stop(record.id, "Task cancelled"))
+        return await self.settlements.before_delivery(event)
 
-    def _stop_soon(self, task_id: str) -> None:
-        execution = self._executions.get(task_id)
-        if execution is not None:
-            task = asyncio.create_task(execution.stop("Task cancelled"))
-            self._signals.add(task)
-            task.add_done_callback(self._signals.discard)
-
-    async def _settled_elsewhere(self, record: TaskRecord) -> bool:
-        """Run the request's hook for a settled state stored by another process; whether that
-        state is new here."""
-        request = self._requests.get(record.id)
-        key = _settled_key(record)
-        if request is None or self._delivered.get(record.id) == key:
-            return False
-        self._delivered[record.id] = key
-        if record.status in TERMINAL_STATUSES:
-            del self._requests[record.id]
-            self._delivered.pop(record.id, None)
-            self._suspended_here.discard(record.id)
-            self._finished[record.id] = None
-            if len(self._finished) > FINISHED_REMEMBERED:
-                self._finished.popitem(last=False)
-        else:
-            self._suspended_here.add(record.id)
-        if request.on_terminal is not None:
-            try:
-                await request.on_terminal(record)
-            except Exception:
-                logger.exception("background task %s: on_terminal hook failed", record.id)
-        return True
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _recheck_soon(self) -> None:
         self._recheck.set()
@@ -421,27 +373,21 @@ class TemporalTaskManager(BackgroundTaskManager):
             except TimeoutError:
                 pass
             self._recheck.clear()
-            for task_id in list(self._requests):
-                try:
-                    record = await self.storage.get_task(task_id)
-                except Exception:
-                    logger.exception("re-reading task %s failed", task_id)
-                    continue
-                if record is None:
-                    self._requests.pop(task_id, None)
-                elif record.status in SETTLED_STATUSES and await self._settled_elsewhere(record):
-                    logger.info("task %s: %s found in storage, its event was lost", task_id, record.status)
-                    self._deliver_locally(TaskEvent(_lifecycle_chunk(record), record))
-
-    def _deliver_locally(self, event: TaskEvent) -> None:
-        deliver = getattr(self.bus, "deliver_locally", None)
-        (deliver or self.bus.publish)(event)
+            for event in await self.settlements.recheck():
+                deliver = getattr(self.bus, "deliver_locally", None)
+                (deliver or self.bus.publish)(event)
 
     # -- reading ---------------------------------------------------------------------------
 
+    async def get_task(self, task_id: str) -> TaskRecord | None:
+        return await self.storage.get_task(task_id)
+
+    async def list_tasks(self, task_filter: TaskFilter | None = None) -> Page[TaskRecord]:
+        return await self.storage.list_tasks(task_filter)
+
     def is_active(self, task_id: str) -> bool:
         """Enqueued here and, as far as this process has heard, pending or running somewhere."""
-        return task_id in self._active or (task_id in self._requests and task_id not in self._suspended_here)
+        return task_id in self._pending or self.settlements.is_active(task_id)
 
     def running_task_ids(
         self,
@@ -455,42 +401,51 @@ class TemporalTaskManager(BackgroundTaskManager):
         wanted = {"agent_id": agent_id, "run_id": run_id, "thread_id": thread_id, "resource_id": resource_id}
         return [
             task_id
-            for task_id, request in self._requests.items()
+            for task_id, request in self.tasks.requests.items()
             if self.is_active(task_id)
             and all(value is None or getattr(request, key) == value for key, value in wanted.items())
         ]
 
     async def wait_for(self, task_id: str, timeout_ms: float | None = None) -> TaskRecord:
-        """As the base manager, but re-reads the record after ``recheck_interval_ms`` without an
-        event (an event may be lost, or come from a process this one cannot hear)."""
-        subscription = self.bus.subscribe(TaskEventFilter(task_ids=frozenset({task_id})))
-        try:
-            async with asyncio.timeout(None if timeout_ms is None else timeout_ms / 1000):
-                record = await self._existing(task_id)
-                while record.status not in SETTLED_STATUSES:
-                    try:
-                        event = await asyncio.wait_for(
-                            anext(subscription), self.temporal.recheck_interval_ms / 1000
-                        )
-                    except TimeoutError:
-                        record = await self._existing(task_id)
-                    except StopAsyncIteration:
-                        raise BackgroundTaskError(
-                            "Background task manager shut down during wait_for"
-                        ) from None
-                    else:
-                        record = event.record
-                return record
-        finally:
-            await subscription.close()
+        """The task's record once it is terminal or suspended; re-read after
+        ``recheck_interval_ms`` without an event (an event may be lost, or come from a process
+        this one cannot hear)."""
+        return await self.tasks.wait_for(task_id, timeout_ms, recheck_ms=self.temporal.recheck_interval_ms)
 
-    async def _existing(self, task_id: str) -> TaskRecord:
-        record = await self.storage.get_task(task_id)
-        if record is None:
-            raise TaskNotFoundError(f"Task not found: {task_id}")
-        return record
+    async def wait_for_next_task(self, task_ids: Iterable[str], **options: Any) -> TaskRecord:
+        """The first of ``task_ids`` to end (Mastra's ``waitForNextTask``; storage is re-read at
+        each progress interval): see :func:`runstream.tasks.waiting.wait_for_next_task`."""
+        return await wait_for_next_task(self, task_ids, **options)
 
+    def subscribe(
+        self,
+        *,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        task_id: str | None = None,
+        include_existing: bool = True,
+    ) -> TaskSubscription:
+        """Lifecycle chunks of the matching tasks (of every process, with Redis); the running
+        ones first, unless ``include_existing=False`` (Mastra's default is true)."""
+        wanted = event_filter(agent_id, run_id, thread_id, resource_id, task_id)
+        return self.tasks.subscribe(wanted, include_existing=include_existing)
 
-def _settled_key(record: TaskRecord) -> tuple[str, str]:
-    moment = record.suspended_at if record.status == "suspended" else record.completed_at
-    return (record.status, moment.isoformat() if moment else "")
+    def progress_snapshot(
+        self, task_ids: Iterable[str], *, run_id: str = "", since: float | None = None
+    ) -> BackgroundTaskProgressChunk:
+        return self.tasks.progress_snapshot(task_ids, self.is_active, run_id=run_id, since=since)
+
+    def progress(
+        self, task_ids: Collection[str], interval_ms: float, *, run_id: str = ""
+    ) -> AsyncIterator[BackgroundTaskProgressChunk]:
+        return self.tasks.progress(task_ids, interval_ms, self.is_active, run_id=run_id)
+
+    async def cleanup(self) -> int:
+        """Delete settled records past their TTL; returns how many were deleted."""
+        return await self.tasks.cleanup()
+
+    def _check_open(self) -> None:
+        if self._closing:
+            raise BackgroundTaskError("Background task manager is shutting down")

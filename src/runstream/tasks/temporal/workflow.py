@@ -1,6 +1,7 @@
 """The Temporal workflow of one background task, and the data it exchanges.
 
-This module is loaded into Temporal's workflow sandbox, so it imports nothing of runstream:
+This module is loaded into Temporal's workflow sandbox, so it imports nothing of runstream but
+its sibling :mod:`.slots` (which imports only temporalio):
 the workflow only orders activities by name; the tool runs in the ``run_task`` activity
 (:mod:`runstream.tasks.temporal.activities`), which reads and writes the task record.
 
@@ -16,6 +17,8 @@ A task's life as a workflow:
   settled by ``settle_lost``, which fails the task, as a dead process's task fails in-process.
 * Cancelling the workflow cancels the running attempt; the activity's cancellation fires the
   tool's abort signal.
+* With cluster-wide limits (``global_limit`` > 0), each attempt holds a slot of the task
+  queue's :class:`~.slots.SlotsWorkflow` while it runs (see :mod:`.slots`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
+
+from runstream.tasks.temporal.slots import GRANTED_SIGNAL, SlotClient
 
 WORKFLOW_NAME = "runstream.BackgroundTask"
 RUN_TASK = "runstream.run_task"
@@ -52,6 +57,13 @@ class TaskPlan:
     backoff_multiplier: float
     max_retry_delay_ms: int
     heartbeat_timeout_ms: int
+    agent_id: str = ""
+    global_limit: int = 0
+    """Attempts at once in the whole cluster (0: no cluster-wide limit)."""
+    agent_limit: int = 0
+    """Attempts of this task's agent at once in the whole cluster."""
+    slots_queue: str = ""
+    """The task queue whose slots workflow counts the attempts."""
 
 
 @dataclass
@@ -82,6 +94,12 @@ class LostAttempt:
 class BackgroundTaskWorkflow:
     def __init__(self) -> None:
         self._resumes: list[ResumeSignal] = []
+        self._slots: SlotClient | None = None
+
+    @workflow.signal(name=GRANTED_SIGNAL)
+    def slot_granted(self) -> None:
+        if self._slots is not None:
+            self._slots.on_granted()
 
     @workflow.signal(name=RESUME_SIGNAL)
     def resume(self, signal: ResumeSignal) -> None:
@@ -99,6 +117,18 @@ class BackgroundTaskWorkflow:
             attempt = AttemptInput(plan.task_id, signal.retry_base, signal.suspend_payload)
 
     async def _attempt(self, plan: TaskPlan, attempt: AttemptInput) -> str:
+        """One ``run_task`` call, holding a cluster-wide slot while it runs (with limits)."""
+        if plan.global_limit <= 0:
+            return await self._run_task(plan, attempt)
+        self._slots = self._slots or SlotClient(plan.slots_queue)
+        try:
+            await self._slots.acquire(plan.agent_id, plan.global_limit, max(plan.agent_limit, 1))
+            return await self._run_task(plan, attempt)
+        finally:
+            if workflow.in_workflow():  # not when the worker drops the workflow from its cache
+                await self._slots.release()
+
+    async def _run_task(self, plan: TaskPlan, attempt: AttemptInput) -> str:
         timeout = (
             timedelta(milliseconds=plan.timeout_ms) + TIMEOUT_MARGIN if plan.timeout_ms > 0 else UNBOUNDED
         )

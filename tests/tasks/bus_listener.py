@@ -1,14 +1,8 @@
-"""The other processes of the scale-out tests, and the test side's handle on them.
+"""Another process of the Redis event-bus tests, and the test side's handle on it.
 
-Run as a script, it is one of:
-
-* ``listen PREFIX COUNT``: a :class:`RedisEventBus` subscriber that prints every event it
-  receives (``{"event": "got", "type", "task", "seq"}``) and exits after ``COUNT`` of them;
-* ``worker DB PREFIX LEASE_MS RENEW_MS POLL_MS``: a worker :class:`DistributedTaskManager` on the
-  SQLite file ``DB`` with the tools below, until SIGTERM (graceful) or SIGKILL (a crash).
-
-Both print JSON lines on stdout, first ``{"event": "ready", ...}`` once connected; the tools
-print what they do, so the tests wait on those lines instead of on time.
+Run as ``bus_listener.py listen PREFIX COUNT``, it is a :class:`RedisEventBus` subscriber that
+prints ``{"event": "ready"}`` once connected, then every event it receives (``{"event": "got",
+"type", "task", "seq"}``) as a JSON line, and exits after ``COUNT`` of them.
 """
 
 from __future__ import annotations
@@ -17,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -25,15 +18,9 @@ from typing import IO, Any
 
 import pytest
 
-from runstream.abort import AbortError
-from runstream.storage import SqliteStorage
 from runstream.tasks.bus import TaskEventFilter
-from runstream.tasks.config import BackgroundTaskConfig
-from runstream.tasks.distributed import DistributedTaskManager, ScaleOutConfig
 from runstream.tasks.redis_bus import RedisEventBus
-from runstream.tools import Tool, ToolContext
 
-AGENT = "scale-agent"
 REDIS_URL = os.environ.get("RUNSTREAM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 LINE_TIMEOUT_S = 20.0
 
@@ -69,57 +56,6 @@ async def listen(prefix: str, count: int) -> None:
     await bus.close()
 
 
-def worker_tools(worker_id: Callable[[], str]) -> list[Tool]:
-    async def work(args: dict[str, Any], ctx: ToolContext) -> Any:
-        await asyncio.sleep(args.get("ms", 0) / 1000)
-        say(event="ran", label=args["label"], worker=worker_id())
-        return {"label": args["label"], "worker": worker_id()}
-
-    async def hang(args: dict[str, Any], ctx: ToolContext) -> Any:
-        say(event="started", label=args["label"], attempt=ctx.attempt, worker=worker_id())
-        try:
-            await ctx.abort_signal.wait()
-        finally:
-            say(event="aborted", label=args["label"], reason=str(ctx.abort_signal.reason))
-        raise AbortError("aborted")
-
-    async def ask(args: dict[str, Any], ctx: ToolContext) -> Any:
-        say(event="started", label=args["label"], attempt=ctx.attempt, worker=worker_id())
-        if ctx.resume_data is None:
-            await ctx.suspend({"question": "name?"})
-        return {"answer": ctx.resume_data, "worker": worker_id()}
-
-    async def flaky(args: dict[str, Any], ctx: ToolContext) -> Any:
-        """Hangs on its first attempt (the test kills that worker), completes on the next."""
-        say(event="started", label=args["label"], attempt=ctx.attempt, worker=worker_id())
-        if ctx.attempt == 1:
-            await asyncio.Event().wait()
-        return {"worker": worker_id(), "attempt": ctx.attempt}
-
-    return [Tool(f.__name__, f, input_schema={"type": "object"}) for f in (work, hang, ask, flaky)]
-
-
-async def work(db: str, prefix: str, lease_ms: int, renew_ms: int, poll_ms: int) -> None:
-    manager = DistributedTaskManager(
-        SqliteStorage(db),
-        BackgroundTaskConfig(per_agent_concurrency=10),
-        redis_url=REDIS_URL,
-        channel_prefix=prefix,
-        scale_out=ScaleOutConfig(
-            lease_ms=lease_ms, renew_interval_ms=renew_ms, poll_interval_ms=poll_ms, control_timeout_ms=10_000
-        ),
-    )
-    for tool in worker_tools(lambda: manager.worker_id):
-        manager.register_tool(AGENT, tool)
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    await manager.start()
-    say(event="ready", worker=manager.worker_id)
-    await stop.wait()
-    await manager.shutdown()
-    await manager.storage.close()
-
-
 # -- the test side -------------------------------------------------------------------------
 
 
@@ -130,7 +66,6 @@ class ScriptProcess:
         self.process = process
         self.stderr = stderr
         self.lines: list[dict[str, Any]] = []
-        self.worker_id = ""
 
     @classmethod
     async def start(cls, tmp_path: Path, *args: str, script: Path = Path(__file__)) -> ScriptProcess:
@@ -140,8 +75,7 @@ class ScriptProcess:
             sys.executable, str(script), *args, stdout=asyncio.subprocess.PIPE, stderr=stderr
         )
         started = cls(process, stderr)
-        ready = await started.expect(lambda line: line["event"] == "ready")
-        started.worker_id = ready.get("worker", "")
+        await started.expect(lambda line: line["event"] == "ready")
         return started
 
     async def expect(self, match: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
@@ -183,15 +117,9 @@ class ScriptProcess:
                 await self.process.wait()
         self.stderr.close()
 
-    async def kill(self) -> None:
-        self.process.kill()
-        await self.process.wait()
-
 
 if __name__ == "__main__":
     with contextlib.suppress(KeyboardInterrupt):
-        if sys.argv[1] == "listen":
-            asyncio.run(listen(sys.argv[2], int(sys.argv[3])))
-        else:
-            db, prefix, lease_ms, renew_ms, poll_ms = sys.argv[2:7]
-            asyncio.run(work(db, prefix, int(lease_ms), int(renew_ms), int(poll_ms)))
+        if sys.argv[1] != "listen":
+            raise SystemExit("usage: bus_listener.py listen PREFIX COUNT")
+        asyncio.run(listen(sys.argv[2], int(sys.argv[3])))

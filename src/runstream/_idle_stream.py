@@ -1,0 +1,96 @@
+"""An agent's until-idle streams (``stream(..., until_idle=True)``): the first turn, then a
+continuation turn for each batch of background results, merged into one stream per thread
+(``runstream.tasks.until_idle`` is the merge itself; this is the agent's side of it)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from runstream import _tracing as tracing
+from runstream.abort import AbortController
+from runstream.errors import RunstreamError
+from runstream.models.base import PromptMessage
+from runstream.output import RunOutput
+from runstream.run_options import InvalidOptionError, RunOptions
+from runstream.tasks.until_idle import IdleOptions, until_idle_stream
+
+if TYPE_CHECKING:
+    from runstream.tasks.coordination import TaskManager
+
+UntilIdle = bool | Mapping[str, Any]
+
+
+def check_idle_options(until_idle: UntilIdle) -> None:
+    """Bad options fail before anything starts, even where until-idle falls back to a plain stream."""
+    if isinstance(until_idle, Mapping):
+        try:
+            IdleOptions.coerce(dict(until_idle), progress_interval_ms=0)
+        except RunstreamError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise InvalidOptionError(str(exc)) from exc
+
+
+class IdleStreams:
+    """One agent's open until-idle streams, one per thread: a newer stream on a thread takes
+    over the tasks the older one waited for (the older one is aborted)."""
+
+    def __init__(self, agent_id: str) -> None:
+        self.agent_id = agent_id
+        self._open: dict[tuple[str, str], AbortController] = {}
+
+    async def open(
+        self,
+        manager: TaskManager,
+        options: RunOptions,
+        until_idle: UntilIdle,
+        first_turn: Callable[[], Awaitable[RunOutput]],
+        next_turn: Callable[[RunOptions], Awaitable[RunOutput]],
+    ) -> RunOutput:
+        """The merged stream: ``first_turn()``, then ``next_turn(options)`` with the finished
+        tasks' context for each continuation."""
+        scope = options.memory
+        assert scope is not None
+        idle = IdleOptions.coerce(
+            dict(until_idle) if isinstance(until_idle, Mapping) else None,
+            manager.config.progress_interval_ms,
+        )
+        key = (scope.thread_id, scope.resource_id)
+        running: set[str] = set()
+        previous = self._open.get(key)
+        if previous is not None:  # take over the tasks the older stream was waiting for
+            previous.abort("superseded by a newer until-idle stream on the same thread")
+            running.update(manager.running_task_ids(thread_id=scope.thread_id, resource_id=scope.resource_id))
+        controller = AbortController()
+        self._open[key] = controller
+        subscription = manager.subscribe(  # as Mastra's untilIdle: live events only
+            agent_id=self.agent_id,
+            thread_id=scope.thread_id,
+            resource_id=scope.resource_id,
+            include_existing=False,
+        )
+        if options.abort_signal is not None:
+            options.abort_signal.add_listener(controller.abort)
+        first = await first_turn()
+        controller.signal.add_listener(first.abort)
+
+        async def continuation(context: list[PromptMessage]) -> RunOutput:
+            await tracing.link_stored_tasks(manager.storage.get_task)
+            return await next_turn(
+                replace(options, context=(*options.context, *context), abort_signal=controller.signal)
+            )
+
+        async def the_first_turn() -> RunOutput:
+            return first
+
+        source = until_idle_stream(
+            the_first_turn, continuation, subscription, options=idle, controller=controller, running=running
+        )
+
+        async def forget() -> None:
+            if self._open.get(key) is controller:
+                del self._open[key]
+
+        return RunOutput(source, first.state, controller, on_close=forget)

@@ -1,0 +1,109 @@
+"""What the process that enqueued a task hears of it when another process settles it.
+
+A worker settles a task (stores it, writes it into memory, publishes the event); the process
+that enqueued it holds its request, whose ``on_terminal`` hook must run before that process's
+subscribers see the event (the hook may rewrite a run still streaming there). Events come over
+Redis pub/sub, which can lose some, so the enqueuer also re-reads its unsettled tasks after a
+reconnect and every ``recheck_interval_ms``, and delivers a settled state it missed; each state
+is delivered once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+
+from runstream.chunks import iso_datetime
+from runstream.storage import TaskRecord
+from runstream.tasks.bus import TaskEvent
+from runstream.tasks.coordination import SETTLED_STATUSES, TERMINAL_STATUSES, TaskCoordinator
+from runstream.tasks.lifecycle import lifecycle_chunk
+
+logger = logging.getLogger(__name__)
+
+FINISHED_REMEMBERED = 10_000
+
+
+class Settlements:
+    """The enqueuer's view of its tasks settled elsewhere (see the module's docstring)."""
+
+    def __init__(self, tasks: TaskCoordinator) -> None:
+        self.tasks = tasks
+        self._delivered: dict[str, tuple[str, str]] = {}
+        """The last settled state delivered here of each task with a request here."""
+        self._finished: OrderedDict[str, None] = OrderedDict()
+        """The latest tasks whose request here ended: a late duplicate of their end is dropped."""
+        self._suspended: set[str] = set()
+        """Tasks enqueued here whose last state heard here is ``suspended``."""
+
+    def is_active(self, task_id: str) -> bool:
+        """Enqueued here and, as far as this process has heard, pending or running somewhere."""
+        return task_id in self.tasks.requests and task_id not in self._suspended
+
+    def resumed(self, task_id: str) -> None:
+        self._suspended.discard(task_id)
+
+    def announced_here(self, record: TaskRecord) -> None:
+        """This process is announcing a settled state of a task (before the announcement)."""
+        if record.id in self.tasks.requests:
+            self._delivered[record.id] = settled_key(record)
+            if record.status == "suspended":
+                self._suspended.add(record.id)
+
+    async def before_delivery(self, event: TaskEvent) -> bool:
+        """Before another process's event is delivered here: a settled state of a task enqueued
+        here runs its request's hook first (once); whether to deliver the event."""
+        record = event.record
+        if record.status not in SETTLED_STATUSES:
+            if record.status == "running":
+                self._suspended.discard(record.id)
+            return True
+        if record.id in self.tasks.requests:
+            return await self.settled_elsewhere(record)
+        return not (record.status in TERMINAL_STATUSES and record.id in self._finished)
+
+    async def settled_elsewhere(self, record: TaskRecord) -> bool:
+        """Run the request's hook for a settled state stored by another process; whether that
+        state is new here."""
+        request = self.tasks.requests.get(record.id)
+        key = settled_key(record)
+        if request is None or self._delivered.get(record.id) == key:
+            return False
+        self._delivered[record.id] = key
+        if record.status in TERMINAL_STATUSES:
+            del self.tasks.requests[record.id]
+            self._delivered.pop(record.id, None)
+            self._suspended.discard(record.id)
+            self._finished[record.id] = None
+            if len(self._finished) > FINISHED_REMEMBERED:
+                self._finished.popitem(last=False)
+        else:
+            self._suspended.add(record.id)
+        if request.on_terminal is not None:
+            try:
+                await request.on_terminal(record)
+            except Exception:
+                logger.exception("background task %s: on_terminal hook failed", record.id)
+        return True
+
+    async def recheck(self) -> list[TaskEvent]:
+        """Re-read the tasks enqueued here; the events of settled states never delivered here
+        (their hooks have run), for this process's subscribers."""
+        missed = []
+        for task_id in list(self.tasks.requests):
+            try:
+                record = await self.tasks.storage.get_task(task_id)
+            except Exception:
+                logger.exception("re-reading task %s failed", task_id)
+                continue
+            if record is None:
+                self.tasks.requests.pop(task_id, None)
+            elif record.status in SETTLED_STATUSES and await self.settled_elsewhere(record):
+                logger.info("task %s: %s found in storage, its event was lost", task_id, record.status)
+                missed.append(TaskEvent(lifecycle_chunk(record), record))
+        return missed
+
+
+def settled_key(record: TaskRecord) -> tuple[str, str]:
+    moment = record.suspended_at if record.status == "suspended" else record.completed_at
+    return (record.status, iso_datetime(moment) if moment else "")
