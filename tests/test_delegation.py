@@ -275,3 +275,18 @@ async def test_a_sub_agent_waiting_for_approval_suspends_the_supervisor() -> Non
         assert PAID == [30]
         assert tool_result(second)["text"] == "Paid."
         assert second[-1].type == "finish"
+
+
+async def test_include_sub_agent_tool_results_in_model_context() -> None:
+    """By default the supervisor's model sees the sub-agent's text; with the option, its whole
+    result (ids and tool results), as Mastra."""
+    supervisor, _, model, _ = team({"prompt": "Research solana"}, memory=False)
+    await drain(await supervisor.stream("x"))
+    (default,) = [p["output"] for m in model.recorded[1].prompt if m["role"] == "tool" for p in m["content"]]
+    assert default == {"type": "text", "value": "Solana is a blockchain."}
+
+    supervisor, _, model, _ = team({"prompt": "Research solana"}, memory=False)
+    await drain(await supervisor.stream("x", delegation={"includeSubAgentToolResultsInModelContext": True}))
+    (full,) = [p["output"] for m in model.recorded[1].prompt if m["role"] == "tool" for p in m["content"]]
+    assert full["type"] == "json" and full["value"]["text"] == "Solana is a blockchain."
+    assert set(full["value"]) == {"text", "subAgentThreadId", "subAgentResourceId", "subAgentToolResults"}

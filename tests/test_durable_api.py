@@ -116,6 +116,10 @@ async def test_recover_with_callbacks_and_observe(tmp_path: Path) -> None:
             await agent.recover(run_id, max_steps=2)
         with pytest.raises(RunNotFoundError):
             await agent.observe("no-such-run")
+        with pytest.raises(RunNotFoundError):
+            await agent.recover("no-such-run", on_suspended=print)
+        with pytest.raises(RunNotFoundError):  # the failed recover left nothing to observe
+            await agent.observe("no-such-run")
     assert model.call_count == 1
 
 
@@ -155,3 +159,33 @@ async def test_observe_gives_up_on_a_silent_run() -> None:
     alive = [True, False]
     chunks = await drain(observe(log, "r1", idle_timeout_ms=20, is_alive=lambda: alive.pop(0)))
     assert [c.type for c in chunks] == ["error"] and "idle" in str(chunks[0].payload["error"])
+
+
+@tool(require_approval=True)
+async def publish(summary: str) -> dict[str, str]:
+    """Publish a summary (needs approval)."""
+    return {"published": summary}
+
+
+async def test_recover_calls_on_suspended_when_the_run_stops_again(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    run_id = await cut_off(db)
+    ask = [
+        {"type": "tool-call", "toolCallId": "p1", "toolName": "publish", "input": '{"summary":"sol"}'},
+        {"type": "finish", "finishReason": "tool-calls", "usage": USAGE},
+    ]
+    model = ScriptedModel(calls=[ask])
+    agent = Agent("researcher", model=model, tools=[lookup, publish], memory=Memory(), durable=True)
+    stopped: list[dict[str, Any]] = []
+    async with Runstream(agents=[agent], storage=SqliteStorage(db)):
+        chunks = await drain((await agent.recover(run_id, on_suspended=stopped.append)).full_stream)
+    assert chunks[-1].type == "tool-call-approval"
+    assert stopped == [
+        {
+            "toolCallId": "p1",
+            "toolName": "publish",
+            "args": {"summary": "sol"},
+            "resumeSchema": stopped[0]["resumeSchema"],
+            "type": "approval",
+        }
+    ]

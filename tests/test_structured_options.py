@@ -135,3 +135,33 @@ def test_bad_options_are_errors() -> None:
         StructuredOutput.coerce({"schema": SCHEMA, "model": 42})
     with pytest.raises(ValueError, match="'useAgent' is not supported"):
         StructuredOutput.coerce({"schema": SCHEMA, "useAgent": True})
+
+
+class SettingsSeen:
+    """A model that plays a script and keeps the settings of each request."""
+
+    def __init__(self, model: ScriptedModel) -> None:
+        self.inner = model
+        self.model_id = model.model_id
+        self.provider = model.provider
+        self.specification_version = model.specification_version
+        self.settings: list[Any] = []
+
+    async def stream(self, request: Any) -> Any:
+        self.settings.append(request.settings)
+        return await self.inner.stream(request)
+
+
+async def test_provider_options_reach_the_structuring_model() -> None:
+    structurer = SettingsSeen(ScriptedModel(calls=[say('{"name":"Solana","year":2020}')]))
+    agent = Agent("so", model=ScriptedModel(calls=[say("Solana, 2020.")]))
+    chunks = await run(
+        agent,
+        structured_output={
+            "schema": SCHEMA,
+            "model": structurer,
+            "providerOptions": {"openai": {"reasoningEffort": "low"}},
+        },
+    )
+    assert [c.type for c in chunks if c.type == "object-result"] == ["object-result"]
+    assert structurer.settings[0].provider_options == {"openai": {"reasoningEffort": "low"}}

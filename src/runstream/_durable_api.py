@@ -97,6 +97,37 @@ async def list_active_runs(
 
 # -- recovery ---------------------------------------------------------------------------------
 
+RECOVER_OPTIONS = frozenset(
+    {"on_chunk", "on_step_finish", "on_finish", "on_error", "on_suspended", "abort_signal"}
+)
+
+
+def recover_options(options: dict[str, Any]) -> tuple[dict[str, Any], Callable[[AnyChunk], Any] | None]:
+    """``recover()``'s run options, and a watcher for ``on_suspended`` (Mastra's
+    ``onSuspended``, called with ``{toolCallId, toolName, args, suspendPayload?, resumeSchema?,
+    type}`` when the recovered run stops for a human)."""
+    unknown = set(options) - RECOVER_OPTIONS
+    if unknown:
+        raise TypeError(f"recover() got unknown options: {', '.join(sorted(unknown))}")
+    options = dict(options)
+    on_suspended = options.pop("on_suspended", None)
+    if on_suspended is None:
+        return options, None
+    if not callable(on_suspended):
+        raise TypeError("on_suspended must be a function")
+
+    async def watch(chunk: AnyChunk) -> None:
+        if chunk.type in ("tool-call-approval", "tool-call-suspended"):
+            payload = dict(chunk.payload)
+            keys = ("toolCallId", "toolName", "args", "suspendPayload", "resumeSchema")
+            event = {key: payload[key] for key in keys if key in payload}
+            event["type"] = "approval" if chunk.type == "tool-call-approval" else "suspension"
+            result = on_suspended(event)
+            if inspect.isawaitable(result):
+                await result
+
+    return options, watch
+
 
 async def recover_active_runs(
     recover: Callable[[str], Awaitable[Any]],
@@ -132,6 +163,8 @@ class RunLog:
     chunks: list[AnyChunk] = field(default_factory=list)
     done: bool = False
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    watchers: list[Callable[[AnyChunk], Any]] = field(default_factory=list)
+    """Called with each chunk as it passes (``recover(on_suspended=)``)."""
 
     def append(self, chunk: AnyChunk) -> None:
         self.chunks.append(chunk)
@@ -164,6 +197,18 @@ class RunLogs:
     def get(self, run_id: str) -> RunLog | None:
         return self._logs.get(run_id)
 
+    def watch(self, run_id: str, watcher: Callable[[AnyChunk], Any]) -> None:
+        """Call ``watcher`` with each chunk of the run's next stream."""
+        self._logs.setdefault(run_id, RunLog()).watchers.append(watcher)
+
+    def unwatch(self, run_id: str) -> None:
+        """Drop the watchers of a run that did not start (and its log, if it never streamed)."""
+        log = self._logs.get(run_id)
+        if log is not None and not log.chunks:
+            del self._logs[run_id]
+        elif log is not None:
+            log.watchers.clear()
+
     def tee(self, run_id: str, source: AsyncIterator[AnyChunk]) -> AsyncIterator[AnyChunk]:
         """``source``, each chunk also logged for observers (observable from now on)."""
         return _tee(self.open(run_id), source)
@@ -173,8 +218,13 @@ async def _tee(log: RunLog, source: AsyncIterator[AnyChunk]) -> AsyncIterator[An
     try:
         async for chunk in source:
             log.append(chunk)
+            for watcher in log.watchers:
+                result = watcher(chunk)
+                if inspect.isawaitable(result):
+                    await result
             yield chunk
     finally:
+        log.watchers.clear()
         log.close()
 
 

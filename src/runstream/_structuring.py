@@ -19,7 +19,7 @@ from typing import Any
 
 from runstream.abort import AbortSignal
 from runstream.chunks import AnyChunk, ObjectChunk, ObjectResultChunk
-from runstream.models.base import ModelRequest
+from runstream.models.base import ModelRequest, ModelSettings
 from runstream.models.registry import ready_model
 from runstream.structured import NO_OBJECT, StructuredOutput, partial_object
 
@@ -80,6 +80,7 @@ async def structure(
             {"role": "user", "content": [{"type": "text", "text": structuring_prompt(reasoning, text)}]},
         ],
         response_format={"type": "json", "schema": structured.schema},
+        settings=ModelSettings(provider_options=structured.provider_options or {}),
         abort_signal=signal,
     )
     deltas: list[str] = []

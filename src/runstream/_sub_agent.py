@@ -16,6 +16,7 @@ As in Mastra (recorded: ``x-pt15``..``x-pt19``):
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 import uuid
@@ -76,6 +77,17 @@ def agent_tool(sub: Any, name: str, parent: Any | None) -> Tool:
         input_schema=INPUT_SCHEMA,
         to_model_output=_text_only,
     )
+
+
+def with_full_results(tools: dict[str, Tool]) -> dict[str, Tool]:
+    """``tools`` with the sub-agent tools showing the model their whole result (Mastra's
+    ``delegation.includeSubAgentToolResultsInModelContext``)."""
+    full = dict(tools)
+    for name, tool in tools.items():
+        if tool.to_model_output is _text_only:
+            full[name] = copy.copy(tool)
+            full[name].to_model_output = None
+    return full
 
 
 def _text_only(output: Any) -> dict[str, Any]:

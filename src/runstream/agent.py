@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any, Unpack
 from runstream import _tracing as tracing
 from runstream._callbacks import with_callbacks
 from runstream._config_mapping import read_config
-from runstream._durable_api import RunLogs, list_active_runs, observe, recover_active_runs
+from runstream._durable_api import RunLogs, list_active_runs, observe, recover_active_runs, recover_options
 from runstream._idle_stream import IdleStreams, UntilIdle, check_idle_options
 from runstream._loop import agent_loop
 from runstream._messages import ContinuedMessage, rewrite_prompt_result
 from runstream._run_state import LoopConfig, ResumeAction, RunState
 from runstream._step_results import model_label, run_metadata
 from runstream._sub_agent import AgentToolError as AgentToolError  # public here since before the move
-from runstream._sub_agent import agent_tool
+from runstream._sub_agent import agent_tool, with_full_results
 from runstream._suspension import (
     DURABLE_NAMESPACE,
     NAMESPACE,
@@ -342,6 +342,11 @@ class Agent:
             model if is_model(model) else await resolve_model(model, context, f"agent {self.id!r}")
         )
         cfg = options.loop_config(self, model=model, tools=tools, signal=signal)
+        if (
+            options.delegation is not None
+            and options.delegation.include_sub_agent_tool_results_in_model_context
+        ):
+            cfg.tools = with_full_results(cfg.tools)
         instructions = options.instructions if options.instructions is not None else self.instructions
         if not isinstance(instructions, str):
             instructions = await resolve_instructions(instructions, context, f"agent {self.id!r}")
@@ -487,11 +492,16 @@ class Agent:
 
     async def recover(self, run_id: str, **options: Any) -> RunOutput:
         """Mastra's ``recover``: a durable run continued from its last step as a stream, with
-        ``on_chunk``, ``on_step_finish``, ``on_finish``, ``on_error``, ``abort_signal``."""
-        unknown = set(options) - {"on_chunk", "on_step_finish", "on_finish", "on_error", "abort_signal"}
-        if unknown:
-            raise TypeError(f"recover() got unknown options: {', '.join(sorted(unknown))}")
-        return await self.resume_durable_run(run_id, **options)
+        ``on_chunk``, ``on_step_finish``, ``on_finish``, ``on_error``, ``on_suspended``,
+        ``abort_signal``."""
+        run_options, watcher = recover_options(options)
+        if watcher is not None:
+            self._run_logs.watch(run_id, watcher)
+        try:
+            return await self.resume_durable_run(run_id, **run_options)
+        except BaseException:
+            self._run_logs.unwatch(run_id)
+            raise
 
     async def recover_active_runs(self, *, run_id: str | None = None, **filters: Any) -> dict[str, Any]:
         """Mastra's ``recoverActiveRuns``: recover every matching run (or ``run_id``) and drive

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from runstream._config_mapping import callback, one_of, read_config
+from runstream._config_mapping import boolean, callback, one_of, read_config
 
 logger = logging.getLogger("runstream.delegation")
 
@@ -54,6 +54,9 @@ class DelegationConfig:
     """Gets ``{messages, primitiveId, prompt, ...}`` and returns the parent messages the
     sub-agent sees as context (runs after ``on_delegation_start``)."""
     hook_error_strategy: Literal["warn", "throw"] = "warn"
+    include_sub_agent_tool_results_in_model_context: bool = False
+    """The supervisor's model sees the sub-agent's whole result (its thread and resource ids and
+    tool results), not only its text."""
 
     @classmethod
     def coerce(cls, value: DelegationConfig | Mapping[str, Any] | None) -> DelegationConfig | None:
@@ -66,12 +69,10 @@ class DelegationConfig:
                 "on_delegation_complete": callback,
                 "message_filter": callback,
                 "hook_error_strategy": one_of("warn", "throw"),
+                "include_sub_agent_tool_results_in_model_context": boolean,
             },
             where="delegation",
-            unsupported={
-                "includeSubAgentToolResultsInModelContext": "the model sees the sub-agent's whole result",
-                "enableResultReferences": "no result references",
-            },
+            unsupported={"enableResultReferences": "no result references"},
         )
         return cls(**options)
 

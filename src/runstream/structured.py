@@ -17,7 +17,7 @@ import jsonschema
 from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
 
-from runstream._config_mapping import Check, one_of, read_config
+from runstream._config_mapping import Check, mapping, one_of, read_config
 from runstream._schema import Schema
 from runstream.errors import RunstreamError
 from runstream.models.registry import as_model
@@ -60,6 +60,9 @@ class StructuredOutput:
     """With ``structuring_model``: the structuring model's system prompt (default: one made from
     the schema). Without it, under ``json_prompt_injection``: used instead of the schema dump."""
     json_prompt_injection: JsonPromptInjection = False
+    provider_options: dict[str, Any] | None = None
+    """Provider options of the structuring model's call (e.g. ``{"openai": {"reasoningEffort":
+    "low"}}``), with ``structuring_model``."""
     """``True``/``"system"``: the schema goes into the system prompt instead of the model's
     response format; ``"inline"``: into the latest user message; ``"auto"``: the native format
     for providers that have one (openai, anthropic, google), ``"inline"`` otherwise."""
@@ -190,10 +193,11 @@ _OPTIONS: dict[str, Check | None] = {
     "model": _model,
     "instructions": _text,
     "json_prompt_injection": _injection,
+    "provider_options": lambda where, value: dict(mapping(where, value)),
 }
 _UNSUPPORTED_OPTIONS = {
-    name: "not implemented: schema, model, instructions, jsonPromptInjection, errorStrategy and fallbackValue are"
-    for name in ("useAgent", "logger", "providerOptions")
+    name: "not implemented: schema, model, instructions, jsonPromptInjection, providerOptions, errorStrategy and fallbackValue are"
+    for name in ("useAgent", "logger")
 }
 
 
