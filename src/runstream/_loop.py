@@ -42,7 +42,7 @@ from runstream._step_results import (
     step_finish_chunk,
     step_record,
 )
-from runstream._structuring import Structured, structure
+from runstream._structuring import Structured, structure, structuring_tripwire
 from runstream._tool_step import answer_pending, calls_client_tools, run_tool_step, wait_for_background
 from runstream.chunks import (
     AbortChunk,
@@ -135,10 +135,10 @@ def _end(cfg: LoopConfig, state: RunState, outcome: StepOutcome) -> list[AnyChun
             state.finish_reason = "aborted"
             aborted = AbortChunk(state.run_id, {})
             return [aborted, finish_chunk(cfg, state, "aborted", step_result=step_result, current=current)]
-        case Tripwire(payload, record):
+        case Tripwire(payload, record, announced):
             state.tripwire = payload
-            state.status = "tripwire"
-            chunks: list[AnyChunk] = [TripwireChunk(state.run_id, payload)]
+            state.status = "tripwire" if announced else "success"
+            chunks: list[AnyChunk] = [TripwireChunk(state.run_id, payload)] if announced else []
             if record is not None:
                 chunks.append(step_finish_chunk(cfg, state, record, "tripwire", continued=False))
             return [*chunks, finish_chunk(cfg, state, "tripwire")]
@@ -187,6 +187,11 @@ async def _after_model_step(cfg: LoopConfig, state: RunState, turn: Turn, step: 
         outcome = Structured()
         async for chunk in _structured_object(structured, state, step, outcome):
             yield chunk
+        if outcome.error is not None and structured.structuring_model is not None:  # x-pt27
+            trip, record = structuring_tripwire(outcome.error), _record(state, step, content, "tripwire")
+            record["tripwire"] = trip
+            yield Tripwire(trip, record, False)
+            return
         if outcome.error is not None:  # errorStrategy strict
             state.error = outcome.error
             yield ErrorChunk(state.run_id, {"type": "error", "error": outcome.error})

@@ -498,6 +498,9 @@ class Tripwire:
 
     payload: TripwirePayload
     record: StepRecord | None = None
+    announced: bool = True
+    """Whether a ``tripwire`` chunk says so (Mastra's structuring pass ends the run with a
+    tripwire reason and no chunk; the run's status stays ``success``)."""
 
 
 @dataclass(slots=True, frozen=True)

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from runstream._payloads import TripwirePayload
 from runstream.abort import AbortSignal
 from runstream.chunks import AnyChunk, ObjectChunk, ObjectResultChunk
 from runstream.models.base import ModelRequest, ModelSettings
@@ -36,6 +37,19 @@ class Structured:
 
     object: Any = NO_OBJECT
     error: Exception | None = None
+
+
+def structuring_tripwire(error: Exception) -> TripwirePayload:
+    """How a strict structuring pass that failed ends the run (recorded ``x-pt27``): Mastra's
+    processor asks for a retry, which ``maxProcessorRetries`` 0 does not give, so the step and
+    the run finish with reason ``tripwire`` (no ``tripwire`` chunk; the run's status is
+    ``success``)."""
+    return {
+        "reason": f"[StructuredOutputProcessor] Structuring failed: {error}",
+        "retry": True,
+        "metadata": {"error": error},
+        "processorId": "structured-output",
+    }
 
 
 def instructions(structured: StructuredOutput) -> str:
