@@ -4,7 +4,7 @@ arguments (streamed, unreadable) and outputs against their schemas, approvals, p
 calls, tools that start while the model still streams, reasoning blocks, structured output, finish reasons, model stream failures,
 aborts, sub-agents, workflows as tools, goals and completion checks, durable agents, and many
 background-task and until-idle cases (suspend/resume/cancel, backpressure, retries, timeouts,
-chained continuations). Each scenario's ``description`` says what it pins.
+chained continuations), working memory (Markdown and schema mode, a read-only call), a thread title streamed before finish. Each scenario's ``description`` says what it pins.
 
 All must match at level 2. Those in ``LEVEL_3`` match at level 3 too; the others differ in
 payload details: where Mastra loses data (step content after a step limit or an abort), where we
@@ -94,6 +94,10 @@ LEVEL_3 = {
     "x-w03-abort-before-start",
     "x-wt01-workflow-tool-suspend-resume",
     "x-wt02-workflow-tool-plain",
+    "x-wm01-working-memory-markdown",
+    "x-wm02-working-memory-schema",
+    "x-wm03-read-only-call",
+    "x-wm04-title-event",
     "x-y01-subagent-model-throws",
     "x-y02-approval-background-tool",
     "x-y03-approval-with-memory",

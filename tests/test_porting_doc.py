@@ -18,7 +18,7 @@ import pytest
 from runstream import Agent, RequestContext, Tool, ToolContext, tool
 from runstream._config_mapping import camel
 from runstream.delegation import DelegationConfig
-from runstream.memory import Memory, MemoryScope
+from runstream.memory import Memory, MemoryScope, TitleGeneration, WorkingMemory
 from runstream.models.base import ModelSettings
 from runstream.models.fallback import FallbackModel, ModelChoice
 from runstream.output import RunOutput
@@ -44,6 +44,8 @@ CONFIGS: dict[str, Any] = {
     "BackgroundToolConfig": BackgroundToolConfig,
     "Memory": Memory,
     "DelegationConfig": DelegationConfig,
+    "WorkingMemory": WorkingMemory,
+    "TitleGeneration": TitleGeneration,
 }
 NAMES: dict[str, Any] = {
     **CONFIGS,

@@ -344,8 +344,12 @@ def test_run_memory_scope_names_unknown_keys() -> None:
     assert MemoryScope.coerce({"thread": {"id": "t"}, "resource": "u"}) == MemoryScope("t", "u")
     with pytest.raises(ValueError, match=r"memory: unknown option 'thred'"):
         MemoryScope.coerce({"thred": "t", "resource": "u"})
-    with pytest.raises(ValueError, match=r"memory.thread: Mastra's 'title' is not supported"):
-        MemoryScope.coerce({"thread": {"id": "t", "title": "Hi"}, "resource": "u"})
+    titled = MemoryScope.coerce({"thread": {"id": "t", "title": "Hi"}, "resource": "u"})
+    assert titled == MemoryScope("t", "u", title="Hi")
+    with pytest.raises(ValueError, match=r"memory.thread: unknown option 'titel'"):
+        MemoryScope.coerce({"thread": {"id": "t", "titel": "Hi"}, "resource": "u"})
+    with pytest.raises(ValueError, match=r"memory.options: Mastra's 'semanticRecall' is not supported"):
+        MemoryScope.coerce({"thread": "t", "resource": "u", "options": {"semanticRecall": True}})
 
 
 def test_task_completion_and_structured_output_name_unknown_keys() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 from runstream._messages import ContinuedMessage
 from runstream.abort import AbortSignal
@@ -22,6 +22,9 @@ from runstream.errors import RunstreamError
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.structured import StructuredOutput
 from runstream.tools import Tool
+
+if TYPE_CHECKING:
+    from runstream.memory import Memory
 
 Status = Literal["running", "success", "failed", "suspended", "aborted", "tripwire"]
 
@@ -85,6 +88,8 @@ class LoopConfig:
     """Extra messages for the model that are not part of the conversation (not saved)."""
     thread_id: str | None = None
     resource_id: str | None = None
+    memory: Memory | None = None
+    """The run's memory, with the call's memory options applied (``Memory.with_options``)."""
     dispatch_tool: ToolDispatcher | None = None
     tool_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Input schemas offered to the model instead of a tool's own (e.g. with ``_background``)."""

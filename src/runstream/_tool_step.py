@@ -390,12 +390,12 @@ async def execute_call(
 ) -> ToolOutcome:
     tool = cfg.tools.get(call.tool_name)
     if tool is None:
-        available = ", ".join(cfg.tools) or "none"
+        available = f" Available tools: {', '.join(cfg.tools)}" if cfg.tools else ""  # Mastra's words
         return ToolOutcome(
             call,
             "error",
             ToolNotFoundError(
-                f'Tool "{call.tool_name}" not found. Available tools: {available}. '
+                f'Tool "{call.tool_name}" not found.{available}. '
                 "Call tools by their exact name only \u2014 never add prefixes, namespaces, or colons."
             ),
         )

@@ -49,7 +49,7 @@ from runstream.goals import (
     objective_signal,
     resolve_judge,
 )
-from runstream.memory import Memory, MemoryScope
+from runstream.memory import Memory, MemoryInput, MemoryScope, run_memory
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.models.fallback import FallbackModel, ModelChoice
 from runstream.models.registry import as_model, ready_model
@@ -104,7 +104,7 @@ class Agent:
         input_processors: Iterable[Any] = (),
         max_processor_retries: int = 0,
         model_settings: ModelSettings | None = None,
-        memory: Memory | Mapping[str, Any] | bool | None = None,
+        memory: MemoryInput | Dynamic[MemoryInput] = None,
         background_tasks: AgentBackgroundConfig | Mapping[str, Any] | None = None,
         goal: GoalConfig | None = None,
         is_task_complete: TaskCompletion | Mapping[str, Any] | None = None,
@@ -159,7 +159,9 @@ class Agent:
         self.input_processors = list(input_processors)
         self.max_processor_retries = max_processor_retries
         self.model_settings = model_settings or ModelSettings()
-        self.memory = Memory.coerce(memory)
+        self.memory_resolver: Dynamic[MemoryInput] | None = memory if callable(memory) else None
+        """``memory=`` given as a function of the request context (Mastra's dynamic memory)."""
+        self.memory = None if callable(memory) else Memory.coerce(memory)
         self.background_config = AgentBackgroundConfig.coerce(background_tasks)
         self.goal = goal
         self.durable = durable
@@ -269,7 +271,7 @@ class Agent:
             until_idle is not False
             and manager is not None
             and options.memory is not None
-            and bool(self.memory)
+            and (self.memory is not None or self.memory_resolver is not None)
         )
 
     async def stream_until_idle(
@@ -306,15 +308,14 @@ class Agent:
         history: list[PromptMessage] = []
         continued: ContinuedMessage | None = None
         scope = options.memory
-        if scope is not None:
-            if self.memory is None:
-                raise ValueError(f"agent {self.id!r} has no memory: pass Agent(..., memory=Memory(...))")
+        memory = await self._memory_of(options)
+        if scope is not None and memory is not None:
             if self.services is not None:
                 await self.services.start()
-            await self.memory.ensure_thread(scope)
-            history = await self.memory.load_prompt(scope)
+            await memory.ensure_thread(scope)
+            history = await memory.load_prompt(scope)
             if not input_messages:  # e.g. an until-idle continuation
-                continued = await self.memory.continuable_message(scope)
+                continued = await memory.continuable_message(scope)
         state = RunState(
             run_id=run_id or str(uuid.uuid4()),
             message_id=str(uuid.uuid4()),
@@ -323,18 +324,31 @@ class Agent:
             history_count=len(history),
             continued=continued,
         )
-        cfg = await self._configure(options, state, controller)
+        cfg = await self._configure(options, state, controller, memory)
         return self._output(cfg, state, controller, None, options)
 
+    async def _memory_of(self, options: RunOptions) -> Memory | None:
+        """The run's memory (``runstream.memory.run_memory``), if it has a thread."""
+        if options.memory is None:
+            return None
+        source = self.memory_resolver or self.memory
+        if source is None:
+            raise ValueError(f"agent {self.id!r} has no memory: pass Agent(..., memory=Memory(...))")
+        storage = self.services.storage if self.services is not None else None
+        return await run_memory(source, options.memory, options.request_context, storage)
+
     async def _configure(
-        self, options: RunOptions, state: RunState, controller: AbortController
+        self, options: RunOptions, state: RunState, controller: AbortController, memory: Memory | None = None
     ) -> LoopConfig:
         """The loop configuration of a run (new or restored) from its options and the agent."""
+        memory = memory or await self._memory_of(options)
         signal = controller.signal
         if options.abort_signal is not None:
             signal = AbortSignal.any(signal, options.abort_signal)
         context = options.request_context
         tools = await self.get_tools(context)  # with the toolsets' current tools
+        if memory is not None:
+            tools = {**tools, **memory.tools()}  # updateWorkingMemory
         if options.client_tools or options.active_tools is not None or options.require_tool_approval is True:
             tools = options.call_tools(tools)
         model = options.model or self.model
@@ -342,6 +356,7 @@ class Agent:
             model if is_model(model) else await resolve_model(model, context, f"agent {self.id!r}")
         )
         cfg = options.loop_config(self, model=model, tools=tools, signal=signal)
+        cfg.memory = memory
         if (
             options.delegation is not None
             and options.delegation.include_sub_agent_tool_results_in_model_context
@@ -358,7 +373,11 @@ class Agent:
         if completion is not None:
             cfg.completion_checks.append(completion.check)
         system = [instructions] if instructions else []
-        cfg.system = [{"role": "system", "content": text} for text in [*system, *options.system]]
+        if memory is not None and options.memory is not None:  # working memory's instruction
+            system += [*options.system, *await memory.system_messages(options.memory)]
+        else:
+            system += options.system
+        cfg.system = [{"role": "system", "content": text} for text in system]
         if options.memory is not None:  # a restored run is judged (and shown its goal) as well
             await self._attach_goal(cfg, state, options.memory)
         return cfg
@@ -427,6 +446,17 @@ class Agent:
             return own
         resolved: ToolsInput = await resolve(self.tools_resolver, RequestContext.coerce(request_context))
         return {**by_name(resolved), **own}
+
+    async def get_memory(
+        self, request_context: RequestContext | Mapping[str, Any] | None = None
+    ) -> Memory | None:
+        """The memory for a request (Mastra's ``getMemory``): ``memory=``, or what it returns as
+        a function of the request context; with the runtime's storage where it has none."""
+        source = self.memory_resolver or self.memory
+        if source is None:
+            return None
+        storage = self.services.storage if self.services is not None else None
+        return await run_memory(source, MemoryScope("", ""), RequestContext.coerce(request_context), storage)
 
     async def _attach_goal(self, cfg: LoopConfig, state: RunState, scope: MemoryScope) -> None:
         """Judge the thread's active goal after the run (when a judge resolves)."""
@@ -529,7 +559,7 @@ class Agent:
 
     def _terminal_hook(self, state: RunState, cfg: LoopConfig) -> Any:
         """Writes a background task's outcome into the run (if still live) or into memory."""
-        memory = self.memory
+        memory = cfg.memory or self.memory
 
         async def on_terminal(task: TaskRecord) -> None:
             if not state.saved:  # the live run holds the call: its result goes there
@@ -545,12 +575,12 @@ class Agent:
         """Save a live run's new input to memory now, as Mastra does when the run pauses for a
         human or one of its background tasks settles: from then on the input is history (the
         run's ``messages.user`` is empty) and the turn's save at the end adds the response."""
-        if self.memory is None or cfg.thread_id is None or cfg.resource_id is None:
+        if cfg.memory is None or cfg.thread_id is None or cfg.resource_id is None:
             return
         inputs = state.new_input_messages
         state.history_count = state.input_count
         if inputs:
-            await self.memory.save_turn(
+            await cfg.memory.save_turn(
                 MemoryScope(cfg.thread_id, cfg.resource_id), inputs, [], state.message_id
             )
 
@@ -562,7 +592,7 @@ class Agent:
         resume: ResumeAction | None,
         options: RunOptions,
     ) -> RunOutput:
-        memory = self.memory if cfg.thread_id is not None else None
+        memory = cfg.memory if cfg.thread_id is not None else None
 
         if cfg.on_step_end is not None:
             self._durable_runs.live.add(state.run_id)
@@ -600,8 +630,14 @@ class Agent:
                     model=model_label(cfg),
                     continued=state.continued,
                 )
+                if options.memory is not None:
+                    memory.title_after_turn(options.memory, cfg.model, options.request_context)
 
         source = agent_loop(cfg, state, resume)
+        if memory is not None and options.memory is not None:  # generateTitle's emitEvent
+            source = memory.title_event(
+                source, options.memory, cfg.model, options.request_context, lambda: state.messages
+            )
         if options.callbacks:
             source = with_callbacks(source, cfg, state, options.callbacks, partial(full_output, state))
         if cfg.on_step_end is not None:  # a durable run: observable (Mastra's observe)

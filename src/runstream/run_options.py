@@ -258,9 +258,7 @@ class RunOptions:
             else None,
             "maxProcessorRetries": self.max_processor_retries,
             "modelSettings": asdict(self.model_settings) if self.model_settings is not None else None,
-            "memory": {"thread": self.memory.thread_id, "resource": self.memory.resource_id}
-            if self.memory
-            else None,
+            "memory": self.memory.to_json() if self.memory else None,
             "disableBackgroundTasks": self.disable_background_tasks,
             "context": list(self.context),
             "requestContext": self.request_context.to_json(),

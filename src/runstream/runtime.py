@@ -131,6 +131,9 @@ class Runstream:
             await toolset.close()
         if self.task_manager is not None:
             await self.task_manager.shutdown()
+        for agent in self.agents.values():  # thread titles still being made go to storage first
+            if agent.memory is not None:
+                await agent.memory.wait_for_titles()
         await self.storage.close()
         self._started = False
 

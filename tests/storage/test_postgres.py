@@ -93,6 +93,7 @@ async def test_concurrent_first_use_from_several_pools_migrates_once(
         "thread_state",
         "snapshots",
         "message_tool_calls",
+        "resources",
     }
     indexes = {
         r["indexname"] for r in await query("SELECT indexname FROM pg_indexes WHERE schemaname = $1", schema)
@@ -294,6 +295,7 @@ async def test_the_tool_call_index_is_built_for_messages_saved_before_it(
     await old.close()
     quoted = schema_module.quote_ident(schema)
     await query(f"DROP TABLE {quoted}.message_tool_calls")
+    await query(f"DROP TABLE {quoted}.resources")  # migration 3
     await query(f"DELETE FROM {quoted}.schema_version WHERE version >= 2")
 
     upgraded = open_storage()

@@ -43,6 +43,7 @@ async def test_schema_is_created_on_first_use(tmp_path: Path) -> None:
         "background_tasks",
         "thread_state",
         "snapshots",
+        "resources",
     } <= tables
     assert read_only(path, "SELECT version FROM schema_version") == [(v,) for v in range(1, LATEST + 1)]
     indexes = {name for (name,) in read_only(path, "SELECT name FROM sqlite_master WHERE type = 'index'")}
@@ -226,6 +227,7 @@ async def test_the_tool_call_index_is_built_for_messages_saved_before_it(tmp_pat
     await old.close()
     with sqlite3.connect(path) as db:  # back to version 1: no index yet
         db.execute("DROP TABLE message_tool_calls")
+        db.execute("DROP TABLE resources")  # migration 3
         db.execute("DELETE FROM schema_version WHERE version >= 2")
 
     upgraded = SqliteStorage(path)

@@ -27,6 +27,53 @@ UNICODE_PAYLOAD: dict[str, Any] = {
 }
 
 
+# -- resources -------------------------------------------------------------------------------
+
+
+async def test_a_resource_is_created_by_its_first_update(storage: Storage) -> None:
+    assert await storage.get_resource("alice") is None
+
+    created = await storage.update_resource("alice", working_memory="# Alice\n- City: Paris")
+
+    assert created.id == "alice" and created.working_memory == "# Alice\n- City: Paris"
+    assert created.metadata == {}
+    assert await storage.get_resource("alice") == created
+    assert await storage.get_resource("bob") is None
+
+
+async def test_update_resource_replaces_working_memory_and_merges_metadata(storage: Storage) -> None:
+    first = await storage.update_resource("alice", working_memory="v1", metadata={"a": 1, "b": 2})
+    second = await storage.update_resource("alice", metadata={"b": 3, "u": UNICODE_PAYLOAD})
+    third = await storage.update_resource("alice", working_memory="v2")
+
+    assert (second.working_memory, second.metadata) == ("v1", {"a": 1, "b": 3, "u": UNICODE_PAYLOAD})
+    assert (third.working_memory, third.metadata) == ("v2", {"a": 1, "b": 3, "u": UNICODE_PAYLOAD})
+    assert third.created_at == first.created_at and third.updated_at >= second.updated_at
+    assert await storage.get_resource("alice") == third
+
+
+async def test_resource_records_are_copies(storage: Storage) -> None:
+    returned = await storage.update_resource("alice", working_memory="v1", metadata={"k": [1]})
+    returned.metadata["k"].append(2)
+    returned.working_memory = "changed"
+
+    stored = await storage.get_resource("alice")
+    assert stored is not None and (stored.working_memory, stored.metadata) == ("v1", {"k": [1]})
+
+
+async def test_update_resource_refuses_a_non_string_working_memory(storage: Storage) -> None:
+    with pytest.raises(InvalidArgumentError, match="must be a string"):
+        await storage.update_resource("alice", working_memory={"name": "Ada"})  # type: ignore[arg-type]
+    assert await storage.get_resource("alice") is None
+
+
+async def test_concurrent_resource_updates_all_land(storage: Storage) -> None:
+    await asyncio.gather(*(storage.update_resource("alice", metadata={f"k{i}": i}) for i in range(8)))
+
+    stored = await storage.get_resource("alice")
+    assert stored is not None and stored.metadata == {f"k{i}": i for i in range(8)}
+
+
 # -- threads ---------------------------------------------------------------------------------
 
 

@@ -78,8 +78,8 @@ class AGUIRoutes:
 
     def _scope(self, agent: Agent, run_input: RunAgentInput, principal: Principal) -> MemoryScope | None:
         """The memory scope of the run (``None`` for an agent without memory)."""
-        if agent.memory is None or agent.memory.storage is None:
-            return None
+        if agent.memory_resolver is None and (agent.memory is None or agent.memory.storage is None):
+            return None  # (a memory function gets the runtime's storage per run)
         props = run_input.forwarded_props if isinstance(run_input.forwarded_props, dict) else {}
         requested = props.get("resourceId")
         if requested is not None and (not isinstance(requested, str) or not requested):

@@ -19,7 +19,7 @@ from typing import Any
 
 import jsonschema
 
-from runstream.memory import MemoryScope
+from runstream.memory import MemoryScope, memory_options
 from runstream.models.base import ModelSettings
 from runstream.run_options import StreamOptions, client_tool
 from runstream.server.auth import Principal
@@ -93,13 +93,23 @@ def _optional(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...], 
 
 
 def memory_scope(value: Any, principal: Principal) -> MemoryScope | None:
-    """``memory: {thread, resource}`` with the resource forced to the principal's."""
+    """``memory: {thread, resource, options?}`` with the resource forced to the principal's; the
+    thread may be ``{id, title?, metadata?}`` (used when the run creates it)."""
     if value is None:
         return None
     if not isinstance(value, Mapping):
         raise invalid("'memory' must be an object with 'thread' and 'resource'")
+    unknown = sorted(set(value) - {"thread", "resource", "options"})
+    if unknown:
+        raise invalid(f"unknown field 'memory.{unknown[0]}' (known: thread, resource, options)")
     thread = value.get("thread")
+    title, metadata = None, None
     if isinstance(thread, Mapping):
+        title, metadata = thread.get("title"), thread.get("metadata")
+        if not (title is None or (isinstance(title, str) and len(title) <= MAX_TITLE_LENGTH)):
+            raise invalid(f"'memory.thread.title' must be a string of at most {MAX_TITLE_LENGTH} characters")
+        if not (metadata is None or isinstance(metadata, Mapping)):
+            raise invalid("'memory.thread.metadata' must be an object")
         thread = thread.get("id")
     if not isinstance(thread, str) or not thread:
         raise invalid("'memory.thread' must be a thread id (or an object with an 'id')")
@@ -110,7 +120,42 @@ def memory_scope(value: Any, principal: Principal) -> MemoryScope | None:
     resource = principal.resource(requested)
     if resource is None:
         raise ApiError(400, "A resource ID is required when using memory: pass memory.resource")
-    return MemoryScope(thread, resource)
+    return MemoryScope(
+        thread, resource, title=title, metadata=metadata, options=_memory_options(value.get("options"))
+    )
+
+
+MAX_TITLE_LENGTH = 1_000
+MAX_LAST_MESSAGES = 10_000
+_HTTP_MEMORY_OPTIONS = ("lastMessages", "readOnly", "workingMemory", "generateTitle")
+
+
+def _memory_options(value: Any) -> dict[str, Any]:
+    """A request's memory options: Mastra's JSON-valued ones, bounded (a title model or its
+    instructions are the server's to choose, so ``generateTitle`` is a boolean here)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise invalid("'memory.options' must be an object")
+    unknown = sorted(set(value) - set(_HTTP_MEMORY_OPTIONS))
+    if unknown:
+        raise invalid(
+            f"unknown field 'memory.options.{unknown[0]}' (known: {', '.join(_HTTP_MEMORY_OPTIONS)})"
+        )
+    last = value.get("lastMessages")
+    if last is not None and last is not False:
+        bounded_int(last, "memory.options.lastMessages", minimum=0, maximum=MAX_LAST_MESSAGES)
+    if not isinstance(value.get("generateTitle", False), bool):
+        raise invalid("'memory.options.generateTitle' must be true or false")
+    working = value.get("workingMemory")
+    if isinstance(working, Mapping) and "schema" in working:
+        raise invalid(
+            "'memory.options.workingMemory.schema' is the server's to choose (give the agent's Memory one)"
+        )
+    try:
+        return memory_options(value, where="memory.options")
+    except (TypeError, ValueError) as exc:
+        raise invalid(str(exc)) from None
 
 
 def _tool_choice(value: Any) -> str | dict[str, Any] | None:

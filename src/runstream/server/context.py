@@ -93,3 +93,8 @@ def json_response(value: Any, status: int = 200) -> Response:
     if text is None:
         raise ApiError(500, "The response could not be encoded as JSON")
     return Response(text, status_code=status, media_type="application/json")
+
+
+def has_memory(agent: Agent) -> bool:
+    """Whether the agent has memory: a ``Memory``, or a function of the request context."""
+    return agent.memory is not None or agent.memory_resolver is not None

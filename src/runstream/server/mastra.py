@@ -27,7 +27,7 @@ from runstream.output import RunOutput
 from runstream.request_context import RequestContext
 from runstream.server.auth import Principal, principal_of
 from runstream.server.body import StreamRequest, parse_stream_body
-from runstream.server.context import ServerContext, json_body, json_response
+from runstream.server.context import ServerContext, has_memory, json_body, json_response
 from runstream.server.errors import ApiError
 from runstream.server.limits import MAX_OFFSET, bounded_int, check_id
 from runstream.server.overrides import absorb_tool_results
@@ -103,10 +103,10 @@ async def serialize_agent(agent: Agent, context: RequestContext | None = None) -
         "provider": model.provider,
         "modelId": model.model_id,
         "defaultOptions": {"maxSteps": agent.max_steps},
-        "hasMemory": agent.memory is not None,
+        "hasMemory": has_memory(agent),
         **STUDIO_AGENT_FIELDS,
         "modelVersion": getattr(model, "specification_version", "v2"),
-        "supportsMemory": agent.memory is not None,  # Studio chats over thread signals only then
+        "supportsMemory": has_memory(agent),  # Studio chats over thread signals only then
     }
 
 
@@ -121,7 +121,7 @@ async def start_stream(
     for the caller (409 if another caller owns it), and only then are client tool results
     written into the thread and the run started. Caller mistakes are 4xx.
     """
-    if request.memory is not None and agent.memory is None:
+    if request.memory is not None and not has_memory(agent):
         request.memory = None  # as Mastra: an agent without memory streams and saves nothing
     messages, scope = request.messages, request.memory
     if scope is not None:

@@ -1,7 +1,9 @@
-"""Mastra's memory routes: threads CRUD and a thread's messages, resource-scoped.
+"""Mastra's memory routes: threads CRUD, a thread's messages, its working memory and an agent's
+memory configuration, resource-scoped.
 
 A thread belongs to one resource. A confined principal lists only its resource's threads, and
-another resource's thread (or its messages) answers 404 as if it did not exist.
+another resource's thread (or its messages, or its working memory) answers 404 as if it did not
+exist.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from runstream.chunks import iso_datetime
+from runstream.memory import DEFAULT_LAST_MESSAGES, Memory, memory_options
+from runstream.memory.working import DEFAULT_TEMPLATE
 from runstream.server.auth import principal_of
-from runstream.server.context import ServerContext, json_body, query_page
+from runstream.server.context import ServerContext, has_memory, json_body, query_page
 from runstream.server.errors import ApiError
 from runstream.server.limits import check_id
 from runstream.server.messages import to_ui_message
@@ -65,6 +69,9 @@ class MemoryRoutes:
             Route(t, self.delete_thread, methods=["DELETE"]),
             Route(f"{t}/messages", self.list_messages),
             Route("/memory/messages/delete", self.delete_messages, methods=["POST"]),
+            Route("/memory/config", self.memory_config),
+            Route(f"{t}/working-memory", self.working_memory),
+            Route(f"{t}/working-memory", self.update_working_memory, methods=["POST"]),
         ]
 
     async def _owned(self, request: Request) -> Thread:
@@ -81,8 +88,8 @@ class MemoryRoutes:
     async def status(self, request: Request) -> Response:
         agent_id = request.query_params.get("agentId")
         if agent_id:
-            return JSONResponse({"result": self.ctx.agent(agent_id).memory is not None})
-        return JSONResponse({"result": any(a.memory is not None for a in self.ctx.runstream.agents.values())})
+            return JSONResponse({"result": has_memory(self.ctx.agent(agent_id))})
+        return JSONResponse({"result": any(has_memory(a) for a in self.ctx.runstream.agents.values())})
 
     async def list_threads(self, request: Request) -> Response:
         resource = principal_of(request).resource(request.query_params.get("resourceId") or None)
@@ -188,6 +195,133 @@ class MemoryRoutes:
         owned = [m.id for m in await self.storage.get_messages(ids) if principal.owns(m.resource_id)]
         deleted = await self.storage.delete_messages(owned)
         return JSONResponse({"success": True, "message": f"{deleted} message(s) deleted"})
+
+    async def _memory(self, agent_id: str | None) -> Memory | None:
+        if not agent_id:
+            return None
+        return await self.ctx.agent(agent_id).get_memory()
+
+    async def memory_config(self, request: Request) -> Response:
+        """The agent's memory options as Mastra's ``getMergedThreadConfig`` shows them."""
+        agent_id = request.query_params.get("agentId")
+        if not agent_id:
+            raise ApiError(400, "Query parameter 'agentId' is required")
+        memory = await self._memory(agent_id)
+        return JSONResponse({"config": None if memory is None else memory_config_wire(memory)})
+
+    async def working_memory(self, request: Request) -> Response:
+        """Mastra's ``GET .../working-memory``: the stored text, where it lives (``source``), the
+        template (Markdown, or the schema's empty document as JSON text) and whether the thread
+        exists."""
+        memory = await self._memory(request.query_params.get("agentId"))
+        principal = principal_of(request)
+        requested = request.query_params.get("resourceId") or None
+        resource = principal.resource(None if requested is None else check_id(requested, "resourceId"))
+        thread = await self.storage.get_thread(request.path_params["thread_id"])
+        if thread is not None and (
+            not principal.owns(thread.resource_id) or resource not in (None, thread.resource_id)
+        ):
+            raise ApiError(404, "Thread not found")
+        if memory is None:
+            return JSONResponse(
+                {
+                    "workingMemory": None,
+                    "source": "thread",
+                    "workingMemoryTemplate": None,
+                    "threadExists": False,
+                }
+            )
+        config = memory.working_memory
+        scope = config.scope if config is not None else "resource"
+        source = "resource" if scope != "thread" and resource else "thread"
+        text = None
+        if config is not None:
+            if scope == "resource" and not resource:
+                raise ApiError(
+                    400, "Query parameter 'resourceId' is required for resource-scoped working memory"
+                )
+            text = await memory.get_working_memory(request.path_params["thread_id"], resource)
+        return JSONResponse(
+            {
+                "workingMemory": text,
+                "source": source,
+                "workingMemoryTemplate": template_wire(memory),
+                "threadExists": thread is not None,
+            }
+        )
+
+    async def update_working_memory(self, request: Request) -> Response:
+        """Mastra's ``POST .../working-memory``: replace the thread's (or its resource's) working
+        memory with ``workingMemory``; the thread must exist and be the caller's."""
+        body = await json_body(request)
+        text = body.get("workingMemory")
+        if not isinstance(text, str) or len(text) > MAX_WORKING_MEMORY:
+            raise ApiError(
+                400,
+                f"Invalid request body: 'workingMemory' must be a string of at most {MAX_WORKING_MEMORY} characters",
+            )
+        memory = await self._memory(request.query_params.get("agentId"))
+        if memory is None:
+            raise ApiError(400, "Memory is not initialized")
+        thread = await self._owned(request)
+        principal = principal_of(request)
+        requested = body.get("resourceId")
+        resource = principal.resource(None if requested is None else check_id(requested, "resourceId"))
+        if resource not in (None, thread.resource_id):
+            raise ApiError(404, "Thread not found")
+        config = body.get("memoryConfig")
+        if config is not None:
+            if not isinstance(config, dict):
+                raise ApiError(400, "Invalid request body: 'memoryConfig' must be an object")
+            try:
+                memory = memory.with_options(memory_options(config, where="memoryConfig"))
+            except (TypeError, ValueError) as exc:
+                raise ApiError(400, f"Invalid request body: {exc}") from None
+        if memory.working_memory is None:
+            raise ApiError(400, "Working memory is not enabled for this memory instance")
+        await memory.set_working_memory(thread.id, thread.resource_id, text)
+        return JSONResponse({"success": True})
+
+
+MAX_WORKING_MEMORY = 1_000_000
+"""Characters of working memory a request may store."""
+
+
+def memory_config_wire(memory: Memory) -> dict[str, Any]:
+    """Mastra's merged thread config for Studio (functions, e.g. a title model, are left out)."""
+    working: dict[str, Any] = {"enabled": False}
+    config = memory.working_memory
+    if config is not None:
+        working = {"enabled": True, "scope": config.scope}
+        if config.schema is not None:
+            working["schema"] = config.json_schema()
+        else:
+            working["template"] = config.template or DEFAULT_TEMPLATE
+        if not config.agent_managed:
+            working["agentManaged"] = False
+    title = memory.generate_title
+    wire: dict[str, Any] = {
+        "lastMessages": memory.last_messages if memory.last_messages is not None else DEFAULT_LAST_MESSAGES,
+        "semanticRecall": False,
+        "generateTitle": False
+        if title is None
+        else ({"minMessages": title.min_messages} if title.min_messages != 1 else True),
+        "workingMemory": working,
+        "observationalMemory": {"enabled": False},
+    }
+    if memory.read_only:
+        wire["readOnly"] = True
+    return wire
+
+
+def template_wire(memory: Memory) -> dict[str, str] | None:
+    """Mastra's ``workingMemoryTemplate`` of the route: ``None`` without working memory."""
+    config = memory.working_memory
+    if config is None:
+        return None
+    if config.format == "json":
+        return {"format": "json", "content": json.dumps(config.empty_document(), separators=(",", ":"))}
+    return {"format": "markdown", "content": config.template_content()}
 
 
 def _newest_first(request: Request) -> bool:

@@ -21,11 +21,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from runstream.agent import Agent
-from runstream.memory import DEFAULT_LAST_MESSAGES
-from runstream.server.auth import principal_of
 from runstream.server.context import ServerContext, json_body, json_response
-from runstream.server.errors import ApiError
 
 STUDIO_VERSION = "1.31.0"
 """The Mastra Studio (npm package ``mastra``) these answers were recorded against."""
@@ -134,8 +130,6 @@ class StudioRoutes:
             ),
             Route("/agents/providers", self.providers),
             Route("/system/packages", self.packages),
-            Route("/memory/config", self.memory_config),
-            Route("/memory/threads/{thread_id}/working-memory", self.working_memory),
             Route("/agents/{agent_id}/voice/speakers", self.speakers),
         ]
         routes += [Route(path, _constant(value)) for path, value in EMPTY_GET.items()]
@@ -145,10 +139,6 @@ class StudioRoutes:
         ]
         routes += [Route(path, _paged(*spec)) for path, spec in EMPTY_PAGED.items()]
         return routes
-
-    def _agent(self, request: Request) -> Agent | None:
-        agent_id = request.query_params.get("agentId")
-        return self.ctx.agent(agent_id) if agent_id else None
 
     async def providers(self, request: Request) -> Response:
         """The providers of the agents' models (Mastra lists its model router's catalogue)."""
@@ -185,44 +175,6 @@ class StudioRoutes:
                 "liveKitConnectionRouteEnabled": False,
                 "observabilityEnabled": False,
                 "storageType": type(self.ctx.runstream.storage).__name__,
-            }
-        )
-
-    async def memory_config(self, request: Request) -> Response:
-        agent = self._agent(request)
-        if agent is None:
-            raise ApiError(400, "Query parameter 'agentId' is required")
-        if agent.memory is None:
-            return json_response({"config": None})
-        last = agent.memory.last_messages
-        return json_response(
-            {
-                "config": {
-                    "lastMessages": last if last is not None else DEFAULT_LAST_MESSAGES,
-                    "semanticRecall": False,
-                    "generateTitle": False,
-                    "workingMemory": {"enabled": False},
-                    "observationalMemory": {"enabled": False},
-                }
-            }
-        )
-
-    async def working_memory(self, request: Request) -> Response:
-        """runstream has no working memory: Mastra's answer for a thread without one."""
-        agent = self._agent(request)
-        thread = await self.ctx.runstream.storage.get_thread(request.path_params["thread_id"])
-        principal = principal_of(request)
-        requested = request.query_params.get("resourceId") or None
-        if thread is not None and (
-            not principal.owns(thread.resource_id) or requested not in (None, thread.resource_id)
-        ):
-            raise ApiError(404, "Thread not found")
-        return json_response(
-            {
-                "workingMemory": None,
-                "source": "resource" if agent is not None and agent.memory is not None else "thread",
-                "workingMemoryTemplate": None,
-                "threadExists": thread is not None,
             }
         )
 

@@ -1,4 +1,4 @@
-"""Storage for memory (threads, messages), background-task records, thread state and snapshots.
+"""Storage for memory (threads, messages, resources), background-task records, thread state and snapshots.
 
 Pick a backend: :class:`InMemoryStorage` for tests, :class:`SqliteStorage` for a file on disk,
 :class:`PostgresStorage` for several processes sharing one database (needs the ``postgres``
@@ -22,6 +22,7 @@ from runstream.storage.records import (
     DEFAULT_TASK_TIMEOUT_MS,
     MessageRole,
     Page,
+    Resource,
     SortOrder,
     StoredMessage,
     TaskDateField,
@@ -56,6 +57,7 @@ __all__ = [
     "NotFoundError",
     "Page",
     "PostgresStorage",
+    "Resource",
     "SchemaVersionError",
     "SortOrder",
     "SqliteStorage",

@@ -138,6 +138,20 @@ MIGRATIONS: tuple[Migration, ...] = (
             ORDER BY m.thread_id, p.value -> 'toolInvocation' ->> 'toolCallId', m.seq DESC""",
         ),
     ),
+    Migration(
+        3,
+        "resources: resource-scoped working memory",
+        (
+            """CREATE TABLE {schema}.resources (
+                seq BIGSERIAL PRIMARY KEY,
+                id TEXT NOT NULL UNIQUE,
+                working_memory TEXT,
+                metadata JSON NOT NULL,
+                created_at TIMESTAMPTZ NOT NULL,
+                updated_at TIMESTAMPTZ NOT NULL
+            )""",
+        ),
+    ),
 )
 
 

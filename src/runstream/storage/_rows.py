@@ -18,14 +18,17 @@ from runstream.storage.errors import InvalidArgumentError
 from runstream.storage.records import (
     MESSAGE_ROLES,
     TASK_STATUSES,
+    Resource,
     StoredMessage,
     TaskRecord,
     Thread,
+    utc_now,
 )
 
 Row = dict[str, Any]
 
 THREAD_COLUMNS = ("id", "resource_id", "title", "metadata", "created_at", "updated_at")
+RESOURCE_COLUMNS = ("id", "working_memory", "metadata", "created_at", "updated_at")
 MESSAGE_COLUMNS = ("id", "thread_id", "resource_id", "role", "type", "content", "created_at")
 TASK_COLUMNS = tuple(f.name for f in fields(TaskRecord))
 TASK_OBJECT_COLUMNS = frozenset({"args", "metadata"})
@@ -99,6 +102,45 @@ def thread_from_row(row: Mapping[str, Any]) -> Thread:
         created_at=parse_datetime(row["created_at"]),
         updated_at=parse_datetime(row["updated_at"]),
     )
+
+
+def resource_to_row(resource: Resource) -> Row:
+    return {
+        "id": resource.id,
+        "working_memory": resource.working_memory,
+        "metadata": encode_json_object(resource.metadata, what="resource metadata"),
+        "created_at": to_utc(resource.created_at, what="resource created_at"),
+        "updated_at": to_utc(resource.updated_at, what="resource updated_at"),
+    }
+
+
+def resource_from_row(row: Mapping[str, Any]) -> Resource:
+    return Resource(
+        id=row["id"],
+        working_memory=row["working_memory"],
+        metadata=decode_json(row["metadata"]),
+        created_at=parse_datetime(row["created_at"]),
+        updated_at=parse_datetime(row["updated_at"]),
+    )
+
+
+def updated_resource(
+    existing: Resource | None,
+    resource_id: str,
+    working_memory: str | None,
+    metadata: Mapping[str, Any] | None,
+) -> Resource:
+    """``existing`` (or a new record) with the update applied: Mastra's ``updateResource``
+    (``working_memory`` replaced when given, ``metadata`` shallow-merged)."""
+    if working_memory is not None and not isinstance(working_memory, str):
+        raise InvalidArgumentError(f"working memory of resource {resource_id} must be a string")
+    resource = existing or Resource(id=resource_id)
+    if working_memory is not None:
+        resource.working_memory = working_memory
+    if metadata is not None:
+        resource.metadata = {**resource.metadata, **metadata}
+    resource.updated_at = utc_now()
+    return resource
 
 
 def message_to_row(message: StoredMessage) -> Row:

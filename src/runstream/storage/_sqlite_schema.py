@@ -122,6 +122,20 @@ MIGRATIONS: tuple[Migration, ...] = (
             ORDER BY m.seq""",
         ),
     ),
+    Migration(
+        3,
+        "resources: resource-scoped working memory",
+        (
+            """CREATE TABLE resources (
+                seq INTEGER PRIMARY KEY,
+                id TEXT NOT NULL UNIQUE,
+                working_memory TEXT,
+                metadata TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL
+            )""",
+        ),
+    ),
 )
 
 

@@ -1,7 +1,8 @@
 """The :class:`Storage` protocol that memory and the background-task manager sit on.
 
-Five domains share one backend: threads, messages, background-task records, per-thread key/value
-state (goal objectives) and namespaced snapshots (workflow state). Every backend honours the same
+Six domains share one backend: threads, messages, resources (resource-scoped working memory),
+background-task records, per-thread key/value state (goal objectives) and namespaced snapshots
+(workflow state). Every backend honours the same
 contract, pinned by ``tests/storage/test_storage_contract.py``:
 
 * Records go in and come out as copies: mutating an argument after saving it, or a returned
@@ -23,6 +24,7 @@ from typing import Any, Protocol, Unpack, runtime_checkable
 
 from runstream.storage.records import (
     Page,
+    Resource,
     SortOrder,
     StoredMessage,
     TaskFilter,
@@ -81,6 +83,24 @@ class Storage(Protocol):
     async def delete_thread(self, thread_id: str) -> bool:
         """Delete a thread with its messages and thread state (the state goes even if the thread
         itself never existed). Returns whether the thread existed."""
+        ...
+
+    # -- resources -------------------------------------------------------------------------
+
+    async def get_resource(self, resource_id: str) -> Resource | None:
+        """What memory keeps about a resource across its threads (resource-scoped working
+        memory); ``None`` before anything was stored for it."""
+        ...
+
+    async def update_resource(
+        self,
+        resource_id: str,
+        *,
+        working_memory: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Resource:
+        """Create or update a resource record (Mastra's ``updateResource``): ``working_memory``
+        replaces the stored one when given, ``metadata`` is shallow-merged; bumps ``updated_at``."""
         ...
 
     # -- messages --------------------------------------------------------------------------

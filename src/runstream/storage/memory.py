@@ -34,12 +34,15 @@ from runstream.storage._rows import (
     encode_json_object,
     message_from_row,
     message_to_row,
+    resource_from_row,
+    resource_to_row,
     task_from_row,
     task_to_row,
     thread_from_row,
     thread_to_row,
     to_utc,
     tool_call_ids,
+    updated_resource,
 )
 from runstream.storage.base import MessageMutator
 from runstream.storage.errors import (
@@ -50,6 +53,7 @@ from runstream.storage.errors import (
 )
 from runstream.storage.records import (
     Page,
+    Resource,
     SortOrder,
     StoredMessage,
     TaskFilter,
@@ -83,6 +87,7 @@ class InMemoryStorage:
         # Decoded twins of the task rows, for filtering without decoding every row (never handed out).
         self._task_view: dict[str, TaskRecord] = {}
         self._thread_state: dict[tuple[str, str], str] = {}
+        self._resources: dict[str, Row] = {}
         self._snapshots: dict[tuple[str, str], str] = {}
         self._closed = False
 
@@ -152,6 +157,27 @@ class InMemoryStorage:
         for key in [key for key in self._thread_state if key[0] == thread_id]:
             del self._thread_state[key]
         return self._threads.pop(thread_id, None) is not None
+
+    # -- resources -------------------------------------------------------------------------
+
+    async def get_resource(self, resource_id: str) -> Resource | None:
+        self._check_open()
+        row = self._resources.get(resource_id)
+        return None if row is None else resource_from_row(row)
+
+    async def update_resource(
+        self,
+        resource_id: str,
+        *,
+        working_memory: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Resource:
+        self._check_open()
+        row = self._resources.get(resource_id)
+        existing = None if row is None else resource_from_row(row)
+        new_row = resource_to_row(updated_resource(existing, resource_id, working_memory, metadata))
+        self._resources[resource_id] = new_row
+        return resource_from_row(new_row)
 
     # -- messages --------------------------------------------------------------------------
 

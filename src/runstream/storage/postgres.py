@@ -40,6 +40,7 @@ from runstream.storage._query import (
 )
 from runstream.storage._rows import (
     MESSAGE_COLUMNS,
+    RESOURCE_COLUMNS,
     TASK_COLUMNS,
     THREAD_COLUMNS,
     Row,
@@ -47,6 +48,8 @@ from runstream.storage._rows import (
     encode_json_object,
     message_from_row,
     message_to_row,
+    resource_from_row,
+    resource_to_row,
     task_changes,
     task_from_row,
     task_to_row,
@@ -54,6 +57,7 @@ from runstream.storage._rows import (
     thread_to_row,
     to_utc,
     tool_call_ids,
+    updated_resource,
 )
 from runstream.storage.base import MessageMutator
 from runstream.storage.errors import (
@@ -65,6 +69,7 @@ from runstream.storage.errors import (
 )
 from runstream.storage.records import (
     Page,
+    Resource,
     SortOrder,
     StoredMessage,
     TaskFilter,
@@ -139,6 +144,8 @@ class PostgresStorage:
         self._tasks = f"{quoted}.background_tasks"
         self._state = f"{quoted}.thread_state"
         self._snapshots = f"{quoted}.snapshots"
+        self._resources = f"{quoted}.resources"
+        self._resource_select = f"SELECT {', '.join(RESOURCE_COLUMNS)} FROM {self._resources}"
         self._thread_select = f"SELECT {', '.join(THREAD_COLUMNS)} FROM {self._threads}"
         self._message_select = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM {self._messages}"
         self._task_select = f"SELECT {', '.join(TASK_COLUMNS)} FROM {self._tasks}"
@@ -261,6 +268,30 @@ class PostgresStorage:
             await conn.execute(f"DELETE FROM {self._tool_calls} WHERE thread_id = $1", thread_id)
             await conn.execute(f"DELETE FROM {self._state} WHERE thread_id = $1", thread_id)
             return _affected(await conn.execute(f"DELETE FROM {self._threads} WHERE id = $1", thread_id)) > 0
+
+    # -- resources -------------------------------------------------------------------------
+
+    async def get_resource(self, resource_id: str) -> Resource | None:
+        row = await self._fetchrow(f"{self._resource_select} WHERE id = $1", resource_id)
+        return None if row is None else resource_from_row(row)
+
+    async def update_resource(
+        self,
+        resource_id: str,
+        *,
+        working_memory: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Resource:
+        async with self._write() as conn:
+            # Lock the row (or, for a first write, the id's advisory lock) so that concurrent
+            # updates of one resource apply one after the other.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", f"resource:{resource_id}")
+            row = _row(await conn.fetchrow(f"{self._resource_select} WHERE id = $1", resource_id))
+            existing = None if row is None else resource_from_row(row)
+            new_row = resource_to_row(updated_resource(existing, resource_id, working_memory, metadata))
+            sql, values = _upsert(self._resources, new_row)
+            await conn.execute(sql, *values)
+        return resource_from_row(new_row)
 
     # -- messages --------------------------------------------------------------------------
 

@@ -50,6 +50,18 @@ class Thread:
 
 
 @dataclass(slots=True)
+class Resource:
+    """A resource (user, org, ...) and what memory keeps about it across all its threads:
+    Mastra's resource record, whose ``working_memory`` is resource-scoped working memory."""
+
+    id: str
+    working_memory: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime = field(default_factory=utc_now)
+    updated_at: datetime = field(default_factory=utc_now)
+
+
+@dataclass(slots=True)
 class StoredMessage:
     """One message in Mastra's DB format 2.
 

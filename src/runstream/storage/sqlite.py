@@ -41,6 +41,7 @@ from runstream.storage._query import (
 )
 from runstream.storage._rows import (
     MESSAGE_COLUMNS,
+    RESOURCE_COLUMNS,
     TASK_COLUMNS,
     THREAD_COLUMNS,
     Row,
@@ -50,6 +51,8 @@ from runstream.storage._rows import (
     encode_json_object,
     message_from_row,
     message_to_row,
+    resource_from_row,
+    resource_to_row,
     task_changes,
     task_from_row,
     task_to_row,
@@ -57,6 +60,7 @@ from runstream.storage._rows import (
     thread_to_row,
     to_utc,
     tool_call_ids,
+    updated_resource,
 )
 from runstream.storage.base import MessageMutator
 from runstream.storage.errors import (
@@ -68,6 +72,7 @@ from runstream.storage.errors import (
 )
 from runstream.storage.records import (
     Page,
+    Resource,
     SortOrder,
     StoredMessage,
     TaskFilter,
@@ -81,6 +86,7 @@ from runstream.storage.records import (
 
 _THREAD_SELECT = f"SELECT {', '.join(THREAD_COLUMNS)} FROM threads"
 _MESSAGE_SELECT = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM messages"
+_RESOURCE_SELECT = f"SELECT {', '.join(RESOURCE_COLUMNS)} FROM resources"
 _TASK_SELECT = f"SELECT {', '.join(TASK_COLUMNS)} FROM background_tasks"
 _IDS_PARAM = "(SELECT value FROM json_each(?))"
 """Binds a whole id list as one JSON array, so no list outgrows SQLite's variable limit."""
@@ -310,6 +316,27 @@ class SqliteStorage:
             await tx.run("DELETE FROM message_tool_calls WHERE thread_id = ?", [thread_id])
             await tx.run("DELETE FROM thread_state WHERE thread_id = ?", [thread_id])
             return await tx.run("DELETE FROM threads WHERE id = ?", [thread_id]) > 0
+
+    # -- resources -------------------------------------------------------------------------
+
+    async def get_resource(self, resource_id: str) -> Resource | None:
+        async with self._read() as tx:
+            row = await tx.row(f"{_RESOURCE_SELECT} WHERE id = ?", [resource_id])
+        return None if row is None else resource_from_row(row)
+
+    async def update_resource(
+        self,
+        resource_id: str,
+        *,
+        working_memory: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Resource:
+        async with self._write() as tx:
+            row = await tx.row(f"{_RESOURCE_SELECT} WHERE id = ?", [resource_id])
+            existing = None if row is None else resource_from_row(row)
+            new_row = resource_to_row(updated_resource(existing, resource_id, working_memory, metadata))
+            await tx.upsert("resources", new_row)
+        return resource_from_row(new_row)
 
     # -- messages --------------------------------------------------------------------------
 
