@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Protocol, TypedDict
 
 from typing_extensions import TypeIs
@@ -21,6 +21,7 @@ from runstream._callbacks import Callback, RunCallbacks
 from runstream._config_mapping import camel, one_of, positive_int, read_config
 from runstream._run_state import LoopConfig, UnsupportedRunStateError
 from runstream.abort import AbortSignal
+from runstream.delegation import DelegationConfig, DelegationRun
 from runstream.errors import InvalidInputError, RunstreamError
 from runstream.memory import MemoryScope
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
@@ -67,6 +68,7 @@ class StreamOptions(TypedDict, total=False):
     tool_call_concurrency: int | Mapping[str, Any] | None
     stop_when: StopCondition | Sequence[StopCondition]
     prepare_step: Callable[[dict[str, Any]], Any] | None
+    delegation: DelegationConfig | Mapping[str, Any] | None
 
 
 class AgentDefaults(Protocol):
@@ -146,6 +148,8 @@ class RunOptions:
     prepare_step: Callable[[dict[str, Any]], Any] | None = None
     tool_call_concurrency: int | None = None
     tool_call_strategy: Literal["available", "called"] = "available"
+    delegation: DelegationConfig | None = None
+    """Hooks around the run's sub-agent calls (Mastra's ``delegation``, ``runstream.delegation``)."""
 
     @classmethod
     def of(cls, options: Mapping[str, Any], *, where: str = "stream()") -> RunOptions:
@@ -164,6 +168,16 @@ class RunOptions:
                 except (TypeError, ValueError) as exc:
                     raise InvalidOptionError(str(exc)) from exc
         return cls(**fields)
+
+    def replaced(self, options: Mapping[str, Any], *, where: str = "resume") -> RunOptions:
+        """These options with the given ones (``stream()``'s keywords) replacing theirs, one by
+        one: Mastra's ``resumeStream(data, options)`` and ``approveToolCall({runId, ...options})``."""
+        RunOptions.of(options, where=where)  # an unknown or bad option is an error naming it
+        changed: dict[str, Any] = {}
+        for key, value in options.items():
+            if value is not None:
+                changed.update(_READERS[_SPELLINGS[key]](value))
+        return replace(self, **changed)
 
     @property
     def callbacks(self) -> RunCallbacks:
@@ -222,6 +236,10 @@ class RunOptions:
         )
         if self.tool_call_concurrency is not None:
             cfg.tool_call_concurrency = self.tool_call_concurrency
+        if self.delegation is not None:  # per run: whether a hook bailed
+            run = DelegationRun(self.delegation)
+            cfg.delegation = run
+            cfg.stop_when.append(run.stop_after_bail)
         return cfg
 
     def to_json(self) -> dict[str, Any]:
@@ -461,6 +479,7 @@ _READERS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "tool_call_concurrency": concurrency_options,
     "stop_when": _as("stop_when", lambda value: (value,) if callable(value) else tuple(value)),
     "prepare_step": _as("prepare_step"),
+    "delegation": _as("delegation", DelegationConfig.coerce),
 }
 """Each of :class:`StreamOptions` -> the :class:`RunOptions` fields it sets (checked, normalised)."""
 
