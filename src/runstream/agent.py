@@ -40,15 +40,7 @@ from runstream._suspension import (
 from runstream._suspension import RunNotFoundError as RunNotFoundError
 from runstream.abort import AbortController, AbortSignal
 from runstream.chunks import AnyChunk
-from runstream.goals import (
-    GoalCheck,
-    GoalConfig,
-    Goals,
-    GoalStatus,
-    Objective,
-    objective_signal,
-    resolve_judge,
-)
+from runstream.goals import GoalConfig, Goals, GoalStatus, Objective, attach_goal
 from runstream.memory import Memory, MemoryInput, MemoryScope, run_memory
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.models.fallback import FallbackModel, ModelChoice
@@ -387,8 +379,8 @@ class Agent:
         else:
             system += options.system
         cfg.system = [{"role": "system", "content": text} for text in system]
-        if options.memory is not None:  # a restored run is judged (and shown its goal) as well
-            await self._attach_goal(cfg, state, options.memory)
+        if options.memory is not None and self.goal is not None:  # restored runs are judged too
+            await attach_goal(cfg, state, self.goal, Goals(self._goal_storage()), options.memory.thread_id)
         return cfg
 
     async def _attach_background(self, cfg: LoopConfig, options: RunOptions) -> str:
@@ -460,22 +452,6 @@ class Agent:
             return None
         storage = self.services.storage if self.services is not None else None
         return await run_memory(source, MemoryScope("", ""), RequestContext.coerce(request_context), storage)
-
-    async def _attach_goal(self, cfg: LoopConfig, state: RunState, scope: MemoryScope) -> None:
-        """Judge the thread's active goal after the run (when a judge resolves)."""
-        if self.goal is None:
-            return
-        goals = Goals(self._goal_storage())
-        record = await goals.get(scope.thread_id)
-        if record is None or record.status != "active":
-            return
-        judge = await resolve_judge(self.goal.judge, state)
-        if judge is None and self.goal.scorer is None:
-            return
-        signal, message = objective_signal(record, scope.thread_id, state.run_id)
-        cfg.start_chunks.append(signal)
-        cfg.after_input.append(message)
-        cfg.completion_checks.append(GoalCheck(goals, self.goal, scope.thread_id, judge))
 
     def _goal_storage(self) -> Storage:
         storage = self.memory.storage if self.memory is not None else None
