@@ -18,7 +18,7 @@ from runstream import _tracing as tracing
 from runstream._ids import new_id
 from runstream._run_state import LoopConfig, RunState, ToolCall
 from runstream._step_results import normalize_usage
-from runstream._tool_step import EagerTools, tool_call_limit, with_run_id
+from runstream._tool_step import EagerTools, model_view, tool_call_limit, with_run_id
 from runstream.abort import AbortError
 from runstream.chunks import (
     AnyChunk,
@@ -167,6 +167,8 @@ class ModelStep:
             return
         signal = cfg.abort_signal
         structured = cfg.structured_output
+        if structured is not None and structured.structuring_model is not None:
+            structured = None  # the structuring model makes the object after the step
         stream_processors = self.turn.stream_processors
         plain = structured is None and not stream_processors
         text = self.text_deltas
@@ -266,11 +268,12 @@ class ModelStep:
             if self.conversation is None
             else self.conversation
         )
+        prompt = [*cfg.system, *self.turn.retry_feedback, *cfg.context, *model_view(conversation)]
         return ModelRequest(
-            prompt=[*cfg.system, *self.turn.retry_feedback, *cfg.context, *conversation],
+            prompt=structured.prompt(prompt, cfg.model.provider) if structured else prompt,
             tools=[t.spec(cfg.tool_schemas.get(t.name)) for t in tools_offered],
             tool_choice=(cfg.tool_choice or {"type": "auto"}) if cfg.tools else cfg.tool_choice,
-            response_format=structured.response_format() if structured else None,
+            response_format=structured.response_format(cfg.model.provider) if structured else None,
             include_raw_chunks=cfg.include_raw_chunks,
             settings=cfg.model_settings,
             abort_signal=cfg.abort_signal,
