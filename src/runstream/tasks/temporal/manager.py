@@ -68,6 +68,7 @@ from runstream.tasks.temporal.slots import (
     slots_workflow_id,
 )
 from runstream.tasks.temporal.workflow import RESUME_SIGNAL, BackgroundTaskWorkflow, ResumeSignal, TaskPlan
+from runstream.tasks.waiting import wait_for_next_task
 from runstream.tools import Tool
 
 if TYPE_CHECKING:
@@ -435,6 +436,11 @@ class TemporalTaskManager:
         this one cannot hear)."""
         return await self.tasks.wait_for(task_id, timeout_ms, recheck_ms=self.temporal.recheck_interval_ms)
 
+    async def wait_for_next_task(self, task_ids: Iterable[str], **options: Any) -> TaskRecord:
+        """The first of ``task_ids`` to end (Mastra's ``waitForNextTask``; storage is re-read at
+        each progress interval): see :func:`runstream.tasks.waiting.wait_for_next_task`."""
+        return await wait_for_next_task(self, task_ids, **options)
+
     def subscribe(
         self,
         *,
@@ -443,9 +449,10 @@ class TemporalTaskManager:
         thread_id: str | None = None,
         resource_id: str | None = None,
         task_id: str | None = None,
-        include_existing: bool = False,
+        include_existing: bool = True,
     ) -> TaskSubscription:
-        """Lifecycle chunks of the matching tasks (of every process, with Redis)."""
+        """Lifecycle chunks of the matching tasks (of every process, with Redis); the running
+        ones first, unless ``include_existing=False`` (Mastra's default is true)."""
         wanted = event_filter(agent_id, run_id, thread_id, resource_id, task_id)
         return self.tasks.subscribe(wanted, include_existing=include_existing)
 
