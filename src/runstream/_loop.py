@@ -15,10 +15,10 @@ the ``tool-call-approval`` / ``tool-call-suspended`` chunk and leaves a
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from runstream._ids import new_id
 from runstream._model_step import ModelStep, Turn, default_response_metadata
 from runstream._prepare_step import prepared_step
 from runstream._run_state import (
@@ -53,6 +53,7 @@ from runstream.chunks import (
     StartChunk,
     TripwireChunk,
 )
+from runstream.output import SubStream
 from runstream.processors import ProcessorContext, StepView, TripWire, run_step_processors
 from runstream.stop_conditions import should_stop
 from runstream.structured import NO_OBJECT, StructuredOutput
@@ -67,6 +68,21 @@ async def agent_loop(
     cfg: LoopConfig, state: RunState, resume: ResumeAction | None = None
 ) -> AsyncIterator[AnyChunk]:
     """Run the agent until it stops; yields every chunk of the run."""
+    async for item in run_chunks(cfg, state, resume):
+        if isinstance(item, Chunk):
+            yield item
+        else:
+            async for chunk in item:
+                yield chunk
+
+
+async def run_chunks(
+    cfg: LoopConfig, state: RunState, resume: ResumeAction | None = None
+) -> AsyncIterator[AnyChunk | SubStream]:
+    """:func:`agent_loop`, except that each model step's chunks come as the step's own
+    generator (a :data:`~runstream.output.SubStream`) for the consumer to pull from directly
+    until it ends, then go on here: ``RunOutput`` does, a generator layer less per token (async
+    generators have no ``yield from``). Still one pull-through chain, no task or queue."""
     if resume is None:  # the first chunk goes out before anything else is set up
         yield StartChunk(state.run_id, {"id": cfg.agent_id, "messageId": state.message_id})
     outcome: StepOutcome = CONTINUE
@@ -86,8 +102,7 @@ async def agent_loop(
             open_new_message(state)
         step_cfg, conversation = await prepared_step(cfg, state) if cfg.prepare_step else (cfg, None)
         step = ModelStep(step_cfg, state, turn, conversation)
-        async for chunk in step.stream():
-            yield chunk
+        yield step.stream()  # pulled to its end before this generator goes on
         async for item in _after_model_step(step_cfg, state, turn, step):
             if isinstance(item, Chunk):
                 yield item
@@ -108,9 +123,12 @@ async def _begin(cfg: LoopConfig, state: RunState, resume: ResumeAction | None) 
                 await _process_input(cfg, state)
             except TripWire as trip:  # the model is never called
                 yield Tripwire(trip.payload())
-    elif resume.kind == "continue":
+    elif resume.kind == "continue":  # a durable run from the snapshot after its last step
+        waited = len(state.waited_task_ids)
         async for waited_chunk in wait_for_background(cfg, state):
             yield waited_chunk
+        if state.ends_after_step is not None and not _task_settled(cfg, state, waited):
+            yield Finish(state.ends_after_step)  # that step ended the run
     else:  # a resumed run goes on where it stopped: no new start chunk (as in Mastra)
         pending = state.pending
         if pending is None:
@@ -344,8 +362,9 @@ async def _model_turn_ended(cfg: LoopConfig, state: RunState, step: ModelStep, r
         yield CONTINUE
         return
     waited = len(state.waited_task_ids)
-    async for chunk in wait_for_background(cfg, state):
-        yield chunk
+    if cfg.wait_for_background is not None:  # (durable mode; no generator made otherwise)
+        async for chunk in wait_for_background(cfg, state):
+            yield chunk
     if cfg.abort_signal.aborted:
         yield Abort()
     elif _task_settled(cfg, state, waited):
@@ -380,11 +399,13 @@ async def _tool_step(
     if step is None:  # a resumed step: as in Mastra, it goes on without saving or waiting
         yield CONTINUE if cont else Finish(reason)
         return
+    state.ends_after_step = None if cont else reason
     if cfg.on_step_end is not None:
         await cfg.on_step_end(state)
     waited = len(state.waited_task_ids)
-    async for chunk in wait_for_background(cfg, state):
-        yield chunk
+    if cfg.wait_for_background is not None:  # (durable mode; no generator made otherwise)
+        async for chunk in wait_for_background(cfg, state):
+            yield chunk
     if cfg.abort_signal.aborted:
         yield Abort()
     elif cont or _task_settled(cfg, state, waited):
@@ -433,5 +454,5 @@ def open_new_message(state: RunState) -> None:
     """The response goes on in a new message (a new id from here on)."""
     if not state.message_segments:
         state.message_segments.append((state.message_id, state.input_count))
-    state.message_id = str(uuid.uuid4())
+    state.message_id = new_id()
     state.message_segments.append((state.message_id, len(state.messages)))

@@ -10,12 +10,12 @@ from __future__ import annotations
 import base64
 import json
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from runstream import _tracing as tracing
+from runstream._ids import new_id
 from runstream._run_state import LoopConfig, RunState, ToolCall
 from runstream._step_results import normalize_usage
 from runstream._tool_step import EagerTools, model_view, tool_call_limit, with_run_id
@@ -147,7 +147,7 @@ class ModelStep:
     def text(self) -> str:
         return "".join(self.text_deltas)
 
-    async def stream(self) -> AsyncIterator[AnyChunk]:
+    async def stream(self) -> AsyncGenerator[AnyChunk, None]:
         """Call the model and yield the step's chunks (``step-start`` first)."""
         cfg, state = self.cfg, self.state
         run_id = state.run_id
@@ -170,6 +170,7 @@ class ModelStep:
         if structured is not None and structured.structuring_model is not None:
             structured = None  # the structuring model makes the object after the step
         stream_processors = self.turn.stream_processors
+        plain = structured is None and not stream_processors
         text = self.text_deltas
         try:
             async for part in parts:
@@ -185,6 +186,11 @@ class ModelStep:
                         continue
                     text.append(delta)
                     chunk = TextDeltaChunk(run_id, {"id": part["id"], "text": delta})
+                    if plain and self.started_emitted:  # the hot path: nothing else to do
+                        yield chunk
+                        if signal.aborted:
+                            break
+                        continue
                 elif kind == "stream-start":
                     self.warnings = part.get("warnings") or []
                     if not self.started_emitted:
@@ -409,7 +415,7 @@ def default_response_metadata(model: LanguageModel) -> dict[str, Any]:
     """A step's response metadata when the model sent none (or its call failed), as Mastra
     fills it in: a generated id, the time, and the model."""
     return {
-        "id": str(uuid.uuid4()),
+        "id": new_id(),
         "timestamp": iso_datetime(now_utc()),
         "modelId": model.model_id,
         "modelVersion": model.specification_version,

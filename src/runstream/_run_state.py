@@ -337,12 +337,22 @@ class RunState:
     """The run's tracing span (parent of its step and tool spans)."""
     waited_task_ids: set[str] = field(default_factory=set)
     """Durable mode: background tasks whose results the loop already waited for."""
+    ends_after_step: str | None = None
+    """Durable mode: the finish reason when the last finished step ended the run (a client tool
+    was called, no steps left, a stop condition held), so a run resumed from the snapshot taken
+    after that step finishes instead of asking the model again."""
     message_segments: list[tuple[str, int]] = field(default_factory=list)
     """The response messages when signals split the response: (id, the index in ``messages``
     its content starts at), the first one included. Empty when the run is one message."""
     continued: ContinuedMessage | None = None
     """For a run without new input: the thread's last stored message, an assistant one, which
     the run's response is appended to (see ``runstream.memory``)."""
+    public_steps: dict[int, tuple[StepRecord, int, dict[str, Any]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    """Each step's public form (``output.steps`` of ``step-finish``/``finish``) as last built,
+    with its record and the content length it was built at: a later payload reuses it instead
+    of copying every earlier step again. A cache, not saved."""
 
     @property
     def new_input_messages(self) -> list[PromptMessage]:
@@ -379,6 +389,7 @@ class RunState:
                 "processorRetryCount": self.processor_retry_count,
                 "backgroundTaskIds": self.background_task_ids,
                 "waitedTaskIds": sorted(self.waited_task_ids),
+                "endsAfterStep": self.ends_after_step,
                 "reasoning": self.reasoning,
                 "toolCalls": [c.to_wire() for c in self.tool_calls],
                 "toolResults": [c.to_wire() for c in self.tool_results],
@@ -430,6 +441,7 @@ class RunState:
             processor_retry_count=data["processorRetryCount"],
             background_task_ids=data["backgroundTaskIds"],
             waited_task_ids=set(data.get("waitedTaskIds", [])),
+            ends_after_step=data.get("endsAfterStep"),
             reasoning=data["reasoning"],
             tool_calls=[chunk_from_wire(c) for c in data["toolCalls"]],
             tool_results=[chunk_from_wire(c) for c in data["toolResults"]],

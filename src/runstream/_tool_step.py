@@ -375,6 +375,8 @@ async def wait_for_background(cfg: LoopConfig, state: RunState) -> AsyncIterator
         yield chunk
     if cfg.abort_signal.aborted:
         return
+    if any(task in state.waited_task_ids for task in dispatched) and state.step_number < cfg.max_steps:
+        state.ends_after_step = None  # a settled task gives the model another step
     if cfg.on_step_end is not None:
         await cfg.on_step_end(state)
 

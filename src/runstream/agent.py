@@ -10,7 +10,6 @@ tool) are kept by run id (``runstream._suspension``) so ``approve_tool_call``,
 
 from __future__ import annotations
 
-import uuid
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -22,7 +21,8 @@ from runstream._callbacks import with_callbacks
 from runstream._config_mapping import read_config
 from runstream._durable_api import RunLogs, list_active_runs, observe, recover_active_runs, recover_options
 from runstream._idle_stream import IdleStreams, UntilIdle, check_idle_options
-from runstream._loop import agent_loop
+from runstream._ids import new_id
+from runstream._loop import agent_loop, run_chunks
 from runstream._messages import ContinuedMessage, rewrite_prompt_result
 from runstream._run_state import LoopConfig, ResumeAction, RunState
 from runstream._step_results import model_label, run_metadata
@@ -53,7 +53,7 @@ from runstream.memory import Memory, MemoryInput, MemoryScope, run_memory
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.models.fallback import FallbackModel, ModelChoice
 from runstream.models.registry import as_model, ready_model
-from runstream.output import RunOutput, full_output
+from runstream.output import RunOutput, SubStream, full_output
 from runstream.request_context import Dynamic, RequestContext, resolve
 from runstream.run_options import (
     MessagesInput,
@@ -72,6 +72,7 @@ from runstream.run_options import client_tool as client_tool  # public here sinc
 from runstream.scoring import TaskCompletion
 from runstream.storage import Storage, TaskRecord
 from runstream.structured import StructuredOutput
+from runstream.tasks.policy import system_prompt_section, tool_schema_with_override, warn_without_manager
 from runstream.tools import OffersTool, Tool, resume_schema_of
 
 if TYPE_CHECKING:
@@ -123,21 +124,26 @@ class Agent:
             raise ValueError(
                 "max_retries needs a model or a model list: a model function can return a FallbackModel"
             )
-        if isinstance(model, str | LanguageModel):
-            model = as_model(model)  # "openai/gpt-4.1" is checked now, resolved at its first run
-        elif not (is_function(model) or isinstance(model, Sequence)):
+        chosen: LanguageModel | Dynamic[LanguageModel]
+        if is_function(model):
+            chosen = model
+        elif isinstance(model, str | LanguageModel):
+            chosen = as_model(model)  # "openai/gpt-4.1" is checked now, resolved at its first run
+            if max_retries:  # Mastra's maxRetries
+                chosen = FallbackModel([chosen], max_retries=max_retries)
+        elif isinstance(model, Sequence) and not isinstance(model, str):  # Mastra's model list
+            chosen = FallbackModel(model, max_retries=max_retries)
+        else:
             raise TypeError(
                 f"model must be a model string such as 'openai/gpt-4.1' or a LanguageModel, not {model!r}"
             )
-        if isinstance(model, Sequence) or max_retries:  # Mastra's model list / maxRetries
-            model = FallbackModel(model if isinstance(model, Sequence) else [model], max_retries=max_retries)  # type: ignore[arg-type, list-item]
-        self.model: LanguageModel | Dynamic[LanguageModel] = model
+        self.model: LanguageModel | Dynamic[LanguageModel] = chosen
         """The model, or a function of the request context (see :meth:`get_model`); a list of
         models (``[{"model": m, "maxRetries": 2}, ...]``) becomes a
         :class:`~runstream.models.fallback.FallbackModel`."""
-        self.tools_resolver: Dynamic[ToolsInput] | None = tools if is_function(tools) else None  # type: ignore[assignment]
+        self.tools_resolver: Dynamic[ToolsInput] | None = tools if is_function(tools) else None
         """``tools=`` given as a function of the request context: its tools join ``tools``."""
-        self.tools: dict[str, Tool] = {} if self.tools_resolver is not None else by_name(tools)  # type: ignore[arg-type]
+        self.tools: dict[str, Tool] = by_name(tools) if not is_function(tools) else {}
         self.toolsets = list(toolsets)
         """Sources of tools that change while the agent lives (e.g. an MCP client); read per run."""
         self.agents = dict(agents) if isinstance(agents, Mapping) else {sub.id: sub for sub in agents}
@@ -317,13 +323,16 @@ class Agent:
             if not input_messages:  # e.g. an until-idle continuation
                 continued = await memory.continuable_message(scope)
         state = RunState(
-            run_id=run_id or str(uuid.uuid4()),
-            message_id=str(uuid.uuid4()),
+            run_id=run_id or new_id(),
+            message_id=new_id(),
             messages=[*history, *input_messages],
             input_count=len(history) + len(input_messages),
             history_count=len(history),
             continued=continued,
         )
+        durable_runs = self.services.durable_runs if self.services is not None else None
+        if durable_runs is not None:  # the run is a workflow elsewhere (runstream.durable)
+            return await durable_runs.start_run(self.id, state, options, controller)
         cfg = await self._configure(options, state, controller, memory)
         return self._output(cfg, state, controller, None, options)
 
@@ -386,12 +395,6 @@ class Agent:
 
     async def _attach_background(self, cfg: LoopConfig, options: RunOptions) -> str:
         """Wire the task manager into the run; returns text to append to the instructions."""
-        from runstream.tasks.policy import (
-            system_prompt_section,
-            tool_schema_with_override,
-            warn_without_manager,
-        )
-
         services = self.services
         manager = services.task_manager if services is not None else None
         if manager is None and not options.disable_background_tasks:
@@ -635,15 +638,20 @@ class Agent:
                 if options.memory is not None:
                     memory.title_after_turn(options.memory, cfg.model, options.request_context)
 
-        source = agent_loop(cfg, state, resume)
+        chunks = agent_loop(cfg, state, resume)
+        wrapped = chunks
         if memory is not None and options.memory is not None:  # generateTitle's emitEvent
-            source = memory.title_event(
-                source, options.memory, cfg.model, options.request_context, lambda: state.messages
+            wrapped = memory.title_event(
+                wrapped, options.memory, cfg.model, options.request_context, lambda: state.messages
             )
         if options.callbacks:
-            source = with_callbacks(source, cfg, state, options.callbacks, partial(full_output, state))
+            wrapped = with_callbacks(wrapped, cfg, state, options.callbacks, partial(full_output, state))
         if cfg.on_step_end is not None:  # a durable run: observable (Mastra's observe)
-            source = self._run_logs.tee(state.run_id, source)
+            wrapped = self._run_logs.tee(state.run_id, wrapped)
+        # Unwrapped, the loop hands each model step's chunks over whole: a layer less per token.
+        source: AsyncIterator[AnyChunk | SubStream] = (
+            run_chunks(cfg, state, resume) if wrapped is chunks else wrapped
+        )
         return RunOutput(source, state, controller, on_close=on_close)
 
     def _run_storage(self) -> Storage | None:
@@ -759,6 +767,9 @@ class Agent:
         options = stopped.options.replaced(given) if given else stopped.options
 
         async def resumed() -> RunOutput:
+            durable_runs = self.services.durable_runs if self.services is not None else None
+            if durable_runs is not None:
+                return await durable_runs.continue_run(self.id, state, action, options)
             controller = AbortController()
             state.status = "running"
             if stopped.cfg is not None and not given:

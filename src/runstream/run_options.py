@@ -13,7 +13,9 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal, Protocol, TypedDict, TypeGuard
+from typing import Any, Literal, Protocol, TypedDict
+
+from typing_extensions import TypeIs
 
 from runstream._callbacks import Callback, RunCallbacks
 from runstream._config_mapping import camel, one_of, positive_int, read_config
@@ -371,12 +373,12 @@ def by_name(tools: Iterable[Tool] | Mapping[str, Tool]) -> dict[str, Tool]:
     return {tool.name: tool for tool in (tools.values() if isinstance(tools, Mapping) else tools)}
 
 
-def is_model(value: Any) -> TypeGuard[LanguageModel]:
+def is_model(value: Any) -> TypeIs[LanguageModel]:
     """A language model (it streams and names itself)."""
     return hasattr(value, "stream") and hasattr(value, "model_id")
 
 
-def is_function(value: Any) -> bool:
+def is_function(value: Any) -> TypeIs[Callable[..., Any]]:
     """A per-request function rather than the value itself."""
     return callable(value) and not isinstance(value, LanguageModel | Mapping | Tool)
 
@@ -405,7 +407,7 @@ async def resolve_model(
     """A model, or what a per-request model function returns (checked)."""
     # A duck check, not isinstance(): a runtime-checkable Protocol costs ~10 µs per check, and
     # this runs at the start of every run.
-    model = value if is_model(value) else await resolve(value, context)  # type: ignore[arg-type]
+    model = value if is_model(value) else await resolve(value, context)
     if not is_model(model):
         raise TypeError(f"{owner}: the model function returned {type(model).__name__}, not a model")
     return model

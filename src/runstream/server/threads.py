@@ -40,6 +40,7 @@ from runstream.server.auth import Principal, principal_of
 from runstream.server.body import parse_stream_body
 from runstream.server.context import ServerContext, json_body, json_response
 from runstream.server.errors import ApiError
+from runstream.server.limits import MAX_TOOL_RESULT_MESSAGES, check_metadata
 from runstream.server.mastra import start_stream
 from runstream.server.messages import to_prompt
 from runstream.server.sse import SSEResponse, data_frame
@@ -223,11 +224,11 @@ class ThreadRoutes:
         message = body.get("message")
         if not isinstance(message, dict) or not isinstance(message.get("contents"), str | list):
             raise ApiError(400, "Invalid request body: 'message.contents' must be a string or parts")
-        metadata = message.get("metadata")
-        if metadata is not None and not isinstance(metadata, dict):
-            raise ApiError(400, "Invalid request body: 'message.metadata' must be an object")
+        metadata = check_metadata(message.get("metadata"), "message.metadata")
         if_idle = body.get("ifIdle") or {}
-        options = if_idle.get("streamOptions") if isinstance(if_idle, dict) else None
+        if not isinstance(if_idle, dict):
+            raise ApiError(400, "Invalid request body: 'ifIdle' must be an object")
+        options = if_idle.get("streamOptions")
         if not isinstance(options or {}, dict):
             raise ApiError(400, "Invalid request body: 'ifIdle.streamOptions' must be an object")
         run_id = str(uuid.uuid4())
@@ -327,8 +328,13 @@ class ThreadRoutes:
         reason = body.get("reason")
         if not isinstance(approved, bool) or not (reason is None or isinstance(reason, str)):
             raise ApiError(400, "Invalid request body: 'approved' must be a boolean, 'reason' a string")
+        messages = body.get("messages")
+        if isinstance(messages, list) and len(messages) > MAX_TOOL_RESULT_MESSAGES:
+            raise ApiError(
+                400, f"Invalid request body: 'messages' may hold at most {MAX_TOOL_RESULT_MESSAGES} messages"
+            )
         principal = principal_of(request)
-        if body.get("messages") and approved:
+        if messages and approved:
             run_id = await self._continue_with_messages(agent, key, body, principal)
             return json_response({"accepted": True, "runId": run_id, "toolCallId": call_id})
         run_id = await self._waiting_run(agent, key, call_id)
