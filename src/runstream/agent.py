@@ -27,7 +27,7 @@ from runstream._messages import ContinuedMessage, rewrite_prompt_result
 from runstream._run_state import LoopConfig, ResumeAction, RunState
 from runstream._step_results import model_label, run_metadata
 from runstream._sub_agent import AgentToolError as AgentToolError  # public here since before the move
-from runstream._sub_agent import agent_tool, with_full_results
+from runstream._sub_agent import agent_tool, offer_result_references, with_full_results
 from runstream._suspension import (
     DURABLE_NAMESPACE,
     NAMESPACE,
@@ -370,6 +370,8 @@ class Agent:
         if storage is not None:  # a durable run is saved after every step (runstream._durable_api)
             cfg.on_step_end = partial(self._durable_runs.save, storage, options)
         instructions += await self._attach_background(cfg, options)
+        if options.delegation is not None and options.delegation.enable_result_references:
+            offer_result_references(cfg)
         completion = options.is_task_complete or self.is_task_complete
         if completion is not None:
             cfg.completion_checks.append(completion.check)
