@@ -168,6 +168,25 @@ def test_ag_ui_ids_are_bounded_and_threads_owned(secured: Secured) -> None:
     assert stored(s, thread) == before
 
 
+def test_pages_of_other_sites_cannot_drive_the_api(secured: Secured) -> None:
+    """CORS hides answers from other sites, but a browser still sends their "simple" POSTs (a
+    ``text/plain`` body, no preflight): such a request used to run the agent. Now a state-changing
+    request whose ``Origin`` is not allowed is a 403 before anything runs."""
+    s = secured
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    body = f'{{"messages": "hi", "memory": {{"thread": "{thread}"}}}}'
+    for origin in ("https://evil.example", "http://localhost.evil.example", "null"):
+        headers = {"Origin": origin, "Content-Type": "text/plain"}
+        refused = s.a.post(f"{NOTES}/stream", content=body, headers=headers)
+        assert refused.status_code == 403 and "access-control-allow-origin" not in refused.headers
+        deleted = s.a.delete(f"/api/memory/threads/{thread}", headers={"Origin": origin})
+        assert deleted.status_code == 403
+    assert s.a.get(f"/api/memory/threads/{thread}").status_code == 404  # nothing ran
+    for origin in (s.url, "http://localhost:3000"):  # the server's own pages, local dev servers
+        headers = {"Origin": origin, "Content-Type": "application/json"}
+        assert s.a.post(f"{NOTES}/stream", content=body, headers=headers).status_code == 200
+
+
 # -- the inventory ---------------------------------------------------------------------------------
 
 TESTS = Path(__file__).parent
