@@ -32,12 +32,16 @@ def a_thread(s: Secured) -> str:
     return thread
 
 
-def stored(s: Secured, thread: str) -> tuple[Any, ...]:
-    """Everything A can read of a thread: the thread, its messages, its working memory."""
+def stored(s: Secured, thread: str, *, updated_at: bool = True) -> tuple[Any, ...]:
+    """Everything A can read of a thread: the thread, its messages, its working memory
+    (``updated_at=False``: but the time it was last written)."""
     meta = s.a.get(f"/api/memory/threads/{thread}")
     listed = s.a.get(f"/api/memory/threads/{thread}/messages")
     memory = s.a.get(WM.format(thread), params={"agentId": "notes"})
-    return meta.status_code, meta.text, listed.text, memory.text
+    shown = meta.json() if meta.status_code == 200 else meta.text
+    if not updated_at and isinstance(shown, dict):
+        shown.pop("updatedAt")
+    return meta.status_code, shown, listed.text, memory.text
 
 
 def test_working_memory_of_another_resources_thread_is_a_404(secured: Secured) -> None:
@@ -185,6 +189,52 @@ def test_pages_of_other_sites_cannot_drive_the_api(secured: Secured) -> None:
     for origin in (s.url, "http://localhost:3000"):  # the server's own pages, local dev servers
         headers = {"Origin": origin, "Content-Type": "application/json"}
         assert s.a.post(f"{NOTES}/stream", content=body, headers=headers).status_code == 200
+
+
+def test_a_refused_run_leaves_the_thread_as_it_was(secured: Secured) -> None:
+    """An option the agent refuses (an unknown active tool) used to be found after the thread
+    was created, the client's tool results written into it, or send-message's message stored:
+    a 400 that still changed the thread (and a retry then duplicated it)."""
+    s = secured
+    fresh = f"t-{uuid.uuid4().hex[:8]}"
+    refused = s.a.post(
+        "/api/agents/assistant/stream",
+        json={"messages": "hi", "memory": {"thread": fresh}, "activeTools": ["nope"]},
+    )
+    assert refused.status_code == 400 and "nope" in refused.json()["error"]
+    assert s.a.get(f"/api/memory/threads/{fresh}").status_code == 404
+
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    tools = {"clientEcho": {"id": "clientEcho", "inputSchema": {"type": "object"}}}
+    chunks = sse_chunks(
+        s.a.post(
+            "/api/agents/assistant/stream",
+            json={"messages": "client", "memory": {"thread": thread}, "clientTools": tools},
+        )
+    )
+    call = next(c for c in chunks if c["type"] == "tool-call")["payload"]
+    before = stored(s, thread, updated_at=False)
+    result = {
+        "type": "tool-result",
+        "toolCallId": call["toolCallId"],
+        "toolName": "clientEcho",
+        "output": {"type": "json", "value": "ECHOED"},
+    }
+    body = {
+        "messages": [{"role": "tool", "content": [result]}],
+        "memory": {"thread": thread},
+        "clientTools": tools,
+        "activeTools": ["nope"],
+    }
+    assert s.a.post("/api/agents/assistant/stream", json=body).status_code == 400
+    assert stored(s, thread, updated_at=False) == before
+
+    bad_options = {"ifIdle": {"streamOptions": {"activeTools": ["nope"]}}, "message": {"contents": "hi"}}
+    for target in (fresh, a_thread(s)):
+        was = stored(s, target, updated_at=False)
+        sent = s.a.post(f"{NOTES}/send-message", json={"threadId": target, **bad_options})
+        assert sent.status_code == 400, sent.text
+        assert stored(s, target, updated_at=False) == was
 
 
 # -- the inventory ---------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from runstream.server.body import parse_stream_body
 from runstream.server.context import ServerContext, json_body, json_response
 from runstream.server.errors import ApiError
 from runstream.server.limits import MAX_TOOL_RESULT_MESSAGES, check_metadata
-from runstream.server.mastra import start_stream
+from runstream.server.mastra import forget_new_thread, start_stream
 from runstream.server.messages import to_prompt
 from runstream.server.sse import SSEResponse, data_frame
 from runstream.server.streaming import Run, detach_run
@@ -258,8 +258,16 @@ class ThreadRoutes:
         async def start() -> RunOutput:
             # Stored under the signal's id before the run (which then has no input), as Mastra
             # does: Studio matches the message it showed with the stored one by that id.
+            storage = self.ctx.runstream.storage
+            existed = await storage.get_thread(scope.thread_id) is not None
             await memory.save_message(scope, signal["id"], user_message)
-            run = await start_stream(self.ctx, agent, parsed, principal, detached=True)
+            try:
+                run = await start_stream(self.ctx, agent, parsed, principal, detached=True)
+            except ApiError:  # refused: the message was not accepted, so it is not kept either
+                await storage.delete_messages([signal["id"]])
+                if not existed:
+                    await forget_new_thread(storage, scope)
+                raise
             await detach_run(self.ctx, run, principal)
             return run.out
 
