@@ -5,8 +5,11 @@ and input checks (a new route without an entry fails here)."""
 
 from __future__ import annotations
 
+import json
 import re
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +238,38 @@ def test_a_refused_run_leaves_the_thread_as_it_was(secured: Secured) -> None:
         sent = s.a.post(f"{NOTES}/send-message", json={"threadId": target, **bad_options})
         assert sent.status_code == 400, sent.text
         assert stored(s, target, updated_at=False) == was
+
+
+def test_messages_sent_at_the_same_moment_run_one_after_another(secured: Secured) -> None:
+    """Two messages sent to an idle thread at once both used to start a run at once, on the
+    same thread: the turns interleaved and replies were lost. The second now queues."""
+    s, thread = secured, f"t-{uuid.uuid4().hex[:8]}"
+    texts = ["one", "two", "three"]
+    with s.a.stream("POST", f"{NOTES}/threads/subscribe", json={"threadId": thread}) as subscription:
+        lines = subscription.iter_lines()
+        assert next(lines) == ": connected"
+        with ThreadPoolExecutor(len(texts)) as pool:
+            sent = list(
+                pool.map(
+                    lambda text: s.a.post(
+                        f"{NOTES}/send-message", json={"threadId": thread, "message": {"contents": text}}
+                    ),
+                    texts,
+                )
+            )
+        assert [response.status_code for response in sent] == [200] * len(texts)
+        finished = 0
+        for line in lines:
+            finished += line.startswith("data: ") and json.loads(line[6:]).get("type") == "finish"
+            if finished == len(texts):
+                break
+    deadline = time.monotonic() + 10  # the last turn is saved just after its finish chunk
+    while True:
+        listed = s.a.get(f"/api/memory/threads/{thread}/messages").json()["messages"]
+        if len(listed) == 2 * len(texts) or time.monotonic() > deadline:
+            break
+    assert [m["role"] for m in listed] == ["user", "assistant"] * len(texts)
+    assert sorted(m["content"]["parts"][0]["text"] for m in listed[::2]) == sorted(texts)
 
 
 # -- the inventory ---------------------------------------------------------------------------------
