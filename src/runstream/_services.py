@@ -9,11 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runstream.storage import Storage
 from runstream.tasks.coordination import TaskManager
 from runstream.tools import Tool
+
+if TYPE_CHECKING:
+    from runstream._run_state import ResumeAction, RunState
+    from runstream.abort import AbortController
+    from runstream.output import RunOutput
+    from runstream.run_options import RunOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +28,32 @@ class RuntimeServices:
     task_manager: TaskManager | None
     start: Callable[[], Awaitable[None]]
     """Initialises the storage and starts the task manager (idempotent)."""
+    durable_runs: DurableRunner | None = None
+    """Where the agents' runs run when they are durable on an engine (``runstream.durable``)."""
+
+
+class DurableRunner(Protocol):
+    """Runs every agent run of a runtime elsewhere, durably (e.g. ``runstream.durable.TemporalRuns``).
+
+    The agent builds a run's first state (memory loaded) and hands it over; the returned output
+    streams the run's chunks as they are produced wherever it runs."""
+
+    run_worker: bool
+    """Whether this process also runs the runs (``runstream worker`` sets it)."""
+
+    def bind(self, agents: Mapping[str, Any], storage: Storage, task_manager: TaskManager | None) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def start_run(
+        self, agent_id: str, state: RunState, options: RunOptions, controller: AbortController
+    ) -> RunOutput: ...
+
+    async def continue_run(
+        self, agent_id: str, state: RunState, action: ResumeAction, options: RunOptions
+    ) -> RunOutput: ...
 
 
 class Toolset(Protocol):

@@ -48,6 +48,8 @@ async def run_worker(runtime: Runstream, stop: asyncio.Event) -> None:
     if manager.config.mode == "producer":
         raise SystemExit('runstream worker: the background_tasks mode is "producer", which runs no tool')
     manager.run_worker = True
+    if runtime.durable_runs is not None:  # the agents' durable runs (runstream.durable) too
+        runtime.durable_runs.run_worker = True
     await runtime.start()
     queues = ", ".join(manager.worker_queues())
     print(f"runstream worker ready (pid {os.getpid()}): {queues} on {manager.temporal.address}", flush=True)

@@ -7,7 +7,8 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from runstream._services import RuntimeServices, Toolset
+from runstream._config_mapping import one_of, read_config
+from runstream._services import DurableRunner, RuntimeServices, Toolset
 from runstream.agent import Agent
 from runstream.storage import InMemoryStorage, Storage
 from runstream.tasks.config import BackgroundTaskConfig
@@ -33,6 +34,8 @@ class Runstream:
         storage: Storage | None = None,
         background_tasks: BackgroundTaskConfig | Mapping[str, Any] | bool | None = None,
         task_manager: TaskManager | None = None,
+        durable_runs: DurableRunner | None = None,
+        recovery: Mapping[str, Any] | None = None,
     ) -> None:
         self.storage: Storage = storage if storage is not None else InMemoryStorage()
         config = BackgroundTaskConfig.coerce(background_tasks)
@@ -46,12 +49,22 @@ class Runstream:
             task_manager = BackgroundTaskManager(self.storage, config)
         self.task_manager = task_manager
         """``task_manager=`` takes a ready manager, e.g. a ``TemporalTaskManager`` for scale-out."""
+        self.durable_runs = durable_runs
+        """``durable_runs=`` runs every agent run durably elsewhere, e.g.
+        ``runstream.durable.TemporalRuns(redis_url)`` (see docs/scale-out.md)."""
+        self.recover_durable_agents = read_recovery(recovery)
+        """Mastra's ``recovery: {durableAgents: "auto"}``: at start, each durable agent's
+        interrupted runs are recovered in the background (``Agent.recover_active_runs``)."""
+        self.recoveries: list[asyncio.Task[dict[str, Any]]] = []
+        """The start's recoveries, one per durable agent (await them to know how they went)."""
         self.agents: dict[str, Agent] = {}
         self.workflows: dict[str, Workflow] = {}
         self._started = False
         self._start_lock = asyncio.Lock()
         for agent in agents:
             self.add_agent(agent)
+        if durable_runs is not None:
+            durable_runs.bind(self.agents, self.storage, task_manager)
         for workflow in workflows:
             self.add_workflow(workflow)
 
@@ -59,7 +72,7 @@ class Runstream:
         if agent.id in self.agents:
             raise ValueError(f"an agent with id {agent.id!r} is already registered")
         self.agents[agent.id] = agent
-        agent.bind(RuntimeServices(self.storage, self.task_manager, self.start))
+        agent.bind(RuntimeServices(self.storage, self.task_manager, self.start, self.durable_runs))
         return agent
 
     def add_workflow(self, workflow: Workflow) -> Workflow:
@@ -90,7 +103,15 @@ class Runstream:
             await self._start_toolsets()
             if self.task_manager is not None:
                 await self.task_manager.start()
+            if self.durable_runs is not None:
+                await self.durable_runs.start()
             self._started = True
+            if self.recover_durable_agents:
+                self.recoveries = [
+                    asyncio.create_task(agent.recover_active_runs())
+                    for agent in self.agents.values()
+                    if agent.durable
+                ]
 
     def _toolsets(self) -> list[tuple[Agent, Toolset]]:
         return [(agent, toolset) for agent in self.agents.values() for toolset in agent.toolsets]
@@ -110,8 +131,14 @@ class Runstream:
             await toolset.start()
 
     async def close(self) -> None:
+        for recovery in self.recoveries:
+            recovery.cancel()
+        await asyncio.gather(*self.recoveries, return_exceptions=True)
+        self.recoveries = []
         for _agent, toolset in self._toolsets():
             await toolset.close()
+        if self.durable_runs is not None:
+            await self.durable_runs.close()
         if self.task_manager is not None:
             await self.task_manager.shutdown()
         for agent in self.agents.values():  # thread titles still being made go to storage first
@@ -128,3 +155,11 @@ class Runstream:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+
+def read_recovery(recovery: Mapping[str, Any] | None) -> bool:
+    """Whether ``recovery={"durableAgents": "auto"}`` (Mastra's default ``"off"``)."""
+    if recovery is None:
+        return False
+    options = read_config(recovery, {"durable_agents": one_of("auto", "off")}, where="recovery")
+    return bool(options.get("durable_agents", "off") == "auto")

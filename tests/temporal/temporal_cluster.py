@@ -33,10 +33,12 @@ class WorkerProcess:
         self.lines: list[dict[str, Any]] = []
 
     @classmethod
-    async def start(cls, env: dict[str, str], log_dir: Path) -> WorkerProcess:
+    async def start(
+        cls, env: dict[str, str], log_dir: Path, target: str = "temporal_app:worker_runtime"
+    ) -> WorkerProcess:
         log = (log_dir / f"worker-{uuid.uuid4().hex[:6]}.log").open("wb")
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "runstream", "worker", "temporal_app:worker_runtime", "--log-level", "warning",
+            sys.executable, "-m", "runstream", "worker", target, "--log-level", "warning",
             cwd=HERE, env={**os.environ, **env}, stdout=asyncio.subprocess.PIPE, stderr=log,
         )  # fmt: skip
         worker = cls(process, log)
@@ -108,8 +110,8 @@ class Cluster:
             "TEMPORAL_TEST_PREFIX": prefix,
         }
 
-    async def start_worker(self) -> WorkerProcess:
-        worker = await WorkerProcess.start(self.env, self.log_dir)
+    async def start_worker(self, target: str = "temporal_app:worker_runtime") -> WorkerProcess:
+        worker = await WorkerProcess.start(self.env, self.log_dir, target)
         self.workers.append(worker)
         return worker
 

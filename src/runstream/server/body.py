@@ -170,7 +170,7 @@ def memory_call_options(value: Any, where: str = "memory.options") -> dict[str, 
 
 def _tool_choice(value: Any) -> str | dict[str, Any] | None:
     if value is None or value in ("auto", "none", "required"):
-        return value  # type: ignore[no-any-return]
+        return None if value is None else str(value)
     if isinstance(value, Mapping) and value.get("type") == "tool" and isinstance(value.get("toolName"), str):
         return dict(value)
     raise invalid("'toolChoice' must be 'auto', 'none', 'required' or {type: 'tool', toolName}")
@@ -274,6 +274,26 @@ def _client_tools(value: Any) -> dict[str, Tool]:
         except (ValueError, TypeError) as exc:
             raise invalid(f"clientTools.{name}: {exc}") from None
     return tools
+
+
+CONTINUE_FIELDS = frozenset({"toolCallId", "reason", "resumeData"})
+"""What approve/decline/resume bodies carry besides a stream body's options."""
+
+
+def resume_options(body: Mapping[str, Any], principal: Principal) -> dict[str, Any]:
+    """The ``stream()`` options an approve/decline/resume body gives for the continued run
+    (Mastra's client-js sends them next to ``runId``), validated as a stream body's; the run
+    keeps its memory scope and its untilIdle setting."""
+    rest = {key: value for key, value in body.items() if key not in CONTINUE_FIELDS}
+    for key in ("memory", "untilIdle", "maxIdleMs", "resumeWindowMs", "maxContinuations"):
+        if key in rest:
+            raise invalid(f"'{key}' cannot change on a continuation (the run keeps its own)")
+    parsed = parse_stream_body(rest, principal, need_messages=False)
+    return {
+        key: value
+        for key, value in parsed.options.items()
+        if value is not None and value is not False and value != [] and value != {}
+    }
 
 
 def parse_stream_body(

@@ -27,7 +27,7 @@ from runstream.memory import MemoryScope
 from runstream.output import RunOutput
 from runstream.request_context import RequestContext
 from runstream.server.auth import Principal, principal_of
-from runstream.server.body import StreamRequest, parse_stream_body
+from runstream.server.body import StreamRequest, parse_stream_body, resume_options
 from runstream.server.context import ServerContext, has_memory, json_body, json_response
 from runstream.server.errors import ApiError
 from runstream.server.limits import MAX_OFFSET, bounded_int, check_id
@@ -260,14 +260,18 @@ class MastraRoutes:
 
     async def approve(self, request: Request) -> Response:
         async def start(agent: Agent, run_id: str, body: dict[str, Any]) -> RunOutput:
-            return await agent.approve_tool_call(run_id=run_id, tool_call_id=body.get("toolCallId"))
+            options = resume_options(body, principal_of(request))
+            return await agent.approve_tool_call(
+                run_id=run_id, tool_call_id=body.get("toolCallId"), **options
+            )
 
         return await self._continue(request, await json_body(request), start)
 
     async def decline(self, request: Request) -> Response:
         async def start(agent: Agent, run_id: str, body: dict[str, Any]) -> RunOutput:
+            options = resume_options(body, principal_of(request))
             return await agent.decline_tool_call(
-                run_id=run_id, tool_call_id=body.get("toolCallId"), reason=body.get("reason")
+                run_id=run_id, tool_call_id=body.get("toolCallId"), reason=body.get("reason"), **options
             )
 
         return await self._continue(request, await json_body(request), start)
@@ -285,8 +289,9 @@ class MastraRoutes:
                 return task_stream
 
         async def start(agent: Agent, run_id: str, body: dict[str, Any]) -> RunOutput:
+            options = resume_options(body, principal_of(request))
             return await agent.resume_stream(
-                body.get("resumeData"), run_id=run_id, tool_call_id=body.get("toolCallId")
+                body.get("resumeData"), run_id=run_id, tool_call_id=body.get("toolCallId"), **options
             )
 
         return await self._continue(request, body, start)

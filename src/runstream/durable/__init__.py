@@ -1,0 +1,5 @@
+"""Durable agent runs on Temporal (``pip install runstream[temporal]``): see :mod:`.runner`."""
+
+from runstream.durable.runner import TemporalRuns
+
+__all__ = ["TemporalRuns"]

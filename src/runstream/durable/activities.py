@@ -1,0 +1,262 @@
+"""The activities of a durable agent run: one loop step, and the end of a log segment.
+
+``run_step`` restores the run from the workflow's JSON, builds the loop configuration from the
+agent (as a run restored from a snapshot does, :meth:`Agent._configure`), and drives
+:func:`runstream._loop.agent_loop` until the step ends: the loop's ``on_step_end`` hook (called
+after a step's tool calls, where an in-process durable run saves its snapshot) stops it there,
+and the state goes back to the workflow. A run that ends or stops for a human ends the step too;
+then the activity does what :meth:`Agent._output`'s close does in-process: saves the turn into
+memory, or the suspended run's snapshot (for listings and approvals from any process).
+
+Every chunk goes to the run's log at the sequence number after the previous one, in batches
+(:meth:`RunLog.append_at`), so an attempt that runs a step again after a lost worker adds only
+what the lost attempt had not published. A side task heartbeats to Temporal and watches the
+run's abort flag (set by the API process whose client went away, or that aborted the run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from runstream import _suspension as suspension
+from runstream._loop import agent_loop
+from runstream._run_state import LoopConfig, ResumeAction, RunState
+from runstream._step_results import model_label, run_metadata
+from runstream.abort import AbortController
+from runstream.chunks import dumps, iso_datetime, now_utc
+from runstream.durable.log import RunLog
+from runstream.durable.workflow import END_SEGMENT, RUN_STEP, SegmentEnd, StepInput, StepOutput
+from runstream.memory import MemoryScope
+from runstream.run_options import RunOptions
+from runstream.storage import TaskFilter
+
+if TYPE_CHECKING:
+    from runstream.agent import Agent
+
+SETTLED_TASK_STATUSES = frozenset({"completed", "failed", "cancelled", "timed_out"})
+
+
+class StepBoundary(Exception):
+    """Raised by the loop's ``on_step_end`` hook: the step is over, the workflow takes it on."""
+
+
+class RunActivities:
+    """The activities of the runs of ``agents`` (by id), publishing to ``log``."""
+
+    def __init__(self, agents: Mapping[str, Agent], log: RunLog, heartbeat_timeout_ms: int) -> None:
+        self.agents = agents
+        self.log = log
+        self.heartbeat_timeout_ms = heartbeat_timeout_ms
+
+    @activity.defn(name=RUN_STEP)
+    async def run_step(self, step: StepInput) -> StepOutput:
+        agent = self.agents.get(step.agent_id)
+        if agent is None:
+            raise ApplicationError(f"no agent {step.agent_id!r} in this worker", type="UnknownAgent")
+        controller = AbortController()
+        watch = asyncio.create_task(self._watch(step.run_id, controller))
+        try:
+            return await self._run(agent, step, controller)
+        finally:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
+
+    @activity.defn(name=END_SEGMENT)
+    async def end_segment(self, end: SegmentEnd) -> None:
+        log = self.log
+        seq = end.seq
+        if end.error is not None:  # as the server ends a run that failed mid-stream
+            envelope = {"runId": end.run_id, "from": "AGENT"}
+            failure = [
+                {"type": "error", **envelope, "payload": {"error": {"message": end.error}}},
+                {
+                    "type": "finish",
+                    **envelope,
+                    "payload": {
+                        "stepResult": {"reason": "error", "isContinued": False},
+                        "output": {"usage": {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}},
+                    },
+                },
+            ]
+            await log.append_at(end.segment, seq + 1, [dumps(chunk) for chunk in failure], 2**62)
+        await log.end(end.segment, end.snapshot)
+
+    async def _watch(self, run_id: str, controller: AbortController) -> None:
+        interval_s = self.heartbeat_timeout_ms / 4000
+        while True:
+            activity.heartbeat()
+            reason = await self.log.abort_requested(run_id)
+            if reason is not None and not controller.signal.aborted:
+                controller.abort(reason)
+            await asyncio.sleep(interval_s)
+
+    async def _run(self, agent: Agent, step: StepInput, controller: AbortController) -> StepOutput:
+        log = self.log
+        state, options = suspension.restore(step.snapshot)
+        state.saved = False
+        state.status = "running"
+        action = step.action
+        resume = (
+            None
+            if action.kind == "start"
+            else ResumeAction(action.kind, action.tool_call_id, action.data, action.reason)  # type: ignore[arg-type]
+        )
+        if activity.info().attempt > 1:
+            await _cancel_orphans(agent, state)
+        try:
+            cfg = await agent._configure(options, state, controller)
+        except (ValueError, TypeError, LookupError) as exc:  # the same in every attempt
+            raise ApplicationError(f"{type(exc).__name__}: {exc}", non_retryable=True) from exc
+        cfg.on_step_end = _stop_at_step_end
+        publisher = _Publisher(log, step.segment, step.seq, step.fence + activity.info().attempt)
+        source = agent_loop(cfg, state, resume)
+        memory = cfg.memory if cfg.thread_id is not None else None
+        if memory is not None and options.memory is not None:  # generateTitle's emitEvent
+            source = memory.title_event(
+                source, options.memory, cfg.model, options.request_context, lambda: state.messages
+            )
+        try:
+            async for chunk in source:
+                await publisher.put(dumps(chunk.to_wire()))
+        except StepBoundary:
+            seq = await publisher.close()
+            state.saved = True  # this process's hooks of later task outcomes write into memory
+            return StepOutput(suspension.snapshot(agent.id, state, options), seq, "step")
+        except BaseException:
+            await publisher.cancel()
+            raise
+        seq = await publisher.close()
+        if _status(state) == "suspended":
+            await self._suspended(agent, cfg, state, options)
+            outcome = "suspended"
+        else:
+            await self._finished(agent, cfg, state, options)
+            outcome = "finished"
+        state.saved = True
+        return StepOutput(suspension.snapshot(agent.id, state, options), seq, outcome)
+
+    async def _suspended(self, agent: Agent, cfg: LoopConfig, state: RunState, options: RunOptions) -> None:
+        """As in-process: the input is saved now, the run's snapshot is listed as suspended."""
+        await agent._save_input_early(cfg, state)
+        storage = agent._run_storage()
+        if storage is not None:
+            data = suspension.snapshot(agent.id, state, options)
+            data["suspendedAt"] = iso_datetime(now_utc())
+            await storage.save_snapshot(suspension.NAMESPACE, state.run_id, data)
+
+    async def _finished(self, agent: Agent, cfg: LoopConfig, state: RunState, options: RunOptions) -> None:
+        """Save the turn (and start its thread's title, as in-process), then the outcomes of its
+        background tasks that settled while other workers ran its earlier steps (their hooks
+        had no turn in memory to write into)."""
+        storage = agent._run_storage()
+        if storage is not None:
+            await storage.delete_snapshot(suspension.NAMESPACE, state.run_id)
+        memory = cfg.memory
+        if memory is None or cfg.thread_id is None or cfg.resource_id is None:
+            return
+        state.saved = True
+        await memory.save_turn(
+            MemoryScope(cfg.thread_id, cfg.resource_id),
+            state.new_input_messages,
+            state.response_messages,
+            state.message_id,
+            metadata=run_metadata(cfg, state),
+            model=model_label(cfg),
+            continued=state.continued,
+        )
+        if options.memory is not None:
+            memory.title_after_turn(options.memory, cfg.model, options.request_context)
+        if storage is None:
+            return
+        for task_id in state.background_task_ids:
+            record = await storage.get_task(task_id)
+            if record is not None and record.status in SETTLED_TASK_STATUSES:
+                await memory.apply_task_outcome(record)
+
+
+class _Publisher:
+    """Writes a step's chunks to its log segment in order, in batches: the chunks the loop made
+    while one batch was being written go in the next (one Redis call each). The loop waits only
+    when ``MAX_PENDING`` chunks are not written yet."""
+
+    MAX_PENDING = 512
+
+    def __init__(self, log: RunLog, segment: str, seq: int, fence: int) -> None:
+        self.log = log
+        self.segment = segment
+        self.fence = fence
+        self.seq = seq
+        """The last sequence number given out."""
+        self._written = seq
+        self._pending: list[str] = []
+        self._closing = False
+        self._wake = asyncio.Event()
+        self._progress = asyncio.Event()
+        self._writer = asyncio.create_task(self._write())
+
+    async def put(self, data: str) -> None:
+        if self._writer.done():
+            self._writer.result()  # the writer's error (e.g. fenced off) stops the step
+        self.seq += 1
+        self._pending.append(data)
+        self._wake.set()
+        while len(self._pending) >= self.MAX_PENDING and not self._writer.done():
+            self._progress.clear()
+            await self._progress.wait()
+
+    async def close(self) -> int:
+        """Write what is left; the segment's last sequence number."""
+        self._closing = True
+        self._wake.set()
+        await self._writer
+        return self.seq
+
+    async def cancel(self) -> None:
+        self._writer.cancel()
+        with contextlib.suppress(BaseException):
+            await self._writer
+
+    async def _write(self) -> None:
+        try:
+            while self._pending or not self._closing:
+                if not self._pending:
+                    await self._wake.wait()
+                    self._wake.clear()
+                    continue
+                batch, self._pending = self._pending, []
+                await self.log.append_at(self.segment, self._written + 1, batch, self.fence)
+                self._written += len(batch)
+                self._progress.set()
+        finally:
+            self._progress.set()
+
+
+async def _cancel_orphans(agent: Agent, state: RunState) -> None:
+    """A step run again after a lost attempt: cancel the background tasks that attempt started
+    (the run's state, as it was before the step, does not know them); the step starts its own."""
+    services = agent.services
+    if services is None or services.task_manager is None:
+        return
+    known = set(state.background_task_ids)
+    active = await services.storage.list_tasks(
+        TaskFilter(run_id=state.run_id, status=("pending", "running", "suspended"))
+    )
+    for record in active.items:
+        if record.id not in known:
+            await services.task_manager.cancel(record.id)
+
+
+def _status(state: RunState) -> str:
+    """The status the loop left (mypy narrowed it to the one set before the loop ran)."""
+    return state.status
+
+
+async def _stop_at_step_end(state: RunState) -> None:
+    raise StepBoundary

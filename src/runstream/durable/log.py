@@ -1,0 +1,144 @@
+"""The chunk log of durable runs, in Redis: written by workers, read by API processes.
+
+A run's chunks go to log *segments*: the run up to its first stop for a human is one segment,
+each continuation (an approval, a resume) another. Per segment, under ``<prefix>:<segment>``:
+``:seq`` (the last sequence number), ``:events`` (a Redis stream whose entry ids are
+``<seq>-0``; the end is the entry ``<last seq>-1``) and ``:info`` (a hash: whether it ended, the
+writers' fence, the run's final state). Per run, ``<prefix>:abort:<run id>`` asks the worker
+running it to abort.
+
+Writes are idempotent by sequence number: :meth:`RunLog.append_at` adds chunk ``seq`` only if
+the segment does not hold it yet (chunks go in batches: whatever the step produced while the
+previous batch was written), so a step that a worker lost half-way, run again by another
+worker, adds only the chunks past the ones already there. Every write carries a *fence* (the
+step's number times the attempts it may take, plus its attempt): a write with a lower fence
+than one already seen is refused, so a worker taken for dead cannot write after its successor.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from redis.asyncio import Redis
+
+READ_BLOCK_MS = 1000
+READ_BATCH = 500
+
+_APPEND_AT = """
+local fence = tonumber(ARGV[2])
+local seen = tonumber(redis.call('HGET', KEYS[3], 'fence') or '0')
+if fence < seen then return -1 end
+if fence > seen then redis.call('HSET', KEYS[3], 'fence', fence) end
+if redis.call('HGET', KEYS[3], 'ended') == '1' then return -2 end
+local first = tonumber(ARGV[1])
+local last = tonumber(redis.call('GET', KEYS[1]) or '0')
+if first > last + 1 then return redis.error_reply('chunk ' .. first .. ' after ' .. last) end
+local added = 0
+for i = 4, #ARGV do
+  local seq = first + i - 4
+  if seq > last then
+    redis.call('XADD', KEYS[2], seq .. '-0', 'd', ARGV[i])
+    last = seq
+    added = added + 1
+  end
+end
+redis.call('SET', KEYS[1], last)
+for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
+return added
+"""
+
+_END = """
+if redis.call('HGET', KEYS[3], 'ended') == '1' then return 0 end
+local seq = tonumber(redis.call('GET', KEYS[1]) or '0')
+redis.call('XADD', KEYS[2], seq .. '-1', 'end', '1')
+redis.call('HSET', KEYS[3], 'ended', '1', 'state', ARGV[1])
+for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[2]) end
+return 1
+"""
+
+
+class FencedOffError(RuntimeError):
+    """A newer attempt of the run's step writes its log: this one must stop."""
+
+
+class RunLog:
+    """Segment logs in the Redis at ``url`` (see the module docstring)."""
+
+    def __init__(
+        self, url: str, *, prefix: str = "runstream:durable", ttl_s: int = 3600, live_ttl_s: int = 7 * 86400
+    ) -> None:
+        if ttl_s < 1 or live_ttl_s < 1:
+            raise ValueError("ttl_s and live_ttl_s must be at least 1")
+        self.client: Redis = Redis.from_url(url, decode_responses=True)
+        self.prefix = prefix
+        self.ttl_s = ttl_s
+        self.live_ttl_s = live_ttl_s
+        self._append = self.client.register_script(_APPEND_AT)
+        self._end = self.client.register_script(_END)
+
+    def _keys(self, segment: str) -> list[str]:
+        base = f"{self.prefix}:{segment}"
+        return [f"{base}:seq", f"{base}:events", f"{base}:info"]
+
+    async def open(self, segment: str) -> None:
+        """Create an empty segment (before its run or continuation starts, so readers wait)."""
+        info = self._keys(segment)[2]
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.hsetnx(info, "ended", "0")
+            pipe.expire(info, self.live_ttl_s)
+            await pipe.execute()
+
+    async def append_at(self, segment: str, first_seq: int, data: list[str], fence: int) -> int:
+        """Add the chunks ``data`` as ``first_seq``, ``first_seq + 1``, ...; the ones the segment
+        holds already are skipped. Returns how many were added. Raises :class:`FencedOffError`
+        if a newer attempt writes the log, or the segment has ended."""
+        if not data:
+            return 0
+        keys = self._keys(segment)
+        added = int(await self._append(keys=keys, args=[first_seq, fence, self.live_ttl_s, *data]))
+        if added < 0:
+            raise FencedOffError(f"log segment {segment} is written by a newer attempt or has ended")
+        return added
+
+    async def end(self, segment: str, state: dict[str, Any]) -> None:
+        """End the segment (once) with the run's state; its readers stop after the last chunk."""
+        await self._end(keys=self._keys(segment), args=[json.dumps(state), self.ttl_s])
+
+    async def final_state(self, segment: str) -> dict[str, Any] | None:
+        raw = await self.client.hget(self._keys(segment)[2], "state")
+        return None if raw is None else dict(json.loads(raw))
+
+    async def read(self, segment: str, after: int = 0) -> AsyncIterator[tuple[int, str]]:
+        """``(seq, data)`` of the segment's chunks after ``after``, live ones too, until it ends.
+        Raises ``KeyError`` for an unknown (or expired) segment."""
+        _, events, info = self._keys(segment)
+        if not await self.client.exists(info):
+            raise KeyError(segment)
+        last = f"{max(after, 0)}-0"
+        while True:
+            entries: Any = await self.client.xrange(events, f"({last}", "+", count=READ_BATCH)
+            if not entries:
+                got: Any = await self.client.xread({events: last}, count=READ_BATCH, block=READ_BLOCK_MS)
+                entries = list(got[0][1]) if got else []
+                if not entries and not await self.client.exists(info):
+                    return  # expired
+            for entry_id, fields in entries:
+                if "end" in fields:
+                    return
+                yield int(entry_id.partition("-")[0]), fields["d"]
+                last = entry_id
+
+    async def request_abort(self, run_id: str, reason: str) -> None:
+        await self.client.set(f"{self.prefix}:abort:{run_id}", reason, ex=self.ttl_s)
+
+    async def abort_requested(self, run_id: str) -> str | None:
+        value = await self.client.get(f"{self.prefix}:abort:{run_id}")
+        return None if value is None else str(value)
+
+    async def clear_abort(self, run_id: str) -> None:
+        await self.client.delete(f"{self.prefix}:abort:{run_id}")
+
+    async def close(self) -> None:
+        await self.client.aclose()

@@ -1,0 +1,256 @@
+"""``TemporalRuns``: every run of a runtime's agents is a Temporal workflow (see
+:mod:`runstream.durable.workflow`), its steps activities on runstream workers.
+
+Enable it with one setting, ``Runstream(..., durable_runs=TemporalRuns(redis_url))``. The API
+process builds a run's first state as in-process (memory loaded, input normalised), starts its
+workflow, and returns a :class:`RunOutput` that reads the run's chunks from the shared log
+(:class:`RunLog`) as the workers publish them; the server streams that output as any other,
+so the chunks on the wire are the in-process ones. ``approve_tool_call``, ``decline_tool_call``
+and ``resume_stream`` send the workflow its ``continue_run`` update from whichever process the
+human answers through, and stream the continuation the same way. ``runstream worker`` runs the
+run workflows and their steps (the agents' models and tools) next to the background tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import fields
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+from runstream import _suspension as suspension
+from runstream._run_state import ResumeAction, RunState
+from runstream.abort import AbortController, AbortSignal
+from runstream.agent import Agent, RunNotFoundError
+from runstream.chunks import AnyChunk, chunk_from_wire
+from runstream.durable.activities import RunActivities
+from runstream.durable.log import RunLog
+from runstream.durable.workflow import (
+    CONTINUE_UPDATE,
+    Action,
+    AgentRunWorkflow,
+    Continuation,
+    RunPlan,
+)
+from runstream.errors import RunstreamError, StateConflictError
+from runstream.output import RunOutput
+from runstream.run_options import RunOptions
+from runstream.storage import Storage
+from runstream.tasks.coordination import TaskManager
+from runstream.tasks.temporal.manager import TemporalSettings, TemporalTaskManager
+
+logger = logging.getLogger(__name__)
+
+
+class DurableRunError(RunstreamError):
+    """Temporal cannot be reached, or refused to start a run."""
+
+
+class TemporalRuns:
+    """Durable agent runs on Temporal, their chunks in the Redis at ``redis_url``.
+
+    ``temporal`` (or a connected ``client``) says where Temporal is; without them the runtime's
+    :class:`TemporalTaskManager` lends its own. Runs go to the task queue ``<task_queue>.runs``.
+    A worker silent for ``heartbeat_timeout_ms`` is taken for dead and its step runs again on
+    another; one step may take ``step_timeout_ms`` at most. ``run_worker=True`` (set by
+    ``runstream worker``) runs the workflows and steps in this process too.
+    """
+
+    def __init__(
+        self,
+        redis_url: str,
+        *,
+        temporal: TemporalSettings | None = None,
+        client: Client | None = None,
+        heartbeat_timeout_ms: int = 10_000,
+        step_timeout_ms: int = 3_600_000,
+        log_prefix: str = "runstream:durable",
+        run_worker: bool = False,
+    ) -> None:
+        if heartbeat_timeout_ms < 100 or step_timeout_ms < heartbeat_timeout_ms:
+            raise ValueError(
+                "heartbeat_timeout_ms must be >= 100 and step_timeout_ms >= heartbeat_timeout_ms"
+            )
+        self.log = RunLog(redis_url, prefix=log_prefix)
+        self.temporal = temporal
+        self.heartbeat_timeout_ms = heartbeat_timeout_ms
+        self.step_timeout_ms = step_timeout_ms
+        self.run_worker = run_worker
+        self.agents: Mapping[str, Agent] = {}
+        self._client = client
+        self._task_manager: TaskManager | None = None
+        self._worker: Worker | None = None
+        self._worker_run: asyncio.Task[None] | None = None
+        self._aborts: set[asyncio.Task[None]] = set()
+
+    def bind(self, agents: Mapping[str, Any], storage: Storage, task_manager: TaskManager | None) -> None:
+        """The runtime's agents (looked up by id when a step runs) and its task manager."""
+        self.agents = agents
+        self._task_manager = task_manager
+
+    @property
+    def settings(self) -> TemporalSettings:
+        manager = self._task_manager
+        if self.temporal is None and isinstance(manager, TemporalTaskManager):
+            return manager.temporal
+        return self.temporal or TemporalSettings()
+
+    @property
+    def task_queue(self) -> str:
+        return f"{self.settings.task_queue}.runs"
+
+    @staticmethod
+    def workflow_id(run_id: str) -> str:
+        return f"runstream-run-{run_id}"
+
+    async def start(self) -> None:
+        """Connect (or borrow the task manager's client); with ``run_worker``, start the worker."""
+        if self._client is None:
+            manager = self._task_manager
+            if self.temporal is None and isinstance(manager, TemporalTaskManager):
+                self._client = manager.client
+            else:
+                settings = self.settings
+                try:
+                    self._client = await Client.connect(
+                        settings.address,
+                        namespace=settings.namespace,
+                        tls=settings.tls or settings.api_key is not None,
+                        api_key=settings.api_key,
+                    )
+                except RuntimeError as exc:
+                    raise DurableRunError(f"Cannot reach Temporal at {settings.address}: {exc}") from exc
+        if self.run_worker and self._worker is None:
+            throttle = timedelta(milliseconds=self.heartbeat_timeout_ms / 4)
+            activities = RunActivities(self.agents, self.log, self.heartbeat_timeout_ms)
+            self._worker = Worker(
+                self._client,
+                task_queue=self.task_queue,
+                workflows=[AgentRunWorkflow],
+                activities=[activities.run_step, activities.end_segment],
+                # runstream's own workflow, deterministic, importing only temporalio (see the
+                # background-task worker for why the sandbox is left out)
+                workflow_runner=UnsandboxedWorkflowRunner(),
+                graceful_shutdown_timeout=timedelta(milliseconds=self.settings.graceful_shutdown_ms),
+                max_heartbeat_throttle_interval=throttle,
+                default_heartbeat_throttle_interval=throttle,
+            )
+            self._worker_run = asyncio.create_task(self._worker.run())
+
+    async def close(self) -> None:
+        """Stop the worker gracefully (a step still running after the grace period is cancelled
+        and runs again on another worker); close the log's connection."""
+        if self._worker is not None:
+            await self._worker.shutdown()
+            if self._worker_run is not None:
+                await asyncio.gather(self._worker_run, return_exceptions=True)
+            self._worker = self._worker_run = None
+        await asyncio.gather(*self._aborts, return_exceptions=True)
+        await self.log.close()
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            raise RuntimeError("TemporalRuns is not started (the Runstream starts it)")
+        return self._client
+
+    # -- runs ------------------------------------------------------------------------------
+
+    async def start_run(
+        self, agent_id: str, state: RunState, options: RunOptions, controller: AbortController
+    ) -> RunOutput:
+        """Start the run's workflow; its chunks stream from the log as workers publish them.
+
+        The run's configuration is built here first, and dropped, so that bad options fail the
+        call (as in-process) rather than the run's first step on a worker."""
+        agent = self.agents.get(agent_id)
+        if agent is None:
+            raise RunNotFoundError(f"agent {agent_id!r} is not in this Runstream")
+        await agent._configure(options, state, AbortController())
+        segment = _segment(state.run_id)
+        await self.log.open(segment)
+        await self.log.clear_abort(state.run_id)
+        plan = RunPlan(
+            run_id=state.run_id,
+            agent_id=agent_id,
+            snapshot=suspension.snapshot(agent_id, state, options),
+            segment=segment,
+            activity_queue=self.task_queue,
+            heartbeat_timeout_ms=self.heartbeat_timeout_ms,
+            step_timeout_ms=self.step_timeout_ms,
+        )
+        try:
+            await self.client.start_workflow(
+                AgentRunWorkflow.run, plan, id=self.workflow_id(state.run_id), task_queue=self.task_queue
+            )
+        except WorkflowAlreadyStartedError:
+            raise StateConflictError(f"run {state.run_id!r} is already running") from None
+        except RPCError as exc:
+            raise DurableRunError(f"could not start run {state.run_id!r} on Temporal: {exc}") from exc
+        return self._output(state, segment, controller, options.abort_signal)
+
+    async def continue_run(
+        self, agent_id: str, state: RunState, action: ResumeAction, options: RunOptions
+    ) -> RunOutput:
+        """Hand a human's answer to the waiting run; its continuation streams as a new segment."""
+        segment = _segment(state.run_id)
+        await self.log.open(segment)
+        await self.log.clear_abort(state.run_id)
+        answer = Continuation(segment, Action(action.kind, action.tool_call_id, action.data, action.reason))
+        handle = self.client.get_workflow_handle(self.workflow_id(state.run_id))
+        try:
+            await handle.execute_update(CONTINUE_UPDATE, answer, result_type=str)
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            message = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
+            raise StateConflictError(f"run {state.run_id!r}: {message}") from None
+        except RPCError as exc:
+            raise RunNotFoundError(f"no durable run {state.run_id!r} waiting on Temporal: {exc}") from None
+        state.status = "running"
+        return self._output(state, segment, AbortController(), options.abort_signal)
+
+    def _output(
+        self, state: RunState, segment: str, controller: AbortController, abort_signal: AbortSignal | None
+    ) -> RunOutput:
+        """The run as the API process sees it: the segment's chunks, then the final state."""
+        log = self.log
+        run_id = state.run_id
+
+        async def source() -> AsyncIterator[AnyChunk]:
+            async for _, data in log.read(segment):
+                yield chunk_from_wire(json.loads(data))
+            final = await log.final_state(segment)
+            if final is not None:
+                _refresh(state, final)
+
+        def abort(reason: object) -> None:
+            task = asyncio.create_task(log.request_abort(run_id, str(reason or "aborted")))
+            self._aborts.add(task)
+            task.add_done_callback(self._aborts.discard)
+
+        controller.signal.add_listener(abort)
+        if abort_signal is not None:
+            abort_signal.add_listener(controller.abort)
+        return RunOutput(source(), state, controller)
+
+
+def _segment(run_id: str) -> str:
+    return f"{run_id}:{uuid.uuid4().hex[:12]}"
+
+
+def _refresh(state: RunState, data: dict[str, Any]) -> None:
+    """Give the API process's state object the run's final state (for the output's aggregates)."""
+    restored = RunState.from_json(data)
+    for item in fields(RunState):
+        if item.name not in ("span", "error"):
+            setattr(state, item.name, getattr(restored, item.name))
+    state.saved = True

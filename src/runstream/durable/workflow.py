@@ -1,0 +1,196 @@
+"""The Temporal workflow of one durable agent run, and the data it exchanges.
+
+Like :mod:`runstream.tasks.temporal.workflow`, this module imports nothing of runstream: the
+workflow only orders activities by name and holds the run as data.
+
+A run's life as a workflow:
+
+* The workflow holds the run's state as JSON (a :func:`runstream._suspension.snapshot`: the
+  versioned :meth:`RunState.to_json` plus the restorable options) and runs it one loop step at
+  a time: each ``run_step`` activity restores the state, runs a model call and the tool calls
+  it made, publishes the step's chunks to the run's log with the sequence numbers the workflow
+  gave it, and returns the new state. A worker lost mid-step (its heartbeats stop) costs a
+  retry of that step on another worker; the chunks the lost attempt already published keep
+  their sequence numbers, so the log holds each chunk once.
+* A run that stops for a human (an approval, a suspended tool) ends its log *segment* and waits
+  for the ``continue_run`` update, sent by whichever API process the human answers through,
+  maybe hours later. The update names the segment the continuation streams to; its validator
+  refuses a call the run does not wait for.
+* ``end_segment`` closes a segment's log with the run's state, so the readers of a segment (the
+  API process streaming it) get the final aggregates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+
+WORKFLOW_NAME = "runstream.AgentRun"
+RUN_STEP = "runstream.run_step"
+END_SEGMENT = "runstream.end_segment"
+CONTINUE_UPDATE = "continue_run"
+MAX_STEP_ATTEMPTS = 10
+"""Attempts of one step (a lost worker costs one); also the stride of the log's fences."""
+
+
+@dataclass
+class RunPlan:
+    """What the workflow starts with (fixed when the run starts)."""
+
+    run_id: str
+    agent_id: str
+    snapshot: dict[str, Any]
+    segment: str
+    activity_queue: str
+    heartbeat_timeout_ms: int
+    step_timeout_ms: int
+
+
+@dataclass
+class Action:
+    """How a step goes on: ``start`` (a new run), ``continue`` (after a finished step), or a
+    human's answer: ``approve``, ``decline``, ``resume``."""
+
+    kind: str
+    tool_call_id: str | None = None
+    data: Any = None
+    reason: str | None = None
+
+
+@dataclass
+class StepInput:
+    run_id: str
+    agent_id: str
+    snapshot: dict[str, Any]
+    segment: str
+    seq: int
+    """The segment's chunks published before this step."""
+    fence: int
+    """Orders the writers of the run's log: a lower fence can no longer write."""
+    action: Action
+
+
+@dataclass
+class StepOutput:
+    snapshot: dict[str, Any]
+    seq: int
+    outcome: str
+    """``step`` (more steps follow), ``suspended`` (waits for a human) or ``finished``."""
+
+
+@dataclass
+class SegmentEnd:
+    run_id: str
+    segment: str
+    seq: int
+    snapshot: dict[str, Any]
+    error: str | None = None
+    """The step failed for good: the segment ends with an ``error`` and a ``finish`` chunk."""
+
+
+@dataclass
+class Continuation:
+    """A human's answer (the ``continue_run`` update): its action and the log segment to use."""
+
+    segment: str
+    action: Action
+
+
+@dataclass
+class _Waiting:
+    approvals: list[str] = field(default_factory=list)
+    suspended: list[str] = field(default_factory=list)
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class AgentRunWorkflow:
+    def __init__(self) -> None:
+        self._waiting: _Waiting | None = None
+        self._answers: list[Continuation] = []
+
+    @workflow.update(name=CONTINUE_UPDATE)
+    def continue_run(self, answer: Continuation) -> str:
+        self._answers.append(answer)
+        self._waiting = None
+        return answer.segment
+
+    @continue_run.validator
+    def _check_answer(self, answer: Continuation) -> None:
+        waiting = self._waiting
+        if waiting is None:
+            raise ApplicationError("the run is not waiting for a human", type="RunNotWaiting")
+        action = answer.action
+        calls = waiting.suspended if action.kind == "resume" else waiting.approvals
+        if action.kind not in ("approve", "decline", "resume"):
+            raise ApplicationError(f"unknown action {action.kind!r}", type="RunNotWaiting")
+        if not calls or (action.tool_call_id is not None and action.tool_call_id not in calls):
+            what = "suspended" if action.kind == "resume" else "waiting for approval"
+            raise ApplicationError(
+                f"tool call {action.tool_call_id!r} of the run is not {what}", type="CallNotWaiting"
+            )
+
+    @workflow.run
+    async def run(self, plan: RunPlan) -> str:
+        snapshot, segment, seq, step = plan.snapshot, plan.segment, 0, 0
+        action = Action("start")
+        while True:
+            step += 1
+            try:
+                out = await self._step(
+                    plan,
+                    StepInput(
+                        plan.run_id, plan.agent_id, snapshot, segment, seq, step * MAX_STEP_ATTEMPTS, action
+                    ),
+                )
+            except ActivityError as error:
+                if is_cancelled_exception(error):
+                    raise
+                cause = error.cause if error.cause is not None else error
+                await self._end(plan, SegmentEnd(plan.run_id, segment, seq, snapshot, str(cause)))
+                return "failed"
+            snapshot, seq = out.snapshot, out.seq
+            action = Action("continue")
+            if out.outcome == "step":
+                continue
+            await self._end(plan, SegmentEnd(plan.run_id, segment, seq, snapshot))
+            if out.outcome != "suspended":
+                return str(snapshot.get("status", "success"))
+            pending = snapshot.get("pending") or {}
+            self._waiting = _Waiting(
+                list(pending.get("awaitingApproval") or []), list(pending.get("suspended") or {})
+            )
+            await workflow.wait_condition(lambda: bool(self._answers))
+            answer = self._answers.pop(0)
+            segment, seq, action = answer.segment, 0, answer.action
+
+    async def _step(self, plan: RunPlan, step: StepInput) -> StepOutput:
+        out: StepOutput = await workflow.execute_activity(
+            RUN_STEP,
+            step,
+            result_type=StepOutput,
+            task_queue=plan.activity_queue,
+            start_to_close_timeout=timedelta(milliseconds=plan.step_timeout_ms),
+            heartbeat_timeout=timedelta(milliseconds=plan.heartbeat_timeout_ms),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(milliseconds=200),
+                maximum_interval=timedelta(seconds=10),
+                maximum_attempts=MAX_STEP_ATTEMPTS,
+                non_retryable_error_types=["UnsupportedRunStateError", "UnknownAgent"],
+            ),
+        )
+        return out
+
+    async def _end(self, plan: RunPlan, end: SegmentEnd) -> None:
+        """A local activity (it only writes Redis): no task-queue round trip before the run's
+        readers learn that it ended."""
+        await workflow.execute_local_activity(
+            END_SEGMENT,
+            end,
+            start_to_close_timeout=timedelta(minutes=1),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+        )
