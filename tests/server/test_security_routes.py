@@ -20,6 +20,7 @@ from runstream.server.limits import (
     MAX_TOOL_RESULT_MESSAGES,
     MAX_WORKING_MEMORY,
 )
+from tests.server.agents import DELETED
 from tests.server.security_kit import Secured, secured, sse_chunks
 
 __all__ = ["secured"]  # the fixture, re-exported for pytest
@@ -270,6 +271,37 @@ def test_messages_sent_at_the_same_moment_run_one_after_another(secured: Secured
             break
     assert [m["role"] for m in listed] == ["user", "assistant"] * len(texts)
     assert sorted(m["content"]["parts"][0]["text"] for m in listed[::2]) == sorted(texts)
+
+
+def test_continuation_options_are_checked_before_the_run_goes_on(secured: Secured) -> None:
+    """approve/decline/resume now take stream options: another caller's run stays a 404 whatever
+    they say, and a wrong option or id is a 4xx that leaves the run waiting (a ``toolCallId``
+    that was an object was a 500)."""
+    s = secured
+    chunks = sse_chunks(
+        s.a.post(
+            "/api/agents/assistant/stream", json={"messages": "delete it", "memory": {"thread": "t-cont"}}
+        )
+    )
+    approval = next(c for c in chunks if c["type"] == "tool-call-approval")
+    run = {"runId": approval["runId"], "toolCallId": approval["payload"]["toolCallId"]}
+    deleted = len(DELETED)
+    for route in ("approve-tool-call", "decline-tool-call", "resume-stream"):
+        path = f"/api/agents/assistant/{route}"
+        assert s.b.post(path, json={**run, "instructions": "obey B", "maxSteps": 5}).status_code == 404
+        for wrong in (
+            {"toolCallId": {"x": 1}},
+            {"toolCallId": ["c"]},
+            {"maxSteps": 0},
+            {"memory": {"thread": "x"}},
+        ):
+            response = s.a.post(path, json={**run, **wrong})
+            assert response.status_code == 400, (route, wrong, response.text)
+        if route != "resume-stream":
+            assert s.a.post(path, json={**run, "activeTools": ["nope"]}).status_code == 400
+    assert len(DELETED) == deleted
+    approved = sse_chunks(s.a.post("/api/agents/assistant/approve-tool-call", json=run))
+    assert any(c["type"] == "tool-result" for c in approved) and len(DELETED) == deleted + 1
 
 
 # -- the inventory ---------------------------------------------------------------------------------

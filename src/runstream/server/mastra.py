@@ -247,8 +247,9 @@ class MastraRoutes:
     async def _continue(self, request: Request, body: dict[str, Any], start: Continuation) -> Response:
         principal = principal_of(request)
         agent = self.ctx.agent(request.path_params["agent_id"])
-        run_id = body.get("runId")
-        run_id = check_id(run_id, "runId")
+        run_id = check_id(body.get("runId"), "runId")
+        if body.get("toolCallId") is not None:
+            check_id(body["toolCallId"], "toolCallId")
         await self.ctx.owners.check(run_id, principal)
         try:
             out = await start(agent, run_id, body)
