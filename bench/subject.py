@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from functools import cache
 
 from bench.source import Hold, RunTimes, Script, add, provider_parts, token_count
+from bench.source import clock as source_clock
 from runstream import Agent, tool
 from runstream.models.base import ModelRequest, ModelStream
 
@@ -41,7 +41,7 @@ def _agent(script: Script, suspend: bool) -> Agent:
 
 async def run_runstream(script: Script, suspend: bool, hold: Hold | None = None) -> RunTimes:
     agent = _agent(script, suspend)
-    clock = time.perf_counter
+    clock = source_clock()
     last = token_count(script)
     call = clock()
     out = await agent.stream("hi")

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import time
 
 from bench.bare import run_bare
-from bench.source import Runner, reply, tool_steps
+from bench.source import Runner, clock, reply, tool_steps
 from bench.subject import run_runstream
 
 RUNNERS: dict[str, Runner] = {"bare": run_bare, "runstream": run_runstream}
@@ -40,9 +39,9 @@ async def w3(run: Runner, steps: int, tokens: int) -> Figures:
 async def w4(run: Runner, runs: int, tokens: int) -> Figures:
     """``runs`` concurrent replies: wall µs per token, ms from the start to each first text-delta."""
     script = reply(tokens)
-    start = time.perf_counter()
+    start = clock()()
     times = await asyncio.gather(*(run(script, True) for _ in range(runs)))
-    wall = time.perf_counter() - start
+    wall = clock()() - start
     firsts = [(t.first_delta - start) * 1e3 for t in times]
     return {
         "us_per_token": wall / (runs * tokens) * 1e6,

@@ -38,6 +38,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "runstream.storage": ("runstream.agent", "runstream.runtime", "runstream._loop", "runstream.memory"),
     "runstream.tasks": ("runstream.agent", "runstream.runtime", "runstream._loop"),
     "runstream.agent": ("runstream.runtime", "runstream.workflows"),
+    # the agent's parts sit below it: a run's options, the suspended/durable run tables, until-idle
+    "runstream.run_options": ("runstream.agent", "runstream.runtime", "runstream._loop", "runstream.tasks"),
+    "runstream._suspension": ("runstream.agent", "runstream.runtime", "runstream._loop", "runstream.tasks"),
+    "runstream._idle_stream": ("runstream.agent", "runstream.runtime", "runstream._loop"),
 }
 """Besides: nothing outside ``runstream.server`` imports it (see ``test_the_core_never_imports_the_server``)."""
 

@@ -28,6 +28,7 @@ JS = ROOT / "tests" / "js"
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONPATH": str(ROOT)}
 ENV.pop("RUNSTREAM_API_TOKEN", None)
+ENV["COPILOTKIT_TELEMETRY_DISABLED"] = "true"  # as the CopilotKit block of docs/ag-ui.md says
 EXPECTED_TOOLS = {"ask_calc", "divide"}
 
 
@@ -101,10 +102,11 @@ async def test_mcp_page() -> None:
 
 def test_ag_ui_page(served: str) -> None:
     page = blocks("ag-ui.md")
-    assert [kind for kind, _ in page] == ["sh", "js", "text", "js", "text", "sh"]
+    assert [kind for kind, _ in page] == ["sh", "js", "text", "js", "text", "sh", "js", "text"]
     script = JS / "docs-ag-ui-client.mjs"  # inside tests/js, where @ag-ui/client resolves
-    for code, expected in ((page[1][1], page[2][1]), (page[3][1], page[4][1])):
-        script.write_text(code.replace("http://localhost:4111", served))
+    copilot_port = str(free_port())
+    for code, expected in ((page[1][1], page[2][1]), (page[3][1], page[4][1]), (page[6][1], page[7][1])):
+        script.write_text(code.replace("http://localhost:4111", served).replace("3001", copilot_port))
         try:
             assert run_program(["node", script.name], JS) == expected
         finally:

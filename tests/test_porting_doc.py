@@ -17,6 +17,7 @@ import pytest
 
 from runstream import Agent, RequestContext, Tool, ToolContext, tool
 from runstream._config_mapping import camel
+from runstream.delegation import DelegationConfig
 from runstream.memory import Memory, MemoryScope, TitleGeneration, WorkingMemory
 from runstream.models.base import ModelSettings
 from runstream.models.fallback import FallbackModel, ModelChoice
@@ -42,6 +43,7 @@ CONFIGS: dict[str, Any] = {
     "ToolBackgroundEntry": ToolBackgroundEntry,
     "BackgroundToolConfig": BackgroundToolConfig,
     "Memory": Memory,
+    "DelegationConfig": DelegationConfig,
     "WorkingMemory": WorkingMemory,
     "TitleGeneration": TitleGeneration,
 }

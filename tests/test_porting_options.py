@@ -357,9 +357,7 @@ def test_task_completion_and_structured_output_name_unknown_keys() -> None:
         TaskCompletion.coerce({"scorers": [], "stratgy": "all"})
     with pytest.raises(ValueError, match=r"is_task_complete.strategy must be one of"):
         TaskCompletion.coerce({"scorers": [], "strategy": "most"})
-    with pytest.raises(
-        ValueError, match=r"structured_output: Mastra's 'jsonPromptInjection' is not supported"
-    ):
-        StructuredOutput.coerce({"schema": {"type": "object"}, "jsonPromptInjection": True})
+    with pytest.raises(ValueError, match=r"structured_output: Mastra's 'useAgent' is not supported"):
+        StructuredOutput.coerce({"schema": {"type": "object"}, "useAgent": True})
     plain = StructuredOutput.coerce({"type": "object", "properties": {"schema": {"type": "string"}}})
     assert plain is not None and "schema" in plain.schema["properties"]

@@ -30,6 +30,14 @@ def test_every_error_is_a_runstream_error_and_keeps_its_builtin_base() -> None:
 
     for error in (RunNotFoundError, StorageError, StructuredOutputError, TaskStateError, ToolArgumentsError):
         assert issubclass(error, RunstreamError), error
+    from runstream import InvalidInputError
+    from runstream._config_mapping import ConfigKeyError
+    from runstream.run_options import InvalidOptionError
+    from runstream.server.resumable import RunAlreadyStreamingError
+
+    assert issubclass(ConfigKeyError, InvalidInputError) and issubclass(ConfigKeyError, ValueError)
+    assert issubclass(InvalidOptionError, InvalidInputError) and issubclass(InvalidOptionError, TypeError)
+    assert issubclass(RunAlreadyStreamingError, StateConflictError)
     assert issubclass(TaskStateError, StateConflictError)
     assert issubclass(StructuredOutputError, ValueError) and issubclass(RunNotFoundError, LookupError)
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 import warnings
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from runstream import AbortController, Agent, ToolContext, tool
 from runstream.chunks import AnyChunk
-from runstream.memory import Memory
+from runstream.memory import Memory, MemoryScope
 from runstream.runtime import Runstream
-from runstream.storage import InMemoryStorage, TaskFilter
+from runstream.storage import InMemoryStorage, SqliteStorage, TaskFilter
 from runstream.tasks import TaskNotFoundError, TaskStateError
 from runstream.testing import ScriptedModel
 
@@ -637,3 +638,36 @@ async def test_continuation_turns_are_bounded() -> None:
         history = await agent.memory.load_prompt(_scope())  # type: ignore[union-attr]
         results = [p["output"]["value"] for m in history if m["role"] == "tool" for p in m["content"]]
         assert results[-1] == {"topic": "loop", "summary": "loop is fast"}
+
+
+async def test_a_task_resumed_by_a_new_process_writes_its_result_into_memory(tmp_path: Path) -> None:
+    """The process that enqueued the task is gone (its request with it): the manager that
+    settles the task writes the outcome into the thread itself (``Memory.apply_task_outcome``,
+    as every manager does), so the next turn reads the answer, not the suspension."""
+
+    @tool(background=True)
+    async def ask(question: str, ctx: ToolContext) -> dict[str, Any]:
+        """Ask the user."""
+        if ctx.resume_data is None:
+            await ctx.suspend({"question": question})
+        return {"answer": ctx.resume_data}
+
+    db = tmp_path / "app.db"
+    first = Agent("a", model=ScriptedModel(calls=[call(("c1", "ask", '{"question":"name?"}')), say("Asking.")]),
+                  tools=[ask], memory=Memory())  # fmt: skip
+    async with Runstream(agents=[first], storage=SqliteStorage(db), background_tasks=True) as runtime:
+        out = await first.stream("Ask", memory=MEMORY)
+        async for _ in out.full_stream:
+            pass
+        assert runtime.task_manager is not None
+        (task,) = (await runtime.task_manager.list_tasks()).items
+        assert (await runtime.task_manager.wait_for(task.id)).status == "suspended"
+    second = Agent("a", model=ScriptedModel(calls=[say("unused")]), tools=[ask], memory=Memory())
+    async with Runstream(agents=[second], storage=SqliteStorage(db), background_tasks=True) as runtime:
+        assert runtime.task_manager is not None
+        await runtime.task_manager.resume(task.id, {"name": "Ada"})
+        done = await runtime.task_manager.wait_for(task.id)
+        assert done.status == "completed"
+        prompt = await Memory(storage=runtime.storage).load_prompt(MemoryScope("t1", "u1"))
+    outputs = [part["output"] for m in prompt if m["role"] == "tool" for part in m["content"]]
+    assert outputs == [{"type": "json", "value": {"answer": {"name": "Ada"}}}]

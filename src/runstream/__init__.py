@@ -10,12 +10,13 @@ they may change in any release.
 from runstream.abort import AbortController, AbortError, AbortSignal
 from runstream.agent import Agent, RunNotFoundError, client_tool
 from runstream.chunks import AgentChunk, Chunk, DataChunk, StreamChunk, UnknownChunk, chunk_from_wire, dumps
-from runstream.errors import NotFoundError, RunstreamError, StateConflictError
+from runstream.errors import InvalidInputError, NotFoundError, RunstreamError, StateConflictError
 from runstream.memory import Memory, MemoryScope
 from runstream.models.base import LanguageModel, ModelRequest, ModelSettings, ModelStream
 from runstream.output import RunOutput
 from runstream.processors import ProcessorContext, StepView, TripWire
 from runstream.request_context import RequestContext
+from runstream.run_options import RunOptions, StreamOptions
 from runstream.runtime import Runstream
 from runstream.storage import InMemoryStorage, SqliteStorage, Storage
 from runstream.structured import StructuredOutput, StructuredOutputError
@@ -31,6 +32,7 @@ __all__ = [
     "Chunk",
     "DataChunk",
     "InMemoryStorage",
+    "InvalidInputError",
     "LanguageModel",
     "Memory",
     "MemoryScope",
@@ -41,6 +43,7 @@ __all__ = [
     "ProcessorContext",
     "RequestContext",
     "RunNotFoundError",
+    "RunOptions",
     "RunOutput",
     "Runstream",
     "RunstreamError",
@@ -49,6 +52,7 @@ __all__ = [
     "StepView",
     "Storage",
     "StreamChunk",
+    "StreamOptions",
     "StructuredOutput",
     "StructuredOutputError",
     "Tool",

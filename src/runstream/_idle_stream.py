@@ -65,8 +65,11 @@ class IdleStreams:
             running.update(manager.running_task_ids(thread_id=scope.thread_id, resource_id=scope.resource_id))
         controller = AbortController()
         self._open[key] = controller
-        subscription = manager.subscribe(
-            agent_id=self.agent_id, thread_id=scope.thread_id, resource_id=scope.resource_id
+        subscription = manager.subscribe(  # as Mastra's untilIdle: live events only
+            agent_id=self.agent_id,
+            thread_id=scope.thread_id,
+            resource_id=scope.resource_id,
+            include_existing=False,
         )
         if options.abort_signal is not None:
             options.abort_signal.add_listener(controller.abort)

@@ -15,10 +15,10 @@ the ``tool-call-approval`` / ``tool-call-suspended`` chunk and leaves a
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from runstream._ids import new_id
 from runstream._model_step import ModelStep, Turn, default_response_metadata
 from runstream._prepare_step import prepared_step
 from runstream._run_state import (
@@ -42,6 +42,7 @@ from runstream._step_results import (
     step_finish_chunk,
     step_record,
 )
+from runstream._structuring import Structured, structure, structuring_tripwire
 from runstream._tool_step import answer_pending, calls_client_tools, run_tool_step, wait_for_background
 from runstream.chunks import (
     AbortChunk,
@@ -52,9 +53,10 @@ from runstream.chunks import (
     StartChunk,
     TripwireChunk,
 )
+from runstream.output import SubStream
 from runstream.processors import ProcessorContext, StepView, TripWire, run_step_processors
 from runstream.stop_conditions import should_stop
-from runstream.structured import NO_OBJECT
+from runstream.structured import NO_OBJECT, StructuredOutput
 
 Phase = AsyncIterator[AnyChunk | StepOutcome]
 """A part of the run: it yields chunks, then how it ended (its last item)."""
@@ -66,6 +68,21 @@ async def agent_loop(
     cfg: LoopConfig, state: RunState, resume: ResumeAction | None = None
 ) -> AsyncIterator[AnyChunk]:
     """Run the agent until it stops; yields every chunk of the run."""
+    async for item in run_chunks(cfg, state, resume):
+        if isinstance(item, Chunk):
+            yield item
+        else:
+            async for chunk in item:
+                yield chunk
+
+
+async def run_chunks(
+    cfg: LoopConfig, state: RunState, resume: ResumeAction | None = None
+) -> AsyncIterator[AnyChunk | SubStream]:
+    """:func:`agent_loop`, except that each model step's chunks come as the step's own
+    generator (a :data:`~runstream.output.SubStream`) for the consumer to pull from directly
+    until it ends, then go on here: ``RunOutput`` does, a generator layer less per token (async
+    generators have no ``yield from``). Still one pull-through chain, no task or queue."""
     if resume is None:  # the first chunk goes out before anything else is set up
         yield StartChunk(state.run_id, {"id": cfg.agent_id, "messageId": state.message_id})
     outcome: StepOutcome = CONTINUE
@@ -85,8 +102,7 @@ async def agent_loop(
             open_new_message(state)
         step_cfg, conversation = await prepared_step(cfg, state) if cfg.prepare_step else (cfg, None)
         step = ModelStep(step_cfg, state, turn, conversation)
-        async for chunk in step.stream():
-            yield chunk
+        yield step.stream()  # pulled to its end before this generator goes on
         async for item in _after_model_step(step_cfg, state, turn, step):
             if isinstance(item, Chunk):
                 yield item
@@ -107,9 +123,12 @@ async def _begin(cfg: LoopConfig, state: RunState, resume: ResumeAction | None) 
                 await _process_input(cfg, state)
             except TripWire as trip:  # the model is never called
                 yield Tripwire(trip.payload())
-    elif resume.kind == "continue":
+    elif resume.kind == "continue":  # a durable run from the snapshot after its last step
+        waited = len(state.waited_task_ids)
         async for waited_chunk in wait_for_background(cfg, state):
             yield waited_chunk
+        if state.ends_after_step is not None and not _task_settled(cfg, state, waited):
+            yield Finish(state.ends_after_step)  # that step ended the run
     else:  # a resumed run goes on where it stopped: no new start chunk (as in Mastra)
         pending = state.pending
         if pending is None:
@@ -134,10 +153,10 @@ def _end(cfg: LoopConfig, state: RunState, outcome: StepOutcome) -> list[AnyChun
             state.finish_reason = "aborted"
             aborted = AbortChunk(state.run_id, {})
             return [aborted, finish_chunk(cfg, state, "aborted", step_result=step_result, current=current)]
-        case Tripwire(payload, record):
+        case Tripwire(payload, record, announced):
             state.tripwire = payload
-            state.status = "tripwire"
-            chunks: list[AnyChunk] = [TripwireChunk(state.run_id, payload)]
+            state.status = "tripwire" if announced else "success"
+            chunks: list[AnyChunk] = [TripwireChunk(state.run_id, payload)] if announced else []
             if record is not None:
                 chunks.append(step_finish_chunk(cfg, state, record, "tripwire", continued=False))
             return [*chunks, finish_chunk(cfg, state, "tripwire")]
@@ -183,18 +202,21 @@ async def _after_model_step(cfg: LoopConfig, state: RunState, turn: Turn, step: 
         state.messages.append({"role": "assistant", "content": list(content)})
     structured = cfg.structured_output
     if structured is not None and not step.calls and text:
-        try:
-            obj = structured.parse_final(text)
-        except ValueError as exc:
-            if structured.error_strategy == "strict":
-                state.error = exc
-                yield ErrorChunk(state.run_id, {"type": "error", "error": exc})
-                yield Failed(_record(state, step, content, "error"))
-                return
-            obj = structured.recover(exc)
-        if obj is not NO_OBJECT:
-            state.object = obj
-            yield ObjectResultChunk(state.run_id, obj)
+        outcome = Structured()
+        async for chunk in _structured_object(structured, state, step, outcome):
+            yield chunk
+        if outcome.error is not None and structured.structuring_model is not None:  # x-pt27
+            trip, record = structuring_tripwire(outcome.error), _record(state, step, content, "tripwire")
+            record["tripwire"] = trip
+            yield Tripwire(trip, record, False)
+            return
+        if outcome.error is not None:  # errorStrategy strict
+            state.error = outcome.error
+            yield ErrorChunk(state.run_id, {"type": "error", "error": outcome.error})
+            yield Failed(_record(state, step, content, "error"))
+            return
+        if outcome.object is not NO_OBJECT:
+            state.object = outcome.object
     record = _record(state, step, content, step.finish_reason)
     if not step.calls:
         async for item in _model_turn_ended(cfg, state, step, record):
@@ -204,6 +226,29 @@ async def _after_model_step(cfg: LoopConfig, state: RunState, turn: Turn, step: 
     state.pending = pending
     async for item in _tool_step(cfg, state, pending, step, step.step_result):
         yield item
+
+
+async def _structured_object(
+    structured: StructuredOutput, state: RunState, step: ModelStep, outcome: Structured
+) -> AsyncIterator[AnyChunk]:
+    """The final answer's object: parsed from it, or made by a separate structuring model."""
+    if structured.structuring_model is not None:
+        async for chunk in structure(
+            structured, step.text, "".join(step.reasoning), step.cfg.abort_signal, outcome
+        ):
+            yield chunk
+        return
+    try:
+        outcome.object = structured.parse_final(step.text)
+    except ValueError as exc:
+        if structured.error_strategy == "strict":
+            outcome.error = exc
+            return
+        outcome.object = structured.recover(exc)
+        if outcome.object is not NO_OBJECT:  # Mastra marks a fallback value (x-pt11)
+            yield ObjectResultChunk(state.run_id, outcome.object, metadata={"fallback": True})
+        return
+    yield ObjectResultChunk(state.run_id, outcome.object)
 
 
 def _record(state: RunState, step: ModelStep, content: list[dict[str, Any]], reason: str) -> Any:
@@ -317,8 +362,9 @@ async def _model_turn_ended(cfg: LoopConfig, state: RunState, step: ModelStep, r
         yield CONTINUE
         return
     waited = len(state.waited_task_ids)
-    async for chunk in wait_for_background(cfg, state):
-        yield chunk
+    if cfg.wait_for_background is not None:  # (durable mode; no generator made otherwise)
+        async for chunk in wait_for_background(cfg, state):
+            yield chunk
     if cfg.abort_signal.aborted:
         yield Abort()
     elif _task_settled(cfg, state, waited):
@@ -353,11 +399,13 @@ async def _tool_step(
     if step is None:  # a resumed step: as in Mastra, it goes on without saving or waiting
         yield CONTINUE if cont else Finish(reason)
         return
+    state.ends_after_step = None if cont else reason
     if cfg.on_step_end is not None:
         await cfg.on_step_end(state)
     waited = len(state.waited_task_ids)
-    async for chunk in wait_for_background(cfg, state):
-        yield chunk
+    if cfg.wait_for_background is not None:  # (durable mode; no generator made otherwise)
+        async for chunk in wait_for_background(cfg, state):
+            yield chunk
     if cfg.abort_signal.aborted:
         yield Abort()
     elif cont or _task_settled(cfg, state, waited):
@@ -406,5 +454,5 @@ def open_new_message(state: RunState) -> None:
     """The response goes on in a new message (a new id from here on)."""
     if not state.message_segments:
         state.message_segments.append((state.message_id, state.input_count))
-    state.message_id = str(uuid.uuid4())
+    state.message_id = new_id()
     state.message_segments.append((state.message_id, len(state.messages)))

@@ -10,15 +10,15 @@ from __future__ import annotations
 import base64
 import json
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from runstream import _tracing as tracing
+from runstream._ids import new_id
 from runstream._run_state import LoopConfig, RunState, ToolCall
 from runstream._step_results import normalize_usage
-from runstream._tool_step import EagerTools, tool_call_limit, with_run_id
+from runstream._tool_step import EagerTools, model_view, tool_call_limit, with_run_id
 from runstream.abort import AbortError
 from runstream.chunks import (
     AnyChunk,
@@ -147,7 +147,7 @@ class ModelStep:
     def text(self) -> str:
         return "".join(self.text_deltas)
 
-    async def stream(self) -> AsyncIterator[AnyChunk]:
+    async def stream(self) -> AsyncGenerator[AnyChunk, None]:
         """Call the model and yield the step's chunks (``step-start`` first)."""
         cfg, state = self.cfg, self.state
         run_id = state.run_id
@@ -167,7 +167,10 @@ class ModelStep:
             return
         signal = cfg.abort_signal
         structured = cfg.structured_output
+        if structured is not None and structured.structuring_model is not None:
+            structured = None  # the structuring model makes the object after the step
         stream_processors = self.turn.stream_processors
+        plain = structured is None and not stream_processors
         text = self.text_deltas
         try:
             async for part in parts:
@@ -183,6 +186,11 @@ class ModelStep:
                         continue
                     text.append(delta)
                     chunk = TextDeltaChunk(run_id, {"id": part["id"], "text": delta})
+                    if plain and self.started_emitted:  # the hot path: nothing else to do
+                        yield chunk
+                        if signal.aborted:
+                            break
+                        continue
                 elif kind == "stream-start":
                     self.warnings = part.get("warnings") or []
                     if not self.started_emitted:
@@ -260,11 +268,12 @@ class ModelStep:
             if self.conversation is None
             else self.conversation
         )
+        prompt = [*cfg.system, *self.turn.retry_feedback, *cfg.context, *model_view(conversation)]
         return ModelRequest(
-            prompt=[*cfg.system, *self.turn.retry_feedback, *cfg.context, *conversation],
+            prompt=structured.prompt(prompt, cfg.model.provider) if structured else prompt,
             tools=[t.spec(cfg.tool_schemas.get(t.name)) for t in tools_offered],
             tool_choice=(cfg.tool_choice or {"type": "auto"}) if cfg.tools else cfg.tool_choice,
-            response_format=structured.response_format() if structured else None,
+            response_format=structured.response_format(cfg.model.provider) if structured else None,
             include_raw_chunks=cfg.include_raw_chunks,
             settings=cfg.model_settings,
             abort_signal=cfg.abort_signal,
@@ -406,7 +415,7 @@ def default_response_metadata(model: LanguageModel) -> dict[str, Any]:
     """A step's response metadata when the model sent none (or its call failed), as Mastra
     fills it in: a generated id, the time, and the model."""
     return {
-        "id": str(uuid.uuid4()),
+        "id": new_id(),
         "timestamp": iso_datetime(now_utc()),
         "modelId": model.model_id,
         "modelVersion": model.specification_version,

@@ -124,6 +124,8 @@ class LoopConfig:
     """Tools (in ``tools``) that the client executes: a step that calls one ends the run."""
     tasks_pending: Callable[[list[str]], bool] | None = None
     """Reports whether any of the given background tasks still runs (``backgroundTaskPending``)."""
+    delegation: Any = None
+    """The run's :class:`~runstream.delegation.DelegationRun` (its sub-agent tools read it)."""
 
 
 class StepRecord(TypedDict):
@@ -204,6 +206,8 @@ class ToolOutcome:
     """What the model sees instead of ``value`` (e.g. a background placeholder)."""
     resume_schema: dict[str, Any] | None = None
     """For a suspension: the schema of the data that resumes it (if the call gave one)."""
+    run_id: str | None = None
+    """For a suspension: the delegated run it waits on (``ToolContext.suspend(run_id=)``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -243,6 +247,9 @@ class PendingToolStep:
     """Approved calls (they run when the step goes on)."""
     resume_data: dict[str, Any] = field(default_factory=dict)
     """tool call id -> the data a suspended call resumes with"""
+    suspended_run_ids: dict[str, str] = field(default_factory=dict)
+    """tool call id -> the delegated run a suspended call waits on (its resumed execution gets
+    it as ``ToolContext.suspended_tool_run_id``)"""
     results: list[dict[str, Any]] = field(default_factory=list)
     """The step's tool-result parts once its tools ran; they join the step's content after its
     ``step-finish`` (as in Mastra)."""
@@ -255,6 +262,7 @@ class PendingToolStep:
             "done": {call_id: outcome.to_json() for call_id, outcome in self.done.items()},
             "approved": self.approved,
             "resumeData": self.resume_data,
+            "suspendedRunIds": self.suspended_run_ids,
             "stepRecord": self.step_record,
         }
 
@@ -278,6 +286,7 @@ class PendingToolStep:
             },
             approved=list(approved),
             resume_data=dict(resume_data),
+            suspended_run_ids=dict(data.get("suspendedRunIds", {})),
         )
 
 
@@ -328,12 +337,22 @@ class RunState:
     """The run's tracing span (parent of its step and tool spans)."""
     waited_task_ids: set[str] = field(default_factory=set)
     """Durable mode: background tasks whose results the loop already waited for."""
+    ends_after_step: str | None = None
+    """Durable mode: the finish reason when the last finished step ended the run (a client tool
+    was called, no steps left, a stop condition held), so a run resumed from the snapshot taken
+    after that step finishes instead of asking the model again."""
     message_segments: list[tuple[str, int]] = field(default_factory=list)
     """The response messages when signals split the response: (id, the index in ``messages``
     its content starts at), the first one included. Empty when the run is one message."""
     continued: ContinuedMessage | None = None
     """For a run without new input: the thread's last stored message, an assistant one, which
     the run's response is appended to (see ``runstream.memory``)."""
+    public_steps: dict[int, tuple[StepRecord, int, dict[str, Any]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    """Each step's public form (``output.steps`` of ``step-finish``/``finish``) as last built,
+    with its record and the content length it was built at: a later payload reuses it instead
+    of copying every earlier step again. A cache, not saved."""
 
     @property
     def new_input_messages(self) -> list[PromptMessage]:
@@ -370,6 +389,7 @@ class RunState:
                 "processorRetryCount": self.processor_retry_count,
                 "backgroundTaskIds": self.background_task_ids,
                 "waitedTaskIds": sorted(self.waited_task_ids),
+                "endsAfterStep": self.ends_after_step,
                 "reasoning": self.reasoning,
                 "toolCalls": [c.to_wire() for c in self.tool_calls],
                 "toolResults": [c.to_wire() for c in self.tool_results],
@@ -421,6 +441,7 @@ class RunState:
             processor_retry_count=data["processorRetryCount"],
             background_task_ids=data["backgroundTaskIds"],
             waited_task_ids=set(data.get("waitedTaskIds", [])),
+            ends_after_step=data.get("endsAfterStep"),
             reasoning=data["reasoning"],
             tool_calls=[chunk_from_wire(c) for c in data["toolCalls"]],
             tool_results=[chunk_from_wire(c) for c in data["toolResults"]],
@@ -494,6 +515,9 @@ class Tripwire:
 
     payload: TripwirePayload
     record: StepRecord | None = None
+    announced: bool = True
+    """Whether a ``tripwire`` chunk says so (Mastra's structuring pass ends the run with a
+    tripwire reason and no chunk; the run's status stays ``success``)."""
 
 
 @dataclass(slots=True, frozen=True)

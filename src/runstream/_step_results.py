@@ -269,15 +269,19 @@ def _output_payload(state: RunState, record: Mapping[str, Any], usage: dict[str,
         "text": record["text"],
         "toolCalls": record["toolCalls"],
         "usage": usage,
-        "steps": [_public_step(s) for s in state.steps],
+        "steps": [_public_step(state, s) for s in state.steps],
     }
     if state.object is not None:
         output["object"] = state.object
     return output
 
 
-def _public_step(record: Mapping[str, Any]) -> dict[str, Any]:
-    step = {
+def _public_step(state: RunState, record: StepRecord) -> dict[str, Any]:
+    """A step as payloads list it; built once per step (again when its content grew)."""
+    cached = state.public_steps.get(id(record))
+    if cached is not None and cached[0] is record and cached[1] == len(record["content"]):
+        return cached[2]
+    step: dict[str, Any] = {
         "content": list(record["content"]),
         "usage": record["usage"],
         "warnings": record["warnings"],
@@ -288,6 +292,7 @@ def _public_step(record: Mapping[str, Any]) -> dict[str, Any]:
         step["finishReason"] = "error"
     if "tripwire" in record:
         step["tripwire"] = record["tripwire"]
+    state.public_steps[id(record)] = (record, len(record["content"]), step)
     return step
 
 

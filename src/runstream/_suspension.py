@@ -140,9 +140,19 @@ class DurableRuns:
         self.agent_id = agent_id
         self.live: set[str] = set()
         """Durable runs streaming in this process (not to be resumed from a snapshot)."""
+        self.created: dict[str, str] = {}
+        """When each live run was first saved (its snapshots' ``createdAt``)."""
 
     async def save(self, storage: Storage, options: RunOptions, state: RunState) -> None:
-        await storage.save_snapshot(DURABLE_NAMESPACE, state.run_id, snapshot(self.agent_id, state, options))
+        data = snapshot(self.agent_id, state, options)
+        now = iso_datetime(now_utc())  # for listActiveRuns' date filters and its updatedAt
+        data["createdAt"] = self.created.setdefault(state.run_id, now)
+        data["savedAt"] = now
+        await storage.save_snapshot(DURABLE_NAMESPACE, state.run_id, data)
+
+    def finished(self, run_id: str) -> None:
+        self.live.discard(run_id)
+        self.created.pop(run_id, None)
 
     async def unfinished(self, storage: Storage | None) -> list[str]:
         if storage is None:
@@ -161,4 +171,6 @@ class DurableRuns:
         state, options = restore(data)
         state.status = "running"
         state.saved = False
+        if isinstance(data.get("createdAt"), str):
+            self.created.setdefault(run_id, data["createdAt"])
         return state, options

@@ -29,7 +29,7 @@ from runstream.chunks import (
     ToolResultPayload,
 )
 from runstream.errors import StateConflictError
-from runstream.models.base import tool_result_output
+from runstream.models.base import PromptMessage, tool_result_output
 from runstream.tools import (
     APPROVAL_RESUME_SCHEMA,
     Tool,
@@ -256,6 +256,8 @@ def _suspensions(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> 
             continue
         tool = cfg.tools.get(call.tool_name)
         pending.suspended[call.tool_call_id] = outcome.value
+        if outcome.run_id is not None:
+            pending.suspended_run_ids[call.tool_call_id] = outcome.run_id
         del pending.done[call.tool_call_id]
         state.suspend_payload = outcome.value
         payload: ToolCallSuspendedPayload = {
@@ -373,6 +375,8 @@ async def wait_for_background(cfg: LoopConfig, state: RunState) -> AsyncIterator
         yield chunk
     if cfg.abort_signal.aborted:
         return
+    if any(task in state.waited_task_ids for task in dispatched) and state.step_number < cfg.max_steps:
+        state.ends_after_step = None  # a settled task gives the model another step
     if cfg.on_step_end is not None:
         await cfg.on_step_end(state)
 
@@ -421,6 +425,12 @@ async def execute_call(
         resource_id=cfg.resource_id,
         messages=state.messages,
         request_context=cfg.request_context,
+        delegation=cfg.delegation,
+        suspended_tool_run_id=(
+            state.pending.suspended_run_ids.pop(call.tool_call_id, None)
+            if resume_data is not None and state.pending is not None
+            else None
+        ),
     )
     span = tracing.start_tool_span(state.span, tool.name, call.tool_call_id, tool.description, args)
     outcome = await run_tool(tool, args, ctx, call)
@@ -441,8 +451,19 @@ async def run_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext, call: Too
             return ToolOutcome(call, "error", exc)
     else:
         if not ctx.suspended:
+            if tool.to_model_output is not None:  # Mastra's toModelOutput: what the model sees
+                seen = dict(tool.to_model_output(result))
+                return ToolOutcome(
+                    call, "result", result, provider_metadata={"mastra": {"modelOutput": seen}}
+                )
             return ToolOutcome(call, "result", result)
-    return ToolOutcome(call, "suspended", ctx.suspended_with, resume_schema=ctx.suspend_resume_schema)
+    return ToolOutcome(
+        call,
+        "suspended",
+        ctx.suspended_with,
+        resume_schema=ctx.suspend_resume_schema,
+        run_id=ctx.suspend_run_id,
+    )
 
 
 def tool_output_for_model(outcome: ToolOutcome) -> dict[str, Any]:
@@ -451,6 +472,32 @@ def tool_output_for_model(outcome: ToolOutcome) -> dict[str, Any]:
         return outcome.model_output
     # A declined call is not a failure: the model reads the reason as the result (as in Mastra).
     return tool_result_output(outcome.value, is_error=outcome.kind == "error")
+
+
+def model_view(messages: list[PromptMessage]) -> list[PromptMessage]:
+    """The conversation as the model sees it: a tool result with Mastra's ``modelOutput``
+    (a tool's ``to_model_output``) shows that instead of the result, which the run's messages and
+    memory keep (as Mastra's message list does)."""
+    if not any(m["role"] == "tool" and _has_model_output(m) for m in messages):
+        return messages
+    return [_with_model_output(m) if m["role"] == "tool" else m for m in messages]
+
+
+def _model_output(part: Any) -> Any:
+    options = part.get("providerOptions") if isinstance(part, dict) else None
+    return (options or {}).get("mastra", {}).get("modelOutput")
+
+
+def _has_model_output(message: PromptMessage) -> bool:
+    return any(_model_output(part) is not None for part in message["content"])
+
+
+def _with_model_output(message: PromptMessage) -> PromptMessage:
+    parts: list[Any] = []
+    for part in message["content"]:
+        seen = _model_output(part)
+        parts.append({**part, "output": seen} if seen is not None else part)
+    return {**message, "content": parts}
 
 
 def _link_call(state: RunState, tool_call_id: str, provider_metadata: dict[str, Any]) -> None:

@@ -29,7 +29,17 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from opentelemetry import trace
-from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    NoOpTracer,
+    ProxyTracer,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -59,6 +69,18 @@ def configure(*, capture_content: bool | None = None) -> None:
 
 def capture_content() -> bool:
     return _capture if _capture is not None else _capture_env
+
+
+def _untraced_child(parent: Span | None) -> Span | None:
+    """The span the API's no-op tracer would start under ``parent`` (``None``: the current one),
+    when no SDK is installed (the proxy tracer has no real one): that tracer gives back a
+    non-recording parent itself. Found here without building the new span's attributes and
+    context (per run, step and tool call)."""
+    if not isinstance(_tracer, ProxyTracer) or not isinstance(_tracer._tracer, NoOpTracer):
+        return None  # an SDK decides (it may record a child of a non-recording parent)
+    if parent is None:
+        parent = trace.get_current_span()
+    return parent if isinstance(parent, NonRecordingSpan) else None
 
 
 def _json(value: Any) -> str:
@@ -93,6 +115,9 @@ def start_agent_span(
     provider: str = "",
     model: str = "",
 ) -> Span:
+    untraced = _untraced_child(None)
+    if untraced is not None:
+        return untraced
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.id": agent_id,
@@ -158,6 +183,9 @@ _SETTINGS = {
 
 def start_chat_span(parent: Span | None, provider: str, model: str, step: int, request: Any) -> Span:
     """A model call's span; ``request`` is the :class:`~runstream.models.base.ModelRequest`."""
+    untraced = _untraced_child(parent)
+    if untraced is not None:
+        return untraced
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": _provider(provider),
@@ -267,6 +295,9 @@ def start_tool_span(
     *,
     links: tuple[Link, ...] = (),
 ) -> Span:
+    untraced = _untraced_child(parent)
+    if untraced is not None:
+        return untraced
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": tool_name,

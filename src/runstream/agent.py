@@ -10,9 +10,8 @@ tool) are kept by run id (``runstream._suspension``) so ``approve_tool_call``,
 
 from __future__ import annotations
 
-import uuid
 import warnings
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Unpack
@@ -20,11 +19,15 @@ from typing import TYPE_CHECKING, Any, Unpack
 from runstream import _tracing as tracing
 from runstream._callbacks import with_callbacks
 from runstream._config_mapping import read_config
+from runstream._durable_api import RunLogs, list_active_runs, observe, recover_active_runs, recover_options
 from runstream._idle_stream import IdleStreams, UntilIdle, check_idle_options
-from runstream._loop import agent_loop
+from runstream._ids import new_id
+from runstream._loop import agent_loop, run_chunks
 from runstream._messages import ContinuedMessage, rewrite_prompt_result
 from runstream._run_state import LoopConfig, ResumeAction, RunState
 from runstream._step_results import model_label, run_metadata
+from runstream._sub_agent import AgentToolError as AgentToolError  # public here since before the move
+from runstream._sub_agent import agent_tool, offer_result_references, with_full_results
 from runstream._suspension import (
     DURABLE_NAMESPACE,
     NAMESPACE,
@@ -37,21 +40,12 @@ from runstream._suspension import (
 from runstream._suspension import RunNotFoundError as RunNotFoundError
 from runstream.abort import AbortController, AbortSignal
 from runstream.chunks import AnyChunk
-from runstream.errors import RunstreamError
-from runstream.goals import (
-    GoalCheck,
-    GoalConfig,
-    Goals,
-    GoalStatus,
-    Objective,
-    objective_signal,
-    resolve_judge,
-)
+from runstream.goals import GoalConfig, Goals, GoalStatus, Objective, attach_goal
 from runstream.memory import Memory, MemoryInput, MemoryScope, run_memory
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.models.fallback import FallbackModel, ModelChoice
 from runstream.models.registry import as_model, ready_model
-from runstream.output import RunOutput, full_output
+from runstream.output import RunOutput, SubStream, full_output
 from runstream.request_context import Dynamic, RequestContext, resolve
 from runstream.run_options import (
     MessagesInput,
@@ -70,17 +64,12 @@ from runstream.run_options import client_tool as client_tool  # public here sinc
 from runstream.scoring import TaskCompletion
 from runstream.storage import Storage, TaskRecord
 from runstream.structured import StructuredOutput
-from runstream.tools import OffersTool, Tool, ToolContext, resume_schema_of
+from runstream.tasks.policy import system_prompt_section, tool_schema_with_override, warn_without_manager
+from runstream.tools import OffersTool, Tool, resume_schema_of
 
 if TYPE_CHECKING:
     from runstream._services import RuntimeServices, Toolset
     from runstream.tasks.policy import AgentBackgroundConfig
-
-
-class AgentToolError(RunstreamError):
-    """An agent called as a tool ended in an error."""
-
-    name = "Error"
 
 
 class Agent:
@@ -127,21 +116,26 @@ class Agent:
             raise ValueError(
                 "max_retries needs a model or a model list: a model function can return a FallbackModel"
             )
-        if isinstance(model, str | LanguageModel):
-            model = as_model(model)  # "openai/gpt-4.1" is checked now, resolved at its first run
-        elif not (is_function(model) or isinstance(model, Sequence)):
+        chosen: LanguageModel | Dynamic[LanguageModel]
+        if is_function(model):
+            chosen = model
+        elif isinstance(model, str | LanguageModel):
+            chosen = as_model(model)  # "openai/gpt-4.1" is checked now, resolved at its first run
+            if max_retries:  # Mastra's maxRetries
+                chosen = FallbackModel([chosen], max_retries=max_retries)
+        elif isinstance(model, Sequence) and not isinstance(model, str):  # Mastra's model list
+            chosen = FallbackModel(model, max_retries=max_retries)
+        else:
             raise TypeError(
                 f"model must be a model string such as 'openai/gpt-4.1' or a LanguageModel, not {model!r}"
             )
-        if isinstance(model, Sequence) or max_retries:  # Mastra's model list / maxRetries
-            model = FallbackModel(model if isinstance(model, Sequence) else [model], max_retries=max_retries)  # type: ignore[arg-type, list-item]
-        self.model: LanguageModel | Dynamic[LanguageModel] = model
+        self.model: LanguageModel | Dynamic[LanguageModel] = chosen
         """The model, or a function of the request context (see :meth:`get_model`); a list of
         models (``[{"model": m, "maxRetries": 2}, ...]``) becomes a
         :class:`~runstream.models.fallback.FallbackModel`."""
-        self.tools_resolver: Dynamic[ToolsInput] | None = tools if is_function(tools) else None  # type: ignore[assignment]
+        self.tools_resolver: Dynamic[ToolsInput] | None = tools if is_function(tools) else None
         """``tools=`` given as a function of the request context: its tools join ``tools``."""
-        self.tools: dict[str, Tool] = {} if self.tools_resolver is not None else by_name(tools)  # type: ignore[arg-type]
+        self.tools: dict[str, Tool] = by_name(tools) if not is_function(tools) else {}
         self.toolsets = list(toolsets)
         """Sources of tools that change while the agent lives (e.g. an MCP client); read per run."""
         self.agents = dict(agents) if isinstance(agents, Mapping) else {sub.id: sub for sub in agents}
@@ -151,7 +145,7 @@ class Agent:
         )
         """Workflows by name, each offered as the tool ``workflow-<name>`` (Mastra's ``workflows``)."""
         for key, sub in self.agents.items():
-            sub_tool = sub.as_tool(name=key)
+            sub_tool = agent_tool(sub, key, self)
             self.tools[sub_tool.name] = sub_tool
         for key, workflow in self.workflows.items():
             workflow_tool = workflow.as_tool(name=key)
@@ -177,6 +171,8 @@ class Agent:
         """The storage and task manager of the runtime that holds this agent (see :meth:`bind`)."""
         self._stopped = SuspendedRuns(id)
         self._durable_runs = DurableRuns(id)
+        self._run_logs = RunLogs()
+        """Durable runs' chunks, for ``observe``."""
         self._idle_streams = IdleStreams(id)
 
     def __repr__(self) -> str:
@@ -187,6 +183,9 @@ class Agent:
         self.services = services
         if self.memory is not None and self.memory.storage is None:
             self.memory.storage = services.storage
+        for sub in self.agents.values():  # a sub-agent's memory and tasks live in its supervisor's runtime
+            if sub.services is None:
+                sub.bind(services)
         if services.task_manager is not None:
             for tool in self.tools.values():
                 services.task_manager.register_tool(self.id, tool)
@@ -316,8 +315,8 @@ class Agent:
             if not input_messages:  # e.g. an until-idle continuation
                 continued = await memory.continuable_message(scope)
         state = RunState(
-            run_id=run_id or str(uuid.uuid4()),
-            message_id=str(uuid.uuid4()),
+            run_id=run_id or new_id(),
+            message_id=new_id(),
             messages=[*history, *input_messages],
             input_count=len(history) + len(input_messages),
             history_count=len(history),
@@ -359,10 +358,20 @@ class Agent:
         )
         cfg = options.loop_config(self, model=model, tools=tools, signal=signal)
         cfg.memory = memory
+        if (
+            options.delegation is not None
+            and options.delegation.include_sub_agent_tool_results_in_model_context
+        ):
+            cfg.tools = with_full_results(cfg.tools)
         instructions = options.instructions if options.instructions is not None else self.instructions
         if not isinstance(instructions, str):
             instructions = await resolve_instructions(instructions, context, f"agent {self.id!r}")
+        storage = self._run_storage() if self.durable else None
+        if storage is not None:  # a durable run is saved after every step (runstream._durable_api)
+            cfg.on_step_end = partial(self._durable_runs.save, storage, options)
         instructions += await self._attach_background(cfg, options)
+        if options.delegation is not None and options.delegation.enable_result_references:
+            offer_result_references(cfg)
         completion = options.is_task_complete or self.is_task_complete
         if completion is not None:
             cfg.completion_checks.append(completion.check)
@@ -372,18 +381,12 @@ class Agent:
         else:
             system += options.system
         cfg.system = [{"role": "system", "content": text} for text in system]
-        if options.memory is not None:  # a restored run is judged (and shown its goal) as well
-            await self._attach_goal(cfg, state, options.memory)
+        if options.memory is not None and self.goal is not None:  # restored runs are judged too
+            await attach_goal(cfg, state, self.goal, Goals(self._goal_storage()), options.memory.thread_id)
         return cfg
 
     async def _attach_background(self, cfg: LoopConfig, options: RunOptions) -> str:
         """Wire the task manager into the run; returns text to append to the instructions."""
-        from runstream.tasks.policy import (
-            system_prompt_section,
-            tool_schema_with_override,
-            warn_without_manager,
-        )
-
         services = self.services
         manager = services.task_manager if services is not None else None
         if manager is None and not options.disable_background_tasks:
@@ -413,9 +416,6 @@ class Agent:
             if wait_timeout is None:
                 wait_timeout = manager.config.wait_timeout_ms
             cfg.wait_for_background = partial(wait_in_loop, manager, wait_timeout_ms=wait_timeout)
-            storage = self._run_storage()
-            if storage is not None:
-                cfg.on_step_end = partial(self._durable_runs.save, storage, options)
         cfg.tasks_pending = lambda ids: any(manager.is_active(task_id) for task_id in ids)
         return system_prompt_section(eligible)
 
@@ -454,22 +454,6 @@ class Agent:
             return None
         storage = self.services.storage if self.services is not None else None
         return await run_memory(source, MemoryScope("", ""), RequestContext.coerce(request_context), storage)
-
-    async def _attach_goal(self, cfg: LoopConfig, state: RunState, scope: MemoryScope) -> None:
-        """Judge the thread's active goal after the run (when a judge resolves)."""
-        if self.goal is None:
-            return
-        goals = Goals(self._goal_storage())
-        record = await goals.get(scope.thread_id)
-        if record is None or record.status != "active":
-            return
-        judge = await resolve_judge(self.goal.judge, state)
-        if judge is None and self.goal.scorer is None:
-            return
-        signal, message = objective_signal(record, scope.thread_id, state.run_id)
-        cfg.start_chunks.append(signal)
-        cfg.after_input.append(message)
-        cfg.completion_checks.append(GoalCheck(goals, self.goal, scope.thread_id, judge))
 
     def _goal_storage(self) -> Storage:
         storage = self.memory.storage if self.memory is not None else None
@@ -511,14 +495,48 @@ class Agent:
         """Ids of this agent's durable runs that did not finish (e.g. cut off by a restart)."""
         return await self._durable_runs.unfinished(self._run_storage())
 
-    async def resume_durable_run(self, run_id: str) -> RunOutput:
-        """Continue a durable run from its last finished step (waiting for its tasks first)."""
-        state, options = await self._durable_runs.load(run_id, self._run_storage())
+    async def list_active_runs(self, **filters: Any) -> dict[str, Any]:
+        """Mastra's ``listActiveRuns``: this agent's durable runs no one drives in this process,
+        with ``thread_id``, ``resource_id``, ``from_date``, ``to_date``, ``per_page``, ``page``
+        (see ``runstream._durable_api``)."""
+        return await list_active_runs(self._run_storage(), self.id, self._durable_runs.live, **filters)
+
+    async def recover(self, run_id: str, **options: Any) -> RunOutput:
+        """Mastra's ``recover``: a durable run continued from its last step as a stream, with
+        ``on_chunk``, ``on_step_finish``, ``on_finish``, ``on_error``, ``on_suspended``,
+        ``abort_signal``."""
+        run_options, watcher = recover_options(options)
+        if watcher is not None:
+            self._run_logs.watch(run_id, watcher)
+        try:
+            return await self.resume_durable_run(run_id, **run_options)
+        except BaseException:
+            self._run_logs.unwatch(run_id)
+            raise
+
+    async def recover_active_runs(self, *, run_id: str | None = None, **filters: Any) -> dict[str, Any]:
+        """Mastra's ``recoverActiveRuns``: recover every matching run (or ``run_id``) and drive
+        each to its end here; ``{"recovered", "succeeded", "failed"}``."""
+        return await recover_active_runs(self.recover, self.list_active_runs, run_id=run_id, **filters)
+
+    async def observe(self, run_id: str, **options: Any) -> AsyncIterator[AnyChunk]:
+        """Mastra's ``observe``: the chunks of a durable run streaming in this process (or
+        finished lately), from ``offset``, live until it ends (``idle_timeout_ms``, ``is_alive``)."""
+        log = self._run_logs.get(run_id)
+        if log is None:
+            raise RunNotFoundError(f"no durable run {run_id!r} streams on agent {self.id!r}")
+        return observe(log, run_id, **options)
+
+    async def resume_durable_run(self, run_id: str, **options: Any) -> RunOutput:
+        """Continue a durable run from its last finished step (waiting for its tasks first);
+        ``options`` (``stream()``'s) replace the run's own."""
+        state, saved = await self._durable_runs.load(run_id, self._run_storage())
+        run_options = saved.replaced(options) if options else saved
         if self.services is not None:
             await self.services.start()
         controller = AbortController()
-        cfg = await self._configure(options, state, controller)
-        return self._output(cfg, state, controller, ResumeAction("continue"), options)
+        cfg = await self._configure(run_options, state, controller)
+        return self._output(cfg, state, controller, ResumeAction("continue"), run_options)
 
     def _terminal_hook(self, state: RunState, cfg: LoopConfig) -> Any:
         """Writes a background task's outcome into the run (if still live) or into memory."""
@@ -572,7 +590,7 @@ class Agent:
 
         async def on_close() -> None:
             tracing.end_agent_span(state.span, state.status, state.finish_reason, state.error, state.usage)
-            self._durable_runs.live.discard(state.run_id)
+            self._durable_runs.finished(state.run_id)
             storage = self._run_storage()
             if cfg.on_step_end is not None and storage is not None:
                 await storage.delete_snapshot(DURABLE_NAMESPACE, state.run_id)
@@ -596,13 +614,20 @@ class Agent:
                 if options.memory is not None:
                     memory.title_after_turn(options.memory, cfg.model, options.request_context)
 
-        source = agent_loop(cfg, state, resume)
+        chunks = agent_loop(cfg, state, resume)
+        wrapped = chunks
         if memory is not None and options.memory is not None:  # generateTitle's emitEvent
-            source = memory.title_event(
-                source, options.memory, cfg.model, options.request_context, lambda: state.messages
+            wrapped = memory.title_event(
+                wrapped, options.memory, cfg.model, options.request_context, lambda: state.messages
             )
         if options.callbacks:
-            source = with_callbacks(source, cfg, state, options.callbacks, partial(full_output, state))
+            wrapped = with_callbacks(wrapped, cfg, state, options.callbacks, partial(full_output, state))
+        if cfg.on_step_end is not None:  # a durable run: observable (Mastra's observe)
+            wrapped = self._run_logs.tee(state.run_id, wrapped)
+        # Unwrapped, the loop hands each model step's chunks over whole: a layer less per token.
+        source: AsyncIterator[AnyChunk | SubStream] = (
+            run_chunks(cfg, state, resume) if wrapped is chunks else wrapped
+        )
         return RunOutput(source, state, controller, on_close=on_close)
 
     def _run_storage(self) -> Storage | None:
@@ -636,14 +661,21 @@ class Agent:
 
     # -- human in the loop ---------------------------------------------------------------------------
     async def approve_tool_call(
-        self, *, run_id: str, tool_call_id: str | None = None, until_idle: UntilIdle = False
+        self,
+        *,
+        run_id: str,
+        tool_call_id: str | None = None,
+        until_idle: UntilIdle = False,
+        **options: Unpack[StreamOptions],
     ) -> RunOutput:
         """Approve a tool call the run stopped for; the returned stream continues the run.
 
         ``until_idle`` (here and on ``decline_tool_call``/``resume_stream``, as Mastra's
         ``resumeStream(..., {untilIdle})``) keeps the stream open for the background tasks the
-        continued run starts, with their continuation turns, as ``stream(until_idle=...)``."""
-        return await self._continue(run_id, ResumeAction("approve", tool_call_id), until_idle)
+        continued run starts, with their continuation turns, as ``stream(until_idle=...)``.
+        Any other ``stream()`` option replaces the run's own for the continued run (Mastra's
+        ``approveToolCall({runId, ...options})``; recorded ``x-pt24``..``x-pt26``)."""
+        return await self._continue(run_id, ResumeAction("approve", tool_call_id), until_idle, options)
 
     async def decline_tool_call(
         self,
@@ -652,9 +684,12 @@ class Agent:
         tool_call_id: str | None = None,
         reason: str | None = None,
         until_idle: UntilIdle = False,
+        **options: Unpack[StreamOptions],
     ) -> RunOutput:
         """Decline it: the model is told the call was not approved (``tool-output-denied``)."""
-        return await self._continue(run_id, ResumeAction("decline", tool_call_id, reason=reason), until_idle)
+        return await self._continue(
+            run_id, ResumeAction("decline", tool_call_id, reason=reason), until_idle, options
+        )
 
     async def resume_stream(
         self,
@@ -663,9 +698,24 @@ class Agent:
         run_id: str,
         tool_call_id: str | None = None,
         until_idle: UntilIdle = False,
+        **options: Unpack[StreamOptions],
     ) -> RunOutput:
         """Resume a suspended tool with ``data`` (it runs again with ``ctx.resume_data``)."""
-        return await self._continue(run_id, ResumeAction("resume", tool_call_id, data=data), until_idle)
+        return await self._continue(
+            run_id, ResumeAction("resume", tool_call_id, data=data), until_idle, options
+        )
+
+    async def resume_generate(self, data: Any, *, run_id: str, **options: Any) -> dict[str, Any]:
+        """``resume_stream`` run to the end: the full output (Mastra's ``resumeGenerate``)."""
+        return await (await self.resume_stream(data, run_id=run_id, **options)).get_full_output()
+
+    async def approve_tool_call_generate(self, *, run_id: str, **options: Any) -> dict[str, Any]:
+        """``approve_tool_call`` run to the end (Mastra's ``approveToolCallGenerate``)."""
+        return await (await self.approve_tool_call(run_id=run_id, **options)).get_full_output()
+
+    async def decline_tool_call_generate(self, *, run_id: str, **options: Any) -> dict[str, Any]:
+        """``decline_tool_call`` run to the end (Mastra's ``declineToolCallGenerate``)."""
+        return await (await self.decline_tool_call(run_id=run_id, **options)).get_full_output()
 
     async def suspended_runs(self) -> list[dict[str, Any]]:
         """The stored snapshots (see :func:`runstream._suspension.snapshot`, plus ``suspendedAt``)
@@ -677,10 +727,20 @@ class Agent:
         found = await self._stopped.find(run_id, self._run_storage())
         return describe(self.id, found.state, found.options.memory) if found is not None else None
 
-    async def _continue(self, run_id: str, action: ResumeAction, until_idle: UntilIdle = False) -> RunOutput:
+    async def _continue(
+        self,
+        run_id: str,
+        action: ResumeAction,
+        until_idle: UntilIdle = False,
+        given: Mapping[str, Any] | None = None,
+    ) -> RunOutput:
         check_idle_options(until_idle)  # bad options fail before the run is touched
+        if given:
+            RunOptions.of(given, where="resume")
         stopped = await self._stopped.take(run_id, action, self._run_storage())
-        state, options = stopped.state, stopped.options
+        state = stopped.state
+        # The resume call's options replace the run's own (its configuration is then rebuilt).
+        options = stopped.options.replaced(given) if given else stopped.options
 
         async def resumed() -> RunOutput:
             durable_runs = self.services.durable_runs if self.services is not None else None
@@ -688,9 +748,9 @@ class Agent:
                 return await durable_runs.continue_run(self.id, state, action, options)
             controller = AbortController()
             state.status = "running"
-            if stopped.cfg is not None:
+            if stopped.cfg is not None and not given:
                 cfg = replace(stopped.cfg, abort_signal=controller.signal)
-            else:  # restored from storage: rebuild the configuration from the agent
+            else:  # restored from storage, or new options: rebuild the configuration
                 if self.services is not None:
                     await self.services.start()
                 cfg = await self._configure(options, state, controller)
@@ -702,45 +762,10 @@ class Agent:
 
     # -- composition -----------------------------------------------------------------------------------
     def as_tool(self, name: str | None = None) -> Tool:
-        """This agent as a tool ``agent-<name>`` (default: its id) taking ``{"prompt"}``; its
-        chunks stream as tool output."""
-
-        async def execute(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-            # As in Mastra, the sub-agent sees what the user asked the calling agent.
-            asked = [m for m in ctx.messages if m["role"] == "user"]
-            out = await self.stream(
-                args["prompt"],
-                abort_signal=ctx.abort_signal,
-                context=asked,
-                request_context=RequestContext.coerce(ctx.request_context),
-            )
-            results: list[AnyChunk] = []
-            async for chunk in out.full_stream:
-                await ctx.writer.write(chunk)
-                if chunk.type == "tool-result":
-                    results.append(chunk)
-            if out.state.status == "failed":  # the caller's model sees Mastra's words for it
-                raise AgentToolError(
-                    f"[Agent:{ctx.agent_name or ctx.agent_id}] - Failed agent tool execution for {self.id}"
-                )
-            return {
-                "text": out.state.text,
-                "subAgentThreadId": str(uuid.uuid4()),
-                "subAgentResourceId": str(uuid.uuid4()),
-                "subAgentToolResults": [c.payload for c in results],
-            }
-
-        return Tool(
-            f"agent-{name or self.id}",
-            execute,
-            description=self.description or f"Agent: {self.name}",
-            input_schema={
-                "type": "object",
-                "properties": {"prompt": {"type": "string"}},
-                "required": ["prompt"],
-                "additionalProperties": False,
-            },
-        )
+        """This agent as a tool ``agent-<name>`` (default: its id) taking Mastra's delegation
+        input ``{"prompt", "threadId"?, "resourceId"?, "instructions"?, "maxSteps"?}``; its
+        chunks stream as tool output (see ``runstream._sub_agent``)."""
+        return agent_tool(self, name or self.id, None)
 
 
 def read_default_options(defaults: Mapping[str, Any]) -> dict[str, Any]:

@@ -509,17 +509,27 @@ class WorkflowChunk(Chunk[OpenPayload]):
 class _ObjectChunkBase(Chunk[None]):
     """``object`` / ``object-result``: the (partial) object sits at the top level."""
 
-    __slots__ = ("object",)
+    __slots__ = ("metadata", "object")
     __match_args__ = ("object",)
 
-    def __init__(self, run_id: str, obj: Any, from_: ChunkFrom = "AGENT") -> None:
+    def __init__(
+        self, run_id: str, obj: Any, from_: ChunkFrom = "AGENT", metadata: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(run_id, None, from_)
         self.object = obj
+        self.metadata = metadata
+        """Mastra's ``{"from": "structured-output"}`` (a separate structuring model's object) and
+        ``{"fallback": true}`` (an ``errorStrategy: "fallback"`` value); ``None`` otherwise."""
 
     def to_wire(self) -> dict[str, Any]:
-        if not self.run_id:
-            return {"type": self.type, "object": self.object}
-        return {"type": self.type, "runId": self.run_id, "from": self.from_, "object": self.object}
+        wire: dict[str, Any] = (
+            {"type": self.type, "object": self.object}
+            if not self.run_id
+            else {"type": self.type, "runId": self.run_id, "from": self.from_, "object": self.object}
+        )
+        if self.metadata is not None:
+            wire["metadata"] = self.metadata
+        return wire
 
 
 @_chunk("object", None)
@@ -651,10 +661,7 @@ def iso_datetime(value: datetime) -> str:
     """JavaScript's ``Date.toISOString()`` form: UTC, milliseconds, ``Z``."""
     if value.tzinfo is not None:
         value = value.astimezone(UTC)
-    return (
-        f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:{value.minute:02d}:"
-        f"{value.second:02d}.{value.microsecond // 1000:03d}Z"
-    )
+    return value.isoformat(timespec="milliseconds")[:23] + "Z"  # (without an offset, if any)
 
 
 def error_to_wire(error: BaseException) -> dict[str, Any]:
@@ -746,7 +753,8 @@ def chunk_from_wire(raw: dict[str, Any] | str) -> AnyChunk:
         )
     if type_ in ("object", "object-result"):
         cls = ObjectChunk if type_ == "object" else ObjectResultChunk
-        return cls(run_id, wire.get("object"), from_)
+        metadata = wire.get("metadata")
+        return cls(run_id, wire.get("object"), from_, metadata if isinstance(metadata, dict) else None)
     if type_ in WORKFLOW_CHUNK_TYPES:
         workflow_payload = wire.get("payload", {})
         if not isinstance(workflow_payload, dict):

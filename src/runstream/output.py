@@ -14,8 +14,9 @@ else does, then read the run's state.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
+from types import AsyncGeneratorType
+from typing import Any, cast
 
 from runstream._run_state import RunState
 from runstream.abort import AbortController
@@ -27,6 +28,14 @@ from runstream.chunks import (
     TextDeltaChunk,
     TripwirePayload,
 )
+
+SubStream = AsyncGenerator[AnyChunk, None]
+"""A part of a stream handed over whole, as one of its items: ``RunOutput`` pulls from it until
+it ends, then from the source again. The loop hands over each model step's chunks this way
+(``runstream._loop.run_chunks``): a generator layer less per token."""
+
+
+_SUB_STREAM: Any = AsyncGeneratorType
 
 
 class _DeltaRun:
@@ -41,6 +50,16 @@ class _DeltaRun:
         self.id = id
         self.texts = [first]
 
+    def takes(self, chunk: AnyChunk) -> bool:
+        """Whether ``chunk`` (of this run's class) is a plain delta that continues this run."""
+        payload = chunk.payload
+        return (
+            len(payload) == 2
+            and payload["id"] == self.id
+            and chunk.run_id == self.run_id
+            and chunk.from_ == self.from_
+        )
+
     def chunk(self, index: int) -> AnyChunk:
         return self.cls(self.run_id, {"id": self.id, "text": self.texts[index]}, self.from_)
 
@@ -50,17 +69,23 @@ class RunOutput:
 
     def __init__(
         self,
-        source: AsyncIterator[AnyChunk],
+        source: AsyncIterator[AnyChunk | SubStream],
         state: RunState,
         controller: AbortController,
         *,
         on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        self._source = source
+        # Typed as chunks for the hot path; a sub-stream among them is spotted by its type.
+        self._pull = cast("Callable[[], Awaitable[AnyChunk]]", source.__anext__)
+        self._outer: list[Callable[[], Awaitable[AnyChunk]]] = []
+        """Where to pull from once the current sub-stream ends (innermost last)."""
         self._buffer: list[AnyChunk | _DeltaRun] = []
         self._done = False
         self._pulling = False
         self._waiters: list[asyncio.Future[None]] = []
+        self._kept = 0  # chunks pulled so far (a consumer that sees it move was overtaken)
+        self._open_run: _DeltaRun | None = None  # the delta run at the buffer's end, if any
+        self._open_index = 0
         self._on_close = on_close
         self.state = state
         self._controller = controller
@@ -82,11 +107,10 @@ class RunOutput:
 
     async def _iterate(self) -> AsyncIterator[AnyChunk]:
         buffer = self._buffer
-        source = self._source
         i = 0  # position: entry i of the buffer, and j texts into it when it is a delta run
         j = 0
         while True:
-            if i < len(buffer):
+            if i < len(buffer):  # behind the furthest consumer: replay the buffer
                 entry = buffer[i]
                 if type(entry) is not _DeltaRun:
                     yield entry  # type: ignore[misc]
@@ -100,8 +124,6 @@ class RunOutput:
                     i += 1
                     j = 0
                     continue
-            elif self._done:
-                return
             if self._done:
                 return
             if self._pulling:
@@ -109,31 +131,57 @@ class RunOutput:
                 self._waiters.append(waiter)
                 await waiter
                 continue
-            # This consumer is the furthest ahead: pull the next chunk for everyone.
-            self._pulling = True
-            try:
-                chunk = await source.__anext__()
-            except StopAsyncIteration:
-                await self._close()
-                return
-            except (asyncio.CancelledError, GeneratorExit):
-                # A consumer was cancelled mid-pull: that ends the run (reader cancel = abort).
-                self._controller.abort("stream consumer cancelled")
-                if self.state.status == "running":
-                    self.state.status = "aborted"
-                await self._close()
-                raise
-            except Exception as exc:  # a bug below the loop must still end the stream
-                self.state.error = exc
-                self.state.status = "failed"
-                await self._close()
-                raise
-            finally:
-                self._pulling = False
-                if self._waiters:
-                    self._wake_waiters()
-            i, j = self._keep(chunk)
-            yield chunk
+            # This consumer is the furthest ahead: it pulls the next chunks for everyone for as
+            # long as nobody else pulls in between (with one consumer, a plain pull-through).
+            while True:
+                self._pulling = True
+                try:
+                    chunk = await self._pull()
+                except StopAsyncIteration:
+                    if self._outer:  # a sub-stream ended: back to the stream that handed it over
+                        self._pull = self._outer.pop()
+                        continue
+                    await self._close()
+                    return
+                except (asyncio.CancelledError, GeneratorExit):
+                    # A consumer was cancelled mid-pull: that ends the run (reader cancel = abort).
+                    self._controller.abort("stream consumer cancelled")
+                    if self.state.status == "running":
+                        self.state.status = "aborted"
+                    await self._close()
+                    raise
+                except Exception as exc:  # a bug below the loop must still end the stream
+                    self.state.error = exc
+                    self.state.status = "failed"
+                    await self._close()
+                    raise
+                finally:
+                    self._pulling = False
+                    if self._waiters:
+                        self._wake_waiters()
+                if type(chunk) is _SUB_STREAM:  # a sub-stream: pulled from directly
+                    self._outer.append(self._pull)
+                    self._pull = cast(Any, chunk).__anext__
+                    continue
+                run = self._open_run
+                if (
+                    run is not None  # the common case, inline: one more delta of the open run
+                    and type(chunk) is run.cls
+                    and len(payload := chunk.payload) == 2
+                    and payload["id"] == run.id
+                    and chunk.run_id == run.run_id
+                    and chunk.from_ == run.from_
+                ):
+                    texts = run.texts
+                    texts.append(payload["text"])
+                    i, j = self._open_index, len(texts)
+                    kept = self._kept = self._kept + 1
+                else:
+                    i, j = self._keep(chunk)
+                    kept = self._kept
+                yield chunk
+                if self._kept != kept:  # another consumer pulled meanwhile: replay from i, j
+                    break
 
     def _keep(self, chunk: AnyChunk) -> tuple[int, int]:
         """Buffer a chunk for later consumers; returns the position just after it.
@@ -141,22 +189,22 @@ class RunOutput:
         Runs of plain text/reasoning deltas are kept as one list of strings (a few bytes per
         token instead of a chunk object and a dict): later consumers get equal, fresh chunks.
         """
+        self._kept += 1
         buffer = self._buffer
         kind = type(chunk)
-        if (kind is TextDeltaChunk or kind is ReasoningDeltaChunk) and len(chunk.payload) == 2:
-            last = buffer[-1] if buffer else None
+        if kind is TextDeltaChunk or kind is ReasoningDeltaChunk:
             payload = chunk.payload
-            if (
-                type(last) is _DeltaRun
-                and last.cls is kind
-                and last.id == payload["id"]
-                and last.run_id == chunk.run_id
-                and last.from_ == chunk.from_
-            ):
-                last.texts.append(payload["text"])
-                return len(buffer) - 1, len(last.texts)
-            buffer.append(_DeltaRun(kind, chunk.run_id, chunk.from_, payload["id"], payload["text"]))
-            return len(buffer) - 1, 1
+            if len(payload) == 2:
+                run = self._open_run
+                if run is not None and run.cls is kind and run.takes(chunk):
+                    texts = run.texts
+                    texts.append(payload["text"])
+                    return self._open_index, len(texts)
+                self._open_run = _DeltaRun(kind, chunk.run_id, chunk.from_, payload["id"], payload["text"])
+                self._open_index = len(buffer)
+                buffer.append(self._open_run)
+                return self._open_index, 1
+        self._open_run = None
         buffer.append(chunk)
         return len(buffer), 0
 

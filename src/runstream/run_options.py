@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol, TypedDict, TypeGuard
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal, Protocol, TypedDict
+
+from typing_extensions import TypeIs
 
 from runstream._callbacks import Callback, RunCallbacks
 from runstream._config_mapping import camel, one_of, positive_int, read_config
 from runstream._run_state import LoopConfig, UnsupportedRunStateError
 from runstream.abort import AbortSignal
+from runstream.delegation import DelegationConfig, DelegationRun
 from runstream.errors import InvalidInputError, RunstreamError
 from runstream.memory import MemoryScope
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
@@ -65,6 +68,7 @@ class StreamOptions(TypedDict, total=False):
     tool_call_concurrency: int | Mapping[str, Any] | None
     stop_when: StopCondition | Sequence[StopCondition]
     prepare_step: Callable[[dict[str, Any]], Any] | None
+    delegation: DelegationConfig | Mapping[str, Any] | None
 
 
 class AgentDefaults(Protocol):
@@ -144,6 +148,8 @@ class RunOptions:
     prepare_step: Callable[[dict[str, Any]], Any] | None = None
     tool_call_concurrency: int | None = None
     tool_call_strategy: Literal["available", "called"] = "available"
+    delegation: DelegationConfig | None = None
+    """Hooks around the run's sub-agent calls (Mastra's ``delegation``, ``runstream.delegation``)."""
 
     @classmethod
     def of(cls, options: Mapping[str, Any], *, where: str = "stream()") -> RunOptions:
@@ -162,6 +168,16 @@ class RunOptions:
                 except (TypeError, ValueError) as exc:
                     raise InvalidOptionError(str(exc)) from exc
         return cls(**fields)
+
+    def replaced(self, options: Mapping[str, Any], *, where: str = "resume") -> RunOptions:
+        """These options with the given ones (``stream()``'s keywords) replacing theirs, one by
+        one: Mastra's ``resumeStream(data, options)`` and ``approveToolCall({runId, ...options})``."""
+        RunOptions.of(options, where=where)  # an unknown or bad option is an error naming it
+        changed: dict[str, Any] = {}
+        for key, value in options.items():
+            if value is not None:
+                changed.update(_READERS[_SPELLINGS[key]](value))
+        return replace(self, **changed)
 
     @property
     def callbacks(self) -> RunCallbacks:
@@ -220,6 +236,10 @@ class RunOptions:
         )
         if self.tool_call_concurrency is not None:
             cfg.tool_call_concurrency = self.tool_call_concurrency
+        if self.delegation is not None:  # per run: whether a hook bailed
+            run = DelegationRun(self.delegation)
+            cfg.delegation = run
+            cfg.stop_when.append(run.stop_after_bail)
         return cfg
 
     def to_json(self) -> dict[str, Any]:
@@ -353,12 +373,12 @@ def by_name(tools: Iterable[Tool] | Mapping[str, Tool]) -> dict[str, Tool]:
     return {tool.name: tool for tool in (tools.values() if isinstance(tools, Mapping) else tools)}
 
 
-def is_model(value: Any) -> TypeGuard[LanguageModel]:
+def is_model(value: Any) -> TypeIs[LanguageModel]:
     """A language model (it streams and names itself)."""
     return hasattr(value, "stream") and hasattr(value, "model_id")
 
 
-def is_function(value: Any) -> bool:
+def is_function(value: Any) -> TypeIs[Callable[..., Any]]:
     """A per-request function rather than the value itself."""
     return callable(value) and not isinstance(value, LanguageModel | Mapping | Tool)
 
@@ -387,7 +407,7 @@ async def resolve_model(
     """A model, or what a per-request model function returns (checked)."""
     # A duck check, not isinstance(): a runtime-checkable Protocol costs ~10 µs per check, and
     # this runs at the start of every run.
-    model = value if is_model(value) else await resolve(value, context)  # type: ignore[arg-type]
+    model = value if is_model(value) else await resolve(value, context)
     if not is_model(model):
         raise TypeError(f"{owner}: the model function returned {type(model).__name__}, not a model")
     return model
@@ -459,6 +479,7 @@ _READERS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "tool_call_concurrency": concurrency_options,
     "stop_when": _as("stop_when", lambda value: (value,) if callable(value) else tuple(value)),
     "prepare_step": _as("prepare_step"),
+    "delegation": _as("delegation", DelegationConfig.coerce),
 }
 """Each of :class:`StreamOptions` -> the :class:`RunOptions` fields it sets (checked, normalised)."""
 

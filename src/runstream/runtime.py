@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
+from runstream._config_mapping import one_of, read_config
 from runstream._services import DurableRunner, RuntimeServices, Toolset
 from runstream.agent import Agent
 from runstream.storage import InMemoryStorage, Storage
@@ -34,6 +35,7 @@ class Runstream:
         background_tasks: BackgroundTaskConfig | Mapping[str, Any] | bool | None = None,
         task_manager: TaskManager | None = None,
         durable_runs: DurableRunner | None = None,
+        recovery: Mapping[str, Any] | None = None,
     ) -> None:
         self.storage: Storage = storage if storage is not None else InMemoryStorage()
         config = BackgroundTaskConfig.coerce(background_tasks)
@@ -50,6 +52,11 @@ class Runstream:
         self.durable_runs = durable_runs
         """``durable_runs=`` runs every agent run durably elsewhere, e.g.
         ``runstream.durable.TemporalRuns(redis_url)`` (see docs/scale-out.md)."""
+        self.recover_durable_agents = read_recovery(recovery)
+        """Mastra's ``recovery: {durableAgents: "auto"}``: at start, each durable agent's
+        interrupted runs are recovered in the background (``Agent.recover_active_runs``)."""
+        self.recoveries: list[asyncio.Task[dict[str, Any]]] = []
+        """The start's recoveries, one per durable agent (await them to know how they went)."""
         self.agents: dict[str, Agent] = {}
         self.workflows: dict[str, Workflow] = {}
         self._started = False
@@ -99,6 +106,12 @@ class Runstream:
             if self.durable_runs is not None:
                 await self.durable_runs.start()
             self._started = True
+            if self.recover_durable_agents:
+                self.recoveries = [
+                    asyncio.create_task(agent.recover_active_runs())
+                    for agent in self.agents.values()
+                    if agent.durable
+                ]
 
     def _toolsets(self) -> list[tuple[Agent, Toolset]]:
         return [(agent, toolset) for agent in self.agents.values() for toolset in agent.toolsets]
@@ -118,6 +131,10 @@ class Runstream:
             await toolset.start()
 
     async def close(self) -> None:
+        for recovery in self.recoveries:
+            recovery.cancel()
+        await asyncio.gather(*self.recoveries, return_exceptions=True)
+        self.recoveries = []
         for _agent, toolset in self._toolsets():
             await toolset.close()
         if self.durable_runs is not None:
@@ -138,3 +155,11 @@ class Runstream:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+
+def read_recovery(recovery: Mapping[str, Any] | None) -> bool:
+    """Whether ``recovery={"durableAgents": "auto"}`` (Mastra's default ``"off"``)."""
+    if recovery is None:
+        return False
+    options = read_config(recovery, {"durable_agents": one_of("auto", "off")}, where="recovery")
+    return bool(options.get("durable_agents", "off") == "auto")

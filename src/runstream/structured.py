@@ -17,9 +17,10 @@ import jsonschema
 from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
 
-from runstream._config_mapping import Check, one_of, read_config
+from runstream._config_mapping import Check, mapping, one_of, read_config
 from runstream._schema import Schema
 from runstream.errors import RunstreamError
+from runstream.models.registry import as_model
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,8 @@ NO_OBJECT: Any = object()
 """What :meth:`StructuredOutput.recover` returns when the run goes on without an object."""
 
 ErrorStrategy = Literal["strict", "warn", "fallback"]
+JsonPromptInjection = bool | Literal["system", "inline", "auto"]
+NATIVE_FORMAT_PROVIDERS = ("openai", "anthropic", "google")
 
 
 @dataclass(slots=True)
@@ -47,8 +50,22 @@ class StructuredOutput:
 
     schema: dict[str, Any]
     model: type[BaseModel] | None = None
+    """The pydantic model the object is validated into (when the schema came from one)."""
     error_strategy: ErrorStrategy = "strict"
     fallback_value: Any = None
+    structuring_model: Any = None
+    """Mastra's ``structuredOutput.model``: a second model turns the agent's answer into the
+    object (the agent's model answers in prose; see ``runstream._structuring``)."""
+    instructions: str | None = None
+    """With ``structuring_model``: the structuring model's system prompt (default: one made from
+    the schema). Without it, under ``json_prompt_injection``: used instead of the schema dump."""
+    json_prompt_injection: JsonPromptInjection = False
+    provider_options: dict[str, Any] | None = None
+    """Provider options of the structuring model's call (e.g. ``{"openai": {"reasoningEffort":
+    "low"}}``), with ``structuring_model``."""
+    """``True``/``"system"``: the schema goes into the system prompt instead of the model's
+    response format; ``"inline"``: into the latest user message; ``"auto"``: the native format
+    for providers that have one (openai, anthropic, google), ``"inline"`` otherwise."""
 
     @classmethod
     def coerce(cls, value: Any) -> StructuredOutput | None:
@@ -65,6 +82,8 @@ class StructuredOutput:
                     value, _OPTIONS, where="structured_output", unsupported=_UNSUPPORTED_OPTIONS
                 )
                 inner = options.pop("schema")
+                if "model" in options:  # Mastra's name for the structuring model
+                    options["structuring_model"] = options.pop("model")
                 if options.get("error_strategy") == "fallback" and "fallback_value" not in options:
                     raise ValueError("structured_output: errorStrategy 'fallback' needs a fallbackValue")
             if isinstance(inner, type) and issubclass(inner, BaseModel):
@@ -78,8 +97,49 @@ class StructuredOutput:
             f"structured_output must be a pydantic model or a JSON schema, not {type(value).__name__}"
         )
 
-    def response_format(self) -> dict[str, Any]:
+    def response_format(self, provider: str = "") -> dict[str, Any] | None:
+        """The model's native JSON response format, unless the schema goes into the prompt (or
+        a separate structuring model makes the object)."""
+        if self.structuring_model is not None or self.injection(provider):
+            return None
         return {"type": "json", "schema": self.schema}
+
+    def injection(self, provider: str) -> Literal["system", "inline"] | None:
+        mode = self.json_prompt_injection
+        if mode == "auto":
+            return None if provider.split(".")[0] in NATIVE_FORMAT_PROVIDERS else "inline"
+        if mode is True:
+            return "system"
+        return mode or None
+
+    def prompt(self, messages: list[Any], provider: str = "") -> list[Any]:
+        """The model's prompt with the schema (or ``instructions``) added where Mastra adds it:
+        to the leading system message, or to the latest user message (``"inline"``)."""
+        schema = json.dumps(self.schema, separators=(",", ":"))
+        if self.structuring_model is not None:
+            return _into_system(
+                messages,
+                "Your response will be processed by another agent to extract structured data. Please "
+                "ensure your response contains comprehensive information for all the following fields "
+                f"that will be extracted:\n\n{schema}\n\n\nYou don't need to format your response as JSON "
+                "unless the user asks you to. Just ensure your natural language response includes "
+                "relevant information for each field in the schema above.",
+            )
+        mode = self.injection(provider)
+        compact = self.instructions if self.instructions and self.instructions.strip() else None
+        if mode == "system":
+            return _into_system(
+                messages,
+                compact
+                or f"JSON schema:\n{schema}\nYou MUST answer with a JSON object that matches the JSON schema above.",
+            )
+        if mode == "inline":
+            instruction = compact or (
+                f"Return your response as JSON matching this schema:\n\n{schema}\n\n"
+                "Return only valid JSON. Do not include markdown or explanatory text."
+            )
+            return _into_latest_user(messages, instruction)
+        return messages
 
     def parse_final(self, text: str) -> Any:
         """Parse and validate the complete answer; raises :class:`StructuredOutputError`."""
@@ -107,15 +167,62 @@ class StructuredOutput:
         return NO_OBJECT
 
 
+def _injection(where: str, value: Any) -> JsonPromptInjection:
+    if isinstance(value, bool) or value in ("system", "inline", "auto"):
+        return value  # type: ignore[no-any-return]
+    raise ValueError(f"{where} must be true, false, 'system', 'inline' or 'auto', got {value!r}")
+
+
+def _text(where: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{where} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _model(where: str, value: Any) -> Any:
+    try:
+        return as_model(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{where}: {exc}") from None
+
+
 _OPTIONS: dict[str, Check | None] = {
     "schema": None,
     "error_strategy": one_of("strict", "warn", "fallback"),
     "fallback_value": None,
+    "model": _model,
+    "instructions": _text,
+    "json_prompt_injection": _injection,
+    "provider_options": lambda where, value: dict(mapping(where, value)),
 }
 _UNSUPPORTED_OPTIONS = {
-    name: "not implemented: schema, errorStrategy and fallbackValue are"
-    for name in ("model", "instructions", "useAgent", "jsonPromptInjection", "logger", "providerOptions")
+    name: "not implemented: schema, model, instructions, jsonPromptInjection, providerOptions, errorStrategy and fallbackValue are"
+    for name in ("useAgent", "logger")
 }
+
+
+def _into_system(messages: list[Any], addition: str) -> list[Any]:
+    """``addition`` after the leading system message's text (a new one if there is none), as the
+    AI SDK's ``injectJsonInstructionIntoMessages`` joins them."""
+    if messages and messages[0].get("role") == "system" and messages[0].get("content"):
+        first = {**messages[0], "content": f"{messages[0]['content']}\n\n{addition}"}
+        return [first, *messages[1:]]
+    if messages and messages[0].get("role") == "system":
+        return [{**messages[0], "content": addition}, *messages[1:]]
+    return [{"role": "system", "content": addition}, *messages]
+
+
+def _into_latest_user(messages: list[Any], instruction: str) -> list[Any]:
+    part = {"type": "text", "text": instruction}
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.get("role") == "user":
+            content = message.get("content")
+            parts = (
+                list(content) if isinstance(content, list) else [{"type": "text", "text": str(content or "")}]
+            )
+            return [*messages[:index], {**message, "content": [*parts, part]}, *messages[index + 1 :]]
+    return [*messages, {"role": "user", "content": [part]}]
 
 
 def _is_json_schema_keyword_use(value: Mapping[str, Any]) -> bool:

@@ -138,16 +138,31 @@ class ToolContext:
     background: Any = None
     """While the tool runs as a background task: its
     :class:`~runstream.tasks.adoption.BackgroundTaskAdoption` (``ctx.background.adopt(...)``)."""
+    delegation: Any = None
+    """The calling run's :class:`~runstream.delegation.DelegationRun` (a sub-agent tool runs
+    its hooks)."""
+    suspended_tool_run_id: str | None = None
+    """On a resumed execution: the run id the suspension recorded (``suspend(run_id=)``), e.g.
+    the sub-agent run to resume (Mastra's ``suspendedToolRunId``)."""
+    suspend_run_id: str | None = None
 
-    async def suspend(self, payload: Any = None, *, resume_schema: Mapping[str, Any] | None = None) -> None:
+    async def suspend(
+        self,
+        payload: Any = None,
+        *,
+        resume_schema: Mapping[str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> None:
         """Suspend this execution: nothing after this call runs; resuming runs the tool again.
 
         ``resume_schema`` describes the data a resume must bring, when it differs per call
-        (otherwise the tool's own ``resume_schema`` is shown).
+        (otherwise the tool's own ``resume_schema`` is shown). ``run_id`` is handed back to the
+        resumed execution as ``suspended_tool_run_id`` (a delegated run the tool waits on).
         """
         self.suspended = True
         self.suspended_with = payload
         self.suspend_resume_schema = dict(resume_schema) if resume_schema is not None else None
+        self.suspend_run_id = run_id
         raise ToolSuspended(payload)
 
 
@@ -251,9 +266,15 @@ class Tool:
         require_approval: bool = False,
         background: BackgroundToolConfig | bool | Mapping[str, Any] | None = None,
         args_model: type[BaseModel] | None = None,
+        to_model_output: Callable[[Any], Mapping[str, Any]] | None = None,
     ) -> None:
         if not name:
             raise ValueError("a tool needs a name")
+        if to_model_output is not None and not callable(to_model_output):
+            raise TypeError("to_model_output must be a function of the tool's result")
+        self.to_model_output = to_model_output
+        """Mastra's ``toModelOutput``: what the model sees of a result (e.g. ``{"type": "text",
+        "value": ...}``) instead of the whole result; the stream and memory keep the result."""
         self.name = name
         self.description = description
         self.input_schema: dict[str, Any] = dict(input_schema or {"type": "object", "properties": {}})
@@ -433,6 +454,7 @@ def tool(
     output_schema: Mapping[str, Any] | None = None,
     resume_schema: Mapping[str, Any] | None = None,
     suspend_schema: Mapping[str, Any] | None = None,
+    to_model_output: Callable[[Any], Mapping[str, Any]] | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -447,6 +469,7 @@ def tool(
     output_schema: Mapping[str, Any] | None = None,
     resume_schema: Mapping[str, Any] | None = None,
     suspend_schema: Mapping[str, Any] | None = None,
+    to_model_output: Callable[[Any], Mapping[str, Any]] | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a :class:`Tool` from a typed function (sync or async).
 
@@ -460,7 +483,7 @@ def tool(
     """
 
     def build(f: Callable[..., Any]) -> Tool:
-        return _from_function(
+        built = _from_function(
             f,
             name=name,
             description=description,
@@ -470,6 +493,11 @@ def tool(
             resume_schema=resume_schema,
             suspend_schema=suspend_schema,
         )
+        if to_model_output is not None:
+            if not callable(to_model_output):
+                raise TypeError("to_model_output must be a function of the tool's result")
+            built.to_model_output = to_model_output
+        return built
 
     return build(fn) if fn is not None else build
 

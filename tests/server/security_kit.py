@@ -1,5 +1,8 @@
 """A server with two confined callers, A and B, on SQLite or PostgreSQL, for the attack tests.
 
+Agents: the shared test agents (``assistant``, ``plain``) and ``notes``, whose memory has
+thread-scoped working memory.
+
 ``user-a`` and ``user-b`` are bearer tokens; each principal is confined to the resource of the
 same name. The storage is a fresh SQLite file or a fresh PostgreSQL schema (dropped afterwards);
 under ``CI=true`` PostgreSQL must be reachable.
@@ -22,12 +25,14 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Mount, Route
 
+from runstream import Agent
+from runstream.memory import Memory, WorkingMemory
 from runstream.server import create_app
 from runstream.server.auth import Principal
 from runstream.server.context import ServerContext
 from runstream.storage import PostgresStorage, SqliteStorage, Storage
 from tests.conftest import POSTGRES_URL
-from tests.server.agents import Gates, build_runstream
+from tests.server.agents import Gates, PromptModel, build_runstream
 from tests.server.conftest import serve
 from tests.storage.postgres_testkit import drop_schema, fresh_schema, require_postgres, unreachable_reason
 
@@ -79,7 +84,12 @@ def secured_server(backend: str, tmp_path: Path) -> Iterator[Secured]:
         storage = PostgresStorage(POSTGRES_URL, schema=schema)
     else:
         storage = SqliteStorage(tmp_path / "runstream.db")
-    app = create_app(build_runstream(Gates(), storage), auth=by_token, heartbeat_s=None)
+    runtime = build_runstream(Gates(), storage)
+    # Thread-scoped working memory, for the working-memory routes and the body's memory options.
+    runtime.add_agent(
+        Agent("notes", model=PromptModel(), memory=Memory(working_memory=WorkingMemory(scope="thread")))
+    )
+    app = create_app(runtime, auth=by_token, heartbeat_s=None)
     try:
         with serve(app) as url:
             headers = {name: {"Authorization": f"Bearer {name}"} for name in PRINCIPALS}

@@ -74,6 +74,13 @@ def test_heartbeats_are_comments_while_a_stream_is_quiet(live: Live) -> None:
     assert first == ": keepalive"
 
 
+def test_include_existing_is_true_or_false(client: httpx.Client) -> None:
+    """Mastra's ``includeExisting`` (default true: running tasks first); anything else is a 400."""
+    response = client.get("/api/background-tasks/stream", params={"includeExisting": "yes"})
+    assert response.status_code == 400
+    assert "includeExisting" in response.text
+
+
 def test_error_mid_stream_is_in_band(client: httpx.Client) -> None:
     body = client.post("/api/agents/assistant/stream", json={"messages": "fail"}).content
     kinds = [json.loads(e[6:])["type"] for e in body.decode().split("\n\n") if e.startswith("data: {")]

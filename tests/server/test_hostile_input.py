@@ -26,12 +26,15 @@ BODY_KEYS = [
     "maxContinuations", "toolChoice", "modelSettings", "structuredOutput", "clientTools", "activeTools",
     "threadId", "resourceId", "title", "metadata", "toolCallId", "resumeData", "data", "offset",
     "messageIds", "inputData", "step", "reason", "context", "instructions", "requireToolApproval",
+    "workingMemory", "memoryConfig", "message", "contents", "approved", "ifIdle", "streamOptions",
+    "options", "thread", "resource", "forwardedProps", "state", "tools", "template", "scope",
 ]  # fmt: skip
 ODD_TEXT = ["", "x", "\x00", "\ud800", "a" * 5000, "../../etc", "null", "NaN", "-1", "1e309", "日本語"]
 ODD_NUMBERS = [0, -1, 1, 2**63, -(2**63) - 1, 10**30, 1e308, 0.5, -0.0]
 
 ids = st.one_of(
-    st.sampled_from(["x", "t-1", "user-a", "%00", "a%ED%A0%80", "%2e%2e", "x" * 300]), st.text(max_size=12)
+    st.sampled_from(["x", "t-1", "user-a", "assistant", "notes", "%00", "a%ED%A0%80", "%2e%2e", "x" * 300]),
+    st.text(max_size=12),
 )
 scalars = st.one_of(
     st.none(),
@@ -166,3 +169,42 @@ def read_run(server: Secured, thread: str, stop_after: int | None) -> list[dict[
                 break
             chunks.append(json.loads(line[len("data: ") :]))
     return chunks
+
+
+NEW_FIELD_BODIES: list[dict[str, Any]] = [
+    {"messages": "hi", "memory": {"thread": "t-h", "options": {"workingMemory": {"scope": "x"}}}},
+    {"messages": "hi", "memory": {"thread": "t-h", "options": {"workingMemory": {"template": 5}}}},
+    {"messages": "hi", "memory": {"thread": {"id": "t-h", "title": 5, "metadata": [1]}}},
+    {
+        "threadId": "t-h",
+        "message": {"contents": [5], "metadata": []},
+        "ifIdle": {"streamOptions": {"memory": {"options": {"workingMemory": {"template": 5}}}}},
+    },
+    {
+        "threadId": "t-h",
+        "toolCallId": "c",
+        "approved": True,
+        "messages": [[]],
+        "streamOptions": {"maxSteps": 1e308},
+    },
+    {"workingMemory": 5, "memoryConfig": {"workingMemory": {"scope": 5}, "lastMessages": -1}},
+    {"title": ["x"], "metadata": {"a": {"b": []}}, "threadId": "t-h", "resourceId": "user-a"},
+    {"threadId": "t-h", "runId": "r", "messages": [{"id": "u", "role": "user", "content": 5}], "state": 5},
+]
+"""Wrong values for the fields the routes added after issue 10 read (working memory, memory
+options, thread titles and metadata, thread signals, AG-UI input)."""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_wrong_new_fields_are_4xx_on_every_route(backend: str, tmp_path: Path) -> None:
+    """Each body of :data:`NEW_FIELD_BODIES` to every POST/PATCH route, with the path's ids an
+    agent with working memory and a thread: never a 5xx."""
+    with secured_server(backend, tmp_path) as server:
+        routes = [(m, p) for m, p in server.routes("{id}") if m in ("POST", "PATCH")]
+        for method, template in routes:
+            path = template.replace("{id}", "notes", 1).replace("{id}", "t-h")
+            for body in NEW_FIELD_BODIES:
+                status = send(server, method, path, json.dumps(body).encode(), {"agentId": "notes"}, {})
+                by_design = status == 501 and path.removeprefix("/api") in UNSUPPORTED
+                assert status < 500 or by_design, (method, path, body, status)
+        assert server.a.get("/api/agents").status_code == 200

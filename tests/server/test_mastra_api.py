@@ -201,3 +201,24 @@ def test_suspended_runs(client: httpx.Client) -> None:
     }
     assert client.get("/api/agents/assistant/suspended-runs?perPage=0").status_code == 400
     assert client.get("/api/agents/nope/suspended-runs").status_code == 404
+
+
+def test_a_continuation_takes_stream_options(client: httpx.Client) -> None:
+    """client-js sends stream options next to ``runId`` (Mastra's ``approveToolCall({runId,
+    ...options})``): they act on the continued run; a bad one is a 400 that leaves the run waiting."""
+    body = {"messages": "delete it", "memory": {"thread": f"t-{uuid.uuid4().hex[:6]}", "resource": "tester"}}
+    approval = chunks_of(client.post("/api/agents/assistant/stream", json=body).content)[-1]
+    assert approval["type"] == "tool-call-approval"
+    ids = {"runId": approval["runId"], "toolCallId": approval["payload"]["toolCallId"]}
+    assert (
+        client.post("/api/agents/assistant/approve-tool-call", json={**ids, "maxSteps": "x"}).status_code
+        == 400
+    )
+    moved = client.post(
+        "/api/agents/assistant/approve-tool-call", json={**ids, "memory": {"thread": "other"}}
+    )
+    assert moved.status_code == 400 and "memory" in moved.text
+    approved = chunks_of(
+        client.post("/api/agents/assistant/approve-tool-call", json={**ids, "maxSteps": 1}).content
+    )
+    assert [c["type"] for c in approved] == ["tool-result", "step-finish", "finish"]  # no answer step

@@ -37,6 +37,11 @@ STREAM = "/api/agents/assistant/stream"
         (b'{"messages": "hi", "clientTools": {"x": {"inputSchema": {"type": 5}}}}', "clientTools.x"),
         (b'{"messages": "hi", "activeTools": [1]}', "'activeTools' must be an array of tool names"),
         (b'{"messages": "hi", "structuredOutput": {"schema": {"type": "nonsense"}}}', "nonsense"),
+        # valid JSON the run's options refuse (an InvalidInputError, mapped by its class)
+        (
+            b'{"messages": "hi", "activeTools": ["no_such_tool"]}',
+            "active_tools names no tool: 'no_such_tool'",
+        ),
     ],
 )
 def test_bad_bodies_are_400(client: httpx.Client, body: bytes, message: str) -> None:
@@ -84,3 +89,17 @@ def test_body_limit_while_reading_a_chunked_body(small: httpx.Client) -> None:
     response = small.post(STREAM, content=body(), headers={"content-type": "application/json"})
     assert "content-length" not in response.request.headers
     assert response.status_code == 413
+
+
+def test_runstream_errors_map_to_statuses_by_class() -> None:
+    """The server answers runstream's errors by their class, never by a builtin base."""
+    from runstream.errors import InvalidInputError, NotFoundError, RunstreamError, StateConflictError
+    from runstream.server.errors import status_of
+    from runstream.server.resumable import RunAlreadyStreamingError
+    from runstream.tasks.config import TaskStateError
+
+    assert status_of(InvalidInputError("x")) == 400
+    assert status_of(NotFoundError("x")) == 404
+    assert status_of(StateConflictError("x")) == 409
+    assert status_of(RunAlreadyStreamingError("x")) == status_of(TaskStateError("x")) == 409
+    assert status_of(RunstreamError("x")) == 500  # not the caller's doing

@@ -5,7 +5,8 @@ temporal_app:worker_runtime``.
 Configured by the environment the test sets: ``RUNSTREAM_TEST_POSTGRES_URL``,
 ``RUNSTREAM_TEST_REDIS_URL``, ``TEMPORAL_TEST_ADDRESS``, ``TEMPORAL_TEST_SCHEMA`` and
 ``TEMPORAL_TEST_PREFIX`` (the PostgreSQL schema, and the Redis channel prefix and Temporal task
-queue), and optionally ``TEMPORAL_TEST_GLOBAL_CONCURRENCY``. The tools print JSON lines on stdout (``{"event", "tool", "pid", ...}``) so the test
+queue), and optionally ``TEMPORAL_TEST_GLOBAL_CONCURRENCY`` and ``TEMPORAL_TEST_PRINT_SPANS``
+(a worker then prints every finished OpenTelemetry span as a JSON line, ``{"event": "span"}``). The tools print JSON lines on stdout (``{"event", "tool", "pid", ...}``) so the test
 waits on what they do; ``research`` and ``ask`` wait until the test pushes to the Redis list
 ``<prefix>:gate:<name>``.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -116,6 +118,36 @@ def build_agent(model: LanguageModel) -> Agent:
     )
 
 
+def print_spans() -> None:
+    """Install an OpenTelemetry SDK whose finished spans are printed as JSON lines."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    def hex_ids(context: Any) -> dict[str, str]:
+        return {"trace_id": format(context.trace_id, "032x"), "span_id": format(context.span_id, "016x")}
+
+    class PrintingExporter(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            for span in spans:
+                say(
+                    event="span",
+                    name=span.name,
+                    **hex_ids(span.context),
+                    parent=span.parent is not None,
+                    attributes=dict(span.attributes or {}),
+                    links=[
+                        {**hex_ids(link.context), "attributes": dict(link.attributes or {})}
+                        for link in span.links
+                    ],
+                )
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(PrintingExporter()))
+    trace.set_tracer_provider(provider)
+
+
 def build_runtime(model: LanguageModel) -> Runstream:
     storage = PostgresStorage(env("RUNSTREAM_TEST_POSTGRES_URL"), schema=env("TEMPORAL_TEST_SCHEMA"))
     prefix = env("TEMPORAL_TEST_PREFIX")
@@ -139,4 +171,6 @@ def build_runtime(model: LanguageModel) -> Runstream:
 
 def worker_runtime() -> Runstream:
     """A worker's Runstream: the same agent; its model is never called in a worker."""
+    if os.environ.get("TEMPORAL_TEST_PRINT_SPANS"):
+        print_spans()
     return build_runtime(ScriptedModel(calls=[[]]))

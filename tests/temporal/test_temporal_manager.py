@@ -311,6 +311,52 @@ async def test_a_pending_task_without_a_workflow_is_started_by_the_next_manager(
         await second.shutdown()
 
 
+async def test_an_enqueuer_that_hears_no_event_learns_the_outcome_by_re_reading(
+    temporal_server: TemporalDevServer,
+) -> None:
+    """A (no worker, no Redis) hears none of B's events: it re-reads its unsettled tasks every
+    ``recheck_interval_ms``, runs the request's hook once, then delivers the missed completion
+    to its own subscribers; ``wait_for`` re-reads too. B, without the request, wrote the
+    outcome into memory itself (there is no thread here: nothing to find)."""
+
+    async def echo(args: dict[str, Any], ctx: ToolContext) -> Any:
+        return args["label"]
+
+    storage = InMemoryStorage()
+    settings = TemporalSettings(
+        address=temporal_server.address, task_queue=f"q-{uuid.uuid4().hex[:10]}", recheck_interval_ms=200
+    )
+    echo_tool = tool("echo", echo)
+    api = TemporalTaskManager(storage, temporal=settings)
+    worker = TemporalTaskManager(storage, temporal=settings, run_worker=True)
+    worker.register_tool(AGENT, echo_tool)
+    hooked: list[str] = []
+
+    async def on_terminal(record: TaskRecord) -> None:
+        hooked.append(record.status)
+
+    try:
+        await worker.start()
+        await api.start()
+        events = api.subscribe(agent_id=AGENT)
+        record = await api.enqueue(request(echo_tool, on_terminal=on_terminal))
+        final = await settled(api, record)
+        assert (final.status, final.result) == ("completed", "a")
+        seen = []
+        async with asyncio.timeout(WAIT_S):
+            async for chunk in events:
+                seen.append(chunk.type)
+                if chunk.type == "background-task-completed":
+                    break
+        assert seen == ["background-task-running", "background-task-completed"]
+        assert hooked == ["completed"]
+        assert not api.is_active(final.id)
+        await events.close()
+    finally:
+        await api.shutdown()
+        await worker.shutdown()
+
+
 async def test_an_unreachable_temporal_is_a_task_error_at_once() -> None:
     manager = TemporalTaskManager(
         InMemoryStorage(), temporal=TemporalSettings(address=f"127.0.0.1:{free_port()}")

@@ -31,6 +31,9 @@ from runstream.storage import InMemoryStorage, SqliteStorage, Storage, TaskFilte
 from runstream.tasks.config import BackgroundTaskConfig
 from runstream.testing.scripted import ScriptedModel
 
+RESUME_WAIT_MS = 30_000
+"""How long a ``resumeTask`` action waits for its task to suspend (a Temporal attempt runs elsewhere)."""
+
 
 def _as_async(fn: Callable[[], None]) -> Callable[[], Awaitable[None]]:
     async def call() -> None:
@@ -87,6 +90,9 @@ def build_agent(scenario: Mapping[str, Any], log: ToolExecutionLog) -> Agent:
                     description=tool_spec.get("description", ""),
                     instructions=tool_spec.get("instructions", ""),
                     model=ScriptedModel.from_script(tool_spec["model"]),
+                    tools=[build_tool(sub_tool, log) for sub_tool in tool_spec.get("tools", [])],
+                    memory={"lastMessages": 50} if tool_spec.get("memory") else None,
+                    default_options=tool_spec.get("defaultOptions"),
                 )
             )
         elif kind == "workflow":
@@ -153,6 +159,26 @@ def _stop_condition(spec: Mapping[str, Any]) -> StopCondition:
     raise UnsupportedScenario(f"stop condition {spec!r} is not supported")
 
 
+def _delegation(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The scenario format's declarative hooks: each returns the given result (``"bail"``:
+    calls ``bail()``), as the Node runner's extension does."""
+    out: dict[str, Any] = {k: v for k, v in spec.items() if not k.startswith("onDelegation")}
+
+    def hook(result: Any) -> Callable[[dict[str, Any]], Any]:
+        def call(context: dict[str, Any]) -> Any:
+            if result == "bail":
+                context["bail"]()
+                return None
+            return result
+
+        return call
+
+    for name in ("onDelegationStart", "onDelegationComplete"):
+        if name in spec:
+            out[name] = hook(spec[name])
+    return out
+
+
 def _stream_options(run: Mapping[str, Any]) -> dict[str, Any]:
     options = dict(run.get("options", {}))
     out: dict[str, Any] = {}
@@ -164,6 +190,10 @@ def _stream_options(run: Mapping[str, Any]) -> dict[str, Any]:
         "maxProcessorRetries": "max_processor_retries",
         "toolCallConcurrency": "tool_call_concurrency",
     }
+    structured = options.get("structuredOutput")
+    if isinstance(structured, Mapping) and isinstance(structured.get("model"), Mapping):
+        # the scenario format's structuring model: a ModelScript
+        options["structuredOutput"] = {**structured, "model": ScriptedModel.from_script(structured["model"])}
     if "isTaskComplete" in options:
         out["is_task_complete"] = _task_completion(options.pop("isTaskComplete"))
     for key, value in options.items():
@@ -173,6 +203,8 @@ def _stream_options(run: Mapping[str, Any]) -> dict[str, Any]:
             out["stop_when"] = [
                 _stop_condition(spec) for spec in (value if isinstance(value, list) else [value])
             ]
+        elif key == "delegation":
+            out["delegation"] = _delegation(value)
         elif key == "maxIdleMs":
             continue
         elif key == "maxRetries":
@@ -329,8 +361,13 @@ class ScenarioRunner:
                 raise RuntimeError(f"{spec['do']}: no task found for {spec}")
             if spec["do"] == "cancelTask":
                 await manager.cancel(task_id)
-            else:
-                await manager.resume(task_id, spec.get("data"))
+                return
+            # A task runs elsewhere on Temporal: its attempt may not have reached the suspension
+            # yet when the stream ends (in-process it has); resuming it waits for that.
+            record = await manager.get_task(task_id)
+            if record is not None and record.status in ("pending", "running"):
+                await manager.wait_for(task_id, timeout_ms=RESUME_WAIT_MS)
+            await manager.resume(task_id, spec.get("data"))
 
         return operation
 
@@ -339,7 +376,7 @@ class ScenarioRunner:
         manager = self.runtime.task_manager
         assert manager is not None
         events: list[AnyChunk] = []
-        subscription = manager.subscribe(agent_id=self.scenario["agent"]["id"])
+        subscription = manager.subscribe(agent_id=self.scenario["agent"]["id"], include_existing=False)
 
         async def record() -> None:
             async for event in subscription:
@@ -367,14 +404,22 @@ class ScenarioRunner:
         options = spec.get("options", {})
         idle = options.get("untilIdle", False)
         until_idle = {"max_idle_ms": idle["maxIdleMs"]} if isinstance(idle, Mapping) else bool(idle)
+        # the resume call's own stream options (x-pt24..x-pt26)
+        more = _stream_options(
+            {"options": {k: v for k, v in options.items() if k not in ("untilIdle", "reason")}}
+        )
         if spec["do"] == "approveToolCall":
             return await agent.approve_tool_call(
-                run_id=out.run_id, tool_call_id=call_id, until_idle=until_idle
+                run_id=out.run_id, tool_call_id=call_id, until_idle=until_idle, **more
             )
         if spec["do"] == "declineToolCall":
             return await agent.decline_tool_call(
-                run_id=out.run_id, tool_call_id=call_id, reason=options.get("reason"), until_idle=until_idle
+                run_id=out.run_id,
+                tool_call_id=call_id,
+                reason=options.get("reason"),
+                until_idle=until_idle,
+                **more,
             )
         return await agent.resume_stream(
-            spec.get("data"), run_id=out.run_id, tool_call_id=call_id, until_idle=until_idle
+            spec.get("data"), run_id=out.run_id, tool_call_id=call_id, until_idle=until_idle, **more
         )

@@ -28,6 +28,7 @@ from runstream.server.auth import Principal, principal_of
 from runstream.server.body import StreamRequest
 from runstream.server.context import ServerContext, json_body
 from runstream.server.errors import ApiError
+from runstream.server.limits import check_id
 from runstream.server.mastra import start_stream
 from runstream.server.sse import SSE_HEADERS, SSEResponse, data_frame
 
@@ -82,8 +83,8 @@ class AGUIRoutes:
             return None  # (a memory function gets the runtime's storage per run)
         props = run_input.forwarded_props if isinstance(run_input.forwarded_props, dict) else {}
         requested = props.get("resourceId")
-        if requested is not None and (not isinstance(requested, str) or not requested):
-            raise ApiError(400, "'forwardedProps.resourceId' must be a non-empty string")
+        if requested is not None:
+            check_id(requested, "forwardedProps.resourceId")
         resource = principal.resource(requested) or run_input.thread_id
         return MemoryScope(run_input.thread_id, resource)
 
@@ -96,6 +97,8 @@ def _parse(body: dict[str, Any]) -> RunAgentInput:
         raise ApiError(400, f"Invalid AG-UI RunAgentInput: {problems}") from None
     if not run_input.thread_id or not run_input.run_id:
         raise ApiError(400, "Invalid AG-UI RunAgentInput: 'threadId' and 'runId' must not be empty")
+    check_id(run_input.thread_id, "threadId")
+    check_id(run_input.run_id, "runId")
     if len(run_input.messages) > MAX_MESSAGES or len(run_input.tools or []) > MAX_TOOLS:
         raise ApiError(400, f"At most {MAX_MESSAGES} messages and {MAX_TOOLS} tools per run")
     return run_input

@@ -20,6 +20,7 @@ from typing import Any
 import jsonschema
 
 from runstream.memory import MemoryScope, memory_options
+from runstream.memory.working import WorkingMemory
 from runstream.models.base import ModelSettings
 from runstream.run_options import StreamOptions, client_tool
 from runstream.server.auth import Principal
@@ -27,11 +28,15 @@ from runstream.server.errors import ApiError
 from runstream.server.limits import (
     MAX_CONTINUATIONS,
     MAX_IDLE_MS,
+    MAX_MESSAGES,
     MAX_RESUME_WINDOW_MS,
     MAX_STEPS,
+    MAX_WORKING_MEMORY,
     bounded_int,
     bounded_number,
     check_id,
+    check_metadata,
+    check_title,
 )
 from runstream.server.messages import Prompt, to_prompt
 from runstream.structured import StructuredOutput
@@ -105,11 +110,8 @@ def memory_scope(value: Any, principal: Principal) -> MemoryScope | None:
     thread = value.get("thread")
     title, metadata = None, None
     if isinstance(thread, Mapping):
-        title, metadata = thread.get("title"), thread.get("metadata")
-        if not (title is None or (isinstance(title, str) and len(title) <= MAX_TITLE_LENGTH)):
-            raise invalid(f"'memory.thread.title' must be a string of at most {MAX_TITLE_LENGTH} characters")
-        if not (metadata is None or isinstance(metadata, Mapping)):
-            raise invalid("'memory.thread.metadata' must be an object")
+        title = check_title(thread.get("title"), "memory.thread.title")
+        metadata = check_metadata(thread.get("metadata"), "memory.thread.metadata")
         thread = thread.get("id")
     if not isinstance(thread, str) or not thread:
         raise invalid("'memory.thread' must be a thread id (or an object with an 'id')")
@@ -121,46 +123,54 @@ def memory_scope(value: Any, principal: Principal) -> MemoryScope | None:
     if resource is None:
         raise ApiError(400, "A resource ID is required when using memory: pass memory.resource")
     return MemoryScope(
-        thread, resource, title=title, metadata=metadata, options=_memory_options(value.get("options"))
+        thread, resource, title=title, metadata=metadata, options=memory_call_options(value.get("options"))
     )
 
 
-MAX_TITLE_LENGTH = 1_000
 MAX_LAST_MESSAGES = 10_000
 _HTTP_MEMORY_OPTIONS = ("lastMessages", "readOnly", "workingMemory", "generateTitle")
 
 
-def _memory_options(value: Any) -> dict[str, Any]:
-    """A request's memory options: Mastra's JSON-valued ones, bounded (a title model or its
-    instructions are the server's to choose, so ``generateTitle`` is a boolean here)."""
+def memory_call_options(value: Any, where: str = "memory.options") -> dict[str, Any]:
+    """A request's memory options: Mastra's JSON-valued ones, bounded and fully checked here, so
+    a mistake is a 400 before anything runs (a title model, its instructions and a working-memory
+    schema are the server's to choose, so ``generateTitle`` is a boolean here and ``schema`` is
+    refused)."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise invalid("'memory.options' must be an object")
+        raise invalid(f"'{where}' must be an object")
     unknown = sorted(set(value) - set(_HTTP_MEMORY_OPTIONS))
     if unknown:
-        raise invalid(
-            f"unknown field 'memory.options.{unknown[0]}' (known: {', '.join(_HTTP_MEMORY_OPTIONS)})"
-        )
+        raise invalid(f"unknown field '{where}.{unknown[0]}' (known: {', '.join(_HTTP_MEMORY_OPTIONS)})")
     last = value.get("lastMessages")
     if last is not None and last is not False:
-        bounded_int(last, "memory.options.lastMessages", minimum=0, maximum=MAX_LAST_MESSAGES)
+        bounded_int(last, f"{where}.lastMessages", minimum=0, maximum=MAX_LAST_MESSAGES)
     if not isinstance(value.get("generateTitle", False), bool):
-        raise invalid("'memory.options.generateTitle' must be true or false")
+        raise invalid(f"'{where}.generateTitle' must be true or false")
     working = value.get("workingMemory")
-    if isinstance(working, Mapping) and "schema" in working:
-        raise invalid(
-            "'memory.options.workingMemory.schema' is the server's to choose (give the agent's Memory one)"
-        )
+    if isinstance(working, Mapping):
+        if "schema" in working:
+            raise invalid(
+                f"'{where}.workingMemory.schema' is the server's to choose (give the agent's Memory one)"
+            )
+        template = working.get("template")
+        if template is not None and (not isinstance(template, str) or len(template) > MAX_WORKING_MEMORY):
+            raise invalid(
+                f"'{where}.workingMemory.template' must be a string of at most {MAX_WORKING_MEMORY} characters"
+            )
     try:
-        return memory_options(value, where="memory.options")
+        options = memory_options(value, where=where)
+        if isinstance(working, Mapping):
+            WorkingMemory().merged(working)  # the checks the run would make, made now
     except (TypeError, ValueError) as exc:
         raise invalid(str(exc)) from None
+    return options
 
 
 def _tool_choice(value: Any) -> str | dict[str, Any] | None:
     if value is None or value in ("auto", "none", "required"):
-        return value  # type: ignore[no-any-return]
+        return None if value is None else str(value)
     if isinstance(value, Mapping) and value.get("type") == "tool" and isinstance(value.get("toolName"), str):
         return dict(value)
     raise invalid("'toolChoice' must be 'auto', 'none', 'required' or {type: 'tool', toolName}")
@@ -266,6 +276,26 @@ def _client_tools(value: Any) -> dict[str, Tool]:
     return tools
 
 
+CONTINUE_FIELDS = frozenset({"toolCallId", "reason", "resumeData"})
+"""What approve/decline/resume bodies carry besides a stream body's options."""
+
+
+def resume_options(body: Mapping[str, Any], principal: Principal) -> dict[str, Any]:
+    """The ``stream()`` options an approve/decline/resume body gives for the continued run
+    (Mastra's client-js sends them next to ``runId``), validated as a stream body's; the run
+    keeps its memory scope and its untilIdle setting."""
+    rest = {key: value for key, value in body.items() if key not in CONTINUE_FIELDS}
+    for key in ("memory", "untilIdle", "maxIdleMs", "resumeWindowMs", "maxContinuations"):
+        if key in rest:
+            raise invalid(f"'{key}' cannot change on a continuation (the run keeps its own)")
+    parsed = parse_stream_body(rest, principal, need_messages=False)
+    return {
+        key: value
+        for key, value in parsed.options.items()
+        if value is not None and value is not False and value != [] and value != {}
+    }
+
+
 def parse_stream_body(
     body: Mapping[str, Any], principal: Principal, *, until_idle: bool = False, need_messages: bool = True
 ) -> StreamRequest:
@@ -284,6 +314,9 @@ def parse_stream_body(
     if max_steps is not None:
         max_steps = bounded_int(max_steps, "maxSteps", minimum=1, maximum=MAX_STEPS)
     context = _optional(body, "context", list, "an array of messages")
+    for name, value in (("messages", messages), ("context", context)):
+        if isinstance(value, list) and len(value) > MAX_MESSAGES:
+            raise invalid(f"'{name}' may hold at most {MAX_MESSAGES} messages")
     options = StreamOptions(
         max_steps=max_steps,
         tool_choice=_tool_choice(body.get("toolChoice")),

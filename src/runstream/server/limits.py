@@ -31,6 +31,16 @@ MAX_IDLE_MS = 3_600_000
 MAX_RESUME_WINDOW_MS = 60_000
 MAX_CONTINUATIONS = 100
 MAX_OFFSET = 10_000_000
+MAX_TITLE_LENGTH = 1_000
+"""Characters of a thread's title (thread routes and the stream body's ``memory.thread``)."""
+MAX_METADATA_BYTES = 64 * 1024
+"""A thread's or a message's ``metadata`` object, as compact JSON (UTF-8 bytes)."""
+MAX_WORKING_MEMORY = 1_000_000
+"""Characters of working memory (or of a working-memory template) a request may store."""
+MAX_MESSAGES = 10_000
+"""Messages (and context messages) of one generate/stream body."""
+MAX_TOOL_RESULT_MESSAGES = 100
+"""Messages of client tool results in one ``send-tool-approval``."""
 
 
 def parse_json(raw: bytes) -> Any:
@@ -100,6 +110,28 @@ def check_id(value: Any, field: str) -> str:
         )
     if "\x00" in value:
         raise ApiError(400, f"Invalid request body: '{field}' must not contain NUL characters")
+    return value
+
+
+def check_title(value: Any, field: str) -> str | None:
+    """``None`` or a string of at most :data:`MAX_TITLE_LENGTH` characters."""
+    if value is not None and (not isinstance(value, str) or len(value) > MAX_TITLE_LENGTH):
+        raise ApiError(
+            400, f"Invalid request body: '{field}' must be a string of at most {MAX_TITLE_LENGTH} characters"
+        )
+    return value
+
+
+def check_metadata(value: Any, field: str) -> dict[str, Any] | None:
+    """``None`` or an object of at most :data:`MAX_METADATA_BYTES` as JSON (it is stored with the
+    thread or message and sent back on every listing)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or len(orjson.dumps(value)) > MAX_METADATA_BYTES:
+        raise ApiError(
+            400,
+            f"Invalid request body: '{field}' must be an object of at most {MAX_METADATA_BYTES} bytes as JSON",
+        )
     return value
 
 

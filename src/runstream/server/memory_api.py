@@ -17,12 +17,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from runstream.chunks import iso_datetime
-from runstream.memory import DEFAULT_LAST_MESSAGES, Memory, memory_options
+from runstream.memory import DEFAULT_LAST_MESSAGES, Memory
 from runstream.memory.working import DEFAULT_TEMPLATE
 from runstream.server.auth import principal_of
+from runstream.server.body import memory_call_options
 from runstream.server.context import ServerContext, has_memory, json_body, query_page
 from runstream.server.errors import ApiError
-from runstream.server.limits import check_id
+from runstream.server.limits import MAX_WORKING_MEMORY, check_id, check_metadata, check_title
 from runstream.server.messages import to_ui_message
 from runstream.storage import NotFoundError, Page, Storage, StoredMessage, Thread
 
@@ -124,17 +125,9 @@ class MemoryRoutes:
         resource = principal.resource(None if requested is None else check_id(requested, "resourceId"))
         if resource is None:
             raise ApiError(400, "Invalid request body: 'resourceId' is required")
-        thread_id = body.get("threadId") or str(uuid.uuid4())
-        title, metadata = body.get("title"), body.get("metadata") or {}
-        if (
-            not isinstance(thread_id, str)
-            or not (title is None or isinstance(title, str))
-            or not isinstance(metadata, dict)
-        ):
-            raise ApiError(
-                400, "Invalid request body: 'threadId'/'title' must be strings, 'metadata' an object"
-            )
-        check_id(thread_id, "threadId")
+        thread_id = check_id(body.get("threadId") or str(uuid.uuid4()), "threadId")
+        title = check_title(body.get("title"), "title")
+        metadata = check_metadata(body.get("metadata"), "metadata") or {}
         existing = await self.storage.get_thread(thread_id)
         if existing is not None and not principal.owns(existing.resource_id):
             raise ApiError(404, f"Thread {thread_id} not found")  # as if it did not exist: no oracle
@@ -152,11 +145,8 @@ class MemoryRoutes:
         body = await json_body(request)
         if body.get("resourceId") not in (None, thread.resource_id):
             raise ApiError(400, "A thread cannot move to another resource")
-        title, metadata = body.get("title"), body.get("metadata")
-        if not (title is None or isinstance(title, str)) or not (
-            metadata is None or isinstance(metadata, dict)
-        ):
-            raise ApiError(400, "Invalid request body: 'title' must be a string, 'metadata' an object")
+        title = check_title(body.get("title"), "title")
+        metadata = check_metadata(body.get("metadata"), "metadata")
         updated = await self.storage.update_thread(thread.id, title=title, metadata=metadata)
         return JSONResponse(thread_wire(updated))
 
@@ -271,20 +261,11 @@ class MemoryRoutes:
             raise ApiError(404, "Thread not found")
         config = body.get("memoryConfig")
         if config is not None:
-            if not isinstance(config, dict):
-                raise ApiError(400, "Invalid request body: 'memoryConfig' must be an object")
-            try:
-                memory = memory.with_options(memory_options(config, where="memoryConfig"))
-            except (TypeError, ValueError) as exc:
-                raise ApiError(400, f"Invalid request body: {exc}") from None
+            memory = memory.with_options(memory_call_options(config, where="memoryConfig"))
         if memory.working_memory is None:
             raise ApiError(400, "Working memory is not enabled for this memory instance")
         await memory.set_working_memory(thread.id, thread.resource_id, text)
         return JSONResponse({"success": True})
-
-
-MAX_WORKING_MEMORY = 1_000_000
-"""Characters of working memory a request may store."""
 
 
 def memory_config_wire(memory: Memory) -> dict[str, Any]:

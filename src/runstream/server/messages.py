@@ -151,8 +151,10 @@ def _from_model(message: Mapping[str, Any]) -> list[Prompt]:
     if role == "system":
         return [{"role": "system", "content": _text_of(content)}]
     parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
-    if not isinstance(parts, list):
-        raise ApiError(400, "Invalid request body: message content must be a string or an array of parts")
+    if not isinstance(parts, list) or not all(isinstance(p, Mapping) for p in parts):
+        raise ApiError(
+            400, "Invalid request body: message content must be a string or an array of part objects"
+        )
     converted = [p for p in (_model_part(p) for p in parts) if p is not None]
     if role == "assistant" and isinstance(message.get("toolInvocations"), list):
         step = _Step()

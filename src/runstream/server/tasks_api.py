@@ -98,7 +98,7 @@ async def resume_task_stream(
     if not found.items or not principal.owns(found.items[0].resource_id):
         return None
     task = found.items[0]
-    subscription = manager.subscribe(task_id=task.id)
+    subscription = manager.subscribe(task_id=task.id, include_existing=False)
     try:
         await _resume(manager, task.id, data)
     except BaseException:
@@ -173,6 +173,7 @@ class TaskRoutes:
             thread_id=q.get("threadId") or None,
             resource_id=resource,
             task_id=q.get("taskId") or None,
+            include_existing=_flag(q.get("includeExisting"), "includeExisting", default=True),
         )
 
         async def frames() -> AsyncGenerator[bytes, None]:
@@ -198,3 +199,12 @@ class TaskRoutes:
         body = await json_body(request)
         resumed = await _resume(manager, task.id, body.get("resumeData"))
         return JSONResponse(resumed.to_wire())
+
+
+def _flag(value: str | None, name: str, *, default: bool) -> bool:
+    """A ``true``/``false`` query parameter (Mastra's ``includeExisting`` defaults to true)."""
+    if value is None:
+        return default
+    if value not in ("true", "false"):
+        raise ApiError(400, f"Query parameter '{name}' must be 'true' or 'false'")
+    return value == "true"

@@ -50,7 +50,7 @@ from runstream.tasks.config import (
     TaskRequest,
     TaskStateError,
 )
-from runstream.tasks.execution import Execution, Outcome, error_of, run_attempt
+from runstream.tasks.execution import SUSPENDED_RUN_KEY, Execution, Outcome, error_of, run_attempt
 from runstream.tasks.lifecycle import lifecycle_chunk, resumed_chunk, running_chunk
 from runstream.tasks.slots import Slots
 from runstream.tools import Tool, resume_schema_of
@@ -103,7 +103,7 @@ class TaskManager(Protocol):
         thread_id: str | None = None,
         resource_id: str | None = None,
         task_id: str | None = None,
-        include_existing: bool = False,
+        include_existing: bool = True,
     ) -> TaskSubscription: ...
 
 
@@ -204,9 +204,11 @@ class TaskCoordinator:
         """Store how a running task's attempt ended (a compare-and-set on ``running`` and the
         ``guard``); the stored record, or ``None`` if the task moved on meanwhile."""
         update = outcome.update()
+        if outcome.kind == "suspended" and outcome.run_id is not None:
+            update["metadata"] = {**record.metadata, SUSPENDED_RUN_KEY: outcome.run_id}
         traced = tracing.task_span_metadata(record.id)
         if traced:  # where the task's span is, for continuation turns in other processes
-            update["metadata"] = {**record.metadata, **traced}
+            update["metadata"] = {**update.get("metadata", record.metadata), **traced}
         try:
             return await self.storage.update_task(
                 record.id, expected_status="running", expected_metadata=guard, **update

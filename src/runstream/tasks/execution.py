@@ -29,6 +29,8 @@ ABORT_GRACE_S = 0.1
 """How long an aborted tool may take to stop on its own before its asyncio task is cancelled."""
 
 Publish = Callable[[TaskRecord, AnyChunk], None]
+SUSPENDED_RUN_KEY = "suspendedToolRunId"
+"""Task metadata: the delegated run a suspended task waits on (Mastra's ``suspendedToolRunId``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,9 @@ class Outcome:
     kind: Literal["result", "error", "suspended", "timeout"]
     value: Any = None
     retryable: bool = True
+    run_id: str | None = None
+    """A suspension's delegated run (``ctx.suspend(run_id=)``), kept as the task's
+    ``metadata.suspendedToolRunId`` for its resumed execution (Mastra's ``suspendedToolRunId``)."""
 
     def update(self) -> TaskUpdate:
         """The fields that store this outcome in the task's record."""
@@ -120,6 +125,9 @@ async def run_attempt(
         resource_id=record.resource_id,
         is_background_task=True,
         attempt=record.retry_count + 1,
+        suspended_tool_run_id=record.metadata.get(SUSPENDED_RUN_KEY)
+        if record.resume_data is not None
+        else None,
     )
     disposition = request.disposition if request is not None else "deferred"
     ctx.background = BackgroundTaskAdoption(record.id, disposition, ex.controller.signal)
@@ -149,15 +157,15 @@ async def call_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> Outco
         if ctx.background is not None:
             result = await ctx.background.result(result)
     except ToolSuspended as suspended:
-        return Outcome("suspended", suspended.payload)
+        return Outcome("suspended", suspended.payload, run_id=ctx.suspend_run_id)
     except Exception as exc:
         if ctx.suspended:
-            return Outcome("suspended", ctx.suspended_with)
+            return Outcome("suspended", ctx.suspended_with, run_id=ctx.suspend_run_id)
         if ctx.background is not None:
             await ctx.background.failed(exc)
         return Outcome("error", exc)
     if ctx.suspended:
-        return Outcome("suspended", ctx.suspended_with)
+        return Outcome("suspended", ctx.suspended_with, run_id=ctx.suspend_run_id)
     return Outcome("result", result)
 
 

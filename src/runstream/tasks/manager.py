@@ -43,6 +43,7 @@ from runstream.tasks.coordination import (
 )
 from runstream.tasks.execution import Execution, Outcome
 from runstream.tasks.lifecycle import running_chunk
+from runstream.tasks.waiting import wait_for_next_task
 from runstream.tools import Tool, ToolArgumentsError
 
 __all__ = ["SETTLED_STATUSES", "STALE_TASK_MESSAGE", "TERMINAL_STATUSES", "BackgroundTaskManager"]
@@ -354,6 +355,11 @@ class BackgroundTaskManager:
         """The task's record once it is terminal or suspended (see ``TaskCoordinator.wait_for``)."""
         return await self.tasks.wait_for(task_id, timeout_ms)
 
+    async def wait_for_next_task(self, task_ids: Iterable[str], **options: Any) -> TaskRecord:
+        """The first of ``task_ids`` to end (Mastra's ``waitForNextTask``): see
+        :func:`runstream.tasks.waiting.wait_for_next_task` for the options."""
+        return await wait_for_next_task(self, task_ids, **options)
+
     def subscribe(
         self,
         *,
@@ -362,12 +368,13 @@ class BackgroundTaskManager:
         thread_id: str | None = None,
         resource_id: str | None = None,
         task_id: str | None = None,
-        include_existing: bool = False,
+        include_existing: bool = True,
     ) -> TaskSubscription:
         """Lifecycle chunks of the matching tasks, from now on, in publish order.
 
-        ``include_existing`` first yields a ``background-task-running`` snapshot of the matching
-        tasks running at that moment.
+        ``include_existing`` (default true, as Mastra's ``stream()``) first yields a
+        ``background-task-running`` snapshot of the matching tasks running at that moment
+        (running ones only, as Mastra: a pending or suspended task shows up with its next event).
         """
         wanted = event_filter(agent_id, run_id, thread_id, resource_id, task_id)
         return self.tasks.subscribe(wanted, include_existing=include_existing)

@@ -60,8 +60,15 @@ from runstream.tasks.coordination import TaskCoordinator, event_filter
 from runstream.tasks.lifecycle import running_chunk
 from runstream.tasks.temporal.settings import TemporalSettings
 from runstream.tasks.temporal.settlements import Settlements
-from runstream.tasks.temporal.slots import SlotsState, SlotsWorkflow, slots_workflow_id
+from runstream.tasks.temporal.slots import (
+    ACQUIRE_SIGNAL,
+    SlotRequest,
+    SlotsState,
+    SlotsWorkflow,
+    slots_workflow_id,
+)
 from runstream.tasks.temporal.workflow import RESUME_SIGNAL, BackgroundTaskWorkflow, ResumeSignal, TaskPlan
+from runstream.tasks.waiting import wait_for_next_task
 from runstream.tools import Tool
 
 if TYPE_CHECKING:
@@ -188,8 +195,11 @@ class TemporalTaskManager:
 
     async def _ensure_slots(self) -> None:
         """The slots workflow of the task queue (cluster-wide limits), started once."""
-        if not self.temporal.cluster_limits:
-            return
+        if self.temporal.cluster_limits:
+            await self._slots_workflow()
+
+    async def _slots_workflow(self, **signal: Any) -> None:
+        """Start the slots workflow unless it runs (with ``start_signal``: signal it, either way)."""
         try:
             await self.client.start_workflow(
                 SlotsWorkflow.run,
@@ -197,9 +207,10 @@ class TemporalTaskManager:
                 id=slots_workflow_id(self.temporal.task_queue),
                 task_queue=self.temporal.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                **signal,
             )
         except RPCError as exc:
-            raise BackgroundTaskError(f"Cannot start the slots workflow on Temporal: {exc}") from exc
+            raise BackgroundTaskError(f"Cannot reach the slots workflow on Temporal: {exc}") from exc
 
     def worker_queues(self) -> list[str]:
         """The task queues the local worker polls (empty without one)."""
@@ -263,7 +274,7 @@ class TemporalTaskManager:
                 )
             return None
         try:
-            await self._start_workflow(record)
+            await self._start_workflow(record, request_slot=True)
         except BackgroundTaskError:  # the tool call fails; no task stays
             self.tasks.requests.pop(record.id, None)
             await self.storage.delete_tasks([record.id])
@@ -272,7 +283,7 @@ class TemporalTaskManager:
             asyncio.get_running_loop().call_soon(self.tasks.publish, record, running_chunk(record))
         return record
 
-    def plan(self, record: TaskRecord) -> TaskPlan:
+    def plan(self, record: TaskRecord, *, slot_requested: bool = False) -> TaskPlan:
         retries = self.config.default_retries
         return TaskPlan(
             task_id=record.id,
@@ -287,21 +298,35 @@ class TemporalTaskManager:
             global_limit=max(self.config.global_concurrency, 1) if self.temporal.cluster_limits else 0,
             agent_limit=self.agent_concurrency.get(record.agent_id, self.config.per_agent_concurrency),
             slots_queue=self.temporal.task_queue,
+            slot_requested=slot_requested and self.temporal.cluster_limits,
         )
 
-    async def _start_workflow(self, record: TaskRecord) -> None:
+    async def _start_workflow(self, record: TaskRecord, *, request_slot: bool = False) -> None:
+        """Start the task's workflow. ``request_slot``: also ask the slots workflow for its first
+        attempt's slot from here (a signal-with-start, once the workflow exists to be granted
+        it), which spares the workflow a round trip through Temporal before its attempt."""
+        plan = self.plan(record, slot_requested=request_slot)
+        workflow_id = self.temporal.workflow_id(record.id)
         try:
             await self.client.start_workflow(
                 BackgroundTaskWorkflow.run,
-                self.plan(record),
-                id=self.temporal.workflow_id(record.id),
+                plan,
+                id=workflow_id,
                 task_queue=self.temporal.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             )
         except WorkflowAlreadyStartedError:
-            pass
+            return
         except RPCError as exc:
             raise BackgroundTaskError(f"Could not start task {record.id} on Temporal: {exc}") from exc
+        if not plan.slot_requested:
+            return
+        request = SlotRequest(workflow_id, plan.agent_id, plan.global_limit, max(plan.agent_limit, 1))
+        try:
+            await self._slots_workflow(start_signal=ACQUIRE_SIGNAL, start_signal_args=[request])
+        except BackgroundTaskError:  # the workflow would wait for a slot nobody asked for
+            await self.workflow_handle(record.id).terminate("its slot could not be requested")
+            raise
 
     def workflow_handle(self, task_id: str) -> WorkflowHandle[Any, Any]:
         """The Temporal workflow of a task."""
@@ -411,6 +436,11 @@ class TemporalTaskManager:
         this one cannot hear)."""
         return await self.tasks.wait_for(task_id, timeout_ms, recheck_ms=self.temporal.recheck_interval_ms)
 
+    async def wait_for_next_task(self, task_ids: Iterable[str], **options: Any) -> TaskRecord:
+        """The first of ``task_ids`` to end (Mastra's ``waitForNextTask``; storage is re-read at
+        each progress interval): see :func:`runstream.tasks.waiting.wait_for_next_task`."""
+        return await wait_for_next_task(self, task_ids, **options)
+
     def subscribe(
         self,
         *,
@@ -419,9 +449,10 @@ class TemporalTaskManager:
         thread_id: str | None = None,
         resource_id: str | None = None,
         task_id: str | None = None,
-        include_existing: bool = False,
+        include_existing: bool = True,
     ) -> TaskSubscription:
-        """Lifecycle chunks of the matching tasks (of every process, with Redis)."""
+        """Lifecycle chunks of the matching tasks (of every process, with Redis); the running
+        ones first, unless ``include_existing=False`` (Mastra's default is true)."""
         wanted = event_filter(agent_id, run_id, thread_id, resource_id, task_id)
         return self.tasks.subscribe(wanted, include_existing=include_existing)
 

@@ -114,40 +114,46 @@ class SlotsWorkflow:
 
 
 class SlotClient:
-    """The task workflow's side: acquire before an attempt, release after it."""
+    """The task workflow's side: acquire before an attempt, release after it.
 
-    def __init__(self, task_queue: str) -> None:
-        self.workflow_id = slots_workflow_id(task_queue)
+    ``acquire`` does not wait for Temporal to confirm its signal (one more workflow task before
+    the attempt could start): it waits for the grant, or for the signal to fail (no slots
+    workflow yet: it is started, and asked again). ``release`` is awaited: a signal sent as the
+    workflow completes could be dropped with it.
+    """
+
+    def __init__(self) -> None:
         self.granted = False
 
     def on_granted(self) -> None:
         self.granted = True
 
-    async def acquire(self, agent_id: str, global_limit: int, agent_limit: int) -> None:
-        request = SlotRequest(workflow.info().workflow_id, agent_id, global_limit, agent_limit)
-        self.granted = False
-        try:
-            await self._signal(ACQUIRE_SIGNAL, request)
-        except FailureError:  # no slots workflow yet (or it ended): start it, then ask
-            await self._start()
-            await self._signal(ACQUIRE_SIGNAL, request)
+    async def acquire(self, request: SlotRequest, slots_queue: str, *, requested: bool = False) -> None:
+        """Wait for a slot; ``requested``: the enqueuing process already asked for this one
+        (signal-with-start, in parallel with this workflow's start)."""
+        workflow_id = slots_workflow_id(slots_queue)
+        if not requested:
+            sent = asyncio.ensure_future(_signal(workflow_id, ACQUIRE_SIGNAL, request))
+            await workflow.wait_condition(lambda: self.granted or sent.done())
+            if not self.granted and sent.exception() is not None:  # no slots workflow: start it
+                with contextlib.suppress(WorkflowAlreadyStartedError):
+                    await workflow.start_child_workflow(
+                        SlotsWorkflow.run,
+                        SlotsState(),
+                        id=workflow_id,
+                        parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                    )
+                await _signal(workflow_id, ACQUIRE_SIGNAL, request)
         await workflow.wait_condition(lambda: self.granted)
-
-    async def release(self) -> None:
         self.granted = False
+
+    async def release(self, slots_queue: str) -> None:
+        """Give the slot back (also a request still waiting)."""
         try:
-            await self._signal(RELEASE_SIGNAL, workflow.info().workflow_id)
-        except FailureError:  # the slots workflow is gone: nothing is held there
-            workflow.logger.warning("slot release: no slots workflow %s", self.workflow_id)
+            await _signal(slots_workflow_id(slots_queue), RELEASE_SIGNAL, workflow.info().workflow_id)
+        except FailureError as exc:  # no slots workflow: nothing is held there
+            workflow.logger.warning("slot release not delivered: %s", exc)
 
-    async def _signal(self, name: str, arg: object) -> None:
-        await workflow.get_external_workflow_handle(self.workflow_id).signal(name, arg)
 
-    async def _start(self) -> None:
-        with contextlib.suppress(WorkflowAlreadyStartedError):
-            await workflow.start_child_workflow(
-                SlotsWorkflow.run,
-                SlotsState(),
-                id=self.workflow_id,
-                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-            )
+async def _signal(workflow_id: str, name: str, arg: object) -> None:
+    await workflow.get_external_workflow_handle(workflow_id).signal(name, arg)

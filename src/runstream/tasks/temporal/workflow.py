@@ -32,7 +32,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
-from runstream.tasks.temporal.slots import GRANTED_SIGNAL, SlotClient
+from runstream.tasks.temporal.slots import GRANTED_SIGNAL, SlotClient, SlotRequest
 
 WORKFLOW_NAME = "runstream.BackgroundTask"
 RUN_TASK = "runstream.run_task"
@@ -64,6 +64,8 @@ class TaskPlan:
     """Attempts of this task's agent at once in the whole cluster."""
     slots_queue: str = ""
     """The task queue whose slots workflow counts the attempts."""
+    slot_requested: bool = False
+    """The enqueuing process asked for the first attempt's slot itself."""
 
 
 @dataclass
@@ -94,12 +96,12 @@ class LostAttempt:
 class BackgroundTaskWorkflow:
     def __init__(self) -> None:
         self._resumes: list[ResumeSignal] = []
-        self._slots: SlotClient | None = None
+        self._slots = SlotClient()
+        self._first = True
 
     @workflow.signal(name=GRANTED_SIGNAL)
     def slot_granted(self) -> None:
-        if self._slots is not None:
-            self._slots.on_granted()
+        self._slots.on_granted()
 
     @workflow.signal(name=RESUME_SIGNAL)
     def resume(self, signal: ResumeSignal) -> None:
@@ -120,13 +122,16 @@ class BackgroundTaskWorkflow:
         """One ``run_task`` call, holding a cluster-wide slot while it runs (with limits)."""
         if plan.global_limit <= 0:
             return await self._run_task(plan, attempt)
-        self._slots = self._slots or SlotClient(plan.slots_queue)
+        requested, self._first = plan.slot_requested and self._first, False
+        request = SlotRequest(
+            workflow.info().workflow_id, plan.agent_id, plan.global_limit, max(plan.agent_limit, 1)
+        )
         try:
-            await self._slots.acquire(plan.agent_id, plan.global_limit, max(plan.agent_limit, 1))
+            await self._slots.acquire(request, plan.slots_queue, requested=requested)
             return await self._run_task(plan, attempt)
         finally:
             if workflow.in_workflow():  # not when the worker drops the workflow from its cache
-                await self._slots.release()
+                await self._slots.release(plan.slots_queue)
 
     async def _run_task(self, plan: TaskPlan, attempt: AttemptInput) -> str:
         timeout = (

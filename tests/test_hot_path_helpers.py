@@ -1,0 +1,51 @@
+"""The small helpers the hot path uses instead of slower library calls give the same values."""
+
+from __future__ import annotations
+
+import copy
+import os
+import uuid
+from datetime import UTC, datetime, timedelta, timezone
+
+from runstream._ids import new_id
+from runstream._messages import copy_json
+from runstream.chunks import iso_datetime
+
+
+def test_new_id_is_a_version_4_uuid_string_and_unique() -> None:
+    ids = [new_id() for _ in range(2_000)]  # more than one batch of random bytes
+    assert len(set(ids)) == len(ids)
+    for text in ids:
+        parsed = uuid.UUID(text)
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122
+        assert str(parsed) == text
+
+
+def test_a_forked_child_does_not_reuse_the_parents_random_bytes() -> None:
+    new_id()  # the parent holds unused random blocks now
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its next id and leave at once
+        os.write(write, new_id().encode())
+        os._exit(0)
+    os.close(write)
+    child_id = os.read(read, 64).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert child_id != new_id()
+    assert uuid.UUID(child_id).version == 4
+
+
+def test_copy_json_equals_deepcopy_and_shares_nothing_mutable() -> None:
+    value = {"a": [1, 2.5, {"b": None, "c": True}], "d": "text", "e": (1, 2), "f": datetime(2020, 1, 1)}
+    copied = copy_json(value)
+    assert copied == copy.deepcopy(value)
+    assert copied["a"] is not value["a"] and copied["a"][2] is not value["a"][2]
+
+
+def test_iso_datetime_is_javascripts_to_iso_string() -> None:
+    assert iso_datetime(datetime(2020, 1, 2, 3, 4, 5, 6_789)) == "2020-01-02T03:04:05.006Z"
+    assert iso_datetime(datetime(7, 1, 2, 3, 4, 5, 999_999, tzinfo=UTC)) == "0007-01-02T03:04:05.999Z"
+    plus_two = timezone(timedelta(hours=2))
+    assert iso_datetime(datetime(2020, 1, 2, 3, 4, 5, tzinfo=plus_two)) == "2020-01-02T01:04:05.000Z"
