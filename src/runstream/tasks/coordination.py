@@ -323,28 +323,44 @@ class TaskCoordinator:
     # -- reading ---------------------------------------------------------------------------
 
     async def wait_for(
-        self, task_id: str, timeout_ms: float | None = None, *, recheck_ms: float | None = None
+        self,
+        task_id: str,
+        timeout_ms: float | None = None,
+        *,
+        recheck_ms: float | None = None,
+        announced: Callable[[TaskRecord], bool] | None = None,
     ) -> TaskRecord:
         """The task's record once it is terminal or suspended; with ``recheck_ms``, re-read
         after that long without an event (events from other processes can be lost).
+
+        An event is published once its state is announced (in memory); a settled record read
+        from storage may not be yet, where another process stores and announces: with
+        ``announced`` (and ``recheck_ms``), such a record is returned only once that says so.
 
         Raises :class:`TaskNotFoundError`, ``TimeoutError`` after ``timeout_ms``, or
         :class:`BackgroundTaskError` if the manager shuts down first.
         """
         subscription = self.bus.subscribe(TaskEventFilter(task_ids=frozenset({task_id})))
         recheck_s = None if recheck_ms is None else recheck_ms / 1000
+
+        def waits(record: TaskRecord) -> bool:  # a record read from storage
+            return record.status not in SETTLED_STATUSES or (announced is not None and not announced(record))
+
         try:
             async with asyncio.timeout(None if timeout_ms is None else timeout_ms / 1000):
                 record = await self.require(task_id)
-                while record.status not in SETTLED_STATUSES:
+                while waits(record):
                     try:
                         record = (await asyncio.wait_for(anext(subscription), recheck_s)).record
                     except TimeoutError:
                         record = await self.require(task_id)
+                        continue
                     except StopAsyncIteration:
                         raise BackgroundTaskError(
                             "Background task manager shut down during wait_for"
                         ) from None
+                    if record.status in SETTLED_STATUSES:
+                        break
                 return record
         finally:
             await subscription.close()

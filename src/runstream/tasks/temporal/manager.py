@@ -59,7 +59,7 @@ from runstream.tasks.config import (
 from runstream.tasks.coordination import TaskCoordinator, event_filter
 from runstream.tasks.lifecycle import running_chunk
 from runstream.tasks.temporal.settings import TemporalSettings
-from runstream.tasks.temporal.settlements import Settlements
+from runstream.tasks.temporal.settlements import ANNOUNCED_KEY, Settlements, announced_mark, is_announced
 from runstream.tasks.temporal.slots import (
     ACQUIRE_SIGNAL,
     SlotRequest,
@@ -367,9 +367,20 @@ class TemporalTaskManager:
     # -- announcing: memory first, then the event ------------------------------------------
 
     async def announce(self, record: TaskRecord) -> None:
-        """Announce a settled state stored in this process (see ``TaskCoordinator.announce``)."""
+        """Announce a settled state stored in this process (see ``TaskCoordinator.announce``),
+        then mark it announced in storage, for :meth:`wait_for` in every process."""
         self.settlements.announced_here(record)
         await self.tasks.announce(record)
+        token = record.metadata.get("attempt")
+        try:
+            await self.storage.update_task(
+                record.id,
+                expected_status=record.status,
+                expected_metadata={"attempt": token if isinstance(token, str) else None},
+                metadata={**record.metadata, ANNOUNCED_KEY: announced_mark(record)},
+            )
+        except Exception:  # the waiters fall back on ANNOUNCE_GRACE_S
+            logger.exception("task %s: could not mark its %s state announced", record.id, record.status)
 
     async def _before_delivery(self, event: TaskEvent) -> bool:
         """Another process's event, before this process's subscribers see it: a cancel stops
@@ -431,10 +442,15 @@ class TemporalTaskManager:
         ]
 
     async def wait_for(self, task_id: str, timeout_ms: float | None = None) -> TaskRecord:
-        """The task's record once it is terminal or suspended; re-read after
+        """The task's record once it is terminal or suspended and announced (its outcome is in
+        memory: a caller that reads memory next finds it); re-read after
         ``recheck_interval_ms`` without an event (an event may be lost, or come from a process
-        this one cannot hear)."""
-        return await self.tasks.wait_for(task_id, timeout_ms, recheck_ms=self.temporal.recheck_interval_ms)
+        this one cannot hear). The status is stored before the announcement, maybe by another
+        process, so a settled record read from storage counts once marked announced
+        (:func:`.settlements.is_announced`)."""
+        return await self.tasks.wait_for(
+            task_id, timeout_ms, recheck_ms=self.temporal.recheck_interval_ms, announced=is_announced
+        )
 
     async def wait_for_next_task(self, task_ids: Iterable[str], **options: Any) -> TaskRecord:
         """The first of ``task_ids`` to end (Mastra's ``waitForNextTask``; storage is re-read at

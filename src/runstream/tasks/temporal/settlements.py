@@ -15,6 +15,7 @@ from collections import OrderedDict
 
 from runstream.chunks import iso_datetime
 from runstream.storage import TaskRecord
+from runstream.storage.records import utc_now
 from runstream.tasks.bus import TaskEvent
 from runstream.tasks.coordination import SETTLED_STATUSES, TERMINAL_STATUSES, TaskCoordinator
 from runstream.tasks.lifecycle import lifecycle_chunk
@@ -22,6 +23,13 @@ from runstream.tasks.lifecycle import lifecycle_chunk
 logger = logging.getLogger(__name__)
 
 FINISHED_REMEMBERED = 10_000
+
+ANNOUNCED_KEY = "announced"
+"""The metadata key of a settled record that its announcement is over (its outcome is in
+memory): the record's :func:`announced_mark`, written by the process that announced it."""
+ANNOUNCE_GRACE_S = 30.0
+"""How long after a state settled a waiter still waits for its announcement (then the process
+that stored it died before announcing, or the record predates the mark)."""
 
 
 class Settlements:
@@ -107,3 +115,17 @@ class Settlements:
 def settled_key(record: TaskRecord) -> tuple[str, str]:
     moment = record.suspended_at if record.status == "suspended" else record.completed_at
     return (record.status, iso_datetime(moment) if moment else "")
+
+
+def announced_mark(record: TaskRecord) -> str:
+    """The :data:`ANNOUNCED_KEY` value of a record's settled state (a later state has another)."""
+    return " ".join(settled_key(record))
+
+
+def is_announced(record: TaskRecord) -> bool:
+    """Whether a settled record read from storage has been announced: marked so, or settled
+    more than :data:`ANNOUNCE_GRACE_S` ago."""
+    if record.metadata.get(ANNOUNCED_KEY) == announced_mark(record):
+        return True
+    moment = record.suspended_at if record.status == "suspended" else record.completed_at
+    return moment is None or (utc_now() - moment).total_seconds() >= ANNOUNCE_GRACE_S
