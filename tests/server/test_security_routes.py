@@ -304,6 +304,25 @@ def test_continuation_options_are_checked_before_the_run_goes_on(secured: Secure
     assert any(c["type"] == "tool-result" for c in approved) and len(DELETED) == deleted + 1
 
 
+def test_a_caller_cannot_pick_the_servers_structuring_model(secured: Secured) -> None:
+    """``structuredOutput.model`` would have the server call a provider the caller names, with
+    the server's keys and the caller's conversation; over HTTP it is the server's to choose."""
+    s = secured
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    for route in ("generate", "stream"):
+        thread = f"t-{uuid.uuid4().hex[:8]}"
+        body = {
+            "messages": "hi",
+            "memory": {"thread": thread},
+            "structuredOutput": {"schema": schema, "model": "openai/gpt-4o"},
+        }
+        refused = s.a.post(f"/api/agents/assistant/{route}", json=body)
+        assert refused.status_code == 400 and "structuredOutput.model" in refused.json()["error"]
+        assert s.a.get(f"/api/memory/threads/{thread}").status_code == 404  # nothing ran
+    allowed = {"messages": "hi", "structuredOutput": {"schema": schema, "errorStrategy": "warn"}}
+    assert s.a.post("/api/agents/assistant/stream", json=allowed).status_code == 200
+
+
 # -- the inventory ---------------------------------------------------------------------------------
 
 TESTS = Path(__file__).parent
