@@ -16,6 +16,7 @@ from typing import Any
 from runstream.server import studio
 from runstream.server.limits import (
     MAX_METADATA_BYTES,
+    MAX_REASON_LENGTH,
     MAX_TITLE_LENGTH,
     MAX_TOOL_RESULT_MESSAGES,
     MAX_WORKING_MEMORY,
@@ -276,7 +277,7 @@ def test_messages_sent_at_the_same_moment_run_one_after_another(secured: Secured
 def test_continuation_options_are_checked_before_the_run_goes_on(secured: Secured) -> None:
     """approve/decline/resume now take stream options: another caller's run stays a 404 whatever
     they say, and a wrong option or id is a 4xx that leaves the run waiting (a ``toolCallId``
-    that was an object was a 500)."""
+    that was an object was a 500; a ``reason`` of any JSON type went into the chunks)."""
     s = secured
     chunks = sse_chunks(
         s.a.post(
@@ -299,6 +300,8 @@ def test_continuation_options_are_checked_before_the_run_goes_on(secured: Secure
             assert response.status_code == 400, (route, wrong, response.text)
         if route != "resume-stream":
             assert s.a.post(path, json={**run, "activeTools": ["nope"]}).status_code == 400
+            for reason in ({"a": 1}, 5, "x" * (MAX_REASON_LENGTH + 1)):  # it goes to the model
+                assert s.a.post(path, json={**run, "reason": reason}).status_code == 400
     assert len(DELETED) == deleted
     approved = sse_chunks(s.a.post("/api/agents/assistant/approve-tool-call", json=run))
     assert any(c["type"] == "tool-result" for c in approved) and len(DELETED) == deleted + 1
