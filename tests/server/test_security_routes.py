@@ -9,11 +9,16 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx2 as httpx
+import pytest
+
 from runstream.server import studio
+from runstream.server.auth import TOKEN_ENV
 from runstream.server.limits import (
     MAX_METADATA_BYTES,
     MAX_REASON_LENGTH,
@@ -324,6 +329,33 @@ def test_a_caller_cannot_pick_the_servers_structuring_model(secured: Secured) ->
         assert s.a.get(f"/api/memory/threads/{thread}").status_code == 404  # nothing ran
     allowed = {"messages": "hi", "structuredOutput": {"schema": schema, "errorStrategy": "warn"}}
     assert s.a.post("/api/agents/assistant/stream", json=allowed).status_code == 200
+
+
+def test_an_open_api_answers_only_on_localhost_names(
+    app_factory: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DNS rebinding: a site re-points its own name at 127.0.0.1, so its page is same-origin
+    with an open server (no token) and CORS and the Origin check let it read and drive the API.
+    The page's requests carry its host name, so an open API refuses other names."""
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    url = app_factory()
+    port = url.rsplit(":", 1)[1]
+    for host in ("evil.example", f"evil.example:{port}", f"192.168.1.5:{port}"):
+        for method, path in (
+            ("GET", "/api/memory/threads?resourceId=r"),
+            ("POST", "/api/agents/plain/generate"),
+        ):
+            response = httpx.request(method, f"{url}{path}", headers={"Host": host}, json={"messages": "hi"})
+            assert response.status_code == 403 and TOKEN_ENV in response.json()["error"], (host, path)
+        assert httpx.get(f"{url}/health", headers={"Host": host}).status_code == 200  # probes still work
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", f"app.localhost:{port}"):
+        assert httpx.get(f"{url}/api/agents", headers={"Host": host}).status_code == 200
+    monkeypatch.setenv(TOKEN_ENV, "secret")  # with a token, any name (a deployment's own)
+    guarded = app_factory()
+    named = httpx.get(
+        f"{guarded}/api/agents", headers={"Host": "api.example.com", "Authorization": "Bearer secret"}
+    )
+    assert named.status_code == 200
 
 
 # -- the inventory ---------------------------------------------------------------------------------

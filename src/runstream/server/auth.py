@@ -13,10 +13,12 @@ not exist.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -94,6 +96,15 @@ class AuthMiddleware:
         if scope["type"] != "http" or scope["path"] in self.public_paths:
             await self.app(scope, receive, send)
             return
+        if self.hook is open_access and not _loopback_host(Headers(scope=scope).get("host")):
+            # An open API trusts whoever can reach it, so only by a loopback name: a web page
+            # whose own host name an attacker has re-pointed at 127.0.0.1 (DNS rebinding) counts
+            # as same-origin for the browser, and CORS would not stop it.
+            response = error_response(
+                403, f"This API has no token ({TOKEN_ENV}): it answers only on localhost addresses"
+            )
+            await response(scope, receive, send)
+            return
         principal = await self.hook(Request(scope, receive))
         if principal is None:
             response = error_response(401, "Unauthorized", headers={"www-authenticate": "Bearer"})
@@ -101,3 +112,17 @@ class AuthMiddleware:
             return
         scope.setdefault("state", {})["principal"] = principal
         await self.app(scope, receive, send)
+
+
+def _loopback_host(host: str | None) -> bool:
+    """Whether a ``Host`` header names this machine (no header: not a browser, nothing to fear)."""
+    if host is None:
+        return True
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    name = name.strip("[]").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
