@@ -331,16 +331,16 @@ def test_a_caller_cannot_pick_the_servers_structuring_model(secured: Secured) ->
     assert s.a.post("/api/agents/assistant/stream", json=allowed).status_code == 200
 
 
-def test_an_open_api_answers_only_on_localhost_names(
+def test_an_open_api_refuses_domain_names_a_web_site_could_rebind(
     app_factory: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """DNS rebinding: a site re-points its own name at 127.0.0.1, so its page is same-origin
     with an open server (no token) and CORS and the Origin check let it read and drive the API.
-    The page's requests carry its host name, so an open API refuses other names."""
+    The page's requests carry its domain in ``Host``, so an open API refuses such names."""
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     url = app_factory()
     port = url.rsplit(":", 1)[1]
-    for host in ("evil.example", f"evil.example:{port}", f"192.168.1.5:{port}"):
+    for host in ("evil.example", f"evil.example:{port}", f"a.b.evil.example.:{port}"):
         for method, path in (
             ("GET", "/api/memory/threads?resourceId=r"),
             ("POST", "/api/agents/plain/generate"),
@@ -348,7 +348,15 @@ def test_an_open_api_answers_only_on_localhost_names(
             response = httpx.request(method, f"{url}{path}", headers={"Host": host}, json={"messages": "hi"})
             assert response.status_code == 403 and TOKEN_ENV in response.json()["error"], (host, path)
         assert httpx.get(f"{url}/health", headers={"Host": host}).status_code == 200  # probes still work
-    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", f"app.localhost:{port}"):
+    # names a web site cannot re-point: this machine's, IP addresses, single labels (test clients)
+    for host in (
+        f"localhost:{port}",
+        f"127.0.0.1:{port}",
+        f"[::1]:{port}",
+        f"app.localhost:{port}",
+        f"192.168.1.5:{port}",
+        "testserver",
+    ):
         assert httpx.get(f"{url}/api/agents", headers={"Host": host}).status_code == 200
     monkeypatch.setenv(TOKEN_ENV, "secret")  # with a token, any name (a deployment's own)
     guarded = app_factory()

@@ -96,12 +96,14 @@ class AuthMiddleware:
         if scope["type"] != "http" or scope["path"] in self.public_paths:
             await self.app(scope, receive, send)
             return
-        if self.hook is open_access and not _loopback_host(Headers(scope=scope).get("host")):
-            # An open API trusts whoever can reach it, so only by a loopback name: a web page
-            # whose own host name an attacker has re-pointed at 127.0.0.1 (DNS rebinding) counts
-            # as same-origin for the browser, and CORS would not stop it.
+        if self.hook is open_access and _rebindable_host(Headers(scope=scope).get("host")):
+            # An open API trusts whoever can reach it. A web page whose own domain an attacker has
+            # re-pointed at 127.0.0.1 (DNS rebinding) is same-origin with it for the browser, and
+            # CORS would not stop it; such requests name that domain in ``Host``.
             response = error_response(
-                403, f"This API has no token ({TOKEN_ENV}): it answers only on localhost addresses"
+                403,
+                f"This API has no token ({TOKEN_ENV}): it answers only requests addressed to "
+                "localhost, an IP address or a single-label host name",
             )
             await response(scope, receive, send)
             return
@@ -114,15 +116,17 @@ class AuthMiddleware:
         await self.app(scope, receive, send)
 
 
-def _loopback_host(host: str | None) -> bool:
-    """Whether a ``Host`` header names this machine (no header: not a browser, nothing to fear)."""
+def _rebindable_host(host: str | None) -> bool:
+    """Whether a ``Host`` header is a DNS name someone could point at this machine: one with a
+    dot, other than ``*.localhost``. IP addresses and single-label names (``testserver``, a
+    machine's LAN name) cannot be rebound by a web site; no header means no browser."""
     if host is None:
-        return True
-    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-    name = name.strip("[]").lower()
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
         return False
+    name = host if host.endswith("]") else host.rsplit(":", 1)[0]
+    name = name.strip("[]").lower().rstrip(".")
+    try:
+        ipaddress.ip_address(name)
+        return False
+    except ValueError:
+        pass
+    return "." in name and name != "localhost" and not name.endswith(".localhost")
