@@ -40,7 +40,7 @@ from runstream.server.auth import Principal, principal_of
 from runstream.server.body import parse_stream_body
 from runstream.server.context import ServerContext, json_body, json_response
 from runstream.server.errors import ApiError
-from runstream.server.limits import MAX_TOOL_RESULT_MESSAGES, check_metadata
+from runstream.server.limits import MAX_TOOL_RESULT_MESSAGES, check_metadata, check_reason
 from runstream.server.mastra import forget_new_thread, start_stream
 from runstream.server.messages import to_prompt
 from runstream.server.sse import SSEResponse, data_frame
@@ -343,8 +343,9 @@ class ThreadRoutes:
         call_id = _text_field(body, "toolCallId")
         approved = body.get("approved")
         reason = body.get("reason")
-        if not isinstance(approved, bool) or not (reason is None or isinstance(reason, str)):
-            raise ApiError(400, "Invalid request body: 'approved' must be a boolean, 'reason' a string")
+        if not isinstance(approved, bool):
+            raise ApiError(400, "Invalid request body: 'approved' must be a boolean")
+        check_reason(reason)
         messages = body.get("messages")
         if isinstance(messages, list) and len(messages) > MAX_TOOL_RESULT_MESSAGES:
             raise ApiError(
