@@ -315,7 +315,7 @@ class Agent:
         history: list[PromptMessage] = []
         continued: ContinuedMessage | None = None
         scope = options.memory
-        memory = await self._memory_of(options)
+        memory = await self._memory_of(options) if scope is not None else None
         if scope is not None and memory is not None:
             if self.services is not None:
                 await self.services.start()
@@ -351,7 +351,8 @@ class Agent:
         self, options: RunOptions, state: RunState, controller: AbortController, memory: Memory | None = None
     ) -> LoopConfig:
         """The loop configuration of a run (new or restored) from its options and the agent."""
-        memory = memory or await self._memory_of(options)
+        if memory is None and options.memory is not None:  # (without a thread, there is none)
+            memory = await self._memory_of(options)
         signal = controller.signal
         if options.abort_signal is not None:
             signal = AbortSignal.any(signal, options.abort_signal)
