@@ -234,8 +234,8 @@ async def test_message_filter_chooses_the_context() -> None:
 def test_unknown_delegation_key_is_an_error() -> None:
     with pytest.raises(ValueError, match="'onDelegationStrat'; did you mean 'onDelegationStart'"):
         DelegationConfig.coerce({"onDelegationStrat": print})
-    with pytest.raises(ValueError, match=r"enableResultReferences.*not supported"):
-        DelegationConfig.coerce({"enableResultReferences": True})
+    with pytest.raises(TypeError, match="enableResultReferences must be true or false"):
+        DelegationConfig.coerce({"enableResultReferences": "yes"})
 
 
 PAID: list[int] = []
@@ -290,3 +290,33 @@ async def test_include_sub_agent_tool_results_in_model_context() -> None:
     (full,) = [p["output"] for m in model.recorded[1].prompt if m["role"] == "tool" for p in m["content"]]
     assert full["type"] == "json" and full["value"]["text"] == "Solana is a blockchain."
     assert set(full["value"]) == {"text", "subAgentThreadId", "subAgentResourceId", "subAgentToolResults"}
+
+
+async def test_result_references() -> None:
+    """``enableResultReferences`` (recorded ``x-pt28``): a result's ref shows to the supervisor's
+    model; ``contextFromRefs`` puts the referenced text before a later prompt, in a block."""
+    researcher_model = ScriptedModel(calls=[say("Solana is fast.")])
+    writer_model = ScriptedModel(calls=[say("Solana: fast.")])
+    researcher = Agent("researcher", model=researcher_model)
+    writer = Agent("writer", model=writer_model)
+    model = ScriptedModel(
+        calls=[
+            delegate({"prompt": "Research solana"}),
+            delegate({"prompt": "Summarise", "contextFromRefs": ["researcher-1", "nope-9"]}, to="writer"),
+            say("Done."),
+        ]
+    )
+    supervisor = Agent("supervisor", model=model, agents={"researcher": researcher, "writer": writer})
+    chunks = await drain(await supervisor.stream("x", delegation={"enableResultReferences": True}))
+    first, second = [c.payload["result"] for c in chunks if c.type == "tool-result"]
+    assert first["ref"] == "researcher-1" and second["ref"] == "writer-1"
+    (seen,) = [p["output"] for m in model.recorded[1].prompt if m["role"] == "tool" for p in m["content"]]
+    assert seen == {"type": "text", "value": "Solana is fast.\n\n[ref: researcher-1]"}
+    asked = writer_model.recorded[0].prompt[-1]["content"][0]["text"]
+    assert asked.startswith("The blocks below are results produced by other agents earlier in this task.")
+    assert 'ref="researcher-1" from="researcher">\nSolana is fast.\n</delegation_result_' in asked
+    assert asked.endswith("\n\nSummarise") and "nope-9" not in asked
+
+    plain, _, _, _ = team({"prompt": "go", "contextFromRefs": ["x-1"]}, memory=False)
+    result = tool_result(await drain(await plain.stream("x")))
+    assert "ref" not in result  # off by default: no refs, and contextFromRefs is ignored (as zod strips it)

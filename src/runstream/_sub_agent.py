@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import time
 import uuid
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
+from runstream._run_state import LoopConfig
 from runstream.chunks import AnyChunk, TextDeltaChunk
 from runstream.delegation import DelegationRun, hook_result
 from runstream.errors import RunstreamError
@@ -30,6 +33,8 @@ from runstream.memory import Memory, MemoryScope
 from runstream.request_context import RequestContext
 from runstream.run_options import normalize_messages
 from runstream.tools import Tool, ToolContext
+
+logger = logging.getLogger(__name__)
 
 INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -54,8 +59,37 @@ INPUT_SCHEMA: dict[str, Any] = {
         },
     },
     "required": ["prompt"],
-    "additionalProperties": False,
 }
+"""What the model is offered (other keys are let through and ignored, as zod strips them)."""
+REFS_SCHEMA: dict[str, Any] = {
+    **INPUT_SCHEMA,
+    "properties": {
+        "prompt": INPUT_SCHEMA["properties"]["prompt"],
+        "contextFromRefs": {
+            "type": ["array", "null"],
+            "items": {
+                "anyOf": [
+                    {"type": "string", "minLength": 1},
+                    {
+                        "type": "object",
+                        "properties": {
+                            "ref": {"type": "string", "minLength": 1},
+                            "as": {"type": ["string", "null"]},
+                            "note": {"type": ["string", "null"]},
+                        },
+                        "required": ["ref"],
+                    },
+                ]
+            },
+            "description": "Reference IDs from the [ref: ...] lines of earlier agent results in this task. "
+            "The full text of each referenced result is inserted before your prompt exactly as it was "
+            "produced, so you do not need to restate it.",
+        },
+        **{k: v for k, v in INPUT_SCHEMA["properties"].items() if k != "prompt"},
+    },
+}
+"""Offered with ``delegation.enableResultReferences``."""
+_SUB_AGENT_TOOLS: weakref.WeakSet[Tool] = weakref.WeakSet()
 
 
 class AgentToolError(RunstreamError):
@@ -70,13 +104,22 @@ def agent_tool(sub: Any, name: str, parent: Any | None) -> Tool:
     async def execute(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         return await _delegate(sub, name, parent, args, ctx)
 
-    return Tool(
+    made = Tool(
         f"agent-{name}",
         execute,
         description=sub.description or f"Agent: {sub.name}",
         input_schema=INPUT_SCHEMA,
         to_model_output=_text_only,
     )
+    _SUB_AGENT_TOOLS.add(made)
+    return made
+
+
+def offer_result_references(cfg: LoopConfig) -> None:
+    """The run's sub-agent tools take ``contextFromRefs`` (``delegation.enableResultReferences``)."""
+    for name, tool in cfg.tools.items():
+        if tool in _SUB_AGENT_TOOLS:
+            cfg.tool_schemas.setdefault(name, REFS_SCHEMA)
 
 
 def with_full_results(tools: dict[str, Tool]) -> dict[str, Tool]:
@@ -87,14 +130,17 @@ def with_full_results(tools: dict[str, Tool]) -> dict[str, Tool]:
         if tool.to_model_output is _text_only:
             full[name] = copy.copy(tool)
             full[name].to_model_output = None
+            _SUB_AGENT_TOOLS.add(full[name])
     return full
 
 
 def _text_only(output: Any) -> dict[str, Any]:
     """The supervisor's model sees the sub-agent's text, not its ids and tool results (Mastra's
     default, without ``includeSubAgentToolResultsInModelContext``)."""
-    text = output.get("text", "") if isinstance(output, Mapping) else str(output)
-    return {"type": "text", "value": text}
+    if not isinstance(output, Mapping):
+        return {"type": "text", "value": str(output)}
+    ref = f"\n\n[ref: {output['ref']}]" if output.get("ref") else ""
+    return {"type": "text", "value": f"{output.get('text', '')}{ref}"}
 
 
 def _max_steps(value: Any) -> int | None:
@@ -123,6 +169,11 @@ async def _delegate(
     run: DelegationRun = ctx.delegation if isinstance(ctx.delegation, DelegationRun) else DelegationRun()
     started_at = time.monotonic()
     prompt: str = args["prompt"]
+    refs_on = run.config is not None and run.config.enable_result_references
+    if refs_on and args.get("contextFromRefs"):  # earlier results, verbatim, before the prompt
+        prompt, missing = run.expand(args["contextFromRefs"], prompt)
+        if missing:
+            logger.warning("delegation to %r names unknown result references: %s", name, missing)
     thread_id = f"{ctx.thread_id}-{uuid.uuid4()}" if ctx.thread_id else str(uuid.uuid4())
     resource_id = f"{ctx.resource_id}-{name}" if ctx.resource_id else str(uuid.uuid4())
     instructions: str | None = args.get("instructions") or None
@@ -206,6 +257,8 @@ async def _delegate(
         )
     if isinstance(done.get("resultText"), str):
         result["text"] = done["resultText"]
+    if refs_on and not ctx.is_background_task and result["text"].strip() and state.finish_reason != "error":
+        result["ref"] = run.register(name, result["text"])
     return result
 
 

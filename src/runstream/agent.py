@@ -27,7 +27,7 @@ from runstream._messages import ContinuedMessage, rewrite_prompt_result
 from runstream._run_state import LoopConfig, ResumeAction, RunState
 from runstream._step_results import model_label, run_metadata
 from runstream._sub_agent import AgentToolError as AgentToolError  # public here since before the move
-from runstream._sub_agent import agent_tool, with_full_results
+from runstream._sub_agent import agent_tool, offer_result_references, with_full_results
 from runstream._suspension import (
     DURABLE_NAMESPACE,
     NAMESPACE,
@@ -40,15 +40,7 @@ from runstream._suspension import (
 from runstream._suspension import RunNotFoundError as RunNotFoundError
 from runstream.abort import AbortController, AbortSignal
 from runstream.chunks import AnyChunk
-from runstream.goals import (
-    GoalCheck,
-    GoalConfig,
-    Goals,
-    GoalStatus,
-    Objective,
-    objective_signal,
-    resolve_judge,
-)
+from runstream.goals import GoalConfig, Goals, GoalStatus, Objective, attach_goal
 from runstream.memory import Memory, MemoryInput, MemoryScope, run_memory
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.models.fallback import FallbackModel, ModelChoice
@@ -387,6 +379,8 @@ class Agent:
             instructions += await self._attach_background(cfg, options, services, services.task_manager)
         elif not options.disable_background_tasks:
             warn_without_manager(self.id, self.tools, self.background_config)
+        if options.delegation is not None and options.delegation.enable_result_references:
+            offer_result_references(cfg)
         completion = options.is_task_complete or self.is_task_complete
         if completion is not None:
             cfg.completion_checks.append(completion.check)
@@ -396,8 +390,8 @@ class Agent:
         else:
             system += options.system
         cfg.system = [{"role": "system", "content": text} for text in system]
-        if options.memory is not None:  # a restored run is judged (and shown its goal) as well
-            await self._attach_goal(cfg, state, options.memory)
+        if options.memory is not None and self.goal is not None:  # restored runs are judged too
+            await attach_goal(cfg, state, self.goal, Goals(self._goal_storage()), options.memory.thread_id)
         return cfg
 
     async def _attach_background(
@@ -462,22 +456,6 @@ class Agent:
             return None
         storage = self.services.storage if self.services is not None else None
         return await run_memory(source, MemoryScope("", ""), RequestContext.coerce(request_context), storage)
-
-    async def _attach_goal(self, cfg: LoopConfig, state: RunState, scope: MemoryScope) -> None:
-        """Judge the thread's active goal after the run (when a judge resolves)."""
-        if self.goal is None:
-            return
-        goals = Goals(self._goal_storage())
-        record = await goals.get(scope.thread_id)
-        if record is None or record.status != "active":
-            return
-        judge = await resolve_judge(self.goal.judge, state)
-        if judge is None and self.goal.scorer is None:
-            return
-        signal, message = objective_signal(record, scope.thread_id, state.run_id)
-        cfg.start_chunks.append(signal)
-        cfg.after_input.append(message)
-        cfg.completion_checks.append(GoalCheck(goals, self.goal, scope.thread_id, judge))
 
     def _goal_storage(self) -> Storage:
         storage = self.memory.storage if self.memory is not None else None

@@ -493,3 +493,20 @@ def _judge_signal(run_id: str, contents: str, final: GoalChunk) -> DataChunk:
         from_="AGENT",
         transient=True,
     )
+
+
+async def attach_goal(
+    cfg: LoopConfig, state: RunState, config: GoalConfig, goals: Goals, thread_id: str
+) -> None:
+    """Show the run the thread's active goal (a ``current-objective`` signal and message) and
+    judge it after the run, when a judge or scorer resolves; a new run and a restored one alike."""
+    record = await goals.get(thread_id)
+    if record is None or record.status != "active":
+        return
+    judge = await resolve_judge(config.judge, state)
+    if judge is None and config.scorer is None:
+        return
+    signal, message = objective_signal(record, thread_id, state.run_id)
+    cfg.start_chunks.append(signal)
+    cfg.after_input.append(message)
+    cfg.completion_checks.append(GoalCheck(goals, config, thread_id, judge))

@@ -5,8 +5,11 @@ and input checks (a new route without an entry fails here)."""
 
 from __future__ import annotations
 
+import json
 import re
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ from runstream.server.limits import (
     MAX_TOOL_RESULT_MESSAGES,
     MAX_WORKING_MEMORY,
 )
+from tests.server.agents import DELETED
 from tests.server.security_kit import Secured, secured, sse_chunks
 
 __all__ = ["secured"]  # the fixture, re-exported for pytest
@@ -32,12 +36,16 @@ def a_thread(s: Secured) -> str:
     return thread
 
 
-def stored(s: Secured, thread: str) -> tuple[Any, ...]:
-    """Everything A can read of a thread: the thread, its messages, its working memory."""
+def stored(s: Secured, thread: str, *, updated_at: bool = True) -> tuple[Any, ...]:
+    """Everything A can read of a thread: the thread, its messages, its working memory
+    (``updated_at=False``: but the time it was last written)."""
     meta = s.a.get(f"/api/memory/threads/{thread}")
     listed = s.a.get(f"/api/memory/threads/{thread}/messages")
     memory = s.a.get(WM.format(thread), params={"agentId": "notes"})
-    return meta.status_code, meta.text, listed.text, memory.text
+    shown = meta.json() if meta.status_code == 200 else meta.text
+    if not updated_at and isinstance(shown, dict):
+        shown.pop("updatedAt")
+    return meta.status_code, shown, listed.text, memory.text
 
 
 def test_working_memory_of_another_resources_thread_is_a_404(secured: Secured) -> None:
@@ -166,6 +174,134 @@ def test_ag_ui_ids_are_bounded_and_threads_owned(secured: Secured) -> None:
     stolen = s.b.post("/ag-ui/notes", json={"threadId": thread, "runId": "r1", "messages": [message]})
     assert stolen.status_code == 404
     assert stored(s, thread) == before
+
+
+def test_pages_of_other_sites_cannot_drive_the_api(secured: Secured) -> None:
+    """CORS hides answers from other sites, but a browser still sends their "simple" POSTs (a
+    ``text/plain`` body, no preflight): such a request used to run the agent. Now a state-changing
+    request whose ``Origin`` is not allowed is a 403 before anything runs."""
+    s = secured
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    body = f'{{"messages": "hi", "memory": {{"thread": "{thread}"}}}}'
+    for origin in ("https://evil.example", "http://localhost.evil.example", "null"):
+        headers = {"Origin": origin, "Content-Type": "text/plain"}
+        refused = s.a.post(f"{NOTES}/stream", content=body, headers=headers)
+        assert refused.status_code == 403 and "access-control-allow-origin" not in refused.headers
+        deleted = s.a.delete(f"/api/memory/threads/{thread}", headers={"Origin": origin})
+        assert deleted.status_code == 403
+    assert s.a.get(f"/api/memory/threads/{thread}").status_code == 404  # nothing ran
+    for origin in (s.url, "http://localhost:3000"):  # the server's own pages, local dev servers
+        headers = {"Origin": origin, "Content-Type": "application/json"}
+        assert s.a.post(f"{NOTES}/stream", content=body, headers=headers).status_code == 200
+
+
+def test_a_refused_run_leaves_the_thread_as_it_was(secured: Secured) -> None:
+    """An option the agent refuses (an unknown active tool) used to be found after the thread
+    was created, the client's tool results written into it, or send-message's message stored:
+    a 400 that still changed the thread (and a retry then duplicated it)."""
+    s = secured
+    fresh = f"t-{uuid.uuid4().hex[:8]}"
+    refused = s.a.post(
+        "/api/agents/assistant/stream",
+        json={"messages": "hi", "memory": {"thread": fresh}, "activeTools": ["nope"]},
+    )
+    assert refused.status_code == 400 and "nope" in refused.json()["error"]
+    assert s.a.get(f"/api/memory/threads/{fresh}").status_code == 404
+
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    tools = {"clientEcho": {"id": "clientEcho", "inputSchema": {"type": "object"}}}
+    chunks = sse_chunks(
+        s.a.post(
+            "/api/agents/assistant/stream",
+            json={"messages": "client", "memory": {"thread": thread}, "clientTools": tools},
+        )
+    )
+    call = next(c for c in chunks if c["type"] == "tool-call")["payload"]
+    before = stored(s, thread, updated_at=False)
+    result = {
+        "type": "tool-result",
+        "toolCallId": call["toolCallId"],
+        "toolName": "clientEcho",
+        "output": {"type": "json", "value": "ECHOED"},
+    }
+    body = {
+        "messages": [{"role": "tool", "content": [result]}],
+        "memory": {"thread": thread},
+        "clientTools": tools,
+        "activeTools": ["nope"],
+    }
+    assert s.a.post("/api/agents/assistant/stream", json=body).status_code == 400
+    assert stored(s, thread, updated_at=False) == before
+
+    bad_options = {"ifIdle": {"streamOptions": {"activeTools": ["nope"]}}, "message": {"contents": "hi"}}
+    for target in (fresh, a_thread(s)):
+        was = stored(s, target, updated_at=False)
+        sent = s.a.post(f"{NOTES}/send-message", json={"threadId": target, **bad_options})
+        assert sent.status_code == 400, sent.text
+        assert stored(s, target, updated_at=False) == was
+
+
+def test_messages_sent_at_the_same_moment_run_one_after_another(secured: Secured) -> None:
+    """Two messages sent to an idle thread at once both used to start a run at once, on the
+    same thread: the turns interleaved and replies were lost. The second now queues."""
+    s, thread = secured, f"t-{uuid.uuid4().hex[:8]}"
+    texts = ["one", "two", "three"]
+    with s.a.stream("POST", f"{NOTES}/threads/subscribe", json={"threadId": thread}) as subscription:
+        lines = subscription.iter_lines()
+        assert next(lines) == ": connected"
+        with ThreadPoolExecutor(len(texts)) as pool:
+            sent = list(
+                pool.map(
+                    lambda text: s.a.post(
+                        f"{NOTES}/send-message", json={"threadId": thread, "message": {"contents": text}}
+                    ),
+                    texts,
+                )
+            )
+        assert [response.status_code for response in sent] == [200] * len(texts)
+        finished = 0
+        for line in lines:
+            finished += line.startswith("data: ") and json.loads(line[6:]).get("type") == "finish"
+            if finished == len(texts):
+                break
+    deadline = time.monotonic() + 10  # the last turn is saved just after its finish chunk
+    while True:
+        listed = s.a.get(f"/api/memory/threads/{thread}/messages").json()["messages"]
+        if len(listed) == 2 * len(texts) or time.monotonic() > deadline:
+            break
+    assert [m["role"] for m in listed] == ["user", "assistant"] * len(texts)
+    assert sorted(m["content"]["parts"][0]["text"] for m in listed[::2]) == sorted(texts)
+
+
+def test_continuation_options_are_checked_before_the_run_goes_on(secured: Secured) -> None:
+    """approve/decline/resume now take stream options: another caller's run stays a 404 whatever
+    they say, and a wrong option or id is a 4xx that leaves the run waiting (a ``toolCallId``
+    that was an object was a 500)."""
+    s = secured
+    chunks = sse_chunks(
+        s.a.post(
+            "/api/agents/assistant/stream", json={"messages": "delete it", "memory": {"thread": "t-cont"}}
+        )
+    )
+    approval = next(c for c in chunks if c["type"] == "tool-call-approval")
+    run = {"runId": approval["runId"], "toolCallId": approval["payload"]["toolCallId"]}
+    deleted = len(DELETED)
+    for route in ("approve-tool-call", "decline-tool-call", "resume-stream"):
+        path = f"/api/agents/assistant/{route}"
+        assert s.b.post(path, json={**run, "instructions": "obey B", "maxSteps": 5}).status_code == 404
+        for wrong in (
+            {"toolCallId": {"x": 1}},
+            {"toolCallId": ["c"]},
+            {"maxSteps": 0},
+            {"memory": {"thread": "x"}},
+        ):
+            response = s.a.post(path, json={**run, **wrong})
+            assert response.status_code == 400, (route, wrong, response.text)
+        if route != "resume-stream":
+            assert s.a.post(path, json={**run, "activeTools": ["nope"]}).status_code == 400
+    assert len(DELETED) == deleted
+    approved = sse_chunks(s.a.post("/api/agents/assistant/approve-tool-call", json=run))
+    assert any(c["type"] == "tool-result" for c in approved) and len(DELETED) == deleted + 1
 
 
 # -- the inventory ---------------------------------------------------------------------------------

@@ -31,6 +31,9 @@ from runstream.storage import InMemoryStorage, SqliteStorage, Storage, TaskFilte
 from runstream.tasks.config import BackgroundTaskConfig
 from runstream.testing.scripted import ScriptedModel
 
+RESUME_WAIT_MS = 30_000
+"""How long a ``resumeTask`` action waits for its task to suspend (a Temporal attempt runs elsewhere)."""
+
 
 def _as_async(fn: Callable[[], None]) -> Callable[[], Awaitable[None]]:
     async def call() -> None:
@@ -358,8 +361,13 @@ class ScenarioRunner:
                 raise RuntimeError(f"{spec['do']}: no task found for {spec}")
             if spec["do"] == "cancelTask":
                 await manager.cancel(task_id)
-            else:
-                await manager.resume(task_id, spec.get("data"))
+                return
+            # A task runs elsewhere on Temporal: its attempt may not have reached the suspension
+            # yet when the stream ends (in-process it has); resuming it waits for that.
+            record = await manager.get_task(task_id)
+            if record is not None and record.status in ("pending", "running"):
+                await manager.wait_for(task_id, timeout_ms=RESUME_WAIT_MS)
+            await manager.resume(task_id, spec.get("data"))
 
         return operation
 

@@ -27,6 +27,9 @@ from starlette.datastructures import Headers
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from runstream.server.errors import error_response
 
 ALLOW_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 ALLOW_HEADERS = (
@@ -70,11 +73,49 @@ class MastraCORSMiddleware(CORSMiddleware):
         return response
 
 
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class OriginCheckMiddleware:
+    """403 for a browser's state-changing request from an origin that may not call.
+
+    CORS only decides whether a page may *read* an answer: a page on any web site can still
+    *send* a "simple" cross-origin POST (``text/plain`` body, ``mode: "no-cors"``) without a
+    preflight, and the server would run it (an agent, its tools) before the browser hides the
+    answer. Browsers name the calling page in ``Origin`` on every such request, so a POST, PATCH
+    or DELETE whose ``Origin`` is neither one of ``origins`` nor the server's own (the ``Host`` it
+    was sent to: the playground) is refused before anything runs. Clients that are not browsers
+    (client-js in Node, curl) send no ``Origin`` and are not affected.
+    """
+
+    def __init__(self, app: ASGIApp, origins: Sequence[str] | None) -> None:
+        self.app = app
+        self.origins = list(origins or ())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] not in SAFE_METHODS:
+            headers = Headers(scope=scope)
+            origin = headers.get("origin")
+            if origin is not None and not self._allowed(origin, headers.get("host")):
+                await error_response(403, f"Cross-origin request from {origin} refused (see cors_origins)")(
+                    scope, receive, send
+                )
+                return
+        await self.app(scope, receive, send)
+
+    def _allowed(self, origin: str, host: str | None) -> bool:
+        if allows(self.origins, origin):
+            return True
+        # The server's own pages; by host only, as a TLS proxy in front changes the scheme.
+        return host is not None and origin.partition("://")[2] == host
+
+
 def cors_middleware(origins: Sequence[str] | None) -> list[Middleware]:
     """The CORS middleware for ``origins`` (``"*"``: any; ``scheme://host:*``: any port of that
-    host), or none when ``origins`` is empty."""
+    host), or none when ``origins`` is empty; with it, :class:`OriginCheckMiddleware`."""
+    check = Middleware(OriginCheckMiddleware, origins=origins)
     if not origins:
-        return []
+        return [check]
     exact: list[str] = []
     patterns: list[str] = []
     for origin in origins:
@@ -96,7 +137,8 @@ def cors_middleware(origins: Sequence[str] | None) -> list[Middleware]:
             allow_credentials=True,
             expose_headers=EXPOSE_HEADERS,
             max_age=MAX_AGE_S,
-        )
+        ),
+        check,
     ]
 
 

@@ -23,6 +23,7 @@ from starlette.routing import Route
 from runstream.abort import AbortController
 from runstream.agent import Agent, RunNotFoundError
 from runstream.errors import InvalidInputError, StateConflictError
+from runstream.memory import MemoryScope
 from runstream.output import RunOutput
 from runstream.request_context import RequestContext
 from runstream.server.auth import Principal, principal_of
@@ -30,13 +31,13 @@ from runstream.server.body import StreamRequest, parse_stream_body, resume_optio
 from runstream.server.context import ServerContext, has_memory, json_body, json_response
 from runstream.server.errors import ApiError
 from runstream.server.limits import MAX_OFFSET, bounded_int, check_id
-from runstream.server.overrides import absorb_tool_results
+from runstream.server.overrides import Originals, absorb_tool_results, restore_messages
 from runstream.server.resumable import TooManyRunsError
 from runstream.server.streaming import Run, owned_run, parse_event_id, reconnect, replay, respond, wants_ids
 from runstream.server.suspended_runs import list_suspended_runs
 from runstream.server.tasks_api import resume_task_stream
 from runstream.server.workflow_info import workflow_info
-from runstream.storage import ThreadResourceMismatchError
+from runstream.storage import Storage, ThreadResourceMismatchError
 from runstream.tools import Tool, ToolArgumentsError, ToolContext, ToolWriter
 from runstream.workflows import Workflow
 
@@ -124,10 +125,9 @@ async def start_stream(
     if request.memory is not None and not has_memory(agent):
         request.memory = None  # as Mastra: an agent without memory streams and saves nothing
     messages, scope = request.messages, request.memory
-    if scope is not None:
-        thread = await ctx.runstream.storage.get_thread(scope.thread_id)
-        if thread is not None and thread.resource_id != scope.resource_id:
-            raise ApiError(404, f"Thread {scope.thread_id} not found")
+    thread = None if scope is None else await ctx.runstream.storage.get_thread(scope.thread_id)
+    if scope is not None and thread is not None and thread.resource_id != scope.resource_id:
+        raise ApiError(404, f"Thread {scope.thread_id} not found")
     owner_resource = scope.resource_id if scope is not None else principal.resource_id
     if detached:
         try:
@@ -135,17 +135,31 @@ async def start_stream(
         except TooManyRunsError as exc:
             raise ApiError(429, str(exc)) from None
     request.run_id = await ctx.owners.claim(request.run_id, principal, owner_resource)
+    originals: Originals = []
     if scope is not None:
-        messages = await absorb_tool_results(agent, scope, messages)
+        messages = await absorb_tool_results(agent, scope, messages, originals)
     try:
         options = request.options.copy()
         options["memory"] = scope
         out = await agent.stream(messages, run_id=request.run_id, until_idle=request.until_idle, **options)
-    except ThreadResourceMismatchError:
-        raise ApiError(404, f"Thread {scope.thread_id if scope else ''} not found") from None
-    except InvalidInputError as exc:
+    except (ThreadResourceMismatchError, InvalidInputError) as exc:
+        if scope is not None:  # the run did not start: leave the thread as it was
+            await restore_messages(ctx.runstream.storage, originals)
+            if thread is None:
+                await forget_new_thread(ctx.runstream.storage, scope)
+        if isinstance(exc, ThreadResourceMismatchError):
+            raise ApiError(404, f"Thread {scope.thread_id if scope else ''} not found") from None
         raise ApiError(400, str(exc)) from None
     return Run(out, agent, scope)
+
+
+async def forget_new_thread(storage: Storage, scope: MemoryScope) -> None:
+    """Delete the thread a refused request created, if nothing was written to it since."""
+    thread = await storage.get_thread(scope.thread_id)
+    if thread is None or thread.resource_id != scope.resource_id:
+        return
+    if not (await storage.list_messages(scope.thread_id, last=1)).items:
+        await storage.delete_thread(scope.thread_id)
 
 
 async def full_output(run: Run) -> dict[str, Any]:
@@ -233,8 +247,9 @@ class MastraRoutes:
     async def _continue(self, request: Request, body: dict[str, Any], start: Continuation) -> Response:
         principal = principal_of(request)
         agent = self.ctx.agent(request.path_params["agent_id"])
-        run_id = body.get("runId")
-        run_id = check_id(run_id, "runId")
+        run_id = check_id(body.get("runId"), "runId")
+        if body.get("toolCallId") is not None:
+            check_id(body["toolCallId"], "toolCallId")
         await self.ctx.owners.check(run_id, principal)
         try:
             out = await start(agent, run_id, body)

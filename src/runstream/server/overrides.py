@@ -9,13 +9,18 @@ Mastra's memory does, so the history the model sees is complete. (Per-request ``
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from functools import partial
 from typing import Any
 
 from runstream.agent import Agent
 from runstream.memory import MemoryScope
 from runstream.server.messages import Prompt
-from runstream.storage import StoredMessage
+from runstream.storage import Storage, StoredMessage
+
+Originals = list[tuple[str, dict[str, Any]]]
+"""The stored messages :func:`absorb_tool_results` changed: (id, content before)."""
 
 
 def _results(messages: list[Prompt]) -> dict[str, dict[str, Any]]:
@@ -42,8 +47,13 @@ def _apply(message: StoredMessage, results: dict[str, dict[str, Any]]) -> Stored
     return message
 
 
-async def absorb_tool_results(agent: Agent, scope: MemoryScope, messages: list[Prompt]) -> list[Prompt]:
-    """Write tool results for calls stored in the thread into memory; return the other messages."""
+async def absorb_tool_results(
+    agent: Agent, scope: MemoryScope, messages: list[Prompt], originals: Originals | None = None
+) -> list[Prompt]:
+    """Write tool results for calls stored in the thread into memory; return the other messages.
+
+    ``originals`` collects what was changed, for :func:`restore_messages` when the run then
+    cannot start (a refused request leaves the thread as it was)."""
     results = _results(messages)
     storage = agent.memory.storage if agent.memory is not None else None
     if not results or storage is None:
@@ -59,6 +69,8 @@ async def absorb_tool_results(agent: Agent, scope: MemoryScope, messages: list[P
         } & (results.keys() - absorbed)
         if waiting:
             wanted = {call_id: results[call_id] for call_id in waiting}
+            if originals is not None:
+                originals.append((stored.id, copy.deepcopy(stored.content)))
             await storage.update_message(stored.id, partial(_apply, results=wanted))
             absorbed |= waiting
     out: list[Prompt] = []
@@ -70,3 +82,13 @@ async def absorb_tool_results(agent: Agent, scope: MemoryScope, messages: list[P
             message = {**message, "content": content}
         out.append(message)
     return out
+
+
+async def restore_messages(storage: Storage, originals: Originals) -> None:
+    """Put back the contents :func:`absorb_tool_results` replaced."""
+    for message_id, content in reversed(originals):
+        await storage.update_message(message_id, partial(_with_content, content=content))
+
+
+def _with_content(message: StoredMessage, content: dict[str, Any]) -> StoredMessage:
+    return dataclasses.replace(message, content=content)

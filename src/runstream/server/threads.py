@@ -41,7 +41,7 @@ from runstream.server.body import parse_stream_body
 from runstream.server.context import ServerContext, json_body, json_response
 from runstream.server.errors import ApiError
 from runstream.server.limits import MAX_TOOL_RESULT_MESSAGES, check_metadata
-from runstream.server.mastra import start_stream
+from runstream.server.mastra import forget_new_thread, start_stream
 from runstream.server.messages import to_prompt
 from runstream.server.sse import SSEResponse, data_frame
 from runstream.server.streaming import Run, detach_run
@@ -258,8 +258,16 @@ class ThreadRoutes:
         async def start() -> RunOutput:
             # Stored under the signal's id before the run (which then has no input), as Mastra
             # does: Studio matches the message it showed with the stored one by that id.
+            storage = self.ctx.runstream.storage
+            existed = await storage.get_thread(scope.thread_id) is not None
             await memory.save_message(scope, signal["id"], user_message)
-            run = await start_stream(self.ctx, agent, parsed, principal, detached=True)
+            try:
+                run = await start_stream(self.ctx, agent, parsed, principal, detached=True)
+            except ApiError:  # refused: the message was not accepted, so it is not kept either
+                await storage.delete_messages([signal["id"]])
+                if not existed:
+                    await forget_new_thread(storage, scope)
+                raise
             await detach_run(self.ctx, run, principal)
             return run.out
 
@@ -276,37 +284,46 @@ class ThreadRoutes:
     ) -> None:
         """Run ``start`` after the thread's current run, streaming its events to subscribers.
 
-        When the thread is idle and ``wait_for_start``, the run starts before this returns, so
-        a bad request is the caller's 4xx rather than an error on the subscription.
+        When the thread is idle and ``wait_for_start``, this returns once the run has started,
+        so a bad request is the caller's 4xx rather than an error on the subscription. The slot
+        is taken before anything is awaited: a message sent at the same moment queues behind
+        this one instead of running beside it on the same thread.
         """
         channel = self._channel(key)
         if channel.queued >= MAX_QUEUED_MESSAGES:
             raise ApiError(429, "Too many messages are waiting on this thread")
-        first = await start() if wait_for_start and not channel.busy else None
+        started = asyncio.get_running_loop().create_future() if wait_for_start and not channel.busy else None
         previous = channel.tail
         channel.queued += 1
-        channel.tail = asyncio.create_task(self._stream(key, previous, first, start, notice))
+        channel.tail = asyncio.create_task(self._stream(key, previous, start, notice, started))
         channel.tail.add_done_callback(lambda _: self._forget_if_idle(key))
+        if started is not None:
+            await asyncio.shield(started)
 
     async def _stream(
         self,
         key: ThreadKey,
         previous: asyncio.Task[None] | None,
-        first: RunOutput | None,
         start: Callable[[], Awaitable[RunOutput]],
         notice: str | None,
+        started: asyncio.Future[None] | None,
     ) -> None:
         channel = self._channel(key)
         if previous is not None:
             await asyncio.gather(previous, return_exceptions=True)
         channel.queued -= 1
         try:
-            out = first if first is not None else await start()
+            out = await start()
         except Exception as exc:
+            if started is not None:  # the request that waits for the start answers with it
+                started.set_exception(exc)
+                return
             logger.warning("thread %s: a queued message could not start: %s", key[2], exc)
             error = {"type": "error", "from": "AGENT", "payload": {"error": {"message": str(exc)}}}
             channel.publish(data_frame(encode_json(error) or "{}"))
             return
+        if started is not None:
+            started.set_result(None)
         channel.current_run = out.run_id
         if notice is not None:
             # Before the run's ``start`` (Mastra sends it just after): Studio 1.31 drops the empty
