@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from temporal_app import HEARTBEAT_TIMEOUT_MS, env, gate, say
+from redis.asyncio import Redis
+from temporal_app import GATE_TIMEOUT_S, HEARTBEAT_TIMEOUT_MS, env, gate_key, say
 
 from runstream import Agent, ToolContext, tool
 from runstream.durable import TemporalRuns
@@ -29,6 +30,19 @@ from runstream.tasks.temporal import TemporalSettings, TemporalTaskManager
 from runstream.testing import FunctionModel, ModelCall, Text, ToolCall, Turn
 
 AGENT_ID = "durable"
+
+
+async def gate(name: str) -> None:
+    """Wait until the test opens the gate ``name`` (in 1 s polls: this Redis client gives up on
+    a blocking call after 5 s)."""
+    client = Redis.from_url(env("RUNSTREAM_TEST_REDIS_URL"))
+    try:
+        for _ in range(GATE_TIMEOUT_S):
+            if await client.blpop([gate_key(env("TEMPORAL_TEST_PREFIX"), name)], timeout=1) is not None:
+                return
+        raise TimeoutError(f"gate {name} never opened")
+    finally:
+        await client.aclose()
 
 
 def respond(call: ModelCall) -> Turn:

@@ -361,3 +361,24 @@ async def test_a_durable_run_on_a_thread_with_a_goal_is_judged_as_in_process(clu
         if c.type == "goal" and not c.payload.get("pending")
     ]
     assert verdicts == [("active", True), ("done", False)]
+
+
+async def test_a_worker_stopping_gracefully_hands_its_step_to_another(cluster: Cluster) -> None:
+    """SIGTERM to B mid-step: B lets the step run for its grace period, then cancels it and
+    exits cleanly; the step runs again on C and the run ends once, with every chunk once."""
+    b = await cluster.start_worker(WORKER)
+    async with runtime() as rt:
+        out = await rt.get_agent("durable").stream("lookup stars", memory=MEMORY)
+        chunks: list[AnyChunk] = []
+        async with asyncio.timeout(90):
+            async for chunk in out.full_stream:
+                chunks.append(chunk)
+                if chunk.type == "tool-call":
+                    await b.expect(lambda line: line.get("tool") == "lookup")
+                    c = await cluster.start_worker(WORKER)
+                    assert await b.stop() == 0  # graceful: the step is cancelled, not lost
+                    await c.expect(lambda line: line.get("tool") == "lookup")
+                    await cluster.open_gate("lookup-stars")
+    seen = [c.type for c in chunks]
+    assert seen.count("start") == 1 and seen.count("tool-call") == 1 and seen.count("tool-result") == 1
+    assert seen[-1] == "finish" and out.state.status == "success"

@@ -12,6 +12,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx2 as httpx
 import pytest
@@ -101,6 +102,12 @@ async def test_the_app_runs_on_a_worker_and_the_api(
         await drop_schema(schema)
 
 
+def model_calls(model: Any) -> list[str]:
+    """The paths of the OpenAI requests the loopback model got (a stray client of a port it
+    reused, e.g. a gRPC preface, is not one)."""
+    return [r.path for r in model.requests if r.path.startswith("/v1/")]
+
+
 async def test_the_durable_apps_runs_run_on_the_worker(
     temporal_server: TemporalDevServer, tmp_path: Path, postgres_problem: str | None
 ) -> None:
@@ -144,7 +151,7 @@ async def test_the_durable_apps_runs_run_on_the_worker(
             http.stream("POST", url, json=body) as response,
         ):
             # The run's workflow is started (the response began): no worker, no step yet.
-            assert response.status_code == 200 and model.requests == []
+            assert response.status_code == 200 and model_calls(model) == []
             worker = await asyncio.create_subprocess_exec(
                 *runstream,
                 "worker",
@@ -158,7 +165,7 @@ async def test_the_durable_apps_runs_run_on_the_worker(
         assert '"type":"start"' in rest[0]
         assert rest[-1] == "data: [DONE]" and '"type":"finish"' in rest[-2]
         assert "Hello world! See the docs." in "".join(rest)
-        assert [r.path for r in model.requests] == ["/v1/responses"]  # called once, by the worker
+        assert model_calls(model) == ["/v1/responses"]  # called once, by the worker
     finally:
         api.terminate()
         await api.wait()

@@ -63,6 +63,8 @@ class RunActivities:
         watch = asyncio.create_task(self._watch(step.run_id, controller))
         try:
             return await self._run(agent, step, controller)
+        except asyncio.CancelledError:
+            raise _interrupted() from None
         finally:
             watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -124,14 +126,17 @@ class RunActivities:
             )
         try:
             async for chunk in source:
+                _raise_if_cancelled()
                 await publisher.put(dumps(chunk.to_wire()))
         except StepBoundary:
+            _raise_if_cancelled()
             seq = await publisher.close()
             state.saved = True  # this process's hooks of later task outcomes write into memory
             return StepOutput(suspension.snapshot(agent.id, state, options), seq, "step")
         except BaseException:
             await publisher.cancel()
             raise
+        _raise_if_cancelled()
         seq = await publisher.close()
         if _status(state) == "suspended":
             await self._suspended(agent, cfg, state, options)
@@ -251,6 +256,25 @@ async def _cancel_orphans(agent: Agent, state: RunState) -> None:
     for record in active.items:
         if record.id not in known:
             await services.task_manager.cancel(record.id)
+
+
+def _raise_if_cancelled() -> None:
+    """Temporal cancelled the attempt: a tool that was running may have turned the cancellation
+    into an ordinary tool error and let the loop go on, so nothing the loop makes from then on
+    is published, and the attempt ends (see :func:`_interrupted`)."""
+    if activity.is_cancelled():
+        raise _interrupted()
+
+
+def _interrupted() -> BaseException:
+    """How a cancelled attempt ends: cancelled if the workflow asked for it, else (its worker
+    shuts down, or lost touch with Temporal) failed, so that Temporal runs the step again on
+    another worker, as its retry policy says."""
+    details = activity.cancellation_details()
+    if details is not None and details.cancel_requested:
+        return asyncio.CancelledError("the run was cancelled")
+    reason = "its worker shuts down" if activity.is_worker_shutdown() else "it lost touch with Temporal"
+    return ApplicationError(f"the step was interrupted: {reason}", type="StepInterrupted")
 
 
 def _status(state: RunState) -> str:
