@@ -104,6 +104,12 @@ def _text_field(body: dict[str, Any], key: str) -> str:
     return value
 
 
+def _retrieved(future: asyncio.Future[None]) -> None:
+    """Mark a start's outcome as seen (its caller answers with it, or has gone)."""
+    if not future.cancelled():
+        future.exception()
+
+
 def _as_run(data: str, run_id: str) -> str:
     """A chunk of a follow-up turn carries the thread run's id, as on Mastra's thread stream.
 
@@ -298,6 +304,7 @@ class ThreadRoutes:
         channel.tail = asyncio.create_task(self._stream(key, previous, start, notice, started))
         channel.tail.add_done_callback(lambda _: self._forget_if_idle(key))
         if started is not None:
+            started.add_done_callback(_retrieved)  # also when the caller has gone
             await asyncio.shield(started)
 
     async def _stream(
