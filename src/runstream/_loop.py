@@ -86,11 +86,12 @@ async def run_chunks(
     if resume is None:  # the first chunk goes out before anything else is set up
         yield StartChunk(state.run_id, {"id": cfg.agent_id, "messageId": state.message_id})
     outcome: StepOutcome = CONTINUE
-    async for item in _begin(cfg, state, resume):
-        if isinstance(item, Chunk):
-            yield item
-        else:
-            outcome = item
+    if resume is not None or cfg.start_chunks or cfg.input_processors:  # else nothing to begin
+        async for item in _begin(cfg, state, resume):
+            if isinstance(item, Chunk):
+                yield item
+            else:
+                outcome = item
     turn = Turn.of(cfg, state.run_id)
     while isinstance(outcome, Continue):
         if cfg.abort_signal.aborted:

@@ -301,7 +301,7 @@ class ResumeAction:
     reason: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class RunState:
     """The mutable state of one run, shared by the loop and its :class:`RunOutput`."""
 

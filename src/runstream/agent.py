@@ -69,6 +69,7 @@ from runstream.tools import OffersTool, Tool, resume_schema_of
 
 if TYPE_CHECKING:
     from runstream._services import RuntimeServices, Toolset
+    from runstream.tasks.coordination import TaskManager
     from runstream.tasks.policy import AgentBackgroundConfig
 
 
@@ -234,13 +235,13 @@ class Agent:
         """
         run_options, run_id, idle = await self._read_options(options, run_id, until_idle)
         input_messages = normalize_messages(messages)
+        if not self._idles(idle, run_options):
+            return await self._start_run(input_messages, run_options, run_id)
 
         async def first_turn() -> RunOutput:
             return await self._start_run(input_messages, run_options, run_id, AbortController())
 
-        if self._idles(idle, run_options):
-            return await self._stream_until_idle(run_options, idle, first_turn)
-        return await self._start_run(input_messages, run_options, run_id)
+        return await self._stream_until_idle(run_options, idle, first_turn)
 
     async def _read_options(
         self, options: Mapping[str, Any], run_id: str | None, until_idle: UntilIdle | None
@@ -306,7 +307,7 @@ class Agent:
         history: list[PromptMessage] = []
         continued: ContinuedMessage | None = None
         scope = options.memory
-        memory = await self._memory_of(options)
+        memory = await self._memory_of(options) if scope is not None else None
         if scope is not None and memory is not None:
             if self.services is not None:
                 await self.services.start()
@@ -342,12 +343,16 @@ class Agent:
         self, options: RunOptions, state: RunState, controller: AbortController, memory: Memory | None = None
     ) -> LoopConfig:
         """The loop configuration of a run (new or restored) from its options and the agent."""
-        memory = memory or await self._memory_of(options)
+        if memory is None and options.memory is not None:  # (without a thread, there is none)
+            memory = await self._memory_of(options)
         signal = controller.signal
         if options.abort_signal is not None:
             signal = AbortSignal.any(signal, options.abort_signal)
         context = options.request_context
-        tools = await self.get_tools(context)  # with the toolsets' current tools
+        # with the toolsets' current tools; static tools need no awaiting (the common case)
+        tools = (
+            self.tools if self.tools_resolver is None and not self.toolsets else await self.get_tools(context)
+        )
         if memory is not None:
             tools = {**tools, **memory.tools()}  # updateWorkingMemory
         if options.client_tools or options.active_tools is not None or options.require_tool_approval is True:
@@ -369,7 +374,11 @@ class Agent:
         storage = self._run_storage() if self.durable else None
         if storage is not None:  # a durable run is saved after every step (runstream._durable_api)
             cfg.on_step_end = partial(self._durable_runs.save, storage, options)
-        instructions += await self._attach_background(cfg, options)
+        services = self.services
+        if services is not None and services.task_manager is not None:
+            instructions += await self._attach_background(cfg, options, services, services.task_manager)
+        elif not options.disable_background_tasks:
+            warn_without_manager(self.id, self.tools, self.background_config)
         if options.delegation is not None and options.delegation.enable_result_references:
             offer_result_references(cfg)
         completion = options.is_task_complete or self.is_task_complete
@@ -385,18 +394,11 @@ class Agent:
             await attach_goal(cfg, state, self.goal, Goals(self._goal_storage()), options.memory.thread_id)
         return cfg
 
-    async def _attach_background(self, cfg: LoopConfig, options: RunOptions) -> str:
+    async def _attach_background(
+        self, cfg: LoopConfig, options: RunOptions, services: RuntimeServices, manager: TaskManager
+    ) -> str:
         """Wire the task manager into the run; returns text to append to the instructions."""
-        services = self.services
-        manager = services.task_manager if services is not None else None
-        if manager is None and not options.disable_background_tasks:
-            warn_without_manager(self.id, self.tools, self.background_config)
-        if (
-            services is None
-            or manager is None
-            or options.disable_background_tasks
-            or self.background_config.disabled
-        ):
+        if options.disable_background_tasks or self.background_config.disabled:
             return ""
         from runstream.tasks.dispatch import BackgroundDispatcher, wait_in_loop
 

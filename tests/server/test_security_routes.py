@@ -9,13 +9,19 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx2 as httpx
+import pytest
+
 from runstream.server import studio
+from runstream.server.auth import TOKEN_ENV
 from runstream.server.limits import (
     MAX_METADATA_BYTES,
+    MAX_REASON_LENGTH,
     MAX_TITLE_LENGTH,
     MAX_TOOL_RESULT_MESSAGES,
     MAX_WORKING_MEMORY,
@@ -276,7 +282,7 @@ def test_messages_sent_at_the_same_moment_run_one_after_another(secured: Secured
 def test_continuation_options_are_checked_before_the_run_goes_on(secured: Secured) -> None:
     """approve/decline/resume now take stream options: another caller's run stays a 404 whatever
     they say, and a wrong option or id is a 4xx that leaves the run waiting (a ``toolCallId``
-    that was an object was a 500)."""
+    that was an object was a 500; a ``reason`` of any JSON type went into the chunks)."""
     s = secured
     chunks = sse_chunks(
         s.a.post(
@@ -299,9 +305,65 @@ def test_continuation_options_are_checked_before_the_run_goes_on(secured: Secure
             assert response.status_code == 400, (route, wrong, response.text)
         if route != "resume-stream":
             assert s.a.post(path, json={**run, "activeTools": ["nope"]}).status_code == 400
+            for reason in ({"a": 1}, 5, "x" * (MAX_REASON_LENGTH + 1)):  # it goes to the model
+                assert s.a.post(path, json={**run, "reason": reason}).status_code == 400
     assert len(DELETED) == deleted
     approved = sse_chunks(s.a.post("/api/agents/assistant/approve-tool-call", json=run))
     assert any(c["type"] == "tool-result" for c in approved) and len(DELETED) == deleted + 1
+
+
+def test_a_caller_cannot_pick_the_servers_structuring_model(secured: Secured) -> None:
+    """``structuredOutput.model`` would have the server call a provider the caller names, with
+    the server's keys and the caller's conversation; over HTTP it is the server's to choose."""
+    s = secured
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    for route in ("generate", "stream"):
+        thread = f"t-{uuid.uuid4().hex[:8]}"
+        body = {
+            "messages": "hi",
+            "memory": {"thread": thread},
+            "structuredOutput": {"schema": schema, "model": "openai/gpt-4o"},
+        }
+        refused = s.a.post(f"/api/agents/assistant/{route}", json=body)
+        assert refused.status_code == 400 and "structuredOutput.model" in refused.json()["error"]
+        assert s.a.get(f"/api/memory/threads/{thread}").status_code == 404  # nothing ran
+    allowed = {"messages": "hi", "structuredOutput": {"schema": schema, "errorStrategy": "warn"}}
+    assert s.a.post("/api/agents/assistant/stream", json=allowed).status_code == 200
+
+
+def test_an_open_api_refuses_domain_names_a_web_site_could_rebind(
+    app_factory: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DNS rebinding: a site re-points its own name at 127.0.0.1, so its page is same-origin
+    with an open server (no token) and CORS and the Origin check let it read and drive the API.
+    The page's requests carry its domain in ``Host``, so an open API refuses such names."""
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    url = app_factory()
+    port = url.rsplit(":", 1)[1]
+    for host in ("evil.example", f"evil.example:{port}", f"a.b.evil.example.:{port}"):
+        for method, path in (
+            ("GET", "/api/memory/threads?resourceId=r"),
+            ("POST", "/api/agents/plain/generate"),
+        ):
+            response = httpx.request(method, f"{url}{path}", headers={"Host": host}, json={"messages": "hi"})
+            assert response.status_code == 403 and TOKEN_ENV in response.json()["error"], (host, path)
+        assert httpx.get(f"{url}/health", headers={"Host": host}).status_code == 200  # probes still work
+    # names a web site cannot re-point: this machine's, IP addresses, single labels (test clients)
+    for host in (
+        f"localhost:{port}",
+        f"127.0.0.1:{port}",
+        f"[::1]:{port}",
+        f"app.localhost:{port}",
+        f"192.168.1.5:{port}",
+        "testserver",
+    ):
+        assert httpx.get(f"{url}/api/agents", headers={"Host": host}).status_code == 200
+    monkeypatch.setenv(TOKEN_ENV, "secret")  # with a token, any name (a deployment's own)
+    guarded = app_factory()
+    named = httpx.get(
+        f"{guarded}/api/agents", headers={"Host": "api.example.com", "Authorization": "Bearer secret"}
+    )
+    assert named.status_code == 200
 
 
 # -- the inventory ---------------------------------------------------------------------------------

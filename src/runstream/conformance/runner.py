@@ -289,6 +289,8 @@ class ScenarioRunner:
             await self._consume(follow, do, [], follow.abort, None)
             return
         operation = self._task_action(action.spec, action.chunk)
+        if do == "resumeTask":
+            await self._until_settled(await self._task_id(action.spec, action.chunk))
         if action.spec.get("watchMs") is not None:
             await self._watch(operation, action.spec["watchMs"])
         else:
@@ -350,26 +352,38 @@ class ScenarioRunner:
         manager = self.runtime.task_manager
         if manager is None:
             raise UnsupportedScenario(f"{spec['do']} needs mastra.backgroundTasks")
-        payload = chunk.payload if chunk is not None and isinstance(chunk.payload, dict) else {}
 
         async def operation() -> None:
-            task_id = payload.get("taskId")
-            if spec.get("toolCallId"):
-                page = await manager.list_tasks(TaskFilter(tool_call_id=spec["toolCallId"]))
-                task_id = page.items[-1].id if page.items else None
-            if task_id is None:
-                raise RuntimeError(f"{spec['do']}: no task found for {spec}")
+            task_id = await self._task_id(spec, chunk)
             if spec["do"] == "cancelTask":
                 await manager.cancel(task_id)
-                return
-            # A task runs elsewhere on Temporal: its attempt may not have reached the suspension
-            # yet when the stream ends (in-process it has); resuming it waits for that.
-            record = await manager.get_task(task_id)
-            if record is not None and record.status in ("pending", "running"):
-                await manager.wait_for(task_id, timeout_ms=RESUME_WAIT_MS)
-            await manager.resume(task_id, spec.get("data"))
+            else:
+                await self._until_settled(task_id)
+                await manager.resume(task_id, spec.get("data"))
 
         return operation
+
+    async def _task_id(self, spec: Mapping[str, Any], chunk: AnyChunk | None) -> str:
+        manager = self.runtime.task_manager
+        assert manager is not None
+        payload = chunk.payload if chunk is not None and isinstance(chunk.payload, dict) else {}
+        task_id = payload.get("taskId")
+        if spec.get("toolCallId"):
+            page = await manager.list_tasks(TaskFilter(tool_call_id=spec["toolCallId"]))
+            task_id = page.items[-1].id if page.items else None
+        if task_id is None:
+            raise RuntimeError(f"{spec['do']}: no task found for {spec}")
+        return str(task_id)
+
+    async def _until_settled(self, task_id: str) -> None:
+        """A task runs elsewhere on Temporal: its attempt may not have reached its suspension yet
+        when the stream ends (in-process it has); a resume waits for that, before anything
+        watches the task manager's events."""
+        manager = self.runtime.task_manager
+        assert manager is not None
+        record = await manager.get_task(task_id)
+        if record is not None and record.status in ("pending", "running"):
+            await manager.wait_for(task_id, timeout_ms=RESUME_WAIT_MS)
 
     async def _watch(self, operation: Callable[[], Awaitable[None]], watch_ms: float) -> None:
         """Subscribe to the task manager's stream, act, and record its events as a new section."""

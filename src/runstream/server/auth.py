@@ -13,10 +13,12 @@ not exist.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -94,6 +96,17 @@ class AuthMiddleware:
         if scope["type"] != "http" or scope["path"] in self.public_paths:
             await self.app(scope, receive, send)
             return
+        if self.hook is open_access and _rebindable_host(Headers(scope=scope).get("host")):
+            # An open API trusts whoever can reach it. A web page whose own domain an attacker has
+            # re-pointed at 127.0.0.1 (DNS rebinding) is same-origin with it for the browser, and
+            # CORS would not stop it; such requests name that domain in ``Host``.
+            response = error_response(
+                403,
+                f"This API has no token ({TOKEN_ENV}): it answers only requests addressed to "
+                "localhost, an IP address or a single-label host name",
+            )
+            await response(scope, receive, send)
+            return
         principal = await self.hook(Request(scope, receive))
         if principal is None:
             response = error_response(401, "Unauthorized", headers={"www-authenticate": "Bearer"})
@@ -101,3 +114,19 @@ class AuthMiddleware:
             return
         scope.setdefault("state", {})["principal"] = principal
         await self.app(scope, receive, send)
+
+
+def _rebindable_host(host: str | None) -> bool:
+    """Whether a ``Host`` header is a DNS name someone could point at this machine: one with a
+    dot, other than ``*.localhost``. IP addresses and single-label names (``testserver``, a
+    machine's LAN name) cannot be rebound by a web site; no header means no browser."""
+    if host is None:
+        return False
+    name = host if host.endswith("]") else host.rsplit(":", 1)[0]
+    name = name.strip("[]").lower().rstrip(".")
+    try:
+        ipaddress.ip_address(name)
+        return False
+    except ValueError:
+        pass
+    return "." in name and name != "localhost" and not name.endswith(".localhost")

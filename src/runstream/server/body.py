@@ -251,6 +251,10 @@ def _structured(value: Mapping[str, Any] | None) -> StructuredOutput | None:
         return None
     if "schema" not in value:
         raise invalid("'structuredOutput' needs a 'schema' (a JSON Schema)")
+    if "model" in value:
+        # The server's provider keys would pay for, and receive the conversation with, a model
+        # the caller names: like a title model, it is the server's to choose.
+        raise invalid("'structuredOutput.model' is the server's to choose (set it on the agent)")
     try:
         return StructuredOutput.coerce(dict(value))
     except (jsonschema.SchemaError, TypeError, ValueError) as exc:

@@ -41,6 +41,9 @@ MAX_MESSAGES = 10_000
 """Messages (and context messages) of one generate/stream body."""
 MAX_TOOL_RESULT_MESSAGES = 100
 """Messages of client tool results in one ``send-tool-approval``."""
+MAX_REASON_LENGTH = 10_000
+"""Characters of the reason given when declining a tool call (it goes to the model)."""
+"""Messages of client tool results in one ``send-tool-approval``."""
 
 
 def parse_json(raw: bytes) -> Any:
@@ -118,6 +121,15 @@ def check_title(value: Any, field: str) -> str | None:
     if value is not None and (not isinstance(value, str) or len(value) > MAX_TITLE_LENGTH):
         raise ApiError(
             400, f"Invalid request body: '{field}' must be a string of at most {MAX_TITLE_LENGTH} characters"
+        )
+    return value
+
+
+def check_reason(value: Any) -> str | None:
+    """``None`` or a decline reason of at most :data:`MAX_REASON_LENGTH` characters."""
+    if value is not None and (not isinstance(value, str) or len(value) > MAX_REASON_LENGTH):
+        raise ApiError(
+            400, f"Invalid request body: 'reason' must be a string of at most {MAX_REASON_LENGTH} characters"
         )
     return value
 

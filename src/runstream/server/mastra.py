@@ -30,7 +30,7 @@ from runstream.server.auth import Principal, principal_of
 from runstream.server.body import StreamRequest, parse_stream_body, resume_options
 from runstream.server.context import ServerContext, has_memory, json_body, json_response
 from runstream.server.errors import ApiError
-from runstream.server.limits import MAX_OFFSET, bounded_int, check_id
+from runstream.server.limits import MAX_OFFSET, bounded_int, check_id, check_reason
 from runstream.server.overrides import Originals, absorb_tool_results, restore_messages
 from runstream.server.resumable import TooManyRunsError
 from runstream.server.streaming import Run, owned_run, parse_event_id, reconnect, replay, respond, wants_ids
@@ -250,6 +250,7 @@ class MastraRoutes:
         run_id = check_id(body.get("runId"), "runId")
         if body.get("toolCallId") is not None:
             check_id(body["toolCallId"], "toolCallId")
+        check_reason(body.get("reason"))
         await self.ctx.owners.check(run_id, principal)
         try:
             out = await start(agent, run_id, body)

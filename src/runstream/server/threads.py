@@ -40,7 +40,7 @@ from runstream.server.auth import Principal, principal_of
 from runstream.server.body import parse_stream_body
 from runstream.server.context import ServerContext, json_body, json_response
 from runstream.server.errors import ApiError
-from runstream.server.limits import MAX_TOOL_RESULT_MESSAGES, check_metadata
+from runstream.server.limits import MAX_TOOL_RESULT_MESSAGES, check_metadata, check_reason
 from runstream.server.mastra import forget_new_thread, start_stream
 from runstream.server.messages import to_prompt
 from runstream.server.sse import SSEResponse, data_frame
@@ -102,6 +102,12 @@ def _text_field(body: dict[str, Any], key: str) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
         raise ApiError(400, f"Invalid request body: '{key}' must be a non-empty string (at most 256)")
     return value
+
+
+def _retrieved(future: asyncio.Future[None]) -> None:
+    """Mark a start's outcome as seen (its caller answers with it, or has gone)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _as_run(data: str, run_id: str) -> str:
@@ -298,6 +304,7 @@ class ThreadRoutes:
         channel.tail = asyncio.create_task(self._stream(key, previous, start, notice, started))
         channel.tail.add_done_callback(lambda _: self._forget_if_idle(key))
         if started is not None:
+            started.add_done_callback(_retrieved)  # also when the caller has gone
             await asyncio.shield(started)
 
     async def _stream(
@@ -343,8 +350,9 @@ class ThreadRoutes:
         call_id = _text_field(body, "toolCallId")
         approved = body.get("approved")
         reason = body.get("reason")
-        if not isinstance(approved, bool) or not (reason is None or isinstance(reason, str)):
-            raise ApiError(400, "Invalid request body: 'approved' must be a boolean, 'reason' a string")
+        if not isinstance(approved, bool):
+            raise ApiError(400, "Invalid request body: 'approved' must be a boolean")
+        check_reason(reason)
         messages = body.get("messages")
         if isinstance(messages, list) and len(messages) > MAX_TOOL_RESULT_MESSAGES:
             raise ApiError(
