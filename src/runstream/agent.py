@@ -554,6 +554,24 @@ class Agent:
 
         return on_terminal
 
+    async def _save_turn(self, cfg: LoopConfig, state: RunState, options: RunOptions) -> None:
+        """An ended run's turn into its thread (if it has one), then the thread's title."""
+        memory = cfg.memory
+        if memory is None or cfg.thread_id is None or cfg.resource_id is None:
+            return
+        state.saved = True
+        await memory.save_turn(
+            MemoryScope(cfg.thread_id, cfg.resource_id),
+            state.new_input_messages,
+            state.response_messages,
+            state.message_id,
+            metadata=run_metadata(cfg, state),
+            model=model_label(cfg),
+            continued=state.continued,
+        )
+        if options.memory is not None:
+            memory.title_after_turn(options.memory, cfg.model, options.request_context)
+
     async def _save_input_early(self, cfg: LoopConfig, state: RunState) -> None:
         """Save a live run's new input to memory now, as Mastra does when the run pauses for a
         human or one of its background tasks settles: from then on the input is history (the
@@ -602,19 +620,7 @@ class Agent:
                 return
             if resume is not None and storage is not None:
                 await storage.delete_snapshot(NAMESPACE, state.run_id)
-            if memory is not None and cfg.thread_id is not None and cfg.resource_id is not None:
-                state.saved = True
-                await memory.save_turn(
-                    MemoryScope(cfg.thread_id, cfg.resource_id),
-                    state.new_input_messages,
-                    state.response_messages,
-                    state.message_id,
-                    metadata=run_metadata(cfg, state),
-                    model=model_label(cfg),
-                    continued=state.continued,
-                )
-                if options.memory is not None:
-                    memory.title_after_turn(options.memory, cfg.model, options.request_context)
+            await self._save_turn(cfg, state, options)
 
         chunks = agent_loop(cfg, state, resume)
         wrapped = chunks

@@ -27,12 +27,10 @@ from temporalio.exceptions import ApplicationError
 from runstream import _suspension as suspension
 from runstream._loop import agent_loop
 from runstream._run_state import LoopConfig, ResumeAction, RunState
-from runstream._step_results import model_label, run_metadata
 from runstream.abort import AbortController
 from runstream.chunks import dumps, iso_datetime, now_utc
 from runstream.durable.log import RunLog
 from runstream.durable.workflow import END_SEGMENT, RUN_STEP, SegmentEnd, StepInput, StepOutput
-from runstream.memory import MemoryScope
 from runstream.run_options import RunOptions
 from runstream.storage import TaskFilter
 
@@ -163,22 +161,9 @@ class RunActivities:
         storage = agent._run_storage()
         if storage is not None:
             await storage.delete_snapshot(suspension.NAMESPACE, state.run_id)
+        await agent._save_turn(cfg, state, options)
         memory = cfg.memory
-        if memory is None or cfg.thread_id is None or cfg.resource_id is None:
-            return
-        state.saved = True
-        await memory.save_turn(
-            MemoryScope(cfg.thread_id, cfg.resource_id),
-            state.new_input_messages,
-            state.response_messages,
-            state.message_id,
-            metadata=run_metadata(cfg, state),
-            model=model_label(cfg),
-            continued=state.continued,
-        )
-        if options.memory is not None:
-            memory.title_after_turn(options.memory, cfg.model, options.request_context)
-        if storage is None:
+        if memory is None or not state.saved or storage is None:
             return
         for task_id in state.background_task_ids:
             record = await storage.get_task(task_id)
