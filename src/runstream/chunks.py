@@ -707,6 +707,15 @@ def dumps(value: Any) -> str:
         return json.dumps(value, default=_default, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def dumps_bytes(value: Any) -> bytes:
+    """:func:`dumps` as UTF-8 bytes, straight from orjson (no decode and re-encode). A lone
+    surrogate, which UTF-8 cannot hold, becomes ``?``."""
+    try:
+        return orjson.dumps(value, default=_default, option=_ORJSON_OPTIONS)
+    except orjson.JSONEncodeError:
+        return dumps(value).encode("utf-8", "replace")
+
+
 def to_jsonable(value: Any) -> Any:
     """A deep copy of ``value`` with only JSON types (dates, errors, bytes converted)."""
     return json.loads(dumps(value))

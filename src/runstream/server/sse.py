@@ -81,7 +81,8 @@ class SSEResponse(Response):
         async def read() -> None:
             try:
                 async for frame in self.frames:
-                    await outbox.put(frame)
+                    if outbox.put(frame):
+                        await outbox.taken()
             finally:
                 outbox.close()
 
@@ -139,16 +140,22 @@ class _Outbox:
         self.room = asyncio.Event()
         self.room.set()
 
-    async def put(self, frame: bytes) -> None:
+    def put(self, frame: bytes) -> bool:
+        """Buffer ``frame``; ``True`` when the reader must wait until the writer has taken the
+        buffer (:meth:`taken`): after the first frame, so that it leaves before the reader goes
+        on with the stream (the client sees the run start even when the server is busy with
+        other streams), and when the buffer is full (backpressure)."""
         self.frames.append(frame)
         self.size += len(frame)
         self.wake.set()
-        if not self.sent_first:  # the first frame leaves at once: the client sees the run start
-            self.sent_first = True
-            await asyncio.sleep(0)
-        elif self.size >= MAX_BATCH_BYTES:
-            self.room.clear()
-            await self.room.wait()
+        if self.sent_first:
+            return self.size >= MAX_BATCH_BYTES
+        self.sent_first = True
+        return True
+
+    async def taken(self) -> None:
+        self.room.clear()
+        await self.room.wait()
 
     def take(self) -> bytes:
         batch = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)

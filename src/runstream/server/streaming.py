@@ -26,7 +26,7 @@ from runstream.server.context import ServerContext
 from runstream.server.errors import ApiError
 from runstream.server.resumable import ReplayGapError, RunAlreadyStreamingError, RunInfo
 from runstream.server.sse import DONE, SSEResponse, data_frame
-from runstream.server.wire import encode_json, run_events
+from runstream.server.wire import FrameEncoder, encode_json, failure_json, run_events
 
 logger = logging.getLogger("runstream.server")
 
@@ -49,6 +49,21 @@ class Run:
     def events(self, wrap: Callable[[str], T]) -> AsyncIterator[T]:
         """The run as ``wrap(wire JSON)``, ending in-band with error + finish if it fails."""
         return run_events(self.out.full_stream, self.run_id, wrap)
+
+    async def frames(self) -> AsyncGenerator[bytes, None]:
+        """The run as SSE events, then ``[DONE]`` (error + finish in-band if it fails): what a
+        direct stream sends, one generator between the run and the response."""
+        encoder = FrameEncoder()
+        try:
+            async for chunk in self.out.full_stream:
+                frame = encoder.frame(chunk)
+                if frame is not None:
+                    yield frame
+        except Exception as exc:
+            logger.exception("run %s failed while streaming", self.run_id)
+            for text in failure_json(self.run_id, exc):
+                yield data_frame(text)
+        yield DONE
 
     def abandon(self) -> None:
         """The client went away: abort, and let the run wind down (its turn is still saved)."""
@@ -116,13 +131,7 @@ async def respond(
     """Stream ``run`` as Mastra SSE (see the module docstring for direct vs detached)."""
     ids = wants_ids(request)
     if not (detach or ids):
-
-        async def frames() -> AsyncGenerator[bytes, None]:
-            async for frame in run.events(data_frame):
-                yield frame
-            yield DONE
-
-        return SSEResponse(frames(), heartbeat_s=ctx.heartbeat_s, on_disconnect=run.abandon)
+        return SSEResponse(run.frames(), heartbeat_s=ctx.heartbeat_s, on_disconnect=run.abandon)
     await detach_run(ctx, run, principal)
     return replay(ctx, run.run_id, 0, ids=ids)
 

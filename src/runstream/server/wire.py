@@ -12,9 +12,12 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
-from runstream.chunks import AnyChunk, dumps, error_to_wire
+from runstream.chunks import AnyChunk, Chunk, dumps, dumps_bytes, error_to_wire
 
 logger = logging.getLogger("runstream.server")
+
+REDACTED_TYPES = frozenset({"step-start", "step-finish", "finish"})
+"""The chunk types that carry the model request (the only ones :func:`redact` changes)."""
 
 
 def encode_json(value: Any) -> str | None:
@@ -26,32 +29,85 @@ def encode_json(value: Any) -> str | None:
         return None
 
 
+def encode_json_bytes(value: Any) -> bytes | None:
+    """:func:`encode_json` as UTF-8 bytes (a lone surrogate becomes ``?``), for the socket."""
+    try:
+        return dumps_bytes(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        logger.warning("skipping a value that cannot be sent as JSON: %s", exc)
+        return None
+
+
 def redact(wire: dict[str, Any]) -> dict[str, Any]:
     """The wire dict without the model request (a shallow copy when something is removed)."""
     kind = wire.get("type")
+    if kind not in REDACTED_TYPES:
+        return wire
     payload = wire.get("payload")
     if not isinstance(payload, dict):
         return wire
-    if kind == "step-start" and "request" in payload:
-        return {**wire, "payload": {**payload, "request": {}}}
-    if kind not in ("step-finish", "finish"):
-        return wire
-    clean = {k: v for k, v in payload.items() if k != "request"}
+    if kind == "step-start":
+        return {**wire, "payload": {**payload, "request": {}}} if "request" in payload else wire
+    clean = _without_request(payload)
     metadata = clean.get("metadata")
-    if isinstance(metadata, dict) and "request" in metadata:
-        clean["metadata"] = {k: v for k, v in metadata.items() if k != "request"}
+    if isinstance(metadata, dict):
+        clean["metadata"] = _without_request(metadata)
     output = clean.get("output")
-    if isinstance(output, dict) and isinstance(output.get("steps"), list):
-        steps = [
-            {k: v for k, v in step.items() if k != "request"} if isinstance(step, dict) else step
-            for step in output["steps"]
-        ]
-        clean["output"] = {**output, "steps": steps}
+    if isinstance(output, dict) and isinstance(steps := output.get("steps"), list):
+        clean["output"] = {
+            **output,
+            "steps": [_without_request(step) if isinstance(step, dict) else step for step in steps],
+        }
     return {**wire, "payload": clean}
+
+
+def _without_request(value: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``value`` without its ``request`` key (dict copies run in C; a comprehension
+    over the keys costs several times as much on the per-step chunks)."""
+    clean = value.copy()
+    clean.pop("request", None)
+    return clean
 
 
 def chunk_json(chunk: AnyChunk) -> str | None:
     return encode_json(redact(chunk.to_wire()))
+
+
+def chunk_frame(chunk: AnyChunk) -> bytes | None:
+    """The chunk as an SSE event, ``data: <wire JSON>\\n\\n`` (``None`` if it has no JSON form):
+    the bytes of ``data_frame(chunk_json(chunk))``, encoded once."""
+    encoded = encode_json_bytes(redact(chunk.to_wire()))
+    return None if encoded is None else b"data: " + encoded + b"\n\n"
+
+
+class FrameEncoder:
+    """One stream's chunks as SSE events: :func:`chunk_frame`, the envelope encoded once.
+
+    A chunk's wire JSON is ``{"type":…,"runId":…,"from":…,"payload":<payload>}``, and a stream
+    repeats the same few envelopes (one per chunk type) for every token: each is encoded the
+    first time it is seen, then only the payload is. Chunks with their own wire shape, and those
+    :func:`redact` changes, take :func:`chunk_frame`. The bytes are the same either way.
+    """
+
+    __slots__ = ("_envelopes",)
+
+    def __init__(self) -> None:
+        self._envelopes: dict[tuple[str, str, str], bytes] = {}
+
+    def frame(self, chunk: AnyChunk) -> bytes | None:
+        kind, run_id = chunk.type, chunk.run_id
+        if not run_id or kind in REDACTED_TYPES or type(chunk).to_wire is not Chunk.to_wire:
+            return chunk_frame(chunk)
+        key = (kind, run_id, chunk.from_)
+        envelope = self._envelopes.get(key)
+        if envelope is None:
+            wire = dumps_bytes({"type": kind, "runId": run_id, "from": chunk.from_, "payload": 0})
+            envelope = self._envelopes[key] = b"data: " + wire[: -len(b"0}")]
+        payload = encode_json_bytes(chunk.payload)
+        return None if payload is None else b"".join((envelope, payload, _FRAME_END))
+
+
+_FRAME_END = b"}\n\n"
 
 
 def failure_json(run_id: str, error: BaseException) -> list[str]:
