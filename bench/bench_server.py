@@ -1,7 +1,7 @@
 """N concurrent SSE streams over loopback: runstream's ``/api/agents/:id/stream`` against a
 minimal Starlette SSE endpoint that emits the same chunks, in the same server process and run.
 
-``python -m bench.bench_server [--streams 1000] [--deltas 50] [--timeout 120]``
+``python -m bench.bench_server [--streams 1000] [--deltas 50] [--timeout 120] [--profile FILE]``
 
 The server (uvicorn, one process, 127.0.0.1 only) runs in a subprocess; the client opens all
 streams at once with raw asyncio sockets and reads each to ``data: [DONE]``. Per endpoint:
@@ -35,7 +35,7 @@ MAX_STREAMS = 5_000
 # -- the server (subprocess) ------------------------------------------------------------------------
 
 
-def _serve(port: int, deltas: int) -> None:
+def _serve(port: int, deltas: int, profile: str | None = None) -> None:
     import uvicorn
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -100,7 +100,14 @@ def _serve(port: int, deltas: int) -> None:
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", access_log=False, backlog=8192
     )
-    Server(config).run()
+    if profile is None:
+        Server(config).run()
+        return
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.runcall(Server(config).run)
+    profiler.dump_stats(profile)
 
 
 # -- the client ---------------------------------------------------------------------------------------
@@ -238,17 +245,30 @@ def main() -> None:
     parser.add_argument("--deltas", type=int, default=50, help="text deltas per reply")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per phase")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (medians are reported)")
+    parser.add_argument(
+        "--profile", metavar="FILE", help="cProfile the server (both endpoints) into FILE (pstats)"
+    )
     parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        _serve(args.serve, args.deltas)
+        _serve(args.serve, args.deltas, args.profile)
         return
     streams = max(1, min(args.streams, MAX_STREAMS))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, streams * 2 + 100)), hard))
     port = _free_port()
+    profile = ["--profile", os.path.abspath(args.profile)] if args.profile else []
     server = subprocess.Popen(
-        [sys.executable, "-m", "bench.bench_server", "--serve", str(port), "--deltas", str(args.deltas)],
+        [
+            sys.executable,
+            "-m",
+            "bench.bench_server",
+            "--serve",
+            str(port),
+            "--deltas",
+            str(args.deltas),
+            *profile,
+        ],
         stdout=subprocess.PIPE,
         text=True,
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),

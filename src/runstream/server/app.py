@@ -12,7 +12,8 @@ from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route, Router
+from starlette.types import Receive, Scope, Send
 
 from runstream.runtime import Runstream
 from runstream.server.auth import AuthHook, AuthMiddleware, default_auth
@@ -77,7 +78,7 @@ def create_app(
 
     app = Starlette(
         routes=[
-            Mount(prefix, routes=api),
+            Mount(prefix, app=SegmentRouter(api)),
             *ChatRoutes(ctx).routes(),
             *_agui_routes(ctx),
             playground_route(prefix),
@@ -99,6 +100,46 @@ def create_app(
     )
     app.state.context = ctx
     return app
+
+
+class SegmentRouter:
+    """Starlette's routing of ``routes``, tried only among those that can match the request's
+    first path segment.
+
+    A Starlette router tries its routes in order, one regular expression each: the API has ~80
+    routes, and an agent's stream is the 40th. Here the routes are split by their first segment
+    (``/agents/...``, ``/memory/...``) into one router per segment, each holding, in the original
+    order, the routes with that literal segment and those that start with a parameter. No route
+    left out of a segment's router can match a path in that segment, so every request reaches
+    the route (and the 405 or redirect) it would reach by trying all of them; a path in no known
+    segment does try all of them.
+    """
+
+    def __init__(self, routes: Sequence[BaseRoute]) -> None:
+        self.routes = list(routes)  # what Mount.routes and url_path_for read
+        self._all = Router(routes=routes)
+        segments = {_first_segment(route) for route in routes} - {None}
+        self._by_segment = {
+            segment: Router(routes=[r for r in routes if _first_segment(r) in (segment, None)])
+            for segment in segments
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope.get("path", "")
+        root_path: str = scope.get("root_path", "")
+        router = self._all
+        if path.startswith(root_path + "/"):  # the path below the mount, as Starlette reads it
+            router = self._by_segment.get(path[len(root_path) + 1 :].partition("/")[0], self._all)
+        await router(scope, receive, send)
+
+
+def _first_segment(route: BaseRoute) -> str | None:
+    """A route's literal first path segment; ``None`` when it could be anything (a parameter,
+    or a route that is not a plain ``Route``)."""
+    if not isinstance(route, Route):
+        return None
+    segment = route.path.lstrip("/").partition("/")[0]
+    return None if "{" in segment else segment
 
 
 def _agui_routes(ctx: ServerContext) -> list[Route]:

@@ -17,6 +17,7 @@ import ipaddress
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from starlette.datastructures import Headers
 from starlette.requests import Request
@@ -116,6 +117,7 @@ class AuthMiddleware:
         await self.app(scope, receive, send)
 
 
+@lru_cache(maxsize=256)  # parsing an IP address is most of an open API's per-request check
 def _rebindable_host(host: str | None) -> bool:
     """Whether a ``Host`` header is a DNS name someone could point at this machine: one with a
     dot, other than ``*.localhost``. IP addresses and single-label names (``testserver``, a
