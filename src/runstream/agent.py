@@ -45,7 +45,7 @@ from runstream.memory import Memory, MemoryInput, MemoryScope, run_memory
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.models.fallback import FallbackModel, ModelChoice
 from runstream.models.registry import as_model, ready_model
-from runstream.output import RunOutput, SubStream, full_output
+from runstream.output import RunOutput, full_output
 from runstream.request_context import Dynamic, RequestContext, resolve
 from runstream.run_options import (
     MessagesInput,
@@ -622,21 +622,20 @@ class Agent:
                 await storage.delete_snapshot(NAMESPACE, state.run_id)
             await self._save_turn(cfg, state, options)
 
-        chunks = agent_loop(cfg, state, resume)
-        wrapped = chunks
-        if memory is not None and options.memory is not None:  # generateTitle's emitEvent
+        scope = options.memory if memory is not None else None  # for generateTitle's emitEvent
+        if scope is None and not options.has_callbacks and cfg.on_step_end is None:
+            # Unwrapped, the loop hands each model step's chunks over whole: a layer less per token.
+            return RunOutput(run_chunks(cfg, state, resume), state, controller, on_close=on_close)
+        wrapped = agent_loop(cfg, state, resume)
+        if memory is not None and scope is not None:
             wrapped = memory.title_event(
-                wrapped, options.memory, cfg.model, options.request_context, lambda: state.messages
+                wrapped, scope, cfg.model, options.request_context, lambda: state.messages
             )
-        if options.callbacks:
+        if options.has_callbacks:
             wrapped = with_callbacks(wrapped, cfg, state, options.callbacks, partial(full_output, state))
         if cfg.on_step_end is not None:  # a durable run: observable (Mastra's observe)
             wrapped = self._run_logs.tee(state.run_id, wrapped)
-        # Unwrapped, the loop hands each model step's chunks over whole: a layer less per token.
-        source: AsyncIterator[AnyChunk | SubStream] = (
-            run_chunks(cfg, state, resume) if wrapped is chunks else wrapped
-        )
-        return RunOutput(source, state, controller, on_close=on_close)
+        return RunOutput(wrapped, state, controller, on_close=on_close)
 
     def _run_storage(self) -> Storage | None:
         if self.memory is not None and self.memory.storage is not None:

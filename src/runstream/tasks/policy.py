@@ -220,6 +220,8 @@ class ForegroundFallbackWarning(RuntimeWarning):
 
 def warn_without_manager(agent_id: str, tools: Mapping[str, Tool], config: AgentBackgroundConfig) -> None:
     """Warn that an agent's background tools will block its runs, as no task manager exists."""
+    if config.tools is None and all(tool.background is None for tool in tools.values()):
+        return  # (every run without a manager asks: the common case needs no eligibility check)
     names = [name for name, tool in tools.items() if eligibility(tool, config) is not None]
     if names:
         warnings.warn(
