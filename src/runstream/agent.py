@@ -40,6 +40,7 @@ from runstream._suspension import (
 from runstream._suspension import RunNotFoundError as RunNotFoundError
 from runstream.abort import AbortController, AbortSignal
 from runstream.chunks import AnyChunk
+from runstream.errors import ConfigurationError, ConfigurationTypeError
 from runstream.goals import GoalConfig, Goals, GoalStatus, Objective, attach_goal
 from runstream.memory import Memory, MemoryInput, MemoryScope, run_memory
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
@@ -114,7 +115,7 @@ class Agent:
         self.instructions = instructions
         """The instructions, or a function of the request context (see :meth:`get_instructions`)."""
         if max_retries and is_function(model):
-            raise ValueError(
+            raise ConfigurationError(
                 "max_retries needs a model or a model list: a model function can return a FallbackModel"
             )
         chosen: LanguageModel | Dynamic[LanguageModel]
@@ -127,7 +128,7 @@ class Agent:
         elif isinstance(model, Sequence) and not isinstance(model, str):  # Mastra's model list
             chosen = FallbackModel(model, max_retries=max_retries)
         else:
-            raise TypeError(
+            raise ConfigurationTypeError(
                 f"model must be a model string such as 'openai/gpt-4.1' or a LanguageModel, not {model!r}"
             )
         self.model: LanguageModel | Dynamic[LanguageModel] = chosen
@@ -335,7 +336,7 @@ class Agent:
             return None
         source = self.memory_resolver or self.memory
         if source is None:
-            raise ValueError(f"agent {self.id!r} has no memory: pass Agent(..., memory=Memory(...))")
+            raise ConfigurationError(f"agent {self.id!r} has no memory: pass Agent(..., memory=Memory(...))")
         storage = self.services.storage if self.services is not None else None
         return await run_memory(source, options.memory, options.request_context, storage)
 
@@ -462,7 +463,9 @@ class Agent:
         if storage is None and self.services is not None:
             storage = self.services.storage
         if storage is None:
-            raise ValueError(f"agent {self.id!r} needs storage for goals: give it memory or a Runstream")
+            raise ConfigurationError(
+                f"agent {self.id!r} needs storage for goals: give it memory or a Runstream"
+            )
         return storage
 
     # -- goals -----------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from runstream._config_mapping import camel, one_of, positive_int, read_config
 from runstream._run_state import LoopConfig, UnsupportedRunStateError
 from runstream.abort import AbortSignal
 from runstream.delegation import DelegationConfig, DelegationRun
-from runstream.errors import InvalidInputError, RunstreamError
+from runstream.errors import ConfigurationTypeError, InvalidInputError, RunstreamError
 from runstream.memory import MemoryScope
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.request_context import Dynamic, RequestContext, resolve
@@ -387,7 +387,9 @@ def normalize_tool_choice(choice: str | Mapping[str, Any] | None) -> dict[str, A
         return None
     if isinstance(choice, str):
         if choice not in ("auto", "none", "required"):
-            raise ValueError(f"tool_choice must be 'auto', 'none', 'required' or a tool, not {choice!r}")
+            raise InvalidOptionError(
+                f"tool_choice must be 'auto', 'none', 'required' or a tool, not {choice!r}"
+            )
         return {"type": choice}
     return dict(choice)
 
@@ -420,7 +422,7 @@ def system_messages(system: str | Sequence[str] | None) -> tuple[str, ...]:
         return ()
     messages = (system,) if isinstance(system, str) else tuple(system)
     if not all(isinstance(message, str) for message in messages):
-        raise TypeError("system must be a string or a list of strings")
+        raise InvalidOptionError("system must be a string or a list of strings")
     return messages
 
 
@@ -441,7 +443,9 @@ async def resolve_model(
     # this runs at the start of every run.
     model = value if is_model(value) else await resolve(value, context)
     if not is_model(model):
-        raise TypeError(f"{owner}: the model function returned {type(model).__name__}, not a model")
+        raise ConfigurationTypeError(
+            f"{owner}: the model function returned {type(model).__name__}, not a model"
+        )
     return model
 
 
@@ -449,7 +453,9 @@ async def resolve_instructions(value: str | Dynamic[str], context: RequestContex
     """Instructions, or what a per-request instructions function returns (checked)."""
     instructions = value if isinstance(value, str) else await resolve(value, context)
     if not isinstance(instructions, str):
-        raise TypeError(f"{owner}: instructions must be a string, got {type(instructions).__name__}")
+        raise ConfigurationTypeError(
+            f"{owner}: instructions must be a string, got {type(instructions).__name__}"
+        )
     return instructions
 
 
@@ -476,7 +482,7 @@ def _as(name: str, convert: Callable[[Any], Any] = lambda value: value) -> Calla
 def _callback(name: str) -> Callable[[Any], dict[str, Any]]:
     def read(value: Any) -> dict[str, Any]:
         if not callable(value):
-            raise TypeError(f"{name} must be a function, got {type(value).__name__}")
+            raise InvalidOptionError(f"{name} must be a function, got {type(value).__name__}")
         return {name: value}
 
     return read

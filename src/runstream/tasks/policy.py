@@ -24,6 +24,7 @@ from runstream._config_mapping import (
     positive_int,
     read_config,
 )
+from runstream.errors import ConfigurationTypeError
 from runstream.tasks.config import TaskHook
 from runstream.tools import Tool, ToolArgumentsError
 
@@ -107,7 +108,9 @@ class AgentBackgroundConfig:
         tools = options.get("tools")
         if tools is not None and tools != "all":
             if not isinstance(tools, Mapping):
-                raise TypeError(f"background_tasks.tools must be 'all' or a mapping, got {tools!r}")
+                raise ConfigurationTypeError(
+                    f"background_tasks.tools must be 'all' or a mapping, got {tools!r}"
+                )
             options["tools"] = {
                 name: ToolBackgroundEntry.coerce(entry, f"background_tasks.tools.{name}")
                 for name, entry in tools.items()
