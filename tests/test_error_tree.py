@@ -97,6 +97,16 @@ async def test_agents_tools_and_run_options() -> None:
     agent = Agent("plain", model=model)
     with pytest.raises(InvalidOptionError, match="tool_choice must be 'auto', 'none', 'required' or a tool"):
         await agent.stream("hi", tool_choice="sometimes")  # type: ignore[arg-type]
+    # A check's tree error about a run option reaches the caller as the one InvalidOptionError,
+    # a TypeError and a ValueError, as before the tree.
+    for bad in (
+        {"structured_output": 5},
+        {"until_idle": {"bogus": 1}},
+        {"memory": {"thread": "t1", "resource": "u1", "options": {"lastMessages": -1}}},
+    ):
+        with pytest.raises(InvalidOptionError) as info:
+            await agent.stream("hi", **bad)  # type: ignore[arg-type]
+        assert isinstance(info.value, TypeError) and isinstance(info.value, ValueError)
     with pytest.raises(ConfigurationError, match="agent 'plain' has no memory: pass Agent"):
         await agent.stream("hi", memory={"thread": "t1", "resource": "u1"})
     dynamic = Agent("dynamic", model=lambda rc: "openai/gpt-4.1")  # type: ignore[arg-type,return-value]

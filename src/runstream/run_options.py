@@ -19,11 +19,11 @@ from typing import Any, Literal, Protocol, TypedDict
 from typing_extensions import TypeIs
 
 from runstream._callbacks import Callback, RunCallbacks
-from runstream._config_mapping import camel, one_of, positive_int, read_config
+from runstream._config_mapping import ConfigKeyError, camel, one_of, positive_int, read_config
 from runstream._run_state import LoopConfig, UnsupportedRunStateError
 from runstream.abort import AbortSignal
 from runstream.delegation import DelegationConfig, DelegationRun
-from runstream.errors import ConfigurationTypeError, InvalidInputError, RunstreamError
+from runstream.errors import ConfigurationTypeError, InvalidInputError
 from runstream.memory import MemoryScope
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.request_context import Dynamic, RequestContext, resolve
@@ -164,9 +164,9 @@ class RunOptions:
             elif value is not None:
                 try:
                     fields.update(_READERS[name](value))
-                except RunstreamError:
+                except (ConfigKeyError, InvalidOptionError):
                     raise
-                except (TypeError, ValueError) as exc:
+                except (TypeError, ValueError) as exc:  # the checks' tree errors too: one class
                     raise InvalidOptionError(str(exc)) from exc
         return cls._made(fields)
 

@@ -119,4 +119,6 @@ def test_an_agent_set_up_wrongly_is_a_400_naming_the_mistake() -> None:
         for route in ("stream", "generate"):
             response = client.post(f"/api/agents/broken/{route}", json={"messages": "hi"})
             assert response.status_code == 400, response.text
-            assert response.json() == {"error": "agent 'broken': the model function returned str, not a model"}
+            assert response.json() == {
+                "error": "agent 'broken': the model function returned str, not a model"
+            }
