@@ -20,6 +20,7 @@ def test_new_id_is_a_version_4_uuid_string_and_unique() -> None:
         assert parsed.version == 4
         assert parsed.variant == uuid.RFC_4122
         assert str(parsed) == text
+    assert {text[19] for text in ids} == set("89ab")  # the variant keeps its two random bits
 
 
 def test_a_forked_child_does_not_reuse_the_parents_random_bytes() -> None:

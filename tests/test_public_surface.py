@@ -42,6 +42,29 @@ def test_every_error_is_a_runstream_error_and_keeps_its_builtin_base() -> None:
     assert issubclass(StructuredOutputError, ValueError) and issubclass(RunNotFoundError, LookupError)
 
 
+def test_the_tree_is_exported_at_the_package_root() -> None:
+    import inspect
+
+    from runstream import errors
+
+    tree = {
+        name
+        for name, value in vars(errors).items()
+        if inspect.isclass(value) and issubclass(value, RunstreamError)
+    }
+    assert tree == {
+        "RunstreamError",
+        "InvalidInputError",
+        "InvalidTypeError",
+        "ConfigurationError",
+        "ConfigurationTypeError",
+        "NotFoundError",
+        "StateConflictError",
+    }
+    for name in tree:
+        assert name in runstream.__all__ and getattr(runstream, name) is getattr(errors, name), name
+
+
 @tool(require_approval=True)
 async def wipe(path: str) -> str:
     """Wipe a path."""

@@ -75,6 +75,21 @@ def test_run_options_are_frozen() -> None:
     assert dataclasses.replace(options, max_steps=4).max_steps == 4 and options.max_steps == 3
 
 
+def test_of_builds_the_value_the_dataclass_builds() -> None:
+    """``of`` fills the instance directly (a frozen dataclass's ``__init__`` is slow): the value is
+    the one the constructor gives, and each run gets its own request context."""
+    assert RunOptions.of({}) == RunOptions()
+    for given in (EVERY_OPTION, {"max_steps": 2, "on_finish": print}):
+        options = RunOptions.of(given)
+        assert options == RunOptions(
+            **{f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+        )
+    first, second = RunOptions.of({}), RunOptions.of({})
+    assert first.request_context is not second.request_context
+    first.request_context.set("tenant", "acme")
+    assert "tenant" not in RunOptions.of({}).request_context
+
+
 def test_every_option_survives_json() -> None:
     options = RunOptions.of(EVERY_OPTION)
     saved = json.loads(json.dumps(options.to_json()))

@@ -10,7 +10,15 @@ they may change in any release.
 from runstream.abort import AbortController, AbortError, AbortSignal
 from runstream.agent import Agent, RunNotFoundError, client_tool
 from runstream.chunks import AgentChunk, Chunk, DataChunk, StreamChunk, UnknownChunk, chunk_from_wire, dumps
-from runstream.errors import InvalidInputError, NotFoundError, RunstreamError, StateConflictError
+from runstream.errors import (
+    ConfigurationError,
+    ConfigurationTypeError,
+    InvalidInputError,
+    InvalidTypeError,
+    NotFoundError,
+    RunstreamError,
+    StateConflictError,
+)
 from runstream.memory import Memory, MemoryScope
 from runstream.models.base import LanguageModel, ModelRequest, ModelSettings, ModelStream
 from runstream.output import RunOutput
@@ -30,9 +38,12 @@ __all__ = [
     "AgentChunk",
     "BackgroundToolConfig",
     "Chunk",
+    "ConfigurationError",
+    "ConfigurationTypeError",
     "DataChunk",
     "InMemoryStorage",
     "InvalidInputError",
+    "InvalidTypeError",
     "LanguageModel",
     "Memory",
     "MemoryScope",

@@ -28,6 +28,7 @@ from typing import Any
 
 from runstream._run_state import LoopConfig, RunState
 from runstream.chunks import AnyChunk
+from runstream.errors import InvalidTypeError
 
 Callback = Callable[[Any], Awaitable[None] | None]
 
@@ -72,7 +73,7 @@ class RunCallbacks:
         for name in ("on_chunk", "on_step_finish", "on_finish", "on_error", "on_abort"):
             hook = getattr(self, name)
             if hook is not None and not callable(hook):
-                raise TypeError(f"{name} must be a function, got {type(hook).__name__}")
+                raise InvalidTypeError(f"{name} must be a function, got {type(hook).__name__}")
         return self
 
 

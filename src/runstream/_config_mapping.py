@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from runstream.errors import InvalidInputError
+from runstream.errors import InvalidInputError, InvalidTypeError
 
 Check = Callable[[str, Any], Any]
 """Validates (and may convert) one value; raises ``ValueError``/``TypeError`` naming the key."""
@@ -41,7 +41,7 @@ def read_config(
     accepted too. ``unsupported`` maps Mastra names runstream does not implement to a hint.
     """
     if not isinstance(value, Mapping):
-        raise TypeError(f"{where} must be a mapping, not {type(value).__name__}")
+        raise InvalidTypeError(f"{where} must be a mapping, not {type(value).__name__}")
     by_spelling = {camel(name): name for name in fields} | {name: name for name in fields}
     out: dict[str, Any] = {}
     for key, item in value.items():
@@ -71,41 +71,41 @@ def _unknown_key_message(
 
 def non_negative_int(where: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{where} must be a number >= 0, got {value!r}")
+        raise InvalidInputError(f"{where} must be a number >= 0, got {value!r}")
     if value != int(value):
-        raise ValueError(f"{where} must be a whole number, got {value!r}")
+        raise InvalidInputError(f"{where} must be a whole number, got {value!r}")
     return int(value)
 
 
 def positive_int(where: str, value: Any) -> int:
     number = non_negative_int(where, value)
     if number == 0:
-        raise ValueError(f"{where} must be at least 1, got {value!r}")
+        raise InvalidInputError(f"{where} must be at least 1, got {value!r}")
     return number
 
 
 def non_negative_number(where: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{where} must be a number >= 0, got {value!r}")
+        raise InvalidInputError(f"{where} must be a number >= 0, got {value!r}")
     return float(value)
 
 
 def boolean(where: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise TypeError(f"{where} must be true or false, got {value!r}")
+        raise InvalidTypeError(f"{where} must be true or false, got {value!r}")
     return value
 
 
 def callback(where: str, value: Any) -> Any:
     if not callable(value):
-        raise TypeError(f"{where} must be a function, got {type(value).__name__}")
+        raise InvalidTypeError(f"{where} must be a function, got {type(value).__name__}")
     return value
 
 
 def one_of(*choices: str) -> Check:
     def check(where: str, value: Any) -> str:
         if value not in choices:
-            raise ValueError(f"{where} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+            raise InvalidInputError(f"{where} must be one of {', '.join(map(repr, choices))}, got {value!r}")
         return str(value)
 
     return check
@@ -113,5 +113,5 @@ def one_of(*choices: str) -> Check:
 
 def mapping(where: str, value: Any) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise TypeError(f"{where} must be a mapping, not {type(value).__name__}")
+        raise InvalidTypeError(f"{where} must be a mapping, not {type(value).__name__}")
     return value

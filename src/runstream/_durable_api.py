@@ -28,7 +28,7 @@ from typing import Any
 
 from runstream import _suspension as suspension
 from runstream.chunks import AnyChunk, ErrorChunk
-from runstream.errors import NotFoundError
+from runstream.errors import InvalidInputError, InvalidTypeError, NotFoundError
 from runstream.storage import Storage
 
 logger = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def _date(value: Any, name: str) -> datetime | None:
     if isinstance(value, str):
         value = datetime.fromisoformat(value.replace("Z", "+00:00"))
     if not isinstance(value, datetime):
-        raise TypeError(f"{name} must be a datetime or an ISO-8601 string, not {type(value).__name__}")
+        raise InvalidTypeError(f"{name} must be a datetime or an ISO-8601 string, not {type(value).__name__}")
     return value
 
 
@@ -65,7 +65,7 @@ async def list_active_runs(
     """The agent's durable runs no process of this one drives, filtered and paged as Mastra's."""
     since, until = _date(from_date, "from_date"), _date(to_date, "to_date")
     if (per_page is not None and per_page < 1) or (page is not None and page < 0):
-        raise ValueError("per_page must be at least 1 and page at least 0")
+        raise InvalidInputError("per_page must be at least 1 and page at least 0")
     runs: list[dict[str, Any]] = []
     for run_id in await storage.list_snapshots(suspension.DURABLE_NAMESPACE) if storage else []:
         data = await storage.load_snapshot(suspension.DURABLE_NAMESPACE, run_id) if storage else None
@@ -108,13 +108,13 @@ def recover_options(options: dict[str, Any]) -> tuple[dict[str, Any], Callable[[
     type}`` when the recovered run stops for a human)."""
     unknown = set(options) - RECOVER_OPTIONS
     if unknown:
-        raise TypeError(f"recover() got unknown options: {', '.join(sorted(unknown))}")
+        raise InvalidTypeError(f"recover() got unknown options: {', '.join(sorted(unknown))}")
     options = dict(options)
     on_suspended = options.pop("on_suspended", None)
     if on_suspended is None:
         return options, None
     if not callable(on_suspended):
-        raise TypeError("on_suspended must be a function")
+        raise InvalidTypeError("on_suspended must be a function")
 
     async def watch(chunk: AnyChunk) -> None:
         if chunk.type in ("tool-call-approval", "tool-call-suspended"):
@@ -242,7 +242,7 @@ async def observe(
     if log is None:
         raise NotFoundError(f"no durable run {run_id!r} streams (or has streamed) in this process")
     if offset < 0:
-        raise ValueError(f"offset must be at least 0, got {offset}")
+        raise InvalidInputError(f"offset must be at least 0, got {offset}")
     index = offset
     while True:
         while index < len(log.chunks):

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from runstream import _tracing as tracing
 from runstream.abort import AbortController
-from runstream.errors import RunstreamError
 from runstream.models.base import PromptMessage
 from runstream.output import RunOutput
 from runstream.run_options import InvalidOptionError, RunOptions
@@ -27,9 +26,7 @@ def check_idle_options(until_idle: UntilIdle) -> None:
     if isinstance(until_idle, Mapping):
         try:
             IdleOptions.coerce(dict(until_idle), progress_interval_ms=0)
-        except RunstreamError:
-            raise
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError) as exc:  # IdleOptions' InvalidInputError too: one class
             raise InvalidOptionError(str(exc)) from exc
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from runstream._config_mapping import read_config
 from runstream._run_state import LoopConfig, RunState
+from runstream.errors import ConfigurationError, ConfigurationTypeError
 from runstream.models.base import LanguageModel, PromptMessage
 from runstream.run_options import normalize_tool_choice
 
@@ -49,7 +50,7 @@ async def prepared_step(cfg: LoopConfig, state: RunState) -> tuple[LoopConfig, l
     step_cfg = cfg
     if changes.get("model") is not None:
         if not isinstance(changes["model"], LanguageModel):
-            raise TypeError(
+            raise ConfigurationTypeError(
                 f"prepare_step result model must be a model, got {type(changes['model']).__name__}"
             )
         step_cfg = replace(step_cfg, model=changes["model"])
@@ -68,5 +69,7 @@ async def prepared_step(cfg: LoopConfig, state: RunState) -> tuple[LoopConfig, l
 def _active(cfg: LoopConfig, names: Any) -> dict[str, Any]:
     unknown = [name for name in names if name not in cfg.tools]
     if unknown:
-        raise ValueError(f"prepare_step result activeTools names no tool: {', '.join(map(repr, unknown))}")
+        raise ConfigurationError(
+            f"prepare_step result activeTools names no tool: {', '.join(map(repr, unknown))}"
+        )
     return {name: cfg.tools[name] for name in names}

@@ -21,7 +21,7 @@ from typing import Any
 import jsonschema
 from pydantic import BaseModel, ValidationError
 
-from runstream.errors import RunstreamError
+from runstream.errors import InvalidTypeError, RunstreamError
 
 UNDEFINED: Any = object()
 """A required property that is absent (zod's ``undefined``)."""
@@ -47,7 +47,9 @@ class Schema:
             schema = dict(value)
             jsonschema.validators.validator_for(schema).check_schema(schema)
             return cls(schema)
-        raise TypeError(f"a schema must be a pydantic model or a JSON schema, not {type(value).__name__}")
+        raise InvalidTypeError(
+            f"a schema must be a pydantic model or a JSON schema, not {type(value).__name__}"
+        )
 
     def issues(self, value: Any) -> list[Issue]:
         if self.model is not None:

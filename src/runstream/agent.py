@@ -40,12 +40,13 @@ from runstream._suspension import (
 from runstream._suspension import RunNotFoundError as RunNotFoundError
 from runstream.abort import AbortController, AbortSignal
 from runstream.chunks import AnyChunk
+from runstream.errors import ConfigurationError, ConfigurationTypeError
 from runstream.goals import GoalConfig, Goals, GoalStatus, Objective, attach_goal
 from runstream.memory import Memory, MemoryInput, MemoryScope, run_memory
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.models.fallback import FallbackModel, ModelChoice
 from runstream.models.registry import as_model, ready_model
-from runstream.output import RunOutput, SubStream, full_output
+from runstream.output import RunOutput, full_output
 from runstream.request_context import Dynamic, RequestContext, resolve
 from runstream.run_options import (
     MessagesInput,
@@ -114,7 +115,7 @@ class Agent:
         self.instructions = instructions
         """The instructions, or a function of the request context (see :meth:`get_instructions`)."""
         if max_retries and is_function(model):
-            raise ValueError(
+            raise ConfigurationError(
                 "max_retries needs a model or a model list: a model function can return a FallbackModel"
             )
         chosen: LanguageModel | Dynamic[LanguageModel]
@@ -127,7 +128,7 @@ class Agent:
         elif isinstance(model, Sequence) and not isinstance(model, str):  # Mastra's model list
             chosen = FallbackModel(model, max_retries=max_retries)
         else:
-            raise TypeError(
+            raise ConfigurationTypeError(
                 f"model must be a model string such as 'openai/gpt-4.1' or a LanguageModel, not {model!r}"
             )
         self.model: LanguageModel | Dynamic[LanguageModel] = chosen
@@ -335,7 +336,7 @@ class Agent:
             return None
         source = self.memory_resolver or self.memory
         if source is None:
-            raise ValueError(f"agent {self.id!r} has no memory: pass Agent(..., memory=Memory(...))")
+            raise ConfigurationError(f"agent {self.id!r} has no memory: pass Agent(..., memory=Memory(...))")
         storage = self.services.storage if self.services is not None else None
         return await run_memory(source, options.memory, options.request_context, storage)
 
@@ -462,7 +463,9 @@ class Agent:
         if storage is None and self.services is not None:
             storage = self.services.storage
         if storage is None:
-            raise ValueError(f"agent {self.id!r} needs storage for goals: give it memory or a Runstream")
+            raise ConfigurationError(
+                f"agent {self.id!r} needs storage for goals: give it memory or a Runstream"
+            )
         return storage
 
     # -- goals -----------------------------------------------------------------------------------------
@@ -622,21 +625,20 @@ class Agent:
                 await storage.delete_snapshot(NAMESPACE, state.run_id)
             await self._save_turn(cfg, state, options)
 
-        chunks = agent_loop(cfg, state, resume)
-        wrapped = chunks
-        if memory is not None and options.memory is not None:  # generateTitle's emitEvent
+        scope = options.memory if memory is not None else None  # for generateTitle's emitEvent
+        if scope is None and not options.has_callbacks and cfg.on_step_end is None:
+            # Unwrapped, the loop hands each model step's chunks over whole: a layer less per token.
+            return RunOutput(run_chunks(cfg, state, resume), state, controller, on_close=on_close)
+        wrapped = agent_loop(cfg, state, resume)
+        if memory is not None and scope is not None:
             wrapped = memory.title_event(
-                wrapped, options.memory, cfg.model, options.request_context, lambda: state.messages
+                wrapped, scope, cfg.model, options.request_context, lambda: state.messages
             )
-        if options.callbacks:
+        if options.has_callbacks:
             wrapped = with_callbacks(wrapped, cfg, state, options.callbacks, partial(full_output, state))
         if cfg.on_step_end is not None:  # a durable run: observable (Mastra's observe)
             wrapped = self._run_logs.tee(state.run_id, wrapped)
-        # Unwrapped, the loop hands each model step's chunks over whole: a layer less per token.
-        source: AsyncIterator[AnyChunk | SubStream] = (
-            run_chunks(cfg, state, resume) if wrapped is chunks else wrapped
-        )
-        return RunOutput(source, state, controller, on_close=on_close)
+        return RunOutput(wrapped, state, controller, on_close=on_close)
 
     def _run_storage(self) -> Storage | None:
         if self.memory is not None and self.memory.storage is not None:

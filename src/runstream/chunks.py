@@ -148,7 +148,7 @@ from runstream._payloads import (
 from runstream._payloads import (
     WatchPayload as WatchPayload,
 )
-from runstream.errors import RunstreamError
+from runstream.errors import InvalidInputError, RunstreamError
 
 ChunkFrom = Literal["AGENT", "USER", "SYSTEM", "WORKFLOW", "NETWORK"]
 JSON = Any
@@ -560,7 +560,7 @@ class DataChunk(Chunk[None]):
         transient: bool | None = None,
     ) -> None:
         if not type_.startswith("data-"):
-            raise ValueError(f"custom chunk type must start with 'data-', got {type_!r}")
+            raise InvalidInputError(f"custom chunk type must start with 'data-', got {type_!r}")
         super().__init__(run_id, None, from_)
         self.type = type_
         self.data = data

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from runstream._config_mapping import boolean, callback, one_of, read_config
+from runstream.errors import ConfigurationTypeError
 
 logger = logging.getLogger("runstream.delegation")
 
@@ -188,5 +189,5 @@ def hook_result(value: Any, hook: str) -> Mapping[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise TypeError(f"{hook} must return a mapping or None, not {type(value).__name__}")
+        raise ConfigurationTypeError(f"{hook} must return a mapping or None, not {type(value).__name__}")
     return value

@@ -1,9 +1,9 @@
 """One tree for every error runstream raises on purpose: catch :class:`RunstreamError` for all.
 
 Each class also keeps the builtin base it had before the tree existed (``ValueError``,
-``LookupError``, ...), so code that caught those still works. The server maps these classes to
-HTTP statuses (:class:`InvalidInputError` 400, :class:`NotFoundError` 404,
-:class:`StateConflictError` 409), never a bare builtin.
+``TypeError``, ``LookupError``, ...), so code that caught those still works. The server maps
+these classes to HTTP statuses (:class:`InvalidInputError` and so :class:`ConfigurationError`
+400, :class:`NotFoundError` 404, :class:`StateConflictError` 409), never a bare builtin.
 """
 
 from __future__ import annotations
@@ -25,3 +25,18 @@ class NotFoundError(RunstreamError, LookupError):
 class InvalidInputError(RunstreamError, ValueError):
     """A value the caller gave cannot be used: an unknown option, a malformed argument, a
     setting out of range (a 400 on the server)."""
+
+
+class InvalidTypeError(InvalidInputError, TypeError):
+    """A value the caller gave is of the wrong type. Also a ``TypeError``: what these checks
+    raised before the tree, and code may catch that."""
+
+
+class ConfigurationError(InvalidInputError):
+    """An agent, tool, memory, model, workflow, runtime or server is set up wrongly: found when
+    it is built, or when a run first uses that setup (an agent without memory asked to remember,
+    a model function that returns no model, a model string whose provider key is not set)."""
+
+
+class ConfigurationTypeError(ConfigurationError, InvalidTypeError):
+    """A :class:`ConfigurationError` about a value of the wrong type (also a ``TypeError``)."""

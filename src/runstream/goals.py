@@ -24,6 +24,7 @@ from pydantic_core import from_json
 from runstream._run_state import CheckVerdict, LoopConfig, RunState
 from runstream._schema import UNDEFINED, Schema
 from runstream.chunks import AnyChunk, DataChunk, GoalChunk, now_utc
+from runstream.errors import InvalidInputError
 from runstream.models.base import LanguageModel, ModelRequest, PromptMessage
 from runstream.storage import Storage
 
@@ -149,7 +150,7 @@ class Goals:
         self, objective: str, *, thread_id: str, max_runs: int | None = None, prompt: str | None = None
     ) -> Objective:
         if not objective.strip():
-            raise ValueError("an objective needs some text")
+            raise InvalidInputError("an objective needs some text")
         now = _now_ms()
         record = Objective(
             objective, max_runs=max_runs, prompt=prompt, id=str(uuid.uuid4()), started_at=now, updated_at=now

@@ -133,17 +133,23 @@ class RunOutput:
                 continue
             # This consumer is the furthest ahead: it pulls the next chunks for everyone for as
             # long as nobody else pulls in between (with one consumer, a plain pull-through).
+            run = self._open_run
+            texts: list[str] = run.texts if run is not None else []
+            kept = self._kept
             while True:
                 self._pulling = True
                 try:
                     chunk = await self._pull()
                 except StopAsyncIteration:
+                    self._pulling = False
                     if self._outer:  # a sub-stream ended: back to the stream that handed it over
                         self._pull = self._outer.pop()
                         continue
+                    self._wake_waiters()
                     await self._close()
                     return
                 except (asyncio.CancelledError, GeneratorExit):
+                    self._stop_pulling()
                     # A consumer was cancelled mid-pull: that ends the run (reader cancel = abort).
                     self._controller.abort("stream consumer cancelled")
                     if self.state.status == "running":
@@ -151,34 +157,40 @@ class RunOutput:
                     await self._close()
                     raise
                 except Exception as exc:  # a bug below the loop must still end the stream
+                    self._stop_pulling()
                     self.state.error = exc
                     self.state.status = "failed"
                     await self._close()
                     raise
-                finally:
-                    self._pulling = False
-                    if self._waiters:
-                        self._wake_waiters()
-                if type(chunk) is _SUB_STREAM:  # a sub-stream: pulled from directly
+                self._pulling = False  # (inline: the hot path)
+                if self._waiters:
+                    self._wake_waiters()
+                kind = type(chunk)
+                if run is not None and kind is run.cls:
+                    payload = chunk.payload
+                    if (
+                        len(payload) == 2
+                        and payload["id"] == run.id
+                        and chunk.run_id == run.run_id
+                        and chunk.from_ == run.from_
+                    ):  # the common case, inline: one more delta of the open run
+                        texts.append(payload["text"])
+                        kept += 1
+                        self._kept = kept
+                        yield chunk
+                        if self._kept != kept:  # another consumer pulled meanwhile: replay
+                            i, j = self._open_index, len(texts)
+                            break
+                        continue
+                if kind is _SUB_STREAM:  # a sub-stream: pulled from directly
                     self._outer.append(self._pull)
                     self._pull = cast(Any, chunk).__anext__
                     continue
+                i, j = self._keep(chunk)
+                kept = self._kept
                 run = self._open_run
-                if (
-                    run is not None  # the common case, inline: one more delta of the open run
-                    and type(chunk) is run.cls
-                    and len(payload := chunk.payload) == 2
-                    and payload["id"] == run.id
-                    and chunk.run_id == run.run_id
-                    and chunk.from_ == run.from_
-                ):
+                if run is not None:
                     texts = run.texts
-                    texts.append(payload["text"])
-                    i, j = self._open_index, len(texts)
-                    kept = self._kept = self._kept + 1
-                else:
-                    i, j = self._keep(chunk)
-                    kept = self._kept
                 yield chunk
                 if self._kept != kept:  # another consumer pulled meanwhile: replay from i, j
                     break
@@ -207,6 +219,10 @@ class RunOutput:
         self._open_run = None
         buffer.append(chunk)
         return len(buffer), 0
+
+    def _stop_pulling(self) -> None:
+        self._pulling = False
+        self._wake_waiters()
 
     def _wake_waiters(self) -> None:
         waiters, self._waiters = self._waiters, []

@@ -20,6 +20,8 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
+from runstream.errors import InvalidTypeError
+
 T = TypeVar("T")
 
 Dynamic = Callable[["RequestContext"], T | Awaitable[T]]
@@ -48,7 +50,7 @@ class RequestContext(dict[str, Any]):
         if value is None:
             return cls()
         if not isinstance(value, Mapping):
-            raise TypeError(f"request_context must be a mapping, not {type(value).__name__}")
+            raise InvalidTypeError(f"request_context must be a mapping, not {type(value).__name__}")
         return cls(value)
 
     def to_json(self) -> dict[str, Any]:

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import MISSING, asdict, dataclass, field, replace
+from dataclasses import fields as dataclass_fields
 from typing import Any, Literal, Protocol, TypedDict
 
 from typing_extensions import TypeIs
 
 from runstream._callbacks import Callback, RunCallbacks
-from runstream._config_mapping import camel, one_of, positive_int, read_config
+from runstream._config_mapping import ConfigKeyError, camel, one_of, positive_int, read_config
 from runstream._run_state import LoopConfig, UnsupportedRunStateError
 from runstream.abort import AbortSignal
 from runstream.delegation import DelegationConfig, DelegationRun
-from runstream.errors import InvalidInputError, RunstreamError
+from runstream.errors import ConfigurationTypeError, InvalidInputError
 from runstream.memory import MemoryScope
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.request_context import Dynamic, RequestContext, resolve
@@ -106,7 +107,7 @@ OPTIONS_VERSION = 2
 output was the bare schema)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # not slots: see _made
 class RunOptions:
     """The options of one run, normalised. Build it with :meth:`of` (from ``stream()``'s
     keywords); ``None`` / empty means "the agent's" where the agent has a default."""
@@ -163,11 +164,25 @@ class RunOptions:
             elif value is not None:
                 try:
                     fields.update(_READERS[name](value))
-                except RunstreamError:
+                except (ConfigKeyError, InvalidOptionError):
                     raise
-                except (TypeError, ValueError) as exc:
+                except (TypeError, ValueError) as exc:  # the checks' tree errors too: one class
                     raise InvalidOptionError(str(exc)) from exc
-        return cls(**fields)
+        return cls._made(fields)
+
+    @classmethod
+    def _made(cls, fields: Mapping[str, Any]) -> RunOptions:
+        """An instance with these fields over the defaults. A frozen dataclass's ``__init__``
+        sets each of its 30 fields through ``object.__setattr__``, a third of a run's setup
+        before its first chunk; :meth:`of` has read every value already, so the instance's
+        ``__dict__`` is filled directly (the same value ``cls(**fields)`` gives)."""
+        options = object.__new__(cls)
+        values = options.__dict__
+        values.update(_DEFAULTS)
+        values["client_tools"] = {}
+        values["request_context"] = RequestContext()
+        values.update(fields)
+        return options
 
     def replaced(self, options: Mapping[str, Any], *, where: str = "resume") -> RunOptions:
         """These options with the given ones (``stream()``'s keywords) replacing theirs, one by
@@ -182,6 +197,17 @@ class RunOptions:
     @property
     def callbacks(self) -> RunCallbacks:
         return RunCallbacks(self.on_chunk, self.on_step_finish, self.on_finish, self.on_error, self.on_abort)
+
+    @property
+    def has_callbacks(self) -> bool:
+        """Whether any ``on_*`` callback is set (without building :attr:`callbacks`)."""
+        return not (
+            self.on_chunk is None
+            and self.on_step_finish is None
+            and self.on_finish is None
+            and self.on_error is None
+            and self.on_abort is None
+        )
 
     def call_tools(self, tools: Mapping[str, Tool]) -> dict[str, Tool]:
         """The tools of this call: the agent's plus the client tools, only ``active_tools`` (in
@@ -205,9 +231,6 @@ class RunOptions:
         """The loop's configuration: these options over ``agent``'s defaults (the one place a run's
         options become loop settings; the agent adds instructions, background tasks and checks)."""
 
-        def pick(value: Any, default: Any) -> Any:
-            return value if value is not None else default
-
         scope = self.memory
         cfg = LoopConfig(
             agent_id=agent.id,
@@ -215,13 +238,19 @@ class RunOptions:
             model=model,
             tools=dict(tools),
             client_tools=frozenset(self.client_tools),
-            max_steps=pick(self.max_steps, agent.max_steps),
+            max_steps=self.max_steps if self.max_steps is not None else agent.max_steps,
             tool_choice=self.tool_choice or agent.tool_choice,
             include_raw_chunks=self.include_raw_chunks,
             structured_output=self.structured_output or agent.structured_output,
-            output_processors=list(pick(self.output_processors, agent.output_processors)),
-            input_processors=list(pick(self.input_processors, agent.input_processors)),
-            max_processor_retries=pick(self.max_processor_retries, agent.max_processor_retries),
+            output_processors=list(
+                self.output_processors if self.output_processors is not None else agent.output_processors
+            ),
+            input_processors=list(
+                self.input_processors if self.input_processors is not None else agent.input_processors
+            ),
+            max_processor_retries=self.max_processor_retries
+            if self.max_processor_retries is not None
+            else agent.max_processor_retries,
             model_settings=self.model_settings or agent.model_settings,
             abort_signal=signal,
             context=list(self.context),
@@ -321,6 +350,9 @@ class RunOptions:
         )
 
 
+_DEFAULTS = {
+    option.name: option.default for option in dataclass_fields(RunOptions) if option.default is not MISSING
+}
 _JSON_KEYS = frozenset(RunOptions().to_json())
 
 
@@ -355,7 +387,9 @@ def normalize_tool_choice(choice: str | Mapping[str, Any] | None) -> dict[str, A
         return None
     if isinstance(choice, str):
         if choice not in ("auto", "none", "required"):
-            raise ValueError(f"tool_choice must be 'auto', 'none', 'required' or a tool, not {choice!r}")
+            raise InvalidOptionError(
+                f"tool_choice must be 'auto', 'none', 'required' or a tool, not {choice!r}"
+            )
         return {"type": choice}
     return dict(choice)
 
@@ -388,7 +422,7 @@ def system_messages(system: str | Sequence[str] | None) -> tuple[str, ...]:
         return ()
     messages = (system,) if isinstance(system, str) else tuple(system)
     if not all(isinstance(message, str) for message in messages):
-        raise TypeError("system must be a string or a list of strings")
+        raise InvalidOptionError("system must be a string or a list of strings")
     return messages
 
 
@@ -409,7 +443,9 @@ async def resolve_model(
     # this runs at the start of every run.
     model = value if is_model(value) else await resolve(value, context)
     if not is_model(model):
-        raise TypeError(f"{owner}: the model function returned {type(model).__name__}, not a model")
+        raise ConfigurationTypeError(
+            f"{owner}: the model function returned {type(model).__name__}, not a model"
+        )
     return model
 
 
@@ -417,7 +453,9 @@ async def resolve_instructions(value: str | Dynamic[str], context: RequestContex
     """Instructions, or what a per-request instructions function returns (checked)."""
     instructions = value if isinstance(value, str) else await resolve(value, context)
     if not isinstance(instructions, str):
-        raise TypeError(f"{owner}: instructions must be a string, got {type(instructions).__name__}")
+        raise ConfigurationTypeError(
+            f"{owner}: instructions must be a string, got {type(instructions).__name__}"
+        )
     return instructions
 
 
@@ -444,7 +482,7 @@ def _as(name: str, convert: Callable[[Any], Any] = lambda value: value) -> Calla
 def _callback(name: str) -> Callable[[Any], dict[str, Any]]:
     def read(value: Any) -> dict[str, Any]:
         if not callable(value):
-            raise TypeError(f"{name} must be a function, got {type(value).__name__}")
+            raise InvalidOptionError(f"{name} must be a function, got {type(value).__name__}")
         return {name: value}
 
     return read

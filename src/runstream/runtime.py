@@ -10,12 +10,20 @@ from typing import Any
 from runstream._config_mapping import one_of, read_config
 from runstream._services import DurableRunner, RuntimeServices, Toolset
 from runstream.agent import Agent
+from runstream.errors import ConfigurationError, NotFoundError
 from runstream.storage import InMemoryStorage, Storage
 from runstream.tasks.config import BackgroundTaskConfig
 from runstream.tasks.coordination import TaskManager
 from runstream.tasks.manager import BackgroundTaskManager
 from runstream.tools import Tool
 from runstream.workflows import Workflow
+
+
+class AgentNotFoundError(NotFoundError, KeyError):
+    """:meth:`Runstream.get_agent` of an id no registered agent has (also the ``KeyError`` it was)."""
+
+    def __str__(self) -> str:  # KeyError's would quote the message as if it were the key
+        return str(self.args[0]) if self.args else ""
 
 
 class Runstream:
@@ -40,7 +48,7 @@ class Runstream:
         self.storage: Storage = storage if storage is not None else InMemoryStorage()
         config = BackgroundTaskConfig.coerce(background_tasks)
         if task_manager is None and config is not None and config.mode == "producer":
-            raise ValueError(
+            raise ConfigurationError(
                 'background_tasks mode "producer" runs no tasks, so it needs workers sharing its storage: '
                 "pass task_manager=TemporalTaskManager(storage, config, ...) (runstream.tasks.temporal), "
                 "whose tools run on `runstream worker` processes"
@@ -70,7 +78,7 @@ class Runstream:
 
     def add_agent(self, agent: Agent) -> Agent:
         if agent.id in self.agents:
-            raise ValueError(f"an agent with id {agent.id!r} is already registered")
+            raise ConfigurationError(f"an agent with id {agent.id!r} is already registered")
         self.agents[agent.id] = agent
         agent.bind(RuntimeServices(self.storage, self.task_manager, self.start, self.durable_runs))
         return agent
@@ -79,9 +87,9 @@ class Runstream:
         """Register a committed workflow; it keeps its runs in this runtime's storage unless it
         was built with its own."""
         if workflow.id in self.workflows:
-            raise ValueError(f"a workflow with id {workflow.id!r} is already registered")
+            raise ConfigurationError(f"a workflow with id {workflow.id!r} is already registered")
         if not workflow.committed:
-            raise ValueError(f"workflow {workflow.id!r} is not committed: call .commit() first")
+            raise ConfigurationError(f"workflow {workflow.id!r} is not committed: call .commit() first")
         self.workflows[workflow.id] = workflow
         workflow.use_storage(self.storage)
         return workflow
@@ -90,7 +98,9 @@ class Runstream:
         try:
             return self.agents[agent_id]
         except KeyError:
-            raise KeyError(f"no agent {agent_id!r}; known: {', '.join(self.agents) or 'none'}") from None
+            raise AgentNotFoundError(
+                f"no agent {agent_id!r}; known: {', '.join(self.agents) or 'none'}"
+            ) from None
 
     async def start(self) -> None:
         """Initialise storage and start the task manager (recovering tasks of a previous process)."""

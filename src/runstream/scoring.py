@@ -17,6 +17,7 @@ from typing import Any, Literal
 from runstream._config_mapping import boolean, non_negative_number, one_of, read_config
 from runstream._run_state import CheckVerdict, LoopConfig, RunState
 from runstream.chunks import AnyChunk, IsTaskCompleteChunk
+from runstream.errors import InvalidInputError
 
 
 @dataclass(slots=True)
@@ -81,7 +82,7 @@ class TaskCompletion:
             unsupported={"parallel": "scorers always run in parallel", "onComplete": "not implemented"},
         )
         if "scorers" not in options:
-            raise ValueError("is_task_complete needs 'scorers'")
+            raise InvalidInputError("is_task_complete needs 'scorers'")
         return cls(
             scorers=list(options["scorers"]),
             strategy=options.get("strategy", "all"),

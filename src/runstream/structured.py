@@ -19,7 +19,7 @@ from pydantic_core import from_json
 
 from runstream._config_mapping import Check, mapping, one_of, read_config
 from runstream._schema import Schema
-from runstream.errors import RunstreamError
+from runstream.errors import InvalidInputError, InvalidTypeError, RunstreamError
 from runstream.models.registry import as_model
 
 logger = logging.getLogger(__name__)
@@ -85,7 +85,9 @@ class StructuredOutput:
                 if "model" in options:  # Mastra's name for the structuring model
                     options["structuring_model"] = options.pop("model")
                 if options.get("error_strategy") == "fallback" and "fallback_value" not in options:
-                    raise ValueError("structured_output: errorStrategy 'fallback' needs a fallbackValue")
+                    raise InvalidInputError(
+                        "structured_output: errorStrategy 'fallback' needs a fallbackValue"
+                    )
             if isinstance(inner, type) and issubclass(inner, BaseModel):
                 return cls(schema=inner.model_json_schema(), model=inner, **options)
             schema = dict(inner)
@@ -93,7 +95,7 @@ class StructuredOutput:
             if "$schema" not in schema:
                 schema = {"$schema": "http://json-schema.org/draft-07/schema#", **schema}
             return cls(schema=schema, **options)
-        raise TypeError(
+        raise InvalidTypeError(
             f"structured_output must be a pydantic model or a JSON schema, not {type(value).__name__}"
         )
 
@@ -170,12 +172,12 @@ class StructuredOutput:
 def _injection(where: str, value: Any) -> JsonPromptInjection:
     if isinstance(value, bool) or value in ("system", "inline", "auto"):
         return value  # type: ignore[no-any-return]
-    raise ValueError(f"{where} must be true, false, 'system', 'inline' or 'auto', got {value!r}")
+    raise InvalidInputError(f"{where} must be true, false, 'system', 'inline' or 'auto', got {value!r}")
 
 
 def _text(where: str, value: Any) -> str:
     if not isinstance(value, str):
-        raise TypeError(f"{where} must be a string, got {type(value).__name__}")
+        raise InvalidTypeError(f"{where} must be a string, got {type(value).__name__}")
     return value
 
 
@@ -183,7 +185,7 @@ def _model(where: str, value: Any) -> Any:
     try:
         return as_model(value)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"{where}: {exc}") from None
+        raise InvalidTypeError(f"{where}: {exc}") from None
 
 
 _OPTIONS: dict[str, Check | None] = {

@@ -24,7 +24,13 @@ from runstream._config_mapping import Check, boolean, callback, non_negative_int
 from runstream._schema import Schema
 from runstream.abort import AbortSignal
 from runstream.chunks import AnyChunk, DataChunk, ToolOutputChunk
-from runstream.errors import NotFoundError, RunstreamError
+from runstream.errors import (
+    ConfigurationError,
+    ConfigurationTypeError,
+    InvalidInputError,
+    NotFoundError,
+    RunstreamError,
+)
 from runstream.models.base import FunctionToolSpec
 
 Emit = Callable[[AnyChunk], None]
@@ -269,9 +275,9 @@ class Tool:
         to_model_output: Callable[[Any], Mapping[str, Any]] | None = None,
     ) -> None:
         if not name:
-            raise ValueError("a tool needs a name")
+            raise ConfigurationError("a tool needs a name")
         if to_model_output is not None and not callable(to_model_output):
-            raise TypeError("to_model_output must be a function of the tool's result")
+            raise ConfigurationTypeError("to_model_output must be a function of the tool's result")
         self.to_model_output = to_model_output
         """Mastra's ``toModelOutput``: what the model sees of a result (e.g. ``{"type": "text",
         "value": ...}``) instead of the whole result; the stream and memory keep the result."""
@@ -360,7 +366,7 @@ def _check_schema(schema: Mapping[str, Any]) -> None:
     try:
         jsonschema.validators.validator_for(schema).check_schema(dict(schema))
     except jsonschema.SchemaError as exc:
-        raise ValueError(f"invalid JSON schema: {exc.message}") from exc
+        raise InvalidInputError(f"invalid JSON schema: {exc.message}") from exc
 
 
 def _strip_titles(schema: Any) -> Any:
@@ -399,7 +405,7 @@ def _from_function(
     ctx_param: str | None = None
     for param in inspect.signature(fn).parameters.values():
         if param.name not in hints:  # the model would get an empty schema and guess
-            raise TypeError(
+            raise ConfigurationTypeError(
                 f"tool {fn.__name__}: parameter {param.name!r} has no type hint; annotate it "
                 f"(e.g. '{param.name}: str', or '{param.name}: ToolContext' for the context) so the "
                 "model is told what to send"
@@ -409,7 +415,7 @@ def _from_function(
             ctx_param = param.name
             continue
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise TypeError(f"tool {fn.__name__}: *args/**kwargs parameters are not supported")
+            raise ConfigurationTypeError(f"tool {fn.__name__}: *args/**kwargs parameters are not supported")
         default = ... if param.default is param.empty else param.default
         from pydantic import Field
 
@@ -495,7 +501,7 @@ def tool(
         )
         if to_model_output is not None:
             if not callable(to_model_output):
-                raise TypeError("to_model_output must be a function of the tool's result")
+                raise ConfigurationTypeError("to_model_output must be a function of the tool's result")
             built.to_model_output = to_model_output
         return built
 

@@ -103,3 +103,22 @@ def test_runstream_errors_map_to_statuses_by_class() -> None:
     assert status_of(StateConflictError("x")) == 409
     assert status_of(RunAlreadyStreamingError("x")) == status_of(TaskStateError("x")) == 409
     assert status_of(RunstreamError("x")) == 500  # not the caller's doing
+
+
+def test_an_agent_set_up_wrongly_is_a_400_naming_the_mistake() -> None:
+    """A configuration error found as a run starts (a model function that returns no model) is
+    a 400 with its message, never a 500: client-js re-sends a 5xx, which would be another run."""
+    from starlette.testclient import TestClient
+
+    from runstream import Agent, Runstream
+    from runstream.server import create_app
+    from runstream.server.auth import open_access
+
+    agent = Agent("broken", model=lambda rc: "openai/gpt-4.1")
+    with TestClient(create_app(Runstream(agents=[agent]), auth=open_access)) as client:
+        for route in ("stream", "generate"):
+            response = client.post(f"/api/agents/broken/{route}", json={"messages": "hi"})
+            assert response.status_code == 400, response.text
+            assert response.json() == {
+                "error": "agent 'broken': the model function returned str, not a model"
+            }

@@ -23,6 +23,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from runstream.errors import ConfigurationError
+
 READ_BLOCK_MS = 1000
 READ_BATCH = 500
 
@@ -70,7 +72,7 @@ class RunLog:
         self, url: str, *, prefix: str = "runstream:durable", ttl_s: int = 3600, live_ttl_s: int = 7 * 86400
     ) -> None:
         if ttl_s < 1 or live_ttl_s < 1:
-            raise ValueError("ttl_s and live_ttl_s must be at least 1")
+            raise ConfigurationError("ttl_s and live_ttl_s must be at least 1")
         self.client: Redis = Redis.from_url(url, decode_responses=True)
         self.prefix = prefix
         self.ttl_s = ttl_s

@@ -41,7 +41,7 @@ from runstream.durable.workflow import (
     Continuation,
     RunPlan,
 )
-from runstream.errors import RunstreamError, StateConflictError
+from runstream.errors import ConfigurationError, RunstreamError, StateConflictError
 from runstream.output import RunOutput
 from runstream.run_options import RunOptions
 from runstream.storage import Storage
@@ -53,6 +53,11 @@ logger = logging.getLogger(__name__)
 
 class DurableRunError(RunstreamError):
     """Temporal cannot be reached, or refused to start a run."""
+
+
+class NotStartedError(StateConflictError, RuntimeError):
+    """:class:`TemporalRuns` used before it is started (the Runstream starts it); also the
+    ``RuntimeError`` it was before the error tree."""
 
 
 class TemporalRuns:
@@ -77,7 +82,7 @@ class TemporalRuns:
         run_worker: bool = False,
     ) -> None:
         if heartbeat_timeout_ms < 100 or step_timeout_ms < heartbeat_timeout_ms:
-            raise ValueError(
+            raise ConfigurationError(
                 "heartbeat_timeout_ms must be >= 100 and step_timeout_ms >= heartbeat_timeout_ms"
             )
         self.log = RunLog(redis_url, prefix=log_prefix)
@@ -160,7 +165,7 @@ class TemporalRuns:
     @property
     def client(self) -> Client:
         if self._client is None:
-            raise RuntimeError("TemporalRuns is not started (the Runstream starts it)")
+            raise NotStartedError("TemporalRuns is not started (the Runstream starts it)")
         return self._client
 
     # -- runs ------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from runstream.abort import AbortError
+from runstream.errors import ConfigurationError
 from runstream.mcp.convert import MCPToolError, input_schema, result_value
 from runstream.tools import BackgroundToolConfig, Tool, ToolContext
 
@@ -67,7 +68,7 @@ def coerce_server(value: ServerSpec | Mapping[str, Any]) -> ServerSpec:
         return StdioServer(
             str(value["command"]), tuple(value.get("args") or ()), value.get("env"), value.get("cwd")
         )
-    raise ValueError("an MCP server needs a 'command' (stdio) or a 'url' (streamable HTTP)")
+    raise ConfigurationError("an MCP server needs a 'command' (stdio) or a 'url' (streamable HTTP)")
 
 
 class MCPConnectionError(ConnectionError):

@@ -24,6 +24,7 @@ from mcp.server.context import ServerRequestContext
 from runstream.abort import AbortController
 from runstream.agent import Agent
 from runstream.chunks import AnyChunk
+from runstream.errors import ConfigurationError
 from runstream.runtime import Runstream
 from runstream.tools import Tool, ToolArgumentsError, ToolContext, ToolWriter
 
@@ -71,7 +72,7 @@ def build_server(
         exposed[f"ask_{agent.id}"] = _Exposed(f"ask_{agent.id}", description, AGENT_INPUT_SCHEMA, agent=agent)
     for tool in tools.values() if isinstance(tools, Mapping) else tools:
         if tool.name in exposed:
-            raise ValueError(f"two MCP tools would be named {tool.name!r}")
+            raise ConfigurationError(f"two MCP tools would be named {tool.name!r}")
         exposed[tool.name] = _Exposed(tool.name, tool.description, tool.spec()["inputSchema"], tool=tool)
 
     @asynccontextmanager

@@ -51,6 +51,7 @@ from runstream._messages import (
     suspension_record,
 )
 from runstream.chunks import AnyChunk
+from runstream.errors import ConfigurationError, InvalidInputError, InvalidTypeError
 from runstream.memory.titles import TitleGeneration, generate_title, title_before_finish
 from runstream.memory.working import TOOL_NAME, Change, WorkingMemory, WorkingMemoryTool
 from runstream.models.base import LanguageModel, PromptMessage
@@ -62,6 +63,11 @@ DEFAULT_LAST_MESSAGES = 40
 
 
 _MILLISECOND = timedelta(milliseconds=1)
+
+
+class MissingStorageError(ConfigurationError, RuntimeError):
+    """A memory used without storage: neither ``Memory(storage=...)`` nor a runtime's (also the
+    ``RuntimeError`` it was before the error tree)."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -95,12 +101,12 @@ class MemoryScope:
             thread = extras.pop("id", None)
         resource = options.get("resource", options.get("resource_id"))
         if not isinstance(thread, str) or not thread:
-            raise ValueError("memory needs a thread id: memory={'thread': ..., 'resource': ...}")
+            raise InvalidInputError("memory needs a thread id: memory={'thread': ..., 'resource': ...}")
         if not isinstance(resource, str) or not resource:
-            raise ValueError("memory needs a resource id: memory={'thread': ..., 'resource': ...}")
+            raise InvalidInputError("memory needs a resource id: memory={'thread': ..., 'resource': ...}")
         title = extras.get("title")
         if title is not None and not isinstance(title, str):
-            raise TypeError("memory.thread.title must be a string")
+            raise InvalidTypeError("memory.thread.title must be a string")
         call_options = memory_options(options.get("options") or {}, where="memory.options")
         return cls(
             thread,
@@ -158,7 +164,7 @@ def _last_messages(where: str, value: Any) -> int:
 
 def _working_memory(where: str, value: Any) -> Any:
     if not isinstance(value, WorkingMemory | Mapping | bool):
-        raise TypeError(f"{where} must be a mapping such as {{'enabled': True, 'template': ...}}")
+        raise InvalidTypeError(f"{where} must be a mapping such as {{'enabled': True, 'template': ...}}")
     return value
 
 
@@ -235,7 +241,7 @@ class Memory:
 
     def _storage(self) -> Storage:
         if self.storage is None:
-            raise RuntimeError(
+            raise MissingStorageError(
                 "this memory has no storage: pass Memory(storage=...) or use Runstream(storage=...)"
             )
         return self.storage
@@ -281,7 +287,7 @@ class Memory:
             return None
         if config.scope == "resource":
             if not resource_id:
-                raise ValueError("resource-scoped working memory needs a resource id")
+                raise InvalidInputError("resource-scoped working memory needs a resource id")
             resource = await self._storage().get_resource(resource_id)
             return resource.working_memory if resource is not None else None
         thread = await self._storage().get_thread(thread_id) if thread_id else None
@@ -291,7 +297,7 @@ class Memory:
     async def set_working_memory(self, thread_id: str | None, resource_id: str | None, text: str) -> None:
         """Store working memory (Mastra's ``updateWorkingMemory``) in the configured scope."""
         if not isinstance(text, str):
-            raise TypeError("working memory must be a string (JSON text in schema mode)")
+            raise InvalidTypeError("working memory must be a string (JSON text in schema mode)")
         await self.change_working_memory(thread_id, resource_id, lambda _: (text, {"success": True}))
 
     async def change_working_memory(
@@ -301,10 +307,10 @@ class Memory:
         (the tool's merge in schema mode must not lose a concurrent update)."""
         config = self.working_memory
         if config is None:
-            raise ValueError("Working memory is not enabled for this memory instance")
+            raise ConfigurationError("Working memory is not enabled for this memory instance")
         key = thread_id if config.scope == "thread" else resource_id
         if not key:
-            raise ValueError(f"{config.scope}-scoped working memory needs a {config.scope} id")
+            raise InvalidInputError(f"{config.scope}-scoped working memory needs a {config.scope} id")
         async with self._lock(f"working-memory:{config.scope}:{key}"):
             text, result = change(await self.get_working_memory(thread_id, resource_id))
             if text is None:
@@ -565,7 +571,7 @@ async def run_memory(
         value = await resolve(value, request_context)
     resolved = Memory.coerce(value)
     if resolved is None:
-        raise ValueError("this agent has no memory: pass Agent(..., memory=Memory(...))")
+        raise ConfigurationError("this agent has no memory: pass Agent(..., memory=Memory(...))")
     if resolved.storage is None:
         resolved.storage = storage
     return resolved.with_options(scope.options)
@@ -592,6 +598,7 @@ __all__ = [
     "Memory",
     "MemoryInput",
     "MemoryScope",
+    "MissingStorageError",
     "TitleGeneration",
     "WorkingMemory",
     "memory_options",

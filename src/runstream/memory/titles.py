@@ -22,6 +22,7 @@ from typing import Any
 from runstream._config_mapping import Check, boolean, positive_int, read_config
 from runstream._messages import input_parts, responses_to_parts
 from runstream.chunks import AnyChunk, DataChunk
+from runstream.errors import InvalidTypeError
 from runstream.models.base import LanguageModel, ModelRequest, PromptMessage
 from runstream.models.registry import as_model, ready_model
 from runstream.request_context import RequestContext, resolve
@@ -63,7 +64,7 @@ class TitleGeneration:
         if isinstance(value, TitleGeneration):
             return value
         if not isinstance(value, Mapping):
-            raise TypeError(f"{where} must be true/false or a mapping {{model, instructions}}")
+            raise InvalidTypeError(f"{where} must be true/false or a mapping {{model, instructions}}")
         return cls(**read_config(value, _FIELDS, where=where))
 
 

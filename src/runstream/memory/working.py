@@ -26,6 +26,7 @@ import jsonschema
 from pydantic import BaseModel
 
 from runstream._config_mapping import Check, boolean, one_of, read_config
+from runstream.errors import InvalidInputError, InvalidTypeError
 from runstream.tools import Tool, ToolContext
 
 TOOL_NAME = "updateWorkingMemory"
@@ -65,17 +66,21 @@ class WorkingMemory:
 
     def __post_init__(self) -> None:
         if self.template is not None and self.schema is not None:
-            raise ValueError("workingMemory takes a template or a schema, not both")
+            raise InvalidInputError("workingMemory takes a template or a schema, not both")
         if self.schema is not None and not (
             isinstance(self.schema, Mapping)
             or (isinstance(self.schema, type) and issubclass(self.schema, BaseModel))
         ):
-            raise TypeError("workingMemory.schema must be a JSON Schema mapping or a pydantic model class")
+            raise InvalidTypeError(
+                "workingMemory.schema must be a JSON Schema mapping or a pydantic model class"
+            )
         if isinstance(self.schema, Mapping):
             try:
                 jsonschema.validators.validator_for(self.schema).check_schema(dict(self.schema))
             except jsonschema.SchemaError as exc:
-                raise ValueError(f"workingMemory.schema is not a valid JSON Schema: {exc.message}") from None
+                raise InvalidInputError(
+                    f"workingMemory.schema is not a valid JSON Schema: {exc.message}"
+                ) from None
 
     @classmethod
     def coerce(cls, value: WorkingMemory | Mapping[str, Any] | bool | None) -> WorkingMemory | None:

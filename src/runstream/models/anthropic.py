@@ -12,6 +12,7 @@ import base64
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from runstream.errors import InvalidInputError
 from runstream.models._common import (
     DEFAULT_MAX_RETRIES,
     AbortScope,
@@ -239,7 +240,7 @@ def _user_block(part: dict[str, Any]) -> dict[str, Any]:
     if media_type == "text/plain" and kind == "base64":
         text = base64.b64decode(value).decode("utf-8")
         return {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": text}}
-    raise ValueError(f"Anthropic does not take {media_type} file parts")
+    raise InvalidInputError(f"Anthropic does not take {media_type} file parts")
 
 
 def _tool_result(part: dict[str, Any]) -> dict[str, Any]:

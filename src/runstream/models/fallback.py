@@ -17,6 +17,7 @@ from typing import Any
 
 from runstream._config_mapping import boolean, non_negative_int, read_config
 from runstream.abort import AbortError
+from runstream.errors import ConfigurationError, ConfigurationTypeError
 from runstream.models.base import LanguageModel, ModelRequest, ModelStream, StreamPart
 
 logger = logging.getLogger(__name__)
@@ -47,10 +48,12 @@ class FallbackModel:
         entries = [_choice(entry, max_retries, index) for index, entry in enumerate(choices)]
         self.choices = [entry for entry in entries if entry.enabled]
         if not self.choices:
-            raise ValueError("a model list needs at least one enabled model")
+            raise ConfigurationError("a model list needs at least one enabled model")
         versions = {choice.model.specification_version for choice in self.choices}
         if len(versions) > 1:
-            raise ValueError(f"the models of a list must speak one AI SDK version, got {sorted(versions)}")
+            raise ConfigurationError(
+                f"the models of a list must speak one AI SDK version, got {sorted(versions)}"
+            )
 
     @property
     def provider(self) -> str:
@@ -131,5 +134,5 @@ def _choice(
     )
     model = options.get("model")
     if not isinstance(model, LanguageModel):
-        raise TypeError(f"{where}.model must be a model, got {type(model).__name__}")
+        raise ConfigurationTypeError(f"{where}.model must be a model, got {type(model).__name__}")
     return ModelChoice(model, options.get("max_retries", max_retries), options.get("enabled", True))

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from runstream.errors import InvalidInputError
 from runstream.models._common import (
     DEFAULT_MAX_RETRIES,
     AbortScope,
@@ -263,7 +264,7 @@ def _responses_user_part(part: dict[str, Any]) -> dict[str, Any]:
             "filename": part.get("filename") or "file.pdf",
             "file_data": data_url(part),
         }
-    raise ValueError(f"OpenAI Responses does not take {media_type} file parts")
+    raise InvalidInputError(f"OpenAI Responses does not take {media_type} file parts")
 
 
 def _raw(event: Any) -> object:
@@ -613,7 +614,7 @@ def _chat_user_part(part: dict[str, Any]) -> dict[str, Any]:
             "type": "input_audio",
             "input_audio": {"data": file_data(part)[1], "format": _AUDIO_FORMATS[media_type]},
         }
-    raise ValueError(f"Chat Completions does not take {media_type} file parts")
+    raise InvalidInputError(f"Chat Completions does not take {media_type} file parts")
 
 
 _CHAT_FINISH: dict[str, FinishReason] = {

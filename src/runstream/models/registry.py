@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any, NamedTuple
 
+from runstream.errors import ConfigurationError, ConfigurationTypeError
 from runstream.models.base import LanguageModel, ModelRequest, ModelStream
 
 
@@ -58,12 +59,13 @@ def resolve_model(spec: str | LanguageModel, **kw: Any) -> LanguageModel:
 
 
 def split_model_string(spec: str) -> tuple[str, str]:
-    """``(provider, model id)`` of a model string; ``ValueError`` if malformed or unknown."""
+    """``(provider, model id)`` of a model string; a :class:`ConfigurationError` (a ``ValueError``) if
+    malformed or unknown."""
     provider, _, model_id = spec.partition("/")
     if not provider or not model_id:
-        raise ValueError(f"model string {spec!r} is not '<provider>/<model>', e.g. 'openai/gpt-4.1'")
+        raise ConfigurationError(f"model string {spec!r} is not '<provider>/<model>', e.g. 'openai/gpt-4.1'")
     if provider not in PROVIDERS:
-        raise ValueError(
+        raise ConfigurationError(
             f"unknown model provider {provider!r} in {spec!r}; known providers: {', '.join(PROVIDERS)}"
         )
     return provider, model_id
@@ -75,7 +77,7 @@ def _resolve(spec: str, provider: str, model_id: str, kw: dict[str, Any]) -> Lan
 
         api = kw.pop("api", "responses")
         if api not in ("responses", "chat"):
-            raise ValueError(f"api must be 'responses' or 'chat', not {api!r}")
+            raise ConfigurationError(f"api must be 'responses' or 'chat', not {api!r}")
         cls = OpenAIResponsesModel if api == "responses" else OpenAIChatModel
         return cls(model_id, **_with_key(kw, "OPENAI_API_KEY", spec))
     if provider == "anthropic":
@@ -84,7 +86,7 @@ def _resolve(spec: str, provider: str, model_id: str, kw: dict[str, Any]) -> Lan
         return AnthropicModel(model_id, **_with_key(kw, "ANTHROPIC_API_KEY", spec))
     if provider == "openai-compatible":
         if not kw.get("base_url") and "client" not in kw:
-            raise ValueError(f"{spec!r} needs base_url=..., the server's OpenAI-compatible endpoint")
+            raise ConfigurationError(f"{spec!r} needs base_url=..., the server's OpenAI-compatible endpoint")
         return _compatible(provider, model_id, kw, "OPENAI_COMPATIBLE_API_KEY", required=False, spec=spec)
     gateway = GATEWAYS[provider]
     kw.setdefault("base_url", gateway.base_url)
@@ -109,7 +111,9 @@ def _with_key(kw: dict[str, Any], key_env: str, spec: str) -> dict[str, Any]:
         return kw
     key = os.environ.get(key_env)
     if not key:
-        raise ValueError(f"{key_env} is not set: export it or pass api_key=... to resolve_model({spec!r})")
+        raise ConfigurationError(
+            f"{key_env} is not set: export it or pass api_key=... to resolve_model({spec!r})"
+        )
     return {**kw, "api_key": key}
 
 
@@ -147,7 +151,7 @@ def as_model(model: LanguageModel | str) -> LanguageModel:
     if isinstance(model, str):
         return ModelString(model)
     if not isinstance(model, LanguageModel):
-        raise TypeError(
+        raise ConfigurationTypeError(
             f"model must be a model string such as 'openai/gpt-4.1' or a LanguageModel, not {model!r}"
         )
     return model

@@ -15,6 +15,7 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Mount, Route, Router
 from starlette.types import Receive, Scope, Send
 
+from runstream.errors import ConfigurationError
 from runstream.runtime import Runstream
 from runstream.server.auth import AuthHook, AuthMiddleware, default_auth
 from runstream.server.context import ServerContext
@@ -55,7 +56,7 @@ def create_app(
     CORS; see :mod:`runstream.server.cors`).
     """
     if prefix and (not prefix.startswith("/") or prefix.endswith("/")):
-        raise ValueError(f"prefix must start with '/' and not end with one, got {prefix!r}")
+        raise ConfigurationError(f"prefix must start with '/' and not end with one, got {prefix!r}")
     registry = RunRegistry(replay_log if replay_log is not None else InMemoryReplayLog())
     ctx = ServerContext(runstream, registry, heartbeat_s)
     api = [

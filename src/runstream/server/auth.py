@@ -23,6 +23,7 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from runstream.errors import ConfigurationError
 from runstream.server.errors import ApiError, error_response
 
 TOKEN_ENV = "RUNSTREAM_API_TOKEN"
@@ -61,7 +62,7 @@ async def open_access(request: Request) -> Principal | None:
 def bearer_auth(token: str, principal: Principal | None = None) -> AuthHook:
     """Accept ``Authorization: Bearer <token>`` (constant-time comparison)."""
     if not token:
-        raise ValueError("bearer_auth needs a non-empty token")
+        raise ConfigurationError("bearer_auth needs a non-empty token")
     expected = token.encode()
     who = principal or Principal("bearer")
 

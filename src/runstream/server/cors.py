@@ -29,6 +29,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from runstream.errors import ConfigurationError
 from runstream.server.errors import error_response
 
 ALLOW_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -120,7 +121,7 @@ def cors_middleware(origins: Sequence[str] | None) -> list[Middleware]:
     patterns: list[str] = []
     for origin in origins:
         if origin != "*" and ("://" not in origin or origin.endswith("/")):
-            raise ValueError(
+            raise ConfigurationError(
                 f"a CORS origin is a scheme://host[:port] without a trailing slash, got {origin!r}"
             )
         if origin.endswith(ANY_PORT):

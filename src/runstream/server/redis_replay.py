@@ -21,6 +21,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from runstream.errors import ConfigurationError
 from runstream.server.resumable import ReplayGapError, RunAlreadyStreamingError, RunInfo
 
 READ_BLOCK_MS = 1000
@@ -60,7 +61,7 @@ class RedisReplayLog:
         live_ttl_s: int = 3600,
     ) -> None:
         if max_events < 1 or ttl_s < 1 or live_ttl_s < 1:
-            raise ValueError("max_events, ttl_s and live_ttl_s must be at least 1")
+            raise ConfigurationError("max_events, ttl_s and live_ttl_s must be at least 1")
         self.client: Redis = Redis.from_url(url, decode_responses=True)
         self.prefix = prefix
         self.max_events = max_events

@@ -1,6 +1,6 @@
 """Background tasks: the manager, its configuration, dispatch from the loop, until-idle streams."""
 
-from runstream.tasks.adoption import BackgroundTaskAdoption, BackgroundTaskOperation
+from runstream.tasks.adoption import AdoptionError, BackgroundTaskAdoption, BackgroundTaskOperation
 from runstream.tasks.config import (
     BackgroundTaskConfig,
     BackgroundTaskError,
@@ -16,6 +16,7 @@ from runstream.tasks.manager import BackgroundTaskManager
 from runstream.tasks.policy import AgentBackgroundConfig
 
 __all__ = [
+    "AdoptionError",
     "AgentBackgroundConfig",
     "BackgroundTaskAdoption",
     "BackgroundTaskConfig",

@@ -22,8 +22,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from runstream.abort import AbortSignal
+from runstream.tasks.config import TaskStateError
 
 logger = logging.getLogger(__name__)
+
+
+class AdoptionError(TaskStateError, RuntimeError):
+    """``ctx.background.adopt`` called when the task takes no operation (any more): after the
+    tool returned, or a second time. Also the ``RuntimeError`` it was before the error tree."""
 
 
 @dataclass(slots=True)
@@ -53,9 +59,9 @@ class BackgroundTaskAdoption:
     def adopt(self, operation: BackgroundTaskOperation) -> None:
         """Make ``operation`` this task's work (its result is the task's result)."""
         if not self._accepting:
-            raise RuntimeError("A background operation must be adopted before the tool returns")
+            raise AdoptionError("A background operation must be adopted before the tool returns")
         if self._operation is not None:
-            raise RuntimeError("A background tool may adopt only one operation")
+            raise AdoptionError("A background tool may adopt only one operation")
         self._operation = operation
         self._completion = asyncio.ensure_future(operation.completion)
         if operation.cancel is not None:

@@ -16,7 +16,7 @@ from runstream._config_mapping import (
     positive_int,
     read_config,
 )
-from runstream.errors import NotFoundError, RunstreamError, StateConflictError
+from runstream.errors import InvalidTypeError, NotFoundError, RunstreamError, StateConflictError
 from runstream.storage import TaskRecord
 from runstream.tools import Tool
 
@@ -160,7 +160,9 @@ class BackgroundTaskConfig:
 def _config_object(kind: type[Any]) -> Check:
     def check(where: str, value: Any) -> Any:
         if not isinstance(value, kind | Mapping):
-            raise TypeError(f"{where} must be a mapping or a {kind.__name__}, not {type(value).__name__}")
+            raise InvalidTypeError(
+                f"{where} must be a mapping or a {kind.__name__}, not {type(value).__name__}"
+            )
         return value
 
     return check

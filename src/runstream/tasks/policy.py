@@ -24,6 +24,7 @@ from runstream._config_mapping import (
     positive_int,
     read_config,
 )
+from runstream.errors import ConfigurationTypeError
 from runstream.tasks.config import TaskHook
 from runstream.tools import Tool, ToolArgumentsError
 
@@ -107,7 +108,9 @@ class AgentBackgroundConfig:
         tools = options.get("tools")
         if tools is not None and tools != "all":
             if not isinstance(tools, Mapping):
-                raise TypeError(f"background_tasks.tools must be 'all' or a mapping, got {tools!r}")
+                raise ConfigurationTypeError(
+                    f"background_tasks.tools must be 'all' or a mapping, got {tools!r}"
+                )
             options["tools"] = {
                 name: ToolBackgroundEntry.coerce(entry, f"background_tasks.tools.{name}")
                 for name, entry in tools.items()
@@ -220,6 +223,8 @@ class ForegroundFallbackWarning(RuntimeWarning):
 
 def warn_without_manager(agent_id: str, tools: Mapping[str, Tool], config: AgentBackgroundConfig) -> None:
     """Warn that an agent's background tools will block its runs, as no task manager exists."""
+    if config.tools is None and all(tool.background is None for tool in tools.values()):
+        return  # (every run without a manager asks: the common case needs no eligibility check)
     names = [name for name, tool in tools.items() if eligibility(tool, config) is not None]
     if names:
         warnings.warn(

@@ -35,6 +35,7 @@ from typing import Any
 from runstream import _tracing as tracing
 from runstream.abort import AbortController
 from runstream.chunks import AnyChunk, BackgroundTaskProgressChunk, ErrorChunk
+from runstream.errors import InvalidInputError
 from runstream.output import RunOutput
 from runstream.tasks.bus import TaskSubscription
 
@@ -77,17 +78,17 @@ class IdleOptions:
         if isinstance(value, dict):
             unknown = set(value) - set(_OPTION_NAMES)
             if unknown:
-                raise ValueError(f"unknown until_idle option(s): {', '.join(sorted(unknown))}")
+                raise InvalidInputError(f"unknown until_idle option(s): {', '.join(sorted(unknown))}")
             chosen = {_OPTION_NAMES[key]: number for key, number in value.items() if number is not None}
         max_idle = chosen.get("max_idle_ms", DEFAULT_MAX_IDLE_MS)
         resume_window = chosen.get("resume_window_ms", DEFAULT_RESUME_WINDOW_MS)
         turns = chosen.get("max_continuations", DEFAULT_MAX_CONTINUATIONS)
         if not _finite(max_idle) or max_idle <= 0:
-            raise ValueError(f"max_idle_ms must be a positive finite number, got {max_idle!r}")
+            raise InvalidInputError(f"max_idle_ms must be a positive finite number, got {max_idle!r}")
         if not _finite(resume_window) or resume_window < 0:
-            raise ValueError(f"resume_window_ms must be a finite number >= 0, got {resume_window!r}")
+            raise InvalidInputError(f"resume_window_ms must be a finite number >= 0, got {resume_window!r}")
         if isinstance(turns, bool) or not isinstance(turns, int) or turns < 0:
-            raise ValueError(f"max_continuations must be an integer >= 0, got {turns!r}")
+            raise InvalidInputError(f"max_continuations must be an integer >= 0, got {turns!r}")
         return cls(
             max_idle_ms=max_idle,
             progress_interval_ms=progress_interval_ms,

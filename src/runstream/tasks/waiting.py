@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from runstream.abort import AbortSignal
+from runstream.errors import InvalidInputError
 from runstream.storage import Storage, TaskRecord
 from runstream.tasks.bus import EventBus, TaskEvent, TaskEventFilter
 from runstream.tasks.config import BackgroundTaskError, TaskNotFoundError
@@ -45,15 +46,18 @@ async def wait_for_next_task(
     abort_signal: AbortSignal | None = None,
 ) -> TaskRecord:
     """The first of ``task_ids`` to end. Raises ``TimeoutError`` after ``timeout_ms``, the
-    signal's :class:`~runstream.abort.AbortError` on abort, ``ValueError`` for no ids or a bad interval, and
-    :class:`~runstream.tasks.config.TaskNotFoundError` for an id no task has."""
+    signal's :class:`~runstream.abort.AbortError` on abort,
+    :class:`~runstream.errors.InvalidInputError` (a ``ValueError``) for no ids or a bad interval,
+    and :class:`~runstream.tasks.config.TaskNotFoundError` for an id no task has."""
     ids = list(dict.fromkeys(task_ids))
     if not ids:
-        raise ValueError("wait_for_next_task needs at least one task id")
+        raise InvalidInputError("wait_for_next_task needs at least one task id")
     if not 0 < progress_interval_ms <= MAX_WAIT_MS:
-        raise ValueError(f"progress_interval_ms must be in (0, {MAX_WAIT_MS}], got {progress_interval_ms!r}")
+        raise InvalidInputError(
+            f"progress_interval_ms must be in (0, {MAX_WAIT_MS}], got {progress_interval_ms!r}"
+        )
     if timeout_ms is not None and not 0 <= timeout_ms <= MAX_WAIT_MS:
-        raise ValueError(f"timeout_ms must be in [0, {MAX_WAIT_MS}], got {timeout_ms!r}")
+        raise InvalidInputError(f"timeout_ms must be in [0, {MAX_WAIT_MS}], got {timeout_ms!r}")
     subscription = manager.bus.subscribe(TaskEventFilter(task_ids=frozenset(ids)))  # before reading
     started = time.monotonic()
     deadline = None if timeout_ms is None else started + timeout_ms / 1000

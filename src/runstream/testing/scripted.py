@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from runstream.errors import ConfigurationError
 from runstream.models.base import ModelRequest, ModelStream
 from runstream.testing._playback import (
     RecordedCall,
@@ -46,7 +47,7 @@ class ScriptedModel:
 
     def __post_init__(self) -> None:
         if not self.calls:
-            raise ValueError("ScriptedModel needs at least one call")
+            raise ConfigurationError("ScriptedModel needs at least one call")
         self._calls = [prepare_call(c) for c in self.calls]
 
     @classmethod

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+from runstream.errors import InvalidTypeError
 from runstream.models.base import ModelRequest, ModelStream, StreamPart, Usage
 from runstream.testing._playback import RecordedCall, play_call, prepare_call, record
 
@@ -107,7 +108,9 @@ def compile_turn(turn: Turn, index: int) -> dict[str, Any]:
     ]
     for item in items:
         if not isinstance(item, TurnItem):
-            raise TypeError(f"a turn holds Text, Reasoning, ToolCall, Delay, errors or Finish, not {item!r}")
+            raise InvalidTypeError(
+                f"a turn holds Text, Reasoning, ToolCall, Delay, errors or Finish, not {item!r}"
+            )
     failure = next((item for item in items if isinstance(item, CallError)), None)
     if failure is not None:
         spec: dict[str, Any] = {"message": failure.message, "name": failure.name}

@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from runstream.errors import ConfigurationError
 from runstream.workflows.errors import WorkflowError
 from runstream.workflows.step import Step, StepContext
 
@@ -100,14 +101,14 @@ def validate_template(template: str) -> None:
         expr = match.group(1)
         where = f"Template placeholder #{index} (${{{expr}}}) in '{template}'"
         if not expr or expr != expr.strip():
-            raise ValueError(f"{where} has empty or whitespace-padded contents.")
+            raise ConfigurationError(f"{where} has empty or whitespace-padded contents.")
         scope, _, rest = expr.partition(".")
         if scope not in _NAMESPACES:
-            raise ValueError(
+            raise ConfigurationError(
                 f'{where} references unknown namespace "{scope}". Use one of: {", ".join(_NAMESPACES)}.'
             )
         if scope == "stepResults" and not rest.partition(".")[0]:
-            raise ValueError(f"{where} must be of the form ${{stepResults.<stepId>}}.")
+            raise ConfigurationError(f"{where} must be of the form ${{stepResults.<stepId>}}.")
 
 
 def resolve_template(template: str, ctx: StepContext) -> str:

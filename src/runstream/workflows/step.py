@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from runstream._schema import Schema
 from runstream.abort import AbortSignal
+from runstream.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from runstream.workflows.events import Sink
@@ -64,7 +65,7 @@ class Step:
         retries: int | None = None,
     ) -> None:
         if not id:
-            raise ValueError("a step needs an id")
+            raise ConfigurationError("a step needs an id")
         self.id = id
         self.description = description
         self.input_schema = Schema.coerce(input_schema)

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from runstream._schema import Schema
+from runstream.errors import ConfigurationError
 from runstream.storage import InMemoryStorage, Storage
 from runstream.workflows.agent_step import agent_step
 from runstream.workflows.errors import WorkflowError, WorkflowRunNotFoundError
@@ -72,7 +73,7 @@ class Workflow:
         validate_outputs: bool = True,
     ) -> None:
         if not id:
-            raise ValueError("a workflow needs an id")
+            raise ConfigurationError("a workflow needs an id")
         self.id = id
         self.description = description
         self.input_schema = Schema.coerce(input_schema)

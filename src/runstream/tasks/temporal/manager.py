@@ -46,6 +46,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from runstream.chunks import BackgroundTaskProgressChunk
+from runstream.errors import ConfigurationError
 from runstream.storage import Page, Storage, TaskFilter, TaskRecord
 from runstream.storage.records import utc_now
 from runstream.tasks.bus import EventBus, InProcessEventBus, TaskEvent, TaskSubscription
@@ -101,7 +102,9 @@ class TemporalTaskManager:
     ) -> None:
         config = config or BackgroundTaskConfig()
         if run_worker and config.mode == "producer":
-            raise ValueError('run_worker=True contradicts the config\'s mode "producer" (it runs no tool)')
+            raise ConfigurationError(
+                'run_worker=True contradicts the config\'s mode "producer" (it runs no tool)'
+            )
         bus: EventBus
         if redis_url is not None:
             from runstream.tasks.redis_bus import RedisEventBus
