@@ -43,7 +43,13 @@ from runstream._step_results import (
     step_record,
 )
 from runstream._structuring import Structured, structure, structuring_tripwire
-from runstream._tool_step import answer_pending, calls_client_tools, run_tool_step, wait_for_background
+from runstream._tool_step import (
+    answer_pending,
+    calls_client_tools,
+    finished_tool_step,
+    run_tool_step,
+    wait_for_background,
+)
 from runstream.chunks import (
     AbortChunk,
     AnyChunk,
@@ -382,8 +388,14 @@ async def _tool_step(
     step_result: dict[str, Any],
 ) -> Phase:
     """Run the step's tools (or the rest of them, for a resumed run) and end the step."""
-    async for chunk in run_tool_step(cfg, state, pending, step.eager if step is not None else None):
-        yield chunk
+    eager = step.eager if step is not None else None
+    finished = finished_tool_step(cfg, state, pending, eager)
+    if finished is None:
+        async for chunk in run_tool_step(cfg, state, pending, eager):
+            yield chunk
+    else:
+        for chunk in finished:
+            yield chunk
     if cfg.abort_signal.aborted:
         yield Abort()
         return

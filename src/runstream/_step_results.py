@@ -226,8 +226,13 @@ def response_view(state: RunState) -> list[PromptMessage]:
 
 def _own_messages(messages: list[PromptMessage]) -> list[PromptMessage]:
     """The model's own messages among a run's responses: user-role ones there are signals
-    the run added (a goal judge's reminder), which Mastra keeps out of the response."""
-    return [dict(m, content=list(m["content"])) for m in messages if m["role"] != "user"]
+    the run added (a goal judge's reminder), which Mastra keeps out of the response.
+
+    The messages themselves are shared, not copied: once in the conversation a message (its
+    dict and its content list) does not change, later steps append new ones, so every record
+    and payload that lists it may hold the same object (copies made each step cost as much as
+    the whole conversation, in time and in memory the run's chunks keep)."""
+    return [m for m in messages if m["role"] != "user"]
 
 
 def _nth_step_content(parts: list[dict[str, Any]], number: int) -> list[dict[str, Any]]:
@@ -252,9 +257,9 @@ def _messages_payload(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
         assert state.continued is not None
         history = history[: len(history) - state.continued.prompt_count]
         conversation = responses = response_view(state)
-    else:  # the run's own order: its responses with the signals among them (one copy for both)
-        conversation = [dict(m, content=list(m["content"])) for m in state.response_messages]
-        responses = [m for m in conversation if m["role"] != "user"]
+    else:  # the run's own order: its responses with the signals among them (shared, see above)
+        conversation = state.response_messages
+        responses = _own_messages(conversation)
     inputs = state.new_input_messages
     context = [m for m in cfg.context if m["role"] != "system"]
     return {
