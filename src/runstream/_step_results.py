@@ -195,7 +195,7 @@ def _step_content_part(part: dict[str, Any]) -> dict[str, Any]:
 
 def _model_metadata(cfg: LoopConfig, record: Mapping[str, Any]) -> dict[str, Any]:
     response = record.get("response") or {}
-    meta: dict[str, Any] = {k: v for k, v in response.items()}
+    meta: dict[str, Any] = dict(response)
     meta["modelId"] = response.get("modelId", cfg.model.model_id)
     meta["headers"] = {}
     meta["modelMetadata"] = {
@@ -274,18 +274,28 @@ def _output_payload(state: RunState, record: Mapping[str, Any], usage: dict[str,
         "text": record["text"],
         "toolCalls": record["toolCalls"],
         "usage": usage,
-        "steps": [_public_step(state, s) for s in state.steps],
+        "steps": _public_steps(state),
     }
     if state.object is not None:
         output["object"] = state.object
     return output
 
 
+def _public_steps(state: RunState) -> list[dict[str, Any]]:
+    """The steps as payloads list them; each built once (again when its content grew)."""
+    cache = state.public_steps
+    steps = []
+    for record in state.steps:
+        cached = cache.get(id(record))
+        if cached is not None and cached[0] is record and cached[1] == len(record["content"]):
+            steps.append(cached[2])
+        else:
+            steps.append(_public_step(state, record))
+    return steps
+
+
 def _public_step(state: RunState, record: StepRecord) -> dict[str, Any]:
-    """A step as payloads list it; built once per step (again when its content grew)."""
-    cached = state.public_steps.get(id(record))
-    if cached is not None and cached[0] is record and cached[1] == len(record["content"]):
-        return cached[2]
+    """A step as payloads list it (and cache it)."""
     step: dict[str, Any] = {
         "content": list(record["content"]),
         "usage": record["usage"],
@@ -392,7 +402,8 @@ def run_metadata(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
         if message["role"] != "assistant":
             continue
         for part in message["content"]:
-            link = (part.get("providerOptions") or {}).get("mastra", {}).get("backgroundTask")
+            options = part.get("providerOptions")
+            link = options.get("mastra", {}).get("backgroundTask") if options else None
             if part.get("type") == "tool-call" and link:
                 timing = {"startedAt": iso_datetime(now_utc()), "taskId": link["taskId"]}
                 if link.get("status") in ("completed", "failed"):  # it settled while the run was live

@@ -53,7 +53,7 @@ class Outbox:
     stream. A deque and, only while the step waits on it, one future: lighter than an
     ``asyncio.Queue`` (with its event and getter/putter queues), and made once per tool step."""
 
-    __slots__ = ("items", "_waiter")
+    __slots__ = ("_waiter", "items")
 
     def __init__(self) -> None:
         self.items: deque[AnyChunk | None] = deque()
@@ -540,18 +540,24 @@ def model_view(messages: list[PromptMessage]) -> list[PromptMessage]:
     """The conversation as the model sees it: a tool result with Mastra's ``modelOutput``
     (a tool's ``to_model_output``) shows that instead of the result, which the run's messages and
     memory keep (as Mastra's message list does)."""
-    if not any(m["role"] == "tool" and _has_model_output(m) for m in messages):
+    if not _any_model_output(messages):
         return messages
     return [_with_model_output(m) if m["role"] == "tool" else m for m in messages]
+
+
+def _any_model_output(messages: list[PromptMessage]) -> bool:
+    # Plain loops: this runs before every model call, over the whole conversation.
+    for message in messages:
+        if message["role"] == "tool":
+            for part in message["content"]:
+                if _model_output(part) is not None:
+                    return True
+    return False
 
 
 def _model_output(part: Any) -> Any:
     options = part.get("providerOptions") if isinstance(part, dict) else None
     return options.get("mastra", {}).get("modelOutput") if options else None
-
-
-def _has_model_output(message: PromptMessage) -> bool:
-    return any(_model_output(part) is not None for part in message["content"])
 
 
 def _with_model_output(message: PromptMessage) -> PromptMessage:
