@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from runstream._run_state import LoopConfig, RunState, StepRecord
 
 _USAGE_KEYS = ("inputTokens", "outputTokens", "totalTokens")
+_NUMBERS = (int, float)
 
 
 def normalize_usage(usage: Any) -> dict[str, Any]:
@@ -49,7 +50,7 @@ def add_usage(total: dict[str, Any], step: dict[str, Any]) -> None:
     for key, value in step.items():
         if key == "raw":
             total["raw"] = value
-        elif isinstance(value, int | float):
+        elif isinstance(value, _NUMBERS):
             total[key] = total.get(key, 0) + value
     for key in _USAGE_KEYS:
         total.setdefault(key, 0)

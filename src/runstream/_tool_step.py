@@ -546,11 +546,12 @@ def model_view(messages: list[PromptMessage]) -> list[PromptMessage]:
 
 
 def _any_model_output(messages: list[PromptMessage]) -> bool:
-    # Plain loops: this runs before every model call, over the whole conversation.
+    # Plain loops, a call only for a part with options: this runs before every model call,
+    # over the whole conversation.
     for message in messages:
         if message["role"] == "tool":
             for part in message["content"]:
-                if _model_output(part) is not None:
+                if isinstance(part, dict) and part.get("providerOptions") and _model_output(part) is not None:
                     return True
     return False
 
