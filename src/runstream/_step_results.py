@@ -8,6 +8,7 @@ the loop reads as the loop.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from runstream._messages import merge_metadata, parts_to_steps, parts_to_ui, responses_to_parts
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 _USAGE_KEYS = ("inputTokens", "outputTokens", "totalTokens")
 _NUMBERS = (int, float)
+_ROLE = itemgetter("role")
 
 
 def normalize_usage(usage: Any) -> dict[str, Any]:
@@ -233,6 +235,8 @@ def _own_messages(messages: list[PromptMessage]) -> list[PromptMessage]:
     dict and its content list) does not change, later steps append new ones, so every record
     and payload that lists it may hold the same object (copies made each step cost as much as
     the whole conversation, in time and in memory the run's chunks keep)."""
+    if "user" not in map(_ROLE, messages):  # the usual case, checked without a Python loop
+        return list(messages)
     return [m for m in messages if m["role"] != "user"]
 
 
