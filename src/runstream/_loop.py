@@ -43,7 +43,13 @@ from runstream._step_results import (
     step_record,
 )
 from runstream._structuring import Structured, structure, structuring_tripwire
-from runstream._tool_step import answer_pending, calls_client_tools, run_tool_step, wait_for_background
+from runstream._tool_step import (
+    answer_pending,
+    calls_client_tools,
+    finished_tool_step,
+    run_tool_step,
+    wait_for_background,
+)
 from runstream.chunks import (
     AbortChunk,
     AnyChunk,
@@ -171,9 +177,29 @@ def _end(cfg: LoopConfig, state: RunState, outcome: StepOutcome) -> list[AnyChun
             return []
 
 
-async def _after_model_step(cfg: LoopConfig, state: RunState, turn: Turn, step: ModelStep) -> Phase:
+def _after_model_step(cfg: LoopConfig, state: RunState, turn: Turn, step: ModelStep) -> Phase:
     """What the finished model step leads to: a tripwire, an error, a retry, the end of the
-    model's turn (completion checks), or its tool calls."""
+    model's turn (completion checks), or its tool calls. A plain step (nothing aborted, tripped
+    or failed, no step processors or structured output) goes straight on to its next phase,
+    without a generator of its own around it."""
+    if (
+        cfg.abort_signal.aborted
+        or step.tripwire is not None
+        or step.error is not None
+        or turn.step_processors
+        or cfg.structured_output is not None
+    ):
+        return _checked_model_step(cfg, state, turn, step)
+    if step.reasoning:
+        state.reasoning.append("".join(step.reasoning))
+    content = step.content()
+    if content:  # the assistant's response message for this step
+        state.messages.append({"role": "assistant", "content": list(content)})
+    return _next_phase(cfg, state, step, content)
+
+
+async def _checked_model_step(cfg: LoopConfig, state: RunState, turn: Turn, step: ModelStep) -> Phase:
+    """:func:`_after_model_step` for a step that may end otherwise than by its next phase."""
     signal = cfg.abort_signal
     if step.eager is not None and (signal.aborted or step.tripwire is not None):
         await step.eager.cancel()
@@ -218,15 +244,18 @@ async def _after_model_step(cfg: LoopConfig, state: RunState, turn: Turn, step: 
             return
         if outcome.object is not NO_OBJECT:
             state.object = outcome.object
+    async for item in _next_phase(cfg, state, step, content):
+        yield item
+
+
+def _next_phase(cfg: LoopConfig, state: RunState, step: ModelStep, content: list[dict[str, Any]]) -> Phase:
+    """An accepted step's record, then its tool calls or the end of the model's turn."""
     record = _record(state, step, content, step.finish_reason)
     if not step.calls:
-        async for item in _model_turn_ended(cfg, state, step, record):
-            yield item
-        return
+        return _model_turn_ended(cfg, state, step, record)
     pending = PendingToolStep(calls=step.calls, step_record=record)
     state.pending = pending
-    async for item in _tool_step(cfg, state, pending, step, step.step_result):
-        yield item
+    return _tool_step(cfg, state, pending, step, step.step_result)
 
 
 async def _structured_object(
@@ -382,8 +411,14 @@ async def _tool_step(
     step_result: dict[str, Any],
 ) -> Phase:
     """Run the step's tools (or the rest of them, for a resumed run) and end the step."""
-    async for chunk in run_tool_step(cfg, state, pending, step.eager if step is not None else None):
-        yield chunk
+    eager = step.eager if step is not None else None
+    finished = finished_tool_step(cfg, state, pending, eager)
+    if finished is None:
+        async for chunk in run_tool_step(cfg, state, pending, eager):
+            yield chunk
+    else:
+        for chunk in finished:
+            yield chunk
     if cfg.abort_signal.aborted:
         yield Abort()
         return

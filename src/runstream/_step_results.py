@@ -8,6 +8,7 @@ the loop reads as the loop.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from runstream._messages import merge_metadata, parts_to_steps, parts_to_ui, responses_to_parts
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
     from runstream._run_state import LoopConfig, RunState, StepRecord
 
 _USAGE_KEYS = ("inputTokens", "outputTokens", "totalTokens")
+_NUMBERS = (int, float)
+_ROLE = itemgetter("role")
 
 
 def normalize_usage(usage: Any) -> dict[str, Any]:
@@ -49,7 +52,7 @@ def add_usage(total: dict[str, Any], step: dict[str, Any]) -> None:
     for key, value in step.items():
         if key == "raw":
             total["raw"] = value
-        elif isinstance(value, int | float):
+        elif isinstance(value, _NUMBERS):
             total[key] = total.get(key, 0) + value
     for key in _USAGE_KEYS:
         total.setdefault(key, 0)
@@ -195,7 +198,7 @@ def _step_content_part(part: dict[str, Any]) -> dict[str, Any]:
 
 def _model_metadata(cfg: LoopConfig, record: Mapping[str, Any]) -> dict[str, Any]:
     response = record.get("response") or {}
-    meta: dict[str, Any] = {k: v for k, v in response.items()}
+    meta: dict[str, Any] = dict(response)
     meta["modelId"] = response.get("modelId", cfg.model.model_id)
     meta["headers"] = {}
     meta["modelMetadata"] = {
@@ -226,8 +229,15 @@ def response_view(state: RunState) -> list[PromptMessage]:
 
 def _own_messages(messages: list[PromptMessage]) -> list[PromptMessage]:
     """The model's own messages among a run's responses: user-role ones there are signals
-    the run added (a goal judge's reminder), which Mastra keeps out of the response."""
-    return [dict(m, content=list(m["content"])) for m in messages if m["role"] != "user"]
+    the run added (a goal judge's reminder), which Mastra keeps out of the response.
+
+    The messages themselves are shared, not copied: once in the conversation a message (its
+    dict and its content list) does not change, later steps append new ones, so every record
+    and payload that lists it may hold the same object (copies made each step cost as much as
+    the whole conversation, in time and in memory the run's chunks keep)."""
+    if "user" not in map(_ROLE, messages):  # the usual case, checked without a Python loop
+        return list(messages)
+    return [m for m in messages if m["role"] != "user"]
 
 
 def _nth_step_content(parts: list[dict[str, Any]], number: int) -> list[dict[str, Any]]:
@@ -252,9 +262,9 @@ def _messages_payload(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
         assert state.continued is not None
         history = history[: len(history) - state.continued.prompt_count]
         conversation = responses = response_view(state)
-    else:  # the run's own order: its responses with the signals among them (one copy for both)
-        conversation = [dict(m, content=list(m["content"])) for m in state.response_messages]
-        responses = [m for m in conversation if m["role"] != "user"]
+    else:  # the run's own order: its responses with the signals among them (shared, see above)
+        conversation = state.response_messages
+        responses = _own_messages(conversation)
     inputs = state.new_input_messages
     context = [m for m in cfg.context if m["role"] != "system"]
     return {
@@ -269,18 +279,28 @@ def _output_payload(state: RunState, record: Mapping[str, Any], usage: dict[str,
         "text": record["text"],
         "toolCalls": record["toolCalls"],
         "usage": usage,
-        "steps": [_public_step(state, s) for s in state.steps],
+        "steps": _public_steps(state),
     }
     if state.object is not None:
         output["object"] = state.object
     return output
 
 
+def _public_steps(state: RunState) -> list[dict[str, Any]]:
+    """The steps as payloads list them; each built once (again when its content grew)."""
+    cache = state.public_steps
+    steps = []
+    for record in state.steps:
+        cached = cache.get(id(record))
+        if cached is not None and cached[0] is record and cached[1] == len(record["content"]):
+            steps.append(cached[2])
+        else:
+            steps.append(_public_step(state, record))
+    return steps
+
+
 def _public_step(state: RunState, record: StepRecord) -> dict[str, Any]:
-    """A step as payloads list it; built once per step (again when its content grew)."""
-    cached = state.public_steps.get(id(record))
-    if cached is not None and cached[0] is record and cached[1] == len(record["content"]):
-        return cached[2]
+    """A step as payloads list it (and cache it)."""
     step: dict[str, Any] = {
         "content": list(record["content"]),
         "usage": record["usage"],
@@ -387,7 +407,8 @@ def run_metadata(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
         if message["role"] != "assistant":
             continue
         for part in message["content"]:
-            link = (part.get("providerOptions") or {}).get("mastra", {}).get("backgroundTask")
+            options = part.get("providerOptions")
+            link = options.get("mastra", {}).get("backgroundTask") if options else None
             if part.get("type") == "tool-call" and link:
                 timing = {"startedAt": iso_datetime(now_utc()), "taskId": link["taskId"]}
                 if link.get("status") in ("completed", "failed"):  # it settled while the run was live

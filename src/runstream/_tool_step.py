@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection, Coroutine
 from functools import partial
 from typing import Any, cast
@@ -47,6 +48,34 @@ TOOL_ABORT_GRACE_S = 1.0
 """How long an aborted run's tools may take to end on their own before they are cancelled."""
 
 
+class Outbox:
+    """What a step's running tools emit, in order (``None``: a call ended), for the step to
+    stream. A deque and, only while the step waits on it, one future: lighter than an
+    ``asyncio.Queue`` (with its event and getter/putter queues), and made once per tool step."""
+
+    __slots__ = ("_waiter", "items")
+
+    def __init__(self) -> None:
+        self.items: deque[AnyChunk | None] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: AnyChunk | None) -> None:
+        self.items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> AnyChunk | None:
+        """The next item, once there is one."""
+        while not self.items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self.items.popleft()
+
+
 class EagerTools:
     """Tools started the moment the model's ``tool-call`` part arrives, as Mastra does: they run
     while the model is still streaming (a second call's arguments, more text), and the tool step
@@ -59,22 +88,20 @@ class EagerTools:
     __slots__ = ("outbox", "slots", "tasks")
 
     def __init__(self, limit: int) -> None:
-        self.outbox: asyncio.Queue[AnyChunk | None] = asyncio.Queue()
+        self.outbox = Outbox()
         self.tasks: dict[str, asyncio.Task[ToolOutcome]] = {}
         self.slots = asyncio.Semaphore(limit)
 
     def start(self, cfg: LoopConfig, state: RunState, call: ToolCall) -> None:
         self.tasks[call.tool_call_id] = asyncio.create_task(
-            _limited(self.slots, execute_call(cfg, state, call, self.outbox.put_nowait, None))
+            _limited(self.slots, execute_call(cfg, state, call, self.outbox.put, None))
         )
 
     def emitted(self) -> list[AnyChunk]:
         """What the started tools emitted so far (never waits)."""
-        chunks = []
-        while not self.outbox.empty():
-            chunk = self.outbox.get_nowait()
-            if chunk is not None:
-                chunks.append(chunk)
+        items = self.outbox.items
+        chunks = [chunk for chunk in items if chunk is not None]
+        items.clear()
         return chunks
 
     async def cancel(self) -> None:
@@ -125,15 +152,51 @@ async def run_tool_step(
         to_run.append(call)
     async for chunk in _run_calls(cfg, state, pending, to_run, eager):
         yield chunk
-    for suspended in _suspensions(cfg, state, pending):
-        yield suspended
+    for chunk in _end_of_calls(cfg, state, pending):
+        yield chunk
+
+
+def finished_tool_step(
+    cfg: LoopConfig, state: RunState, pending: PendingToolStep, eager: EagerTools | None
+) -> list[AnyChunk] | None:
+    """The whole tool step at once, when every call it runs started while the model streamed
+    and has ended already (the usual case for a quick tool): what they emitted, then their
+    suspensions or results, as :func:`run_tool_step` would stream them, without a generator,
+    a wait or an event-loop turn. ``None`` when some call still runs (or never started):
+    :func:`run_tool_step` then runs the step."""
+    if eager is None or pending.done or pending.suspended:
+        return None
+    tasks = eager.tasks
+    calls = [call for call in pending.calls if call.tool_name not in cfg.client_tools]
+    if len(tasks) != len(calls):
+        return None
+    for call in calls:
+        task = tasks.get(call.tool_call_id)
+        if task is None or not task.done() or task.cancelled():
+            return None
+    for call in calls:
+        pending.done[call.tool_call_id] = _task_outcome(call, tasks.pop(call.tool_call_id))
+    chunks = [with_run_id(chunk, state.run_id) for chunk in eager.emitted()]
+    chunks.extend(_end_of_calls(cfg, state, pending))
+    return chunks
+
+
+def _end_of_calls(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> list[AnyChunk]:
+    """Once the step's calls ran: their suspensions (the step stops), else their results."""
+    chunks = _suspensions(cfg, state, pending)
     if pending.suspended:
         state.status = "suspended"
         state.finish_reason = "suspended"
-        return
-    for chunk in _results(cfg, state, pending):
-        yield chunk
+        return chunks
+    chunks.extend(_results(cfg, state, pending))
     state.pending = None
+    return chunks
+
+
+def _task_outcome(call: ToolCall, task: asyncio.Task[ToolOutcome]) -> ToolOutcome:
+    """How a finished (not cancelled) task that ran ``call`` ended."""
+    error = task.exception()
+    return task.result() if error is None else ToolOutcome(call, "error", error)
 
 
 async def _run_calls(
@@ -146,8 +209,8 @@ async def _run_calls(
     """Run the calls concurrently (collecting those the model step started), streaming what
     they write; each call's outcome lands in ``pending.done``."""
     run_id = state.run_id
-    outbox: asyncio.Queue[AnyChunk | None] = eager.outbox if eager is not None else asyncio.Queue()
-    emit = outbox.put_nowait
+    outbox = eager.outbox if eager is not None else Outbox()
+    emit = outbox.put
     slots = (
         eager.slots
         if eager is not None
@@ -167,10 +230,7 @@ async def _run_calls(
     def collect(call: ToolCall, task: asyncio.Task[ToolOutcome]) -> None:
         """The outcome of a call that started while the model streamed."""
         if not task.cancelled():
-            error = task.exception()
-            pending.done[call.tool_call_id] = (
-                task.result() if error is None else ToolOutcome(call, "error", error)
-            )
+            pending.done[call.tool_call_id] = _task_outcome(call, task)
         emit(None)
 
     tasks: list[asyncio.Task[Any]] = []
@@ -178,10 +238,12 @@ async def _run_calls(
         started = eager.tasks.pop(call.tool_call_id, None) if eager is not None else None
         if started is None:
             tasks.append(asyncio.create_task(run_one(call)))
+        elif started.done():  # it ended while the model streamed: nothing to wait for
+            collect(call, started)
         else:
             started.add_done_callback(partial(collect, call))
             tasks.append(started)
-    remaining = len(tasks)
+    remaining = len(to_run)
 
     hard_stop: list[asyncio.TimerHandle] = []
 
@@ -478,18 +540,25 @@ def model_view(messages: list[PromptMessage]) -> list[PromptMessage]:
     """The conversation as the model sees it: a tool result with Mastra's ``modelOutput``
     (a tool's ``to_model_output``) shows that instead of the result, which the run's messages and
     memory keep (as Mastra's message list does)."""
-    if not any(m["role"] == "tool" and _has_model_output(m) for m in messages):
+    if not _any_model_output(messages):
         return messages
     return [_with_model_output(m) if m["role"] == "tool" else m for m in messages]
 
 
+def _any_model_output(messages: list[PromptMessage]) -> bool:
+    # Plain loops, a call only for a part with options: this runs before every model call,
+    # over the whole conversation.
+    for message in messages:
+        if message["role"] == "tool":
+            for part in message["content"]:
+                if isinstance(part, dict) and part.get("providerOptions") and _model_output(part) is not None:
+                    return True
+    return False
+
+
 def _model_output(part: Any) -> Any:
     options = part.get("providerOptions") if isinstance(part, dict) else None
-    return (options or {}).get("mastra", {}).get("modelOutput")
-
-
-def _has_model_output(message: PromptMessage) -> bool:
-    return any(_model_output(part) is not None for part in message["content"])
+    return options.get("mastra", {}).get("modelOutput") if options else None
 
 
 def _with_model_output(message: PromptMessage) -> PromptMessage:

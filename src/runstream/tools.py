@@ -291,6 +291,7 @@ class Tool:
         self.background = BackgroundToolConfig.coerce(background)
         self._execute = execute
         self._args_model = args_model
+        self._arg_names = tuple(args_model.model_fields) if args_model is not None else ()
         if args_model is None:
             _check_schema(self.input_schema)
         self._schema = Schema(self.input_schema)
@@ -320,7 +321,7 @@ class Tool:
                 self._reject(
                     args, [(".".join(str(p) for p in err["loc"]), err["msg"]) for err in exc.errors()]
                 )
-            return {name: getattr(model, name) for name in type(model).model_fields}
+            return {name: getattr(model, name) for name in self._arg_names}
         issues = self._schema.issues(args)
         if issues:
             self._reject(args, issues)
