@@ -671,3 +671,32 @@ async def test_a_task_resumed_by_a_new_process_writes_its_result_into_memory(tmp
         prompt = await Memory(storage=runtime.storage).load_prompt(MemoryScope("t1", "u1"))
     outputs = [part["output"] for m in prompt if m["role"] == "tool" for part in m["content"]]
     assert outputs == [{"type": "json", "value": {"answer": {"name": "Ada"}}}]
+
+
+async def test_a_result_landing_in_a_live_run_leaves_streamed_payloads_as_they_were() -> None:
+    """A task that ends while its run is still live writes its result into the run's messages
+    (copy on write): the step-finish streamed before keeps its placeholder."""
+    gate = Gate()
+    model = ScriptedModel(calls=[call(("c1", "research", '{"topic":"sol"}')), say("Started.")])
+    runtime, agent = build(model, gate)
+    async with runtime:
+        manager = runtime.task_manager
+        assert manager is not None
+        out = await agent.stream("Research sol", memory=MEMORY)
+        before: dict[str, Any] = {}
+
+        async def land_result_after_step_finish(chunk: AnyChunk) -> None:
+            if chunk.type == "step-finish" and not before:
+                before["chunk"], before["wire"] = chunk, chunk.to_json()
+                gate.get("sol").set()
+                page = await manager.list_tasks(TaskFilter(tool_call_id="c1"))
+                assert (await manager.wait_for(page.items[0].id)).status == "completed"
+
+        await collect(out.full_stream, land_result_after_step_finish)
+        tool_parts = [p for m in out.state.messages if m["role"] == "tool" for p in m["content"]]
+        assert tool_parts[0]["output"] == {
+            "type": "json",
+            "value": {"topic": "sol", "summary": "sol is fast"},
+        }
+        assert before["chunk"].to_json() == before["wire"]
+        assert "Background task started" in before["wire"]

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from runstream.chunks import iso_datetime
 from runstream.models.base import PromptMessage, tool_result_output
@@ -361,21 +361,32 @@ def rewrite_task_result(message: StoredMessage, task: TaskRecord) -> StoredMessa
 
 
 def rewrite_prompt_result(messages: list[PromptMessage], task: TaskRecord) -> bool:
-    """The same rewrite on a live run's prompt messages (before they are saved)."""
+    """The same rewrite on a live run's prompt messages (before they are saved). Copy on write:
+    the message is replaced in the list by a new one, since payloads already streamed share the
+    conversation's messages and parts and must keep what they said."""
     state, value = task_outcome(task)
-    for message in messages:
+    for index, message in enumerate(messages):
         if message["role"] != "tool":
             continue
-        for part in message["content"]:
+        for position, part in enumerate(message["content"]):
             link = _task_link(part.get("providerOptions"))
             if (
                 part.get("toolCallId") == task.tool_call_id
                 and link is not None
                 and link.get("taskId") == task.id
             ):
-                part["output"] = tool_result_output(value, is_error=state != "result")
-                mastra = part["providerOptions"]["mastra"]
-                mastra["backgroundTask"]["status"] = link_status(task)
-                mastra["modelOutput"] = None
+                options = part["providerOptions"]
+                mastra = {
+                    **options["mastra"],
+                    "backgroundTask": {**link, "status": link_status(task)},
+                    "modelOutput": None,
+                }
+                content = list(message["content"])
+                content[position] = {
+                    **part,
+                    "output": tool_result_output(value, is_error=state != "result"),
+                    "providerOptions": {**options, "mastra": mastra},
+                }
+                messages[index] = cast(PromptMessage, {**message, "content": content})
                 return True
     return False
