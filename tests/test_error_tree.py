@@ -229,3 +229,12 @@ def test_server_durable_mcp_and_testing() -> None:
     )
     raised(ConfigurationError, "ScriptedModel needs at least one call", lambda: ScriptedModel(calls=[]))
     assert issubclass(ConfigurationError, RunstreamError)
+
+
+def test_durable_runs_used_before_they_start() -> None:
+    pytest.importorskip("temporalio")  # (the durable extra; the dev extra installs it)
+    from runstream.durable.runner import NotStartedError, TemporalRuns
+
+    runs = TemporalRuns("redis://127.0.0.1:6379")
+    error = raised(NotStartedError, "TemporalRuns is not started", lambda: runs.client)
+    assert isinstance(error, StateConflictError) and isinstance(error, RuntimeError)

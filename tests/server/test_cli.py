@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import signal
@@ -56,8 +57,18 @@ def test_bad_target(project: Path) -> None:
 
 def test_serve_command_runs_uvicorn(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[Any, dict[str, Any]]] = []
-    monkeypatch.setattr(cli.uvicorn, "run", lambda app, **kw: calls.append((app, kw)))
-    assert cli.serve_command(["served_project:runtime", "--port", "9999", "--log-level", "debug"]) == 0
+    frozen: list[int] = []
+
+    def run(app: Any, **kw: Any) -> None:
+        calls.append((app, kw))
+        frozen.append(gc.get_freeze_count())
+
+    monkeypatch.setattr(cli.uvicorn, "run", run)
+    try:
+        assert cli.serve_command(["served_project:runtime", "--port", "9999", "--log-level", "debug"]) == 0
+    finally:
+        gc.unfreeze()
+    assert frozen[0] > 0  # what was loaded before serving is out of the collector's way
     app, options = calls[0]
     assert isinstance(app, Starlette)
     assert options == {"host": "127.0.0.1", "port": 9999, "log_level": "debug"}

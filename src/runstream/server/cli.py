@@ -10,6 +10,7 @@ from this machine, see :mod:`runstream.server.cors`);
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import os
@@ -162,6 +163,11 @@ def _run(args: argparse.Namespace, cors: list[str] | None) -> None:
         )
     else:
         provider = setup_from_environment()  # OTLP export when OTEL_* asks for it
+        # What is loaded now (modules, the app, its agents) lives as long as the process: moved
+        # out of the collector's generations, full collections stop rescanning it (bench_server:
+        # garbage collection was a third of the server's CPU at 1,000 streams, ~40% less after).
+        gc.collect()
+        gc.freeze()
         try:
             uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
         finally:
