@@ -28,7 +28,6 @@ from typing import Any
 
 from runstream._run_state import LoopConfig, RunState
 from runstream.chunks import AnyChunk
-from runstream.errors import InvalidTypeError
 
 Callback = Callable[[Any], Awaitable[None] | None]
 
@@ -57,24 +56,6 @@ class RunCallbacks:
     on_finish: Callback | None = None
     on_error: Callback | None = None
     on_abort: Callback | None = None
-
-    def __bool__(self) -> bool:  # (asked twice per run: no generator for five comparisons)
-        return not (
-            self.on_chunk is None
-            and self.on_step_finish is None
-            and self.on_finish is None
-            and self.on_error is None
-            and self.on_abort is None
-        )
-
-    def check(self) -> RunCallbacks:
-        if not self:
-            return self
-        for name in ("on_chunk", "on_step_finish", "on_finish", "on_error", "on_abort"):
-            hook = getattr(self, name)
-            if hook is not None and not callable(hook):
-                raise InvalidTypeError(f"{name} must be a function, got {type(hook).__name__}")
-        return self
 
 
 async def with_callbacks(
