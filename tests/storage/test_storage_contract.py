@@ -788,6 +788,18 @@ async def test_thread_state(storage: Storage) -> None:
     assert await storage.get_thread_state("t2", "goal") == {"objective": "other thread"}
 
 
+async def test_claim_snapshot_keeps_the_first_claim(storage: Storage) -> None:
+    first = {"principalId": "alice", "resourceId": "u1", "note": UNICODE_PAYLOAD}
+    assert await storage.claim_snapshot("owners", "run-1", first) == first
+    assert await storage.claim_snapshot("owners", "run-1", {"principalId": "bob"}) == first
+    assert await storage.load_snapshot("owners", "run-1") == first
+    claims = await asyncio.gather(
+        *(storage.claim_snapshot("owners", "run-2", {"principalId": f"p{i}"}) for i in range(8))
+    )
+    assert len({claim["principalId"] for claim in claims}) == 1  # one winner, seen by every caller
+    assert await storage.load_snapshot("owners", "run-2") == claims[0]
+
+
 async def test_snapshots(storage: Storage) -> None:
     await storage.save_snapshot("workflow", "run-1", {"step": 1, "state": UNICODE_PAYLOAD})
     await storage.save_snapshot("other", "run-1", {"step": 9})

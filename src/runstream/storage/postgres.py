@@ -524,12 +524,13 @@ class PostgresStorage:
         encoded = encode_json_object(data, what=f"snapshot {namespace}/{snapshot_id}")
         insert = (
             f"INSERT INTO {self._snapshots} (namespace, id, data, updated_at) VALUES ($1, $2, $3, $4) "
-            "ON CONFLICT (namespace, id) DO NOTHING"
+            "ON CONFLICT (namespace, id) DO NOTHING RETURNING data"
         )
         select = f"SELECT data FROM {self._snapshots} WHERE namespace = $1 AND id = $2"
         async with self._write() as conn:
-            await conn.execute(insert, namespace, snapshot_id, encoded, utc_now())
-            row = await conn.fetchrow(select, namespace, snapshot_id)
+            row = await conn.fetchrow(insert, namespace, snapshot_id, encoded, utc_now())
+            if row is None:  # claimed before: what the claim holds
+                row = await conn.fetchrow(select, namespace, snapshot_id)
         assert row is not None
         return dict(decode_json(row["data"]))
 

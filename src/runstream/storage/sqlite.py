@@ -562,11 +562,13 @@ class SqliteStorage:
     ) -> dict[str, Any]:
         encoded = encode_json_object(data, what=f"snapshot {namespace}/{snapshot_id}")
         async with self._write() as tx:
-            await tx.run(
+            inserted = await tx.run(
                 "INSERT INTO snapshots (namespace, id, data, updated_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (namespace, id) DO NOTHING",
                 [namespace, snapshot_id, encoded, utc_now()],
             )
+            if inserted:  # the usual case (a new run): no second round trip while writes wait
+                return dict(decode_json(encoded))
             row = await tx.row(
                 "SELECT data FROM snapshots WHERE namespace = ? AND id = ?", [namespace, snapshot_id]
             )
