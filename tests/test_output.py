@@ -218,3 +218,51 @@ async def test_cancelled_consumer_ends_the_run_without_hanging_others() -> None:
     assert follower == puller
     assert out.status == "aborted"
     assert text == ""
+
+
+async def test_interleaved_text_blocks_reach_every_consumer_and_both_drivers_alike() -> None:
+    """Deltas of two blocks in turn, an empty delta and a reasoning run: consumers taking turns
+    (each pulls for the other), a late one, and the wrapped loop (``PartSource.chunks``, used
+    with callbacks) all see the same chunks."""
+    parts: list[StreamPart] = [
+        START,
+        {"type": "text-start", "id": "a"},
+        {"type": "text-delta", "id": "a", "delta": "one "},
+        {"type": "text-delta", "id": "a", "delta": ""},
+        {"type": "text-delta", "id": "a", "delta": "two "},
+        {"type": "text-delta", "id": "b", "delta": "other "},
+        {"type": "text-delta", "id": "a", "delta": "three "},
+        {"type": "text-delta", "id": "a", "delta": "four"},
+        {"type": "reasoning-delta", "id": "r", "delta": "hm"},
+        {"type": "text-delta", "id": "a", "delta": "!"},
+        {"type": "text-end", "id": "a"},
+        {"type": "finish", "finishReason": "stop", "usage": USAGE},
+    ]
+
+    def agent() -> Agent:
+        return Agent("a", model=ScriptedModel(calls=[{"parts": parts}]))
+
+    out = await agent().stream("hi")
+    first, second = out.full_stream, out.full_stream
+    taking_turns: tuple[list[AnyChunk], list[AnyChunk]] = ([], [])
+    async with asyncio.timeout(5):
+        while True:
+            one = await anext(first, None)
+            other = await anext(second, None)
+            if one is None and other is None:
+                break
+            assert one is not None and other is not None
+            taking_turns[0].append(one)
+            taking_turns[1].append(other)
+        late = [chunk async for chunk in out.full_stream]
+        wrapped = [chunk async for chunk in (await agent().stream("hi", on_chunk=lambda _: None)).full_stream]
+
+    deltas = [(c.payload["id"], c.payload["text"]) for c in taking_turns[0] if c.type == "text-delta"]
+    assert deltas == [("a", "one "), ("a", "two "), ("b", "other "), ("a", "three "), ("a", "four"), ("a", "!")]
+    assert taking_turns[1] == taking_turns[0]
+    assert late == taking_turns[0]
+    assert [c.to_wire()["payload"] for c in wrapped if "delta" in c.type] == [
+        c.to_wire()["payload"] for c in late if "delta" in c.type
+    ]
+    assert [c.type for c in wrapped] == [c.type for c in late]
+    assert await out.text == "one two other three four!"

@@ -59,7 +59,7 @@ from runstream.chunks import (
     StartChunk,
     TripwireChunk,
 )
-from runstream.output import SubStream
+from runstream.output import PartSource, SubStream
 from runstream.processors import ProcessorContext, StepView, TripWire, run_step_processors
 from runstream.stop_conditions import should_stop
 from runstream.structured import NO_OBJECT, StructuredOutput
@@ -78,17 +78,18 @@ async def agent_loop(
         if isinstance(item, Chunk):
             yield item
         else:
-            async for chunk in item:
+            async for chunk in item.chunks() if isinstance(item, PartSource) else item:
                 yield chunk
 
 
 async def run_chunks(
     cfg: LoopConfig, state: RunState, resume: ResumeAction | None = None
-) -> AsyncIterator[AnyChunk | SubStream]:
-    """:func:`agent_loop`, except that each model step's chunks come as the step's own
-    generator (a :data:`~runstream.output.SubStream`) for the consumer to pull from directly
-    until it ends, then go on here: ``RunOutput`` does, a generator layer less per token (async
-    generators have no ``yield from``). Still one pull-through chain, no task or queue."""
+) -> AsyncIterator[AnyChunk | SubStream | PartSource]:
+    """:func:`agent_loop`, except that each model step comes as a
+    :class:`~runstream.output.PartSource` whose provider parts the consumer pulls and translates
+    itself until they end, then goes on here: ``RunOutput`` does, two generator layers less per
+    token (async generators have no ``yield from``). Still one pull-through chain, no task or
+    queue."""
     if resume is None:  # the first chunk goes out before anything else is set up
         yield StartChunk(state.run_id, {"id": cfg.agent_id, "messageId": state.message_id})
     outcome: StepOutcome = CONTINUE
@@ -109,7 +110,7 @@ async def run_chunks(
             open_new_message(state)
         step_cfg, conversation = await prepared_step(cfg, state) if cfg.prepare_step else (cfg, None)
         step = ModelStep(step_cfg, state, turn, conversation)
-        yield step.stream()  # pulled to its end before this generator goes on
+        yield await step.open()  # its parts are pulled to their end before this generator goes on
         async for item in _after_model_step(step_cfg, state, turn, step):
             if isinstance(item, Chunk):
                 yield item

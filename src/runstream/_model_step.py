@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,13 +46,15 @@ from runstream.chunks import (
 )
 from runstream.models.base import LanguageModel, ModelCallError, ModelRequest, PromptMessage
 from runstream.processors import ProcessorContext, TripWire, run_stream_processors
-from runstream.structured import partial_object
+from runstream.output import PartSource, SubStream
+from runstream.structured import StructuredOutput, partial_object
 
 DURABLE_STEP_ID = "durable-llm-execution"
 """The step id of a durable run's model steps, as Mastra's durable workflow names them."""
 
 
 _NONE: tuple[Any, ...] = ()
+_new = object.__new__
 
 
 @dataclass(slots=True)
@@ -85,12 +87,23 @@ class Turn:
         )
 
 
-class ModelStep:
-    """One model call: :meth:`stream` yields its chunks; afterwards the step's results are on
-    the object (``text``, :meth:`content`, ``calls``, ``usage``, ``error``, ``tripwire`` ...)."""
+class ModelStep(PartSource):
+    """One model call: :meth:`open` calls the model, and the step is then the part source of
+    its chunks; once they ran out, the step's results are on the object (``text``,
+    :meth:`content`, ``calls``, ``usage``, ``error``, ``tripwire`` ...)."""
 
     __slots__ = (
         "block_starts",
+        "continues",
+        "fast",
+        "lane",
+        "parts",
+        "plain",
+        "run_id",
+        "signal",
+        "span",
+        "stopped",
+        "structured",
         "calls",
         "cfg",
         "conversation",
@@ -142,103 +155,154 @@ class ModelStep:
         self.files: list[dict[str, Any]] = []
         self.eager: EagerTools | None = None  # made at the step's first tool call
         self.started = int(time.time() * 1000)
+        self.run_id = state.run_id
+        self.signal = cfg.abort_signal
+        self.span: Any = None
+        self.structured: StructuredOutput | None = None
+        self.plain = False
+        """Nothing but the provider's parts makes the step's chunks (see :meth:`translate`)."""
+        self.fast = False
+        self.stopped = False
+        self.continues = False
+        self.lane: str | None = None
+        """The block of the text delta :meth:`translate` made last, if that was its last chunk."""
 
     @property
     def text(self) -> str:
         return "".join(self.text_deltas)
 
-    async def stream(self) -> AsyncGenerator[AnyChunk, None]:
-        """Call the model and yield the step's chunks (``step-start`` first)."""
+    async def open(self) -> ModelStep | SubStream:
+        """Call the model: the step itself, a part source whose parts its consumer turns into
+        chunks (``step-start`` first); when the request failed, the failed step's chunks."""
         cfg, state = self.cfg, self.state
-        run_id = state.run_id
         request = self._model_request()
-        span = tracing.start_chat_span(
+        self.span = tracing.start_chat_span(
             state.span, cfg.model.provider, cfg.model.model_id, state.step_number, request
         )
         try:
             model_stream = await cfg.model.stream(request)
-            self.request = model_stream.request
-            parts = model_stream.parts
         except Exception as exc:  # the request itself failed
             self.error = exc
-            yield self._step_start()
-            self.step_result["warnings"] = []
-            self._close(span)
-            return
-        signal = cfg.abort_signal
+            return self._request_failed()
+        self.request = model_stream.request
+        self.parts = model_stream.parts
         structured = cfg.structured_output
         if structured is not None and structured.structuring_model is not None:
             structured = None  # the structuring model makes the object after the step
-        stream_processors = self.turn.stream_processors
-        plain = structured is None and not stream_processors
-        text = self.text_deltas
-        try:
-            async for part in parts:
-                eager = self.eager
-                if eager is not None and eager.tasks:
-                    for emitted in eager.emitted():
-                        yield with_run_id(emitted, run_id)
-                kind = part["type"]
-                chunk: AnyChunk | None
-                if kind == "text-delta":
-                    delta = part["delta"]
-                    if not delta:  # as Mastra: an empty delta is not streamed
-                        continue
-                    text.append(delta)
-                    chunk = TextDeltaChunk(run_id, {"id": part["id"], "text": delta})
-                    if plain and self.started_emitted:  # the hot path: nothing else to do
-                        yield chunk
-                        if signal.aborted:
-                            break
-                        continue
-                elif kind == "stream-start":
-                    self.warnings = part.get("warnings") or []
-                    if not self.started_emitted:
-                        yield self._step_start()
-                    continue
-                elif kind == "error":
-                    self.error = _as_exception(part.get("error"))
-                    break
-                else:
-                    translate = _TRANSLATORS.get(kind)
-                    chunk = None if translate is None else translate(self, part)
-                    if chunk is None:
-                        continue
-                if not self.started_emitted:
-                    yield self._step_start()
-                if structured is not None and kind == "text-delta":
-                    partial = partial_object("".join(text))
-                    if partial is not None and partial != self.last_object:
-                        self.last_object = partial
-                        yield ObjectChunk(run_id, partial)
-                if stream_processors:
-                    processed = await run_stream_processors(
-                        stream_processors, chunk, self.turn.processor_contexts
-                    )
-                    if kind == "text-delta":  # the step's text is what the processors let through
-                        text.pop()
-                        if processed is not None:
-                            text.append(processed.payload["text"])
-                    if processed is None:
-                        continue
-                    chunk = processed
-                yield chunk
-                if signal.aborted:
-                    break
-        except TripWire as trip:
-            self.tripwire = trip
-        except AbortError:
-            pass
-        except Exception as exc:  # the part stream failed mid-way
-            if not signal.aborted:
-                self.error = exc
-        finally:
-            aclose = getattr(parts, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        self.structured = structured
+        self.plain = structured is None and not self.turn.stream_processors
+        return self
+
+    async def _request_failed(self) -> SubStream:
+        yield self._step_start()
+        self.step_result["warnings"] = []
+        self._close(self.span)
+
+    def translate(self, part: dict[str, Any]) -> AnyChunk | SubStream | None:
+        """A provider part's chunk. A plain step under way (no structured output or stream
+        processors) with no output of eager tools to interleave makes it with a function call,
+        text deltas first (``fast``: no eager tool started); any other part is a sub-stream of
+        its own (:meth:`_part_chunks`)."""
+        if not self.fast and not self._quiet():
+            self.continues = False
+            self.lane = None
+            return self._part_chunks(part)
+        kind = part["type"]
+        if kind == "text-delta":
+            delta = part["delta"]
+            if not delta:  # as Mastra: an empty delta is not streamed
+                self.continues = False
+                return None
+            self.text_deltas.append(delta)
+            block = part["id"]
+            self.continues = block == self.lane
+            self.lane = block
+            # TextDeltaChunk(...) made inline: the class call runs a Python __init__, a third of
+            # this function's cost (the hot path: one per token)
+            chunk = _new(TextDeltaChunk)
+            chunk.type = "text-delta"
+            chunk.run_id = self.run_id
+            chunk.from_ = "AGENT"
+            chunk.payload = {"id": block, "text": delta}
+            return chunk
+        self.continues = False
+        self.lane = None
+        translate = _TRANSLATORS.get(kind)
+        return self._part_chunks(part) if translate is None else translate(self, part)
+
+    def _quiet(self) -> bool:
+        """A plain step under way whose eager tools have no output waiting."""
+        eager = self.eager
+        return self.plain and self.started_emitted and eager is not None and not eager.outbox.items
+
+    async def _part_chunks(self, part: dict[str, Any]) -> SubStream:
+        """One part, whatever the step is doing: the started tools' output first, the step's
+        start, structured output's partial object, the stream processors."""
+        eager = self.eager
+        if eager is not None and eager.tasks:
+            for emitted in eager.emitted():
+                yield with_run_id(emitted, self.run_id)
+        kind = part["type"]
+        chunk: AnyChunk | None
+        if kind == "text-delta":
+            delta = part["delta"]
+            if not delta:
+                return
+            self.text_deltas.append(delta)
+            chunk = TextDeltaChunk(self.run_id, {"id": part["id"], "text": delta})
+        elif kind == "stream-start":
+            self.warnings = part.get("warnings") or []
+            if not self.started_emitted:
+                yield self._step_start()
+            return
+        elif kind == "error":
+            self.error = _as_exception(part.get("error"))
+            self.stopped = True
+            return
+        else:
+            translate = _TRANSLATORS.get(kind)
+            chunk = None if translate is None else translate(self, part)
+            if chunk is None:
+                return
         if not self.started_emitted:
             yield self._step_start()
-        self._close(span)
+        try:
+            if self.structured is not None and kind == "text-delta":
+                partial = partial_object("".join(self.text_deltas))
+                if partial is not None and partial != self.last_object:
+                    self.last_object = partial
+                    yield ObjectChunk(self.run_id, partial)
+            if self.turn.stream_processors:
+                chunk = await self._processed(chunk, kind)
+        except Exception as exc:
+            self._failed(exc)
+            return
+        if chunk is not None:
+            yield chunk
+
+    async def _processed(self, chunk: AnyChunk, kind: str) -> AnyChunk | None:
+        processed = await run_stream_processors(self.turn.stream_processors, chunk, self.turn.processor_contexts)
+        if kind == "text-delta":  # the step's text is what the processors let through
+            self.text_deltas.pop()
+            if processed is not None:
+                self.text_deltas.append(processed.payload["text"])
+        return processed
+
+    def _failed(self, exc: Exception) -> None:
+        """The stream failed mid-way (the provider, a processor): the step ends there."""
+        self.stopped = True
+        if isinstance(exc, TripWire):
+            self.tripwire = exc
+        elif not isinstance(exc, AbortError) and not self.signal.aborted:
+            self.error = exc
+
+    async def end(self, error: Exception | None) -> SubStream:
+        await self.aclose()
+        if error is not None:
+            self._failed(error)
+        if not self.started_emitted:
+            yield self._step_start()
+        self._close(self.span)
 
     def _close(self, span: Any) -> None:
         """Settle the step's reason, error and response metadata once its stream ended."""
@@ -281,6 +345,7 @@ class ModelStep:
 
     def _step_start(self) -> StepStartChunk:
         self.started_emitted = True
+        self.fast = self.plain and self.eager is None
         payload: StepStartPayload = {
             "request": self.request,
             "warnings": self.warnings,
@@ -359,6 +424,7 @@ class ModelStep:
         if self.turn.eager_allowed and call.tool_name not in cfg.client_tools:
             self.eager = self.eager or EagerTools(tool_call_limit(cfg, self.calls))
             self.eager.start(cfg, state, call)  # a client tool runs on the client
+            self.fast = False  # what the tool emits goes out between the following parts
         return chunk
 
     def _source(self, part: dict[str, Any]) -> AnyChunk:

@@ -19,9 +19,10 @@ from types import AsyncGeneratorType
 from typing import Any, cast
 
 from runstream._run_state import RunState
-from runstream.abort import AbortController
+from runstream.abort import AbortController, AbortSignal
 from runstream.chunks import (
     AnyChunk,
+    Chunk,
     ChunkFrom,
     ObjectChunk,
     ReasoningDeltaChunk,
@@ -36,6 +37,63 @@ it ends, then from the source again. The loop hands over each model step's chunk
 
 
 _SUB_STREAM: Any = AsyncGeneratorType
+
+
+class PartSource:
+    """A model step's provider stream, handed over as one item of a stream, like a sub-stream:
+    its consumer pulls the provider's parts itself and turns each into chunks with
+    :meth:`translate`, so a token costs a function call rather than a generator layer.
+    ``RunOutput`` drives it inline; :meth:`chunks` is the same as one generator, for any other
+    consumer (``runstream._loop.agent_loop``)."""
+
+    __slots__ = ()
+
+    parts: AsyncIterator[Any]
+    signal: AbortSignal
+    stopped: bool
+    """Set when a part ended the stream (an error part, a tripwire): no further part is pulled,
+    as none is once ``signal`` is aborted."""
+    continues: bool
+    """Set by :meth:`translate` when its chunk is a plain text delta (two payload keys, the
+    run's id, from ``AGENT``) of the same block as the chunk it made just before, with
+    nothing in between: the consumer adds it to the delta run it keeps without checking."""
+
+    def translate(self, part: Any) -> AnyChunk | SubStream | None:
+        """A part's chunk; for a part with more to do than one chunk, a sub-stream of its chunks
+        (then :attr:`stopped` is read again); ``None`` when the part streams nothing."""
+        raise NotImplementedError
+
+    def end(self, error: Exception | None) -> SubStream:
+        """The last chunks once the parts ran out, stopped, or failed with ``error``; closes the
+        parts first."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Close the provider's stream (a no-op once it ended)."""
+        aclose = getattr(self.parts, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+    async def chunks(self) -> SubStream:
+        """Every chunk of the source, as one generator."""
+        pull = self.parts.__anext__
+        signal = self.signal
+        error: Exception | None = None
+        while not self.stopped and not signal.aborted:
+            try:
+                item = self.translate(await pull())
+            except StopAsyncIteration:
+                break
+            except Exception as exc:  # the provider's stream failed mid-way
+                error = exc
+                break
+            if isinstance(item, Chunk):
+                yield item
+            elif item is not None:
+                async for chunk in item:
+                    yield chunk
+        async for chunk in self.end(error):
+            yield chunk
 
 
 class _DeltaRun:
@@ -69,15 +127,17 @@ class RunOutput:
 
     def __init__(
         self,
-        source: AsyncIterator[AnyChunk | SubStream],
+        source: AsyncIterator[AnyChunk | SubStream | PartSource],
         state: RunState,
         controller: AbortController,
         *,
         on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         # Typed as chunks for the hot path; a sub-stream among them is spotted by its type.
-        self._pull = cast("Callable[[], Awaitable[AnyChunk]]", source.__anext__)
-        self._outer: list[Callable[[], Awaitable[AnyChunk]]] = []
+        self._pull: Callable[[], Awaitable[Any]] = source.__anext__
+        self._source: PartSource | None = None
+        """The part source ``_pull`` pulls parts from (``None``: it pulls chunks)."""
+        self._outer: list[tuple[Callable[[], Awaitable[Any]], PartSource | None]] = []
         """Where to pull from once the current sub-stream ends (innermost last)."""
         self._buffer: list[AnyChunk | _DeltaRun] = []
         self._done = False
@@ -137,54 +197,61 @@ class RunOutput:
             texts: list[str] = run.texts if run is not None else []
             kept = self._kept
             while True:
+                source = self._source  # a model step's parts being pulled (else chunks)
+                if source is not None and (source.stopped or source.signal.aborted):
+                    self._end_parts(source, None)
+                    continue
                 self._pulling = True
                 try:
                     chunk = await self._pull()
+                    if source is not None:
+                        chunk = source.translate(chunk)
                 except StopAsyncIteration:
                     self._pulling = False
-                    if self._outer:  # a sub-stream ended: back to the stream that handed it over
-                        self._pull = self._outer.pop()
+                    if self._pop():
                         continue
                     self._wake_waiters()
                     await self._close()
                     return
                 except (asyncio.CancelledError, GeneratorExit):
-                    self._stop_pulling()
-                    # A consumer was cancelled mid-pull: that ends the run (reader cancel = abort).
-                    self._controller.abort("stream consumer cancelled")
-                    if self.state.status == "running":
-                        self.state.status = "aborted"
-                    await self._close()
+                    await self._cancelled(source)
                     raise
-                except Exception as exc:  # a bug below the loop must still end the stream
+                except Exception as exc:
                     self._stop_pulling()
-                    self.state.error = exc
-                    self.state.status = "failed"
-                    await self._close()
-                    raise
+                    if source is None:
+                        await self._failed(exc)
+                        raise
+                    self._end_parts(source, exc)  # the provider's stream failed: the step records it
+                    continue
                 self._pulling = False  # (inline: the hot path)
                 if self._waiters:
                     self._wake_waiters()
+                if source is not None and source.continues:  # the hot path: one more delta
+                    texts.append(chunk.payload["text"])  # of the open run, the step vouches
+                    kept += 1
+                    self._kept = kept
+                    yield chunk
+                    if self._kept != kept:  # another consumer pulled meanwhile: replay
+                        i, j = self._open_index, len(texts)
+                        break
+                    continue
+                if chunk is None:  # a part that streams nothing
+                    continue
                 kind = type(chunk)
-                if run is not None and kind is run.cls:
-                    payload = chunk.payload
-                    if (
-                        len(payload) == 2
-                        and payload["id"] == run.id
-                        and chunk.run_id == run.run_id
-                        and chunk.from_ == run.from_
-                    ):  # the common case, inline: one more delta of the open run
-                        texts.append(payload["text"])
-                        kept += 1
-                        self._kept = kept
-                        yield chunk
-                        if self._kept != kept:  # another consumer pulled meanwhile: replay
-                            i, j = self._open_index, len(texts)
-                            break
-                        continue
+                if run is not None and kind is run.cls and run.takes(chunk):  # (a wrapped loop's)
+                    texts.append(chunk.payload["text"])
+                    kept += 1
+                    self._kept = kept
+                    yield chunk
+                    if self._kept != kept:
+                        i, j = self._open_index, len(texts)
+                        break
+                    continue
                 if kind is _SUB_STREAM:  # a sub-stream: pulled from directly
-                    self._outer.append(self._pull)
-                    self._pull = cast(Any, chunk).__anext__
+                    self._push(cast(Any, chunk).__anext__, None)
+                    continue
+                if isinstance(chunk, PartSource):  # a model step's parts: translated here
+                    self._push(chunk.parts.__anext__, chunk)
                     continue
                 i, j = self._keep(chunk)
                 kept = self._kept
@@ -194,6 +261,45 @@ class RunOutput:
                 yield chunk
                 if self._kept != kept:  # another consumer pulled meanwhile: replay from i, j
                     break
+
+    async def _cancelled(self, source: PartSource | None) -> None:
+        """A consumer was cancelled mid-pull: that ends the run (reader cancel = abort)."""
+        self._stop_pulling()
+        if source is not None:
+            await source.aclose()
+        self._controller.abort("stream consumer cancelled")
+        if self.state.status == "running":
+            self.state.status = "aborted"
+        await self._close()
+
+    async def _failed(self, exc: Exception) -> None:
+        """A bug below the loop must still end the stream."""
+        self.state.error = exc
+        self.state.status = "failed"
+        await self._close()
+
+    def _push(self, pull: Callable[[], Awaitable[Any]], source: PartSource | None) -> None:
+        """Pull from a handed-over sub-stream or part source until it ends, then go back."""
+        self._outer.append((self._pull, self._source))
+        self._pull = pull
+        self._source = source
+
+    def _pop(self) -> bool:
+        """The current stream ended: a part source goes on with its last chunks, a sub-stream
+        back to the stream that handed it over. ``False`` when the run's own stream ended."""
+        source = self._source
+        if source is not None:
+            self._end_parts(source, None)
+            return True
+        if not self._outer:
+            return False
+        self._pull, self._source = self._outer.pop()
+        return True
+
+    def _end_parts(self, source: PartSource, error: Exception | None) -> None:
+        """The part source is done: its last chunks come in its place."""
+        self._pull = source.end(error).__anext__
+        self._source = None
 
     def _keep(self, chunk: AnyChunk) -> tuple[int, int]:
         """Buffer a chunk for later consumers; returns the position just after it.
