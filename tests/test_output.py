@@ -258,7 +258,14 @@ async def test_interleaved_text_blocks_reach_every_consumer_and_both_drivers_ali
         wrapped = [chunk async for chunk in (await agent().stream("hi", on_chunk=lambda _: None)).full_stream]
 
     deltas = [(c.payload["id"], c.payload["text"]) for c in taking_turns[0] if c.type == "text-delta"]
-    assert deltas == [("a", "one "), ("a", "two "), ("b", "other "), ("a", "three "), ("a", "four"), ("a", "!")]
+    assert deltas == [
+        ("a", "one "),
+        ("a", "two "),
+        ("b", "other "),
+        ("a", "three "),
+        ("a", "four"),
+        ("a", "!"),
+    ]
     assert taking_turns[1] == taking_turns[0]
     assert late == taking_turns[0]
     assert [c.to_wire()["payload"] for c in wrapped if "delta" in c.type] == [

@@ -18,7 +18,7 @@ from runstream import _tracing as tracing
 from runstream._ids import new_id
 from runstream._run_state import LoopConfig, RunState, ToolCall
 from runstream._step_results import normalize_usage
-from runstream._tool_step import EagerTools, model_view, tool_call_limit, with_run_id
+from runstream._tool_step import EagerTools, model_view, shows_model_output, tool_call_limit, with_run_id
 from runstream.abort import AbortError
 from runstream.chunks import (
     AnyChunk,
@@ -45,8 +45,8 @@ from runstream.chunks import (
     now_utc,
 )
 from runstream.models.base import LanguageModel, ModelCallError, ModelRequest, PromptMessage
-from runstream.processors import ProcessorContext, TripWire, run_stream_processors
 from runstream.output import PartSource, SubStream
+from runstream.processors import ProcessorContext, TripWire, run_stream_processors
 from runstream.structured import StructuredOutput, partial_object
 
 DURABLE_STEP_ID = "durable-llm-execution"
@@ -68,6 +68,9 @@ class Turn:
     """Tools may start while the model streams (no tool of the agent needs approval)."""
     retry_feedback: list[PromptMessage] = field(default_factory=list)
     """Processor feedback the model sees after a rejected step."""
+    plain_messages: int = 0
+    """The run's first messages known to hold no tool result the model sees otherwise (Mastra's
+    ``modelOutput``): each model call looks only at the messages added since the last."""
 
     @classmethod
     def of(cls, cfg: LoopConfig, run_id: str) -> Turn:
@@ -94,32 +97,32 @@ class ModelStep(PartSource):
 
     __slots__ = (
         "block_starts",
-        "continues",
-        "fast",
-        "lane",
-        "parts",
-        "plain",
-        "run_id",
-        "signal",
-        "span",
-        "stopped",
-        "structured",
         "calls",
         "cfg",
+        "continues",
         "conversation",
         "eager",
         "error",
+        "fast",
         "files",
         "finish_reason",
+        "lane",
         "last_object",
+        "parts",
+        "plain",
         "reasoning",
         "request",
         "response",
+        "run_id",
+        "signal",
+        "span",
         "started",
         "started_emitted",
         "state",
         "step_result",
+        "stopped",
         "streamed_args",
+        "structured",
         "text_deltas",
         "tool_names",
         "tripwire",
@@ -281,7 +284,9 @@ class ModelStep(PartSource):
             yield chunk
 
     async def _processed(self, chunk: AnyChunk, kind: str) -> AnyChunk | None:
-        processed = await run_stream_processors(self.turn.stream_processors, chunk, self.turn.processor_contexts)
+        processed = await run_stream_processors(
+            self.turn.stream_processors, chunk, self.turn.processor_contexts
+        )
         if kind == "text-delta":  # the step's text is what the processors let through
             self.text_deltas.pop()
             if processed is not None:
@@ -327,12 +332,17 @@ class ModelStep(PartSource):
         cfg, state = self.cfg, self.state
         structured = cfg.structured_output
         tools_offered = [] if (cfg.tool_choice or {}).get("type") == "none" else list(cfg.tools.values())
-        conversation = (
-            [*state.messages[: state.input_count], *cfg.after_input, *state.messages[state.input_count :]]
-            if self.conversation is None
-            else self.conversation
-        )
-        prompt = [*cfg.system, *self.turn.retry_feedback, *cfg.context, *model_view(conversation)]
+        if self.conversation is None:
+            messages = state.messages
+            conversation = [*messages[: state.input_count], *cfg.after_input, *messages[state.input_count :]]
+            turn = self.turn
+            if shows_model_output(messages, turn.plain_messages) or shows_model_output(cfg.after_input):
+                conversation = model_view(conversation)
+            else:  # looked at once: the messages only grow (and a landing result has no modelOutput)
+                turn.plain_messages = len(messages)
+        else:
+            conversation = model_view(self.conversation)
+        prompt = [*cfg.system, *self.turn.retry_feedback, *cfg.context, *conversation]
         return ModelRequest(
             prompt=structured.prompt(prompt, cfg.model.provider) if structured else prompt,
             tools=[t.spec(cfg.tool_schemas.get(t.name)) for t in tools_offered],

@@ -13,6 +13,7 @@ import inspect
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection, Coroutine
 from functools import partial
+from itertools import islice
 from typing import Any, cast
 
 from runstream import _tracing as tracing
@@ -540,15 +541,15 @@ def model_view(messages: list[PromptMessage]) -> list[PromptMessage]:
     """The conversation as the model sees it: a tool result with Mastra's ``modelOutput``
     (a tool's ``to_model_output``) shows that instead of the result, which the run's messages and
     memory keep (as Mastra's message list does)."""
-    if not _any_model_output(messages):
+    if not shows_model_output(messages):
         return messages
     return [_with_model_output(m) if m["role"] == "tool" else m for m in messages]
 
 
-def _any_model_output(messages: list[PromptMessage]) -> bool:
-    # Plain loops, a call only for a part with options: this runs before every model call,
-    # over the whole conversation.
-    for message in messages:
+def shows_model_output(messages: list[PromptMessage], start: int = 0) -> bool:
+    """Whether a tool result from ``messages[start:]`` on shows the model a ``modelOutput``."""
+    # Plain loops, a call only for a part with options (this runs before model calls).
+    for message in islice(messages, start, None):
         if message["role"] == "tool":
             for part in message["content"]:
                 if isinstance(part, dict) and part.get("providerOptions") and _model_output(part) is not None:
