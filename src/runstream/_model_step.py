@@ -206,7 +206,7 @@ class ModelStep(PartSource):
         processors) with no output of eager tools to interleave makes it with a function call,
         text deltas first (``fast``: no eager tool started); any other part is a sub-stream of
         its own (:meth:`_part_chunks`)."""
-        if not self.fast and not self._quiet():
+        if not self.fast and not self._quiet(part):
             self.continues = False
             self.lane = None
             return self._part_chunks(part)
@@ -233,10 +233,15 @@ class ModelStep(PartSource):
         translate = _TRANSLATORS.get(kind)
         return self._part_chunks(part) if translate is None else translate(self, part)
 
-    def _quiet(self) -> bool:
-        """A plain step under way whose eager tools have no output waiting."""
+    def _quiet(self, part: dict[str, Any]) -> bool:
+        """A plain step, under way (or starting: ``stream-start``), whose eager tools have no
+        output waiting."""
+        if not self.plain:
+            return False
         eager = self.eager
-        return self.plain and self.started_emitted and eager is not None and not eager.outbox.items
+        if eager is not None and eager.outbox.items:
+            return False
+        return self.started_emitted or part["type"] == "stream-start"
 
     async def _part_chunks(self, part: dict[str, Any]) -> SubStream:
         """One part, whatever the step is doing: the started tools' output first, the step's
@@ -253,10 +258,10 @@ class ModelStep(PartSource):
                 return
             self.text_deltas.append(delta)
             chunk = TextDeltaChunk(self.run_id, {"id": part["id"], "text": delta})
-        elif kind == "stream-start":
-            self.warnings = part.get("warnings") or []
-            if not self.started_emitted:
-                yield self._step_start()
+        elif kind == "stream-start":  # (the step's start: not for the stream processors)
+            chunk = self._stream_start(part)
+            if chunk is not None:
+                yield chunk
             return
         elif kind == "error":
             self.error = _as_exception(part.get("error"))
@@ -381,7 +386,11 @@ class ModelStep(PartSource):
             )
         return content
 
-    # -- one translator per provider part type (text-delta, stream-start and error are inline) ----
+    # -- one translator per provider part type (text-delta and error are inline) ----------------
+
+    def _stream_start(self, part: dict[str, Any]) -> AnyChunk | None:
+        self.warnings = part.get("warnings") or []
+        return None if self.started_emitted else self._step_start()
 
     def _reasoning_delta(self, part: dict[str, Any]) -> AnyChunk:
         self.reasoning.append(part["delta"])
@@ -469,6 +478,7 @@ class ModelStep(PartSource):
 
 
 _TRANSLATORS: dict[str, Callable[[ModelStep, dict[str, Any]], AnyChunk | None]] = {
+    "stream-start": ModelStep._stream_start,
     "reasoning-delta": ModelStep._reasoning_delta,
     "text-start": ModelStep._text_start,
     "text-end": ModelStep._text_end,
