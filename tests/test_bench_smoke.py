@@ -47,3 +47,14 @@ def test_the_server_bench_runs_both_endpoints_without_errors() -> None:
     assert [row["endpoint"] for row in rows] == ["starlette baseline", "runstream"]
     assert all(row["errors"] == 0 and row["streams"] == 5 for row in rows)
     assert json.loads(out[3])["median_of_rounds"] == 1
+
+
+async def test_the_bench_model_plays_each_step_of_its_script_once() -> None:
+    from bench.source import tool_steps
+    from bench.subject import _agent
+
+    out = await _agent(tool_steps(3, 2), False).stream("hi")
+    types = [chunk.type async for chunk in out.full_stream]
+    assert types.count("tool-result") == 3
+    assert types.count("text-delta") == 4 * 2
+    assert types.count("step-finish") == 4
