@@ -1,8 +1,9 @@
 """The model step: one model call, its provider stream parts turned into chunks.
 
-:class:`ModelStep` pulls the provider's parts and yields chunks from the same generator (no task
-or queue on the token path); when its stream ends, the step's text, content, tool calls, usage,
-error or tripwire are on the object for the loop to decide what comes next.
+:class:`ModelStep` calls the model and is then a :class:`~runstream.output.PartSource`: its
+consumer pulls the provider's parts and has the step translate each into chunks (no task, queue
+or generator of ours on the token path). When the parts ran out, the step's text, content, tool
+calls, usage, error or tripwire are on the object for the loop to decide what comes next.
 """
 
 from __future__ import annotations
