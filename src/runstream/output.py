@@ -51,8 +51,8 @@ class PartSource:
     parts: AsyncIterator[Any]
     signal: AbortSignal
     stopped: bool
-    """Set when a part ended the stream (an error part, a tripwire): no further part is pulled,
-    as none is once ``signal`` is aborted."""
+    """Set by a part's sub-stream when the part ended the stream (an error part, a tripwire): no
+    further part is pulled, as none is once ``signal`` is aborted."""
     continues: bool
     """Set by :meth:`translate` when its chunk is a plain text delta (two payload keys, the
     run's id, from ``AGENT``) of the same block as the chunk it made just before, with
@@ -198,7 +198,7 @@ class RunOutput:
             kept = self._kept
             while True:
                 source = self._source  # a model step's parts being pulled (else chunks)
-                if source is not None and (source.stopped or source.signal.aborted):
+                if source is not None and source.signal.aborted:  # (stopped: see _pop)
                     self._end_parts(source, None)
                     continue
                 self._pulling = True
@@ -293,7 +293,10 @@ class RunOutput:
             return True
         if not self._outer:
             return False
-        self._pull, self._source = self._outer.pop()
+        self._pull, source = self._outer.pop()
+        self._source = source
+        if source is not None and source.stopped:  # (only a part's sub-stream stops its source)
+            self._end_parts(source, None)
         return True
 
     def _end_parts(self, source: PartSource, error: Exception | None) -> None:
