@@ -8,6 +8,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
 from runstream import AbortController, Agent
 from runstream.chunks import AnyChunk
 from runstream.models.base import ModelRequest, ModelStream, StreamPart
@@ -57,66 +59,77 @@ def types(chunks: list[AnyChunk]) -> list[str]:
     return [chunk.type for chunk in chunks]
 
 
-async def test_a_provider_failing_mid_stream_ends_the_step_with_its_error() -> None:
-    for options in ({}, {"on_chunk": lambda _: None}):
-        model = WatchedModel("fail")
-        async with asyncio.timeout(5):
-            chunks = await collect(Agent("a", model=model), **options)
-        assert types(chunks) == [
-            "start",
-            "step-start",
-            "text-start",
-            "text-delta",
-            "text-delta",
-            "error",
-            "step-finish",
-            "finish",
-        ], options
-        error = chunks[5].payload["error"]
-        assert isinstance(error, ConnectionError) and "went away" in str(error)
-        assert chunks[-1].payload["stepResult"]["reason"] == "error"
-        assert model.closed.is_set()
+def ignore(_: AnyChunk) -> None:
+    pass
 
 
-async def test_a_read_cancelled_while_the_provider_hangs_closes_its_stream() -> None:
+DRIVERS = pytest.mark.parametrize(
+    "options", [{}, {"on_chunk": ignore}], ids=["RunOutput inline", "PartSource.chunks"]
+)
+
+
+@DRIVERS
+async def test_a_provider_failing_mid_stream_ends_the_step_with_its_error(options: dict[str, Any]) -> None:
+    model = WatchedModel("fail")
+    async with asyncio.timeout(5):
+        chunks = await collect(Agent("a", model=model), **options)
+    assert types(chunks) == [
+        "start",
+        "step-start",
+        "text-start",
+        "text-delta",
+        "text-delta",
+        "error",
+        "step-finish",
+        "finish",
+    ], options
+    error = chunks[5].payload["error"]
+    assert isinstance(error, ConnectionError) and "went away" in str(error)
+    assert chunks[-1].payload["stepResult"]["reason"] == "error"
+    assert model.closed.is_set()
+
+
+@DRIVERS
+async def test_a_read_cancelled_while_the_provider_hangs_closes_its_stream(options: dict[str, Any]) -> None:
     """An abort cannot interrupt a provider waiting on the network (providers watch the
     signal themselves); the reader's cancellation does, and closes the stream."""
-    for options in ({}, {"on_chunk": lambda _: None}):
-        model = WatchedModel("hang")
-        controller = AbortController()
-        out = await Agent("a", model=model).stream("hi", abort_signal=controller.signal, **options)
-        seen: list[AnyChunk] = []
+    model = WatchedModel("hang")
+    controller = AbortController()
+    out = await Agent("a", model=model).stream("hi", abort_signal=controller.signal, **options)
+    seen: list[AnyChunk] = []
 
-        async def read() -> None:
-            async for chunk in out.full_stream:
-                seen.append(chunk)
+    async def read() -> None:
+        async for chunk in out.full_stream:
+            seen.append(chunk)
 
-        async with asyncio.timeout(5):
-            reading = asyncio.create_task(read())
-            await model.held.wait()
-            controller.abort("enough")
-            reading.cancel()
-            await asyncio.gather(reading, return_exceptions=True)
-            await model.closed.wait()
-        assert types(seen)[:5] == ["start", "step-start", "text-start", "text-delta", "text-delta"], options
-        assert out.status == "aborted"
+    async with asyncio.timeout(5):
+        reading = asyncio.create_task(read())
+        await model.held.wait()
+        controller.abort("enough")
+        reading.cancel()
+        await asyncio.gather(reading, return_exceptions=True)
+        await model.closed.wait()
+    assert types(seen)[:5] == ["start", "step-start", "text-start", "text-delta", "text-delta"], options
+    assert out.status == "aborted"
 
 
-async def test_a_stopped_stream_is_not_pulled_again_after_an_abort_between_parts() -> None:
-    for options in ({}, {"on_chunk": lambda _: None}):
-        model = WatchedModel("finish")
-        controller = AbortController()
-        out = await Agent("a", model=model).stream("hi", abort_signal=controller.signal, **options)
-        seen: list[AnyChunk] = []
-        async with asyncio.timeout(5):
-            async for chunk in out.full_stream:
-                seen.append(chunk)
-                if chunk.type == "text-delta":
-                    controller.abort("after the first delta")
-        assert types(seen) == ["start", "step-start", "text-start", "text-delta", "abort", "finish"], options
-        assert seen[-1].payload["stepResult"]["reason"] == "aborted"
-        assert model.closed.is_set()  # closed before its second delta was asked for
-        assert not model.held.is_set()
+@DRIVERS
+async def test_a_stopped_stream_is_not_pulled_again_after_an_abort_between_parts(
+    options: dict[str, Any],
+) -> None:
+    model = WatchedModel("finish")
+    controller = AbortController()
+    out = await Agent("a", model=model).stream("hi", abort_signal=controller.signal, **options)
+    seen: list[AnyChunk] = []
+    async with asyncio.timeout(5):
+        async for chunk in out.full_stream:
+            seen.append(chunk)
+            if chunk.type == "text-delta":
+                controller.abort("after the first delta")
+    assert types(seen) == ["start", "step-start", "text-start", "text-delta", "abort", "finish"], options
+    assert seen[-1].payload["stepResult"]["reason"] == "aborted"
+    assert model.closed.is_set()  # closed before its second delta was asked for
+    assert not model.held.is_set()
 
 
 async def test_a_consumer_gone_mid_part_closes_the_provider_stream() -> None:
