@@ -58,3 +58,14 @@ async def test_the_bench_model_plays_each_step_of_its_script_once() -> None:
     assert types.count("tool-result") == 3
     assert types.count("text-delta") == 4 * 2
     assert types.count("step-finish") == 4
+
+
+async def test_the_instruction_counts_are_per_unit_and_steady() -> None:
+    from bench.opcodes import measure
+
+    first, second = await measure(), await measure()
+    for name, figures in first.items():
+        for label, value in figures.items():
+            assert value > 0
+            assert abs(second[name][label] - value) <= 0.02 * value, (name, label)  # counted, not timed
+    assert first["runstream"]["per token (W1-nosuspend)"] > first["bare"]["per token (W1-nosuspend)"]
