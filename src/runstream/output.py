@@ -79,19 +79,23 @@ class PartSource:
         pull = self.parts.__anext__
         signal = self.signal
         error: Exception | None = None
-        while not self.stopped and not signal.aborted:
-            try:
-                item = self.translate(await pull())
-            except StopAsyncIteration:
-                break
-            except Exception as exc:  # the provider's stream failed mid-way
-                error = exc
-                break
-            if isinstance(item, Chunk):
-                yield item
-            elif item is not None:
-                async for chunk in item:
-                    yield chunk
+        try:
+            while not self.stopped and not signal.aborted:
+                try:
+                    item = self.translate(await pull())
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:  # the provider's stream failed mid-way
+                    error = exc
+                    break
+                if isinstance(item, Chunk):
+                    yield item
+                elif item is not None:
+                    async for chunk in item:
+                        yield chunk
+        except BaseException:  # cancelled, or closed by its consumer: the parts too
+            await self.aclose()
+            raise
         async for chunk in self.end(error):
             yield chunk
 
