@@ -626,8 +626,9 @@ class Agent:
             await self._save_turn(cfg, state, options)
 
         scope = options.memory if memory is not None else None  # for generateTitle's emitEvent
-        if scope is None and not options.has_callbacks and cfg.on_step_end is None:
-            # Unwrapped, the loop hands each model step's chunks over whole: a layer less per token.
+        titled = memory is not None and scope is not None and memory.emits_title_events
+        if not titled and not options.has_callbacks and cfg.on_step_end is None:
+            # Unwrapped, the loop hands each model step over whole: RunOutput pulls its parts.
             return RunOutput(run_chunks(cfg, state, resume), state, controller, on_close=on_close)
         wrapped = agent_loop(cfg, state, resume)
         if memory is not None and scope is not None:

@@ -22,7 +22,6 @@ from runstream._run_state import RunState
 from runstream.abort import AbortController, AbortSignal
 from runstream.chunks import (
     AnyChunk,
-    Chunk,
     ChunkFrom,
     ObjectChunk,
     ReasoningDeltaChunk,
@@ -80,19 +79,22 @@ class PartSource:
         signal = self.signal
         error: Exception | None = None
         try:
-            while not self.stopped and not signal.aborted:
+            while not signal.aborted:
                 try:
-                    item = self.translate(await pull())
+                    item: Any = self.translate(await pull())
                 except StopAsyncIteration:
                     break
                 except Exception as exc:  # the provider's stream failed mid-way
                     error = exc
                     break
-                if isinstance(item, Chunk):
-                    yield item
-                elif item is not None:
-                    async for chunk in item:
-                        yield chunk
+                if type(item) is not _SUB_STREAM:
+                    if item is not None:
+                        yield item
+                    continue
+                async for chunk in item:
+                    yield chunk
+                if self.stopped:
+                    break
         except BaseException:  # cancelled, or closed by its consumer: the parts too
             await self.aclose()
             raise
@@ -230,8 +232,15 @@ class RunOutput:
                 self._pulling = False  # (inline: the hot path)
                 if self._waiters:
                     self._wake_waiters()
-                if source is not None and source.continues:  # the hot path: one more delta
-                    texts.append(chunk.payload["text"])  # of the open run, the step vouches
+                if (source is not None and source.continues) or (
+                    run is not None
+                    and type(chunk) is run.cls
+                    and len(payload := chunk.payload) == 2
+                    and payload["id"] == run.id
+                    and chunk.run_id == run.run_id
+                    and chunk.from_ == run.from_
+                ):  # the hot path: one more delta of the open run (a part source vouches for its own)
+                    texts.append(chunk.payload["text"])
                     kept += 1
                     self._kept = kept
                     yield chunk
@@ -242,15 +251,6 @@ class RunOutput:
                 if chunk is None:  # a part that streams nothing
                     continue
                 kind = type(chunk)
-                if run is not None and kind is run.cls and run.takes(chunk):  # (a wrapped loop's)
-                    texts.append(chunk.payload["text"])
-                    kept += 1
-                    self._kept = kept
-                    yield chunk
-                    if self._kept != kept:
-                        i, j = self._open_index, len(texts)
-                        break
-                    continue
                 if kind is _SUB_STREAM:  # a sub-stream: pulled from directly
                     self._push(cast(Any, chunk).__anext__, None)
                     continue
@@ -269,8 +269,9 @@ class RunOutput:
     async def _cancelled(self, source: PartSource | None) -> None:
         """A consumer was cancelled mid-pull: that ends the run (reader cancel = abort)."""
         self._stop_pulling()
-        if source is not None:
-            await source.aclose()
+        for part_source in (source, *(outer for _, outer in self._outer)):
+            if part_source is not None:  # (one whose part's sub-stream was being pulled too)
+                await part_source.aclose()
         self._controller.abort("stream consumer cancelled")
         if self.state.status == "running":
             self.state.status = "aborted"

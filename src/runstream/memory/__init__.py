@@ -360,6 +360,12 @@ class Memory:
         self._titles.add(task)
         task.add_done_callback(self._titles.discard)
 
+    @property
+    def emits_title_events(self) -> bool:
+        """Whether a run's stream carries its thread's title (:meth:`title_event` wraps it)."""
+        config = self.generate_title
+        return config is not None and config.emit_event and not self.read_only
+
     def title_event(
         self,
         source: AsyncIterator[AnyChunk],
@@ -371,7 +377,7 @@ class Memory:
         """``source`` with the title made before its ``finish`` when ``generate_title`` has
         ``emit_event`` (see :func:`~runstream.memory.titles.title_before_finish`)."""
         config = self.generate_title
-        if config is None or not config.emit_event or self.read_only:
+        if config is None or not self.emits_title_events:
             return source
         return title_before_finish(
             source,
