@@ -81,6 +81,35 @@ async def _to_first_chunk(name: str) -> int:
     return await counter.counted(first())
 
 
+async def _wrapped_per_token(**options: Any) -> float:
+    """Instructions per token (no suspension) of a runstream run with ``options`` (memory,
+    callbacks: the bare pipeline has neither)."""
+    from bench.subject import BenchModel
+    from runstream import Agent
+    from runstream.memory import Memory
+    from runstream.storage import InMemoryStorage
+
+    counter = _Counter()
+    agent = Agent("wrapped", model=BenchModel(reply(1), False), memory=Memory(storage=InMemoryStorage()))
+
+    async def run(tokens: int) -> None:
+        agent.model = BenchModel(reply(tokens), False)
+        out = await agent.stream("hi", **options)
+        async for _ in out.full_stream:
+            pass
+
+    await run(10)
+    return (await counter.counted(run(3_000)) - await counter.counted(run(1_000))) / 2_000
+
+
+async def measure_wrapped() -> dict[str, float]:
+    """runstream alone: per token with memory, and with an ``on_chunk`` callback."""
+    return {
+        "per token with memory": await _wrapped_per_token(memory={"thread": "t", "resource": "r"}),
+        "per token with an on_chunk callback": await _wrapped_per_token(on_chunk=lambda _: None),
+    }
+
+
 async def measure() -> dict[str, dict[str, float]]:
     figures: dict[str, dict[str, float]] = {}
     for name, run in RUNNERS.items():
@@ -99,6 +128,8 @@ def main() -> None:
     for label in figures["runstream"]:
         ours, bare = figures["runstream"][label], figures["bare"][label]
         print(f"{label}: runstream {ours:,.0f}, bare {bare:,.0f} instructions, ratio {ours / bare:.2f}x")
+    for label, ours in asyncio.run(measure_wrapped()).items():
+        print(f"{label} (no suspension): runstream {ours:,.0f} instructions")
 
 
 if __name__ == "__main__":
