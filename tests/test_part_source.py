@@ -147,3 +147,35 @@ async def test_a_consumer_gone_mid_part_closes_the_provider_stream() -> None:
         await asyncio.gather(reading, return_exceptions=True)
         await model.closed.wait()
     assert out.status == "aborted"
+
+
+class MalformedModel:
+    """Sends a text delta without its ``delta``, before or after the stream's start."""
+
+    provider = "test"
+    model_id = "malformed"
+    specification_version = "v2"
+
+    def __init__(self, started: bool) -> None:
+        self.started = started
+
+    async def stream(self, request: ModelRequest) -> ModelStream:
+        return ModelStream(parts=self._parts())
+
+    async def _parts(self) -> AsyncIterator[StreamPart]:
+        if self.started:
+            yield {"type": "stream-start", "warnings": []}
+        yield {"type": "text-delta", "id": "t"}
+        yield {"type": "finish", "finishReason": "stop", "usage": USAGE}
+
+
+@DRIVERS
+@pytest.mark.parametrize("started", [True, False], ids=["after its start", "before its start"])
+async def test_a_malformed_part_ends_the_step_with_an_error(options: dict[str, Any], started: bool) -> None:
+    """Whether the part took the function-call path (the step under way) or a sub-stream of
+    its own (before ``step-start``), the step fails, not the run's machinery."""
+    async with asyncio.timeout(5):
+        chunks = await collect(Agent("a", model=MalformedModel(started)), **options)
+    assert types(chunks) == ["start", "step-start", "error", "step-finish", "finish"]
+    assert isinstance(chunks[2].payload["error"], KeyError)
+    assert chunks[-1].payload["stepResult"]["reason"] == "error"

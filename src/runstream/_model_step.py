@@ -246,36 +246,28 @@ class ModelStep(PartSource):
 
     async def _part_chunks(self, part: dict[str, Any]) -> SubStream:
         """One part, whatever the step is doing: the started tools' output first, the step's
-        start, structured output's partial object, the stream processors."""
-        eager = self.eager
-        if eager is not None and eager.tasks:
-            for emitted in eager.emitted():
-                yield with_run_id(emitted, self.run_id)
-        kind = part["type"]
-        chunk: AnyChunk | None
-        if kind == "text-delta":
-            delta = part["delta"]
-            if not delta:
+        start, structured output's partial object, the stream processors. A part that fails
+        (a processor's tripwire, a malformed part) ends the step there."""
+        try:
+            eager = self.eager
+            if eager is not None and eager.tasks:
+                for emitted in eager.emitted():
+                    yield with_run_id(emitted, self.run_id)
+            kind = part["type"]
+            if kind == "stream-start":  # (the step's start: not for the stream processors)
+                start = self._stream_start(part)
+                if start is not None:
+                    yield start
                 return
-            self.text_deltas.append(delta)
-            chunk = TextDeltaChunk(self.run_id, {"id": part["id"], "text": delta})
-        elif kind == "stream-start":  # (the step's start: not for the stream processors)
-            chunk = self._stream_start(part)
-            if chunk is not None:
-                yield chunk
-            return
-        elif kind == "error":
-            self.error = _as_exception(part.get("error"))
-            self.stopped = True
-            return
-        else:
-            translate = _TRANSLATORS.get(kind)
-            chunk = None if translate is None else translate(self, part)
+            if kind == "error":
+                self.error = _as_exception(part.get("error"))
+                self.stopped = True
+                return
+            chunk = self._chunk_of(kind, part)
             if chunk is None:
                 return
-        if not self.started_emitted:
-            yield self._step_start()
-        try:
+            if not self.started_emitted:
+                yield self._step_start()
             if self.structured is not None and kind == "text-delta":
                 partial = partial_object("".join(self.text_deltas))
                 if partial is not None and partial != self.last_object:
@@ -283,11 +275,20 @@ class ModelStep(PartSource):
                     yield ObjectChunk(self.run_id, partial)
             if self.turn.stream_processors:
                 chunk = await self._processed(chunk, kind)
+            if chunk is not None:
+                yield chunk
         except Exception as exc:
             self._failed(exc)
-            return
-        if chunk is not None:
-            yield chunk
+
+    def _chunk_of(self, kind: str, part: dict[str, Any]) -> AnyChunk | None:
+        if kind != "text-delta":
+            translate = _TRANSLATORS.get(kind)
+            return None if translate is None else translate(self, part)
+        delta = part["delta"]
+        if not delta:
+            return None
+        self.text_deltas.append(delta)
+        return TextDeltaChunk(self.run_id, {"id": part["id"], "text": delta})
 
     async def _processed(self, chunk: AnyChunk, kind: str) -> AnyChunk | None:
         processed = await run_stream_processors(
