@@ -5,11 +5,16 @@ from __future__ import annotations
 import copy
 import os
 import uuid
+from dataclasses import fields
 from datetime import UTC, datetime, timedelta, timezone
 
 from runstream._ids import new_id
 from runstream._messages import copy_json
+from runstream._run_state import LoopConfig, RunState
+from runstream.abort import AbortSignal
 from runstream.chunks import iso_datetime
+from runstream.models.base import ModelSettings, PromptMessage
+from runstream.testing import ScriptedModel
 
 
 def test_new_id_is_a_version_4_uuid_string_and_unique() -> None:
@@ -50,3 +55,24 @@ def test_iso_datetime_is_javascripts_to_iso_string() -> None:
     assert iso_datetime(datetime(7, 1, 2, 3, 4, 5, 999_999, tzinfo=UTC)) == "0007-01-02T03:04:05.999Z"
     plus_two = timezone(timedelta(hours=2))
     assert iso_datetime(datetime(2020, 1, 2, 3, 4, 5, tzinfo=plus_two)) == "2020-01-02T01:04:05.000Z"
+
+
+def test_run_state_new_is_the_dataclass_with_those_fields_and_fresh_containers() -> None:
+    messages: list[PromptMessage] = [{"role": "user", "content": "hi"}]
+    made = RunState.new("r", "m", messages, 1, 0, None)
+    expected = RunState(run_id="r", message_id="m", messages=messages, input_count=1)
+    for spec in fields(RunState):  # every field set (a slot left out would raise here)
+        assert getattr(made, spec.name) == getattr(expected, spec.name), spec.name
+    other = RunState.new("r2", "m2", [], 0)
+    assert other.steps is not made.steps and other.waited_task_ids is not made.waited_task_ids
+
+
+def test_loop_config_new_is_the_dataclass_with_those_fields_and_fresh_containers() -> None:
+    model = ScriptedModel([[{"type": "finish", "finishReason": "stop"}]])
+    settings, signal = ModelSettings(temperature=0.5), AbortSignal()
+    made = LoopConfig.new("a", model, {}, settings, signal)
+    expected = LoopConfig(agent_id="a", model=model, tools={}, model_settings=settings, abort_signal=signal)
+    for spec in fields(LoopConfig):
+        assert getattr(made, spec.name) == getattr(expected, spec.name), spec.name
+    other = LoopConfig.new("b", model, {}, settings, signal)
+    assert other.completion_checks is not made.completion_checks and other.system is not made.system

@@ -82,16 +82,21 @@ async def agent_loop(
                 yield chunk
 
 
+def start_chunk(cfg: LoopConfig, state: RunState) -> StartChunk:
+    """A new run's first chunk (a resumed run has none, as in Mastra)."""
+    return StartChunk(state.run_id, {"id": cfg.agent_id, "messageId": state.message_id})
+
+
 async def run_chunks(
-    cfg: LoopConfig, state: RunState, resume: ResumeAction | None = None
+    cfg: LoopConfig, state: RunState, resume: ResumeAction | None = None, *, started: bool = False
 ) -> AsyncIterator[AnyChunk | SubStream | PartSource]:
     """:func:`agent_loop`, except that each model step comes as a
     :class:`~runstream.output.PartSource` whose provider parts the consumer pulls and translates
     itself until they end, then goes on here: ``RunOutput`` does, two generator layers less per
     token (async generators have no ``yield from``). Still one pull-through chain, no task or
-    queue."""
-    if resume is None:  # the first chunk goes out before anything else is set up
-        yield StartChunk(state.run_id, {"id": cfg.agent_id, "messageId": state.message_id})
+    queue. ``started``: the new run's :func:`start_chunk` is out already (the caller sent it)."""
+    if resume is None and not started:  # the first chunk goes out before anything else is set up
+        yield start_chunk(cfg, state)
     outcome: StepOutcome = CONTINUE
     if resume is not None or cfg.start_chunks or cfg.input_processors:  # else nothing to begin
         async for item in _begin(cfg, state, resume):
@@ -388,7 +393,7 @@ async def _model_turn_ended(cfg: LoopConfig, state: RunState, step: ModelStep, r
     if cont:
         for verdict in chosen:
             state.messages.extend(verdict.feedback)
-            add_feedback(record, verdict.feedback)
+            add_feedback(state, record, verdict.feedback)
             state.message_id = verdict.next_message_id or state.message_id
         yield CONTINUE
         return

@@ -177,14 +177,27 @@ def add_tool_results(state: RunState, record: StepRecord, results: list[dict[str
     step read from a continued message keeps what that message said at its step-finish."""
     if not _continues(state):
         record["content"].extend(results)
+        _content_grew(state, record)
 
 
-def add_feedback(record: StepRecord, feedback: list[PromptMessage]) -> None:
+def add_feedback(state: RunState, record: StepRecord, feedback: list[PromptMessage]) -> None:
     """A completion check's assistant feedback joins the checked step's content once its
     step-finish is out (as in Mastra: it is a response message of that step)."""
     for message in feedback:
         if message["role"] == "assistant":
             record["content"].extend(dict(part) for part in message["content"])
+    _content_grew(state, record)
+
+
+def _content_grew(state: RunState, record: StepRecord) -> None:
+    """A step's content changed: its public form (and those after it) is built again when next
+    listed. Steps only change here, and it is one of the last ones, so it is looked for from the
+    end (its public forms sent before stay as they were)."""
+    built = state.public_steps
+    for index in range(min(len(built), len(state.steps)) - 1, -1, -1):
+        if state.steps[index] is record:
+            del built[index:]
+            return
 
 
 def _step_content_part(part: dict[str, Any]) -> dict[str, Any]:
@@ -287,20 +300,16 @@ def _output_payload(state: RunState, record: Mapping[str, Any], usage: dict[str,
 
 
 def _public_steps(state: RunState) -> list[dict[str, Any]]:
-    """The steps as payloads list them; each built once (again when its content grew)."""
-    cache = state.public_steps
-    steps = []
-    for record in state.steps:
-        cached = cache.get(id(record))
-        if cached is not None and cached[0] is record and cached[1] == len(record["content"]):
-            steps.append(cached[2])
-        else:
-            steps.append(_public_step(state, record))
-    return steps
+    """The steps as payloads list them: each step's public form is built once and shared by
+    every later payload (built again only when its content grows: :func:`_content_grew`)."""
+    built = state.public_steps
+    for record in state.steps[len(built) :]:
+        built.append(_public_step(record))
+    return list(built)
 
 
-def _public_step(state: RunState, record: StepRecord) -> dict[str, Any]:
-    """A step as payloads list it (and cache it)."""
+def _public_step(record: StepRecord) -> dict[str, Any]:
+    """A step as payloads list it."""
     step: dict[str, Any] = {
         "content": list(record["content"]),
         "usage": record["usage"],
@@ -312,7 +321,6 @@ def _public_step(state: RunState, record: StepRecord) -> dict[str, Any]:
         step["finishReason"] = "error"
     if "tripwire" in record:
         step["tripwire"] = record["tripwire"]
-    state.public_steps[id(record)] = (record, len(record["content"]), step)
     return step
 
 

@@ -22,7 +22,7 @@ from runstream._config_mapping import read_config
 from runstream._durable_api import RunLogs, list_active_runs, observe, recover_active_runs, recover_options
 from runstream._idle_stream import IdleStreams, UntilIdle, check_idle_options
 from runstream._ids import new_id
-from runstream._loop import agent_loop, run_chunks
+from runstream._loop import agent_loop, run_chunks, start_chunk
 from runstream._messages import ContinuedMessage, rewrite_prompt_result
 from runstream._run_state import LoopConfig, ResumeAction, RunState
 from runstream._step_results import model_label, run_metadata
@@ -316,13 +316,13 @@ class Agent:
             history = await memory.load_prompt(scope)
             if not input_messages:  # e.g. an until-idle continuation
                 continued = await memory.continuable_message(scope)
-        state = RunState(
-            run_id=run_id or new_id(),
-            message_id=new_id(),
-            messages=[*history, *input_messages],
-            input_count=len(history) + len(input_messages),
-            history_count=len(history),
-            continued=continued,
+        state = RunState.new(
+            run_id or new_id(),
+            new_id(),
+            [*history, *input_messages],
+            len(history) + len(input_messages),
+            len(history),
+            continued,
         )
         durable_runs = self.services.durable_runs if self.services is not None else None
         if durable_runs is not None:  # the run is a workflow elsewhere (runstream.durable)
@@ -629,7 +629,10 @@ class Agent:
         titled = memory is not None and scope is not None and memory.emits_title_events
         if not titled and not options.has_callbacks and cfg.on_step_end is None:
             # Unwrapped, the loop hands each model step over whole: RunOutput pulls its parts.
-            return RunOutput(run_chunks(cfg, state, resume), state, controller, on_close=on_close)
+            # A new run's start chunk waits in the output: the first read does not enter the loop.
+            first = start_chunk(cfg, state) if resume is None else None
+            source = run_chunks(cfg, state, resume, started=first is not None)
+            return RunOutput(source, state, controller, on_close=on_close, first=first)
         wrapped = agent_loop(cfg, state, resume)
         if memory is not None and scope is not None:
             wrapped = memory.title_event(

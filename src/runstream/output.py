@@ -138,7 +138,10 @@ class RunOutput:
         controller: AbortController,
         *,
         on_close: Callable[[], Awaitable[None]] | None = None,
+        first: AnyChunk | None = None,
     ) -> None:
+        """``first``: the run's first chunk, when it is known before ``source`` runs (a new
+        run's ``start``): a consumer gets it without entering the source."""
         # Typed as chunks for the hot path; a sub-stream among them is spotted by its type.
         self._pull: Callable[[], Awaitable[Any]] = source.__anext__
         self._source: PartSource | None = None
@@ -155,6 +158,8 @@ class RunOutput:
         self._on_close = on_close
         self.state = state
         self._controller = controller
+        if first is not None:
+            self._keep(first)
 
     # -- identity -------------------------------------------------------------------------------
     @property

@@ -232,37 +232,35 @@ class RunOptions:
         options become loop settings; the agent adds instructions, background tasks and checks)."""
 
         scope = self.memory
-        cfg = LoopConfig(
-            agent_id=agent.id,
-            agent_name=agent.name,
-            model=model,
-            tools=dict(tools),
-            client_tools=frozenset(self.client_tools),
-            max_steps=self.max_steps if self.max_steps is not None else agent.max_steps,
-            tool_choice=self.tool_choice or agent.tool_choice,
-            include_raw_chunks=self.include_raw_chunks,
-            structured_output=self.structured_output or agent.structured_output,
-            output_processors=list(
-                self.output_processors if self.output_processors is not None else agent.output_processors
-            ),
-            input_processors=list(
-                self.input_processors if self.input_processors is not None else agent.input_processors
-            ),
-            max_processor_retries=self.max_processor_retries
-            if self.max_processor_retries is not None
-            else agent.max_processor_retries,
-            model_settings=self.model_settings or agent.model_settings,
-            abort_signal=signal,
-            context=list(self.context),
-            thread_id=scope.thread_id if scope else None,
-            resource_id=scope.resource_id if scope else None,
-            durable=agent.durable,
-            request_context=self.request_context,
-            tool_call_strategy=self.tool_call_strategy,
-            stop_when=list(self.stop_when),
-            prepare_step=self.prepare_step,
-            approval_policy=self.require_tool_approval if callable(self.require_tool_approval) else None,
+        settings = self.model_settings or agent.model_settings
+        cfg = LoopConfig.new(agent.id, model, dict(tools), settings, signal)
+        cfg.agent_name = agent.name
+        cfg.client_tools = frozenset(self.client_tools)
+        cfg.max_steps = self.max_steps if self.max_steps is not None else agent.max_steps
+        cfg.tool_choice = self.tool_choice or agent.tool_choice
+        cfg.include_raw_chunks = self.include_raw_chunks
+        cfg.structured_output = self.structured_output or agent.structured_output
+        cfg.output_processors = list(
+            self.output_processors if self.output_processors is not None else agent.output_processors
         )
+        cfg.input_processors = list(
+            self.input_processors if self.input_processors is not None else agent.input_processors
+        )
+        if self.max_processor_retries is not None:
+            cfg.max_processor_retries = self.max_processor_retries
+        else:
+            cfg.max_processor_retries = agent.max_processor_retries
+        cfg.context = list(self.context)
+        if scope is not None:
+            cfg.thread_id = scope.thread_id
+            cfg.resource_id = scope.resource_id
+        cfg.durable = agent.durable
+        cfg.request_context = self.request_context
+        cfg.tool_call_strategy = self.tool_call_strategy
+        cfg.stop_when = list(self.stop_when)
+        cfg.prepare_step = self.prepare_step
+        if callable(self.require_tool_approval):
+            cfg.approval_policy = self.require_tool_approval
         if self.tool_call_concurrency is not None:
             cfg.tool_call_concurrency = self.tool_call_concurrency
         if self.delegation is not None:  # per run: whether a hook bailed

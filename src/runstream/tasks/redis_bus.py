@@ -34,7 +34,7 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -214,7 +214,9 @@ class RedisChannel:
                 await backoff.sleep()
             finally:
                 with contextlib.suppress(Exception, asyncio.CancelledError):
-                    await asyncio.wait_for(pubsub.aclose(), CLOSE_FLUSH_S)  # type: ignore[no-untyped-call]
+                    await asyncio.wait_for(
+                        cast(Any, pubsub).aclose(), CLOSE_FLUSH_S
+                    )  # (typed from redis 8 on)
 
     async def _deliver(self, data: str) -> None:
         try:
