@@ -8,11 +8,14 @@ import uuid
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta, timezone
 
+import pytest
+
 from runstream._ids import new_id
 from runstream._messages import copy_json
+from runstream._model_step import _content_blocks
 from runstream._run_state import LoopConfig, RunState
 from runstream.abort import AbortSignal
-from runstream.chunks import iso_datetime
+from runstream.chunks import iso_datetime, iso_now, now_utc
 from runstream.models.base import ModelSettings, PromptMessage
 from runstream.testing import ScriptedModel
 
@@ -76,3 +79,39 @@ def test_loop_config_new_is_the_dataclass_with_those_fields_and_fresh_containers
         assert getattr(made, spec.name) == getattr(expected, spec.name), spec.name
     other = LoopConfig.new("b", model, {}, settings, signal)
     assert other.completion_checks is not made.completion_checks and other.system is not made.system
+
+
+@pytest.mark.parametrize(
+    ("starts", "text", "reasoning", "expected"),
+    [
+        ([], [], [], []),
+        ([("text", 0)], ["a", "b"], [], [{"type": "text", "text": "ab"}]),
+        ([], ["a"], [], [{"type": "text", "text": "a"}]),  # deltas without a start
+        ([("text", 0)], ["", ""], [], []),  # an empty block is dropped
+        ([("reasoning", 0)], ["a"], [], [{"type": "text", "text": "a"}]),
+        (
+            [("reasoning", 0), ("text", 0)],
+            ["t"],
+            ["r"],
+            [{"type": "reasoning", "text": "r"}, {"type": "text", "text": "t"}],
+        ),
+        (
+            [("text", 0), ("text", 1)],
+            ["a", "b"],
+            [],
+            [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+        ),
+    ],
+)
+def test_a_steps_content_blocks_one_part_per_nonempty_block(
+    starts: list[tuple[str, int]], text: list[str], reasoning: list[str], expected: list[dict[str, str]]
+) -> None:
+    assert _content_blocks(starts, text, reasoning) == expected
+
+
+def test_iso_now_is_iso_datetime_of_now() -> None:
+    before = iso_datetime(now_utc())
+    made = iso_now()
+    after = iso_datetime(now_utc())
+    assert before <= made <= after
+    assert datetime.fromisoformat(made.replace("Z", "+00:00")).tzinfo is not None

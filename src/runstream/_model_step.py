@@ -42,8 +42,7 @@ from runstream.chunks import (
     ToolCallInputStreamingEndChunk,
     ToolCallInputStreamingStartChunk,
     ToolCallPayload,
-    iso_datetime,
-    now_utc,
+    iso_now,
 )
 from runstream.models.base import LanguageModel, ModelCallError, ModelRequest, PromptMessage
 from runstream.output import PartSource, SubStream
@@ -503,7 +502,7 @@ def default_response_metadata(model: LanguageModel) -> dict[str, Any]:
     fills it in: a generated id, the time, and the model."""
     return {
         "id": new_id(),
-        "timestamp": iso_datetime(now_utc()),
+        "timestamp": iso_now(),
         "modelId": model.model_id,
         "modelVersion": model.specification_version,
         "modelProvider": model.provider,
@@ -570,6 +569,9 @@ def _content_blocks(
     """The step's text and reasoning as Mastra keeps them: one part per block (``*-start`` ...
     ``*-end``), in the order the blocks began; empty blocks are dropped. Deltas that came
     without a start make one block (reasoning first)."""
+    if not reasoning and len(starts) < 2:  # the usual step: at most one text block
+        joined = "".join(text)
+        return [{"type": "text", "text": joined}] if joined else []
     blocks = {
         "text": _split(text, [i for k, i in starts if k == "text"]),
         "reasoning": _split(reasoning, [i for k, i in starts if k == "reasoning"]),

@@ -12,7 +12,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from runstream._messages import merge_metadata, parts_to_steps, parts_to_ui, responses_to_parts
-from runstream.chunks import FinishChunk, StepFinishChunk, iso_datetime, now_utc
+from runstream.chunks import FinishChunk, StepFinishChunk, iso_now, now_utc
 from runstream.models.base import PromptMessage
 
 if TYPE_CHECKING:
@@ -418,9 +418,9 @@ def run_metadata(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
             options = part.get("providerOptions")
             link = options.get("mastra", {}).get("backgroundTask") if options else None
             if part.get("type") == "tool-call" and link:
-                timing = {"startedAt": iso_datetime(now_utc()), "taskId": link["taskId"]}
+                timing = {"startedAt": iso_now(), "taskId": link["taskId"]}
                 if link.get("status") in ("completed", "failed"):  # it settled while the run was live
-                    timing["completedAt"] = iso_datetime(now_utc())
+                    timing["completedAt"] = iso_now()
                 background[part["toolCallId"]] = timing
     if background:
         metadata.update(mode="stream", backgroundTasks=background)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runstream._run_state import LoopConfig, ResumeAction, RunState
-from runstream.chunks import iso_datetime, now_utc
+from runstream.chunks import iso_now
 from runstream.errors import NotFoundError, StateConflictError
 from runstream.memory import MemoryScope
 from runstream.run_options import RunOptions
@@ -91,7 +91,7 @@ class SuspendedRuns:
         self._live[stopped.state.run_id] = stopped
         if storage is not None:
             data = snapshot(self.agent_id, stopped.state, stopped.options)
-            data["suspendedAt"] = iso_datetime(now_utc())
+            data["suspendedAt"] = iso_now()
             await storage.save_snapshot(NAMESPACE, stopped.state.run_id, data)
 
     async def find(self, run_id: str, storage: Storage | None) -> Stopped | None:
@@ -145,7 +145,7 @@ class DurableRuns:
 
     async def save(self, storage: Storage, options: RunOptions, state: RunState) -> None:
         data = snapshot(self.agent_id, state, options)
-        now = iso_datetime(now_utc())  # for listActiveRuns' date filters and its updatedAt
+        now = iso_now()  # for listActiveRuns' date filters and its updatedAt
         data["createdAt"] = self.created.setdefault(state.run_id, now)
         data["savedAt"] = now
         await storage.save_snapshot(DURABLE_NAMESPACE, state.run_id, data)
