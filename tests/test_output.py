@@ -222,7 +222,7 @@ async def test_cancelled_consumer_ends_the_run_without_hanging_others() -> None:
 
 async def test_interleaved_text_blocks_reach_every_consumer_and_both_drivers_alike() -> None:
     """Deltas of two blocks in turn, an empty delta and a reasoning run: consumers taking turns
-    (each pulls for the other), a late one, and the wrapped loop (``PartSource.chunks``, used
+    (each pulls for the other), a late one, and the wrapped loop (``agent_loop``, used
     with callbacks) all see the same chunks."""
     parts: list[StreamPart] = [
         START,

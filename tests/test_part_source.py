@@ -1,6 +1,6 @@
 """A model step as a part source: however its provider stream ends (run out, aborted, failed,
 the consumer gone), the stream is closed, the step ends with the right chunks, and a run with
-callbacks (``PartSource.chunks``) streams the same as one without (``RunOutput`` inline)."""
+callbacks (``agent_loop`` drives the part source) streams the same as one without (``RunOutput`` inline)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def ignore(_: AnyChunk) -> None:
 
 
 DRIVERS = pytest.mark.parametrize(
-    "options", [{}, {"on_chunk": ignore}], ids=["RunOutput inline", "PartSource.chunks"]
+    "options", [{}, {"on_chunk": ignore}], ids=["RunOutput inline", "agent_loop"]
 )
 
 

@@ -102,5 +102,5 @@ def _step_event(state: RunState, model: dict[str, str]) -> dict[str, Any]:
 
 async def _call(hook: Callback, event: Any) -> None:
     result = hook(event)
-    if inspect.isawaitable(result):
+    if result is not None and inspect.isawaitable(result):  # (a plain function returns None)
         await result

@@ -59,7 +59,7 @@ from runstream.chunks import (
     StartChunk,
     TripwireChunk,
 )
-from runstream.output import PartSource, SubStream
+from runstream.output import SUB_STREAM, PartSource, SubStream
 from runstream.processors import ProcessorContext, StepView, TripWire, run_step_processors
 from runstream.stop_conditions import should_stop
 from runstream.structured import NO_OBJECT, StructuredOutput
@@ -73,13 +73,41 @@ CONTINUE = Continue()
 async def agent_loop(
     cfg: LoopConfig, state: RunState, resume: ResumeAction | None = None
 ) -> AsyncIterator[AnyChunk]:
-    """Run the agent until it stops; yields every chunk of the run."""
+    """Run the agent until it stops; yields every chunk of the run, as one generator: a model
+    step's provider parts are pulled and translated right here (as ``RunOutput`` does for
+    :func:`run_chunks`), not in a generator of their own."""
     async for item in run_chunks(cfg, state, resume):
         if isinstance(item, Chunk):
             yield item
-        else:
-            async for chunk in item.chunks() if isinstance(item, PartSource) else item:
+            continue
+        if not isinstance(item, PartSource):  # a sub-stream
+            async for chunk in item:
                 yield chunk
+            continue
+        pull, signal = item.parts.__anext__, item.signal
+        error: Exception | None = None
+        try:
+            while not signal.aborted:
+                try:
+                    translated: Any = item.translate(await pull())
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:  # the provider's stream failed mid-way
+                    error = exc
+                    break
+                if type(translated) is not SUB_STREAM:
+                    if translated is not None:
+                        yield translated
+                    continue
+                async for chunk in translated:  # a part with more to do
+                    yield chunk
+                if item.stopped:
+                    break
+        except BaseException:  # cancelled, or closed by its consumer: the parts too
+            await item.aclose()
+            raise
+        async for chunk in item.end(error):
+            yield chunk
 
 
 def start_chunk(cfg: LoopConfig, state: RunState) -> StartChunk:

@@ -35,15 +35,16 @@ it ends, then from the source again. The loop hands over each model step's chunk
 (``runstream._loop.run_chunks``): a generator layer less per token."""
 
 
-_SUB_STREAM: Any = AsyncGeneratorType
+SUB_STREAM: Any = AsyncGeneratorType
+"""The type of a sub-stream (what a stream's item is compared with)."""
 
 
 class PartSource:
     """A model step's provider stream, handed over as one item of a stream, like a sub-stream:
     its consumer pulls the provider's parts itself and turns each into chunks with
     :meth:`translate`, so a token costs a function call rather than a generator layer.
-    ``RunOutput`` drives it inline; :meth:`chunks` is the same as one generator, for any other
-    consumer (``runstream._loop.agent_loop``)."""
+    ``RunOutput`` drives it inline, and so does ``runstream._loop.agent_loop`` (the loop as
+    one generator, for callbacks and durable runs)."""
 
     __slots__ = ()
 
@@ -72,34 +73,6 @@ class PartSource:
         aclose = getattr(self.parts, "aclose", None)
         if aclose is not None:
             await aclose()
-
-    async def chunks(self) -> SubStream:
-        """Every chunk of the source, as one generator."""
-        pull = self.parts.__anext__
-        signal = self.signal
-        error: Exception | None = None
-        try:
-            while not signal.aborted:
-                try:
-                    item: Any = self.translate(await pull())
-                except StopAsyncIteration:
-                    break
-                except Exception as exc:  # the provider's stream failed mid-way
-                    error = exc
-                    break
-                if type(item) is not _SUB_STREAM:
-                    if item is not None:
-                        yield item
-                    continue
-                async for chunk in item:
-                    yield chunk
-                if self.stopped:
-                    break
-        except BaseException:  # cancelled, or closed by its consumer: the parts too
-            await self.aclose()
-            raise
-        async for chunk in self.end(error):
-            yield chunk
 
 
 class _DeltaRun:
@@ -256,7 +229,7 @@ class RunOutput:
                 if chunk is None:  # a part that streams nothing
                     continue
                 kind = type(chunk)
-                if kind is _SUB_STREAM:  # a sub-stream: pulled from directly
+                if kind is SUB_STREAM:  # a sub-stream: pulled from directly
                     self._push(cast(Any, chunk).__anext__, None)
                     continue
                 if isinstance(chunk, PartSource):  # a model step's parts: translated here
