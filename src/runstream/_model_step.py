@@ -44,7 +44,7 @@ from runstream.chunks import (
     ToolCallPayload,
     iso_now,
 )
-from runstream.models.base import LanguageModel, ModelCallError, ModelRequest, PromptMessage
+from runstream.models.base import FunctionToolSpec, LanguageModel, ModelCallError, ModelRequest, PromptMessage
 from runstream.output import PartSource, SubStream
 from runstream.processors import ProcessorContext, TripWire, run_stream_processors
 from runstream.structured import StructuredOutput, partial_object
@@ -71,6 +71,18 @@ class Turn:
     plain_messages: int = 0
     """The run's first messages known to hold no tool result the model sees otherwise (Mastra's
     ``modelOutput``): each model call looks only at the messages added since the last."""
+    offered: tuple[LoopConfig, list[FunctionToolSpec]] | None = None
+    """The tools offered to the model, as last made, and the configuration they were made for
+    (a run's configuration does not change while it streams; ``prepare_step`` makes another)."""
+
+    def tool_specs(self, cfg: LoopConfig) -> list[FunctionToolSpec]:
+        """The tools the model is offered under ``cfg`` (made once per configuration)."""
+        offered = self.offered
+        if offered is None or offered[0] is not cfg:
+            none = (cfg.tool_choice or {}).get("type") == "none"
+            specs = [] if none else [t.spec(cfg.tool_schemas.get(t.name)) for t in cfg.tools.values()]
+            offered = self.offered = (cfg, specs)
+        return list(offered[1])
 
     @classmethod
     def of(cls, cfg: LoopConfig, run_id: str) -> Turn:
@@ -326,23 +338,23 @@ class ModelStep(PartSource):
         self.response = self.response or default_response_metadata(cfg.model)
 
     def _model_request(self) -> ModelRequest:
-        cfg, state = self.cfg, self.state
+        cfg, state, turn = self.cfg, self.state, self.turn
         structured = cfg.structured_output
-        tools_offered = [] if (cfg.tool_choice or {}).get("type") == "none" else list(cfg.tools.values())
         if self.conversation is None:
-            messages = state.messages
-            conversation = [*messages[: state.input_count], *cfg.after_input, *messages[state.input_count :]]
-            turn = self.turn
-            if shows_model_output(messages, turn.plain_messages) or shows_model_output(cfg.after_input):
+            messages = conversation = state.messages
+            after_input = cfg.after_input
+            if after_input:
+                conversation = [*messages[: state.input_count], *after_input, *messages[state.input_count :]]
+            if shows_model_output(messages, turn.plain_messages) or shows_model_output(after_input):
                 conversation = model_view(conversation)
             else:  # looked at once: the messages only grow (and a landing result has no modelOutput)
                 turn.plain_messages = len(messages)
         else:
             conversation = model_view(self.conversation)
-        prompt = [*cfg.system, *self.turn.retry_feedback, *cfg.context, *conversation]
+        prompt = [*cfg.system, *turn.retry_feedback, *cfg.context, *conversation]
         return ModelRequest(
             prompt=structured.prompt(prompt, cfg.model.provider) if structured else prompt,
-            tools=[t.spec(cfg.tool_schemas.get(t.name)) for t in tools_offered],
+            tools=turn.tool_specs(cfg),
             tool_choice=(cfg.tool_choice or {"type": "auto"}) if cfg.tools else cfg.tool_choice,
             response_format=structured.response_format(cfg.model.provider) if structured else None,
             include_raw_chunks=cfg.include_raw_chunks,
