@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
 from runstream import Agent, tool
-from runstream.chunks import AnyChunk
+from runstream._run_state import RunState
+from runstream.abort import AbortController
+from runstream.chunks import AnyChunk, StartChunk
 from runstream.models.base import StreamPart
 from runstream.output import RunOutput
 from runstream.testing import ScriptedModel
@@ -273,3 +278,27 @@ async def test_interleaved_text_blocks_reach_every_consumer_and_both_drivers_ali
     ]
     assert [c.type for c in wrapped] == [c.type for c in late]
     assert await out.text == "one two other three four!"
+
+
+async def test_a_first_chunk_known_up_front_is_read_without_entering_the_source() -> None:
+    """A new run's ``start`` waits in the output: reading it does not run the loop (a run's
+    first chunk costs no loop setup), every consumer gets it, and the source runs on the next
+    read, its failure ending the stream as any other's."""
+    entered: list[str] = []
+
+    async def source() -> AsyncIterator[AnyChunk]:
+        entered.append("source")
+        raise RuntimeError("the loop broke")
+        yield  # (an async generator)
+
+    state = RunState.new("run-1", "msg-1", [], 0)
+    start = StartChunk("run-1", {"id": "a", "messageId": "msg-1"})
+    out = RunOutput(source(), state, AbortController(), first=start)
+    first, late = out.full_stream, out.full_stream
+    assert await anext(first) is start
+    assert entered == []
+    assert await anext(late) is start  # a second consumer replays it
+    with pytest.raises(RuntimeError, match="the loop broke"):
+        await anext(first)
+    assert entered == ["source"]
+    assert state.status == "failed"
