@@ -21,6 +21,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "runstream.errors": ("runstream",),
     "runstream.chunks": ("runstream.models", "runstream._loop", "runstream.agent", "runstream._run_state"),
     "runstream._payloads": ("runstream",),
+    "runstream._clock": ("runstream",),
     "runstream.models": ("runstream.chunks", "runstream._loop", "runstream.agent", "runstream._run_state"),
     "runstream._messages": ("runstream.memory", "runstream.agent", "runstream._loop", "runstream.tasks"),
     "runstream._run_state": (

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typing_extensions import is_typeddict
 
+from runstream._clock import iso_datetime
 from runstream.chunks import (
     CHUNK_CLASSES,
     WORKFLOW_CHUNK_TYPES,
@@ -30,7 +31,6 @@ from runstream.chunks import (
     UnknownChunk,
     WorkflowChunk,
     chunk_from_wire,
-    iso_datetime,
 )
 
 GOLDEN = Path(__file__).parent / "conformance_data" / "golden"

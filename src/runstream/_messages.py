@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from runstream.chunks import iso_datetime
+from runstream._clock import iso_datetime
 from runstream.models.base import PromptMessage, tool_result_output
 from runstream.storage import StoredMessage, TaskRecord
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runstream import _tracing as tracing
+from runstream._clock import iso_now
 from runstream._ids import new_id
 from runstream._run_state import LoopConfig, RunState, ToolCall
 from runstream._step_results import normalize_usage
@@ -42,7 +43,6 @@ from runstream.chunks import (
     ToolCallInputStreamingEndChunk,
     ToolCallInputStreamingStartChunk,
     ToolCallPayload,
-    iso_now,
 )
 from runstream.models.base import FunctionToolSpec, LanguageModel, ModelCallError, ModelRequest, PromptMessage
 from runstream.output import PartSource, SubStream

@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+from runstream._clock import iso_now, now_utc
 from runstream._messages import merge_metadata, parts_to_steps, parts_to_ui, responses_to_parts
-from runstream.chunks import FinishChunk, StepFinishChunk, iso_now, now_utc
+from runstream.chunks import FinishChunk, StepFinishChunk
 from runstream.models.base import PromptMessage
 
 if TYPE_CHECKING:

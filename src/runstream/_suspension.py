@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from runstream._clock import iso_now
 from runstream._run_state import LoopConfig, ResumeAction, RunState
-from runstream.chunks import iso_now
 from runstream.errors import NotFoundError, StateConflictError
 from runstream.memory import MemoryScope
 from runstream.run_options import RunOptions

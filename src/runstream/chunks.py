@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import base64
 import json
-import time
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cache
 from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
 
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
+from runstream._clock import iso_datetime
 from runstream._payloads import (
     CustomPayload as CustomPayload,
 )
@@ -658,13 +658,6 @@ workflow's events, and chunks read from the wire whose type this version does no
 # ---------------------------------------------------------------------------------------------
 
 
-def iso_datetime(value: datetime) -> str:
-    """JavaScript's ``Date.toISOString()`` form: UTC, milliseconds, ``Z``."""
-    if value.tzinfo is not None:
-        value = value.astimezone(UTC)
-    return value.isoformat(timespec="milliseconds")[:23] + "Z"  # (without an offset, if any)
-
-
 def error_to_wire(error: BaseException) -> dict[str, Any]:
     """An exception as Mastra serialises it: ``{"message", "name"}``."""
     name = getattr(error, "name", None)
@@ -779,23 +772,3 @@ def chunk_from_wire(raw: dict[str, Any] | str) -> AnyChunk:
     except ValidationError as exc:
         raise ChunkDecodeError(f"invalid payload for chunk type {type_!r}: {exc}") from exc
     return chunk_cls(run_id, payload, from_)
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)
-
-
-_current_second: tuple[int, str] = (0, "")
-"""The last second :func:`iso_now` wrote, and its text up to the seconds."""
-
-
-def iso_now() -> str:
-    """``iso_datetime(now_utc())``, a few times cheaper: every model step's response metadata
-    carries the time, and the text of the current second is kept (only the milliseconds
-    change within it)."""
-    global _current_second
-    now = time.time()
-    second = int(now)
-    if second != _current_second[0]:
-        _current_second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
-    return f"{_current_second[1]}.{int((now - second) * 1000):03d}Z"

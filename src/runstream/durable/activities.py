@@ -25,10 +25,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from runstream import _suspension as suspension
+from runstream._clock import iso_datetime, now_utc
 from runstream._loop import agent_loop
 from runstream._run_state import LoopConfig, ResumeAction, RunState
 from runstream.abort import AbortController
-from runstream.chunks import dumps, iso_datetime, now_utc
+from runstream.chunks import dumps
 from runstream.durable.log import RunLog
 from runstream.durable.workflow import END_SEGMENT, RUN_STEP, SegmentEnd, StepInput, StepOutput
 from runstream.run_options import RunOptions

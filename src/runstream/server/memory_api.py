@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from runstream.chunks import iso_datetime
+from runstream._clock import iso_datetime
 from runstream.memory import DEFAULT_LAST_MESSAGES, Memory
 from runstream.memory.working import DEFAULT_TEMPLATE
 from runstream.server.auth import principal_of

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from runstream.chunks import iso_datetime
+from runstream._clock import iso_datetime
 from runstream.server.auth import Principal
 from runstream.server.errors import ApiError
 from runstream.storage import Storage

@@ -31,8 +31,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from runstream._clock import iso_datetime
 from runstream.agent import Agent, RunNotFoundError
-from runstream.chunks import iso_datetime
 from runstream.errors import StateConflictError
 from runstream.memory import MemoryScope
 from runstream.output import RunOutput

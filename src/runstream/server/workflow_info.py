@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from runstream._clock import iso_datetime
 from runstream._schema import Schema
-from runstream.chunks import iso_datetime
 from runstream.storage import Storage
 from runstream.workflows import Step, Workflow
 from runstream.workflows.flow import (

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, Literal, TypedDict, TypeVar
 
-from runstream.chunks import iso_datetime
+from runstream._clock import iso_datetime
 
 MessageRole = Literal["user", "assistant", "system", "tool"]
 MESSAGE_ROLES: frozenset[str] = frozenset({"user", "assistant", "system", "tool"})

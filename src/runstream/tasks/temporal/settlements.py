@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 
-from runstream.chunks import iso_datetime
+from runstream._clock import iso_datetime
 from runstream.storage import TaskRecord
 from runstream.storage.records import utc_now
 from runstream.tasks.bus import TaskEvent
