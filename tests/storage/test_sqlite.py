@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 import sys
 from pathlib import Path
@@ -196,6 +197,34 @@ async def test_two_connections_to_one_file_write_concurrently(tmp_path: Path) ->
         await asyncio.gather(write(first, "a"), write(second, "b"))
         assert (await second.list_messages("t1")).total == 40
         assert await first.count_tasks() == 40
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_claims_from_two_connections_to_one_file_have_one_winner(tmp_path: Path) -> None:
+    """Claims are single statements in autocommit: two processes (here two connections) claiming
+    the same ids at once all see the one winner, stored with the fixed-width time text."""
+    path = tmp_path / "claims.db"
+    first, second = SqliteStorage(path), SqliteStorage(path)
+    attempts = [
+        (f"run-{n % 5}", storage, f"{name}{n}")
+        for n in range(40)
+        for name, storage in (("a", first), ("b", second))
+    ]
+    try:
+        claims = await asyncio.gather(
+            *(storage.claim_snapshot("owners", run, {"by": by}) for run, storage, by in attempts)
+        )
+        for n in range(5):
+            seen = {
+                claim["by"] for claim, (run, _, _) in zip(claims, attempts, strict=True) if run == f"run-{n}"
+            }
+            assert len(seen) == 1
+            assert await second.load_snapshot("owners", f"run-{n}") == {"by": seen.pop()}
+        stamps = [row[0] for row in read_only(path, "SELECT updated_at FROM snapshots")]
+        assert len(stamps) == 5
+        assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}", str(stamp)) for stamp in stamps)
     finally:
         await first.close()
         await second.close()

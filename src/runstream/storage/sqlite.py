@@ -7,7 +7,9 @@ could land inside another task's transaction (and be rolled back with it). Write
 ``BEGIN IMMEDIATE`` so read-modify-write calls are atomic against other processes too; reads use
 a deferred transaction so a count and its page see the same snapshot. ``update_task``, the
 task manager's compare-and-set, is one conditional ``UPDATE ... RETURNING`` in autocommit, so
-SQLite's write lock is never held while the event loop is busy elsewhere.
+SQLite's write lock is never held while the event loop is busy elsewhere; so is
+``claim_snapshot`` (every new run claims its id), an ``INSERT ... ON CONFLICT DO NOTHING
+RETURNING``.
 
 Datetimes are stored as fixed-width UTC text (so text order is time order), JSON as text.
 """
@@ -89,6 +91,8 @@ _MESSAGE_SELECT = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM messages"
 _RESOURCE_SELECT = f"SELECT {', '.join(RESOURCE_COLUMNS)} FROM resources"
 _TASK_SELECT = f"SELECT {', '.join(TASK_COLUMNS)} FROM background_tasks"
 _IDS_PARAM = "(SELECT value FROM json_each(?))"
+_CLAIM_ATTEMPTS = 3
+"""How often a claim tries again when the snapshot it lost to was deleted before it read it."""
 """Binds a whole id list as one JSON array, so no list outgrows SQLite's variable limit."""
 
 
@@ -561,19 +565,31 @@ class SqliteStorage:
         self, namespace: str, snapshot_id: str, data: Mapping[str, Any]
     ) -> dict[str, Any]:
         encoded = encode_json_object(data, what=f"snapshot {namespace}/{snapshot_id}")
-        async with self._write() as tx:
-            inserted = await tx.run(
-                "INSERT INTO snapshots (namespace, id, data, updated_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (namespace, id) DO NOTHING",
-                [namespace, snapshot_id, encoded, utc_now()],
-            )
-            if inserted:  # the usual case (a new run): no second round trip while writes wait
-                return dict(decode_json(encoded))
-            row = await tx.row(
-                "SELECT data FROM snapshots WHERE namespace = ? AND id = ?", [namespace, snapshot_id]
-            )
-        assert row is not None
-        return dict(decode_json(row["data"]))
+        # Statements in autocommit, as update_task's: a new claim is one round trip to the
+        # connection's thread, not a transaction of three (every new run claims its id, and
+        # claims queue behind each other). The insert is atomic on its own; a claim that lost
+        # reads the winner's data, and claims again in the rare case another process deleted
+        # it in between.
+        for _ in range(_CLAIM_ATTEMPTS):
+            async with self._lock:
+                with _translate_errors():
+                    db = await self._connection()
+                    rows = await db.execute_fetchall(
+                        "INSERT INTO snapshots (namespace, id, data, updated_at) VALUES (?, ?, ?, ?) "
+                        "ON CONFLICT (namespace, id) DO NOTHING RETURNING data",
+                        [namespace, snapshot_id, encoded, _bind(utc_now())],
+                    )
+                    if not rows:
+                        rows = await db.execute_fetchall(
+                            "SELECT data FROM snapshots WHERE namespace = ? AND id = ?",
+                            [namespace, snapshot_id],
+                        )
+            found = list(rows)
+            if found:
+                return dict(decode_json(found[0][0]))
+        raise StorageError(
+            f"snapshot {namespace}/{snapshot_id} was deleted while it was claimed, {_CLAIM_ATTEMPTS} times"
+        )
 
     async def delete_snapshot(self, namespace: str, snapshot_id: str) -> bool:
         async with self._write() as tx:
