@@ -25,7 +25,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from runstream import _suspension as suspension
-from runstream._clock import iso_datetime, now_utc
+from runstream._clock import iso_now
 from runstream._loop import agent_loop
 from runstream._run_state import LoopConfig, ResumeAction, RunState
 from runstream.abort import AbortController
@@ -152,7 +152,7 @@ class RunActivities:
         storage = agent._run_storage()
         if storage is not None:
             data = suspension.snapshot(agent.id, state, options)
-            data["suspendedAt"] = iso_datetime(now_utc())
+            data["suspendedAt"] = iso_now()
             await storage.save_snapshot(suspension.NAMESPACE, state.run_id, data)
 
     async def _finished(self, agent: Agent, cfg: LoopConfig, state: RunState, options: RunOptions) -> None:
