@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from runstream import _tracing as tracing
 from runstream._callbacks import with_callbacks
-from runstream._config_mapping import read_config
 from runstream._durable_api import RunLogs, list_active_runs, observe, recover_active_runs, recover_options
 from runstream._idle_stream import IdleStreams, UntilIdle, check_idle_options
 from runstream._ids import new_id
 from runstream._loop import agent_loop, run_chunks, start_chunk
 from runstream._messages import ContinuedMessage, rewrite_prompt_result
+from runstream._plain_runs import PlainRuns
 from runstream._run_state import LoopConfig, ResumeAction, RunState
 from runstream._step_results import model_label, run_metadata
 from runstream._sub_agent import AgentToolError as AgentToolError  # public here since before the move
@@ -58,6 +58,7 @@ from runstream.run_options import (
     is_model,
     normalize_messages,
     normalize_tool_choice,
+    read_default_options,
     resolve_instructions,
     resolve_model,
 )
@@ -176,6 +177,7 @@ class Agent:
         self._run_logs = RunLogs()
         """Durable runs' chunks, for ``observe``."""
         self._idle_streams = IdleStreams(id)
+        self._plain_runs = PlainRuns()
 
     def __repr__(self) -> str:
         return f"Agent({self.id!r})"
@@ -234,10 +236,15 @@ class Agent:
         offered to the model but executed by the caller: a step that calls one ends the run with
         reason ``tool-calls`` after its ``tool-call`` chunks; send the results in the next run.
         """
-        run_options, run_id, idle = await self._read_options(options, run_id, until_idle)
+        plain = not options and until_idle is None and self.default_options is None
+        idle: UntilIdle = False
+        if plain:  # (the common call: nothing to read)
+            run_options = RunOptions.of(options)
+        else:
+            run_options, run_id, idle = await self._read_options(options, run_id, until_idle)
         input_messages = normalize_messages(messages)
         if not self._idles(idle, run_options):
-            return await self._start_run(input_messages, run_options, run_id)
+            return await self._start_run(input_messages, run_options, run_id, plain=plain)
 
         async def first_turn() -> RunOutput:
             return await self._start_run(input_messages, run_options, run_id, AbortController())
@@ -303,7 +310,10 @@ class Agent:
         options: RunOptions,
         run_id: str | None,
         controller: AbortController | None = None,
+        *,
+        plain: bool = False,
     ) -> RunOutput:
+        """``plain``: called with no options (its configuration may come from a template)."""
         controller = controller or AbortController()
         history: list[PromptMessage] = []
         continued: ContinuedMessage | None = None
@@ -327,7 +337,11 @@ class Agent:
         durable_runs = self.services.durable_runs if self.services is not None else None
         if durable_runs is not None:  # the run is a workflow elsewhere (runstream.durable)
             return await durable_runs.start_run(self.id, state, options, controller)
-        cfg = await self._configure(options, state, controller, memory)
+        cfg = self._plain_runs.config(self, options, controller.signal) if plain else None
+        if cfg is None:
+            cfg = await self._configure(options, state, controller, memory)
+            if plain:  # the next plain runs copy it (runstream._plain_runs)
+                self._plain_runs.keep(self, cfg)
         return self._output(cfg, state, controller, None, options)
 
     async def _memory_of(self, options: RunOptions) -> Memory | None:
@@ -780,10 +794,3 @@ class Agent:
         input ``{"prompt", "threadId"?, "resourceId"?, "instructions"?, "maxSteps"?}``; its
         chunks stream as tool output (see ``runstream._sub_agent``)."""
         return agent_tool(self, name or self.id, None)
-
-
-def read_default_options(defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """An agent's ``default_options`` (``stream()``'s options, Mastra's names or Python's, plus
-    ``run_id`` / ``until_idle``) by their Python names; an unknown option is an error naming it."""
-    names = [*StreamOptions.__annotations__, "run_id", "until_idle"]
-    return read_config(defaults, dict.fromkeys(names), where="default_options")

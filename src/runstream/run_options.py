@@ -354,6 +354,13 @@ _DEFAULTS = {
 _JSON_KEYS = frozenset(RunOptions().to_json())
 
 
+def read_default_options(defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """An agent's ``default_options`` (``stream()``'s options, Mastra's names or Python's, plus
+    ``run_id`` / ``until_idle``) by their Python names; an unknown option is an error naming it."""
+    names = [*StreamOptions.__annotations__, "run_id", "until_idle"]
+    return read_config(defaults, dict.fromkeys(names), where="default_options")
+
+
 def normalize_messages(messages: MessagesInput | None) -> list[PromptMessage]:
     """Accept a string, a list of strings, or ``{"role", "content"}`` messages."""
     if messages is None:

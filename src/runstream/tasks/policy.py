@@ -223,8 +223,12 @@ class ForegroundFallbackWarning(RuntimeWarning):
 
 def warn_without_manager(agent_id: str, tools: Mapping[str, Tool], config: AgentBackgroundConfig) -> None:
     """Warn that an agent's background tools will block its runs, as no task manager exists."""
-    if config.tools is None and all(tool.background is None for tool in tools.values()):
-        return  # (every run without a manager asks: the common case needs no eligibility check)
+    if config.tools is None:  # (every run without a manager asks: the common case is quick)
+        for tool in tools.values():
+            if tool.background is not None:
+                break
+        else:
+            return
     names = [name for name, tool in tools.items() if eligibility(tool, config) is not None]
     if names:
         warnings.warn(
