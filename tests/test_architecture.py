@@ -43,6 +43,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "runstream.run_options": ("runstream.agent", "runstream.runtime", "runstream._loop", "runstream.tasks"),
     "runstream._suspension": ("runstream.agent", "runstream.runtime", "runstream._loop", "runstream.tasks"),
     "runstream._idle_stream": ("runstream.agent", "runstream.runtime", "runstream._loop"),
+    "runstream._plain_runs": ("runstream.agent", "runstream.runtime", "runstream._loop", "runstream.memory"),
 }
 """Besides: nothing outside ``runstream.server`` imports it (see ``test_the_core_never_imports_the_server``)."""
 
