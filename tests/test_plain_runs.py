@@ -119,3 +119,15 @@ async def test_runs_with_options_or_dynamic_parts_make_no_template() -> None:
     durable_defaults = _agent(default_options={"max_steps": 2})
     await _run(durable_defaults)
     assert _config(durable_defaults) is None
+
+
+async def test_an_agent_that_stops_being_plain_gets_no_copy() -> None:
+    agent = _agent()
+    await _run(agent)
+    assert _config(agent) is not None
+    agent.instructions = lambda ctx: "Be thorough."  # now a function of the request
+    assert _config(agent) is None
+    await _run(agent)  # configured the long way: the function is called
+    assert _config(agent) is None
+    assert isinstance(agent.model, ScriptedModel)
+    assert agent.model.recorded[-1].prompt[0] == {"role": "system", "content": "Be thorough."}

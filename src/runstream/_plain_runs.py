@@ -69,13 +69,18 @@ def _made_from(agent: PlainAgent) -> tuple[Any, ...]:
     )
 
 
-def is_plain(agent: PlainAgent) -> bool:
-    """Whether a run with no options can have its configuration from a template: the agent has
-    no task manager nor toolsets, its model, tools and instructions are values, it is not durable."""
+def _without_services(agent: PlainAgent) -> bool:
+    """The agent has no task manager nor toolsets (a run's tools and instructions would need them)."""
     services = agent.services
+    return not agent.toolsets and (services is None or services.task_manager is None)
+
+
+def is_plain(agent: PlainAgent) -> bool:
+    """Whether a run with no options can have its configuration from a template: besides
+    :func:`_without_services`, the agent's model, tools and instructions are values (not
+    functions of the request) and it is not durable."""
     return (
-        not agent.toolsets
-        and (services is None or services.task_manager is None)
+        _without_services(agent)
         and agent.tools_resolver is None
         and not agent.durable
         and isinstance(agent.instructions, str)
@@ -122,11 +127,12 @@ class PlainRuns:
         """A copy of the template for a run called with no options, with its request context and
         signal; ``None`` when the agent is not plain (:func:`is_plain`), there is no template, or
         the agent changed since it was made (then configure the run the long way and :meth:`keep`
-        what it made)."""
+        what it made). (The rest of :func:`is_plain` held when the template was made, for the
+        attributes it was made from.)"""
         template = self._config
         if (
             template is None
-            or not is_plain(agent)
+            or not _without_services(agent)
             or agent.model is not self._model  # (the same object: equal is not enough for a model)
             or self._made_from != _made_from(agent)
             or self._tools != agent.tools
