@@ -18,6 +18,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -85,34 +86,44 @@ async def _fill(storage: SqliteStorage, length: int) -> None:
         await storage.save_messages(batch)
 
 
-async def turn_ms(length: int, turns: int) -> tuple[float, float]:
-    """Median wall ms and CPU ms (the process's, SQLite's thread included: steadier on a busy
-    machine) of an until-idle turn on a thread of ``length`` stored messages."""
-    with tempfile.TemporaryDirectory() as folder:
-        filling = SqliteStorage(Path(folder) / "bench.db")
-        await _fill(filling, length)
-        await filling.close()  # checkpoints the write-ahead log: the turns do not pay for the fill
-        storage = SqliteStorage(Path(folder) / "bench.db")
-        agent = Agent("bench", model=_BenchModel(), tools=[lookup], memory=Memory())
-        runtime = Runstream(agents=[agent], storage=storage, background_tasks={"enabled": True})
-        wall: list[float] = []
-        cpu: list[float] = []
-        async with runtime:
-            for turn in range(turns + 1):
-                start, start_cpu = time.perf_counter(), time.process_time()
-                out = await agent.stream(
-                    "look it up", memory={"thread": THREAD, "resource": RESOURCE}, until_idle=True
-                )
-                async for _ in out.full_stream:
-                    pass
-                if turn:  # the first turn warms up
-                    wall.append((time.perf_counter() - start) * 1000)
-                    cpu.append((time.process_time() - start_cpu) * 1000)
-        return statistics.median(wall), statistics.median(cpu)
+async def _thread_of(path: Path, length: int, stack: AsyncExitStack) -> Agent:
+    """An agent whose memory's thread holds ``length`` messages (in its own SQLite file)."""
+    filling = SqliteStorage(path)
+    await _fill(filling, length)
+    await filling.close()  # checkpoints the write-ahead log: the turns do not pay for the fill
+    agent = Agent("bench", model=_BenchModel(), tools=[lookup], memory=Memory())
+    runtime = Runstream(agents=[agent], storage=SqliteStorage(path), background_tasks={"enabled": True})
+    await stack.enter_async_context(runtime)
+    return agent
+
+
+async def _turn(agent: Agent) -> tuple[float, float]:
+    """Wall ms and CPU ms (the process's, SQLite's thread included: steadier on a busy machine)
+    of one until-idle turn."""
+    start, start_cpu = time.perf_counter(), time.process_time()
+    out = await agent.stream("look it up", memory={"thread": THREAD, "resource": RESOURCE}, until_idle=True)
+    async for _ in out.full_stream:
+        pass
+    return (time.perf_counter() - start) * 1000, (time.process_time() - start_cpu) * 1000
 
 
 async def measure(lengths: list[int], turns: int) -> dict[int, tuple[float, float]]:
-    return {length: await turn_ms(length, turns) for length in lengths}
+    """Median wall ms and CPU ms of an until-idle turn per thread length. The lengths take
+    turns (one turn each, round after round), so what else the machine does at any moment
+    weighs on every length alike."""
+    with tempfile.TemporaryDirectory() as folder:
+        async with AsyncExitStack() as stack:
+            agents = {n: await _thread_of(Path(folder) / f"{n}.db", n, stack) for n in lengths}
+            times: dict[int, list[tuple[float, float]]] = {n: [] for n in lengths}
+            for turn in range(turns + 1):
+                for length, agent in agents.items():
+                    timed = await _turn(agent)
+                    if turn:  # the first round warms up
+                        times[length].append(timed)
+    return {
+        n: (statistics.median(t[0] for t in timed), statistics.median(t[1] for t in timed))
+        for n, timed in times.items()
+    }
 
 
 def main() -> None:

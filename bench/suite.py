@@ -29,10 +29,9 @@ class Plan:
     rss_reps: int = 3
     thread_lengths: tuple[int, ...] = (20, 5_000, 20_000)
     thread_turns: int = 15
-    """W5: until-idle turns timed per thread length (the first length is the reference); their
-    median is of a few ms of SQLite work each, which the suite's earlier workloads make noisy
-    (7 turns gave 0.98x-1.74x for 20,000 messages in four runs; ``bench_thread_length`` alone
-    gives 1.11x-1.26x)."""
+    """W5: until-idle turns timed per thread length, the lengths taking turns (the first length
+    is the reference). Each is a few ms of SQLite work: 7 turns, one length after the other,
+    gave 0.98x-1.74x for 20,000 messages in four runs of the suite."""
 
 
 QUICK = Plan(reps=2, rss_reps=1, thread_turns=2)

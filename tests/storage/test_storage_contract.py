@@ -299,6 +299,21 @@ async def test_list_messages_last_n(storage: Storage) -> None:
     assert none.items == [] and none.total == 10
 
 
+async def test_latest_messages_are_the_last_n_without_a_count(storage: Storage) -> None:
+    await storage.save_thread(thread())
+    await storage.save_thread(thread("t2"))
+    await storage.save_messages([message(f"m{i}", created=i) for i in range(10)])
+    await storage.save_messages([message("other", "t2", created=20)])
+
+    for count in (0, 1, 3, 10, 50):
+        expected = (await storage.list_messages("t1", last=count)).items
+        assert await storage.latest_messages("t1", count) == expected
+    assert [m.id for m in await storage.latest_messages("t1", 2)] == ["m8", "m9"]
+    assert await storage.latest_messages("nope", 5) == []
+    with pytest.raises(InvalidArgumentError, match="last"):
+        await storage.latest_messages("t1", -1)
+
+
 async def test_list_messages_pagination(storage: Storage) -> None:
     await storage.save_thread(thread())
     await storage.save_messages([message(f"m{i:02}", created=i) for i in range(15)])

@@ -398,7 +398,11 @@ class Memory:
     # -- prompt history ----------------------------------------------------------------------------
     async def load_prompt(self, scope: MemoryScope) -> list[PromptMessage]:
         """The last N stored messages of the thread as model-prompt messages."""
-        stored = (await self._storage().list_messages(scope.thread_id, last=self.last_messages)).items
+        storage, last = self._storage(), self.last_messages
+        if last is None:  # the whole thread
+            stored = (await storage.list_messages(scope.thread_id)).items
+        else:
+            stored = await storage.latest_messages(scope.thread_id, last)
         prompt: list[PromptMessage] = []
         for message in stored:
             prompt.extend(db_to_prompt(message))
@@ -406,7 +410,7 @@ class Memory:
 
     async def continuable_message(self, scope: MemoryScope) -> ContinuedMessage | None:
         """The thread's last message if it is an assistant one (a run without input continues it)."""
-        stored = (await self._storage().list_messages(scope.thread_id, last=1)).items
+        stored = await self._storage().latest_messages(scope.thread_id, 1)
         if not stored or stored[-1].role != "assistant":
             return None
         last = stored[-1]
@@ -497,7 +501,7 @@ class Memory:
         """
         now = datetime.now(UTC)
         start = now.replace(microsecond=now.microsecond // 1000 * 1000)
-        last = (await self._storage().list_messages(thread_id, last=1)).items
+        last = await self._storage().latest_messages(thread_id, 1)
         if last:
             previous = last[0].created_at
             previous = previous.replace(microsecond=previous.microsecond // 1000 * 1000)

@@ -158,7 +158,7 @@ async def forget_new_thread(storage: Storage, scope: MemoryScope) -> None:
     thread = await storage.get_thread(scope.thread_id)
     if thread is None or thread.resource_id != scope.resource_id:
         return
-    if not (await storage.list_messages(scope.thread_id, last=1)).items:
+    if not await storage.latest_messages(scope.thread_id, 1):
         await storage.delete_thread(scope.thread_id)
 
 

@@ -59,7 +59,7 @@ async def absorb_tool_results(
     if not results or storage is None:
         return messages
     absorbed: set[str] = set()
-    for stored in reversed((await storage.list_messages(scope.thread_id, last=20)).items):
+    for stored in reversed(await storage.latest_messages(scope.thread_id, 20)):
         if stored.role != "assistant":
             continue
         waiting = {

@@ -129,6 +129,12 @@ class Storage(Protocol):
         """
         ...
 
+    async def latest_messages(self, thread_id: str, count: int) -> list[StoredMessage]:
+        """The thread's ``count`` most recent messages, oldest first (``list_messages(...,
+        last=count).items``, without the page's total: counting a thread's messages costs more
+        as the thread grows, and a run's history needs only the newest)."""
+        ...
+
     async def get_messages(self, message_ids: Collection[str]) -> list[StoredMessage]:
         """The messages with these ids, chronologically; unknown ids are skipped."""
         ...

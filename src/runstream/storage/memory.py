@@ -227,6 +227,9 @@ class InMemoryStorage:
         items = [message_from_row(row) for row in _slice(rows, page, per_page)]
         return make_page(items, len(rows), page, per_page)
 
+    async def latest_messages(self, thread_id: str, count: int) -> list[StoredMessage]:
+        return (await self.list_messages(thread_id, last=count)).items
+
     async def get_messages(self, message_ids: Collection[str]) -> list[StoredMessage]:
         self._check_open()
         wanted = set(message_ids)

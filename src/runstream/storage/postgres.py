@@ -350,15 +350,10 @@ class PostgresStorage:
     ) -> Page[StoredMessage]:
         check_last(last, page, per_page)
         params = SqlParams("numeric")
-        where = f" WHERE thread_id = {params.add(thread_id)}"
         if last is not None:
-            columns = ", ".join(MESSAGE_COLUMNS)
-            newest = (
-                f"SELECT {columns}, seq FROM {self._messages}{where}"
-                f"{order_clause('created_at', 'desc')} LIMIT {params.add(last)}"
-            )
-            sql = f"SELECT {columns} FROM ({newest}) AS newest{order_clause('created_at', 'asc')}"
+            sql = self._latest_sql(params, thread_id, last)
         else:
+            where = f" WHERE thread_id = {params.add(thread_id)}"
             sql = (
                 f"{self._message_select}{where}{order_clause('created_at', 'asc')}"
                 f"{limit_clause(page, per_page, params)}"
@@ -408,6 +403,23 @@ class PostgresStorage:
             return _affected(
                 await conn.execute(f"DELETE FROM {self._messages} WHERE id = ANY($1::text[])", ids)
             )
+
+    async def latest_messages(self, thread_id: str, count: int) -> list[StoredMessage]:
+        check_last(count, 0, None)
+        params = SqlParams("numeric")
+        sql = self._latest_sql(params, thread_id, count)
+        async with self._read() as conn:
+            rows = _rows(await conn.fetch(sql, *params.values))
+        return [message_from_row(row) for row in rows]
+
+    def _latest_sql(self, params: SqlParams, thread_id: str, count: int) -> str:
+        """The newest ``count`` messages of the thread, oldest first."""
+        columns = ", ".join(MESSAGE_COLUMNS)
+        newest = (
+            f"SELECT {columns}, seq FROM {self._messages} WHERE thread_id = {params.add(thread_id)}"
+            f"{order_clause('created_at', 'desc')} LIMIT {params.add(count)}"
+        )
+        return f"SELECT {columns} FROM ({newest}) AS newest{order_clause('created_at', 'asc')}"
 
     async def find_tool_call_message(self, thread_id: str, tool_call_id: str) -> StoredMessage | None:
         sql = (

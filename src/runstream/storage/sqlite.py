@@ -88,6 +88,18 @@ from runstream.storage.records import (
 
 _THREAD_SELECT = f"SELECT {', '.join(THREAD_COLUMNS)} FROM threads"
 _MESSAGE_SELECT = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM messages"
+
+
+def _latest_sql(params: SqlParams, thread_id: str, count: int) -> str:
+    """The newest ``count`` messages of the thread, oldest first."""
+    columns = ", ".join(MESSAGE_COLUMNS)
+    newest = (
+        f"SELECT {columns}, seq FROM messages WHERE thread_id = {params.add(thread_id)}"
+        f"{order_clause('created_at', 'desc')} LIMIT {params.add(count)}"
+    )
+    return f"SELECT {columns} FROM ({newest}){order_clause('created_at', 'asc')}"
+
+
 _RESOURCE_SELECT = f"SELECT {', '.join(RESOURCE_COLUMNS)} FROM resources"
 _TASK_SELECT = f"SELECT {', '.join(TASK_COLUMNS)} FROM background_tasks"
 _IDS_PARAM = "(SELECT value FROM json_each(?))"
@@ -386,15 +398,10 @@ class SqliteStorage:
     ) -> Page[StoredMessage]:
         check_last(last, page, per_page)
         params = SqlParams("qmark")
-        where = f" WHERE thread_id = {params.add(thread_id)}"
         if last is not None:
-            columns = ", ".join(MESSAGE_COLUMNS)
-            newest = (
-                f"SELECT {columns}, seq FROM messages{where}"
-                f"{order_clause('created_at', 'desc')} LIMIT {params.add(last)}"
-            )
-            sql = f"SELECT {columns} FROM ({newest}){order_clause('created_at', 'asc')}"
+            sql = _latest_sql(params, thread_id, last)
         else:
+            where = f" WHERE thread_id = {params.add(thread_id)}"
             sql = f"{_MESSAGE_SELECT}{where}{order_clause('created_at', 'asc')}{limit_clause(page, per_page, params)}"
         async with self._read() as tx:
             if resource_id is not None:
@@ -405,6 +412,14 @@ class SqliteStorage:
         return (
             make_page(items, total, 0, last) if last is not None else make_page(items, total, page, per_page)
         )
+
+    async def latest_messages(self, thread_id: str, count: int) -> list[StoredMessage]:
+        check_last(count, 0, None)
+        params = SqlParams("qmark")
+        sql = _latest_sql(params, thread_id, count)
+        async with self._read() as tx:
+            rows = await tx.rows(sql, params.values)
+        return [message_from_row(row) for row in rows]
 
     async def get_messages(self, message_ids: Collection[str]) -> list[StoredMessage]:
         sql = f"{_MESSAGE_SELECT} WHERE id IN {_IDS_PARAM}{order_clause('created_at', 'asc')}"
