@@ -1,16 +1,17 @@
 """A plain run's configuration, made once per agent and copied for each run.
 
 A run called with no options (so no memory) on an agent with no task manager, whose model,
-tools and instructions are values (not functions of the request), gets a :class:`LoopConfig` that depends
-only on the agent's attributes, the run's abort signal and its request context. Making it field
-by field is most of a run's setup before its first chunk, the same work every time; so the
-agent's first such run keeps what it made (a template), and the next ones copy it, with their
-own signal, request context and containers.
+tools and instructions are values (not functions of the request), gets a :class:`LoopConfig`
+that depends only on the agent's attributes, the run's abort signal and its request context.
+Making it field by field is most of a run's setup before its first chunk, the same work every
+time; so the agent's first such run keeps what it made (a template), and the next ones copy it
+with their own signal, request context and containers.
 
 An agent's attributes are public and may change between runs (``agent.tools["x"] = ...``,
-``agent.model = ...``): a template is used only while every attribute it was made from equals what it was then (the
-model: is the same object), and the tool and processor collections hold equal entries; else
-the run is configured the long way and its configuration becomes the template.
+``agent.model = ...``): a template is used only while every attribute it was made from equals
+what it was then (the model: is the same object) and the tool and processor collections hold
+equal entries; else the run is configured the long way and its configuration becomes the
+template.
 """
 
 from __future__ import annotations
@@ -125,10 +126,9 @@ class PlainRuns:
 
     def config(self, agent: PlainAgent, options: RunOptions, signal: AbortSignal) -> LoopConfig | None:
         """A copy of the template for a run called with no options, with its request context and
-        signal; ``None`` when the agent is not plain (:func:`is_plain`), there is no template, or
-        the agent changed since it was made (then configure the run the long way and :meth:`keep`
-        what it made). (The rest of :func:`is_plain` held when the template was made, for the
-        attributes it was made from.)"""
+        signal; ``None`` when there is no template, the agent gained services, or an attribute the
+        template was made from changed (the rest of :func:`is_plain` held for those attributes
+        when it was made). Then configure the run the long way and :meth:`keep` what it made."""
         template = self._config
         if (
             template is None

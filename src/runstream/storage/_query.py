@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, TypeVar, cast, get_args
 
-from runstream.storage._rows import Row, to_utc
+from runstream.storage._rows import MESSAGE_COLUMNS, Row, to_utc
 from runstream.storage.errors import InvalidArgumentError
 from runstream.storage.records import (
     TASK_STATUSES,
@@ -211,3 +211,13 @@ def order_clause(column: str, order: SortOrder) -> str:
 def limit_clause(page: int, per_page: int | None, params: SqlParams) -> str:
     offset, limit = page_bounds(page, per_page)
     return "" if limit is None else f" LIMIT {params.add(limit)} OFFSET {params.add(offset)}"
+
+
+def latest_messages_sql(table: str, params: SqlParams, thread_id: str, count: int) -> str:
+    """The newest ``count`` messages of the thread, oldest first (``table`` comes from code)."""
+    columns = ", ".join(MESSAGE_COLUMNS)
+    newest = (
+        f"SELECT {columns}, seq FROM {table} WHERE thread_id = {params.add(thread_id)}"
+        f"{order_clause('created_at', 'desc')} LIMIT {params.add(count)}"
+    )
+    return f"SELECT {columns} FROM ({newest}) AS newest{order_clause('created_at', 'asc')}"

@@ -31,6 +31,7 @@ from runstream.storage._query import (
     check_paging,
     check_thread_order_field,
     expired_where,
+    latest_messages_sql,
     limit_clause,
     make_page,
     normalise_statuses,
@@ -351,7 +352,7 @@ class PostgresStorage:
         check_last(last, page, per_page)
         params = SqlParams("numeric")
         if last is not None:
-            sql = self._latest_sql(params, thread_id, last)
+            sql = latest_messages_sql(self._messages, params, thread_id, last)
         else:
             where = f" WHERE thread_id = {params.add(thread_id)}"
             sql = (
@@ -407,19 +408,10 @@ class PostgresStorage:
     async def latest_messages(self, thread_id: str, count: int) -> list[StoredMessage]:
         check_last(count, 0, None)
         params = SqlParams("numeric")
-        sql = self._latest_sql(params, thread_id, count)
+        sql = latest_messages_sql(self._messages, params, thread_id, count)
         async with self._read() as conn:
             rows = _rows(await conn.fetch(sql, *params.values))
         return [message_from_row(row) for row in rows]
-
-    def _latest_sql(self, params: SqlParams, thread_id: str, count: int) -> str:
-        """The newest ``count`` messages of the thread, oldest first."""
-        columns = ", ".join(MESSAGE_COLUMNS)
-        newest = (
-            f"SELECT {columns}, seq FROM {self._messages} WHERE thread_id = {params.add(thread_id)}"
-            f"{order_clause('created_at', 'desc')} LIMIT {params.add(count)}"
-        )
-        return f"SELECT {columns} FROM ({newest}) AS newest{order_clause('created_at', 'asc')}"
 
     async def find_tool_call_message(self, thread_id: str, tool_call_id: str) -> StoredMessage | None:
         sql = (

@@ -34,6 +34,7 @@ from runstream.storage._query import (
     check_paging,
     check_thread_order_field,
     expired_where,
+    latest_messages_sql,
     limit_clause,
     make_page,
     normalise_statuses,
@@ -88,17 +89,6 @@ from runstream.storage.records import (
 
 _THREAD_SELECT = f"SELECT {', '.join(THREAD_COLUMNS)} FROM threads"
 _MESSAGE_SELECT = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM messages"
-
-
-def _latest_sql(params: SqlParams, thread_id: str, count: int) -> str:
-    """The newest ``count`` messages of the thread, oldest first."""
-    columns = ", ".join(MESSAGE_COLUMNS)
-    newest = (
-        f"SELECT {columns}, seq FROM messages WHERE thread_id = {params.add(thread_id)}"
-        f"{order_clause('created_at', 'desc')} LIMIT {params.add(count)}"
-    )
-    return f"SELECT {columns} FROM ({newest}){order_clause('created_at', 'asc')}"
-
 
 _RESOURCE_SELECT = f"SELECT {', '.join(RESOURCE_COLUMNS)} FROM resources"
 _TASK_SELECT = f"SELECT {', '.join(TASK_COLUMNS)} FROM background_tasks"
@@ -399,7 +389,7 @@ class SqliteStorage:
         check_last(last, page, per_page)
         params = SqlParams("qmark")
         if last is not None:
-            sql = _latest_sql(params, thread_id, last)
+            sql = latest_messages_sql("messages", params, thread_id, last)
         else:
             where = f" WHERE thread_id = {params.add(thread_id)}"
             sql = f"{_MESSAGE_SELECT}{where}{order_clause('created_at', 'asc')}{limit_clause(page, per_page, params)}"
@@ -416,7 +406,7 @@ class SqliteStorage:
     async def latest_messages(self, thread_id: str, count: int) -> list[StoredMessage]:
         check_last(count, 0, None)
         params = SqlParams("qmark")
-        sql = _latest_sql(params, thread_id, count)
+        sql = latest_messages_sql("messages", params, thread_id, count)
         async with self._read() as tx:
             rows = await tx.rows(sql, params.values)
         return [message_from_row(row) for row in rows]
