@@ -1,4 +1,5 @@
-"""Model strings as Mastra users write them: ``"openai/gpt-4.1"``, ``"anthropic/claude-sonnet-4-5"``.
+"""Model strings as Mastra users write them: ``"openai/gpt-4.1"``, ``"anthropic/claude-sonnet-4-5"``,
+``"google/gemini-2.5-flash"``.
 
 ``openai/…`` uses the Responses API (as the AI SDK's ``openai(model)`` does; pass ``api="chat"``
 for Chat Completions). ``openai-compatible/…`` needs a ``base_url``; the gateway shortcuts below
@@ -22,6 +23,9 @@ class Gateway(NamedTuple):
     key_env: str | None
 
 
+GOOGLE_KEY_ENVS = ("GOOGLE_GENERATIVE_AI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
+"""Where ``google/…`` finds its key: Mastra's variable first, then the ``google-genai`` SDK's."""
+
 GATEWAYS: dict[str, Gateway] = {
     "ollama": Gateway("http://localhost:11434/v1", None),
     "lmstudio": Gateway("http://localhost:1234/v1", None),
@@ -33,7 +37,7 @@ GATEWAYS: dict[str, Gateway] = {
     "fireworks": Gateway("https://api.fireworks.ai/inference/v1", "FIREWORKS_API_KEY"),
 }
 
-PROVIDERS = ("openai", "anthropic", "openai-compatible", *GATEWAYS)
+PROVIDERS = ("openai", "anthropic", "google", "openai-compatible", *GATEWAYS)
 """Every provider a model string may name."""
 
 KEYLESS = "EMPTY"
@@ -52,7 +56,7 @@ def resolve_model(spec: str | LanguageModel, **kw: Any) -> LanguageModel:
     try:
         return _resolve(spec, provider, model_id, kw)
     except ImportError as exc:
-        extra = "anthropic" if provider == "anthropic" else "openai"
+        extra = provider if provider in ("anthropic", "google") else "openai"
         raise ImportError(
             f"{spec!r} needs the {extra!r} SDK: pip install 'runstream[{extra}]' ({exc})"
         ) from exc
@@ -84,6 +88,12 @@ def _resolve(spec: str, provider: str, model_id: str, kw: dict[str, Any]) -> Lan
         from runstream.models.anthropic import AnthropicModel
 
         return AnthropicModel(model_id, **_with_key(kw, "ANTHROPIC_API_KEY", spec))
+    if provider == "google":
+        from runstream.models.google import GoogleModel
+
+        if not kw.get("base_url"):  # Mastra's variable, then the google-genai SDK's
+            kw["base_url"] = os.environ.get("GOOGLE_BASE_URL") or os.environ.get("GOOGLE_GEMINI_BASE_URL")
+        return GoogleModel(model_id, **_with_key(kw, GOOGLE_KEY_ENVS, spec))
     if provider == "openai-compatible":
         if not kw.get("base_url") and "client" not in kw:
             raise ConfigurationError(f"{spec!r} needs base_url=..., the server's OpenAI-compatible endpoint")
@@ -106,13 +116,14 @@ def _compatible(
     return OpenAIChatModel(model_id, provider=provider, **kw)
 
 
-def _with_key(kw: dict[str, Any], key_env: str, spec: str) -> dict[str, Any]:
+def _with_key(kw: dict[str, Any], key_env: str | tuple[str, ...], spec: str) -> dict[str, Any]:
     if "client" in kw or kw.get("api_key"):
         return kw
-    key = os.environ.get(key_env)
+    names = (key_env,) if isinstance(key_env, str) else key_env
+    key = next((os.environ[name] for name in names if os.environ.get(name)), None)
     if not key:
         raise ConfigurationError(
-            f"{key_env} is not set: export it or pass api_key=... to resolve_model({spec!r})"
+            f"{' / '.join(names)} is not set: export it or pass api_key=... to resolve_model({spec!r})"
         )
     return {**kw, "api_key": key}
 
