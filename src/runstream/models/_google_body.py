@@ -19,7 +19,13 @@ from runstream.models.base import ModelRequest, PromptMessage
 SKIP_THOUGHT_SIGNATURE_VALIDATOR = "skip_thought_signature_validator"
 """The documented sentinel Gemini 3 takes for a replayed function call whose signature is lost."""
 
-_GENERATION_OPTIONS = ("audioTimestamp", "responseModalities", "thinkingConfig", "mediaResolution", "imageConfig")
+_GENERATION_OPTIONS = (
+    "audioTimestamp",
+    "responseModalities",
+    "thinkingConfig",
+    "mediaResolution",
+    "imageConfig",
+)
 _BODY_OPTIONS = ("cachedContent", "labels", "serviceTier")
 _SAFETY_CATEGORIES = (
     "HARM_CATEGORY_HATE_SPEECH",
@@ -36,7 +42,9 @@ def uses_gemini3_features(model_id: str) -> bool:
         return False
     pre2 = name.startswith("gemini-1") or name in ("gemini-pro", "gemini-pro-vision")
     pre2 = pre2 or name.startswith("gemini-robotics-er-1.5")
-    return not pre2 and not (name.startswith("gemini-2.") or name.startswith("gemini-2-") or name == "gemini-2")
+    return not pre2 and not (
+        name.startswith("gemini-2.") or name.startswith("gemini-2-") or name == "gemini-2"
+    )
 
 
 def google_body(request: ModelRequest, model_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -153,7 +161,9 @@ def openapi_schema(schema: Any, root: bool = True) -> Any:
     items = schema.get("items")
     if items:
         result["items"] = (
-            [openapi_schema(i, False) for i in items] if isinstance(items, list) else openapi_schema(items, False)
+            [openapi_schema(i, False) for i in items]
+            if isinstance(items, list)
+            else openapi_schema(items, False)
         )
     if schema.get("allOf"):
         result["allOf"] = [openapi_schema(s, False) for s in schema["allOf"]]
@@ -194,7 +204,11 @@ def _empty_object(schema: Any) -> bool:
 
 
 def google_contents(
-    prompt: list[PromptMessage], *, gemini3: bool, gemma: bool = False, warnings: list[dict[str, Any]] | None = None
+    prompt: list[PromptMessage],
+    *,
+    gemini3: bool,
+    gemma: bool = False,
+    warnings: list[dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """An AI SDK prompt as Gemini ``systemInstruction`` and ``contents``.
 
@@ -208,7 +222,9 @@ def google_contents(
         role, content = message["role"], message["content"]
         if role == "system":
             if contents:
-                raise InvalidInputError("system messages are only supported at the beginning of the conversation")
+                raise InvalidInputError(
+                    "system messages are only supported at the beginning of the conversation"
+                )
             system.append({"text": content})
         elif role == "user":
             contents.append({"role": "user", "parts": [_user_part(part) for part in content]})
@@ -324,7 +340,9 @@ def _tool_parts(content: list[dict[str, Any]], contents: list[dict[str, Any]], g
             for item in output["value"]:
                 if item.get("type") == "text":
                     response = {"name": name, "content": item["text"]}
-                    parts.append({"functionResponse": {"id": part["toolCallId"], "name": name, "response": response}})
+                    parts.append(
+                        {"functionResponse": {"id": part["toolCallId"], "name": name, "response": response}}
+                    )
                 else:
                     parts.append({"text": _json_text(item)})
             continue

@@ -154,7 +154,9 @@ class _Chunks:
 
     __slots__ = ("_chunks", "_first", "_over", "headers")
 
-    def __init__(self, chunks: AsyncIterator[GenerateContentResponse], first: GenerateContentResponse | None) -> None:
+    def __init__(
+        self, chunks: AsyncIterator[GenerateContentResponse], first: GenerateContentResponse | None
+    ) -> None:
         self._chunks = chunks
         self._first = first
         self._over = first is None
@@ -311,7 +313,9 @@ class _GoogleMapper:
                 "promptFeedback": pick(_dump(feedback), FEEDBACK_SHAPE) if feedback is not None else None,
                 "groundingMetadata": self._grounding,
                 "urlContextMetadata": self._url_context,
-                "safetyRatings": [pick(_dump(r), RATING_SHAPE) for r in ratings] if ratings is not None else None,
+                "safetyRatings": [pick(_dump(r), RATING_SHAPE) for r in ratings]
+                if ratings is not None
+                else None,
                 "usageMetadata": pick(_dump(usage), USAGE_SHAPE) if usage is not None else None,
                 "finishMessage": candidate.finish_message,
                 "serviceTier": (self._usage or {}).get("serviceTier"),
@@ -347,7 +351,14 @@ class _GoogleMapper:
                 return []
             result = part.code_execution_result
             value = {"outcome": _enum_value(result.outcome), "output": result.output or ""}
-            return [{"type": "tool-result", "toolCallId": self._code_call, "toolName": "code_execution", "result": value}]
+            return [
+                {
+                    "type": "tool-result",
+                    "toolCallId": self._code_call,
+                    "toolName": "code_execution",
+                    "result": value,
+                }
+            ]
         if part.text is not None:
             return self._text_part(part)
         if part.inline_data is not None:
