@@ -240,7 +240,7 @@ class _GoogleMapper:
         self.done = False
         self._include_raw = include_raw
         self._response_id = False
-        self._usage: dict[str, Any] | None = None
+        self._usage: Any = None
         self._finish: dict[str, Any] = {"unified": "other"}
         self._metadata: dict[str, Any] | None = None
         self._grounding: Any = None
@@ -259,13 +259,12 @@ class _GoogleMapper:
             return self._close_blocks()
         out: list[StreamPart] = []
         if self._include_raw:
-            out.append({"type": "raw", "rawValue": _dump(event)})
+            out.append({"type": "raw", "rawValue": raw_value(event)})
         if not self._response_id and event.response_id is not None:
             self._response_id = True
             out.append({"type": "response-metadata", "id": event.response_id})
-        usage = event.usage_metadata
-        if usage is not None:
-            self._usage = pick(_dump(usage), USAGE_SHAPE)
+        if event.usage_metadata is not None:
+            self._usage = event.usage_metadata  # (made a dict once, at the end)
         candidate = event.candidates[0] if event.candidates else None
         if candidate is None:
             return out
@@ -290,7 +289,7 @@ class _GoogleMapper:
         return out
 
     def end(self) -> StreamPart | None:
-        usage = self._usage
+        usage = None if self._usage is None else pick(_dump(self._usage), USAGE_SHAPE)
         return {
             "type": "finish",
             "finishReason": self._finish,
@@ -318,7 +317,9 @@ class _GoogleMapper:
                 else None,
                 "usageMetadata": pick(_dump(usage), USAGE_SHAPE) if usage is not None else None,
                 "finishMessage": candidate.finish_message,
-                "serviceTier": (self._usage or {}).get("serviceTier"),
+                "serviceTier": _enum_value(tier)
+                if (tier := getattr(self._usage, "service_tier", None))
+                else None,
             }
         }
 
@@ -589,6 +590,20 @@ def pick(value: Any, shape: Any) -> Any:
 def _dump(model: Any) -> Any:
     """An SDK object as the API's JSON (camelCase, unset fields left out)."""
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def raw_value(event: GenerateContentResponse) -> Any:
+    """A response chunk as the API sent it, as near as the SDK's parsed object allows: its bytes in
+    the standard base64 Gemini sends (the SDK's dump would give them URL-safe)."""
+    value = event.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"sdk_http_response"})
+    for candidate, parsed in zip(value.get("candidates") or (), event.candidates or (), strict=False):
+        parts = (candidate.get("content") or {}).get("parts") or ()
+        for part, typed in zip(parts, (parsed.content.parts if parsed.content else None) or (), strict=False):
+            if typed.thought_signature:
+                part["thoughtSignature"] = base64.b64encode(typed.thought_signature).decode("ascii")
+            if typed.inline_data is not None and typed.inline_data.data is not None:
+                part["inlineData"]["data"] = base64.b64encode(typed.inline_data.data).decode("ascii")
+    return value
 
 
 def _enum_value(value: Any) -> str:
