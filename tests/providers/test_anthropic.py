@@ -1,7 +1,13 @@
-"""Anthropic Messages: recorded transcripts through the real SDK to exact parts."""
+"""Anthropic Messages: recorded transcripts through the real SDK to exact parts.
+
+The parts are the AI SDK's (``@ai-sdk/anthropic`` 3.0, as Mastra 1.71 runs it; the vendor kit's
+recordings in tests/vendor_kit/golden prove them): text ids are generated per block (Mastra swaps
+the block index for a fresh id), source ids are generated, reasoning ids stay the block index.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from runstream.models.anthropic import AnthropicModel
@@ -13,51 +19,90 @@ HI = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
 
 
 def model(server: LoopbackServer, **kw: Any) -> AnthropicModel:
-    return AnthropicModel("claude-test-model", api_key="sk-ant-test", base_url=server.url(), **kw)
+    return AnthropicModel("claude-sonnet-4-5", api_key="sk-ant-test", base_url=server.url(), **kw)
+
+
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+
+
+def named(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Generated ids (fresh uuid4 strings) as ``<text:N>`` / ``<source:N>`` in order of appearance."""
+    names: dict[str, str] = {}
+    out = []
+    for part in parts:
+        part = dict(part)
+        value = part.get("id")
+        if isinstance(value, str) and UUID.match(value):
+            kind = "source" if part["type"] == "source" else "text"
+            count = sum(1 for n in names.values() if n.startswith(f"<{kind}:"))
+            part["id"] = names.setdefault(value, f"<{kind}:{count + 1}>")
+        out.append(part)
+    return out
 
 
 async def run(server: LoopbackServer, name: str, **request: Any) -> list[dict[str, Any]]:
     server.queue(Reply(fixture(name)))
     stream = await model(server).stream(ModelRequest(prompt=HI, **request))
-    return await collect(stream.parts)
+    return named(await collect(stream.parts))
 
 
 async def test_text_citation_and_cache_usage(loopback: LoopbackServer) -> None:
     parts = await run(loopback, "anthropic_text.sse")
+    citation = {
+        "type": "web_search_result_location",
+        "cited_text": "Hello world",
+        "url": "https://example.com/hello",
+        "title": "Hello page",
+        "encrypted_index": "Eo8BCioIAhgB",
+    }
+    raw_usage = {
+        "input_tokens": 25,
+        "cache_creation_input_tokens": 10,
+        "cache_read_input_tokens": 100,
+        "output_tokens": 15,
+    }
     assert parts == [
         {"type": "stream-start", "warnings": []},
         {"type": "response-metadata", "id": "msg_text_01", "modelId": "claude-sonnet-4-5-20250929"},
-        {"type": "text-start", "id": "0"},
-        {"type": "text-delta", "id": "0", "delta": "Hello"},
-        {"type": "text-delta", "id": "0", "delta": " world!"},
+        {"type": "text-start", "id": "<text:1>"},
+        {"type": "text-delta", "id": "<text:1>", "delta": "Hello"},
+        {"type": "text-delta", "id": "<text:1>", "delta": " world!"},
         {
             "type": "source",
             "sourceType": "url",
-            "id": "msg_text_01-src-1",
+            "id": "<source:1>",
             "url": "https://example.com/hello",
             "title": "Hello page",
+            "providerMetadata": {"anthropic": {"citedText": "Hello world", "encryptedIndex": "Eo8BCioIAhgB"}},
         },
-        {"type": "text-end", "id": "0"},
+        {"type": "text-end", "id": "<text:1>", "providerMetadata": {"anthropic": {"citations": [citation]}}},
         {
             "type": "finish",
-            "finishReason": "stop",
+            "finishReason": {"unified": "stop", "raw": "end_turn"},
             "usage": {
-                "inputTokens": 25,
-                "outputTokens": 15,
-                "cachedInputTokens": 100,
-                "cacheCreationInputTokens": 10,
-                "totalTokens": 40,
+                "inputTokens": {"total": 135, "noCache": 25, "cacheRead": 100, "cacheWrite": 10},
+                "outputTokens": {"total": 15},
+                "raw": raw_usage,
             },
-            "providerMetadata": {"anthropic": {"cacheCreationInputTokens": 10, "stopSequence": None}},
+            "providerMetadata": {
+                "anthropic": {
+                    "usage": raw_usage,
+                    "cacheCreationInputTokens": 10,
+                    "stopSequence": None,
+                    "iterations": None,
+                    "container": None,
+                    "contextManagement": None,
+                }
+            },
         },
     ]
     request = loopback.requests[0]
     assert request.path == "/v1/messages"
     assert request.headers["authorization"] == "Bearer sk-ant-test"
-    assert request.body == {
-        "max_tokens": 4096,
+    assert request.body == {  # the model's output-token ceiling, as the AI SDK's table has it
+        "max_tokens": 64_000,
         "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
-        "model": "claude-test-model",
+        "model": "claude-sonnet-4-5",
         "stream": True,
     }
 
@@ -66,6 +111,13 @@ async def test_thinking_signature_redaction_and_parallel_tool_calls(loopback: Lo
     parts = await run(loopback, "anthropic_thinking_tools.sse")
     signature = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"
     redacted = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIw"
+    raw_usage = {
+        "input_tokens": 120,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "output_tokens": 210,
+        "output_tokens_details": {"thinking_tokens": 90},
+    }
     assert parts[2:] == [
         {"type": "reasoning-start", "id": "0"},
         {"type": "reasoning-delta", "id": "0", "delta": "Two cities,"},
@@ -79,9 +131,9 @@ async def test_thinking_signature_redaction_and_parallel_tool_calls(loopback: Lo
         {"type": "reasoning-end", "id": "0"},
         {"type": "reasoning-start", "id": "1", "providerMetadata": {"anthropic": {"redactedData": redacted}}},
         {"type": "reasoning-end", "id": "1"},
-        {"type": "text-start", "id": "2"},
-        {"type": "text-delta", "id": "2", "delta": "Checking both."},
-        {"type": "text-end", "id": "2"},
+        {"type": "text-start", "id": "<text:1>"},
+        {"type": "text-delta", "id": "<text:1>", "delta": "Checking both."},
+        {"type": "text-end", "id": "<text:1>"},
         {"type": "tool-input-start", "id": "toolu_01", "toolName": "get_weather"},
         {"type": "tool-input-delta", "id": "toolu_01", "delta": '{"city": "San'},
         {"type": "tool-input-delta", "id": "toolu_01", "delta": ' Francisco"}'},
@@ -103,24 +155,30 @@ async def test_thinking_signature_redaction_and_parallel_tool_calls(loopback: Lo
         },
         {
             "type": "finish",
-            "finishReason": "tool-calls",
+            "finishReason": {"unified": "tool-calls", "raw": "tool_use"},
             "usage": {
-                "inputTokens": 120,
-                "outputTokens": 210,
-                "cachedInputTokens": 0,
-                "cacheCreationInputTokens": 0,
-                "reasoningTokens": 90,
-                "totalTokens": 330,
+                "inputTokens": {"total": 120, "noCache": 120, "cacheRead": 0, "cacheWrite": 0},
+                "outputTokens": {"total": 210, "text": 120, "reasoning": 90},
+                "raw": raw_usage,
             },
-            "providerMetadata": {"anthropic": {"cacheCreationInputTokens": 0, "stopSequence": None}},
+            "providerMetadata": {
+                "anthropic": {
+                    "usage": raw_usage,
+                    "cacheCreationInputTokens": 0,
+                    "stopSequence": None,
+                    "iterations": None,
+                    "container": None,
+                    "contextManagement": None,
+                }
+            },
         },
     ]
 
 
 async def test_refusal_finishes_content_filter(loopback: LoopbackServer) -> None:
     parts = await run(loopback, "anthropic_refusal.sse")
-    assert parts[3] == {"type": "text-delta", "id": "0", "delta": "I can't help with that."}
-    assert parts[-1]["finishReason"] == "content-filter"
+    assert parts[3] == {"type": "text-delta", "id": "<text:1>", "delta": "I can't help with that."}
+    assert parts[-1]["finishReason"] == {"unified": "content-filter", "raw": "refusal"}
 
 
 async def test_error_event_becomes_error_part_with_the_error_types_status(loopback: LoopbackServer) -> None:
@@ -138,8 +196,8 @@ async def test_error_event_becomes_error_part_with_the_error_types_status(loopba
 async def test_dropped_connection_yields_an_error_part(loopback: LoopbackServer) -> None:
     loopback.queue(Reply(fixture("anthropic_truncated.sse"), complete=False))
     stream = await model(loopback).stream(ModelRequest(prompt=HI))
-    parts = await collect(stream.parts)
-    assert parts[-2] == {"type": "text-delta", "id": "0", "delta": "Hello"}
+    parts = named(await collect(stream.parts))
+    assert parts[-2] == {"type": "text-delta", "id": "<text:1>", "delta": "Hello"}
     assert error_of(parts[-1]) == (
         None,
         "Connection error: peer closed connection without sending complete message body (incomplete chunked read)",
@@ -234,11 +292,20 @@ async def test_request_shape(loopback: LoopbackServer) -> None:
     )
     stream = await model(loopback).stream(request)
     parts = await collect(stream.parts)
-    assert parts[0]["warnings"] == [{"type": "unsupported-setting", "setting": "seed"}]
+    # as the AI SDK: thinking drops temperature and topK, unsigned reasoning is not sent back
+    assert parts[0]["warnings"] == [
+        {"type": "unsupported-setting", "setting": "seed"},
+        {"type": "other", "message": "unsupported reasoning metadata"},
+        {"type": "unsupported-setting", "setting": "temperature"},
+        {"type": "unsupported-setting", "setting": "topK"},
+    ]
     sent = loopback.requests[0]
-    assert sent.headers["anthropic-beta"] == "fine-grained-tool-streaming-2025-05-14"
+    assert (
+        sent.headers["anthropic-beta"]
+        == "fine-grained-tool-streaming-2025-05-14,structured-outputs-2025-11-13"
+    )
     assert sent.body == {
-        "max_tokens": 1000,
+        "max_tokens": 1512,  # the thinking budget comes on top
         "messages": [
             {
                 "role": "user",
@@ -261,23 +328,23 @@ async def test_request_shape(loopback: LoopbackServer) -> None:
             {
                 "role": "user",
                 "content": [
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": "toolu_1",
-                        "content": '{"temp": 18}',
-                        "is_error": False,
-                    },
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": '{"temp":18}'},
                     {"type": "text", "text": "And tomorrow?"},
                 ],
             },
         ],
-        "model": "claude-test-model",
+        "model": "claude-sonnet-4-5",
         "stream": True,
         "system": [{"type": "text", "text": "Be terse."}],
-        "temperature": 0.3,
-        "top_k": 5,
         "stop_sequences": ["\n\nHuman:"],
-        "tools": [{"name": "get_weather", "description": "Weather", "input_schema": {"type": "object"}}],
+        "tools": [
+            {
+                "name": "get_weather",
+                "description": "Weather",
+                "input_schema": {"type": "object"},
+                "eager_input_streaming": True,
+            }
+        ],
         "tool_choice": {"type": "any"},
         "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}},
         "thinking": {"type": "enabled", "budget_tokens": 512},
@@ -295,31 +362,108 @@ async def test_tool_choice_none_sends_no_tools(loopback: LoopbackServer) -> None
     assert "tools" not in loopback.requests[0].body
 
 
-async def test_web_search_results_and_document_citations_become_sources(loopback: LoopbackServer) -> None:
-    parts = await run(loopback, "anthropic_web_search.sse")
-    assert [p for p in parts if p["type"] == "source"] == [
+async def test_unknown_model_gets_the_generic_ceiling_with_a_warning(loopback: LoopbackServer) -> None:
+    loopback.queue(Reply(fixture("anthropic_refusal.sse")))
+    unknown = AnthropicModel("claude-test-model", api_key="sk-ant-test", base_url=loopback.url())
+    parts = await collect((await unknown.stream(ModelRequest(prompt=HI))).parts)
+    assert parts[0]["warnings"] == [
         {
-            "type": "source",
-            "sourceType": "url",
-            "id": "msg_web_01-src-1",
+            "type": "compatibility",
+            "feature": "maxOutputTokens",
+            "details": 'The model "claude-test-model" is unknown. The max output tokens have been limited to '
+            "128000. Set maxOutputTokens explicitly to override this limit.",
+        }
+    ]
+    assert loopback.requests[0].body["max_tokens"] == 128_000
+
+
+async def test_web_search_is_a_provider_executed_call_and_result_with_sources(
+    loopback: LoopbackServer,
+) -> None:
+    parts = await run(loopback, "anthropic_web_search.sse")
+    results = [
+        {
             "url": "https://weather.example/sf",
             "title": "SF weather",
+            "pageAge": None,
+            "encryptedContent": "Eq0=",
+            "type": "web_search_result",
+        },
+        {
+            "url": "https://news.example/fog",
+            "title": "Fog report",
+            "pageAge": "1 day",
+            "encryptedContent": "Eq1=",
+            "type": "web_search_result",
+        },
+    ]
+    assert parts[2:-1] == [
+        {"type": "tool-input-start", "id": "srvtoolu_01", "toolName": "web_search", "providerExecuted": True},
+        {"type": "tool-input-delta", "id": "srvtoolu_01", "delta": '{"query": "sf weather"}'},
+        {"type": "tool-input-end", "id": "srvtoolu_01"},
+        {
+            "type": "tool-call",
+            "toolCallId": "srvtoolu_01",
+            "toolName": "web_search",
+            "input": '{"query": "sf weather"}',
+            "providerExecuted": True,
+        },
+        {
+            "type": "tool-result",
+            "toolCallId": "srvtoolu_01",
+            "toolName": "web_search",
+            "result": results,
+            "providerExecuted": True,
         },
         {
             "type": "source",
             "sourceType": "url",
-            "id": "msg_web_01-src-2",
-            "url": "https://news.example/fog",
-            "title": "Fog report",
+            "id": "<source:1>",
+            "url": "https://weather.example/sf",
+            "title": "SF weather",
+            "providerMetadata": {"anthropic": {"pageAge": None}},
         },
         {
             "type": "source",
-            "sourceType": "document",
-            "id": "msg_web_01-src-3",
-            "mediaType": "text/plain",
-            "title": "Forecast",
-            "providerMetadata": {"anthropic": {"citedText": "Sunny all week"}},
+            "sourceType": "url",
+            "id": "<source:2>",
+            "url": "https://news.example/fog",
+            "title": "Fog report",
+            "providerMetadata": {"anthropic": {"pageAge": "1 day"}},
         },
+        # the char_location citation names document 0, which the prompt does not hold: no source
+        {"type": "text-start", "id": "<text:1>"},
+        {"type": "text-delta", "id": "<text:1>", "delta": "Sunny."},
+        {"type": "text-end", "id": "<text:1>"},
     ]
-    assert not any(p["type"].startswith("tool-") for p in parts)  # the server-side tool call is not ours
-    assert parts[-1]["finishReason"] == "stop"
+    assert parts[-1]["finishReason"] == {"unified": "stop", "raw": "end_turn"}
+
+
+async def test_document_citations_name_the_prompts_cited_documents(loopback: LoopbackServer) -> None:
+    loopback.queue(Reply(fixture("anthropic_web_search.sse")))
+    document = {
+        "type": "file",
+        "mediaType": "text/plain",
+        "data": "U3VubnkgYWxsIHdlZWs=",
+        "filename": "forecast.txt",
+        "providerOptions": {"anthropic": {"citations": {"enabled": True}}},
+    }
+    prompt = [{"role": "user", "content": [document, {"type": "text", "text": "Weather?"}]}]
+    parts = named(await collect((await model(loopback).stream(ModelRequest(prompt=prompt))).parts))
+    assert [p for p in parts if p["type"] == "source"][2] == {
+        "type": "source",
+        "sourceType": "document",
+        "id": "<source:3>",
+        "mediaType": "text/plain",
+        "title": "Forecast",
+        "filename": "forecast.txt",
+        "providerMetadata": {
+            "anthropic": {"citedText": "Sunny all week", "startCharIndex": 0, "endCharIndex": 14}
+        },
+    }
+    assert loopback.requests[0].body["messages"][0]["content"][0] == {
+        "type": "document",
+        "source": {"type": "text", "media_type": "text/plain", "data": "Sunny all week"},
+        "title": "forecast.txt",
+        "citations": {"enabled": True},
+    }

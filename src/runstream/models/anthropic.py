@@ -1,57 +1,39 @@
 """Anthropic Messages on the official ``anthropic`` SDK (``stream=True``, raw events).
 
-The mapping follows the AI SDK's ``@ai-sdk/anthropic``: part ids are content block indexes,
-thinking signatures arrive as an empty ``reasoning-delta`` carrying
-``providerMetadata.anthropic.signature`` and redacted thinking as a ``reasoning-start`` carrying
-``redactedData``. The SDK is imported when a model is built, so it stays an optional extra.
+Requests and parts follow the AI SDK's ``@ai-sdk/anthropic`` 3.0 (what Mastra 1.71 runs): the
+body as its ``getArgs`` builds it (the model's output-token ceiling as ``max_tokens``, thinking
+budgets added to it, ``eager_input_streaming`` tools, camelCase ``providerOptions.anthropic``
+such as ``thinking.budgetTokens``, ``cacheControl``, ``sendReasoning``, ``effort``), the prompt
+as ``_anthropic_prompt`` converts it, the stream as ``_anthropic_stream`` maps it. Any other
+``providerOptions.anthropic`` key is merged into the body as the vendor names it. The SDK is
+imported when a model is built, so it stays an optional extra.
 """
 
 from __future__ import annotations
 
-import base64
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from runstream.errors import InvalidInputError
+from runstream.models._anthropic_prompt import CacheControl, anthropic_messages
+from runstream.models._anthropic_stream import AnthropicMapper
 from runstream.models._common import (
     DEFAULT_MAX_RETRIES,
     AbortScope,
     call_error,
     connection_error,
-    file_data,
     merge_options,
     open_stream,
-    part_metadata,
     stream_parts,
-    tool_output_text,
     unsupported,
     vendor_message,
 )
-from runstream.models.base import (
-    FinishReason,
-    ModelCallError,
-    ModelRequest,
-    ModelStream,
-    PromptMessage,
-    StreamPart,
-    Usage,
-)
+from runstream.models.base import ModelCallError, ModelRequest, ModelStream
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
-    from anthropic.types import RawMessageStreamEvent
 
-DEFAULT_MAX_TOKENS = 4096
-
-_STOP_REASONS: dict[str, FinishReason] = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "pause_turn": "stop",
-    "tool_use": "tool-calls",
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",
-    "refusal": "content-filter",
-}
+__all__ = ["AnthropicModel", "anthropic_messages", "translate_error"]
 
 # HTTP statuses of Anthropic's documented error types, for errors that arrive inside a stream.
 _ERROR_STATUS = {
@@ -66,6 +48,47 @@ _ERROR_STATUS = {
     "timeout_error": 504,
     "overloaded_error": 529,
 }
+
+# providerOptions.anthropic keys the AI SDK reads (camelCase); the rest go into the body as they are.
+_OPTION_KEYS = frozenset(
+    (
+        "thinking",
+        "sendReasoning",
+        "effort",
+        "speed",
+        "inferenceGeo",
+        "cacheControl",
+        "metadata",
+        "disableParallelToolUse",
+        "structuredOutputMode",
+        "toolStreaming",
+        "anthropicBeta",
+    )
+)
+
+
+_LEGACY = re.compile(r"claude-(?:instant(?:-|$)|v?2(?=$|[-.:])|3(?=$|[-.]))")
+
+
+def model_capabilities(model_id: str) -> tuple[int, bool, bool]:
+    """``(max output tokens, structured output, known model)`` as the AI SDK's table has them."""
+    for names, tokens, structured in (
+        (("claude-opus-5",), 128_000, True),
+        (("claude-opus-4-8", "claude-opus-4-7", "claude-fable-5", "claude-sonnet-5"), 128_000, True),
+        (("claude-sonnet-4-6", "claude-opus-4-6"), 128_000, True),
+        (("claude-sonnet-4-5", "claude-opus-4-5", "claude-haiku-4-5"), 64_000, True),
+        (("claude-opus-4-1",), 32_000, True),
+        (("claude-sonnet-4-",), 64_000, False),
+        (("claude-opus-4-",), 32_000, False),
+        (("claude-3-haiku",), 4096, False),
+    ):
+        if any(name in model_id for name in names):
+            return tokens, structured, True
+    if _LEGACY.search(model_id):
+        return 4096, False, False
+    if "claude-" in model_id:
+        return 128_000, True, False
+    return 4096, False, False
 
 
 class AnthropicModel:
@@ -96,13 +119,20 @@ class AnthropicModel:
         self.client = client
 
     async def stream(self, request: ModelRequest) -> ModelStream:
-        body, warnings = self._body(request)
+        body, warnings, betas = self._body(request)
         client = self.client
         retries = request.settings.max_retries
         if retries is not None and retries != client.max_retries:
             client = client.with_options(max_retries=retries)
-        headers = request.settings.headers
-        rest = {key: value for key, value in body.items() if key not in ("max_tokens", "messages")}
+        headers = dict(request.settings.headers or {})
+        if betas:
+            given = [b.strip() for b in headers.pop("anthropic-beta", "").split(",") if b.strip()]
+            headers["anthropic-beta"] = ",".join(dict.fromkeys([*given, *betas]))
+        rest = {
+            key: value
+            for key, value in body.items()
+            if key not in ("model", "max_tokens", "messages", "stream")
+        }
         scope = AbortScope(request.abort_signal)
         source = await open_stream(
             scope,
@@ -112,72 +142,209 @@ class AnthropicModel:
                 messages=body["messages"],
                 stream=True,
                 extra_body=rest,
-                extra_headers=headers,
+                extra_headers=headers or None,
             ),
             translate_error,
         )
         parts = stream_parts(
             source,
-            _AnthropicMapper(),
+            AnthropicMapper(_citation_documents(request)),
             scope,
             warnings=warnings,
             raw=_raw if request.include_raw_chunks else None,
             translate=translate_error,
             vendor="Anthropic",
         )
-        sent = {"model": self.model_id, "stream": True, **body}
-        return ModelStream(parts, request={"body": sent}, response={"headers": dict(source.response.headers)})
+        return ModelStream(parts, request={"body": body}, response={"headers": dict(source.response.headers)})
 
-    def _body(self, request: ModelRequest) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def _body(self, request: ModelRequest) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+        """The request body, the warnings and the ``anthropic-beta`` values, as ``getArgs`` makes them."""
         settings = request.settings
-        system, messages = anthropic_messages(request.prompt)
-        body: dict[str, Any] = {
-            "max_tokens": settings.max_output_tokens or DEFAULT_MAX_TOKENS,
-            "messages": messages,
-        }
-        if system:
-            body["system"] = system
+        given = dict(settings.provider_options.get("anthropic") or {})
+        options = {key: given.pop(key) for key in list(given) if key in _OPTION_KEYS}
+        warnings = unsupported(request, "seed", "presence_penalty", "frequency_penalty")
+        max_output, structured, known = model_capabilities(self.model_id)
+        if not known and settings.max_output_tokens is None:
+            details = (
+                f'The model "{self.model_id}" is unknown. The max output tokens have been limited to '
+                f"{max_output}. Set maxOutputTokens explicitly to override this limit."
+            )
+            warnings.append({"type": "compatibility", "feature": "maxOutputTokens", "details": details})
+        temperature = settings.temperature
+        if temperature is not None and not 0 <= temperature <= 1:
+            temperature = min(max(temperature, 0.0), 1.0)
+            warnings.append({"type": "unsupported-setting", "setting": "temperature"})
+        cache = CacheControl(warnings)
+        betas: set[str] = set()
+        system, messages = anthropic_messages(
+            request.prompt,
+            warnings=warnings,
+            cache=cache,
+            send_reasoning=options.get("sendReasoning", True) is not False,
+            betas=betas,
+        )
+        max_tokens = settings.max_output_tokens or max_output
+        body: dict[str, Any] = {"model": self.model_id, "max_tokens": max_tokens}
         for key, value in (
-            ("temperature", settings.temperature),
-            ("top_p", settings.top_p),
+            ("temperature", temperature),
             ("top_k", settings.top_k),
+            ("top_p", settings.top_p),
             ("stop_sequences", settings.stop_sequences),
         ):
             if value is not None:
                 body[key] = value
-        choice = request.tool_choice
-        if request.tools and (choice is None or choice["type"] != "none"):
-            body["tools"] = [
+        thinking = _thinking(options.get("thinking"), warnings)
+        if thinking is not None:
+            body["thinking"] = thinking
+            if thinking["type"] != "disabled":
+                for key in ("temperature", "top_k", "top_p"):
+                    if body.pop(key, None) is not None:
+                        warnings.append({"type": "unsupported-setting", "setting": _SETTING[key]})
+                body["max_tokens"] = max_tokens + thinking.get("budget_tokens", 0)
+        elif "temperature" in body and "top_p" in body:  # Anthropic takes one of the two
+            del body["top_p"]
+            warnings.append({"type": "unsupported-setting", "setting": "topP"})
+        if known and body["max_tokens"] > max_output:
+            body["max_tokens"] = max_output
+        _output_config(body, options, request.response_format, structured, warnings)
+        for key, name in (
+            ("speed", "speed"),
+            ("inferenceGeo", "inference_geo"),
+            ("cacheControl", "cache_control"),
+        ):
+            if options.get(key):
+                body[name] = options[key]
+        metadata = options.get("metadata")
+        if isinstance(metadata, Mapping) and metadata.get("userId") is not None:
+            body["metadata"] = {"user_id": metadata["userId"]}
+        if system is not None:
+            body["system"] = system
+        body["messages"] = messages
+        _tools(body, request, options, cache, betas, structured)
+        body["stream"] = True
+        merge_options(body, given)
+        if options.get("speed") == "fast":
+            betas.add("fast-mode-2026-02-01")
+        extra = options.get("anthropicBeta")
+        return body, warnings, sorted(betas) + list(extra if isinstance(extra, list) else [])
+
+
+_SETTING = {"temperature": "temperature", "top_k": "topK", "top_p": "topP"}
+
+
+def _thinking(value: Any, warnings: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """``providerOptions.anthropic.thinking`` (``budgetTokens`` or the vendor's ``budget_tokens``)."""
+    if not isinstance(value, Mapping) or value.get("type") not in ("enabled", "adaptive", "disabled"):
+        return None
+    thinking: dict[str, Any] = {"type": value["type"]}
+    budget = value.get("budgetTokens", value.get("budget_tokens"))
+    if value["type"] == "enabled":
+        if budget is None:
+            warnings.append(
                 {
-                    "name": tool["name"],
-                    "description": tool["description"],
-                    "input_schema": tool["inputSchema"],
+                    "type": "compatibility",
+                    "feature": "extended thinking",
+                    "details": "thinking budget is required when thinking is enabled. using default budget of 1024 tokens.",
                 }
-                for tool in request.tools
-            ]
-            if choice is not None:
-                kind = choice["type"]
-                body["tool_choice"] = (
-                    {"type": "tool", "name": choice["toolName"]}
-                    if kind == "tool"
-                    else {"type": "any" if kind == "required" else "auto"}
-                )
-        warnings = unsupported(request, "seed", "presence_penalty", "frequency_penalty")
-        fmt = request.response_format
-        if fmt is not None and fmt.get("type") == "json":
-            if fmt.get("schema") is None:
-                warnings.append({"type": "unsupported-setting", "setting": "responseFormat"})
-            else:
-                body["output_config"] = {"format": {"type": "json_schema", "schema": fmt["schema"]}}
-        merge_options(body, settings.provider_options.get("anthropic"))
-        return body, warnings
+            )
+            budget = 1024
+        thinking["budget_tokens"] = budget
+    elif value["type"] == "adaptive" and value.get("display") is not None:
+        thinking["display"] = value["display"]
+    return thinking
+
+
+def _output_config(
+    body: dict[str, Any],
+    options: Mapping[str, Any],
+    response_format: Mapping[str, Any] | None,
+    structured: bool,
+    warnings: list[dict[str, Any]],
+) -> None:
+    config: dict[str, Any] = {}
+    if options.get("effort"):
+        config["effort"] = options["effort"]
+    if response_format is not None and response_format.get("type") == "json":
+        mode = options.get("structuredOutputMode", "auto")
+        if response_format.get("schema") is None:
+            warnings.append({"type": "unsupported-setting", "setting": "responseFormat"})
+        elif mode == "outputFormat" or (mode == "auto" and structured):
+            config["format"] = {"type": "json_schema", "schema": response_format["schema"]}
+    if config:
+        body["output_config"] = config
+
+
+def _tools(
+    body: dict[str, Any],
+    request: ModelRequest,
+    options: Mapping[str, Any],
+    cache: CacheControl,
+    betas: set[str],
+    structured: bool,
+) -> None:
+    """``tools`` and ``tool_choice`` as the AI SDK's ``prepareTools`` makes them."""
+    choice = request.tool_choice
+    parallel = options.get("disableParallelToolUse")
+    if not request.tools or (choice is not None and choice["type"] == "none"):
+        return
+    eager = options.get("toolStreaming", True) is not False
+    tools = []
+    for tool in request.tools:
+        spec: dict[str, Any] = {
+            "name": tool["name"],
+            "description": tool["description"],
+            "input_schema": tool["inputSchema"],
+        }
+        tool_options: Any = tool.get("providerOptions")
+        control = cache.get(tool_options, "tool definition")
+        if control:
+            spec["cache_control"] = control
+        if eager and (tool_options or {}).get("anthropic", {}).get("eagerInputStreaming", True) is not False:
+            spec["eager_input_streaming"] = True
+        tools.append(spec)
+        if structured:
+            betas.add("structured-outputs-2025-11-13")
+    body["tools"] = tools
+    if choice is None:
+        if parallel:
+            body["tool_choice"] = {"type": "auto", "disable_parallel_tool_use": parallel}
+        return
+    kind = choice["type"]
+    tool_choice: dict[str, Any] = (
+        {"type": "tool", "name": choice["toolName"]}
+        if kind == "tool"
+        else {"type": "any" if kind == "required" else "auto"}
+    )
+    if parallel is not None:
+        tool_choice["disable_parallel_tool_use"] = parallel
+    body["tool_choice"] = tool_choice
+
+
+def _citation_documents(request: ModelRequest) -> list[dict[str, Any]]:
+    """The prompt's user documents with citations enabled, which document citations index."""
+    documents = []
+    for message in request.prompt:
+        if message["role"] != "user":
+            continue
+        for part in message["content"]:
+            if part.get("type") != "file" or part.get("mediaType") not in ("application/pdf", "text/plain"):
+                continue
+            options = (part.get("providerOptions") or {}).get("anthropic") or {}
+            if (options.get("citations") or {}).get("enabled"):
+                filename = part.get("filename")
+                doc = {"title": filename or "Untitled Document", "mediaType": part["mediaType"]}
+                if filename is not None:
+                    doc["filename"] = filename
+                documents.append(doc)
+    return documents
 
 
 def translate_error(exc: Exception) -> ModelCallError:
     """An ``anthropic`` SDK exception (or a malformed stream) as a :class:`ModelCallError`.
 
-    A stream ``error`` event surfaces as a status error with the stream's HTTP status (200), so
-    the status is taken from the error type instead.
+    A stream ``error`` event surfaces as a status error with the stream's HTTP status (200); the
+    AI SDK forwards its ``error`` object as is, which Mastra streams as a plain ``Error`` (named
+    so), so it keeps that name, with the status of its error type.
     """
     import anthropic
     import httpx2
@@ -187,7 +354,10 @@ def translate_error(exc: Exception) -> ModelCallError:
         error = body.get("error") if isinstance(body, Mapping) else None
         status = exc.status_code
         if status < 400 and isinstance(error, Mapping):
-            status = _ERROR_STATUS.get(str(error.get("type")), status)
+            status = _ERROR_STATUS.get(str(error.get("type")), 500)
+            message = vendor_message(body, exc.message)
+            retryable = status in (408, 409, 429) or status >= 500
+            return ModelCallError(message, status_code=status, name="Error", retryable=retryable, body=body)
         return call_error(vendor_message(body, exc.message), status_code=status, body=body)
     if isinstance(exc, anthropic.APIConnectionError):
         return connection_error(exc)
@@ -198,233 +368,5 @@ def translate_error(exc: Exception) -> ModelCallError:
     return call_error(f"Malformed Anthropic stream: {exc!r}")
 
 
-def anthropic_messages(prompt: list[PromptMessage]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """An AI SDK prompt as Anthropic ``system`` blocks and ``messages``.
-
-    Tool results travel in user messages; consecutive messages of one Anthropic role are merged,
-    since the API wants the roles to alternate.
-    """
-    system: list[dict[str, Any]] = []
-    messages: list[dict[str, Any]] = []
-    for message in prompt:
-        role, content = message["role"], message["content"]
-        if role == "system":
-            system.append({"type": "text", "text": content})
-            continue
-        if role == "assistant":
-            target, blocks = "assistant", [b for part in content if (b := _assistant_block(part)) is not None]
-        elif role == "tool":
-            target, blocks = "user", [_tool_result(part) for part in content]
-        else:
-            target, blocks = "user", [_user_block(part) for part in content]
-        if messages and messages[-1]["role"] == target:
-            messages[-1]["content"].extend(blocks)
-        else:
-            messages.append({"role": target, "content": blocks})
-    return system, messages
-
-
-def _user_block(part: dict[str, Any]) -> dict[str, Any]:
-    if part["type"] == "text":
-        return {"type": "text", "text": part["text"]}
-    media_type = str(part["mediaType"])
-    kind, value = file_data(part)
-    if kind == "url":
-        source: dict[str, Any] = {"type": "url", "url": value}
-    else:
-        source = {"type": "base64", "media_type": media_type, "data": value}
-    if media_type.startswith("image/"):
-        return {"type": "image", "source": source}
-    if media_type == "application/pdf":
-        return {"type": "document", "source": source}
-    if media_type == "text/plain" and kind == "base64":
-        text = base64.b64decode(value).decode("utf-8")
-        return {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": text}}
-    raise InvalidInputError(f"Anthropic does not take {media_type} file parts")
-
-
-def _tool_result(part: dict[str, Any]) -> dict[str, Any]:
-    output = part["output"]
-    return {
-        "type": "tool_result",
-        "tool_use_id": part["toolCallId"],
-        "content": tool_output_text(output),
-        "is_error": output.get("type") in ("error-text", "error-json"),
-    }
-
-
-def _assistant_block(part: dict[str, Any]) -> dict[str, Any] | None:
-    kind = part["type"]
-    if kind == "text":
-        return {"type": "text", "text": part["text"]}
-    if kind == "tool-call":
-        return {
-            "type": "tool_use",
-            "id": part["toolCallId"],
-            "name": part["toolName"],
-            "input": part["input"],
-        }
-    if kind == "reasoning":  # Anthropic takes thinking back only with its signature
-        meta = part_metadata(part, "anthropic")
-        if meta.get("signature"):
-            return {"type": "thinking", "thinking": part["text"], "signature": meta["signature"]}
-        if meta.get("redactedData"):
-            return {"type": "redacted_thinking", "data": meta["redactedData"]}
-    return None
-
-
 def _raw(event: Any) -> object:
     return event.to_dict()
-
-
-class _AnthropicMapper:
-    """Raw Messages events to parts."""
-
-    __slots__ = (
-        "_blocks",
-        "_cache_write",
-        "_finish",
-        "_message_id",
-        "_sources",
-        "_stop_sequence",
-        "_usage",
-        "done",
-    )
-
-    def __init__(self) -> None:
-        self.done = False
-        self._blocks: dict[int, list[str]] = {}  # index -> [kind, part id, tool name, input json]
-        self._usage: Usage = {}
-        self._cache_write: int | None = None
-        self._finish: FinishReason = "unknown"
-        self._stop_sequence: str | None = None
-        self._message_id = ""
-        self._sources = 0
-
-    def map(self, event: RawMessageStreamEvent) -> list[StreamPart]:
-        if event.type == "content_block_delta":
-            delta = event.delta
-            index = str(event.index)
-            if delta.type == "text_delta":
-                return [{"type": "text-delta", "id": index, "delta": delta.text}]
-            if delta.type == "thinking_delta":
-                return [{"type": "reasoning-delta", "id": index, "delta": delta.thinking}]
-            if delta.type == "input_json_delta":
-                block = self._blocks.get(event.index)
-                if block is None or not delta.partial_json:
-                    return []
-                block[3] += delta.partial_json
-                return [{"type": "tool-input-delta", "id": block[1], "delta": delta.partial_json}]
-            if delta.type == "signature_delta":
-                meta = {"anthropic": {"signature": delta.signature}}
-                return [{"type": "reasoning-delta", "id": index, "delta": "", "providerMetadata": meta}]
-            if delta.type == "citations_delta":
-                return self._citation(delta.citation)
-            return []
-        if event.type == "content_block_start":
-            return self._block_start(event.index, event.content_block)
-        if event.type == "content_block_stop":
-            return self._block_stop(event.index)
-        if event.type == "message_start":
-            message = event.message
-            self._message_id = message.id
-            self._update_usage(message.usage)
-            return [{"type": "response-metadata", "id": message.id, "modelId": message.model}]
-        if event.type == "message_delta":
-            self._update_usage(event.usage)
-            reason = event.delta.stop_reason
-            self._finish = _STOP_REASONS.get(reason, "unknown") if reason is not None else "unknown"
-            self._stop_sequence = event.delta.stop_sequence
-            return []
-        if event.type == "message_stop":
-            self.done = True
-        return []
-
-    def end(self) -> StreamPart | None:
-        if not self.done:
-            return None
-        usage = self._usage
-        usage["totalTokens"] = usage.get("inputTokens", 0) + usage.get("outputTokens", 0)
-        meta = {"cacheCreationInputTokens": self._cache_write, "stopSequence": self._stop_sequence}
-        return {
-            "type": "finish",
-            "finishReason": self._finish,
-            "usage": usage,
-            "providerMetadata": {"anthropic": meta},
-        }
-
-    def _update_usage(self, raw: Any) -> None:
-        """``message_start`` carries the input counts, ``message_delta`` the cumulative output."""
-        usage = self._usage
-        if raw.input_tokens is not None:
-            usage["inputTokens"] = raw.input_tokens
-        if raw.output_tokens is not None:
-            usage["outputTokens"] = raw.output_tokens
-        if raw.cache_read_input_tokens is not None:
-            usage["cachedInputTokens"] = raw.cache_read_input_tokens
-        if raw.cache_creation_input_tokens is not None:
-            usage["cacheCreationInputTokens"] = self._cache_write = raw.cache_creation_input_tokens
-        details = raw.output_tokens_details
-        if details is not None:
-            usage["reasoningTokens"] = details.thinking_tokens
-
-    def _block_start(self, index: int, block: Any) -> list[StreamPart]:
-        kind, part_id = block.type, str(index)
-        if kind == "text":
-            self._blocks[index] = ["text", part_id, "", ""]
-            return [{"type": "text-start", "id": part_id}]
-        if kind == "thinking":
-            self._blocks[index] = ["reasoning", part_id, "", ""]
-            return [{"type": "reasoning-start", "id": part_id}]
-        if kind == "redacted_thinking":
-            self._blocks[index] = ["reasoning", part_id, "", ""]
-            meta = {"anthropic": {"redactedData": block.data}}
-            return [{"type": "reasoning-start", "id": part_id, "providerMetadata": meta}]
-        if kind == "tool_use":
-            self._blocks[index] = ["tool", block.id, block.name, ""]
-            return [{"type": "tool-input-start", "id": block.id, "toolName": block.name}]
-        if kind == "web_search_tool_result" and isinstance(block.content, list):
-            return [self._source(result.url, result.title) for result in block.content]
-        return []
-
-    def _block_stop(self, index: int) -> list[StreamPart]:
-        block = self._blocks.pop(index, None)
-        if block is None:
-            return []
-        kind, part_id, name, args = block
-        if kind == "text":
-            return [{"type": "text-end", "id": part_id}]
-        if kind == "reasoning":
-            return [{"type": "reasoning-end", "id": part_id}]
-        return [
-            {"type": "tool-input-end", "id": part_id},
-            {"type": "tool-call", "toolCallId": part_id, "toolName": name, "input": args or "{}"},
-        ]
-
-    def _citation(self, citation: Any) -> list[StreamPart]:
-        if citation.type == "web_search_result_location":
-            return [self._source(citation.url, citation.title)]
-        if citation.type in ("char_location", "page_location"):
-            self._sources += 1
-            media_type = "text/plain" if citation.type == "char_location" else "application/pdf"
-            return [
-                {
-                    "type": "source",
-                    "sourceType": "document",
-                    "id": f"{self._message_id}-src-{self._sources}",
-                    "mediaType": media_type,
-                    "title": citation.document_title or "Document",
-                    "providerMetadata": {"anthropic": {"citedText": citation.cited_text}},
-                }
-            ]
-        return []
-
-    def _source(self, url: str, title: str | None) -> StreamPart:
-        self._sources += 1
-        return {
-            "type": "source",
-            "sourceType": "url",
-            "id": f"{self._message_id}-src-{self._sources}",
-            "url": url,
-            "title": title,
-        }

@@ -1,0 +1,599 @@
+"""Anthropic Messages stream events to provider parts, as ``@ai-sdk/anthropic`` 3.0 maps them.
+
+Part for part what the AI SDK's ``doStream`` transform emits (Mastra 1.71 bundles it), with one
+difference Mastra makes on top: text parts get a fresh id per block (Mastra's input stream swaps
+the block index, which restarts at ``"0"`` in every model call, for a generated id; reasoning
+parts keep the index, as in Mastra). Server tools (web search, web fetch, code execution, tool
+search) stream as ``tool-input-*`` / ``tool-call`` / ``tool-result`` parts with
+``providerExecuted``; the finish part carries the v3 ``finishReason`` (``{unified, raw}``), the
+v3 usage and ``providerMetadata.anthropic`` as the AI SDK reports them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from runstream._ids import new_id
+from runstream.models.base import StreamPart
+
+_STOP_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "tool_use": "tool-calls",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "refusal": "content-filter",
+}
+
+_SERVER_TOOLS = (
+    "web_fetch",
+    "web_search",
+    "code_execution",
+    "text_editor_code_execution",
+    "bash_code_execution",
+)
+_CODE_TOOLS = ("text_editor_code_execution", "bash_code_execution")
+
+
+class _Block:
+    """One open content block: text, reasoning or a tool call being streamed."""
+
+    __slots__ = ("citations", "first", "id", "input", "input_type", "kind", "meta", "name", "server", "tool")
+
+    def __init__(self, kind: str, part_id: str) -> None:
+        self.kind = kind
+        self.id = part_id
+        self.name = ""
+        self.input = ""
+        self.first = True
+        self.server = False
+        self.tool: str | None = None  # the vendor's name of a server tool
+        self.input_type: str | None = None
+        self.citations: list[dict[str, Any]] = []
+        self.meta: dict[str, Any] | None = None
+
+
+def _unified(reason: str | None) -> str:
+    return _STOP_REASONS.get(reason or "", "other")
+
+
+class AnthropicMapper:
+    """Raw Messages events (SDK models) to parts, state kept across one stream."""
+
+    __slots__ = (
+        "_blocks",
+        "_cache_write",
+        "_container",
+        "_context",
+        "_documents",
+        "_finish",
+        "_kind",
+        "_mcp",
+        "_raw_usage",
+        "_stop_details",
+        "_stop_sequence",
+        "_usage",
+        "done",
+    )
+
+    def __init__(self, documents: list[dict[str, Any]] | None = None) -> None:
+        self.done = False
+        self._blocks: dict[int, _Block] = {}
+        self._kind: str | None = None  # the type of the block being streamed
+        self._usage: dict[str, Any] = {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        }
+        self._raw_usage: dict[str, Any] | None = None
+        self._cache_write: int | None = None
+        self._stop_sequence: str | None = None
+        self._stop_details: dict[str, Any] | None = None
+        self._container: dict[str, Any] | None = None
+        self._context: dict[str, Any] | None = None
+        self._finish: dict[str, Any] = {"unified": "other", "raw": None}
+        self._documents = documents or []  # the prompt's documents, which document citations index
+        self._mcp: dict[str, _Block] = {}  # MCP tool calls by id, for their results
+
+    def map(self, event: Any) -> list[StreamPart]:
+        kind = event.type
+        if kind == "content_block_delta":
+            return self._delta(event.index, event.delta)
+        if kind == "content_block_start":
+            return self._block_start(event.index, event.content_block.to_dict())
+        if kind == "content_block_stop":
+            self._kind = None
+            block = self._blocks.pop(event.index, None)
+            return [] if block is None else self._block_stop(block)
+        if kind == "message_start":
+            return self._message_start(event.message.to_dict())
+        if kind == "message_delta":
+            self._message_delta(event.to_dict())
+        elif kind == "message_stop":
+            self.done = True
+        return []
+
+    # -- message events ------------------------------------------------------------------------
+
+    def _message_start(self, message: dict[str, Any]) -> list[StreamPart]:
+        raw = message.get("usage") or {}
+        usage = self._usage
+        usage["input_tokens"] = raw.get("input_tokens") or 0
+        usage["cache_read_input_tokens"] = raw.get("cache_read_input_tokens") or 0
+        usage["cache_creation_input_tokens"] = raw.get("cache_creation_input_tokens") or 0
+        self._raw_usage = dict(raw)
+        self._cache_write = raw.get("cache_creation_input_tokens")
+        container = message.get("container")
+        if container is not None:
+            self._container = {
+                "expiresAt": container.get("expires_at"),
+                "id": container.get("id"),
+                "skills": None,
+            }
+        if message.get("stop_reason") is not None:
+            self._finish = {"unified": _unified(message["stop_reason"]), "raw": message["stop_reason"]}
+        parts: list[StreamPart] = [
+            {"type": "response-metadata", "id": message.get("id"), "modelId": message.get("model")}
+        ]
+        for block in message.get("content") or ():
+            if block.get("type") == "tool_use":  # a pre-filled tool call
+                text = json.dumps(block.get("input") or {}, separators=(",", ":"), ensure_ascii=False)
+                call_id, name = block["id"], block["name"]
+                parts += [
+                    {"type": "tool-input-start", "id": call_id, "toolName": name},
+                    {"type": "tool-input-delta", "id": call_id, "delta": text},
+                    {"type": "tool-input-end", "id": call_id},
+                    {"type": "tool-call", "toolCallId": call_id, "toolName": name, "input": text},
+                ]
+        return parts
+
+    def _message_delta(self, event: dict[str, Any]) -> None:
+        raw = event.get("usage") or {}
+        usage = self._usage
+        if raw.get("input_tokens") is not None:
+            usage["input_tokens"] = raw["input_tokens"]
+        usage["output_tokens"] = raw.get("output_tokens") or 0
+        for key in ("output_tokens_details", "cache_read_input_tokens", "iterations"):
+            if raw.get(key) is not None:
+                usage[key] = raw[key]
+        if raw.get("cache_creation_input_tokens") is not None:
+            usage["cache_creation_input_tokens"] = self._cache_write = raw["cache_creation_input_tokens"]
+        delta = event.get("delta") or {}
+        reason = delta.get("stop_reason")
+        self._finish = {"unified": _unified(reason), "raw": reason}
+        self._stop_sequence = delta.get("stop_sequence")
+        self._stop_details = _stop_details(delta.get("stop_details"))
+        container = delta.get("container")
+        self._container = None if container is None else _container(container)
+        if event.get("context_management"):
+            self._context = _context_management(event["context_management"])
+        self._raw_usage = {**(self._raw_usage or {}), **raw}
+
+    def end(self) -> StreamPart | None:
+        """The finish part (after ``message_stop``), or None when the stream was cut."""
+        if not self.done:
+            return None
+        usage = self._usage
+        iterations = usage.get("iterations")
+        meta: dict[str, Any] = {
+            "usage": self._raw_usage if self._raw_usage is not None else None,
+            "cacheCreationInputTokens": self._cache_write,
+            "stopSequence": self._stop_sequence,
+        }
+        if self._stop_details is not None:
+            meta["stopDetails"] = self._stop_details
+        meta["iterations"] = [_iteration(it) for it in iterations] if iterations else None
+        meta["container"] = self._container
+        meta["contextManagement"] = self._context
+        return {
+            "type": "finish",
+            "finishReason": dict(self._finish),
+            "usage": _v3_usage(usage, self._raw_usage),
+            "providerMetadata": {"anthropic": meta},
+        }
+
+    # -- content blocks ------------------------------------------------------------------------
+
+    def _block_start(self, index: int, part: dict[str, Any]) -> list[StreamPart]:
+        kind = part.get("type")
+        self._kind = kind
+        if kind == "text" or kind == "compaction":
+            block = self._blocks[index] = _Block("text", new_id())
+            start: StreamPart = {"type": "text-start", "id": block.id}
+            if kind == "compaction":
+                start["providerMetadata"] = {"anthropic": {"type": "compaction"}}
+            return [start]
+        if kind == "thinking":
+            self._blocks[index] = _Block("reasoning", str(index))
+            return [{"type": "reasoning-start", "id": str(index)}]
+        if kind == "redacted_thinking":
+            self._blocks[index] = _Block("reasoning", str(index))
+            meta = {"anthropic": {"redactedData": part.get("data")}}
+            return [{"type": "reasoning-start", "id": str(index), "providerMetadata": meta}]
+        if kind == "tool_use":
+            return self._tool_start(index, part)
+        if kind == "server_tool_use":
+            return self._server_tool_start(index, part)
+        if kind == "mcp_tool_use":
+            return [_mcp_call(part, self._mcp)]
+        return _tool_result(kind, part, self._documents, self._mcp)
+
+    def _tool_start(self, index: int, part: dict[str, Any]) -> list[StreamPart]:
+        block = self._blocks[index] = _Block("tool", part["id"])
+        block.name = part["name"]
+        block.input = _initial_input(part.get("input"))
+        block.first = not block.input
+        caller = part.get("caller")
+        if caller:
+            block.meta = {
+                "anthropic": {"caller": {"type": caller.get("type"), "toolId": caller.get("tool_id")}}
+            }
+        return [{"type": "tool-input-start", "id": block.id, "toolName": block.name}]
+
+    def _server_tool_start(self, index: int, part: dict[str, Any]) -> list[StreamPart]:
+        name = part.get("name", "")
+        block = _Block("tool", part["id"])
+        block.server = True
+        if name in _SERVER_TOOLS:
+            block.tool = "code_execution" if name in _CODE_TOOLS else name
+            block.input_type = (
+                name
+                if name in _CODE_TOOLS
+                else "programmatic-tool-call"
+                if name == "code_execution"
+                else None
+            )
+            block.input = _initial_input(part.get("input"))
+            block.first = not block.input
+        elif name in ("tool_search_tool_regex", "tool_search_tool_bm25", "advisor"):
+            block.tool = name
+            block.input = "{}" if name == "advisor" else ""
+        else:
+            return []
+        block.name = block.tool
+        self._blocks[index] = block
+        return [
+            {"type": "tool-input-start", "id": block.id, "toolName": block.name, "providerExecuted": True}
+        ]
+
+    def _block_stop(self, block: _Block) -> list[StreamPart]:
+        if block.kind == "text":
+            end: StreamPart = {"type": "text-end", "id": block.id}
+            if block.citations:
+                end["providerMetadata"] = {"anthropic": {"citations": block.citations}}
+            return [end]
+        if block.kind == "reasoning":
+            return [{"type": "reasoning-end", "id": block.id}]
+        text = block.input or "{}"
+        if block.tool == "code_execution":
+            text = _programmatic(text)
+        call: StreamPart = {
+            "type": "tool-call",
+            "toolCallId": block.id,
+            "toolName": block.name,
+            "input": text,
+        }
+        if block.server:
+            call["providerExecuted"] = True
+        if block.meta is not None:
+            call["providerMetadata"] = block.meta
+        return [{"type": "tool-input-end", "id": block.id}, call]
+
+    def _delta(self, index: int, delta: Any) -> list[StreamPart]:
+        kind = delta.type
+        if kind == "text_delta":
+            block = self._blocks.get(index)
+            return [{"type": "text-delta", "id": block.id if block else new_id(), "delta": delta.text}]
+        if kind == "thinking_delta":
+            return [{"type": "reasoning-delta", "id": str(index), "delta": delta.thinking}]
+        if kind == "signature_delta":
+            if self._kind != "thinking":
+                return []
+            meta = {"anthropic": {"signature": delta.signature}}
+            return [{"type": "reasoning-delta", "id": str(index), "delta": "", "providerMetadata": meta}]
+        if kind == "input_json_delta":
+            return self._input_delta(index, delta.partial_json)
+        if kind == "citations_delta":
+            return self._citation(index, delta.citation.to_dict())
+        if kind == "compaction_delta":
+            content = getattr(delta, "content", None)
+            block = self._blocks.get(index)
+            return (
+                []
+                if content is None or block is None
+                else [{"type": "text-delta", "id": block.id, "delta": content}]
+            )
+        return []
+
+    def _input_delta(self, index: int, text: str) -> list[StreamPart]:
+        block = self._blocks.get(index)
+        if not text or block is None or block.kind != "tool":
+            return []
+        if block.first and block.input_type is not None:  # the AI SDK tags code execution input
+            text = f'{{"type": "{block.input_type}",{text[1:]}'
+        block.input += text
+        block.first = False
+        return [{"type": "tool-input-delta", "id": block.id, "delta": text}]
+
+    def _citation(self, index: int, citation: dict[str, Any]) -> list[StreamPart]:
+        block = self._blocks.get(index)
+        kind = citation.get("type")
+        if block is not None and block.kind == "text" and kind == "web_search_result_location":
+            block.citations.append(citation)
+        if kind == "web_search_result_location":
+            meta = {
+                "citedText": citation.get("cited_text"),
+                "encryptedIndex": citation.get("encrypted_index"),
+            }
+            where = {"url": citation.get("url"), "title": citation.get("title")}
+            return [
+                {
+                    "type": "source",
+                    "sourceType": "url",
+                    "id": new_id(),
+                    **where,
+                    "providerMetadata": {"anthropic": meta},
+                }
+            ]
+        if kind not in ("page_location", "char_location"):
+            return []
+        index_ = citation.get("document_index")
+        if not isinstance(index_, int) or not 0 <= index_ < len(self._documents):
+            return []
+        doc = self._documents[index_]
+        if kind == "page_location":
+            meta = {
+                "citedText": citation.get("cited_text"),
+                "startPageNumber": citation.get("start_page_number"),
+                "endPageNumber": citation.get("end_page_number"),
+            }
+        else:
+            meta = {
+                "citedText": citation.get("cited_text"),
+                "startCharIndex": citation.get("start_char_index"),
+                "endCharIndex": citation.get("end_char_index"),
+            }
+        title = citation.get("document_title") or doc.get("title")
+        source: StreamPart = {
+            "type": "source",
+            "sourceType": "document",
+            "id": new_id(),
+            "mediaType": doc.get("mediaType"),
+        }
+        source["title"] = title
+        if doc.get("filename") is not None:
+            source["filename"] = doc["filename"]
+        source["providerMetadata"] = {"anthropic": meta}
+        return [source]
+
+
+def _initial_input(value: Any) -> str:
+    if isinstance(value, dict) and value:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return ""
+
+
+def _programmatic(text: str) -> str:
+    """Code execution input without a ``type`` gets the AI SDK's ``programmatic-tool-call`` tag."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(parsed, dict) and "code" in parsed and "type" not in parsed:
+        return json.dumps(
+            {"type": "programmatic-tool-call", **parsed}, separators=(",", ":"), ensure_ascii=False
+        )
+    return text
+
+
+def _mcp_call(part: dict[str, Any], calls: dict[str, _Block]) -> StreamPart:
+    meta = {"anthropic": {"type": "mcp-tool-use", "serverName": part.get("server_name")}}
+    block = _Block("mcp", part["id"])
+    block.name, block.meta = part.get("name", ""), meta
+    calls[part["id"]] = block
+    return {
+        "type": "tool-call",
+        "toolCallId": part["id"],
+        "toolName": block.name,
+        "input": json.dumps(part.get("input"), separators=(",", ":"), ensure_ascii=False),
+        "providerExecuted": True,
+        "dynamic": True,
+        "providerMetadata": meta,
+    }
+
+
+def _tool_result(
+    kind: Any, part: dict[str, Any], documents: list[dict[str, Any]], mcp: dict[str, _Block]
+) -> list[StreamPart]:
+    """A server tool's result block as a provider-executed ``tool-result`` (plus its sources)."""
+    call_id = part.get("tool_use_id")
+    content = part.get("content")
+    if kind == "web_search_tool_result":
+        return _web_search_result(call_id, content)
+    if kind == "web_fetch_tool_result" and isinstance(content, dict):
+        if content.get("type") == "web_fetch_result":
+            doc = content.get("content") or {}
+            source = doc.get("source") or {}
+            documents.append(
+                {"title": doc.get("title") or content.get("url"), "mediaType": source.get("media_type")}
+            )
+            result = {
+                "type": "web_fetch_result",
+                "url": content.get("url"),
+                "retrievedAt": content.get("retrieved_at"),
+                "content": {
+                    "type": doc.get("type"),
+                    "title": doc.get("title"),
+                    "citations": doc.get("citations"),
+                    "source": {
+                        "type": source.get("type"),
+                        "mediaType": source.get("media_type"),
+                        "data": source.get("data"),
+                    },
+                },
+            }
+            return [_result(call_id, "web_fetch", result)]
+        if content.get("type") == "web_fetch_tool_result_error":
+            error = {"type": "web_fetch_tool_result_error", "errorCode": content.get("error_code")}
+            return [_result(call_id, "web_fetch", error, is_error=True)]
+        return []
+    if kind == "code_execution_tool_result" and isinstance(content, dict):
+        return _code_result(call_id, content)
+    if kind in ("bash_code_execution_tool_result", "text_editor_code_execution_tool_result"):
+        return [_result(call_id, "code_execution", content)]
+    if kind == "mcp_tool_result":
+        call = mcp.pop(str(call_id), None)
+        result = _result(call_id, call.name if call else "", content, is_error=bool(part.get("is_error")))
+        result["dynamic"] = True
+        if call is not None:
+            result["providerMetadata"] = call.meta
+        return [result]
+    return []
+
+
+def _web_search_result(call_id: Any, content: Any) -> list[StreamPart]:
+    if not isinstance(content, list):
+        error = {"type": "web_search_tool_result_error", "errorCode": (content or {}).get("error_code")}
+        return [_result(call_id, "web_search", error, is_error=True)]
+    results = [
+        {
+            "url": item.get("url"),
+            "title": item.get("title"),
+            "pageAge": item.get("page_age"),
+            "encryptedContent": item.get("encrypted_content"),
+            "type": item.get("type"),
+        }
+        for item in content
+    ]
+    parts = [_result(call_id, "web_search", results)]
+    for item in content:
+        parts.append(
+            {
+                "type": "source",
+                "sourceType": "url",
+                "id": new_id(),
+                "url": item.get("url"),
+                "title": item.get("title"),
+                "providerMetadata": {"anthropic": {"pageAge": item.get("page_age")}},
+            }
+        )
+    return parts
+
+
+def _code_result(call_id: Any, content: dict[str, Any]) -> list[StreamPart]:
+    kind = content.get("type")
+    if kind == "code_execution_result":
+        result = {
+            "type": kind,
+            "stdout": content.get("stdout"),
+            "stderr": content.get("stderr"),
+            "return_code": content.get("return_code"),
+            "content": content.get("content") or [],
+        }
+        return [_result(call_id, "code_execution", result)]
+    if kind == "encrypted_code_execution_result":
+        result = {
+            "type": kind,
+            "encrypted_stdout": content.get("encrypted_stdout"),
+            "stderr": content.get("stderr"),
+            "return_code": content.get("return_code"),
+            "content": content.get("content") or [],
+        }
+        return [_result(call_id, "code_execution", result)]
+    if kind == "code_execution_tool_result_error":
+        error = {"type": kind, "errorCode": content.get("error_code")}
+        return [_result(call_id, "code_execution", error, is_error=True)]
+    return []
+
+
+def _result(call_id: Any, name: str, result: Any, *, is_error: bool = False) -> StreamPart:
+    part: StreamPart = {"type": "tool-result", "toolCallId": call_id, "toolName": name}
+    if is_error:
+        part["isError"] = True
+    part["result"] = result
+    part["providerExecuted"] = True
+    return part
+
+
+def _v3_usage(usage: dict[str, Any], raw: dict[str, Any] | None) -> dict[str, Any]:
+    """``convertAnthropicMessagesUsage``: input totals include cache reads and writes."""
+    write = usage.get("cache_creation_input_tokens") or 0
+    read = usage.get("cache_read_input_tokens") or 0
+    details = usage.get("output_tokens_details") or {}
+    reasoning = details.get("thinking_tokens") if isinstance(details, dict) else None
+    inp, out = usage.get("input_tokens") or 0, usage.get("output_tokens") or 0
+    iterations = usage.get("iterations") or []
+    if iterations and not any(it.get("type") == "fallback_message" for it in iterations):
+        executed = [it for it in iterations if it.get("type") in ("compaction", "message")]
+        if executed:
+            inp = sum(it.get("input_tokens") or 0 for it in executed)
+            out = sum(it.get("output_tokens") or 0 for it in executed)
+    output: dict[str, Any] = {"total": out}
+    if reasoning is not None:
+        output["text"] = out - reasoning
+        output["reasoning"] = reasoning
+    return {
+        "inputTokens": {"total": inp + write + read, "noCache": inp, "cacheRead": read, "cacheWrite": write},
+        "outputTokens": output,
+        "raw": raw if raw is not None else dict(usage),
+    }
+
+
+def _iteration(it: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": it.get("type")}
+    if it.get("model") is not None:
+        out["model"] = it["model"]
+    out["inputTokens"] = it.get("input_tokens")
+    out["outputTokens"] = it.get("output_tokens")
+    if it.get("cache_creation_input_tokens"):
+        out["cacheCreationInputTokens"] = it["cache_creation_input_tokens"]
+    if it.get("cache_read_input_tokens"):
+        out["cacheReadInputTokens"] = it["cache_read_input_tokens"]
+    return out
+
+
+def _stop_details(details: Any) -> dict[str, Any] | None:
+    if not isinstance(details, dict):
+        return None
+    out: dict[str, Any] = {"type": details.get("type")}
+    for key, name in (
+        ("category", "category"),
+        ("explanation", "explanation"),
+        ("recommended_model", "recommendedModel"),
+    ):
+        if details.get(key) is not None:
+            out[name] = details[key]
+    return out
+
+
+def _container(container: dict[str, Any]) -> dict[str, Any]:
+    skills = container.get("skills")
+    return {
+        "expiresAt": container.get("expires_at"),
+        "id": container.get("id"),
+        "skills": None
+        if skills is None
+        else [
+            {"type": s.get("type"), "skillId": s.get("skill_id"), "version": s.get("version")} for s in skills
+        ],
+    }
+
+
+def _context_management(value: dict[str, Any]) -> dict[str, Any]:
+    edits = []
+    for edit in value.get("applied_edits") or ():
+        kind = edit.get("type")
+        if kind == "clear_tool_uses_20250919":
+            cleared = {"clearedToolUses": edit.get("cleared_tool_uses")}
+        elif kind == "clear_thinking_20251015":
+            cleared = {"clearedThinkingTurns": edit.get("cleared_thinking_turns")}
+        elif kind == "compact_20260112":
+            edits.append({"type": kind})
+            continue
+        else:
+            continue
+        edits.append({"type": kind, **cleared, "clearedInputTokens": edit.get("cleared_input_tokens")})
+    return {"appliedEdits": edits}
