@@ -62,7 +62,9 @@ DEVIATIONS_FILE = HERE / "deviations.json"
 
 TOOL_NAMES = ("calculator", "weather", "get_weather", "lookupVerificationCode", "updateIssueList", "parallel")
 PASS_THROUGH_SCHEMA = {"type": "object", "properties": {}, "additionalProperties": False, "required": []}
-"""What Mastra sends for ``z.object({}).passthrough()`` (less zod's ``$schema``)."""
+"""What Mastra sends for ``z.object({}).passthrough()`` (less zod's ``$schema``) to OpenAI; to Anthropic
+it sends zod's schema as it is, ``additionalProperties: true`` (golden/anthropic-*.requests.json)."""
+SCHEMAS = {"anthropic": {**PASS_THROUGH_SCHEMA, "additionalProperties": True}}
 
 ID_KEYS = {"id", "call_id", "tool_call_id", "tool_use_id", "toolCallId"}
 PROVIDER_KEYS = {"providerMetadata", "providerOptions"}
@@ -95,12 +97,16 @@ class _PassThrough(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-def _pass_through(name: str) -> Tool:
+def _pass_through(name: str, provider: str = "") -> Tool:
     async def execute(args: dict[str, Any], ctx: ToolContext) -> Any:
         return {"ok": True, "tool": name}
 
     return Tool(
-        name, execute, description=f"{name} tool", input_schema=PASS_THROUGH_SCHEMA, args_model=_PassThrough
+        name,
+        execute,
+        description=f"{name} tool",
+        input_schema=SCHEMAS.get(provider, PASS_THROUGH_SCHEMA),
+        args_model=_PassThrough,
     )
 
 
@@ -149,7 +155,7 @@ async def run_case(case: dict[str, Any], server: replay.ReplayServer, out_dir: P
         name="Agent",
         instructions="You are a helpful assistant.",
         model=_model(case["provider"], base),
-        tools=[_pass_through(name) for name in TOOL_NAMES],
+        tools=[_pass_through(name, case["provider"]) for name in TOOL_NAMES],
         max_steps=5,
     )
     path = out_dir / f"{case['name']}.jsonl"
