@@ -416,6 +416,33 @@ async def test_retryable_errors_are_retried(loopback: LoopbackServer) -> None:
     assert len(loopback.requests) == 2
 
 
+async def test_call_arguments_are_written_as_json_stringify_writes_them(loopback: LoopbackServer) -> None:
+    parts = await run(loopback, "call-args-values.1")
+    (call,) = (p for p in parts if p["type"] == "tool-call")
+    golden = Path(__file__).parents[1] / "vendor_kit" / "golden" / "google-call-args-values.jsonl"
+    chunks = [json.loads(line) for line in golden.read_text().splitlines()]
+    (mastra,) = (c["payload"]["argsTextDelta"] for c in chunks if c["type"] == "tool-call-delta")
+    assert call["input"] == mastra  # '{"expression":"2\u00d73.5","precision":2,...}' as Mastra streamed it
+    assert '"precision":2,' in mastra and "Z\u00fcrich" in mastra
+
+
+async def test_an_error_object_inside_the_stream_ends_it_with_an_error_part(loopback: LoopbackServer) -> None:
+    # Mastra's provider parses {"error": ...} as an empty chunk, finishes "other" and its loop asks
+    # again (five times in all): runstream reports the vendor's error instead.
+    error = {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}
+    body = sse("text").split(b"\n\n")[0] + b"\n\ndata: " + json.dumps(error).encode() + b"\n\n"
+    loopback.queue(Reply(body))
+    parts = await collect((await model(loopback).stream(ModelRequest(prompt=HI))).parts)
+    assert [p["type"] for p in parts] == [
+        "stream-start",
+        "response-metadata",
+        "text-start",
+        "text-delta",
+        "error",
+    ]
+    assert error_of(parts[-1]) == (503, "The model is overloaded.", True)
+
+
 async def test_dropped_connection_ends_with_an_error_part(loopback: LoopbackServer) -> None:
     loopback.queue(Reply(sse("text"), complete=False))
     parts = await collect((await model(loopback).stream(ModelRequest(prompt=HI))).parts)

@@ -17,6 +17,7 @@ parsing, typed responses and errors. It is imported when a model is built (an op
 from __future__ import annotations
 
 import base64
+import json
 import secrets
 import string
 from collections.abc import AsyncIterator, Mapping
@@ -82,7 +83,7 @@ class GoogleModel:
         headers: Mapping[str, str] | None = None,
         client: Client | None = None,
     ) -> None:
-        self.model_id = model_id.removeprefix("models/")
+        self.model_id = model_id
         self.provider = "google"
         self.max_retries = max_retries
         if client is None:
@@ -611,7 +612,16 @@ def _enum_value(value: Any) -> str:
 
 
 def _json(value: Any) -> str:
-    """``JSON.stringify`` of a value (compact)."""
-    import json
+    """``JSON.stringify`` of a value: compact, non-ASCII kept, an integral number without ``.0``
+    (Gemini's arguments are protobuf ``Struct`` numbers: ``2`` arrives as ``2.0`` in some SDK paths)."""
+    return json.dumps(_js_numbers(value), separators=(",", ":"), ensure_ascii=False)
 
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+def _js_numbers(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _js_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_js_numbers(item) for item in value]
+    return value
