@@ -508,3 +508,41 @@ def test_split_base_url() -> None:
 def test_signature_bytes_round_trip_exactly() -> None:
     value = signature("tool-call.1", 1, 0)
     assert base64.b64encode(base64.b64decode(value)).decode() == value
+
+
+GOLDEN = Path(__file__).parents[1] / "vendor_kit" / "golden"
+PASS_THROUGH = {"type": "object", "properties": {}, "additionalProperties": False, "required": []}
+KIT_TOOLS = ("calculator", "weather", "get_weather", "lookupVerificationCode", "updateIssueList", "parallel")
+
+
+def recorded_calls() -> list[tuple[str, int]]:
+    calls = []
+    for path in sorted(GOLDEN.glob("google-*.requests.json")):
+        for number, sent in enumerate(json.loads(path.read_text())):
+            if isinstance(sent["body"], dict):
+                calls.append((path.name.removesuffix(".requests.json"), number))
+    return calls
+
+
+@pytest.mark.parametrize(("case", "number"), recorded_calls())
+def test_every_recorded_request_is_rebuilt_from_mastras_prompt(case: str, number: int) -> None:
+    """Each body Mastra sent, rebuilt from the prompt Mastra had then (the reference agent's system
+    message and tools, and the messages of the step before, with their providerOptions)."""
+    from runstream.models._google_body import google_body
+
+    sent = json.loads((GOLDEN / f"{case}.requests.json").read_text())[number]["body"]
+    chunks = [json.loads(line) for line in (GOLDEN / f"{case}.jsonl").read_text().splitlines()]
+    steps = [c for c in chunks if c["type"] == "step-finish"]
+    messages = (
+        steps[number - 1]["payload"]["messages"]["all"]
+        if number
+        else [{"role": "user", "content": [{"type": "text", "text": "Hello"}]}]
+    )
+    prompt = [{"role": "system", "content": "You are a helpful assistant."}, *messages]
+    tools = [
+        {"type": "function", "name": name, "description": f"{name} tool", "inputSchema": PASS_THROUGH}
+        for name in KIT_TOOLS
+    ]
+    request = ModelRequest(prompt=prompt, tools=tools, tool_choice={"type": "auto"})
+    body, warnings = google_body(request, "gemini-2.5-flash")
+    assert (body, warnings) == (sent, [])
