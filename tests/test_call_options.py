@@ -14,6 +14,7 @@ import pytest
 from runstream import Agent, ToolContext, tool
 from runstream.chunks import AnyChunk
 from runstream.memory import Memory
+from runstream.run_options import RequestPolicy
 from runstream.runtime import Runstream
 from runstream.server import create_app
 from runstream.server.auth import open_access
@@ -151,6 +152,7 @@ async def test_sub_agents_by_name_and_workflows_on_an_agent() -> None:
     assert results["agent-researcher"]["text"] == "found it"
     assert results["workflow-doubler"]["result"] == {"n": 42}
 
+    agent.request_policy = RequestPolicy(request_context={"tenant"})  # a request may set it
     app = create_app(Runstream(agents=[agent]), auth=open_access)
     context = base64.b64encode(json.dumps({"tenant": "acme"}).encode()).decode()
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:

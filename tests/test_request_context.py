@@ -13,6 +13,7 @@ from runstream import Agent, ToolContext, tool
 from runstream.chunks import AnyChunk
 from runstream.memory import Memory
 from runstream.request_context import RequestContext
+from runstream.run_options import RequestPolicy
 from runstream.runtime import Runstream
 from runstream.server import create_app
 from runstream.server.auth import open_access
@@ -128,6 +129,7 @@ async def test_a_suspended_run_restored_from_storage_keeps_the_json_request_cont
 async def test_the_http_body_request_context_reaches_the_agent() -> None:
     model = ScriptedModel.text("hello")
     agent = Agent("support", model=model, instructions=lambda rc: f"Tenant {rc.get('tenant', 'none')}.")
+    agent.request_policy = RequestPolicy(request_context={"tenant"})  # a request may set it
     app = create_app(Runstream(agents=[agent]), auth=open_access)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:

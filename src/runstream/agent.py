@@ -49,7 +49,9 @@ from runstream.models.registry import as_model, ready_model
 from runstream.output import RunOutput, full_output
 from runstream.request_context import Dynamic, RequestContext, resolve
 from runstream.run_options import (
+    DEFAULT_POLICY,
     MessagesInput,
+    RequestPolicy,
     RunOptions,
     StreamOptions,
     ToolsInput,
@@ -77,6 +79,8 @@ if TYPE_CHECKING:
 
 class Agent:
     """An LLM agent whose every step streams out as typed chunks."""
+
+    request_policy: RequestPolicy = DEFAULT_POLICY  # what a request may set (runstream.trust)
 
     def __init__(
         self,

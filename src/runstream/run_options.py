@@ -97,6 +97,25 @@ class AgentDefaults(Protocol):
     def durable(self) -> bool: ...
 
 
+@dataclass(frozen=True, slots=True)
+class RequestPolicy:
+    """What an agent's author lets a request set beyond tightening its options (nothing, by
+    default). Give an agent one with ``agent.request_policy = RequestPolicy(...)``; applied by
+    :mod:`runstream.trust`.
+
+    ``provider_options``: per provider, the option names a request may set
+    (``{"openai": {"reasoningEffort"}}``); ``headers``: header names (any case) a request may
+    send to the provider; ``request_context``: the keys a request's ``requestContext`` may set.
+    """
+
+    provider_options: Mapping[str, frozenset[str] | set[str]] = field(default_factory=dict)
+    headers: frozenset[str] | set[str] = frozenset()
+    request_context: frozenset[str] | set[str] = frozenset()
+
+
+DEFAULT_POLICY = RequestPolicy()
+
+
 class InvalidOptionError(InvalidInputError, TypeError):
     """A run option whose value cannot be used. Also a ``TypeError``: the checks it reports
     raised either builtin before the error tree, and code may catch those."""

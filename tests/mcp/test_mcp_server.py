@@ -48,7 +48,7 @@ async def test_agents_and_chosen_tools_are_listed() -> None:
         ask = tools["ask_calc"]
         assert ask.input_schema["required"] == ["message"]
         assert "Divides numbers" in (ask.description or "")
-        assert "You divide numbers." in (ask.description or "")
+        assert "You divide numbers." not in (ask.description or "")  # instructions are the author's
         assert tools["divide"].input_schema["properties"]["a"]["type"] == "number"
 
 

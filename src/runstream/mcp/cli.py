@@ -17,6 +17,7 @@ from mcp.server import Server
 from mcp.server.stdio import stdio_server
 
 from runstream._telemetry import setup_from_environment
+from runstream.errors import ConfigurationError
 from runstream.mcp.server import build_server
 from runstream.runtime import Runstream
 from runstream.server.auth import AuthMiddleware, default_auth
@@ -69,7 +70,10 @@ def mcp_command(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     runtime = load_runtime(args.target)
     agents = [] if args.no_agents else args.agent
-    server = build_server(runtime, agents=agents, tools=chosen_tools(runtime, args.tool), name=args.name)
+    try:
+        server = build_server(runtime, agents=agents, tools=chosen_tools(runtime, args.tool), name=args.name)
+    except ConfigurationError as exc:
+        raise SystemExit(f"runstream mcp: {exc}") from None
     provider = setup_from_environment()  # OTLP export when OTEL_* asks for it
     try:
         if args.http:

@@ -25,8 +25,10 @@ from runstream.abort import AbortController
 from runstream.agent import Agent
 from runstream.chunks import AnyChunk
 from runstream.errors import ConfigurationError
+from runstream.run_options import read_default_options
 from runstream.runtime import Runstream
 from runstream.tools import Tool, ToolArgumentsError, ToolContext, ToolWriter
+from runstream.trust import needs_approval
 
 AGENT_INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -66,14 +68,22 @@ def build_server(
     exposed: dict[str, _Exposed] = {}
     for agent_id in agents if agents is not None else list(runtime.agents):
         agent = runtime.get_agent(agent_id)
+        # (not the agent's instructions, which Mastra appends here: they are the author's, often
+        # with what the agent must not reveal; tools/list is open to every MCP client)
         description = agent.description or f"Ask agent {agent.name} a question."
-        if agent.instructions:
-            description += f" Original agent instructions: {agent.instructions}"
         exposed[f"ask_{agent.id}"] = _Exposed(f"ask_{agent.id}", description, AGENT_INPUT_SCHEMA, agent=agent)
     for tool in tools.values() if isinstance(tools, Mapping) else tools:
         if tool.name in exposed:
             raise ConfigurationError(f"two MCP tools would be named {tool.name!r}")
-        exposed[tool.name] = _Exposed(tool.name, tool.description, tool.spec()["inputSchema"], tool=tool)
+        owner = next((a for a in runtime.agents.values() if a.tools.get(tool.name) is tool), None)
+        if tool.require_approval or (owner is not None and _always_gated(owner)):
+            raise ConfigurationError(
+                f"tool {tool.name!r} needs a person's approval, and an MCP client has no way to give "
+                "it: it is not served as an MCP tool (offer its agent instead, whose runs stop for approval)"
+            )
+        exposed[tool.name] = _Exposed(
+            tool.name, tool.description, tool.spec()["inputSchema"], agent=owner, tool=tool
+        )
 
     @asynccontextmanager
     async def lifespan(_server: Server[Any]) -> AsyncIterator[dict[str, Any]]:
@@ -94,9 +104,14 @@ def build_server(
             return _error(f"Unknown tool: {params.name}")
         args = dict(params.arguments or {})
         try:
-            if entry.agent is not None:
+            if entry.tool is None:
+                assert entry.agent is not None
                 return await _ask_agent(ctx, entry.agent, args)
-            assert entry.tool is not None
+            if await needs_approval(entry.agent, entry.tool, entry.tool.validate_args(args)):
+                return _error(
+                    f"{entry.tool.name} needs a person's approval for this call, and MCP has no "
+                    "way to give it: ask its agent instead"
+                )
             return await _run_tool(ctx, entry.tool, args)
         except ToolArgumentsError as exc:
             return _error(str(exc))
@@ -110,6 +125,14 @@ def build_server(
         get_tool_input_schema=lambda tool_name: (
             exposed[tool_name].input_schema if tool_name in exposed else None
         ),
+    )
+
+
+def _always_gated(agent: Agent) -> bool:
+    """Whether the author's ``default_options`` make every tool call of ``agent`` wait for approval."""
+    defaults = agent.default_options
+    return (
+        isinstance(defaults, Mapping) and read_default_options(defaults).get("require_tool_approval") is True
     )
 
 
@@ -170,6 +193,11 @@ async def _ask_agent(ctx: Context, agent: Agent, args: dict[str, Any]) -> mcp_ty
         raise
     if out.state.status == "failed":
         return _error(f"agent {agent.id} failed: {out.state.error}")
+    if out.state.status == "suspended":
+        return _error(
+            f"agent {agent.id} stopped for a person's approval (run {out.run_id}), which MCP cannot "
+            "give: approve or decline it over the HTTP API"
+        )
     return mcp_types.CallToolResult(content=[mcp_types.TextContent(text=out.state.text)])
 
 

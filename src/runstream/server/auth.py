@@ -15,9 +15,10 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import os
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from starlette.datastructures import Headers
 from starlette.requests import Request
@@ -31,10 +32,14 @@ TOKEN_ENV = "RUNSTREAM_API_TOKEN"
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """An authenticated caller; ``resource_id`` confines it to one resource's data."""
+    """An authenticated caller; ``resource_id`` confines it to one resource's data. ``context``:
+    request-context keys the auth hook vouches for (the user, the tenant): every run the caller
+    starts carries them, and a request's ``requestContext`` cannot override them (reserved keys,
+    see docs/security.md)."""
 
     id: str
     resource_id: str | None = None
+    context: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     def resource(self, requested: str | None) -> str | None:
         """The resource a request may use: the principal's own, or whatever it asked for."""

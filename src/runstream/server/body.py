@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
+from runstream.errors import InvalidInputError
 from runstream.memory import MemoryScope, memory_options
 from runstream.memory.working import WorkingMemory
 from runstream.models.base import ModelSettings
@@ -41,6 +42,10 @@ from runstream.server.limits import (
 from runstream.server.messages import Prompt, to_prompt
 from runstream.structured import StructuredOutput
 from runstream.tools import Tool
+from runstream.trust import request_options
+
+if TYPE_CHECKING:
+    from runstream.agent import Agent
 
 _NUMBER_SETTINGS: dict[str, tuple[str, float, float]] = {
     "temperature": ("temperature", 0, 2),
@@ -284,20 +289,31 @@ CONTINUE_FIELDS = frozenset({"toolCallId", "reason", "resumeData"})
 """What approve/decline/resume bodies carry besides a stream body's options."""
 
 
-def resume_options(body: Mapping[str, Any], principal: Principal) -> dict[str, Any]:
+async def trusted_options(agent: Agent, options: Mapping[str, Any], principal: Principal) -> dict[str, Any]:
+    """A request's run options tightened against what the agent's author set, with the
+    caller's reserved request context (:func:`runstream.trust.request_options`); 400 for what a
+    request may not set."""
+    try:
+        return await request_options(agent, options, reserved=principal.context)
+    except InvalidInputError as exc:
+        raise invalid(str(exc)) from None
+
+
+async def resume_options(agent: Agent, body: Mapping[str, Any], principal: Principal) -> dict[str, Any]:
     """The ``stream()`` options an approve/decline/resume body gives for the continued run
-    (Mastra's client-js sends them next to ``runId``), validated as a stream body's; the run
-    keeps its memory scope and its untilIdle setting."""
+    (Mastra's client-js sends them next to ``runId``), validated as a stream body's and
+    tightened as a new run's; the run keeps its memory scope and its untilIdle setting."""
     rest = {key: value for key, value in body.items() if key not in CONTINUE_FIELDS}
     for key in ("memory", "untilIdle", "maxIdleMs", "resumeWindowMs", "maxContinuations"):
         if key in rest:
             raise invalid(f"'{key}' cannot change on a continuation (the run keeps its own)")
     parsed = parse_stream_body(rest, principal, need_messages=False)
-    return {
+    given = {
         key: value
         for key, value in parsed.options.items()
         if value is not None and value is not False and value != [] and value != {}
     }
+    return await trusted_options(agent, given, principal) if given else {}
 
 
 def parse_stream_body(
@@ -330,9 +346,12 @@ def parse_stream_body(
         client_tools=_client_tools(body.get("clientTools")),
         active_tools=active,
         instructions=_optional(body, "instructions", str, "a string"),
-        require_tool_approval=bool(_optional(body, "requireToolApproval", bool, "a boolean")),
         request_context=_optional(body, "requestContext", Mapping, "an object"),
     )
+    if _optional(body, "requireToolApproval", bool, "a boolean"):
+        # only when the request asks for approval: an explicit False would override the agent's
+        # own (runstream.trust: a request tightens the author's options, never loosens them)
+        options["require_tool_approval"] = True
     return StreamRequest(
         messages=to_prompt(messages) if messages is not None else [],
         memory=memory_scope(body.get("memory"), principal),

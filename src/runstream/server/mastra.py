@@ -27,7 +27,7 @@ from runstream.memory import MemoryScope
 from runstream.output import RunOutput
 from runstream.request_context import RequestContext
 from runstream.server.auth import Principal, principal_of
-from runstream.server.body import StreamRequest, parse_stream_body, resume_options
+from runstream.server.body import StreamRequest, parse_stream_body, resume_options, trusted_options
 from runstream.server.context import ServerContext, has_memory, json_body, json_response
 from runstream.server.errors import ApiError
 from runstream.server.limits import MAX_OFFSET, bounded_int, check_id, check_reason
@@ -39,6 +39,7 @@ from runstream.server.tasks_api import resume_task_stream
 from runstream.server.workflow_info import workflow_info
 from runstream.storage import Storage, ThreadResourceMismatchError
 from runstream.tools import Tool, ToolArgumentsError, ToolContext, ToolWriter
+from runstream.trust import needs_approval, trusted_context
 from runstream.workflows import Workflow
 
 
@@ -56,6 +57,15 @@ def query_request_context(request: Request) -> RequestContext:
             400, "Invalid requestContext query parameter: a base64-encoded JSON object is expected"
         )
     return RequestContext(value)
+
+
+def caller_context(agent: Agent, request: Request) -> RequestContext:
+    """The request context a GET resolves an agent's details for: the caller's own (the keys the
+    auth hook set, and those the agent's author lets a request set), never another tenant's."""
+    try:
+        return trusted_context(agent, query_request_context(request), principal_of(request).context)
+    except InvalidInputError as exc:
+        raise ApiError(400, f"Invalid requestContext query parameter: {exc}") from None
 
 
 def serialize_tool(tool: Tool) -> dict[str, Any]:
@@ -124,6 +134,7 @@ async def start_stream(
     """
     if request.memory is not None and not has_memory(agent):
         request.memory = None  # as Mastra: an agent without memory streams and saves nothing
+    options = await trusted_options(agent, {**request.options, "memory": request.memory}, principal)
     messages, scope = request.messages, request.memory
     thread = None if scope is None else await ctx.runstream.storage.get_thread(scope.thread_id)
     if scope is not None and thread is not None and thread.resource_id != scope.resource_id:
@@ -139,8 +150,6 @@ async def start_stream(
     if scope is not None:
         messages = await absorb_tool_results(agent, scope, messages, originals)
     try:
-        options = request.options.copy()
-        options["memory"] = scope
         out = await agent.stream(messages, run_id=request.run_id, until_idle=request.until_idle, **options)
     except (ThreadResourceMismatchError, InvalidInputError) as exc:
         if scope is not None:  # the run did not start: leave the thread as it was
@@ -207,14 +216,14 @@ class MastraRoutes:
 
     # -- agents -------------------------------------------------------------------------------------
     async def list_agents(self, request: Request) -> Response:
-        context = query_request_context(request)
+        agents = self.ctx.runstream.agents.items()
         return json_response(
-            {agent_id: await serialize_agent(a, context) for agent_id, a in self.ctx.runstream.agents.items()}
+            {agent_id: await serialize_agent(a, caller_context(a, request)) for agent_id, a in agents}
         )
 
     async def agent_details(self, request: Request) -> Response:
         agent = self.ctx.agent(request.path_params["agent_id"])
-        return json_response(await serialize_agent(agent, query_request_context(request)))
+        return json_response(await serialize_agent(agent, caller_context(agent, request)))
 
     async def _body(self, request: Request, *, until_idle: bool = False) -> tuple[Agent, StreamRequest]:
         agent = self.ctx.agent(request.path_params["agent_id"])
@@ -262,7 +271,7 @@ class MastraRoutes:
 
     async def approve(self, request: Request) -> Response:
         async def start(agent: Agent, run_id: str, body: dict[str, Any]) -> RunOutput:
-            options = resume_options(body, principal_of(request))
+            options = await resume_options(agent, body, principal_of(request))
             return await agent.approve_tool_call(
                 run_id=run_id, tool_call_id=body.get("toolCallId"), **options
             )
@@ -271,7 +280,7 @@ class MastraRoutes:
 
     async def decline(self, request: Request) -> Response:
         async def start(agent: Agent, run_id: str, body: dict[str, Any]) -> RunOutput:
-            options = resume_options(body, principal_of(request))
+            options = await resume_options(agent, body, principal_of(request))
             return await agent.decline_tool_call(
                 run_id=run_id, tool_call_id=body.get("toolCallId"), reason=body.get("reason"), **options
             )
@@ -291,7 +300,7 @@ class MastraRoutes:
                 return task_stream
 
         async def start(agent: Agent, run_id: str, body: dict[str, Any]) -> RunOutput:
-            options = resume_options(body, principal_of(request))
+            options = await resume_options(agent, body, principal_of(request))
             return await agent.resume_stream(
                 body.get("resumeData"), run_id=run_id, tool_call_id=body.get("toolCallId"), **options
             )
@@ -381,6 +390,13 @@ class MastraRoutes:
             args = tool.validate_args(body.get("data", {}))
         except ToolArgumentsError as exc:
             raise ApiError(400, str(exc)) from None
+        agents = self.ctx.runstream.agents
+        owners = (
+            [agents[agent_id]] if agent_id else [a for a in agents.values() if a.tools.get(tool.name) is tool]
+        )
+        for owner in owners:
+            if await needs_approval(owner, tool, args, principal.context):
+                raise ApiError(403, f"Tool {tool.name} requires approval: run it through agent {owner.id}")
         run_id = request.query_params.get("runId") or body.get("runId") or str(uuid.uuid4())
         run_id = check_id(run_id, "runId")
         call_id = str(uuid.uuid4())
