@@ -9,7 +9,7 @@ and ``@ai-sdk/openai-compatible`` providers; a refusal is streamed as text and f
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -23,12 +23,12 @@ from runstream.models._common import (
     file_data,
     merge_options,
     open_stream,
-    part_metadata,
     stream_parts,
     tool_output_text,
     unsupported,
     vendor_message,
 )
+from runstream.models._openai_responses import ResponsesMapper, check_start, responses_input
 from runstream.models.base import (
     FinishReason,
     ModelCallError,
@@ -42,7 +42,6 @@ from runstream.models.base import (
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
     from openai.types.chat import ChatCompletionChunk
-    from openai.types.responses import ResponseStreamEvent
 
 _RESPONSES_UNSUPPORTED = ("top_k", "seed", "presence_penalty", "frequency_penalty", "stop_sequences")
 
@@ -102,6 +101,8 @@ def translate_error(exc: Exception) -> ModelCallError:
     """An ``openai`` SDK exception (or a malformed stream) as a :class:`ModelCallError`."""
     import openai
 
+    if isinstance(exc, ModelCallError):  # already one (an error event before any output)
+        return exc
     if isinstance(exc, openai.APIStatusError):
         message = vendor_message(exc.body, exc.message)
         return call_error(message, status_code=exc.status_code, body=exc.body)
@@ -128,7 +129,11 @@ def _metadata(id_: object, model_id: object, created: float | None) -> StreamPar
 
 
 class OpenAIResponsesModel(_OpenAIModel):
-    """``POST /responses`` with ``stream=True`` (what ``openai/<model>`` resolves to)."""
+    """``POST /responses`` with ``stream=True`` (what ``openai/<model>`` resolves to).
+
+    The input items and the parts follow ``@ai-sdk/openai`` (see :mod:`._openai_responses`); the
+    ``store`` provider option (default: stored) decides whether earlier items go back by reference.
+    """
 
     async def stream(self, request: ModelRequest) -> ModelStream:
         body, warnings = self._body(request)
@@ -137,14 +142,16 @@ class OpenAIResponsesModel(_OpenAIModel):
         scope = AbortScope(request.abort_signal)
         source = await open_stream(
             scope,
-            lambda: client.responses.create(
-                model=self.model_id, stream=True, extra_body=body, extra_headers=headers
+            lambda: check_start_of(
+                client.responses.create(
+                    model=self.model_id, stream=True, extra_body=body, extra_headers=headers
+                )
             ),
             translate_error,
         )
         parts = stream_parts(
             source,
-            _ResponsesMapper(),
+            ResponsesMapper(store=body.get("store"), vendor=self._vendor()),
             scope,
             warnings=warnings,
             raw=_raw if request.include_raw_chunks else None,
@@ -154,9 +161,18 @@ class OpenAIResponsesModel(_OpenAIModel):
         sent = {"model": self.model_id, "stream": True, **body}
         return ModelStream(parts, request={"body": sent}, response={"headers": dict(source.response.headers)})
 
+    def _vendor(self) -> str:
+        """The provider-metadata key: ``azure`` for Azure OpenAI, as the AI SDK names it."""
+        return "azure" if "azure" in self.provider else "openai"
+
     def _body(self, request: ModelRequest) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         system_role = "developer" if self._reasoning_model() else "system"
-        body: dict[str, Any] = {"input": responses_input(request.prompt, system_role)}
+        options = request.settings.provider_options.get(self.provider) or {}
+        store = options.get("store")
+        vendor = self._vendor()
+        body: dict[str, Any] = {
+            "input": responses_input(request.prompt, system_role, store=store is not False, vendor=vendor)
+        }
         ignored = [*_RESPONSES_UNSUPPORTED, *self._sampling(request, body)]
         _put(body, max_output_tokens=request.settings.max_output_tokens)
         if request.tools:
@@ -166,7 +182,6 @@ class OpenAIResponsesModel(_OpenAIModel):
                     "name": tool["name"],
                     "description": tool["description"],
                     "parameters": tool["inputSchema"],
-                    "strict": False,
                 }
                 for tool in request.tools
             ]
@@ -182,294 +197,25 @@ class OpenAIResponsesModel(_OpenAIModel):
             schema = fmt.get("schema")
             name = fmt.get("name") or "response"
             body["text"] = {
-                "format": {"type": "json_schema", "name": name, "schema": schema, "strict": False}
+                "format": {"type": "json_schema", "strict": True, "name": name, "schema": schema}
                 if schema is not None
                 else {"type": "json_object"}
             }
-        merge_options(body, request.settings.provider_options.get(self.provider))
+        merge_options(body, options)
+        if store is False and self._reasoning_model():
+            include = body.setdefault("include", [])
+            if "reasoning.encrypted_content" not in include:
+                include.append("reasoning.encrypted_content")
         return body, unsupported(request, *ignored)
 
 
-def responses_input(prompt: list[PromptMessage], system_role: str) -> list[dict[str, Any]]:
-    """An AI SDK prompt as Responses ``input`` items."""
-    items: list[dict[str, Any]] = []
-    for message in prompt:
-        role, content = message["role"], message["content"]
-        if role == "system":
-            items.append({"role": system_role, "content": content})
-        elif role == "user":
-            items.append({"role": "user", "content": [_responses_user_part(part) for part in content]})
-        elif role == "assistant":
-            reasoning: dict[str, dict[str, Any]] = {}
-            for part in content:
-                kind = part["type"]
-                if kind == "text":
-                    items.append(
-                        {"role": "assistant", "content": [{"type": "output_text", "text": part["text"]}]}
-                    )
-                elif kind == "tool-call":
-                    items.append(
-                        {
-                            "type": "function_call",
-                            "call_id": part["toolCallId"],
-                            "name": part["toolName"],
-                            "arguments": json.dumps(part["input"]),
-                        }
-                    )
-                elif kind == "reasoning":
-                    _responses_reasoning(part, reasoning, items)
-        elif role == "tool":
-            items.extend(
-                {
-                    "type": "function_call_output",
-                    "call_id": part["toolCallId"],
-                    "output": tool_output_text(part["output"]),
-                }
-                for part in content
-            )
-    return items
-
-
-def _responses_reasoning(
-    part: dict[str, Any], seen: dict[str, dict[str, Any]], items: list[dict[str, Any]]
-) -> None:
-    """Reasoning goes back as its item (by id); parts of one item become its summary parts."""
-    meta = part_metadata(part, "openai")
-    item_id = meta.get("itemId")
-    if not isinstance(item_id, str):
-        return  # without the item id OpenAI cannot take reasoning back
-    summary = [{"type": "summary_text", "text": part["text"]}] if part.get("text") else []
-    if item_id in seen:
-        seen[item_id]["summary"].extend(summary)
-        return
-    item: dict[str, Any] = {"type": "reasoning", "id": item_id, "summary": summary}
-    if meta.get("reasoningEncryptedContent"):
-        item["encrypted_content"] = meta["reasoningEncryptedContent"]
-    seen[item_id] = item
-    items.append(item)
-
-
-def _responses_user_part(part: dict[str, Any]) -> dict[str, Any]:
-    if part["type"] == "text":
-        return {"type": "input_text", "text": part["text"]}
-    media_type = str(part["mediaType"])
-    if media_type.startswith("image/"):
-        return {"type": "input_image", "image_url": data_url(part)}
-    if media_type == "application/pdf":
-        kind, value = file_data(part)
-        if kind == "url":
-            return {"type": "input_file", "file_url": value}
-        return {
-            "type": "input_file",
-            "filename": part.get("filename") or "file.pdf",
-            "file_data": data_url(part),
-        }
-    raise InvalidInputError(f"OpenAI Responses does not take {media_type} file parts")
+async def check_start_of(opening: Awaitable[Any]) -> Any:
+    """The opened stream, read up to its first output (see :func:`check_start`)."""
+    return await check_start(await opening)
 
 
 def _raw(event: Any) -> object:
     return event.to_dict()
-
-
-_IMAGE_TYPES = {"svg": "image/svg+xml"}
-
-
-class _ResponsesMapper:
-    """Responses events to parts. Reasoning part ids are ``<item id>:<summary index>``."""
-
-    __slots__ = (
-        "_finish",
-        "_function_call",
-        "_reasoning",
-        "_refused",
-        "_response_id",
-        "_sources",
-        "_tools",
-        "done",
-    )
-
-    def __init__(self) -> None:
-        self.done = False
-        self._finish: StreamPart | None = None
-        self._tools: dict[int, str] = {}  # output_index -> call_id
-        self._reasoning: dict[str, list[int]] = {}  # item id -> open summary indexes
-        self._function_call = False
-        self._refused = False
-        self._response_id: str | None = None
-        self._sources = 0
-
-    def map(self, event: ResponseStreamEvent) -> list[StreamPart]:
-        if event.type == "response.output_text.delta":
-            return [{"type": "text-delta", "id": event.item_id, "delta": event.delta}]
-        if event.type == "response.function_call_arguments.delta":
-            call_id = self._tools.get(event.output_index)
-            return (
-                [] if call_id is None else [{"type": "tool-input-delta", "id": call_id, "delta": event.delta}]
-            )
-        if event.type == "response.reasoning_summary_text.delta":
-            return [self._reasoning_delta(event.item_id, event.summary_index, event.delta)]
-        if event.type == "response.reasoning_text.delta":
-            return [self._reasoning_delta(event.item_id, event.content_index, event.delta)]
-        if event.type == "response.refusal.delta":
-            self._refused = True
-            return [{"type": "text-delta", "id": event.item_id, "delta": event.delta}]
-        if event.type == "response.output_item.added":
-            return self._item_added(event.item, event.output_index)
-        if event.type == "response.output_item.done":
-            return self._item_done(event.item)
-        if event.type == "response.reasoning_summary_part.added":
-            if event.summary_index == 0:
-                return []  # opened with the item
-            self._reasoning.setdefault(event.item_id, []).append(event.summary_index)
-            meta = {"openai": {"itemId": event.item_id, "reasoningEncryptedContent": None}}
-            return [
-                {
-                    "type": "reasoning-start",
-                    "id": f"{event.item_id}:{event.summary_index}",
-                    "providerMetadata": meta,
-                }
-            ]
-        if event.type == "response.output_text.annotation.added":
-            return self._annotation(event.annotation)
-        if event.type == "response.created":
-            response = event.response
-            self._response_id = response.id
-            return [_metadata(response.id, response.model, response.created_at)]
-        if event.type in ("response.completed", "response.incomplete"):
-            self._finish = self._finish_part(event.response)
-            self.done = True
-            return []
-        if event.type == "response.failed":
-            error = event.response.error
-            self.done = True
-            message = error.message if error is not None else "The response failed"
-            body = error.to_dict() if error is not None else None
-            code = error.code if error is not None else None
-            return [
-                {"type": "error", "error": call_error(message, body=body, retryable=code == "server_error")}
-            ]
-        if event.type == "error":
-            self.done = True
-            body = event.to_dict()
-            return [
-                {
-                    "type": "error",
-                    "error": call_error(event.message, body=body, retryable=event.code == "server_error"),
-                }
-            ]
-        return []
-
-    def end(self) -> StreamPart | None:
-        return self._finish
-
-    @staticmethod
-    def _reasoning_delta(item_id: str, index: int, delta: str) -> StreamPart:
-        return {
-            "type": "reasoning-delta",
-            "id": f"{item_id}:{index}",
-            "delta": delta,
-            "providerMetadata": {"openai": {"itemId": item_id}},
-        }
-
-    def _item_added(self, item: Any, output_index: int) -> list[StreamPart]:
-        kind = item.type
-        if kind == "message":
-            return [{"type": "text-start", "id": item.id}]
-        if kind == "function_call":
-            self._tools[output_index] = item.call_id
-            return [{"type": "tool-input-start", "id": item.call_id, "toolName": item.name}]
-        if kind == "reasoning":
-            self._reasoning[item.id] = [0]
-            meta = {"openai": {"itemId": item.id, "reasoningEncryptedContent": item.encrypted_content}}
-            return [{"type": "reasoning-start", "id": f"{item.id}:0", "providerMetadata": meta}]
-        return []
-
-    def _item_done(self, item: Any) -> list[StreamPart]:
-        kind = item.type
-        if kind == "message":
-            return [{"type": "text-end", "id": item.id}]
-        if kind == "function_call":
-            self._function_call = True
-            return [
-                {"type": "tool-input-end", "id": item.call_id},
-                {
-                    "type": "tool-call",
-                    "toolCallId": item.call_id,
-                    "toolName": item.name,
-                    "input": item.arguments or "{}",
-                    "providerMetadata": {"openai": {"itemId": item.id}},
-                },
-            ]
-        if kind == "reasoning":
-            meta = {"openai": {"itemId": item.id, "reasoningEncryptedContent": item.encrypted_content}}
-            indexes = self._reasoning.pop(item.id, [])
-            return [
-                {"type": "reasoning-end", "id": f"{item.id}:{i}", "providerMetadata": meta} for i in indexes
-            ]
-        if kind == "image_generation_call" and item.result:
-            fmt = item.output_format or "png"
-            return [{"type": "file", "mediaType": _IMAGE_TYPES.get(fmt, f"image/{fmt}"), "data": item.result}]
-        return []
-
-    def _annotation(self, annotation: Any) -> list[StreamPart]:
-        data = annotation if isinstance(annotation, Mapping) else annotation.to_dict()
-        kind = data.get("type")
-        if kind not in ("url_citation", "file_citation"):
-            return []
-        self._sources += 1
-        source_id = f"{self._response_id}-src-{self._sources}"
-        if kind == "url_citation":
-            return [
-                {
-                    "type": "source",
-                    "sourceType": "url",
-                    "id": source_id,
-                    "url": data["url"],
-                    "title": data.get("title"),
-                }
-            ]
-        filename = data.get("filename") or data.get("file_id")
-        return [
-            {
-                "type": "source",
-                "sourceType": "document",
-                "id": source_id,
-                "mediaType": "text/plain",
-                "title": filename,
-                "filename": filename,
-            }
-        ]
-
-    def _finish_part(self, response: Any) -> StreamPart:
-        details = response.incomplete_details
-        reason = details.reason if details is not None else None
-        finish: FinishReason
-        if reason == "max_output_tokens":
-            finish = "length"
-        elif reason == "content_filter" or self._refused:
-            finish = "content-filter"
-        elif self._function_call:
-            finish = "tool-calls"
-        else:
-            finish = "stop" if reason is None else "unknown"
-        usage: Usage = {}
-        if response.usage is not None:
-            u = response.usage
-            usage = {
-                "inputTokens": u.input_tokens,
-                "outputTokens": u.output_tokens,
-                "totalTokens": u.total_tokens,
-            }
-            if u.output_tokens_details is not None:
-                usage["reasoningTokens"] = u.output_tokens_details.reasoning_tokens
-            if u.input_tokens_details is not None:
-                usage["cachedInputTokens"] = u.input_tokens_details.cached_tokens
-        return {
-            "type": "finish",
-            "finishReason": finish,
-            "usage": usage,
-            "providerMetadata": {"openai": {"responseId": response.id}},
-        }
 
 
 # --------------------------------------------------------------------------- Chat Completions
