@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from runstream.models.base import ModelRequest, ModelSettings
+import pytest
+
+from runstream.models.base import ModelCallError, ModelRequest, ModelSettings
 from runstream.models.openai import OpenAIResponsesModel
 
 from .loopback import LoopbackServer, Reply, collect, error_of, fixture
@@ -26,6 +28,13 @@ async def run(server: LoopbackServer, name: str, **request: Any) -> list[dict[st
 
 async def test_text_with_citation_and_usage(loopback: LoopbackServer) -> None:
     parts = await run(loopback, "openai_responses_text.sse")
+    citation = {
+        "type": "url_citation",
+        "start_index": 13,
+        "end_index": 26,
+        "url": "https://example.com/docs",
+        "title": "Example docs",
+    }
     assert parts == [
         {"type": "stream-start", "warnings": []},
         {
@@ -34,7 +43,7 @@ async def test_text_with_citation_and_usage(loopback: LoopbackServer) -> None:
             "modelId": "gpt-4.1-2025-04-14",
             "timestamp": CREATED,
         },
-        {"type": "text-start", "id": "msg_text_1"},
+        {"type": "text-start", "id": "msg_text_1", "providerMetadata": {"openai": {"itemId": "msg_text_1"}}},
         {"type": "text-delta", "id": "msg_text_1", "delta": "Hello"},
         {"type": "text-delta", "id": "msg_text_1", "delta": " world!"},
         {"type": "text-delta", "id": "msg_text_1", "delta": " See the docs."},
@@ -45,7 +54,11 @@ async def test_text_with_citation_and_usage(loopback: LoopbackServer) -> None:
             "url": "https://example.com/docs",
             "title": "Example docs",
         },
-        {"type": "text-end", "id": "msg_text_1"},
+        {
+            "type": "text-end",
+            "id": "msg_text_1",
+            "providerMetadata": {"openai": {"itemId": "msg_text_1", "annotations": [citation]}},
+        },
         {
             "type": "finish",
             "finishReason": "stop",
@@ -88,6 +101,8 @@ async def test_reasoning_summaries_and_parallel_tool_calls(loopback: LoopbackSer
             "delta": " for two cities.",
             "providerMetadata": delta_meta,
         },
+        # each summary part is closed when the next starts (as Mastra's recordings show)
+        {"type": "reasoning-end", "id": "rs_1:0", "providerMetadata": delta_meta},
         {"type": "reasoning-start", "id": "rs_1:1", "providerMetadata": start_meta},
         {
             "type": "reasoning-delta",
@@ -95,7 +110,6 @@ async def test_reasoning_summaries_and_parallel_tool_calls(loopback: LoopbackSer
             "delta": "I will call get_weather twice.",
             "providerMetadata": delta_meta,
         },
-        {"type": "reasoning-end", "id": "rs_1:0", "providerMetadata": end_meta},
         {"type": "reasoning-end", "id": "rs_1:1", "providerMetadata": end_meta},
         {"type": "tool-input-start", "id": "call_sf", "toolName": "get_weather"},
         {"type": "tool-input-delta", "id": "call_sf", "delta": '{"city":'},
@@ -133,18 +147,17 @@ async def test_reasoning_summaries_and_parallel_tool_calls(loopback: LoopbackSer
     ]
 
 
-async def test_refusal_streams_as_text_and_finishes_content_filter(loopback: LoopbackServer) -> None:
+async def test_refusal_is_an_empty_text_part_that_finishes_stop(loopback: LoopbackServer) -> None:
+    """@ai-sdk/openai 3.0.88 ignores refusal deltas: Mastra streams an empty text part and
+    finishes ``stop`` (golden responses-refusal)."""
     parts = await run(loopback, "openai_responses_refusal.sse")
-    assert [p for p in parts if p["type"] == "text-delta"] == [
-        {"type": "text-delta", "id": "msg_refusal_1", "delta": "I'm sorry, "},
-        {"type": "text-delta", "id": "msg_refusal_1", "delta": "I can't help with that."},
-    ]
-    assert parts[-1]["finishReason"] == "content-filter"
+    assert [p["type"] for p in parts[2:]] == ["text-start", "text-end", "finish"]
+    assert parts[-1]["finishReason"] == "stop"
 
 
 async def test_incomplete_for_max_output_tokens_finishes_length(loopback: LoopbackServer) -> None:
     parts = await run(loopback, "openai_responses_incomplete.sse")
-    assert parts[-1]["finishReason"] == "length"
+    assert parts[-1]["finishReason"] == {"unified": "length", "raw": "max_output_tokens"}
     assert parts[-1]["usage"]["outputTokens"] == 4
 
 
@@ -171,12 +184,19 @@ async def test_dropped_connection_yields_an_error_part(loopback: LoopbackServer)
     assert (status, retryable) == (None, True)
 
 
-async def test_stream_closed_without_terminal_event_yields_an_error_part(loopback: LoopbackServer) -> None:
+async def test_stream_closed_without_terminal_event_finishes_other(loopback: LoopbackServer) -> None:
+    """The AI SDK finishes a stream that ends cleanly before its terminal event with ``other``
+    and no usage (golden responses-truncated)."""
     loopback.queue(Reply(fixture("openai_responses_truncated.sse"), framing="eof"))
     stream = await model(loopback).stream(ModelRequest(prompt=HI))
     parts = await collect(stream.parts)
     assert parts[-2] == {"type": "text-delta", "id": "msg_text_1", "delta": " world!"}
-    assert error_of(parts[-1]) == (None, "OpenAI stream ended before its terminal event", True)
+    assert parts[-1] == {
+        "type": "finish",
+        "finishReason": "other",
+        "usage": {},
+        "providerMetadata": {"openai": {"responseId": "resp_text_1"}},
+    }
 
 
 async def test_raw_chunks_precede_their_parts(loopback: LoopbackServer) -> None:
@@ -241,7 +261,6 @@ async def test_settings_tools_format_and_provider_options_shape_the_request(loop
                 "name": "get_weather",
                 "description": "Weather",
                 "parameters": {"type": "object"},
-                "strict": False,
             }
         ],
         "tool_choice": {"type": "function", "name": "get_weather"},
@@ -250,13 +269,14 @@ async def test_settings_tools_format_and_provider_options_shape_the_request(loop
                 "type": "json_schema",
                 "name": "answer",
                 "schema": {"type": "object"},
-                "strict": False,
+                "strict": True,
             },
             "verbosity": "low",
         },
         "store": False,
     }
     assert stream.request["body"] == sent.body
+    assert "include" not in sent.body  # encrypted reasoning is asked for on reasoning models only
     assert stream.response["headers"]["content-type"] == "text/event-stream"
 
 
@@ -291,6 +311,7 @@ async def test_conversation_history_becomes_input_items(loopback: LoopbackServer
                 {"type": "reasoning", "text": "Think 1", "providerOptions": reasoning_meta},
                 {"type": "reasoning", "text": "Think 2", "providerOptions": reasoning_meta},
                 {"type": "reasoning", "text": "no item id, dropped"},
+                {"type": "text", "text": "Stored.", "providerOptions": {"openai": {"itemId": "msg_1"}}},
                 {"type": "text", "text": "Checking."},
                 {
                     "type": "tool-call",
@@ -323,18 +344,11 @@ async def test_conversation_history_becomes_input_items(loopback: LoopbackServer
                 {"type": "input_file", "file_url": "https://example.com/a.pdf"},
             ],
         },
-        {
-            "type": "reasoning",
-            "id": "rs_1",
-            "summary": [
-                {"type": "summary_text", "text": "Think 1"},
-                {"type": "summary_text", "text": "Think 2"},
-            ],
-            "encrypted_content": "enc",
-        },
+        {"type": "item_reference", "id": "rs_1"},  # stored (the default): once per reasoning item
+        {"type": "item_reference", "id": "msg_1"},
         {"role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
-        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "SF"}'},
-        {"type": "function_call_output", "call_id": "call_1", "output": '{"temp": 18}'},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city":"SF"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": '{"temp":18}'},
     ]
 
 
@@ -343,8 +357,21 @@ async def test_generated_image_becomes_a_file_and_file_citation_a_document_sourc
 ) -> None:
     parts = await run(loopback, "openai_responses_image.sse")
     assert parts[2:7] == [
-        {"type": "file", "mediaType": "image/png", "data": "iVBORw0KGgo="},
-        {"type": "text-start", "id": "msg_img_1"},
+        {
+            "type": "tool-call",
+            "toolCallId": "ig_1",
+            "toolName": "image_generation",
+            "input": "{}",
+            "providerExecuted": True,
+        },
+        {
+            "type": "tool-result",
+            "toolCallId": "ig_1",
+            "toolName": "image_generation",
+            "result": {"result": "iVBORw0KGgo="},
+            "providerExecuted": True,
+        },
+        {"type": "text-start", "id": "msg_img_1", "providerMetadata": {"openai": {"itemId": "msg_img_1"}}},
         {"type": "text-delta", "id": "msg_img_1", "delta": "Here it is."},
         {
             "type": "source",
@@ -353,12 +380,20 @@ async def test_generated_image_becomes_a_file_and_file_citation_a_document_sourc
             "mediaType": "text/plain",
             "title": "notes.txt",
             "filename": "notes.txt",
+            "providerMetadata": {"openai": {"type": "file_citation", "fileId": "file-abc", "index": 10}},
         },
-        {"type": "text-end", "id": "msg_img_1"},
     ]
 
 
-async def test_failed_response_ends_with_an_error_part(loopback: LoopbackServer) -> None:
-    parts = await run(loopback, "openai_responses_failed.sse")
-    assert [p["type"] for p in parts] == ["stream-start", "response-metadata", "error"]
-    assert error_of(parts[-1]) == (None, "The model failed to generate a response.", True)
+async def test_failed_response_before_any_output_fails_the_call(loopback: LoopbackServer) -> None:
+    """As the AI SDK's throwIfOpenAIStreamErrorBeforeOutput: the request fails, with the status
+    its error code implies (server_error: 500, so retryable), and the stream is closed."""
+    loopback.queue(Reply(fixture("openai_responses_failed.sse")))
+    with pytest.raises(ModelCallError) as caught:
+        await model(loopback).stream(ModelRequest(prompt=HI))
+    error = caught.value
+    assert (error.status_code, str(error), error.retryable) == (
+        500,
+        "The model failed to generate a response.",
+        True,
+    )

@@ -592,18 +592,13 @@ class ResponsesMapper:
         if tier is not None:
             summary["service_tier"] = tier
         frame = {"type": "response.failed", "sequence_number": event.sequence_number, "response": summary}
-        code = error.code
-        return [
-            {"type": "error", "error": call_error(_json(frame), body=frame, retryable=code == "server_error")}
-        ]
+        return [{"type": "error", "error": _stream_error(_json(frame), frame, error.code)}]
 
     def _error(self, event: Any) -> list[StreamPart]:
         self.done = True
         code = _field(event, "code")
         body = _dump(event)
-        return [
-            {"type": "error", "error": call_error(event.message, body=body, retryable=code == "server_error")}
-        ]
+        return [{"type": "error", "error": _stream_error(event.message, body, code)}]
 
     def _finish_part(self, usage: Any, reason: FinishReason, raw: str | None) -> StreamPart:
         meta: dict[str, Any] = {"responseId": self._response_id}
@@ -615,6 +610,12 @@ class ResponsesMapper:
             "usage": _usage(usage),
             "providerMetadata": {self._vendor: meta},
         }
+
+
+def _stream_error(message: str, body: object, code: object) -> ModelCallError:
+    """An error event after output: the AI SDK streams the event itself (a plain object, named
+    ``Error`` on the wire), not an ``APICallError``."""
+    return ModelCallError(message, name="Error", body=body, retryable=code == "server_error")
 
 
 def _finish_reason(raw: str | None, function_call: bool) -> FinishReason:
