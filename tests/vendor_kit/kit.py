@@ -49,6 +49,7 @@ from pydantic import BaseModel, ConfigDict
 
 from runstream.agent import Agent
 from runstream.chunks import dumps
+from runstream.models.base import ModelSettings
 from runstream.models.registry import ModelString
 from runstream.tools import Tool, ToolContext
 
@@ -162,7 +163,9 @@ async def run_case(case: dict[str, Any], server: replay.ReplayServer, out_dir: P
     threw = None
     with path.open("w") as fh:
         try:
-            out = await agent.stream("Hello")
+            options = case.get("providerOptions")  # a case's providerOptions (Mastra's stream option)
+            settings = {"model_settings": ModelSettings(provider_options=options)} if options else {}
+            out = await agent.stream("Hello", **settings)
             async for chunk in out.full_stream:
                 fh.write(dumps(chunk.to_wire()) + "\n")
         except Exception as exc:  # what the reference records as "$threw"
