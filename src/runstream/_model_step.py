@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.trace import use_span
+
 from runstream import _tracing as tracing
 from runstream._clock import iso_now
 from runstream._ids import new_id
@@ -194,8 +196,9 @@ class ModelStep(PartSource):
         self.span = tracing.start_chat_span(
             state.span, cfg.model.provider, cfg.model.model_id, state.step_number, request
         )
-        try:
-            model_stream = await cfg.model.stream(request)
+        try:  # the span is current while the request is made (and retried: retries are its events)
+            with use_span(self.span, record_exception=False, set_status_on_exception=False):
+                model_stream = await cfg.model.stream(request)
         except Exception as exc:  # the request itself failed
             self.error = exc
             return self._request_failed()

@@ -252,6 +252,8 @@ class RunOptions:
 
         scope = self.memory
         settings = self.model_settings or agent.model_settings
+        if settings.max_retries is None:  # Mastra's agents retry a model call only when told to
+            settings = replace(settings, max_retries=0)
         cfg = LoopConfig.new(agent.id, model, dict(tools), settings, signal)
         cfg.agent_name = agent.name
         cfg.client_tools = frozenset(self.client_tools)

@@ -1,4 +1,4 @@
-"""Retries, vendor errors, timeouts and abort, the same for every provider."""
+"""Vendor errors, timeouts and abort, the same for every provider (retries: test_retries.py)."""
 
 from __future__ import annotations
 
@@ -47,74 +47,6 @@ def make(kind: str, server: LoopbackServer, **kw: Any) -> LanguageModel:
 def request(signal: Any = None, **settings: Any) -> ModelRequest:
     prompt = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
     return ModelRequest(prompt=prompt, abort_signal=signal, settings=ModelSettings(**settings))
-
-
-@pytest.mark.parametrize("kind", KINDS)
-async def test_429_then_success_waits_retry_after(kind: str, loopback: LoopbackServer) -> None:
-    loopback.queue(
-        json_reply(429, error_body(kind, "Slow down"), **{"retry-after-ms": "150"}),
-        Reply(fixture(TEXT[kind])),
-    )
-    started = asyncio.get_running_loop().time()
-    stream = await make(kind, loopback).stream(request())
-    waited = asyncio.get_running_loop().time() - started
-    parts = await collect(stream.parts)
-    reason = parts[-1]["finishReason"]  # Anthropic's is v3: {"unified", "raw"}
-    assert (
-        parts[-1]["type"] == "finish"
-        and (reason.get("unified") if isinstance(reason, dict) else reason) == "stop"
-    )
-    assert len(loopback.requests) == 2
-    assert [r.headers["x-stainless-retry-count"] for r in loopback.requests] == ["0", "1"]
-    assert waited >= 0.15
-
-
-async def test_retry_after_in_seconds_is_honoured(loopback: LoopbackServer) -> None:
-    loopback.queue(
-        json_reply(503, error_body("chat", "Busy"), **{"retry-after": "1"}), Reply(fixture(TEXT["chat"]))
-    )
-    started = asyncio.get_running_loop().time()
-    await make("chat", loopback).stream(request())
-    assert asyncio.get_running_loop().time() - started >= 1.0
-    assert len(loopback.requests) == 2
-
-
-@pytest.mark.parametrize("kind", KINDS)
-async def test_rate_limit_exhausting_retries_raises_with_status_and_message(
-    kind: str, loopback: LoopbackServer
-) -> None:
-    loopback.queue(json_reply(429, error_body(kind, "Rate limit reached"), **{"retry-after-ms": "1"}))
-    with pytest.raises(ModelCallError) as caught:
-        await make(kind, loopback).stream(request(max_retries=1))
-    assert (caught.value.status_code, str(caught.value), caught.value.retryable) == (
-        429,
-        "Rate limit reached",
-        True,
-    )
-    assert caught.value.body is not None
-    assert len(loopback.requests) == 2
-
-
-@pytest.mark.parametrize("kind", KINDS)
-async def test_server_errors_are_retried_twice_by_default(kind: str, loopback: LoopbackServer) -> None:
-    loopback.queue(json_reply(500, error_body(kind, "Internal error"), **{"retry-after-ms": "1"}))
-    with pytest.raises(ModelCallError) as caught:
-        await make(kind, loopback).stream(request())
-    assert (caught.value.status_code, str(caught.value)) == (500, "Internal error")
-    assert len(loopback.requests) == 3
-
-
-@pytest.mark.parametrize("kind", KINDS)
-async def test_bad_request_is_not_retried(kind: str, loopback: LoopbackServer) -> None:
-    loopback.queue(json_reply(400, error_body(kind, "Unknown parameter: 'foo'.")))
-    with pytest.raises(ModelCallError) as caught:
-        await make(kind, loopback).stream(request())
-    assert (caught.value.status_code, str(caught.value), caught.value.retryable) == (
-        400,
-        "Unknown parameter: 'foo'.",
-        False,
-    )
-    assert len(loopback.requests) == 1
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -39,7 +39,8 @@ def test_openai_string_uses_the_responses_api_and_the_env_key(monkeypatch: pytes
 def test_openai_chat_api_and_client_options() -> None:
     model = resolve_model("openai/gpt-4o", api="chat", api_key="sk-kw", timeout=5.0, max_retries=4)
     assert isinstance(model, OpenAIChatModel)
-    assert (model.client.api_key, model.client.timeout, model.client.max_retries) == ("sk-kw", 5.0, 4)
+    assert (model.client.api_key, model.client.timeout, model.max_retries) == ("sk-kw", 5.0, 4)
+    assert model.client.max_retries == 0  # runstream retries (models._common), not the SDK
 
 
 def test_anthropic_string(monkeypatch: pytest.MonkeyPatch) -> None:

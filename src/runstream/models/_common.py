@@ -1,19 +1,32 @@
 """Failure handling shared by the SDK-backed providers, plus the few request helpers they share.
 
-Retries are the vendor SDKs' own (429/408/409/5xx, ``retry-after``/``retry-after-ms`` honoured,
-exponential backoff with jitter); they happen inside the request call, so they can only happen
-before the first part is yielded. This module adds what the SDKs lack: abort that cancels a
-pending read at once, vendor errors as :class:`ModelCallError`, and a part stream that always
-ends, with an ``error`` part when the vendor stream fails or stops before its terminal event.
+Retries are Mastra's (``@mastra/core`` 1.71 retries a model call with p-retry around the provider's
+``doStream``): ``max_retries`` more attempts (per call ``ModelSettings.max_retries``, else the
+model's own ``max_retries``, default 2; an agent passes 0 unless told otherwise, as Mastra's does),
+exponential backoff from 1 s by a factor of 2, and a vendor's ``retry-after-ms`` / ``retry-after``
+honoured up to 30 s (the wait is the longer of the two). Only retryable failures are retried:
+408/409/429/5xx and connection errors, never another 4xx. They happen before the first part is
+yielded; the vendor SDKs' own retries are switched off so this is the only policy. Each retry is an
+event on the current span (the model call's ``chat`` span) and a warning on the ``runstream``
+logger. This module also adds what the SDKs lack: abort that cancels a pending read (or a backoff)
+at once, vendor errors as :class:`ModelCallError`, and a part stream that always ends, with an
+``error`` part when the vendor stream fails or stops before its terminal event.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import email.utils
 import json
+import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
+
+from opentelemetry import trace
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from runstream.abort import AbortError, AbortSignal
 from runstream.models.base import ModelCallError, ModelRequest, StreamPart
@@ -23,6 +36,120 @@ T_co = TypeVar("T_co", covariant=True)
 E_contra = TypeVar("E_contra", contravariant=True)
 
 DEFAULT_MAX_RETRIES = 2
+"""Retries of a model used on its own (Mastra's model-call default; an agent passes 0 unless set)."""
+
+logger = logging.getLogger("runstream")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How long to wait between attempts (Mastra 1.71: p-retry's 1 s, factor 2; retry-after up to 30 s).
+
+    ``sleep`` is what waits: tests pass one that records the delays instead of sleeping.
+    """
+
+    initial_delay: float = 1.0
+    factor: float = 2.0
+    max_retry_after: float = 30.0
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+
+    def delay(self, attempt: int, error: BaseException | None) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        backoff = self.initial_delay * self.factor ** (attempt - 1)
+        retry_after = getattr(error, "retry_after", None)
+        if retry_after is None:
+            return backoff
+        return float(max(min(retry_after, self.max_retry_after), backoff))
+
+
+DEFAULT_RETRY_POLICY = RetryPolicy()
+
+
+def is_retryable(error: BaseException) -> bool:
+    """Mastra's rule: a vendor error when the vendor says it may pass (408/409/429/5xx, a lost
+    connection); any other exception too; never an abort."""
+    if isinstance(error, ModelCallError):
+        return error.retryable
+    return isinstance(error, Exception) and not isinstance(error, AbortError)
+
+
+def retries_for(request: ModelRequest, default: int) -> int:
+    """The call's ``max_retries`` setting, else the model's."""
+    retries = request.settings.max_retries
+    return default if retries is None else max(0, retries)
+
+
+async def with_retries(
+    call: Callable[[], Awaitable[T]],
+    max_retries: int,
+    policy: RetryPolicy = DEFAULT_RETRY_POLICY,
+    *,
+    what: str = "model call",
+) -> T:
+    """``call()``, again after each retryable failure, at most ``max_retries`` more times; the
+    last failure is raised as it is. Every retry is a span event and a log warning."""
+    if max_retries <= 0:
+        return await call()
+
+    def wait(state: RetryCallState) -> float:
+        error = state.outcome.exception() if state.outcome is not None else None
+        return policy.delay(state.attempt_number, error)
+
+    def report(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        delay = state.next_action.sleep if state.next_action is not None else 0.0
+        status = getattr(error, "status_code", None)
+        attributes: dict[str, Any] = {
+            "runstream.retry.attempt": state.attempt_number,
+            "runstream.retry.max_retries": max_retries,
+            "runstream.retry.delay_ms": round(delay * 1000),
+            "error.type": type(error).__name__,
+            "exception.message": str(error),
+        }
+        if status is not None:
+            attributes["http.response.status_code"] = status
+        trace.get_current_span().add_event("runstream.model.retry", attributes)
+        logger.warning(
+            "%s failed (attempt %d of %d%s): %s; retrying in %.3g s",
+            what,
+            state.attempt_number,
+            max_retries + 1,
+            f", status {status}" if status is not None else "",
+            error,
+            delay,
+        )
+
+    retrying = AsyncRetrying(
+        stop=stop_after_attempt(max_retries + 1),
+        retry=retry_if_exception(is_retryable),
+        wait=wait,
+        sleep=policy.sleep,
+        before_sleep=report,
+        reraise=True,
+    )
+    return await retrying(call)
+
+
+def retry_after(headers: Mapping[str, str] | None, now: float | None = None) -> float | None:
+    """Seconds a vendor asks to wait (``retry-after-ms``, else ``retry-after`` in seconds or as an
+    HTTP date), or None; read as Mastra reads them."""
+    if not headers:
+        return None
+    lower = {key.lower(): value for key, value in headers.items()}
+    millis = lower.get("retry-after-ms", "").strip()
+    if millis.isdigit():
+        return int(millis) / 1000
+    value = lower.get("retry-after", "").strip()
+    if value.isdigit():
+        return float(value)
+    if not value or value[0] in "+-.0123456789":
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError):
+        return None
+    wait = when - (time.time() if now is None else now)
+    return wait if wait > 0 else None
 
 
 class AbortScope:
@@ -82,17 +209,30 @@ class AbortScope:
 
 
 async def open_stream(
-    scope: AbortScope, call: Callable[[], Awaitable[T]], translate: Callable[[Exception], ModelCallError]
+    scope: AbortScope,
+    call: Callable[[], Awaitable[T]],
+    translate: Callable[[Exception], ModelCallError],
+    *,
+    max_retries: int = 0,
+    policy: RetryPolicy = DEFAULT_RETRY_POLICY,
+    what: str = "model call",
 ) -> T:
-    """Make the vendor request (the SDK retries inside it); failures raise :class:`ModelCallError`."""
+    """Make the vendor request, retried as the module doc says; failures raise
+    :class:`ModelCallError`. An abort ends it at once, during a request or a backoff alike."""
+
+    async def attempt() -> T:
+        try:
+            return await call()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise translate(exc) from exc
+
     try:
-        return await scope.run(call)
-    except AbortError:
+        return await scope.run(lambda: with_retries(attempt, max_retries, policy, what=what))
+    except BaseException:
         scope.close()
         raise
-    except Exception as exc:
-        scope.close()
-        raise translate(exc) from exc
 
 
 class SdkStream(Protocol[T_co]):
@@ -177,12 +317,20 @@ def error_part(error: ModelCallError, cause: Exception | None = None) -> StreamP
 
 
 def call_error(
-    message: str, *, status_code: int | None = None, body: object = None, retryable: bool | None = None
+    message: str,
+    *,
+    status_code: int | None = None,
+    body: object = None,
+    retryable: bool | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> ModelCallError:
-    """A :class:`ModelCallError`; retryable by default for the statuses the SDKs retry."""
+    """A :class:`ModelCallError`; retryable by default for 408, 409, 429 and 5xx (the AI SDK's
+    ``APICallError.isRetryable``); ``headers`` of the response give its ``retry_after``."""
     if retryable is None:
         retryable = status_code is not None and (status_code in (408, 409, 429) or status_code >= 500)
-    return ModelCallError(message, status_code=status_code, retryable=retryable, body=body)
+    return ModelCallError(
+        message, status_code=status_code, retryable=retryable, body=body, retry_after=retry_after(headers)
+    )
 
 
 def connection_error(exc: BaseException) -> ModelCallError:

@@ -19,11 +19,14 @@ from runstream.models._anthropic_prompt import CacheControl, anthropic_messages
 from runstream.models._anthropic_stream import AnthropicMapper
 from runstream.models._common import (
     DEFAULT_MAX_RETRIES,
+    DEFAULT_RETRY_POLICY,
     AbortScope,
+    RetryPolicy,
     call_error,
     connection_error,
     merge_options,
     open_stream,
+    retries_for,
     stream_parts,
     unsupported,
     vendor_message,
@@ -106,24 +109,26 @@ class AnthropicModel:
         max_retries: int = DEFAULT_MAX_RETRIES,
         headers: Mapping[str, str] | None = None,
         client: AsyncAnthropic | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
     ) -> None:
         self.model_id = model_id
         self.provider = "anthropic"
+        self.max_retries = max_retries  # runstream's retries (_common); the SDK's are off
+        self.retry = retry
         if client is None:
             from anthropic import AsyncAnthropic
 
             extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
             client = AsyncAnthropic(
-                api_key=api_key, base_url=base_url, max_retries=max_retries, default_headers=headers, **extra
+                api_key=api_key, base_url=base_url, max_retries=0, default_headers=headers, **extra
             )
+        elif client.max_retries:
+            client = client.with_options(max_retries=0)
         self.client = client
 
     async def stream(self, request: ModelRequest) -> ModelStream:
         body, warnings, betas = self._body(request)
         client = self.client
-        retries = request.settings.max_retries
-        if retries is not None and retries != client.max_retries:
-            client = client.with_options(max_retries=retries)
         headers = dict(request.settings.headers or {})
         if betas:
             given = [b.strip() for b in headers.pop("anthropic-beta", "").split(",") if b.strip()]
@@ -145,6 +150,9 @@ class AnthropicModel:
                 extra_headers=headers or None,
             ),
             translate_error,
+            max_retries=retries_for(request, self.max_retries),
+            policy=self.retry,
+            what=f"anthropic/{self.model_id}",
         )
         parts = stream_parts(
             source,
@@ -358,7 +366,8 @@ def translate_error(exc: Exception) -> ModelCallError:
             message = vendor_message(body, exc.message)
             retryable = status in (408, 409, 429) or status >= 500
             return ModelCallError(message, status_code=status, name="Error", retryable=retryable, body=body)
-        return call_error(vendor_message(body, exc.message), status_code=status, body=body)
+        headers = exc.response.headers
+        return call_error(vendor_message(body, exc.message), status_code=status, body=body, headers=headers)
     if isinstance(exc, anthropic.APIConnectionError):
         return connection_error(exc)
     if isinstance(exc, httpx2.TransportError):  # the SDK does not wrap errors while streaming

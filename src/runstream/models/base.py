@@ -116,12 +116,15 @@ class ModelCallError(RunstreamError):
         name: str = "APICallError",
         retryable: bool = False,
         body: object = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.name = name
         self.status_code = status_code
         self.retryable = retryable
         self.body = body
+        self.retry_after = retry_after
+        """Seconds the vendor asked to wait before a retry (``retry-after``), if it said."""
 
 
 @runtime_checkable

@@ -16,13 +16,16 @@ from typing import TYPE_CHECKING, Any
 from runstream.errors import InvalidInputError
 from runstream.models._common import (
     DEFAULT_MAX_RETRIES,
+    DEFAULT_RETRY_POLICY,
     AbortScope,
+    RetryPolicy,
     call_error,
     connection_error,
     data_url,
     file_data,
     merge_options,
     open_stream,
+    retries_for,
     stream_parts,
     tool_output_text,
     unsupported,
@@ -62,16 +65,22 @@ class _OpenAIModel:
         max_retries: int = DEFAULT_MAX_RETRIES,
         headers: Mapping[str, str] | None = None,
         client: AsyncOpenAI | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
     ) -> None:
         self.model_id = model_id
         self.provider = provider
+        self.max_retries = max_retries
+        """Retries of a call whose settings name none (runstream retries; the SDK's are off)."""
+        self.retry = retry
         if client is None:
             from openai import AsyncOpenAI
 
             extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
             client = AsyncOpenAI(
-                api_key=api_key, base_url=base_url, max_retries=max_retries, default_headers=headers, **extra
+                api_key=api_key, base_url=base_url, max_retries=0, default_headers=headers, **extra
             )
+        elif client.max_retries:
+            client = client.with_options(max_retries=0)
         self.client = client
 
     def _reasoning_model(self) -> bool:
@@ -90,11 +99,16 @@ class _OpenAIModel:
         _put(body, temperature=request.settings.temperature, top_p=request.settings.top_p)
         return []
 
-    def _client_for(self, request: ModelRequest) -> AsyncOpenAI:
-        retries = request.settings.max_retries
-        if retries is None or retries == self.client.max_retries:
-            return self.client
-        return self.client.with_options(max_retries=retries)
+    async def _open(self, request: ModelRequest, scope: AbortScope, call: Any) -> Any:
+        """The vendor request, with runstream's retries (see ``_common``)."""
+        return await open_stream(
+            scope,
+            call,
+            translate_error,
+            max_retries=retries_for(request, self.max_retries),
+            policy=self.retry,
+            what=f"{self.provider}/{self.model_id}",
+        )
 
 
 def translate_error(exc: Exception) -> ModelCallError:
@@ -105,7 +119,8 @@ def translate_error(exc: Exception) -> ModelCallError:
         return exc
     if isinstance(exc, openai.APIStatusError):
         message = vendor_message(exc.body, exc.message)
-        return call_error(message, status_code=exc.status_code, body=exc.body)
+        headers = exc.response.headers
+        return call_error(message, status_code=exc.status_code, body=exc.body, headers=headers)
     if isinstance(exc, openai.APIConnectionError):
         return connection_error(exc)
     if isinstance(exc, openai.APIError):  # an error object inside a Chat Completions stream
@@ -137,17 +152,17 @@ class OpenAIResponsesModel(_OpenAIModel):
 
     async def stream(self, request: ModelRequest) -> ModelStream:
         body, warnings = self._body(request)
-        client = self._client_for(request)
+        client = self.client
         headers = request.settings.headers
         scope = AbortScope(request.abort_signal)
-        source = await open_stream(
+        source = await self._open(
+            request,
             scope,
             lambda: check_start_of(
                 client.responses.create(
                     model=self.model_id, stream=True, extra_body=body, extra_headers=headers
                 )
             ),
-            translate_error,
         )
         parts = stream_parts(
             source,
@@ -231,11 +246,12 @@ class OpenAIChatModel(_OpenAIModel):
 
     async def stream(self, request: ModelRequest) -> ModelStream:
         body, warnings = self._body(request)
-        client = self._client_for(request)
+        client = self.client
         headers = request.settings.headers
         rest = {key: value for key, value in body.items() if key != "messages"}
         scope = AbortScope(request.abort_signal)
-        source = await open_stream(
+        source = await self._open(
+            request,
             scope,
             lambda: client.chat.completions.create(
                 model=self.model_id,
@@ -244,7 +260,6 @@ class OpenAIChatModel(_OpenAIModel):
                 extra_body=rest,
                 extra_headers=headers,
             ),
-            translate_error,
         )
         parts = stream_parts(
             source,
