@@ -10,7 +10,7 @@ provider-executed tool calls, and a v3 ``finish`` (``{unified, raw}`` reason, ne
 The body is :func:`~runstream.models._google_body.google_body`'s, sent through the SDK's
 ``extra_body``: the SDK's own serialisation would re-encode thought signatures as URL-safe
 base64, upper-case schema types and add ``property_ordering``, so the request would no longer
-be the one Mastra sends. The SDK still makes the call: URL, key, headers, timeout, retries, SSE
+be the one Mastra sends. The SDK still makes the call: URL, key, headers, timeout, SSE
 parsing, typed responses and errors. It is imported when a model is built (an optional extra).
 """
 
@@ -25,10 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from runstream.models._common import (
     DEFAULT_MAX_RETRIES,
+    DEFAULT_RETRY_POLICY,
     AbortScope,
+    RetryPolicy,
     call_error,
     connection_error,
     open_stream,
+    retries_for,
     stream_parts,
 )
 from runstream.models._google_body import google_body
@@ -82,15 +85,17 @@ class GoogleModel:
         max_retries: int = DEFAULT_MAX_RETRIES,
         headers: Mapping[str, str] | None = None,
         client: Client | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
     ) -> None:
         self.model_id = model_id
         self.provider = "google"
-        self.max_retries = max_retries
+        self.max_retries = max_retries  # runstream's retries (_common); the SDK's are off
+        self.retry = retry
         if client is None:
             from google import genai
 
             host, version = split_base_url(base_url or DEFAULT_BASE_URL)
-            options = _http_options(max_retries, headers)
+            options = _http_options(headers)
             options.base_url, options.api_version = host, version
             if timeout is not None:
                 options.timeout = int(timeout * 1000)
@@ -102,8 +107,7 @@ class GoogleModel:
 
         body, warnings = google_body(request, self.model_id)
         settings = request.settings
-        retries = self.max_retries if settings.max_retries is None else settings.max_retries
-        options = _http_options(retries, settings.headers)
+        options = _http_options(settings.headers)
         options.extra_body = body  # the whole body: see the module docstring
         config = types.GenerateContentConfig(http_options=options)
         models = self.client.aio.models
@@ -122,7 +126,14 @@ class GoogleModel:
                 raise
             return _Chunks(chunks, first)
 
-        source = await open_stream(scope, call, translate_error)
+        source = await open_stream(
+            scope,
+            call,
+            translate_error,
+            max_retries=retries_for(request, self.max_retries),
+            policy=self.retry,
+            what=f"google/{self.model_id}",
+        )
         parts = stream_parts(
             source,
             _GoogleMapper(include_raw=request.include_raw_chunks),
@@ -135,11 +146,11 @@ class GoogleModel:
         return ModelStream(parts, request={"body": body}, response={"headers": source.headers})
 
 
-def _http_options(max_retries: int, headers: Mapping[str, str] | None) -> HttpOptions:
-    """Retries as the AI SDK makes them: ``max_retries`` more attempts, 2 s doubling backoff."""
+def _http_options(headers: Mapping[str, str] | None) -> HttpOptions:
+    """The SDK makes one attempt: runstream retries (``_common``), so there is one retry policy."""
     from google.genai import types
 
-    retry = types.HttpRetryOptions(attempts=max_retries + 1, initial_delay=2.0, exp_base=2.0, jitter=0.0)
+    retry = types.HttpRetryOptions(attempts=1)
     return types.HttpOptions(retry_options=retry, headers=dict(headers) if headers else None)
 
 
@@ -197,7 +208,8 @@ def translate_error(exc: Exception) -> ModelCallError:
     if isinstance(exc, errors.APIError):
         body = exc.details
         message = exc.message or exc.status or f"HTTP {exc.code}"
-        return call_error(str(message), status_code=exc.code, body=body)
+        headers = getattr(exc.response, "headers", None)
+        return call_error(str(message), status_code=exc.code, body=body, headers=headers)
     if isinstance(exc, httpx2.TransportError):
         return connection_error(exc)
     return call_error(f"Malformed Google stream: {exc!r}")
