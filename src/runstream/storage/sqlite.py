@@ -197,6 +197,11 @@ class SqliteStorage:
         self._lock = asyncio.Lock()
         self._closed = False
 
+    @property
+    def path(self) -> str:
+        """The database file (or ``":memory:"``): other stores (vectors) share it."""
+        return os.fspath(self._path)
+
     async def _connection(self) -> aiosqlite.Connection:
         """Open, tune and migrate on first use. Caller holds ``self._lock``."""
         if self._closed:

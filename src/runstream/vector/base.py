@@ -1,0 +1,290 @@
+"""The :class:`VectorStore` protocol (Mastra's ``MastraVector``) and what every backend shares:
+the records, the checks, the score of each metric.
+
+Mastra's calls, name for name in snake_case: ``create_index(name, dimension, metric)``,
+``upsert(index, vectors, metadata, ids)``, ``query(index, vector, top_k, filter,
+include_vector, min_score)``, ``describe_index``, ``list_indexes``, ``update_vector``,
+``delete_vector``, ``delete_vectors`` (by ids or by filter), ``delete_index``.
+
+Scores are higher-is-better: ``1 - distance`` for ``cosine`` (the cosine similarity, as
+Mastra's LibSQL and pg stores give it), ``1 - distance`` for ``euclidean`` (the L2 distance) and
+the dot product for ``dotproduct``. ``min_score`` keeps results whose score is at least that.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
+
+from runstream.errors import InvalidInputError, InvalidTypeError, NotFoundError, StateConflictError
+
+Metric = Literal["cosine", "euclidean", "dotproduct"]
+MAX_DIMENSION = 4096
+"""The largest vector a store accepts (OpenAI's largest model has 3072 dimensions)."""
+MAX_TOP_K = 1000
+MAX_UPSERT_BATCH = 10_000
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+class VectorIndexNotFoundError(NotFoundError):
+    """No index by that name in this store (a 404 on the server)."""
+
+
+class VectorNotFoundError(NotFoundError):
+    """No vector with that id in the index."""
+
+
+class VectorIndexExistsError(StateConflictError):
+    """An index by that name exists with another dimension or metric."""
+
+
+class VectorDimensionError(InvalidInputError):
+    """A vector whose length is not the index's dimension."""
+
+
+@dataclass(frozen=True, slots=True)
+class IndexStats:
+    """Mastra's ``describeIndex`` answer: ``{dimension, count, metric}``."""
+
+    dimension: int
+    count: int
+    metric: Metric
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dimension": self.dimension, "count": self.count, "metric": self.metric}
+
+
+@dataclass(slots=True)
+class QueryResult:
+    """One hit: Mastra's ``{id, score, metadata, vector?}``."""
+
+    id: str
+    score: float
+    metadata: dict[str, Any] = field(default_factory=dict)
+    vector: list[float] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"id": self.id, "score": self.score, "metadata": self.metadata}
+        if self.vector is not None:
+            data["vector"] = self.vector
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class IndexConfig:
+    """How PostgreSQL indexes the vectors (Mastra's ``indexConfig``): ``"hnsw"`` (``m``,
+    ``ef_construction``), ``"ivfflat"`` (``lists``) or ``"flat"`` (no index: exact scans).
+    The SQLite store always scans exactly and ignores it."""
+
+    type: Literal["hnsw", "ivfflat", "flat"] = "hnsw"
+    m: int = 16
+    ef_construction: int = 64
+    lists: int = 100
+
+    @classmethod
+    def coerce(cls, value: IndexConfig | Mapping[str, Any] | None) -> IndexConfig:
+        if value is None:
+            return cls()
+        if isinstance(value, IndexConfig):
+            return value
+        if not isinstance(value, Mapping):
+            raise InvalidTypeError("index_config must be a mapping such as {'type': 'hnsw'}")
+        kind = value.get("type", "hnsw")
+        if kind not in ("hnsw", "ivfflat", "flat"):
+            raise InvalidInputError(f"index type must be 'hnsw', 'ivfflat' or 'flat', got {kind!r}")
+        hnsw = value.get("hnsw") or {}
+        ivf = value.get("ivf") or {}
+        numbers: dict[str, Any] = {
+            "m": hnsw.get("m", value.get("m", 16)),
+            "ef_construction": hnsw.get("efConstruction", value.get("ef_construction", 64)),
+            "lists": ivf.get("lists", value.get("lists", 100)),
+        }
+        for name, number in numbers.items():
+            if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 10_000:
+                raise InvalidInputError(f"index_config {name} must be an integer from 1 to 10000")
+        return cls(kind, int(numbers["m"]), int(numbers["ef_construction"]), int(numbers["lists"]))
+
+
+@runtime_checkable
+class VectorStore(Protocol):
+    """Mastra's vector store calls. Every backend passes ``tests/vector/test_vector_contract.py``."""
+
+    async def create_index(
+        self,
+        name: str,
+        dimension: int,
+        metric: Metric = "cosine",
+        *,
+        index_config: IndexConfig | Mapping[str, Any] | None = None,
+    ) -> None:
+        """Create the index; the same name again with the same dimension and metric is a no-op,
+        with another raises :class:`VectorIndexExistsError`."""
+        ...
+
+    async def upsert(
+        self,
+        index: str,
+        vectors: Sequence[Sequence[float]],
+        metadata: Sequence[Mapping[str, Any]] | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> list[str]:
+        """Insert or replace vectors (ids generated when not given); returns the ids."""
+        ...
+
+    async def query(
+        self,
+        index: str,
+        vector: Sequence[float],
+        top_k: int = 10,
+        filter: Mapping[str, Any] | None = None,
+        include_vector: bool = False,
+        min_score: float | None = None,
+    ) -> list[QueryResult]:
+        """The ``top_k`` nearest vectors passing ``filter``, best first."""
+        ...
+
+    async def list_indexes(self) -> list[str]: ...
+
+    async def describe_index(self, name: str) -> IndexStats: ...
+
+    async def update_vector(
+        self,
+        index: str,
+        vector_id: str,
+        *,
+        vector: Sequence[float] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Replace a vector and/or its metadata. Raises :class:`VectorNotFoundError`."""
+        ...
+
+    async def delete_vector(self, index: str, vector_id: str) -> None:
+        """Delete one vector (a missing one is no error, as in Mastra)."""
+        ...
+
+    async def delete_vectors(
+        self,
+        index: str,
+        ids: Sequence[str] | None = None,
+        filter: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Delete by ids or by metadata filter (exactly one of them); returns how many went."""
+        ...
+
+    async def delete_index(self, name: str) -> None:
+        """Delete the index and its vectors. Raises :class:`VectorIndexNotFoundError`."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+# -- checks every backend shares -------------------------------------------------------------------
+
+
+def check_name(name: Any) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidInputError(
+            f"invalid index name {name!r}: letters, digits and underscores, starting with a letter "
+            "or underscore, at most 63 characters"
+        )
+    return name
+
+
+def check_metric(metric: Any) -> Metric:
+    if metric not in get_args(Metric):
+        raise InvalidInputError(f"metric must be 'cosine', 'euclidean' or 'dotproduct', got {metric!r}")
+    return metric  # type: ignore[no-any-return]
+
+
+def check_dimension(dimension: Any) -> int:
+    if isinstance(dimension, bool) or not isinstance(dimension, int) or not 1 <= dimension <= MAX_DIMENSION:
+        raise InvalidInputError(f"dimension must be an integer from 1 to {MAX_DIMENSION}, got {dimension!r}")
+    return dimension
+
+
+def check_top_k(top_k: Any) -> int:
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_TOP_K:
+        raise InvalidInputError(f"topK must be an integer from 1 to {MAX_TOP_K}, got {top_k!r}")
+    return top_k
+
+
+def check_vector(vector: Any, dimension: int) -> list[float]:
+    if isinstance(vector, str | bytes) or not isinstance(vector, Sequence):
+        raise InvalidTypeError("a vector must be a list of numbers")
+    if len(vector) != dimension:
+        raise VectorDimensionError(f"vector has {len(vector)} dimensions, the index has {dimension}")
+    out: list[float] = []
+    for x in vector:
+        if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
+            raise InvalidTypeError("a vector must be a list of finite numbers")
+        out.append(float(x))
+    return out
+
+
+def check_metadata(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidTypeError("metadata must be an object")
+    return dict(value)
+
+
+def prepare_upsert(
+    vectors: Sequence[Sequence[float]],
+    metadata: Sequence[Mapping[str, Any]] | None,
+    ids: Sequence[str] | None,
+    dimension: int,
+) -> list[tuple[str, list[float], dict[str, Any]]]:
+    """Checked ``(id, vector, metadata)`` rows (Mastra's ``validateUpsertInput``); a later row
+    with the same id wins."""
+    if isinstance(vectors, str | bytes) or not isinstance(vectors, Sequence):
+        raise InvalidTypeError("vectors must be a list of vectors")
+    if len(vectors) > MAX_UPSERT_BATCH:
+        raise InvalidInputError(f"at most {MAX_UPSERT_BATCH} vectors per upsert")
+    if metadata is not None and len(metadata) != len(vectors):
+        raise InvalidInputError("metadata must have one entry per vector")
+    if ids is not None and len(ids) != len(vectors):
+        raise InvalidInputError("ids must have one entry per vector")
+    rows: dict[str, tuple[str, list[float], dict[str, Any]]] = {}
+    for i, vector in enumerate(vectors):
+        vector_id = ids[i] if ids is not None else str(uuid.uuid4())
+        if not isinstance(vector_id, str) or not vector_id or len(vector_id) > 512:
+            raise InvalidInputError("vector ids must be non-empty strings of at most 512 characters")
+        rows[vector_id] = (
+            vector_id,
+            check_vector(vector, dimension),
+            check_metadata(metadata[i] if metadata is not None else None),
+        )
+    return list(rows.values())
+
+
+def score_of(metric: Metric, distance: float) -> float:
+    """The score of a distance as the backends compute it (cosine and euclidean: ``1 -
+    distance``); the dot product is its own score."""
+    return distance if metric == "dotproduct" else 1.0 - distance
+
+
+__all__ = [
+    "MAX_DIMENSION",
+    "MAX_TOP_K",
+    "MAX_UPSERT_BATCH",
+    "IndexConfig",
+    "IndexStats",
+    "Metric",
+    "QueryResult",
+    "VectorDimensionError",
+    "VectorIndexExistsError",
+    "VectorIndexNotFoundError",
+    "VectorNotFoundError",
+    "VectorStore",
+    "check_dimension",
+    "check_metric",
+    "check_name",
+    "check_top_k",
+    "check_vector",
+    "prepare_upsert",
+]
