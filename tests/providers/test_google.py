@@ -546,3 +546,22 @@ def test_every_recorded_request_is_rebuilt_from_mastras_prompt(case: str, number
     request = ModelRequest(prompt=prompt, tools=tools, tool_choice={"type": "auto"})
     body, warnings = google_body(request, "gemini-2.5-flash")
     assert (body, warnings) == (sent, [])
+
+
+def test_the_sdk_is_imported_only_when_a_model_is_built_and_its_absence_is_named() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['google.genai'] = None\n"
+        "import runstream.models.google\n"
+        "from runstream.models.registry import resolve_model\n"
+        "try:\n"
+        "    resolve_model('google/gemini-2.5-flash', api_key='k')\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.startswith(
+        "'google/gemini-2.5-flash' needs the 'google' SDK: pip install 'runstream[google]'"
+    )
