@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
+
 from runstream.models.anthropic import AnthropicModel
-from runstream.models.base import ModelRequest, ModelSettings
+from runstream.models.base import ModelCallError, ModelRequest, ModelSettings
 
 from .loopback import LoopbackServer, Reply, collect, error_of, fixture
 
@@ -467,3 +469,18 @@ async def test_document_citations_name_the_prompts_cited_documents(loopback: Loo
         "title": "forecast.txt",
         "citations": {"enabled": True},
     }
+
+
+async def test_an_error_event_in_first_place_fails_the_call(loopback: LoopbackServer) -> None:
+    """The AI SDK reads the first event before it returns the stream: an error there is a failed
+    call (Mastra: ``AI_APICallError``); later ones stream as plain ``Error`` parts."""
+    loopback.queue(Reply(fixture("anthropic_error_first.sse")), Reply(fixture("anthropic_error.sse")))
+    with pytest.raises(ModelCallError) as caught:
+        await model(loopback, max_retries=0).stream(ModelRequest(prompt=HI))
+    assert (caught.value.status_code, str(caught.value), caught.value.name) == (
+        529,
+        "Overloaded",
+        "APICallError",
+    )
+    parts = await collect((await model(loopback).stream(ModelRequest(prompt=HI))).parts)
+    assert parts[-1]["error"].name == "Error"

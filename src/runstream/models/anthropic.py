@@ -139,17 +139,22 @@ class AnthropicModel:
             if key not in ("model", "max_tokens", "messages", "stream")
         }
         scope = AbortScope(request.abort_signal)
-        source = await open_stream(
-            scope,
-            lambda: client.messages.create(
+
+        async def call() -> _FirstEventRead:
+            stream = await client.messages.create(
                 model=self.model_id,
                 max_tokens=body["max_tokens"],
                 messages=body["messages"],
                 stream=True,
                 extra_body=rest,
                 extra_headers=headers or None,
-            ),
-            translate_error,
+            )
+            return await _FirstEventRead.read(stream)
+
+        source = await open_stream(
+            scope,
+            call,
+            _translate_call_error,
             max_retries=retries_for(request, self.max_retries),
             policy=self.retry,
             what=f"anthropic/{self.model_id}",
@@ -347,12 +352,56 @@ def _citation_documents(request: ModelRequest) -> list[dict[str, Any]]:
     return documents
 
 
-def translate_error(exc: Exception) -> ModelCallError:
+class _FirstEventRead:
+    """The SDK's stream with its first event already read: as the AI SDK does before it returns
+    the stream, so that an ``error`` event in first place fails the call (an ``APICallError``)
+    instead of streaming a plain error."""
+
+    __slots__ = ("_first", "_stream", "response")
+
+    def __init__(self, stream: Any, first: Any) -> None:
+        self._stream = stream
+        self._first = first
+        self.response = stream.response
+
+    @classmethod
+    async def read(cls, stream: Any) -> _FirstEventRead:
+        try:
+            first = await stream.__anext__()
+        except StopAsyncIteration:
+            first = _END
+        except BaseException:
+            await stream.close()
+            raise
+        return cls(stream, first)
+
+    async def __anext__(self) -> Any:
+        first = self._first
+        if first is None:
+            return await self._stream.__anext__()
+        self._first = None
+        if first is _END:
+            raise StopAsyncIteration
+        return first
+
+    async def close(self) -> None:
+        await self._stream.close()
+
+
+_END = object()
+
+
+def _translate_call_error(exc: Exception) -> ModelCallError:
+    return translate_error(exc, streaming=False)
+
+
+def translate_error(exc: Exception, *, streaming: bool = True) -> ModelCallError:
     """An ``anthropic`` SDK exception (or a malformed stream) as a :class:`ModelCallError`.
 
     A stream ``error`` event surfaces as a status error with the stream's HTTP status (200); the
-    AI SDK forwards its ``error`` object as is, which Mastra streams as a plain ``Error`` (named
-    so), so it keeps that name, with the status of its error type.
+    status is taken from its error type. Once streaming, the AI SDK forwards its ``error`` object
+    as is, which Mastra streams as a plain ``Error`` (so named here); as the stream's first event
+    it fails the call like an HTTP error.
     """
     import anthropic
     import httpx2
@@ -364,8 +413,10 @@ def translate_error(exc: Exception) -> ModelCallError:
         if status < 400 and isinstance(error, Mapping):
             status = _ERROR_STATUS.get(str(error.get("type")), 500)
             message = vendor_message(body, exc.message)
-            retryable = status in (408, 409, 429) or status >= 500
-            return ModelCallError(message, status_code=status, name="Error", retryable=retryable, body=body)
+            failed = call_error(message, status_code=status, body=body)
+            if streaming:
+                failed.name = "Error"
+            return failed
         headers = exc.response.headers
         return call_error(vendor_message(body, exc.message), status_code=status, body=body, headers=headers)
     if isinstance(exc, anthropic.APIConnectionError):
