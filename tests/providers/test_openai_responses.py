@@ -62,12 +62,15 @@ async def test_text_with_citation_and_usage(loopback: LoopbackServer) -> None:
         {
             "type": "finish",
             "finishReason": "stop",
-            "usage": {
-                "inputTokens": 36,
-                "outputTokens": 9,
-                "totalTokens": 45,
-                "reasoningTokens": 0,
-                "cachedInputTokens": 12,
+            "usage": {  # AI SDK v3 usage, as @ai-sdk/openai reports it
+                "inputTokens": {"total": 36, "noCache": 24, "cacheRead": 12},
+                "outputTokens": {"total": 9, "text": 9, "reasoning": 0},
+                "raw": {
+                    "input_tokens": 36,
+                    "input_tokens_details": {"cached_tokens": 12},
+                    "output_tokens": 9,
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                },
             },
             "providerMetadata": {"openai": {"responseId": "resp_text_1"}},
         },
@@ -136,11 +139,14 @@ async def test_reasoning_summaries_and_parallel_tool_calls(loopback: LoopbackSer
             "type": "finish",
             "finishReason": "tool-calls",
             "usage": {
-                "inputTokens": 80,
-                "outputTokens": 120,
-                "totalTokens": 200,
-                "reasoningTokens": 64,
-                "cachedInputTokens": 0,
+                "inputTokens": {"total": 80, "noCache": 80, "cacheRead": 0},
+                "outputTokens": {"total": 120, "text": 56, "reasoning": 64},
+                "raw": {
+                    "input_tokens": 80,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens": 120,
+                    "output_tokens_details": {"reasoning_tokens": 64},
+                },
             },
             "providerMetadata": {"openai": {"responseId": "resp_tools_1"}},
         },
@@ -158,7 +164,7 @@ async def test_refusal_is_an_empty_text_part_that_finishes_stop(loopback: Loopba
 async def test_incomplete_for_max_output_tokens_finishes_length(loopback: LoopbackServer) -> None:
     parts = await run(loopback, "openai_responses_incomplete.sse")
     assert parts[-1]["finishReason"] == {"unified": "length", "raw": "max_output_tokens"}
-    assert parts[-1]["usage"]["outputTokens"] == 4
+    assert parts[-1]["usage"]["outputTokens"]["total"] == 4
 
 
 async def test_mid_stream_error_event_ends_the_stream(loopback: LoopbackServer) -> None:
@@ -194,7 +200,7 @@ async def test_stream_closed_without_terminal_event_finishes_other(loopback: Loo
     assert parts[-1] == {
         "type": "finish",
         "finishReason": "other",
-        "usage": {},
+        "usage": {"inputTokens": {}, "outputTokens": {}},
         "providerMetadata": {"openai": {"responseId": "resp_text_1"}},
     }
 

@@ -347,16 +347,19 @@ async def test_usage_cached_reasoning_and_service_tier(loopback: LoopbackServer)
         "type": "finish",
         "finishReason": "stop",
         "usage": {
-            "inputTokens": 2048,
-            "outputTokens": 300,
-            "totalTokens": 2348,
-            "reasoningTokens": 256,
-            "cachedInputTokens": 1920,
+            "inputTokens": {"total": 2048, "noCache": 128, "cacheRead": 1920},
+            "outputTokens": {"total": 300, "text": 44, "reasoning": 256},
+            "raw": {
+                "input_tokens": 2048,
+                "input_tokens_details": {"cached_tokens": 1920},
+                "output_tokens": 300,
+                "output_tokens_details": {"reasoning_tokens": 256},
+            },
         },
         "providerMetadata": {"openai": {"responseId": "resp_usage_1", "serviceTier": "default"}},
     }
     bare = (await parts_of(loopback, "usage-bare"))[-1]["usage"]
-    assert (bare["reasoningTokens"], bare["cachedInputTokens"]) == (0, 0)
+    assert (bare["outputTokens"]["reasoning"], bare["inputTokens"]["cacheRead"]) == (0, 0)
 
 
 async def test_incomplete_responses_report_the_raw_reason(loopback: LoopbackServer) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from runstream.errors import InvalidInputError
 from runstream.models._common import call_error, data_url, file_data, part_metadata
-from runstream.models.base import FinishReason, ModelCallError, PromptMessage, StreamPart, Usage
+from runstream.models.base import FinishReason, ModelCallError, PromptMessage, StreamPart
 
 
 def _json(value: object) -> str:
@@ -629,25 +629,27 @@ def _finish_reason(raw: str | None, function_call: bool) -> FinishReason:
     return "tool-calls" if function_call else "other"
 
 
-def _usage(usage: Any) -> Usage:
-    """Responses usage as v2 usage (``cachedInputTokens``/``reasoningTokens`` 0 when not reported)."""
+def _usage(usage: Any) -> dict[str, Any]:
+    """``convertOpenAIResponsesUsage``: AI SDK v3 usage (cache reads and reasoning 0 when the vendor
+    leaves them out; no usage at all gives empty totals), ``raw`` the vendor's usage."""
     if usage is None:
-        return {}
+        return {"inputTokens": {}, "outputTokens": {}}
     inputs, outputs = usage.input_tokens, usage.output_tokens
     input_details, output_details = usage.input_tokens_details, usage.output_tokens_details
-    cached = _field(input_details, "cached_tokens") if input_details is not None else None
-    reasoning = _field(output_details, "reasoning_tokens") if output_details is not None else None
-    result: Usage = {
-        "inputTokens": inputs,
-        "outputTokens": outputs,
-        "totalTokens": inputs + outputs,
-        "reasoningTokens": reasoning or 0,
-        "cachedInputTokens": cached or 0,
-    }
+    cached = (_field(input_details, "cached_tokens") if input_details is not None else None) or 0
     cache_write = _field(input_details, "cache_write_tokens") if input_details is not None else None
+    reasoning = (_field(output_details, "reasoning_tokens") if output_details is not None else None) or 0
+    input_tokens = {"total": inputs, "noCache": inputs - cached - (cache_write or 0), "cacheRead": cached}
     if cache_write is not None:
-        result["cacheCreationInputTokens"] = cache_write
-    return result
+        input_tokens["cacheWrite"] = cache_write
+    raw = _dump(usage)
+    if isinstance(raw, dict):
+        raw.pop("total_tokens", None)  # not in the AI SDK's usage schema, so not in its raw usage
+    return {
+        "inputTokens": input_tokens,
+        "outputTokens": {"total": outputs, "text": outputs - reasoning, "reasoning": reasoning},
+        "raw": raw,
+    }
 
 
 def _hosted_call(call_id: str, name: str, input_text: str) -> StreamPart:
