@@ -415,7 +415,6 @@ async def test_web_search_is_a_provider_executed_call_and_result_with_sources(
             "toolCallId": "srvtoolu_01",
             "toolName": "web_search",
             "result": results,
-            "providerExecuted": True,
         },
         {
             "type": "source",

@@ -513,8 +513,7 @@ def _result(call_id: Any, name: str, result: Any, *, is_error: bool = False) -> 
     part: StreamPart = {"type": "tool-result", "toolCallId": call_id, "toolName": name}
     if is_error:
         part["isError"] = True
-    part["result"] = result
-    part["providerExecuted"] = True
+    part["result"] = result  # (the AI SDK marks the call providerExecuted, not its result)
     return part
 
 
