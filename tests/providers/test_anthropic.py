@@ -483,3 +483,32 @@ async def test_an_error_event_in_first_place_fails_the_call(loopback: LoopbackSe
     )
     parts = await collect((await model(loopback).stream(ModelRequest(prompt=HI))).parts)
     assert parts[-1]["error"].name == "Error"
+
+
+async def test_structured_output_through_the_json_tool_on_models_without_output_config(
+    loopback: LoopbackServer,
+) -> None:
+    """As the AI SDK: a model without native structured output gets a required ``json`` tool,
+    whose streamed input is the text; its ``tool_use`` stop is a plain stop."""
+    loopback.queue(Reply(fixture("anthropic_json_tool.sse")))
+    older = AnthropicModel("claude-sonnet-4-20250514", api_key="sk-ant-test", base_url=loopback.url())
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    request = ModelRequest(prompt=HI, response_format={"type": "json", "schema": schema})
+    parts = named(await collect((await older.stream(request)).parts))
+    assert parts[2:5] == [
+        {"type": "text-start", "id": "<text:1>"},
+        {"type": "text-delta", "id": "<text:1>", "delta": '{"city": '},
+        {"type": "text-delta", "id": "<text:1>", "delta": '"Paris"}'},
+    ]
+    assert parts[-1]["finishReason"] == {"unified": "stop", "raw": "tool_use"}
+    body = loopback.requests[0].body
+    assert "output_config" not in body
+    assert body["tools"] == [
+        {
+            "name": "json",
+            "description": "Respond with a JSON object.",
+            "input_schema": schema,
+            "eager_input_streaming": True,
+        }
+    ]
+    assert body["tool_choice"] == {"type": "any", "disable_parallel_tool_use": True}

@@ -55,7 +55,9 @@ class _Block:
         self.meta: dict[str, Any] | None = None
 
 
-def _unified(reason: str | None) -> str:
+def _unified(reason: str | None, json_tool: bool = False) -> str:
+    if reason == "tool_use" and json_tool:
+        return "stop"
     return _STOP_REASONS.get(reason or "", "other")
 
 
@@ -69,6 +71,8 @@ class AnthropicMapper:
         "_context",
         "_documents",
         "_finish",
+        "_json",
+        "_json_used",
         "_kind",
         "_mcp",
         "_raw_usage",
@@ -78,8 +82,10 @@ class AnthropicMapper:
         "done",
     )
 
-    def __init__(self, documents: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, documents: list[dict[str, Any]] | None = None, *, json_tool: bool = False) -> None:
         self.done = False
+        self._json = json_tool  # structured output through the "json" tool (models without output_config)
+        self._json_used = False
         self._blocks: dict[int, _Block] = {}
         self._kind: str | None = None  # the type of the block being streamed
         self._usage: dict[str, Any] = {
@@ -134,7 +140,8 @@ class AnthropicMapper:
                 "skills": None,
             }
         if message.get("stop_reason") is not None:
-            self._finish = {"unified": _unified(message["stop_reason"]), "raw": message["stop_reason"]}
+            unified = _unified(message["stop_reason"], self._json_used)
+            self._finish = {"unified": unified, "raw": message["stop_reason"]}
         parts: list[StreamPart] = [
             {"type": "response-metadata", "id": message.get("id"), "modelId": message.get("model")}
         ]
@@ -163,7 +170,7 @@ class AnthropicMapper:
             usage["cache_creation_input_tokens"] = self._cache_write = raw["cache_creation_input_tokens"]
         delta = event.get("delta") or {}
         reason = delta.get("stop_reason")
-        self._finish = {"unified": _unified(reason), "raw": reason}
+        self._finish = {"unified": _unified(reason, self._json_used), "raw": reason}
         self._stop_sequence = delta.get("stop_sequence")
         self._stop_details = _stop_details(delta.get("stop_details"))
         container = delta.get("container")
@@ -200,6 +207,8 @@ class AnthropicMapper:
     def _block_start(self, index: int, part: dict[str, Any]) -> list[StreamPart]:
         kind = part.get("type")
         self._kind = kind
+        if kind == "text" and self._json:
+            return []
         if kind == "text" or kind == "compaction":
             block = self._blocks[index] = _Block("text", new_id())
             start: StreamPart = {"type": "text-start", "id": block.id}
@@ -213,6 +222,10 @@ class AnthropicMapper:
             self._blocks[index] = _Block("reasoning", str(index))
             meta = {"anthropic": {"redactedData": part.get("data")}}
             return [{"type": "reasoning-start", "id": str(index), "providerMetadata": meta}]
+        if kind == "tool_use" and self._json and part.get("name") == "json":
+            self._json_used = True
+            block = self._blocks[index] = _Block("text", new_id())
+            return [{"type": "text-start", "id": block.id}]
         if kind == "tool_use":
             return self._tool_start(index, part)
         if kind == "server_tool_use":
@@ -285,6 +298,8 @@ class AnthropicMapper:
     def _delta(self, index: int, delta: Any) -> list[StreamPart]:
         kind = delta.type
         if kind == "text_delta":
+            if self._json:
+                return []
             block = self._blocks.get(index)
             return [{"type": "text-delta", "id": block.id if block else new_id(), "delta": delta.text}]
         if kind == "thinking_delta":
@@ -310,6 +325,8 @@ class AnthropicMapper:
 
     def _input_delta(self, index: int, text: str) -> list[StreamPart]:
         block = self._blocks.get(index)
+        if block is not None and block.kind == "text" and self._json and text:
+            return [{"type": "text-delta", "id": block.id, "delta": text}]
         if not text or block is None or block.kind != "tool":
             return []
         if block.first and block.input_type is not None:  # the AI SDK tags code execution input

@@ -161,7 +161,7 @@ class AnthropicModel:
         )
         parts = stream_parts(
             source,
-            AnthropicMapper(_citation_documents(request)),
+            AnthropicMapper(_citation_documents(request), json_tool=self._json_tool(request) is not None),
             scope,
             warnings=warnings,
             raw=_raw if request.include_raw_chunks else None,
@@ -169,6 +169,22 @@ class AnthropicModel:
             vendor="Anthropic",
         )
         return ModelStream(parts, request={"body": body}, response={"headers": dict(source.response.headers)})
+
+    def _json_tool(self, request: ModelRequest) -> dict[str, Any] | None:
+        """The AI SDK's ``json`` tool, for structured output from a model without ``output_config``."""
+        fmt = request.response_format
+        if fmt is None or fmt.get("type") != "json" or fmt.get("schema") is None:
+            return None
+        options = request.settings.provider_options.get("anthropic") or {}
+        mode = options.get("structuredOutputMode", "auto")
+        if mode == "outputFormat" or (mode == "auto" and model_capabilities(self.model_id)[1]):
+            return None
+        return {
+            "type": "function",
+            "name": "json",
+            "description": "Respond with a JSON object.",
+            "inputSchema": fmt["schema"],
+        }
 
     def _body(self, request: ModelRequest) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
         """The request body, the warnings and the ``anthropic-beta`` values, as ``getArgs`` makes them."""
@@ -233,7 +249,8 @@ class AnthropicModel:
         if system is not None:
             body["system"] = system
         body["messages"] = messages
-        _tools(body, request, options, cache, betas, structured)
+        json_tool = self._json_tool(request)
+        _tools(body, request, options, cache, betas, structured and json_tool is None, json_tool)
         body["stream"] = True
         merge_options(body, given)
         if options.get("speed") == "fast":
@@ -294,15 +311,21 @@ def _tools(
     cache: CacheControl,
     betas: set[str],
     structured: bool,
+    json_tool: dict[str, Any] | None = None,
 ) -> None:
-    """``tools`` and ``tool_choice`` as the AI SDK's ``prepareTools`` makes them."""
+    """``tools`` and ``tool_choice`` as the AI SDK's ``prepareTools`` makes them (with the ``json``
+    tool: that tool required, no parallel calls)."""
     choice = request.tool_choice
     parallel = options.get("disableParallelToolUse")
-    if not request.tools or (choice is not None and choice["type"] == "none"):
+    specs: list[Any] = list(request.tools)
+    if json_tool is not None:
+        specs.append(json_tool)
+        choice, parallel = {"type": "required"}, True
+    if not specs or (choice is not None and choice["type"] == "none"):
         return
     eager = options.get("toolStreaming", True) is not False
     tools = []
-    for tool in request.tools:
+    for tool in specs:
         spec: dict[str, Any] = {
             "name": tool["name"],
             "description": tool["description"],
