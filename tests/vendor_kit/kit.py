@@ -49,6 +49,7 @@ from pydantic import BaseModel, ConfigDict
 
 from runstream.agent import Agent
 from runstream.chunks import dumps
+from runstream.models._common import RetryPolicy
 from runstream.models.base import ModelSettings
 from runstream.models.registry import ModelString
 from runstream.tools import Tool, ToolContext
@@ -111,6 +112,13 @@ def _pass_through(name: str, provider: str = "") -> Tool:
     )
 
 
+async def _no_wait(seconds: float) -> None:
+    """Backoffs are not waited out here (Mastra waited them while recording; timing is not compared)."""
+
+
+NO_WAIT = RetryPolicy(sleep=_no_wait)
+
+
 def _model(provider: str, base: str) -> str | ModelString:
     if provider == "responses":
         return "openai/gpt-5"
@@ -119,7 +127,9 @@ def _model(provider: str, base: str) -> str | ModelString:
     if provider == "google":
         return "google/gemini-2.5-flash"
     if provider == "chat":
-        return ModelString("openai-compatible/gpt-4o", base_url=f"{base}/v1", api_key="sk-dummy-loopback")
+        return ModelString(
+            "openai-compatible/gpt-4o", base_url=f"{base}/v1", api_key="sk-dummy-loopback", retry=NO_WAIT
+        )
     raise ValueError(f"unknown provider {provider!r}")
 
 
@@ -164,7 +174,11 @@ async def run_case(case: dict[str, Any], server: replay.ReplayServer, out_dir: P
     with path.open("w") as fh:
         try:
             options = case.get("providerOptions")  # a case's providerOptions (Mastra's stream option)
-            settings = {"model_settings": ModelSettings(provider_options=options)} if options else {}
+            retries = case.get("modelSettings", {}).get("maxRetries")  # Mastra's modelSettings.maxRetries
+            settings = {}
+            if options or retries is not None:
+                model_settings = ModelSettings(provider_options=options or {}, max_retries=retries)
+                settings = {"model_settings": model_settings}
             out = await agent.stream("Hello", **settings)
             async for chunk in out.full_stream:
                 fh.write(dumps(chunk.to_wire()) + "\n")

@@ -74,7 +74,7 @@ for (const c of cases) {
   const lines = [];
   let note = '';
   try {
-    const out = await agent.stream('Hello', { maxSteps: 5, ...(c.providerOptions ? { providerOptions: c.providerOptions } : {}) });
+    const out = await agent.stream('Hello', { maxSteps: 5, ...(c.providerOptions ? { providerOptions: c.providerOptions } : {}), ...(c.modelSettings ? { modelSettings: c.modelSettings } : {}) });
     for await (const chunk of out.fullStream) lines.push(JSON.stringify(wire(chunk)));
   } catch (e) {
     note = `stream threw: ${e?.message}`;

@@ -2,6 +2,7 @@
 # Re-record the kit's goldens with real Mastra 1.71 (tests never do this: the goldens are committed).
 #
 #   tests/vendor_kit/record.sh <vendor> [case,case,...]     vendor = responses | chat | anthropic | google
+#   tests/vendor_kit/record.sh pending/<vendor>.json [case,...]   a cases file (e.g. cases waiting to land)
 #
 # Replays fixtures/ through server.py on loopback and runs mastra_run.mjs over cases/<vendor>.json, writing
 # golden/<case>.jsonl (Mastra's chunks) and golden/<case>.requests.json (the bodies Mastra sent).
@@ -11,7 +12,10 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 vendor=${1:?usage: record.sh <vendor> [case,case,...]}
 only=${2:-}
-cases="$here/cases/$vendor.json"
+case "$vendor" in
+  *.json) cases="$here/$vendor" ;;
+  *) cases="$here/cases/$vendor.json" ;;
+esac
 [ -f "$cases" ] || { echo "no cases file $cases" >&2; exit 2; }
 portfile=$(mktemp)
 VENDOR_FIXTURES="$here/fixtures" python3 -u "$here/server.py" 0 > "$portfile" &

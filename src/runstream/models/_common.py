@@ -250,8 +250,9 @@ class EventMapper(Protocol[E_contra]):
 
     def map(self, event: E_contra) -> list[StreamPart]: ...
 
-    def end(self) -> StreamPart | None:
-        """The ``finish`` part, or None when the stream ended without its terminal event."""
+    def end(self) -> StreamPart | list[StreamPart] | None:
+        """The ``finish`` part (or the parts that close the stream, ``finish`` last), or None when
+        the stream ended without its terminal event."""
         ...
 
 
@@ -302,7 +303,11 @@ async def stream_parts(
             finish = error_part(
                 ModelCallError(f"{vendor} stream ended before its terminal event", retryable=True)
             )
-        yield finish
+        if isinstance(finish, list):
+            for part in finish:
+                yield part
+        else:
+            yield finish
     except Exception as exc:
         yield error_part(translate(exc), exc)
     finally:

@@ -27,7 +27,6 @@ from runstream.models._common import (
     open_stream,
     retries_for,
     stream_parts,
-    tool_output_text,
     unsupported,
     vendor_message,
 )
@@ -39,7 +38,6 @@ from runstream.models.base import (
     ModelStream,
     PromptMessage,
     StreamPart,
-    Usage,
 )
 
 if TYPE_CHECKING:
@@ -123,8 +121,9 @@ def translate_error(exc: Exception) -> ModelCallError:
         return call_error(message, status_code=exc.status_code, body=exc.body, headers=headers)
     if isinstance(exc, openai.APIConnectionError):
         return connection_error(exc)
-    if isinstance(exc, openai.APIError):  # an error object inside a Chat Completions stream
-        return call_error(vendor_message(exc.body, exc.message), body=exc.body)
+    if isinstance(exc, openai.APIError):  # an error object inside a Chat Completions stream: Mastra
+        message = vendor_message(exc.body, exc.message)  # streams it as it came, a plain Error
+        return ModelCallError(message, name="Error", body=exc.body)
     return call_error(f"Malformed OpenAI stream: {exc!r}")
 
 
@@ -263,7 +262,7 @@ class OpenAIChatModel(_OpenAIModel):
         )
         parts = stream_parts(
             source,
-            _ChatMapper(),
+            _ChatMapper(self.provider, refusal_as_text=self.provider == "openai"),
             scope,
             warnings=warnings,
             raw=_raw if request.include_raw_chunks else None,
@@ -276,7 +275,8 @@ class OpenAIChatModel(_OpenAIModel):
     def _body(self, request: ModelRequest) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         settings = request.settings
         system_role = "developer" if self._reasoning_model() else "system"
-        body: dict[str, Any] = {"messages": chat_messages(request.prompt, system_role)}
+        compatible = self.provider != "openai"
+        body: dict[str, Any] = {"messages": chat_messages(request.prompt, system_role, reasoning=compatible)}
         ignored = ["top_k", *self._sampling(request, body)]
         max_key = "max_completion_tokens" if self.provider == "openai" else "max_tokens"
         _put(
@@ -317,13 +317,21 @@ class OpenAIChatModel(_OpenAIModel):
                 if schema is not None
                 else {"type": "json_object"}
             )
-        body["stream_options"] = {"include_usage": True}
+        if (
+            not compatible
+        ):  # @ai-sdk/openai asks for usage; @ai-sdk/openai-compatible (Mastra's {id, url}) does not
+            body["stream_options"] = {"include_usage": True}
         merge_options(body, settings.provider_options.get(self.provider))
         return body, unsupported(request, *ignored)
 
 
-def chat_messages(prompt: list[PromptMessage], system_role: str) -> list[dict[str, Any]]:
-    """An AI SDK prompt as Chat Completions ``messages`` (reasoning parts are not sent back)."""
+def chat_messages(
+    prompt: list[PromptMessage], system_role: str, *, reasoning: bool = False
+) -> list[dict[str, Any]]:
+    """An AI SDK prompt as Chat Completions ``messages``, serialised as the AI SDK does
+    (``JSON.stringify``'s compact JSON). With ``reasoning`` (OpenAI-compatible servers, as
+    ``@ai-sdk/openai-compatible``) an assistant turn's reasoning goes back as ``reasoning_content``;
+    OpenAI itself takes none."""
     messages: list[dict[str, Any]] = []
     for message in prompt:
         role, content = message["role"], message["content"]
@@ -335,27 +343,52 @@ def chat_messages(prompt: list[PromptMessage], system_role: str) -> list[dict[st
             else:
                 messages.append({"role": "user", "content": [_chat_user_part(part) for part in content]})
         elif role == "assistant":
-            text = "".join(part["text"] for part in content if part["type"] == "text")
-            calls = [
-                {
-                    "id": part["toolCallId"],
-                    "type": "function",
-                    "function": {"name": part["toolName"], "arguments": json.dumps(part["input"])},
-                }
-                for part in content
-                if part["type"] == "tool-call"
-            ]
-            messages.append({"role": "assistant", "content": text} | ({"tool_calls": calls} if calls else {}))
+            messages.append(_chat_assistant(content, reasoning))
         elif role == "tool":
             messages.extend(
                 {
                     "role": "tool",
                     "tool_call_id": part["toolCallId"],
-                    "content": tool_output_text(part["output"]),
+                    "content": _chat_tool_output(part["output"]),
                 }
                 for part in content
+                if part["type"] == "tool-result"
             )
     return messages
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _chat_assistant(content: list[dict[str, Any]], reasoning: bool) -> dict[str, Any]:
+    text = "".join(part["text"] for part in content if part["type"] == "text")
+    thought = "".join(part.get("text") or "" for part in content if part["type"] == "reasoning")
+    calls = [
+        {
+            "id": part["toolCallId"],
+            "type": "function",
+            "function": {"name": part["toolName"], "arguments": _compact(part["input"])},
+        }
+        for part in content
+        if part["type"] == "tool-call" and not part.get("providerExecuted")
+    ]
+    message: dict[str, Any] = {"role": "assistant", "content": (text or None) if calls else text}
+    if reasoning and thought:
+        message["reasoning_content"] = thought
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _chat_tool_output(output: Mapping[str, Any]) -> str:
+    """A tool result as the AI SDK sends it: text as is, anything else as compact JSON."""
+    kind, value = output.get("type"), output.get("value")
+    if kind in ("text", "error-text") and isinstance(value, str):
+        return value
+    if kind == "execution-denied":
+        return str(output.get("reason") or "Tool call execution denied.")
+    return _compact(value)
 
 
 _AUDIO_FORMATS = {"audio/wav": "wav", "audio/mpeg": "mp3", "audio/mp3": "mp3"}
@@ -384,17 +417,28 @@ _CHAT_FINISH: dict[str, FinishReason] = {
     "content_filter": "content-filter",
     "tool_calls": "tool-calls",
     "function_call": "tool-calls",
-    "error": "error",
 }
 
 
 class _ChatMapper:
-    """Chat chunks to parts; tool calls are complete (``tool-call``) when ``finish_reason`` comes."""
+    """Chat chunks to parts, as ``@ai-sdk/openai-compatible`` 2.x (v3 parts) maps them.
+
+    Reasoning (``reasoning_content`` or ``reasoning``) is ``reasoning-0`` and text ``txt-0``; a
+    tool call opens when its delta names the function (arguments before that are buffered) and is
+    complete (``tool-call``) when the stream ends. The end of the stream closes what is open and
+    finishes, ``finish_reason`` or not (without one the reason is ``other``, as the AI SDK's, and
+    Mastra's loop asks again). ``finish`` carries a v3 reason ``{unified, raw}``, v3 usage and the
+    prediction token counts under the provider's name.
+    """
 
     __slots__ = (
         "_finish",
+        "_first",
         "_id",
+        "_key",
+        "_pending",
         "_reasoning",
+        "_refusal_as_text",
         "_refused",
         "_sources",
         "_text",
@@ -403,79 +447,120 @@ class _ChatMapper:
         "done",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, metadata_key: str = "openai", *, refusal_as_text: bool = True) -> None:
         self.done = False
-        self._id: str | None = None  # set by the first chunk
+        self._key = metadata_key
+        self._refusal_as_text = refusal_as_text
+        self._first = True
+        self._id: str | None = None
         self._text = False
         self._reasoning = False
         self._refused = False
         self._tools: dict[int, list[str]] = {}  # index -> [id, name, arguments]
-        self._finish: FinishReason | None = None
-        self._usage: Usage = {}
+        self._pending: dict[int, list[str | None]] = {}  # index -> [id, arguments] until the name comes
+        self._finish: dict[str, Any] = {"unified": "other", "raw": None}
+        self._usage: Any = None
         self._sources = 0
 
     def map(self, chunk: ChatCompletionChunk) -> list[StreamPart]:
         parts: list[StreamPart] = []
-        if self._id is None:
-            self._id = getattr(chunk, "id", None) or "chatcmpl"  # compatible servers may leave fields out
+        if self._first:
+            self._first = False
+            self._id = getattr(chunk, "id", None)  # compatible servers may leave fields out
             model, created = getattr(chunk, "model", None), getattr(chunk, "created", None)
             parts.append(_metadata(self._id, model, created))
         if chunk.usage is not None:
-            self._usage = _chat_usage(chunk.usage)
-        if not chunk.choices:
+            self._usage = chunk.usage
+        choice = chunk.choices[0] if chunk.choices else None
+        if choice is None:
             return parts
-        choice = chunk.choices[0]
+        if choice.finish_reason is not None:
+            raw = choice.finish_reason
+            self._finish = {"unified": _CHAT_FINISH.get(raw, "other"), "raw": raw}
         delta = choice.delta
-        extra = delta.model_extra
-        if extra:
-            reasoning = extra.get("reasoning_content") or extra.get("reasoning")
-            if isinstance(reasoning, str) and reasoning:
-                if not self._reasoning:
-                    self._reasoning = True
-                    parts.append({"type": "reasoning-start", "id": "reasoning-0"})
-                parts.append({"type": "reasoning-delta", "id": "reasoning-0", "delta": reasoning})
+        if delta is None:
+            return parts
+        extra = delta.model_extra or {}
+        reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            if not self._reasoning:
+                self._reasoning = True
+                parts.append({"type": "reasoning-start", "id": "reasoning-0"})
+            parts.append({"type": "reasoning-delta", "id": "reasoning-0", "delta": reasoning})
         text = delta.content
-        if delta.refusal:
+        if delta.refusal and self._refusal_as_text:
             self._refused = True
             text = (text or "") + delta.refusal
         if text:
+            self._close_reasoning(parts)
             if not self._text:
-                self._close_reasoning(parts)
                 self._text = True
                 parts.append({"type": "text-start", "id": "txt-0"})
             parts.append({"type": "text-delta", "id": "txt-0", "delta": text})
-        if delta.tool_calls:
+        if delta.tool_calls is not None:
             self._close_reasoning(parts)
             for call in delta.tool_calls:
                 self._tool_delta(call, parts)
         if extra:
             self._extras(extra, parts)
-        if choice.finish_reason is not None:
-            self._finish = _CHAT_FINISH.get(choice.finish_reason, "unknown")
-            self._close(parts)
         return parts
 
-    def end(self) -> StreamPart | None:
-        if self._finish is None:
-            return None
-        finish = "content-filter" if self._refused and self._finish == "stop" else self._finish
-        return {"type": "finish", "finishReason": finish, "usage": self._usage}
+    def end(self) -> list[StreamPart]:
+        """What the AI SDK's ``flush`` sends: open parts closed, tool calls, then ``finish``."""
+        parts: list[StreamPart] = []
+        self._close_reasoning(parts)
+        if self._text:
+            parts.append({"type": "text-end", "id": "txt-0"})
+        if self._pending:
+            index, (call_id, _) = next(iter(self._pending.items()))
+            raise ValueError(f"tool call delta {index} ({call_id}) never named its function")
+        for call_id, name, args in self._tools.values():
+            parts.append({"type": "tool-input-end", "id": call_id})
+            parts.append(
+                {"type": "tool-call", "toolCallId": call_id, "toolName": name, "input": args or "{}"}
+            )
+        finish = self._finish
+        if self._refused and finish["unified"] == "stop":
+            finish = {**finish, "unified": "content-filter"}
+        usage, metadata = _chat_usage(self._usage)
+        parts.append(
+            {
+                "type": "finish",
+                "finishReason": finish,
+                "usage": usage,
+                "providerMetadata": {self._key: metadata},
+            }
+        )
+        return parts
 
     def _tool_delta(self, call: Any, parts: list[StreamPart]) -> None:
         index = getattr(call, "index", None)  # some compatible servers send no index
+        function = call.function
         if index is None:
             index = len(self._tools)
-        function = call.function
-        args = function.arguments if function is not None else None
+            if index not in self._tools and (not call.id or function is None or not function.name):
+                raise ValueError("a tool call delta without an index starts without an id and function name")
         entry = self._tools.get(index)
         if entry is None:
-            if not call.id or function is None or not function.name:
-                raise ValueError(f"tool call delta {index} starts without an id and function name")
-            entry = self._tools[index] = [call.id, function.name, ""]
-            parts.append({"type": "tool-input-start", "id": call.id, "toolName": function.name})
-        if args:
-            entry[2] += args
-            parts.append({"type": "tool-input-delta", "id": entry[0], "delta": args})
+            pending = self._pending.setdefault(index, [call.id, ""])
+            pending[0] = pending[0] or call.id
+            if function is not None and function.arguments is not None:
+                pending[1] = f"{pending[1]}{function.arguments}"
+            if function is None or function.name is None:
+                return
+            del self._pending[index]
+            call_id, args = pending[0], pending[1] or ""
+            if not call_id:
+                raise ValueError(f"tool call delta {index} names its function without an id")
+            self._tools[index] = [call_id, function.name, args]
+            parts.append({"type": "tool-input-start", "id": call_id, "toolName": function.name})
+            if args:
+                parts.append({"type": "tool-input-delta", "id": call_id, "delta": args})
+            return
+        if function is None:
+            return
+        entry[2] += function.arguments or ""
+        parts.append({"type": "tool-input-delta", "id": entry[0], "delta": function.arguments or ""})
 
     def _extras(self, extra: dict[str, Any], parts: list[StreamPart]) -> None:
         """What OpenAI (annotations) and OpenRouter (images) add to a delta beyond the SDK types."""
@@ -499,29 +584,25 @@ class _ChatMapper:
             self._reasoning = False
             parts.append({"type": "reasoning-end", "id": "reasoning-0"})
 
-    def _close(self, parts: list[StreamPart]) -> None:
-        self._close_reasoning(parts)
-        if self._text:
-            self._text = False
-            parts.append({"type": "text-end", "id": "txt-0"})
-        for call_id, name, args in self._tools.values():
-            parts.append({"type": "tool-input-end", "id": call_id})
-            parts.append(
-                {"type": "tool-call", "toolCallId": call_id, "toolName": name, "input": args or "{}"}
-            )
-        self._tools.clear()
 
-
-def _chat_usage(usage: Any) -> Usage:
-    result: Usage = {
-        "inputTokens": usage.prompt_tokens,
-        "outputTokens": usage.completion_tokens,
-        "totalTokens": usage.total_tokens,
+def _chat_usage(usage: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """v3 usage (the AI SDK's ``convertOpenAICompatibleChatUsage``) and the provider metadata counts."""
+    if usage is None:
+        empty = {"total": None, "noCache": None, "cacheRead": None, "cacheWrite": None}
+        return {"inputTokens": empty, "outputTokens": {"total": None, "text": None, "reasoning": None}}, {}
+    prompt = usage.prompt_tokens or 0
+    completion = usage.completion_tokens or 0
+    prompt_details, details = usage.prompt_tokens_details, usage.completion_tokens_details
+    cached = (prompt_details.cached_tokens if prompt_details is not None else None) or 0
+    reasoning = (details.reasoning_tokens if details is not None else None) or 0
+    result = {
+        "inputTokens": {"total": prompt, "noCache": prompt - cached, "cacheRead": cached, "cacheWrite": None},
+        "outputTokens": {"total": completion, "text": completion - reasoning, "reasoning": reasoning},
+        "raw": usage.to_dict(),
     }
-    details = usage.completion_tokens_details
-    if details is not None and details.reasoning_tokens is not None:
-        result["reasoningTokens"] = details.reasoning_tokens
-    prompt_details = usage.prompt_tokens_details
-    if prompt_details is not None and prompt_details.cached_tokens is not None:
-        result["cachedInputTokens"] = prompt_details.cached_tokens
-    return result
+    metadata: dict[str, Any] = {}
+    if details is not None and details.accepted_prediction_tokens is not None:
+        metadata["acceptedPredictionTokens"] = details.accepted_prediction_tokens
+    if details is not None and details.rejected_prediction_tokens is not None:
+        metadata["rejectedPredictionTokens"] = details.rejected_prediction_tokens
+    return result, metadata
