@@ -375,7 +375,6 @@ async def test_generated_image_becomes_a_file_and_file_citation_a_document_sourc
             "toolCallId": "ig_1",
             "toolName": "image_generation",
             "result": {"result": "iVBORw0KGgo="},
-            "providerExecuted": True,
         },
         {"type": "text-start", "id": "msg_img_1", "providerMetadata": {"openai": {"itemId": "msg_img_1"}}},
         {"type": "text-delta", "id": "msg_img_1", "delta": "Here it is."},

@@ -663,13 +663,9 @@ def _hosted_call(call_id: str, name: str, input_text: str) -> StreamPart:
 
 
 def _hosted_result(call_id: str, name: str, result: object) -> StreamPart:
-    return {
-        "type": "tool-result",
-        "toolCallId": call_id,
-        "toolName": name,
-        "result": result,
-        "providerExecuted": True,
-    }
+    """A provider-executed tool's result: as the AI SDK emits it, without ``providerExecuted`` (the
+    call carries it; Mastra's tool-result chunk has none)."""
+    return {"type": "tool-result", "toolCallId": call_id, "toolName": name, "result": result}
 
 
 _HANDLERS: dict[str, _Handler] = {
