@@ -4,7 +4,10 @@ arguments (streamed, unreadable) and outputs against their schemas, approvals, p
 calls, tools that start while the model still streams, reasoning blocks, structured output, finish reasons, model stream failures,
 aborts, sub-agents, workflows as tools, goals and completion checks, durable agents, and many
 background-task and until-idle cases (suspend/resume/cancel, backpressure, retries, timeouts,
-chained continuations), working memory (Markdown and schema mode, a read-only call), a thread title streamed before finish. Each scenario's ``description`` says what it pins.
+chained continuations), working memory (Markdown and schema mode, a read-only call), a thread title streamed before finish,
+vendor state (``x-v24-*``: provider metadata, reasoning through tool steps and memory,
+provider-executed tools, raw finish reasons, cache usage; ``test_vendor_state.py`` compares the
+metadata ``compare.py`` leaves out). Each scenario's ``description`` says what it pins.
 
 All must match at level 2. Those in ``LEVEL_3`` match at level 3 too; the others differ in
 payload details: where Mastra loses data (step content after a step limit or an abort), where we
@@ -105,6 +108,11 @@ LEVEL_3 = {
     "x-z03-tool-output-schema-ok",
     "x24-invalid-tool-args",
     "x25-structured-brace",
+    "x-v24-anthropic-thinking-memory",
+    "x-v24-delta-metadata-usage",
+    "x-v24-openai-reasoning-memory",
+    "x-v24-provider-executed-mixed",
+    "x-v24-tool-error-class",
 }
 
 

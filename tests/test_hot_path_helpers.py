@@ -87,8 +87,9 @@ def test_loop_config_new_is_the_dataclass_with_those_fields_and_fresh_containers
         ([], [], [], []),
         ([("text", 0)], ["a", "b"], [], [{"type": "text", "text": "ab"}]),
         ([], ["a"], [], [{"type": "text", "text": "a"}]),  # deltas without a start
-        ([("text", 0)], ["", ""], [], []),  # an empty block is dropped
-        ([("reasoning", 0)], ["a"], [], [{"type": "text", "text": "a"}]),
+        ([("text", 0)], ["", ""], [], []),  # an empty text block is dropped
+        # an empty reasoning block is kept (OpenAI's encrypted reasoning has no summary text)
+        ([("reasoning", 0)], ["a"], [], [{"type": "reasoning", "text": ""}, {"type": "text", "text": "a"}]),
         (
             [("reasoning", 0), ("text", 0)],
             ["t"],
@@ -103,10 +104,19 @@ def test_loop_config_new_is_the_dataclass_with_those_fields_and_fresh_containers
         ),
     ],
 )
-def test_a_steps_content_blocks_one_part_per_nonempty_block(
+def test_a_steps_content_blocks_one_part_per_block(
     starts: list[tuple[str, int]], text: list[str], reasoning: list[str], expected: list[dict[str, str]]
 ) -> None:
-    assert _content_blocks(starts, text, reasoning) == expected
+    assert [p for p in _content_blocks(starts, text, reasoning, None) if p is not None] == expected
+
+
+def test_a_steps_content_blocks_carry_their_provider_metadata() -> None:
+    signature = {"anthropic": {"signature": "sig"}}
+    parts = _content_blocks([("reasoning", 0), ("text", 0)], ["t"], ["r"], {0: signature})
+    assert parts == [
+        {"type": "reasoning", "text": "r", "providerOptions": signature},
+        {"type": "text", "text": "t"},
+    ]
 
 
 def test_iso_now_is_iso_datetime_of_now() -> None:

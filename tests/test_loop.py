@@ -172,12 +172,15 @@ async def test_tool_error_is_reported_and_the_model_answers() -> None:
     out = await Agent("a", model=model, tools=[lookup]).stream("look it up")
     chunks = await collect(out)
     (error,) = of_type(chunks, "tool-error")
+    # Mastra wraps whatever a tool throws: the wire names it "Error" (x-v24-tool-error-class);
+    # the tool's own exception is the cause.
     assert json.loads(error.to_json())["payload"] == {
-        "error": {"message": "database down while reading k", "name": "RuntimeError"},
+        "error": {"message": "database down while reading k", "name": "Error"},
         "args": {"key": "k"},
         "toolCallId": "c1",
         "toolName": "lookup",
     }
+    assert isinstance(error.payload["error"].__cause__, RuntimeError)
     assert of_type(chunks, "tool-result") == []
     assert last_tool_message(model)[0]["output"] == {
         "type": "error-text",

@@ -177,10 +177,10 @@ async def test_get_full_output_fields() -> None:
     assert full["messages"] == [
         {
             "role": "assistant",
-            "content": [
+            "content": [  # in the order they streamed, as Mastra keeps them
                 {"type": "reasoning", "text": "Let me think."},
-                {"type": "text", "text": "Answer."},
                 {"type": "file", "data": "data:image/png;base64,iVBORw==", "mediaType": "image/png"},
+                {"type": "text", "text": "Answer."},
             ],
         }
     ]

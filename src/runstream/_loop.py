@@ -64,6 +64,9 @@ from runstream.processors import ProcessorContext, StepView, TripWire, run_step_
 from runstream.stop_conditions import should_stop
 from runstream.structured import NO_OBJECT, StructuredOutput
 
+_GOES_ON = frozenset({"other", "tool-calls"})
+"""Reasons a step without calls to run ends with and the loop still goes on after."""
+
 Phase = AsyncIterator[AnyChunk | StepOutcome]
 """A part of the run: it yields chunks, then how it ended (its last item)."""
 
@@ -317,8 +320,9 @@ async def _structured_object(
 
 def _record(state: RunState, step: ModelStep, content: list[dict[str, Any]], reason: str) -> Any:
     return step_record(
-        state, step.text, content, step.usage, reason, step.request, step.response, step.warnings
-    )
+        state, step.text, content, step.usage, reason, step.request, step.response, step.warnings,
+        provider_metadata=step.provider_metadata,
+    )  # fmt: skip
 
 
 async def _failed_step(
@@ -408,7 +412,9 @@ async def _model_turn_ended(cfg: LoopConfig, state: RunState, step: ModelStep, r
                 yield item
     chosen = [v for v in verdicts if v.authoritative] or verdicts
     # Like a tool step, a step that ended for an unknown reason goes on (as Mastra does).
-    wants_more = step.finish_reason == "other" or any(v.continue_loop for v in chosen)
+    # (so does one that asked for tool calls the provider executed itself: Mastra goes on after
+    # every reason but stop, error, length and content-filter)
+    wants_more = step.finish_reason in _GOES_ON or any(v.continue_loop for v in chosen)
     cont = wants_more and await _goes_on(cfg, state)
     extra: dict[str, Any] = {}
     for verdict in verdicts:

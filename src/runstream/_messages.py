@@ -89,15 +89,9 @@ def responses_to_parts(responses: Sequence[PromptMessage], model: str | None = N
             for part in message["content"]:
                 kind = part.get("type")
                 if kind == "text":
-                    parts.append({"type": "text", "text": part["text"]})
+                    parts.append(_with_metadata({"type": "text", "text": part["text"]}, part))
                 elif kind == "reasoning":
-                    parts.append(
-                        {
-                            "type": "reasoning",
-                            "reasoning": "",
-                            "details": [{"type": "text", "text": part["text"]}],
-                        }
-                    )
+                    parts.append(_stored_reasoning(part))
                 elif kind == "tool-call":
                     invocation: dict[str, Any] = {
                         "type": "tool-invocation",
@@ -108,8 +102,15 @@ def responses_to_parts(responses: Sequence[PromptMessage], model: str | None = N
                             "args": part.get("input", {}),
                         },
                     }
+                    _with_metadata(invocation, part)
+                    if part.get("providerExecuted"):
+                        invocation["providerExecuted"] = True
                     invocations[part["toolCallId"]] = invocation
                     parts.append(invocation)
+                elif kind == "tool-result":  # a tool the provider executed: its call is here too
+                    found = invocations.get(part.get("toolCallId", ""))
+                    if found is not None:
+                        _settle(found, part.get("output") or {})
                 else:
                     parts.append(copy_json(part))
         elif message["role"] == "tool":
@@ -118,19 +119,44 @@ def responses_to_parts(responses: Sequence[PromptMessage], model: str | None = N
                 if found is None:
                     continue
                 invocation = found
-                output = part.get("output") or {}
-                inv = invocation["toolInvocation"]
-                if output.get("type") in ("error-text", "error-json"):
-                    inv["state"] = "output-error"
-                    inv["errorText"] = output.get("value")
-                else:
-                    inv["state"] = "result"
-                    inv["result"] = output.get("value")
-                # Mastra stamps a result's time here unless it carries other metadata (a task link).
-                invocation["providerMetadata"] = copy_json(part.get("providerOptions")) or {
-                    "mastra": {"createdAt": int(time.time() * 1000)}
-                }
+                _settle(invocation, part.get("output") or {})
+                # Mastra stamps a result's time here unless it carries other metadata (the
+                # call's provider metadata, a task link).
+                invocation["providerMetadata"] = (
+                    copy_json(part.get("providerOptions"))
+                    or invocation.get("providerMetadata")
+                    or {"mastra": {"createdAt": int(time.time() * 1000)}}
+                )
     return parts
+
+
+def _settle(invocation: dict[str, Any], output: Mapping[str, Any]) -> None:
+    """A stored tool invocation gets its result (or error)."""
+    inv = invocation["toolInvocation"]
+    if output.get("type") in ("error-text", "error-json"):
+        inv["state"] = "output-error"
+        inv["errorText"] = output.get("value")
+    else:
+        inv["state"] = "result"
+        inv["result"] = output.get("value")
+
+
+def _with_metadata(stored: dict[str, Any], part: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored part keeps the prompt part's ``providerOptions`` as ``providerMetadata``."""
+    options = part.get("providerOptions")
+    if options:
+        stored["providerMetadata"] = copy_json(options)
+    return stored
+
+
+def _stored_reasoning(part: Mapping[str, Any]) -> dict[str, Any]:
+    """A reasoning block in Mastra's format 2: its text, its details (redacted thinking as a
+    ``redacted`` detail) and its provider metadata (signatures, encrypted content, item ids)."""
+    text = part.get("text", "")
+    options = part.get("providerOptions") or {}
+    redacted = any(isinstance(v, Mapping) and v.get("redactedData") for v in options.values())
+    detail = {"type": "redacted", "data": ""} if redacted else {"type": "text", "text": text}
+    return _with_metadata({"type": "reasoning", "reasoning": text, "details": [detail]}, part)
 
 
 def _step_start(model: str | None) -> dict[str, Any]:
@@ -198,10 +224,9 @@ def parts_to_steps(parts: Sequence[Mapping[str, Any]]) -> list[list[PromptMessag
         if kind == "step-start":
             flush()
         elif kind == "text":
-            content.append({"type": "text", "text": part["text"]})
+            content.append(_with_options({"type": "text", "text": part["text"]}, part))
         elif kind == "reasoning":
-            text = "".join(d.get("text", "") for d in part.get("details", [])) or part.get("reasoning", "")
-            content.append({"type": "reasoning", "text": text})
+            content.append(_with_options({"type": "reasoning", "text": reasoning_text(part)}, part))
         elif kind == "file":
             content.append({"type": "file", "data": part.get("data"), "mediaType": part.get("mediaType")})
         elif kind == "tool-invocation":
@@ -212,8 +237,10 @@ def parts_to_steps(parts: Sequence[Mapping[str, Any]]) -> list[list[PromptMessag
                 "toolName": inv["toolName"],
                 "input": inv["args"],
             }
-            if part.get("providerMetadata"):
-                call["providerOptions"] = copy_json(part["providerMetadata"])
+            provider_executed = bool(part.get("providerExecuted"))
+            if provider_executed:
+                call["providerExecuted"] = True
+            _with_options(call, part)
             content.append(call)
             if inv["state"] in ("result", "output-error"):
                 output = (
@@ -226,13 +253,27 @@ def parts_to_steps(parts: Sequence[Mapping[str, Any]]) -> list[list[PromptMessag
                     "toolCallId": inv["toolCallId"],
                     "toolName": inv["toolName"],
                     "output": output,
-                    "input": inv["args"],
                 }
-                if part.get("providerMetadata"):
-                    result["providerOptions"] = copy_json(part["providerMetadata"])
-                results.append(result)
+                if provider_executed:  # the provider's result is part of the assistant's message
+                    content.append(_with_options(result, part))
+                    continue
+                result["input"] = inv["args"]
+                results.append(_with_options(result, part))
     flush()
     return [step for step in steps if step]
+
+
+def reasoning_text(part: Mapping[str, Any]) -> str:
+    """A stored reasoning part's text."""
+    return "".join(d.get("text", "") for d in part.get("details", [])) or part.get("reasoning", "")
+
+
+def _with_options(prompt_part: dict[str, Any], stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A prompt part gets the stored part's ``providerMetadata`` as ``providerOptions``."""
+    metadata = stored.get("providerMetadata")
+    if metadata:
+        prompt_part["providerOptions"] = copy_json(metadata)
+    return prompt_part
 
 
 def parts_to_ui(
@@ -250,15 +291,21 @@ def parts_to_ui(
             if record is not None:
                 ui.append({"type": "data-tool-call-suspended", "data": copy_json(record)})
         elif kind == "reasoning":
-            text = "".join(d.get("text", "") for d in part.get("details", [])) or part.get("reasoning", "")
-            ui.append({"type": "reasoning", "text": text})
+            reasoning = {"type": "reasoning", "text": reasoning_text(part), "state": "done"}
+            ui.append(_with_ui_metadata(reasoning, part))
         elif kind == "text":
-            ui.append({"type": "text", "text": part["text"]})
+            ui.append(_with_ui_metadata({"type": "text", "text": part["text"]}, part))
         elif kind == "file":
             ui.append({"type": "file", "mediaType": part.get("mediaType"), "url": part.get("data")})
         else:
             ui.append(copy_json(part if type(part) is dict else dict(part)))
     return ui
+
+
+def _with_ui_metadata(ui_part: dict[str, Any], stored: Mapping[str, Any]) -> dict[str, Any]:
+    if stored.get("providerMetadata"):
+        ui_part["providerMetadata"] = copy_json(stored["providerMetadata"])
+    return ui_part
 
 
 def ui_tool_part(part: Mapping[str, Any]) -> dict[str, Any]:
@@ -275,7 +322,11 @@ def ui_tool_part(part: Mapping[str, Any]) -> dict[str, Any]:
         tool.update(state="output-error", errorText=inv.get("errorText"))
     else:
         tool["state"] = "input-available"
-    if part.get("providerMetadata"):
+    if part.get("providerExecuted"):  # (Mastra's UI part keeps the call's creation stamp)
+        metadata = copy_json(part.get("providerMetadata") or {})
+        metadata.setdefault("mastra", {}).setdefault("createdAt", int(time.time() * 1000))
+        tool.update(callProviderMetadata=metadata, providerExecuted=True)
+    elif part.get("providerMetadata"):
         tool["callProviderMetadata"] = copy_json(part["providerMetadata"])
     return tool
 

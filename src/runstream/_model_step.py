@@ -41,12 +41,19 @@ from runstream.chunks import (
     TextStartChunk,
     ToolCallChunk,
     ToolCallDeltaChunk,
-    ToolCallDeltaPayload,
     ToolCallInputStreamingEndChunk,
     ToolCallInputStreamingStartChunk,
     ToolCallPayload,
+    ToolResultChunk,
 )
-from runstream.models.base import FunctionToolSpec, LanguageModel, ModelCallError, ModelRequest, PromptMessage
+from runstream.models.base import (
+    FunctionToolSpec,
+    LanguageModel,
+    ModelCallError,
+    ModelRequest,
+    PromptMessage,
+    tool_result_output,
+)
 from runstream.output import PartSource, SubStream
 from runstream.processors import ProcessorContext, TripWire, run_stream_processors
 from runstream.structured import StructuredOutput, partial_object
@@ -110,6 +117,9 @@ class ModelStep(PartSource):
     :meth:`content`, ``calls``, ``usage``, ``error``, ``tripwire`` ...)."""
 
     __slots__ = (
+        "add_text",
+        "block_ids",
+        "block_meta",
         "block_starts",
         "calls",
         "cfg",
@@ -123,7 +133,9 @@ class ModelStep(PartSource):
         "lane",
         "last_object",
         "parts",
+        "placed",
         "plain",
+        "provider_metadata",
         "reasoning",
         "request",
         "response",
@@ -138,6 +150,7 @@ class ModelStep(PartSource):
         "streamed_args",
         "structured",
         "text_deltas",
+        "text_ids",
         "tool_names",
         "tripwire",
         "turn",
@@ -154,9 +167,18 @@ class ModelStep(PartSource):
         self.state = state
         self.turn = turn
         self.text_deltas: list[str] = []
+        self.add_text = self.text_deltas.append  # (bound once: the hot path appends every token)
         self.block_starts: list[tuple[str, int]] = []  # each text/reasoning block: kind, first delta
+        self.text_ids: dict[str, str] = {}  # a numbered text block's id -> its fresh id
+        self.block_ids: dict[tuple[str, str], int] = {}  # (kind, part id) -> its block's position
+        self.block_meta: dict[int, Any] | None = None  # block position -> its provider metadata
+        self.placed: list[tuple[int, Any]] = []
+        """Tool calls, provider-executed results and files, each with the number of text and
+        reasoning blocks started before it (where it goes in the step's content)."""
         self.reasoning: list[str] = []
         self.calls: list[ToolCall] = []
+        """The calls the loop executes (not those the provider executed)."""
+        self.provider_metadata: Any = None  # the finish part's
         self.usage: dict[str, Any] = {}
         self.step_result: dict[str, Any] = {}
         self.response: dict[str, Any] = {}
@@ -225,16 +247,19 @@ class ModelStep(PartSource):
             self.continues = False
             self.lane = None
             return self._part_chunks(part)
-        kind = part["type"]
-        if kind == "text-delta":
+        if part["type"] == "text-delta":
             delta = part["delta"]
-            if not delta:  # as Mastra: an empty delta is not streamed
+            if not delta or "providerMetadata" in part:  # (rare: Mastra's rules in _text_delta)
                 self.continues = False
-                return None
-            self.text_deltas.append(delta)
+                self.lane = None
+                return self._text_delta(part)
+            self.add_text(delta)
             block = part["id"]
-            self.continues = block == self.lane
-            self.lane = block
+            if block != self.lane:  # (the usual case, one more delta of the block, last: no jump)
+                self.continues = False
+                self.lane = block
+            else:
+                self.continues = True
             # _text_delta's work inline, with the block kept, and TextDeltaChunk(...) made here:
             # the class call runs a Python __init__, a third of this function's cost (one per token)
             chunk = _new(TextDeltaChunk)
@@ -245,7 +270,7 @@ class ModelStep(PartSource):
             return chunk
         self.continues = False
         self.lane = None
-        translate = _TRANSLATORS.get(kind)
+        translate = _TRANSLATORS.get(part["type"])
         return self._part_chunks(part) if translate is None else translate(self, part)
 
     def _quiet(self, part: dict[str, Any]) -> bool:
@@ -379,85 +404,172 @@ class ModelStep(PartSource):
         return StepStartChunk(self.state.run_id, payload)
 
     def content(self) -> list[dict[str, Any]]:
-        """The step's assistant message content: text and reasoning blocks, files, tool calls."""
-        content = _content_blocks(self.block_starts, self.text_deltas, self.reasoning)
-        content.extend(self.files)  # files the model generated are part of its message
-        for call in self.calls:
-            content.append(
-                {
-                    "type": "tool-call",
-                    "toolCallId": call.tool_call_id,
-                    "toolName": call.tool_name,
-                    "input": call.sent_args,
-                }
-            )
+        """The step's assistant message content, in the order the model streamed it: text and
+        reasoning blocks (with their provider metadata as ``providerOptions``), files, tool
+        calls and the results of the tools the provider executed."""
+        starts, placed = self.block_starts, self.placed
+        if (  # the usual step: at most one text block, then calls
+            len(starts) < 2
+            and not self.reasoning
+            and self.block_meta is None
+            and (not starts or starts[0][0] == "text")
+            and (not placed or placed[0][0] >= len(starts))
+        ):
+            joined = "".join(self.text_deltas)
+            content = [{"type": "text", "text": joined}] if joined else []
+            content.extend(_placed_part(item) for _, item in placed)
+            return content
+        blocks = _content_blocks(starts, self.text_deltas, self.reasoning, self.block_meta)
+        content = []
+        index = 0
+        for position, block in enumerate(blocks):
+            while index < len(placed) and placed[index][0] <= position < len(starts):
+                content.append(_placed_part(placed[index][1]))
+                index += 1
+            if block is not None:
+                content.append(block)
+        content.extend(_placed_part(item) for _, item in placed[index:])
         return content
+
+    def _block(self, kind: str, part: dict[str, Any], deltas: list[str]) -> int:
+        """A text or reasoning block starts (its ``*-start`` part, or a delta with metadata
+        that came without one); its position."""
+        position = len(self.block_starts)
+        self.block_starts.append((kind, len(deltas)))
+        self.block_ids[kind, part["id"]] = position
+        return position
+
+    def _block_metadata(self, kind: str, part: dict[str, Any], deltas: list[str]) -> None:
+        """A part's provider metadata becomes its block's (the latest wins, as Mastra folds it)."""
+        pm = part.get("providerMetadata")
+        if pm:
+            position = self.block_ids.get((kind, part["id"]))
+            if position is None:
+                position = self._block(kind, part, deltas)
+            if self.block_meta is None:
+                self.block_meta = {}
+            self.block_meta[position] = pm
 
     # -- one translator per provider part type (error is handled inline) ------------------------
 
     def _text_delta(self, part: dict[str, Any]) -> AnyChunk | None:
         delta = part["delta"]
-        if not delta:  # as Mastra: an empty delta is not streamed
+        pm = part.get("providerMetadata")
+        if pm:  # as Mastra: streamed even when empty, and the block's metadata from now on
+            self._block_metadata("text", part, self.text_deltas)
+        elif not delta:  # as Mastra: an empty delta is not streamed
             return None
         self.text_deltas.append(delta)
-        return TextDeltaChunk(self.run_id, {"id": part["id"], "text": delta})
+        payload: Any = (
+            {"id": part["id"], "providerMetadata": pm, "text": delta}
+            if pm
+            else {"id": part["id"], "text": delta}
+        )
+        return TextDeltaChunk(self.run_id, payload)
 
     def _stream_start(self, part: dict[str, Any]) -> AnyChunk | None:
         self.warnings = part.get("warnings") or []
         return None if self.started_emitted else self._step_start()
 
     def _reasoning_delta(self, part: dict[str, Any]) -> AnyChunk:
+        self._block_metadata("reasoning", part, self.reasoning)
         self.reasoning.append(part["delta"])
-        return ReasoningDeltaChunk(
-            self.state.run_id, _with_pm({"id": part["id"], "text": part["delta"]}, part)
+        pm = part.get("providerMetadata")
+        payload: Any = (
+            {"id": part["id"], "providerMetadata": pm, "text": part["delta"]}
+            if pm
+            else {"id": part["id"], "text": part["delta"]}
         )
+        return ReasoningDeltaChunk(self.state.run_id, payload)
 
     def _text_start(self, part: dict[str, Any]) -> AnyChunk:
-        self.block_starts.append(("text", len(self.text_deltas)))
+        block = part["id"]
+        if type(block) is str and block.isdigit():  # see _RenumberedStep
+            fresh = self.text_ids[block] = new_id()
+            part = {**part, "id": fresh}
+            self.__class__ = _RenumberedStep
+        self._block("text", part, self.text_deltas)
+        self._block_metadata("text", part, self.text_deltas)
         return TextStartChunk(self.state.run_id, _with_pm({"id": part["id"]}, part))
 
     def _text_end(self, part: dict[str, Any]) -> AnyChunk:
+        self._block_metadata("text", part, self.text_deltas)
         return TextEndChunk(self.state.run_id, _with_pm({"type": "text-end", "id": part["id"]}, part))
 
     def _reasoning_start(self, part: dict[str, Any]) -> AnyChunk:
-        self.block_starts.append(("reasoning", len(self.reasoning)))
+        self._block("reasoning", part, self.reasoning)
+        self._block_metadata("reasoning", part, self.reasoning)
         return ReasoningStartChunk(self.state.run_id, _with_pm({"id": part["id"]}, part))
 
     def _reasoning_end(self, part: dict[str, Any]) -> AnyChunk:
+        self._block_metadata("reasoning", part, self.reasoning)
         return ReasoningEndChunk(self.state.run_id, _with_pm({"id": part["id"]}, part))
 
     def _tool_input_start(self, part: dict[str, Any]) -> AnyChunk:
         self.tool_names[part["id"]] = part["toolName"]
-        payload = _with_pm({"toolCallId": part["id"], "toolName": part["toolName"]}, part)
+        payload: Any = {"toolCallId": part["id"], "toolName": part["toolName"]}
+        for key in ("providerExecuted", "dynamic", "providerMetadata"):
+            if part.get(key) is not None:
+                payload[key] = part[key]
         return ToolCallInputStreamingStartChunk(self.state.run_id, payload)
 
     def _tool_input_delta(self, part: dict[str, Any]) -> AnyChunk:
         self.streamed_args.setdefault(part["id"], []).append(part["delta"])
-        payload: ToolCallDeltaPayload = {
+        payload: dict[str, Any] = {
             "argsTextDelta": part["delta"],
             "toolCallId": part["id"],
             "toolName": self.tool_names.get(part["id"], ""),
         }
-        return ToolCallDeltaChunk(self.state.run_id, payload)
+        return ToolCallDeltaChunk(self.state.run_id, _with_pm(payload, part))
 
     def _tool_input_end(self, part: dict[str, Any]) -> AnyChunk:
-        return ToolCallInputStreamingEndChunk(self.state.run_id, {"toolCallId": part["id"]})
+        return ToolCallInputStreamingEndChunk(self.state.run_id, _with_pm({"toolCallId": part["id"]}, part))
 
     def _tool_call(self, part: dict[str, Any]) -> AnyChunk:
         cfg, state = self.cfg, self.state
         call = _parse_tool_call(part, "".join(self.streamed_args.get(part["toolCallId"], ())))
-        self.calls.append(call)
+        self.placed.append((len(self.block_starts), call))
         payload: ToolCallPayload = {"toolCallId": call.tool_call_id, "toolName": call.tool_name}
+        if call.provider_executed:
+            # Mastra streams a provider-executed call with empty args (its input is in the step's
+            # content and toolCalls); the loop does not run it.
+            payload["args"] = {}
+            payload["providerExecuted"] = True
+            chunk = ToolCallChunk(state.run_id, payload)
+            state.tool_calls.append(chunk)
+            return chunk
+        self.calls.append(call)
         if not call.args_unreadable:
             payload["args"] = dict(call.args)
-        if call.provider_metadata:
-            payload["providerMetadata"] = call.provider_metadata
         chunk = ToolCallChunk(state.run_id, payload)
         state.tool_calls.append(chunk)
         if self.turn.eager_allowed and call.tool_name not in cfg.client_tools:
             self.eager = self.eager or EagerTools(tool_call_limit(cfg, self.calls))
             self.eager.start(cfg, state, call)  # a client tool runs on the client
             self.fast = False  # what the tool emits goes out between the following parts
+        return chunk
+
+    def _tool_result(self, part: dict[str, Any]) -> AnyChunk:
+        """The result of a tool the provider executed (web search, code execution ...)."""
+        payload: Any = {
+            "toolCallId": part.get("toolCallId", ""),
+            "toolName": part.get("toolName", ""),
+            "result": part.get("result"),
+        }
+        for key in ("isError", "providerExecuted", "providerMetadata"):
+            if part.get(key) is not None:
+                payload[key] = part[key]
+        chunk = ToolResultChunk(self.state.run_id, payload)
+        self.state.tool_results.append(chunk)
+        result: dict[str, Any] = {
+            "type": "tool-result",
+            "toolCallId": payload["toolCallId"],
+            "toolName": payload["toolName"],
+            "output": _provider_tool_output(payload["result"], bool(part.get("isError"))),
+        }
+        if part.get("providerMetadata"):
+            result["providerOptions"] = part["providerMetadata"]
+        self.placed.append((len(self.block_starts), result))
         return chunk
 
     def _source(self, part: dict[str, Any]) -> AnyChunk:
@@ -468,7 +580,9 @@ class ModelStep(PartSource):
     def _file(self, part: dict[str, Any]) -> AnyChunk:
         chunk = FileChunk(self.state.run_id, _file_payload(part))
         self.state.files.append(chunk)
-        self.files.append(_file_content(chunk.payload))
+        file = _file_content(chunk.payload)
+        self.files.append(file)
+        self.placed.append((len(self.block_starts), file))
         return chunk
 
     def _raw(self, part: dict[str, Any]) -> AnyChunk | None:
@@ -483,13 +597,35 @@ class ModelStep(PartSource):
 
     def _finish(self, part: dict[str, Any]) -> None:
         reason = part.get("finishReason", "unknown")
-        if isinstance(reason, dict):  # AI SDK v3
-            self.step_result["rawReason"] = reason.get("raw")
+        raw = None
+        while isinstance(reason, dict):  # AI SDK v3: {unified, raw}
+            raw = reason.get("raw", raw)
             reason = reason.get("unified", "unknown")
+        if raw is not None:  # the vendor's own reason, as Mastra reports it
+            self.step_result["rawReason"] = raw
         # Mastra reports an unknown reason as "other" (and keeps looping on it).
-        self.finish_reason = "other" if reason == "unknown" else str(reason)
-        self.usage = normalize_usage(part.get("usage"))
+        self.finish_reason = "other" if reason == "unknown" or not reason else str(reason)
+        self.provider_metadata = part.get("providerMetadata") or None
+        self.usage = normalize_usage(part.get("usage"), self.provider_metadata)
 
+
+class _RenumberedStep(ModelStep):
+    """A step whose provider numbers its text blocks per response (``"0"``, ``"1"`` ...: Anthropic,
+    Google): as Mastra does, each such block gets a fresh id, so the text of a later step does
+    not share an id with an earlier one. The step becomes one of these at its first numbered
+    text block, so only such steps pay for the look-up on every part."""
+
+    __slots__ = ()
+
+    def translate(self, part: dict[str, Any]) -> AnyChunk | SubStream | None:
+        if part["type"] in _TEXT_PARTS:
+            fresh = self.text_ids.get(part["id"])
+            if fresh is not None:
+                part = {**part, "id": fresh}
+        return ModelStep.translate(self, part)
+
+
+_TEXT_PARTS = frozenset({"text-delta", "text-end"})
 
 _TRANSLATORS: dict[str, Callable[[ModelStep, dict[str, Any]], AnyChunk | None]] = {
     "stream-start": ModelStep._stream_start,
@@ -503,6 +639,7 @@ _TRANSLATORS: dict[str, Callable[[ModelStep, dict[str, Any]], AnyChunk | None]] 
     "tool-input-delta": ModelStep._tool_input_delta,
     "tool-input-end": ModelStep._tool_input_end,
     "tool-call": ModelStep._tool_call,
+    "tool-result": ModelStep._tool_result,
     "source": ModelStep._source,
     "file": ModelStep._file,
     "raw": ModelStep._raw,
@@ -540,6 +677,7 @@ def _parse_tool_call(part: dict[str, Any], streamed: str) -> ToolCall:
         tool_name=name,
         args={},
         provider_metadata=part.get("providerMetadata"),
+        provider_executed=bool(part.get("providerExecuted")),
     )
     raw = part.get("input", "")
     for text in (streamed, raw) if streamed.strip() else (raw,):
@@ -579,14 +717,13 @@ def _file_payload(part: dict[str, Any]) -> Any:
 
 
 def _content_blocks(
-    starts: list[tuple[str, int]], text: list[str], reasoning: list[str]
-) -> list[dict[str, Any]]:
+    starts: list[tuple[str, int]], text: list[str], reasoning: list[str], meta: dict[int, Any] | None
+) -> list[dict[str, Any] | None]:
     """The step's text and reasoning as Mastra keeps them: one part per block (``*-start`` ...
-    ``*-end``), in the order the blocks began; empty blocks are dropped. Deltas that came
-    without a start make one block (reasoning first)."""
-    if not reasoning and len(starts) < 2:  # the usual step: at most one text block
-        joined = "".join(text)
-        return [{"type": "text", "text": joined}] if joined else []
+    ``*-end``), in the order the blocks began, each with its provider metadata; an empty text
+    block is ``None`` (dropped), an empty reasoning block is kept (OpenAI's encrypted reasoning
+    often has no summary). Deltas that came without a start make one block (reasoning first)
+    after the started ones."""
     blocks = {
         "text": _split(text, [i for k, i in starts if k == "text"]),
         "reasoning": _split(reasoning, [i for k, i in starts if k == "reasoning"]),
@@ -595,8 +732,42 @@ def _content_blocks(
     for kind in ("reasoning", "text"):
         order.extend([kind] * (len(blocks[kind]) - order.count(kind)))
     taken = {"text": iter(blocks["text"]), "reasoning": iter(blocks["reasoning"])}
-    parts = [{"type": kind, "text": next(taken[kind])} for kind in order]
-    return [part for part in parts if part["text"]]
+    parts: list[dict[str, Any] | None] = []
+    for position, kind in enumerate(order):
+        value = next(taken[kind])
+        if kind == "text" and not value:
+            parts.append(None)
+            continue
+        part: dict[str, Any] = {"type": kind, "text": value}
+        pm = meta.get(position) if meta else None
+        if pm:
+            part["providerOptions"] = pm
+        parts.append(part)
+    return parts
+
+
+def _placed_part(item: Any) -> dict[str, Any]:
+    """A tool call's message part (other placed items are parts already)."""
+    if not isinstance(item, ToolCall):
+        return item  # type: ignore[no-any-return]
+    part: dict[str, Any] = {
+        "type": "tool-call",
+        "toolCallId": item.tool_call_id,
+        "toolName": item.tool_name,
+        "input": item.sent_args,
+    }
+    if item.provider_executed:
+        part["providerExecuted"] = True
+    if item.provider_metadata:
+        part["providerOptions"] = item.provider_metadata
+    return part
+
+
+def _provider_tool_output(result: Any, is_error: bool) -> dict[str, Any]:
+    """A provider-executed tool's result as a prompt ``output`` (the AI SDK's rule)."""
+    if is_error:
+        return {"type": "error-text" if isinstance(result, str) else "error-json", "value": result}
+    return tool_result_output(result)
 
 
 def _split(deltas: list[str], starts: list[int]) -> list[str]:

@@ -189,6 +189,8 @@ class StepRecord(TypedDict):
     toolCalls: list[dict[str, Any]]
     responseMessages: list[PromptMessage]
     tripwire: NotRequired[TripwirePayload]
+    providerMetadata: NotRequired[dict[str, Any]]
+    """The finish part's provider metadata (response id, service tier, vendor usage ...)."""
 
 
 @dataclass(slots=True)
@@ -204,6 +206,8 @@ class ToolCall:
     model_input: dict[str, Any] | None = None
     """The arguments as the model sent them, when they differ from ``args`` (e.g. with a
     ``_background`` override); the conversation keeps these."""
+    provider_executed: bool = False
+    """The provider ran the tool (a web search, code execution ...): the loop does not."""
 
     @property
     def sent_args(self) -> dict[str, Any]:

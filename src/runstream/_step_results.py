@@ -20,39 +20,70 @@ if TYPE_CHECKING:
     from runstream._run_state import LoopConfig, RunState, StepRecord
 
 _USAGE_KEYS = ("inputTokens", "outputTokens", "totalTokens")
+_PER_STEP = frozenset({"cacheCreationInputTokens5m", "cacheCreationInputTokens1h"})
+"""Usage keys a step reports that Mastra's run total (the finish chunk) leaves out."""
 _NUMBERS = (int, float)
 _ROLE = itemgetter("role")
 
 
-def normalize_usage(usage: Any) -> dict[str, Any]:
-    """AI SDK v2 usage as is; v3's nested usage flattened the way Mastra reports it."""
+def normalize_usage(usage: Any, provider_metadata: Any = None) -> dict[str, Any]:
+    """A step's usage as Mastra reports it: AI SDK v2 usage as is; v3's nested usage flattened
+    (a count the provider did not report stays out); Anthropic's cache-write split by lifetime
+    taken from the finish part's provider metadata."""
+    cache_creation = _cache_creation_usage(provider_metadata)
     if not isinstance(usage, dict):
-        return {}
+        return cache_creation
     inp, out = usage.get("inputTokens"), usage.get("outputTokens")
     if isinstance(inp, dict) or isinstance(out, dict):
-        inp = inp or {}
-        out = out or {}
-        total_in = inp.get("total") or 0
-        total_out = out.get("total") or 0
-        return {
+        inp = _innermost(inp or {})
+        out = _innermost(out or {})
+        total_in, total_out = inp.get("total"), out.get("total")
+        normalized = {
             "inputTokens": total_in,
             "outputTokens": total_out,
-            "totalTokens": total_in + total_out,
-            "reasoningTokens": out.get("reasoning") or 0,
-            "cachedInputTokens": inp.get("cacheRead") or 0,
-            "cacheCreationInputTokens": inp.get("cacheWrite") or 0,
+            "totalTokens": (total_in or 0) + (total_out or 0),
+            "reasoningTokens": out.get("reasoning"),
+            "cachedInputTokens": inp.get("cacheRead"),
+            "cacheCreationInputTokens": inp.get("cacheWrite"),
+            **cache_creation,
             "raw": usage,
         }
-    normalized = {**usage, "raw": dict(usage)}
+        return {key: value for key, value in normalized.items() if value is not None}
+    normalized = {**usage, **cache_creation, "raw": dict(usage)}
     if usage.get("totalTokens") is None:  # Mastra sums what it has (a missing count is 0)
         normalized["totalTokens"] = (inp or 0) + (out or 0)
     return normalized
+
+
+def _innermost(tokens: dict[str, Any]) -> dict[str, Any]:
+    while isinstance(tokens.get("total"), dict):
+        tokens = tokens["total"]
+    return tokens
+
+
+def _cache_creation_usage(provider_metadata: Any) -> dict[str, Any]:
+    """``cacheCreationInputTokens5m`` / ``1h`` from Anthropic's ``cacheCreation`` metadata."""
+    anthropic = provider_metadata.get("anthropic") if isinstance(provider_metadata, dict) else None
+    details = anthropic.get("cacheCreation") if isinstance(anthropic, dict) else None
+    if not isinstance(details, dict):
+        return {}
+    found = {}
+    for key, snake, camel in (
+        ("cacheCreationInputTokens5m", "ephemeral_5m_input_tokens", "ephemeral5mInputTokens"),
+        ("cacheCreationInputTokens1h", "ephemeral_1h_input_tokens", "ephemeral1hInputTokens"),
+    ):
+        value = details.get(snake, details.get(camel))
+        if isinstance(value, int | float):
+            found[key] = value
+    return found
 
 
 def add_usage(total: dict[str, Any], step: dict[str, Any]) -> None:
     for key, value in step.items():
         if key == "raw":
             total["raw"] = value
+        elif key in _PER_STEP:
+            continue
         elif isinstance(value, _NUMBERS):
             total[key] = total.get(key, 0) + value
     for key in _USAGE_KEYS:
@@ -70,24 +101,23 @@ def step_record(
     warnings: list[Any],
     *,
     rejected: bool = False,
+    provider_metadata: Any = None,
 ) -> StepRecord:
     """Record a finished step; a ``rejected`` step's message (a processor asked for a retry) is
     not in the conversation, but its record shows it among the response messages, as Mastra's."""
     record: StepRecord = {
         "text": text,
-        "content": [_step_content_part(part) for part in content],
+        "content": [_step_content_part(part, content) for part in content],
         "usage": usage,
         "finishReason": reason,
         "warnings": warnings,
         "request": request,
         "response": response_meta,
-        "toolCalls": [
-            {"toolCallId": c["toolCallId"], "toolName": c["toolName"], "args": c["input"]}
-            for c in content
-            if c["type"] == "tool-call"
-        ],
+        "toolCalls": [_tool_call_view(c) for c in content if c["type"] == "tool-call"],
         "responseMessages": [],
     }
+    if provider_metadata:
+        record["providerMetadata"] = provider_metadata
     # The response messages as of this step (a tool step's results are not in yet).
     messages = response_view(state)
     if rejected and content:
@@ -102,6 +132,16 @@ def step_record(
     state.steps.append(record)
     add_usage(state.usage, usage)
     return record
+
+
+def _tool_call_view(part: dict[str, Any]) -> dict[str, Any]:
+    """A tool-call part as a step's ``toolCalls`` lists it."""
+    call = {"toolCallId": part["toolCallId"], "toolName": part["toolName"], "args": part["input"]}
+    if part.get("providerExecuted"):
+        call["providerExecuted"] = True
+    if part.get("providerOptions"):
+        call["providerMetadata"] = part["providerOptions"]
+    return call
 
 
 def _durable_step_finish(
@@ -201,9 +241,21 @@ def _content_grew(state: RunState, record: StepRecord) -> None:
             return
 
 
-def _step_content_part(part: dict[str, Any]) -> dict[str, Any]:
-    """A message part as a step's content reports it (a file as the AI SDK's generated file)."""
-    if part.get("type") != "file":
+def _step_content_part(part: dict[str, Any], content: list[dict[str, Any]]) -> dict[str, Any]:
+    """A message part as a step's content reports it: a file as the AI SDK's generated file, a
+    provider-executed tool's result with its call's input (and without provider options)."""
+    kind = part.get("type")
+    if kind == "tool-result":
+        call_id = part["toolCallId"]
+        call = next((c for c in content if c["type"] == "tool-call" and c["toolCallId"] == call_id), None)
+        return {
+            "type": "tool-result",
+            "input": call["input"] if call is not None else {},
+            "output": part["output"],
+            "toolCallId": call_id,
+            "toolName": part["toolName"],
+        }
+    if kind != "file":
         return part
     media_type = part["mediaType"]
     base64_data = part["data"].removeprefix(f"data:{media_type};base64,")
@@ -221,6 +273,8 @@ def _model_metadata(cfg: LoopConfig, record: Mapping[str, Any]) -> dict[str, Any
         "modelProvider": cfg.model.provider,
     }
     meta["request"] = record.get("request") or {}
+    if record.get("providerMetadata"):
+        meta["providerMetadata"] = record["providerMetadata"]
     return meta
 
 
@@ -318,6 +372,8 @@ def _public_step(record: StepRecord) -> dict[str, Any]:
         "request": record["request"],
         "response": {**record["response"], "headers": {}, "messages": record["responseMessages"]},
     }
+    if "providerMetadata" in record:
+        step["providerMetadata"] = record["providerMetadata"]
     if record["finishReason"] == "error":  # Mastra names the reason only on failed steps
         step["finishReason"] = "error"
     if "tripwire" in record:

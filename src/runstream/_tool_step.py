@@ -37,6 +37,7 @@ from runstream.tools import (
     Tool,
     ToolArgumentsError,
     ToolContext,
+    ToolExecutionError,
     ToolInputNotJSONError,
     ToolNotFoundError,
     ToolSuspended,
@@ -376,8 +377,11 @@ def _results(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> list
             "input": call.sent_args,
         }
         if outcome.provider_metadata:
-            part["providerOptions"] = outcome.provider_metadata
             _link_call(state, call.tool_call_id, outcome.provider_metadata)
+        # the result carries its call's provider metadata too (as Mastra's message list does)
+        options = {**(call.provider_metadata or {}), **(outcome.provider_metadata or {})}
+        if options:
+            part["providerOptions"] = options
         tool_parts.append(part)
     if tool_parts:
         state.messages.append({"role": "tool", "content": tool_parts})
@@ -497,7 +501,10 @@ async def execute_call(
     )
     span = tracing.start_tool_span(state.span, tool.name, call.tool_call_id, tool.description, args)
     outcome = await run_tool(tool, args, ctx, call)
-    tracing.end_tool_span(span, outcome.kind, outcome.value)
+    value = outcome.value
+    tracing.end_tool_span(
+        span, outcome.kind, value.__cause__ if isinstance(value, ToolExecutionError) else value
+    )
     return outcome
 
 
@@ -511,7 +518,7 @@ async def run_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext, call: Too
         raise
     except Exception as exc:
         if not ctx.suspended:
-            return ToolOutcome(call, "error", exc)
+            return ToolOutcome(call, "error", ToolExecutionError.wrapping(exc))
     else:
         if not ctx.suspended:
             if tool.to_model_output is not None:  # Mastra's toModelOutput: what the model sees
@@ -577,7 +584,7 @@ def _link_call(state: RunState, tool_call_id: str, provider_metadata: dict[str, 
             continue
         for part in message["content"]:
             if part.get("type") == "tool-call" and part.get("toolCallId") == tool_call_id:
-                part["providerOptions"] = provider_metadata
+                part["providerOptions"] = {**(part.get("providerOptions") or {}), **provider_metadata}
                 return
 
 

@@ -71,6 +71,19 @@ class ToolInputNotJSONError(RunstreamError, ValueError):
     name = "Error"
 
 
+class ToolExecutionError(RunstreamError):
+    """A tool raised: Mastra wraps every error a tool throws, so the ``tool-error`` chunk names
+    it ``Error`` whatever the tool raised. The tool's own exception is ``__cause__``."""
+
+    name = "Error"
+
+    @classmethod
+    def wrapping(cls, exc: BaseException) -> ToolExecutionError:
+        error = cls(str(exc))
+        error.__cause__ = exc
+        return error
+
+
 class ToolNotFoundError(NotFoundError):
     """The model called a tool the agent does not have."""
 

@@ -106,14 +106,16 @@ class ModelStream:
 
 
 class ModelCallError(RunstreamError):
-    """A model request failed (HTTP status, vendor error). Becomes an ``error`` chunk."""
+    """A model request failed (HTTP status, vendor error). Becomes an ``error`` chunk, named
+    ``AI_APICallError`` by default (the wire name of the AI SDK's ``APICallError``, as Mastra
+    streams it)."""
 
     def __init__(
         self,
         message: str,
         *,
         status_code: int | None = None,
-        name: str = "APICallError",
+        name: str = "AI_APICallError",
         retryable: bool = False,
         body: object = None,
         retry_after: float | None = None,

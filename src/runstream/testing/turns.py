@@ -75,7 +75,7 @@ class StreamError:
     """The stream fails here with an ``error`` part (the run shows an ``error`` chunk)."""
 
     message: str
-    name: str = "APICallError"
+    name: str = "AI_APICallError"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +83,7 @@ class CallError:
     """The model request fails before anything streams (e.g. a 429 with no retries left)."""
 
     message: str
-    name: str = "APICallError"
+    name: str = "AI_APICallError"
     status_code: int | None = None
 
 
