@@ -479,7 +479,7 @@ async def test_an_error_event_in_first_place_fails_the_call(loopback: LoopbackSe
     assert (caught.value.status_code, str(caught.value), caught.value.name) == (
         529,
         "Overloaded",
-        "APICallError",
+        "AI_APICallError",
     )
     parts = await collect((await model(loopback).stream(ModelRequest(prompt=HI))).parts)
     assert parts[-1]["error"].name == "Error"
