@@ -11,6 +11,7 @@ import json
 import logging
 from datetime import UTC, datetime
 from email.utils import format_datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,12 +30,20 @@ from .loopback import LoopbackServer, Reply, collect, fixture, json_reply
 
 __all__ = ["spans"]
 
-KINDS = ["responses", "chat", "anthropic"]
+KINDS = ["responses", "chat", "anthropic", "google"]
 TEXT = {
     "responses": "openai_responses_text.sse",
     "chat": "openai_chat_text.sse",
     "anthropic": "anthropic_text.sse",
 }
+GOOGLE_KIT = Path(__file__).parents[1] / "vendor_kit" / "fixtures" / "google" / "text.chunks.txt"
+
+
+def text_reply(kind: str) -> Reply:
+    if kind == "google":  # a kit fixture, framed as the Generative Language API streams it
+        lines = [line for line in GOOGLE_KIT.read_text().splitlines() if line.strip()]
+        return Reply(b"".join(b"data: %s\r\n\r\n" % line.encode() for line in lines))
+    return Reply(fixture(TEXT[kind]))
 
 
 class Waits:
@@ -53,6 +62,8 @@ class Waits:
 
 
 def error_body(kind: str, message: str, kind_name: str = "rate_limit_error") -> dict[str, Any]:
+    if kind == "google":
+        return {"error": {"code": 429, "message": message, "status": "RESOURCE_EXHAUSTED"}}
     if kind == "anthropic":
         return {"type": "error", "error": {"type": kind_name, "message": message}}
     return {"error": {"message": message, "type": "requests", "param": None, "code": None}}
@@ -60,6 +71,13 @@ def error_body(kind: str, message: str, kind_name: str = "rate_limit_error") -> 
 
 def make(kind: str, server: LoopbackServer, waits: Waits, **kw: Any) -> LanguageModel:
     policy = RetryPolicy(sleep=waits.sleep)
+    if kind == "google":
+        pytest.importorskip("google.genai")
+        from runstream.models.google import GoogleModel
+
+        return GoogleModel(
+            "gemini-2.5-flash", api_key="g", base_url=server.url("/v1beta"), retry=policy, **kw
+        )
     if kind == "anthropic":
         return AnthropicModel("claude-test-model", api_key="k", base_url=server.url(), retry=policy, **kw)
     cls = OpenAIResponsesModel if kind == "responses" else OpenAIChatModel
@@ -74,9 +92,7 @@ def request(signal: Any = None, **settings: Any) -> ModelRequest:
 @pytest.mark.parametrize("kind", KINDS)
 async def test_429_with_retry_after_then_success(kind: str, loopback: LoopbackServer) -> None:
     waits = Waits()
-    loopback.queue(
-        json_reply(429, error_body(kind, "Slow down"), **{"retry-after": "3"}), Reply(fixture(TEXT[kind]))
-    )
+    loopback.queue(json_reply(429, error_body(kind, "Slow down"), **{"retry-after": "3"}), text_reply(kind))
     parts = await collect((await make(kind, loopback, waits).stream(request())).parts)
     reason = parts[-1]["finishReason"]  # Anthropic's is v3: {"unified", "raw"}
     assert (
@@ -92,7 +108,7 @@ async def test_429_with_retry_after_then_success(kind: str, loopback: LoopbackSe
 async def test_500_twice_then_success_backs_off_exponentially(kind: str, loopback: LoopbackServer) -> None:
     waits = Waits()
     failure = json_reply(500, error_body(kind, "Internal error", "api_error"))
-    loopback.queue(failure, failure, Reply(fixture(TEXT[kind])))
+    loopback.queue(failure, failure, text_reply(kind))
     parts = await collect((await make(kind, loopback, waits).stream(request())).parts)
     assert parts[-1]["type"] == "finish"
     assert len(loopback.requests) == 3
