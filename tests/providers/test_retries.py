@@ -282,3 +282,20 @@ async def test_retries_of_an_agent_run_are_span_events_and_log_warnings(
         "openai/gpt-4.1 failed (attempt 1 of 3, status 429): Slow down; retrying in 1.5 s",
         "openai/gpt-4.1 failed (attempt 2 of 3, status 503): Busy; retrying in 2 s",
     ]
+
+
+async def test_retries_exhausted_in_a_run_end_with_one_error_chunk(loopback: LoopbackServer) -> None:
+    """Mastra's shape (kit case chat-server-error-exhausted): the last error as the run's error chunk,
+    the step finished with reason ``error``; the wire name is the loop's."""
+    waits = Waits()
+    loopback.queue(
+        json_reply(500, error_body("chat", "Internal error")),
+        json_reply(503, error_body("chat", "Still down")),
+    )
+    out = await _agent(loopback, waits).stream("hi", model_settings=ModelSettings(max_retries=1))
+    chunks = [json.loads(dumps(chunk.to_wire())) async for chunk in out.full_stream]
+    assert [c["type"] for c in chunks] == ["start", "step-start", "error", "step-finish", "finish"]
+    error = chunks[2]["payload"]["error"]
+    assert set(error) == {"message", "name"} and error["message"] == "Still down"
+    assert chunks[3]["payload"]["stepResult"]["reason"] == "error"
+    assert len(loopback.requests) == 2 and waits.delays == [1.0]

@@ -2,8 +2,9 @@
 
 :class:`OpenAIChatModel` also speaks to any OpenAI-compatible server (Ollama, vLLM, llama.cpp,
 LM Studio, OpenRouter) by ``base_url``. The event mapping follows the AI SDK's ``@ai-sdk/openai``
-and ``@ai-sdk/openai-compatible`` providers; a refusal is streamed as text and finishes with
-``content-filter``. The SDK is imported when a model is built, so it stays an optional extra.
+and ``@ai-sdk/openai-compatible`` providers (Chat Completions: the latter's, as Mastra's ``{id, url}``
+models stream it; OpenAI's refusal is streamed as text and finishes with ``content-filter``, a
+compatible server's is dropped). The SDK is imported when a model is built, so it stays an optional extra.
 """
 
 from __future__ import annotations
