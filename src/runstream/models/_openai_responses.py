@@ -393,12 +393,7 @@ class ResponsesMapper:
         if kind == "web_search_call":
             self._tools[index] = [call_id, "web_search", None]
             return [
-                {
-                    "type": "tool-input-start",
-                    "id": call_id,
-                    "toolName": "web_search",
-                    "providerExecuted": True,
-                },
+                _hosted_start(call_id, "web_search"),
                 {"type": "tool-input-end", "id": call_id},
                 _hosted_call(call_id, "web_search", "{}"),
             ]
@@ -406,12 +401,7 @@ class ResponsesMapper:
             container = _field(item, "container_id")
             self._tools[index] = [call_id, "code_interpreter", container]
             return [
-                {
-                    "type": "tool-input-start",
-                    "id": call_id,
-                    "toolName": "code_interpreter",
-                    "providerExecuted": True,
-                },
+                _hosted_start(call_id, "code_interpreter"),
                 {
                     "type": "tool-input-delta",
                     "id": call_id,
@@ -420,14 +410,7 @@ class ResponsesMapper:
             ]
         if kind == "computer_call":
             self._tools[index] = [call_id, "computer_use", None]
-            return [
-                {
-                    "type": "tool-input-start",
-                    "id": call_id,
-                    "toolName": "computer_use",
-                    "providerExecuted": True,
-                }
-            ]
+            return [_hosted_start(call_id, "computer_use")]
         if kind == "file_search_call":
             return [_hosted_call(call_id, "file_search", "{}")]
         if kind == "image_generation_call":
@@ -650,6 +633,10 @@ def _usage(usage: Any) -> dict[str, Any]:
         "outputTokens": {"total": outputs, "text": outputs - reasoning, "reasoning": reasoning},
         "raw": raw,
     }
+
+
+def _hosted_start(call_id: str, name: str) -> StreamPart:
+    return {"type": "tool-input-start", "id": call_id, "toolName": name, "providerExecuted": True}
 
 
 def _hosted_call(call_id: str, name: str, input_text: str) -> StreamPart:
