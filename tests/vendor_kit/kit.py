@@ -16,8 +16,9 @@ The comparisons (each a first difference or None):
   providerOptions while normalising);
 - ``metadata_difference``: every ``providerMetadata`` / ``providerOptions`` object of every chunk, at the
   same path in the aligned chunk of the other side, equal after compare.py's normalisation (ids by a
-  one-to-one renaming, times as ``<time>``), in both directions (an object runstream adds that Mastra has
-  not is a difference too). Mastra's own namespace ``mastra`` (``createdAt`` of each message part) is left
+  one-to-one renaming, times as ``<time>``), in both directions: metadata runstream adds to an object that
+  Mastra's chunk has too is a difference (inside an object Mastra's chunk lacks altogether, which level 3
+  allows as an extra field, it is not looked at). Mastra's own namespace ``mastra`` (``createdAt`` of each message part) is left
   out: it is bookkeeping of Mastra's message list, not vendor state;
 - ``request_difference``: the bodies each side sent to the vendor, request by request (same count, same
   path, equal bodies). Only two things are normalised: the ``$schema`` key of JSON schemas (zod's
@@ -312,6 +313,9 @@ def metadata_difference(
         for one, other, side in ((g, c, "golden"), (c, g, "candidate")):
             for path, value in _metadata_paths(one):
                 mine = value if value else None
+                parent = path.rpartition(".")[0]
+                if side == "candidate" and parent and compare.get_path(g, parent) is compare._MISSING:
+                    continue  # inside an extra object of runstream's (level 3 allows it)
                 theirs = compare.get_path(other, path)
                 theirs = None if theirs is compare._MISSING or not theirs else theirs
                 if mine is None and theirs is None:

@@ -111,6 +111,8 @@ def test_metadata_missing_extra_or_different_is_a_difference() -> None:
         difference = metadata_difference(golden, candidate, [])
         assert difference is not None and "payload.providerMetadata" in difference
     assert metadata_difference(missing, golden, []) is not None  # runstream adds what Mastra has not
+    extra_object = [_chunk("finish", 1, response={"providerMetadata": {"openai": {"responseId": "r"}}})]
+    assert metadata_difference([_chunk("finish", 1)], extra_object, []) is None  # an extra field, as level 3
     allow = [{"ignoreMetadata": [{"type": "text-start", "path": "payload.providerMetadata"}]}]
     assert metadata_difference(golden, missing, allow) is None
 
