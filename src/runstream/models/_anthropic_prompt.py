@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from runstream.errors import InvalidInputError
+from runstream.models._anthropic_stream import pick
 from runstream.models._common import file_data
 from runstream.models.base import PromptMessage
 
@@ -389,13 +390,14 @@ def _server_result_block(
         content = _web_fetch_content(value)
     elif name == "web_search" and kind == "json" and isinstance(value, list):
         content = [
-            {
-                "url": r.get("url"),
-                "title": r.get("title"),
-                "page_age": r.get("pageAge"),
-                "encrypted_content": r.get("encryptedContent"),
-                "type": r.get("type"),
-            }
+            pick(
+                r,
+                url="url",
+                title="title",
+                page_age="pageAge",
+                encrypted_content="encryptedContent",
+                type="type",
+            )
             for r in value
         ]
     elif (
@@ -431,17 +433,11 @@ def _web_fetch_content(value: Mapping[str, Any]) -> dict[str, Any]:
     source = doc.get("source") or {}
     return {
         "type": "web_fetch_result",
-        "url": value.get("url"),
-        "retrieved_at": value.get("retrievedAt"),
+        **pick(value, url="url", retrieved_at="retrievedAt"),
         "content": {
             "type": "document",
-            "title": doc.get("title"),
-            "citations": doc.get("citations"),
-            "source": {
-                "type": source.get("type"),
-                "media_type": source.get("mediaType"),
-                "data": source.get("data"),
-            },
+            **pick(doc, title="title", citations="citations"),
+            "source": pick(source, type="type", media_type="mediaType", data="data"),
         },
     }
 
@@ -467,9 +463,7 @@ def _code_result(kind: Any, value: Any) -> tuple[str, Any]:
         out = "encrypted_stdout" if result_type == "encrypted_code_execution_result" else "stdout"
         content = {
             "type": result_type,
-            out: value.get(out),
-            "stderr": value.get("stderr"),
-            "return_code": value.get("return_code"),
+            **pick(value, **{out: out}, stderr="stderr", return_code="return_code"),
             "content": value.get("content") or [],
         }
         return "code_execution_tool_result", content

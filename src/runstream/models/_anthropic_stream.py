@@ -341,20 +341,11 @@ class AnthropicMapper:
         if block is not None and block.kind == "text" and kind == "web_search_result_location":
             block.citations.append(citation)
         if kind == "web_search_result_location":
-            meta = {
-                "citedText": citation.get("cited_text"),
-                "encryptedIndex": citation.get("encrypted_index"),
-            }
-            where = {"url": citation.get("url"), "title": citation.get("title")}
-            return [
-                {
-                    "type": "source",
-                    "sourceType": "url",
-                    "id": new_id(),
-                    **where,
-                    "providerMetadata": {"anthropic": meta},
-                }
-            ]
+            meta = pick(citation, citedText="cited_text", encryptedIndex="encrypted_index")
+            source: StreamPart = {"type": "source", "sourceType": "url", "id": new_id()}
+            source.update(pick(citation, url="url", title="title"))
+            source["providerMetadata"] = {"anthropic": meta}
+            return [source]
         if kind not in ("page_location", "char_location"):
             return []
         index_ = citation.get("document_index")
@@ -362,29 +353,26 @@ class AnthropicMapper:
             return []
         doc = self._documents[index_]
         if kind == "page_location":
-            meta = {
-                "citedText": citation.get("cited_text"),
-                "startPageNumber": citation.get("start_page_number"),
-                "endPageNumber": citation.get("end_page_number"),
-            }
+            meta = pick(
+                citation,
+                citedText="cited_text",
+                startPageNumber="start_page_number",
+                endPageNumber="end_page_number",
+            )
         else:
-            meta = {
-                "citedText": citation.get("cited_text"),
-                "startCharIndex": citation.get("start_char_index"),
-                "endCharIndex": citation.get("end_char_index"),
-            }
+            meta = pick(
+                citation,
+                citedText="cited_text",
+                startCharIndex="start_char_index",
+                endCharIndex="end_char_index",
+            )
         title = citation.get("document_title") or doc.get("title")
-        source: StreamPart = {
-            "type": "source",
-            "sourceType": "document",
-            "id": new_id(),
-            "mediaType": doc.get("mediaType"),
-        }
-        source["title"] = title
+        document: StreamPart = {"type": "source", "sourceType": "document", "id": new_id()}
+        document.update(mediaType=doc.get("mediaType"), title=title)
         if doc.get("filename") is not None:
-            source["filename"] = doc["filename"]
-        source["providerMetadata"] = {"anthropic": meta}
-        return [source]
+            document["filename"] = doc["filename"]
+        document["providerMetadata"] = {"anthropic": meta}
+        return [document]
 
 
 def _initial_input(value: Any) -> str:
@@ -422,6 +410,14 @@ def _mcp_call(part: dict[str, Any], calls: dict[str, _Block]) -> StreamPart:
     }
 
 
+def pick(source: Any, **names: str) -> dict[str, Any]:
+    """``{out: source[in]}`` for the keys ``source`` has: JSON drops what JavaScript leaves
+    ``undefined``, so a key the vendor did not send stays out (an explicit null stays)."""
+    if not isinstance(source, dict):
+        return {}
+    return {out: source[name] for out, name in names.items() if name in source}
+
+
 def _tool_result(
     kind: Any, part: dict[str, Any], documents: list[dict[str, Any]], mcp: dict[str, _Block]
 ) -> list[StreamPart]:
@@ -439,22 +435,15 @@ def _tool_result(
             )
             result = {
                 "type": "web_fetch_result",
-                "url": content.get("url"),
-                "retrievedAt": content.get("retrieved_at"),
+                **pick(content, url="url", retrievedAt="retrieved_at"),
                 "content": {
-                    "type": doc.get("type"),
-                    "title": doc.get("title"),
-                    "citations": doc.get("citations"),
-                    "source": {
-                        "type": source.get("type"),
-                        "mediaType": source.get("media_type"),
-                        "data": source.get("data"),
-                    },
+                    **pick(doc, type="type", title="title", citations="citations"),
+                    "source": pick(source, type="type", mediaType="media_type", data="data"),
                 },
             }
             return [_result(call_id, "web_fetch", result)]
         if content.get("type") == "web_fetch_tool_result_error":
-            error = {"type": "web_fetch_tool_result_error", "errorCode": content.get("error_code")}
+            error = {"type": "web_fetch_tool_result_error", **pick(content, errorCode="error_code")}
             return [_result(call_id, "web_fetch", error, is_error=True)]
         return []
     if kind == "code_execution_tool_result" and isinstance(content, dict):
@@ -473,55 +462,37 @@ def _tool_result(
 
 def _web_search_result(call_id: Any, content: Any) -> list[StreamPart]:
     if not isinstance(content, list):
-        error = {"type": "web_search_tool_result_error", "errorCode": (content or {}).get("error_code")}
+        error = {"type": "web_search_tool_result_error", **pick(content, errorCode="error_code")}
         return [_result(call_id, "web_search", error, is_error=True)]
     results = [
         {
-            "url": item.get("url"),
-            "title": item.get("title"),
+            **pick(item, url="url", title="title"),
             "pageAge": item.get("page_age"),
-            "encryptedContent": item.get("encrypted_content"),
-            "type": item.get("type"),
+            **pick(item, encryptedContent="encrypted_content", type="type"),
         }
         for item in content
     ]
     parts = [_result(call_id, "web_search", results)]
     for item in content:
-        parts.append(
-            {
-                "type": "source",
-                "sourceType": "url",
-                "id": new_id(),
-                "url": item.get("url"),
-                "title": item.get("title"),
-                "providerMetadata": {"anthropic": {"pageAge": item.get("page_age")}},
-            }
-        )
+        source: StreamPart = {"type": "source", "sourceType": "url", "id": new_id()}
+        source.update(pick(item, url="url", title="title"))
+        source["providerMetadata"] = {"anthropic": {"pageAge": item.get("page_age")}}
+        parts.append(source)
     return parts
 
 
 def _code_result(call_id: Any, content: dict[str, Any]) -> list[StreamPart]:
     kind = content.get("type")
-    if kind == "code_execution_result":
+    if kind in ("code_execution_result", "encrypted_code_execution_result"):
+        out = "encrypted_stdout" if kind == "encrypted_code_execution_result" else "stdout"
         result = {
             "type": kind,
-            "stdout": content.get("stdout"),
-            "stderr": content.get("stderr"),
-            "return_code": content.get("return_code"),
-            "content": content.get("content") or [],
-        }
-        return [_result(call_id, "code_execution", result)]
-    if kind == "encrypted_code_execution_result":
-        result = {
-            "type": kind,
-            "encrypted_stdout": content.get("encrypted_stdout"),
-            "stderr": content.get("stderr"),
-            "return_code": content.get("return_code"),
+            **pick(content, **{out: out}, stderr="stderr", return_code="return_code"),
             "content": content.get("content") or [],
         }
         return [_result(call_id, "code_execution", result)]
     if kind == "code_execution_tool_result_error":
-        error = {"type": kind, "errorCode": content.get("error_code")}
+        error = {"type": kind, **pick(content, errorCode="error_code")}
         return [_result(call_id, "code_execution", error, is_error=True)]
     return []
 
