@@ -531,9 +531,9 @@ class ModelStep(PartSource):
         self.placed.append((len(self.block_starts), call))
         payload: ToolCallPayload = {"toolCallId": call.tool_call_id, "toolName": call.tool_name}
         if call.provider_executed:
-            # Mastra streams a provider-executed call with empty args (its input is in the step's
-            # content and toolCalls); the loop does not run it.
-            payload["args"] = {}
+            # Mastra streams a provider-executed call's args from its streamed input deltas, empty
+            # when none came (its input is in the step's content and toolCalls); the loop does not run it.
+            payload["args"] = dict(call.args) if self.streamed_args.get(call.tool_call_id) else {}
             payload["providerExecuted"] = True
             chunk = ToolCallChunk(state.run_id, payload)
             state.tool_calls.append(chunk)
