@@ -366,6 +366,9 @@ def _drop_request_path(body: Any, parts: list[str]) -> None:
             return
         targets = [body[head]]
     elif isinstance(body, list) and head.isdigit() and int(head) < len(body):
+        if not rest:
+            del body[int(head)]
+            return
         targets = [body[int(head)]]
     else:
         return

@@ -153,3 +153,6 @@ def test_requests_forgive_only_the_schema_marker_and_random_ids() -> None:
     )
     allow = [{"ignoreRequest": [{"path": "stream_options"}]}]
     assert request_difference(golden, extra, fixtures, allow) is None
+    longer = [_request({**same[0]["body"], "input": [*same[0]["body"]["input"], {"type": "x"}]})]
+    assert request_difference(golden, longer, fixtures, []) is not None
+    assert request_difference(golden, longer, fixtures, [{"ignoreRequest": [{"path": "input.2"}]}]) is None
