@@ -85,7 +85,7 @@ async def test_unknown_logs_and_expiry(log: RedisReplayLog) -> None:
         await drain(log, "nope", 0)
     await log.create(RunInfo("r", "a", None))
     await log.append("r", "x")
-    keys = log._keys("r")
+    keys = log._keys("r")[:4]  # (":shared" exists once an event holds a large string)
     live_ttls = [await log.client.ttl(key) for key in keys]
     assert all(0 < ttl <= log.live_ttl_s for ttl in live_ttls), live_ttls
     await log.end("r")

@@ -26,6 +26,7 @@ from runstream.server.limits import UrlSafetyMiddleware
 from runstream.server.mastra import MastraRoutes
 from runstream.server.memory_api import MemoryRoutes
 from runstream.server.playground import PLAYGROUND_PATH, playground_route
+from runstream.server.rate_limit import DEFAULT_RATE, RateLimitMiddleware
 from runstream.server.resumable import InMemoryReplayLog, ReplayLog, RunRegistry
 from runstream.server.studio import ROOT_PATH, StudioRoutes, root_route
 from runstream.server.tasks_api import TaskRoutes
@@ -45,6 +46,9 @@ def create_app(
     heartbeat_s: float | None = 15.0,
     replay_log: ReplayLog | None = None,
     cors_origins: Sequence[str] | None = LOCAL_ORIGINS,
+    rate_limit: str | None = DEFAULT_RATE,
+    max_live_runs: int = 1_000,
+    max_live_runs_per_resource: int = 50,
 ) -> Starlette:
     """Serve ``runstream``'s agents.
 
@@ -53,11 +57,20 @@ def create_app(
     (``None``: never). ``replay_log`` keeps the events of detached runs (default: in memory).
     ``cors_origins`` may call from a browser on another origin (default: pages served from this
     machine, ``http://localhost:*`` and the loopback addresses; ``["*"]``: any; ``None``: no
-    CORS; see :mod:`runstream.server.cors`).
+    CORS; see :mod:`runstream.server.cors`). ``rate_limit``: requests per principal
+    (``"6000/minute"``; ``None``: no limit; :mod:`runstream.server.rate_limit`).
+    ``max_live_runs`` / ``max_live_runs_per_resource``: detached agent runs (until-idle,
+    ``?resumable=true``, thread messages) and workflow runs at once, in this process and per
+    resource (429 beyond). Defaults and the rest of the budgets: docs/security.md.
     """
     if prefix and (not prefix.startswith("/") or prefix.endswith("/")):
         raise ConfigurationError(f"prefix must start with '/' and not end with one, got {prefix!r}")
-    registry = RunRegistry(replay_log if replay_log is not None else InMemoryReplayLog())
+    registry = RunRegistry(
+        replay_log if replay_log is not None else InMemoryReplayLog(),
+        max_live_runs=max_live_runs,
+        max_live_runs_per_resource=max_live_runs_per_resource,
+    )
+    public_paths = frozenset({PLAYGROUND_PATH, ROOT_PATH, HEALTH_PATH})
     ctx = ServerContext(runstream, registry, heartbeat_s)
     api = [
         *StudioRoutes(ctx).routes(),  # first: '/agents/providers' is not an agent
@@ -91,7 +104,12 @@ def create_app(
             Middleware(
                 AuthMiddleware,
                 hook=auth or default_auth(),
-                public_paths=frozenset({PLAYGROUND_PATH, ROOT_PATH, HEALTH_PATH}),
+                public_paths=public_paths,
+            ),
+            *(
+                [Middleware(RateLimitMiddleware, rate=rate_limit, exempt_paths=public_paths)]
+                if rate_limit
+                else []
             ),
             Middleware(BodyLimitMiddleware, max_bytes=max_body_bytes),
             Middleware(UrlSafetyMiddleware),

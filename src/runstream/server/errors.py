@@ -24,10 +24,13 @@ logger = logging.getLogger("runstream.server")
 class ApiError(Exception):
     """An error answered as ``{"error": message, ...extra}`` with ``status``."""
 
-    def __init__(self, status: int, message: str, **extra: Any) -> None:
+    def __init__(
+        self, status: int, message: str, *, headers: Mapping[str, str] | None = None, **extra: Any
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = headers
         self.extra = extra
 
 
@@ -43,7 +46,7 @@ def error_response(
 
 async def handle_api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.message, **exc.extra)
+    return error_response(exc.status, exc.message, exc.headers, **exc.extra)
 
 
 async def handle_http_exception(request: Request, exc: Exception) -> Response:

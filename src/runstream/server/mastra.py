@@ -144,7 +144,7 @@ async def start_stream(
         try:
             ctx.registry.ensure_capacity(owner_resource)
         except TooManyRunsError as exc:
-            raise ApiError(429, str(exc)) from None
+            raise ApiError(429, str(exc), headers={"retry-after": "1"}) from None
     request.run_id = await ctx.owners.claim(request.run_id, principal, owner_resource)
     originals: Originals = []
     if scope is not None:

@@ -7,14 +7,17 @@ than the one running its run still gets the rest of the chunks, each exactly onc
 Per run, under ``<prefix>:<run id>``: ``:info`` (a hash: the owner, whether the run ended),
 ``:seq`` (the last sequence number) and ``:events``, a Redis stream whose entry ids are
 ``<seq>-0``, so a reader resumes after any sequence number with ``XRANGE``/``XREAD``. The end of
-the run is an entry ``<last seq>-1`` that wakes blocked readers. The stream is capped at
-``max_events`` (older events are a :class:`ReplayGapError`); the keys expire ``ttl_s`` after
+the run is an entry ``<last seq>-1`` that wakes blocked readers. An event's large strings (the
+conversation that ``step-finish`` and ``finish`` both carry) are kept once, in ``:shared``. The
+stream is capped at ``max_events`` and ``max_run_bytes`` (``:bytes`` counts them; the oldest
+events go first, and are a :class:`ReplayGapError`); the keys expire ``ttl_s`` after
 the run ends, and ``live_ttl_s`` after its last event while it runs (a run whose process died
 is forgotten, and its readers stop, rather than waited for forever).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -22,7 +25,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from runstream.errors import ConfigurationError
-from runstream.server.resumable import ReplayGapError, RunAlreadyStreamingError, RunInfo
+from runstream.server.resumable import MIB, ReplayGapError, RunAlreadyStreamingError, RunInfo, split_large
 
 READ_BLOCK_MS = 1000
 """A blocked reader wakes this often to notice a log that expired."""
@@ -33,8 +36,32 @@ Entry = tuple[str, dict[str, str]]
 
 _APPEND = """
 local seq = redis.call('INCR', KEYS[1])
-redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[2], seq .. '-0', 'd', ARGV[1])
-for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
+local added = 0
+for i = 5, #ARGV, 2 do
+  if redis.call('HSETNX', KEYS[5], ARGV[i], ARGV[i + 1]) == 1 then added = added + #ARGV[i + 1] end
+  redis.call('HINCRBY', KEYS[5], ARGV[i] .. ':n', 1)
+end
+local field = 'd'
+if #ARGV > 4 then field = 'p' end
+redis.call('XADD', KEYS[2], seq .. '-0', field, ARGV[1])
+local size = redis.call('INCRBY', KEYS[4], added + #ARGV[1])
+local count = redis.call('XLEN', KEYS[2])
+while count > 1 and (count > tonumber(ARGV[2]) or size > tonumber(ARGV[4])) do
+  local first = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)[1]
+  redis.call('XDEL', KEYS[2], first[1])
+  size = redis.call('DECRBY', KEYS[4], #first[2][2])
+  if first[2][1] == 'p' then
+    local pieces = cjson.decode(first[2][2])
+    for j = 2, #pieces, 2 do
+      if redis.call('HINCRBY', KEYS[5], pieces[j] .. ':n', -1) <= 0 then
+        size = redis.call('DECRBY', KEYS[4], redis.call('HSTRLEN', KEYS[5], pieces[j]))
+        redis.call('HDEL', KEYS[5], pieces[j], pieces[j] .. ':n')
+      end
+    end
+  end
+  count = count - 1
+end
+for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
 return seq
 """
 
@@ -43,7 +70,7 @@ if redis.call('HGET', KEYS[3], 'ended') ~= '0' then return 0 end
 local seq = tonumber(redis.call('GET', KEYS[1]) or '0')
 redis.call('XADD', KEYS[2], seq .. '-1', 'end', '1')
 redis.call('HSET', KEYS[3], 'ended', '1')
-for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[1]) end
+for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ARGV[1]) end
 return 1
 """
 
@@ -57,14 +84,16 @@ class RedisReplayLog:
         *,
         prefix: str = "runstream:replay",
         max_events: int = 10_000,
+        max_run_bytes: int = 16 * MIB,
         ttl_s: int = 300,
         live_ttl_s: int = 3600,
     ) -> None:
-        if max_events < 1 or ttl_s < 1 or live_ttl_s < 1:
-            raise ConfigurationError("max_events, ttl_s and live_ttl_s must be at least 1")
+        if min(max_events, max_run_bytes, ttl_s, live_ttl_s) < 1:
+            raise ConfigurationError("max_events, max_run_bytes, ttl_s and live_ttl_s must be at least 1")
         self.client: Redis = Redis.from_url(url, decode_responses=True)
         self.prefix = prefix
         self.max_events = max_events
+        self.max_run_bytes = max_run_bytes
         self.ttl_s = ttl_s
         self.live_ttl_s = live_ttl_s
         self._append = self.client.register_script(_APPEND)
@@ -72,21 +101,33 @@ class RedisReplayLog:
 
     def _keys(self, run_id: str) -> list[str]:
         base = f"{self.prefix}:{run_id}"
-        return [f"{base}:seq", f"{base}:events", f"{base}:info"]
+        return [f"{base}:seq", f"{base}:events", f"{base}:info", f"{base}:bytes", f"{base}:shared"]
 
     async def create(self, info: RunInfo) -> None:
-        seq, events, meta = self._keys(info.run_id)
+        keys = self._keys(info.run_id)
+        meta = keys[2]
         if await self.client.hget(meta, "ended") == "0":
             raise RunAlreadyStreamingError(f"run {info.run_id!r} is already streaming")
         owner = json.dumps({"agent_id": info.agent_id, "resource_id": info.resource_id})
         async with self.client.pipeline(transaction=True) as pipe:
-            pipe.delete(seq, events, meta)
+            pipe.delete(*keys)
             pipe.hset(meta, mapping={"owner": owner, "ended": "0"})
             pipe.expire(meta, self.live_ttl_s)
             await pipe.execute()
 
     async def append(self, run_id: str, data: str) -> int:
-        return int(await self._append(keys=self._keys(run_id), args=[data, self.max_events, self.live_ttl_s]))
+        """Add one event; its large strings (``split_large``) are kept once per run, in the
+        ``:shared`` hash by their SHA-256, and the event as its pieces with those as keys."""
+        pieces = split_large(data)
+        shared: list[str] = []
+        if len(pieces) > 1:
+            for index in range(1, len(pieces), 2):
+                key = hashlib.sha256(pieces[index].encode("utf-8", "surrogatepass")).hexdigest()
+                shared += (key, pieces[index])
+                pieces[index] = key
+            data = json.dumps(pieces)
+        args: list[str | int] = [data, self.max_events, self.live_ttl_s, self.max_run_bytes, *shared]
+        return int(await self._append(keys=self._keys(run_id), args=args))
 
     async def end(self, run_id: str) -> None:
         await self._end(keys=self._keys(run_id), args=[self.ttl_s])
@@ -99,7 +140,7 @@ class RedisReplayLog:
         return RunInfo(run_id, fields["agent_id"], fields["resource_id"])
 
     async def read(self, run_id: str, after: int) -> AsyncIterator[tuple[int, str]]:
-        _, events, meta = self._keys(run_id)
+        _, events, meta, _, shared = self._keys(run_id)
         if not await self.client.exists(meta):
             raise KeyError(run_id)
         last = f"{max(after, 0)}-0"
@@ -109,7 +150,7 @@ class RedisReplayLog:
             for entry_id, fields in entries:
                 if "end" in fields:
                     return
-                yield int(entry_id.partition("-")[0]), fields["d"]
+                yield int(entry_id.partition("-")[0]), await self._text(shared, fields)
                 last = entry_id
             if entries:
                 entries = await self._after(events, last)
@@ -118,6 +159,16 @@ class RedisReplayLog:
             entries = list(got[0][1]) if got else []
             if not entries and not await self.client.exists(meta):
                 return  # expired: its process died long ago
+
+    async def _text(self, shared: str, fields: dict[str, str]) -> str:
+        if "d" in fields:
+            return fields["d"]
+        pieces: list[str] = json.loads(fields["p"])
+        found: Any = await self.client.hmget(shared, pieces[1::2])
+        pieces[1::2] = [
+            str(text) if text is not None else '""' for text in found
+        ]  # (expired with its run: an empty string)
+        return "".join(pieces)
 
     async def _after(self, events: str, last: str) -> list[Entry]:
         entries: Any = await self.client.xrange(events, f"({last}", "+", count=READ_BATCH)

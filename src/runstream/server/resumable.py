@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
-from runstream.errors import NotFoundError, RunstreamError, StateConflictError
+from runstream.errors import ConfigurationError, NotFoundError, RunstreamError, StateConflictError
 
 logger = logging.getLogger("runstream.server")
 
@@ -69,13 +70,44 @@ class ReplayLog(Protocol):
         ...
 
 
+LARGE_STRING = 16 * 1024
+"""A JSON string at least this long (characters) in an event is kept once per run, however many
+events hold it: ``step-finish`` and ``finish`` each carry the whole conversation."""
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+Event = str | tuple[str, ...]
+"""An event as kept: its text, or its pieces (odd ones are large strings shared with other events)."""
+
+
+def text_size(text: str) -> int:
+    """The UTF-8 size of ``text`` (its length when ASCII, without encoding it)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def split_large(data: str) -> list[str]:
+    """``data`` cut around its JSON strings of at least :data:`LARGE_STRING` characters: the
+    odd pieces are those strings (quotes included), and the pieces join back into ``data``."""
+    pieces: list[str] = []
+    start = 0
+    if len(data) >= LARGE_STRING:
+        for match in _STRING.finditer(data):
+            if match.end() - match.start() >= LARGE_STRING:
+                pieces += (data[start : match.start()], match.group())
+                start = match.end()
+    pieces.append(data[start:])
+    return pieces
+
+
 @dataclass(eq=False)
 class _Log:
     info: RunInfo
-    events: deque[str] = field(default_factory=deque)
+    events: deque[Event] = field(default_factory=deque)
     first_seq: int = 1
     ended_at: float | None = None
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    shared: dict[str, list[Any]] = field(default_factory=dict)
+    """A large string -> ``[the one copy kept, how many kept events hold it]``."""
+    size: int = 0
+    """Bytes kept: each event's own text, and each shared string once."""
 
     @property
     def last_seq(self) -> int:
@@ -87,9 +119,58 @@ class _Log:
             if not waiter.done():
                 waiter.set_result(None)
 
+    def add(self, data: str) -> int:
+        """Keep one more event; returns the bytes that took."""
+        if len(data) < LARGE_STRING:
+            self.events.append(data)
+            added = text_size(data)
+        else:
+            pieces, added = self._pieces(data)
+            self.events.append(pieces)
+        self.size += added
+        return added
+
+    def _pieces(self, data: str) -> tuple[Event, int]:
+        pieces = split_large(data)
+        added = sum(text_size(piece) for piece in pieces[::2])
+        for index in range(1, len(pieces), 2):
+            entry = self.shared.get(pieces[index])
+            if entry is None:
+                entry = self.shared[pieces[index]] = [pieces[index], 0]
+                added += text_size(pieces[index])
+            entry[1] += 1
+            pieces[index] = entry[0]  # the one copy
+        return (tuple(pieces) if len(pieces) > 1 else data), added
+
+    def drop_oldest(self) -> int:
+        """Forget the oldest kept event; returns the bytes freed."""
+        event = self.events.popleft()
+        self.first_seq += 1
+        if isinstance(event, str):
+            freed = text_size(event)
+        else:
+            freed = sum(text_size(piece) for piece in event[::2])
+            for literal in event[1::2]:
+                entry = self.shared[literal]
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self.shared[literal]
+                    freed += text_size(literal)
+        self.size -= freed
+        return freed
+
+    def event(self, seq: int) -> str:
+        kept = self.events[seq - self.first_seq]
+        return kept if isinstance(kept, str) else "".join(kept)
+
+
+MIB = 1024 * 1024
+
 
 class InMemoryReplayLog:
-    """Replay logs in this process's memory."""
+    """Replay logs in this process's memory, bounded in bytes per run (``max_run_bytes``: the
+    oldest events go first) and in all (``max_total_bytes``: the oldest ended runs' logs go
+    first, then the oldest events of the largest live ones), in events per run and in runs."""
 
     def __init__(
         self,
@@ -97,27 +178,43 @@ class InMemoryReplayLog:
         max_events: int = 10_000,
         max_runs: int = 1_000,
         ttl_s: float = 300.0,
+        max_run_bytes: int = 16 * MIB,
+        max_total_bytes: int = 256 * MIB,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if min(max_events, max_runs, max_run_bytes, max_total_bytes) < 1:
+            raise ConfigurationError("a replay log's bounds must be at least 1")
         self.max_events = max_events
         self.max_runs = max_runs
         self.ttl_s = ttl_s
+        self.max_run_bytes = max_run_bytes
+        self.max_total_bytes = max_total_bytes
         self._clock = clock
         self._logs: OrderedDict[str, _Log] = OrderedDict()
+        self.size = 0
+        """Bytes kept by every log."""
+
+    def _forget(self, run_id: str) -> None:
+        self.size -= self._logs.pop(run_id).size
 
     def _purge(self) -> None:
         now = self._clock()
         for run_id, log in list(self._logs.items()):
             if log.ended_at is not None and now - log.ended_at >= self.ttl_s:
-                del self._logs[run_id]
+                self._forget(run_id)
         ended = [run_id for run_id, log in self._logs.items() if log.ended_at is not None]
-        while len(self._logs) > self.max_runs and ended:  # oldest ended runs go first
-            del self._logs[ended.pop(0)]
+        while (len(self._logs) > self.max_runs or self.size > self.max_total_bytes) and ended:
+            self._forget(ended.pop(0))  # oldest ended runs go first
+        while self.size > self.max_total_bytes:  # then the oldest events of the largest live logs
+            largest = max(self._logs.values(), key=lambda log: log.size)
+            if len(largest.events) <= 1:
+                break
+            self.size -= largest.drop_oldest()
 
     def _get(self, run_id: str) -> _Log | None:
         log = self._logs.get(run_id)
         if log is not None and log.ended_at is not None and self._clock() - log.ended_at >= self.ttl_s:
-            del self._logs[run_id]
+            self._forget(run_id)
             return None
         return log
 
@@ -125,16 +222,19 @@ class InMemoryReplayLog:
         current = self._get(info.run_id)
         if current is not None and current.ended_at is None:
             raise RunAlreadyStreamingError(f"run {info.run_id!r} is already streaming")
+        if current is not None:
+            self._forget(info.run_id)
         self._logs[info.run_id] = _Log(info)
         self._logs.move_to_end(info.run_id)
         self._purge()
 
     async def append(self, run_id: str, data: str) -> int:
         log = self._logs[run_id]
-        log.events.append(data)
-        if len(log.events) > self.max_events:
-            log.events.popleft()
-            log.first_seq += 1
+        self.size += log.add(data)
+        while len(log.events) > 1 and (len(log.events) > self.max_events or log.size > self.max_run_bytes):
+            self.size -= log.drop_oldest()
+        if self.size > self.max_total_bytes:
+            self._purge()
         log.wake()
         return log.last_seq
 
@@ -160,7 +260,7 @@ class InMemoryReplayLog:
                 )
             if seq < log.last_seq:
                 seq += 1
-                yield seq, log.events[seq - log.first_seq]
+                yield seq, log.event(seq)
                 continue
             if log.ended_at is not None:
                 return

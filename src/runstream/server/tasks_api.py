@@ -128,7 +128,7 @@ async def _resume(manager: TaskManager, task_id: str, data: Any) -> TaskRecord:
     except TaskStateError as exc:
         raise ApiError(409, str(exc)) from None
     except ConcurrencyLimitError as exc:
-        raise ApiError(429, str(exc)) from None
+        raise ApiError(429, str(exc), headers={"retry-after": "1"}) from None
 
 
 async def _never() -> AsyncGenerator[bytes, None]:

@@ -297,7 +297,7 @@ class ThreadRoutes:
         """
         channel = self._channel(key)
         if channel.queued >= MAX_QUEUED_MESSAGES:
-            raise ApiError(429, "Too many messages are waiting on this thread")
+            raise ApiError(429, "Too many messages are waiting on this thread", headers={"retry-after": "1"})
         started = asyncio.get_running_loop().create_future() if wait_for_start and not channel.busy else None
         previous = channel.tail
         channel.queued += 1

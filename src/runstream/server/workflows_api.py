@@ -34,7 +34,7 @@ from runstream.server.auth import Principal, principal_of
 from runstream.server.context import ServerContext, json_body, json_response, query_date, query_int
 from runstream.server.errors import ApiError
 from runstream.server.limits import MAX_OFFSET, MAX_PER_PAGE
-from runstream.server.resumable import ReplayGapError, RunInfo
+from runstream.server.resumable import ReplayGapError, RunInfo, TooManyRunsError
 from runstream.server.sse import SSE_HEADERS, SSEResponse
 from runstream.server.wire import chunk_json
 from runstream.server.workflow_info import (
@@ -273,8 +273,10 @@ class WorkflowRoutes:
             except SchemaValidationError as exc:
                 raise ApiError(400, str(exc)) from None
             meta = record.meta if record is not None else None
+            owner = meta.resource_id if meta is not None else principal.resource(start.resource_id)
+            self._ensure_capacity(owner)
             if meta is None:
-                meta = RunMeta(workflow.id, principal.resource(start.resource_id), now_ms())
+                meta = RunMeta(workflow.id, owner, now_ms())
                 await save_meta(workflow.storage, run_id, meta)
             run = await self._run_object(workflow, run_id)
             out = await run.stream(input_data=start.input_data, initial_state=start.initial_state)
@@ -299,12 +301,21 @@ class WorkflowRoutes:
                 raise ApiError(409, f"{exc} (status: {record.status})") from None
             except (SchemaValidationError, WorkflowError) as exc:
                 raise ApiError(400, str(exc)) from None
+            self._ensure_capacity(record.resource_id)
             run = await self._run_object(workflow, run_id)
             out = await run.resume_stream(
                 resume_data=resume.resume_data, step=resume.step, foreach_index=resume.foreach_index
             )
             await self._detach(run, out, record.resource_id)
         return run, out
+
+    def _ensure_capacity(self, owner: str | None) -> None:
+        """Workflow runs count with every other live run of the process and of the resource
+        (``RunRegistry.ensure_capacity``): 429 beyond, before anything runs."""
+        try:
+            self.ctx.registry.ensure_capacity(owner)
+        except TooManyRunsError as exc:
+            raise ApiError(429, str(exc), headers={"retry-after": "1"}) from None
 
     async def _detach(self, run: WorkflowRun, out: WorkflowRunOutput, owner: str | None) -> None:
         """Pump the execution's chunks into the replay log (after the previous execution's)."""
