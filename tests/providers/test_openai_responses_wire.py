@@ -201,6 +201,21 @@ def test_reasoning_of_another_vendor_is_not_sent_and_azure_reads_its_own_key() -
     ]
 
 
+def test_user_images_keep_their_detail_and_files_their_names() -> None:
+    image = {
+        "type": "file",
+        "mediaType": "image/*",
+        "data": b"\xff",
+        "providerOptions": {"openai": {"imageDetail": "low"}},
+    }
+    pdf = {"type": "file", "mediaType": "application/pdf", "data": b"%PDF"}
+    [item] = responses_input([{"role": "user", "content": [image, pdf]}], "system")
+    assert item["content"] == [
+        {"type": "input_image", "image_url": "data:image/jpeg;base64,/w==", "detail": "low"},
+        {"type": "input_file", "filename": "part-1.pdf", "file_data": "data:application/pdf;base64,JVBERg=="},
+    ]
+
+
 async def test_store_false_asks_reasoning_models_for_encrypted_reasoning(loopback: LoopbackServer) -> None:
     await parts_of(loopback, "text", store=False)
     body = loopback.requests[0].body

@@ -48,7 +48,9 @@ def responses_input(
         if role == "system":
             items.append({"role": system_role, "content": content})
         elif role == "user":
-            items.append({"role": "user", "content": [_user_part(part, i) for i, part in enumerate(content)]})
+            items.append(
+                {"role": "user", "content": [_user_part(part, i, vendor) for i, part in enumerate(content)]}
+            )
         elif role == "assistant":
             _assistant_items(content, items, store, vendor)
         elif role == "tool":
@@ -151,14 +153,19 @@ def _output_text(part: dict[str, Any]) -> str:
     return _json(value)
 
 
-def _user_part(part: dict[str, Any], index: int) -> dict[str, Any]:
+def _user_part(part: dict[str, Any], index: int, vendor: str) -> dict[str, Any]:
     if part["type"] == "text":
         return {"type": "input_text", "text": part["text"]}
     media_type = str(part["mediaType"])
     if media_type == "image/*":
         media_type = "image/jpeg"
+        part = {**part, "mediaType": media_type}
     if media_type.startswith("image/"):
-        return {"type": "input_image", "image_url": data_url(part)}
+        image = {"type": "input_image", "image_url": data_url(part)}
+        detail = part_metadata(part, vendor).get("imageDetail")
+        if detail is not None:
+            image["detail"] = detail
+        return image
     kind, value = file_data(part)
     if kind == "url":
         return {"type": "input_file", "file_url": value}
