@@ -8,11 +8,26 @@ from typing import Any
 import pytest
 
 from runstream import Agent
+from runstream.abort import AbortController
 from runstream.chunks import AnyChunk
+from runstream.models import _common
+from runstream.models.base import ModelCallError
 from runstream.models.fallback import FallbackExhaustedError, FallbackModel
 from runstream.testing import ScriptedModel
 
 USAGE = {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2}
+
+
+@pytest.fixture(autouse=True)
+def backoffs(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Mastra's backoff between retries (1 s, 2 s, ...), recorded instead of slept."""
+    delays: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        delays.append(seconds)
+
+    monkeypatch.setattr(_common, "DEFAULT_RETRY_POLICY", _common.RetryPolicy(sleep=sleep))
+    return delays
 
 
 def reply(text: str) -> list[dict[str, Any]]:
@@ -38,7 +53,7 @@ async def drain(out: Any) -> list[AnyChunk]:
         return [chunk async for chunk in out.full_stream]
 
 
-async def test_retries_then_falls_back_to_the_next_model() -> None:
+async def test_retries_then_falls_back_to_the_next_model(backoffs: list[float]) -> None:
     primary = ScriptedModel(calls=[failing("overloaded"), error_part("still overloaded")], model_id="primary")
     disabled = ScriptedModel.text("never")
     backup = ScriptedModel(calls=[reply("from the backup")], model_id="backup")
@@ -55,14 +70,16 @@ async def test_retries_then_falls_back_to_the_next_model() -> None:
     assert out.state.text == "from the backup"
     assert "error" not in [c.type for c in chunks]
     assert (primary.call_count, disabled.call_count, backup.call_count) == (2, 0, 1)
+    assert backoffs == [1.0]
 
 
-async def test_agent_max_retries_retries_a_single_model() -> None:
+async def test_agent_max_retries_retries_a_single_model(backoffs: list[float]) -> None:
     model = ScriptedModel(calls=[failing("503"), failing("503"), reply("third time")])
     agent = Agent("a", model=model, max_retries=2)
     out = await agent.stream("hi")
     await drain(out)
     assert out.state.text == "third time" and model.call_count == 3
+    assert backoffs == [1.0, 2.0]
 
 
 async def test_when_every_model_fails_the_run_ends_with_an_error_chunk() -> None:
@@ -92,3 +109,46 @@ def test_model_list_mistakes_are_named() -> None:
         FallbackModel([{"model": ScriptedModel.text("x"), "enabled": False}])
     with pytest.raises(TypeError, match=r"model\[0\].model must be a model"):
         FallbackModel([{"model": "gpt-4o"}])
+
+
+class Refusing:
+    """A model whose every call fails with a vendor error (counted)."""
+
+    specification_version = "v2"
+    provider = "vendor"
+    model_id = "refusing"
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.calls = 0
+
+    async def stream(self, request: Any) -> Any:
+        self.calls += 1
+        raise self.error
+
+
+async def test_an_error_that_cannot_pass_goes_to_the_next_model_at_once(backoffs: list[float]) -> None:
+    primary = Refusing(ModelCallError("Invalid API key", status_code=401, retryable=False))
+    backup = ScriptedModel(calls=[reply("from the backup")])
+    out = await Agent("a", model=[{"model": primary, "maxRetries": 3}, {"model": backup}]).stream("hi")
+    await drain(out)
+    assert out.state.text == "from the backup"
+    assert (primary.calls, backoffs) == (1, [])
+
+
+async def test_abort_during_a_backoff_ends_the_run_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    waiting = asyncio.Event()
+
+    async def hold(seconds: float) -> None:
+        waiting.set()
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(_common, "DEFAULT_RETRY_POLICY", _common.RetryPolicy(sleep=hold))
+    primary = Refusing(ModelCallError("Overloaded", status_code=529, retryable=True))
+    controller = AbortController()
+    out = await Agent("a", model=primary, max_retries=2).stream("hi", abort_signal=controller.signal)
+    consume = asyncio.ensure_future(drain(out))
+    await waiting.wait()
+    controller.abort()
+    kinds = [c.type for c in await consume]
+    assert "abort" in kinds and primary.calls == 1

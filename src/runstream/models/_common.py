@@ -119,6 +119,9 @@ async def with_retries(
             delay,
         )
 
+    async def attempt() -> T:  # (tenacity awaits only coroutine functions' results)
+        return await call()
+
     retrying = AsyncRetrying(
         stop=stop_after_attempt(max_retries + 1),
         retry=retry_if_exception(is_retryable),
@@ -127,7 +130,7 @@ async def with_retries(
         before_sleep=report,
         reraise=True,
     )
-    return await retrying(call)
+    return await retrying(attempt)
 
 
 def retry_after(headers: Mapping[str, str] | None, now: float | None = None) -> float | None:

@@ -1,23 +1,27 @@
 """A list of models tried in order, each with retries (Mastra's ``model: [{model, maxRetries,
-enabled}, ...]``).
+enabled}, ...]``, and an agent's ``maxRetries``).
 
 A model call that fails before its answer begins (the request raises, or the stream's first
 parts up to ``stream-start``/``response-metadata`` are followed by an ``error`` part or a raised
-error) is retried ``max_retries`` times, then the next enabled model takes the call. Once a model
-has streamed a text, reasoning or tool part, the call is that model's: a later failure reaches
-the run as an ``error`` chunk, as with a single model. An abort is never retried.
+error) is retried ``max_retries`` times with Mastra's backoff and retryable rule
+(:func:`runstream.models._common.with_retries`: 1 s, 2 s, 4 s… or the vendor's ``retry-after``;
+a vendor error that cannot pass, such as a 401, is not retried), then the next enabled model takes
+the call. The models themselves are asked not to retry (one policy). Once a model has streamed a
+text, reasoning or tool part, the call is that model's: a later failure reaches the run as an
+``error`` chunk, as with a single model. An abort is never retried and ends a backoff at once.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from runstream._config_mapping import boolean, non_negative_int, read_config
-from runstream.abort import AbortError
+from runstream.abort import AbortError, AbortSignal
 from runstream.errors import ConfigurationError, ConfigurationTypeError
+from runstream.models import _common
 from runstream.models.base import LanguageModel, ModelRequest, ModelStream, StreamPart
 
 logger = logging.getLogger(__name__)
@@ -43,8 +47,14 @@ class FallbackModel:
     """A :class:`~runstream.models.base.LanguageModel` over a list of models (see module doc)."""
 
     def __init__(
-        self, choices: Sequence[ModelChoice | Mapping[str, Any] | LanguageModel], *, max_retries: int = 0
+        self,
+        choices: Sequence[ModelChoice | Mapping[str, Any] | LanguageModel],
+        *,
+        max_retries: int = 0,
+        retry: _common.RetryPolicy | None = None,
     ) -> None:
+        self.retry = retry
+        """The backoff (default: ``_common.DEFAULT_RETRY_POLICY``, read at each call)."""
         entries = [_choice(entry, max_retries, index) for index, entry in enumerate(choices)]
         self.choices = [entry for entry in entries if entry.enabled]
         if not self.choices:
@@ -68,25 +78,38 @@ class FallbackModel:
         return self.choices[0].model.specification_version
 
     async def stream(self, request: ModelRequest) -> ModelStream:
+        policy = self.retry or _common.DEFAULT_RETRY_POLICY
+        inner = replace(request, settings=replace(request.settings, max_retries=0))
         last: BaseException | None = None
         for choice in self.choices:
-            for attempt in range(choice.max_retries + 1):
-                if request.abort_signal is not None and request.abort_signal.aborted:
-                    raise AbortError(request.abort_signal.reason)
-                try:
-                    return await _started(choice.model, request)
-                except AbortError:
-                    raise
-                except Exception as exc:
-                    last = exc
-                    logger.warning(
-                        "model %s/%s failed (attempt %d): %s",
-                        choice.model.provider,
-                        choice.model.model_id,
-                        attempt + 1,
-                        exc,
-                    )
+            model = choice.model
+            retries = choice.max_retries or (request.settings.max_retries or 0)
+            try:
+                return await _retried(model, inner, retries, policy, request.abort_signal)
+            except AbortError:
+                raise
+            except Exception as exc:
+                last = exc
+                logger.warning("model %s/%s failed: %s", model.provider, model.model_id, exc)
         raise FallbackExhaustedError(f"all {len(self.choices)} models failed; last error: {last}") from last
+
+
+async def _retried(
+    model: LanguageModel,
+    request: ModelRequest,
+    retries: int,
+    policy: _common.RetryPolicy,
+    signal: AbortSignal | None,
+) -> ModelStream:
+    """The model's started stream, retried as ``_common.with_retries`` does; an abort ends it."""
+    scope = _common.AbortScope(signal)
+    what = f"{model.provider}/{model.model_id}"
+    try:
+        return await scope.run(
+            lambda: _common.with_retries(lambda: _started(model, request), retries, policy, what=what)
+        )
+    finally:
+        scope.close()
 
 
 async def _started(model: LanguageModel, request: ModelRequest) -> ModelStream:
