@@ -1,8 +1,8 @@
 """Anthropic Messages: recorded transcripts through the real SDK to exact parts.
 
 The parts are the AI SDK's (``@ai-sdk/anthropic`` 3.0, as Mastra 1.71 runs it; the vendor kit's
-recordings in tests/vendor_kit/golden prove them): text ids are generated per block (Mastra swaps
-the block index for a fresh id), source ids are generated, reasoning ids stay the block index.
+recordings in tests/vendor_kit/golden prove them): part ids are block indexes (the loop, as Mastra,
+gives text a fresh id per model call), source ids are generated.
 """
 
 from __future__ import annotations
@@ -28,16 +28,14 @@ UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9
 
 
 def named(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Generated ids (fresh uuid4 strings) as ``<text:N>`` / ``<source:N>`` in order of appearance."""
+    """Generated source ids (fresh uuid4 strings) as ``<source:N>`` in order of appearance."""
     names: dict[str, str] = {}
     out = []
     for part in parts:
         part = dict(part)
         value = part.get("id")
         if isinstance(value, str) and UUID.match(value):
-            kind = "source" if part["type"] == "source" else "text"
-            count = sum(1 for n in names.values() if n.startswith(f"<{kind}:"))
-            part["id"] = names.setdefault(value, f"<{kind}:{count + 1}>")
+            part["id"] = names.setdefault(value, f"<source:{len(names) + 1}>")
         out.append(part)
     return out
 
@@ -66,9 +64,9 @@ async def test_text_citation_and_cache_usage(loopback: LoopbackServer) -> None:
     assert parts == [
         {"type": "stream-start", "warnings": []},
         {"type": "response-metadata", "id": "msg_text_01", "modelId": "claude-sonnet-4-5-20250929"},
-        {"type": "text-start", "id": "<text:1>"},
-        {"type": "text-delta", "id": "<text:1>", "delta": "Hello"},
-        {"type": "text-delta", "id": "<text:1>", "delta": " world!"},
+        {"type": "text-start", "id": "0"},
+        {"type": "text-delta", "id": "0", "delta": "Hello"},
+        {"type": "text-delta", "id": "0", "delta": " world!"},
         {
             "type": "source",
             "sourceType": "url",
@@ -77,7 +75,7 @@ async def test_text_citation_and_cache_usage(loopback: LoopbackServer) -> None:
             "title": "Hello page",
             "providerMetadata": {"anthropic": {"citedText": "Hello world", "encryptedIndex": "Eo8BCioIAhgB"}},
         },
-        {"type": "text-end", "id": "<text:1>", "providerMetadata": {"anthropic": {"citations": [citation]}}},
+        {"type": "text-end", "id": "0", "providerMetadata": {"anthropic": {"citations": [citation]}}},
         {
             "type": "finish",
             "finishReason": {"unified": "stop", "raw": "end_turn"},
@@ -133,9 +131,9 @@ async def test_thinking_signature_redaction_and_parallel_tool_calls(loopback: Lo
         {"type": "reasoning-end", "id": "0"},
         {"type": "reasoning-start", "id": "1", "providerMetadata": {"anthropic": {"redactedData": redacted}}},
         {"type": "reasoning-end", "id": "1"},
-        {"type": "text-start", "id": "<text:1>"},
-        {"type": "text-delta", "id": "<text:1>", "delta": "Checking both."},
-        {"type": "text-end", "id": "<text:1>"},
+        {"type": "text-start", "id": "2"},
+        {"type": "text-delta", "id": "2", "delta": "Checking both."},
+        {"type": "text-end", "id": "2"},
         {"type": "tool-input-start", "id": "toolu_01", "toolName": "get_weather"},
         {"type": "tool-input-delta", "id": "toolu_01", "delta": '{"city": "San'},
         {"type": "tool-input-delta", "id": "toolu_01", "delta": ' Francisco"}'},
@@ -179,7 +177,7 @@ async def test_thinking_signature_redaction_and_parallel_tool_calls(loopback: Lo
 
 async def test_refusal_finishes_content_filter(loopback: LoopbackServer) -> None:
     parts = await run(loopback, "anthropic_refusal.sse")
-    assert parts[3] == {"type": "text-delta", "id": "<text:1>", "delta": "I can't help with that."}
+    assert parts[3] == {"type": "text-delta", "id": "0", "delta": "I can't help with that."}
     assert parts[-1]["finishReason"] == {"unified": "content-filter", "raw": "refusal"}
 
 
@@ -199,7 +197,7 @@ async def test_dropped_connection_yields_an_error_part(loopback: LoopbackServer)
     loopback.queue(Reply(fixture("anthropic_truncated.sse"), complete=False))
     stream = await model(loopback).stream(ModelRequest(prompt=HI))
     parts = named(await collect(stream.parts))
-    assert parts[-2] == {"type": "text-delta", "id": "<text:1>", "delta": "Hello"}
+    assert parts[-2] == {"type": "text-delta", "id": "0", "delta": "Hello"}
     assert error_of(parts[-1]) == (
         None,
         "Connection error: peer closed connection without sending complete message body (incomplete chunked read)",
@@ -433,9 +431,9 @@ async def test_web_search_is_a_provider_executed_call_and_result_with_sources(
             "providerMetadata": {"anthropic": {"pageAge": "1 day"}},
         },
         # the char_location citation names document 0, which the prompt does not hold: no source
-        {"type": "text-start", "id": "<text:1>"},
-        {"type": "text-delta", "id": "<text:1>", "delta": "Sunny."},
-        {"type": "text-end", "id": "<text:1>"},
+        {"type": "text-start", "id": "2"},
+        {"type": "text-delta", "id": "2", "delta": "Sunny."},
+        {"type": "text-end", "id": "2"},
     ]
     assert parts[-1]["finishReason"] == {"unified": "stop", "raw": "end_turn"}
 
@@ -497,9 +495,9 @@ async def test_structured_output_through_the_json_tool_on_models_without_output_
     request = ModelRequest(prompt=HI, response_format={"type": "json", "schema": schema})
     parts = named(await collect((await older.stream(request)).parts))
     assert parts[2:5] == [
-        {"type": "text-start", "id": "<text:1>"},
-        {"type": "text-delta", "id": "<text:1>", "delta": '{"city": '},
-        {"type": "text-delta", "id": "<text:1>", "delta": '"Paris"}'},
+        {"type": "text-start", "id": "0"},
+        {"type": "text-delta", "id": "0", "delta": '{"city": '},
+        {"type": "text-delta", "id": "0", "delta": '"Paris"}'},
     ]
     assert parts[-1]["finishReason"] == {"unified": "stop", "raw": "tool_use"}
     body = loopback.requests[0].body

@@ -1,9 +1,8 @@
 """Anthropic Messages stream events to provider parts, as ``@ai-sdk/anthropic`` 3.0 maps them.
 
-Part for part what the AI SDK's ``doStream`` transform emits (Mastra 1.71 bundles it), with one
-difference Mastra makes on top: text parts get a fresh id per block (Mastra's input stream swaps
-the block index, which restarts at ``"0"`` in every model call, for a generated id; reasoning
-parts keep the index, as in Mastra). Server tools (web search, web fetch, code execution, tool
+Part for part what the AI SDK's ``doStream`` transform emits (Mastra 1.71 bundles it): part ids
+are block indexes (the loop gives text a fresh id per model call, as Mastra's input stream does;
+reasoning keeps the index), source ids are generated. Server tools (web search, web fetch, code execution, tool
 search) stream as ``tool-input-*`` / ``tool-call`` / ``tool-result`` parts with
 ``providerExecuted``; the finish part carries the v3 ``finishReason`` (``{unified, raw}``), the
 v3 usage and ``providerMetadata.anthropic`` as the AI SDK reports them.
@@ -210,7 +209,7 @@ class AnthropicMapper:
         if kind == "text" and self._json:
             return []
         if kind == "text" or kind == "compaction":
-            block = self._blocks[index] = _Block("text", new_id())
+            block = self._blocks[index] = _Block("text", str(index))
             start: StreamPart = {"type": "text-start", "id": block.id}
             if kind == "compaction":
                 start["providerMetadata"] = {"anthropic": {"type": "compaction"}}
@@ -224,7 +223,7 @@ class AnthropicMapper:
             return [{"type": "reasoning-start", "id": str(index), "providerMetadata": meta}]
         if kind == "tool_use" and self._json and part.get("name") == "json":
             self._json_used = True
-            block = self._blocks[index] = _Block("text", new_id())
+            block = self._blocks[index] = _Block("text", str(index))
             return [{"type": "text-start", "id": block.id}]
         if kind == "tool_use":
             return self._tool_start(index, part)
@@ -301,7 +300,7 @@ class AnthropicMapper:
             if self._json:
                 return []
             block = self._blocks.get(index)
-            return [{"type": "text-delta", "id": block.id if block else new_id(), "delta": delta.text}]
+            return [{"type": "text-delta", "id": block.id if block else str(index), "delta": delta.text}]
         if kind == "thinking_delta":
             return [{"type": "reasoning-delta", "id": str(index), "delta": delta.thinking}]
         if kind == "signature_delta":
