@@ -314,6 +314,27 @@ async def test_latest_messages_are_the_last_n_without_a_count(storage: Storage) 
         await storage.latest_messages("t1", -1)
 
 
+async def test_messages_around_give_each_hit_with_its_neighbours_in_its_thread(storage: Storage) -> None:
+    await storage.save_thread(thread())
+    await storage.save_thread(thread("t2"))
+    await storage.save_messages([message(f"m{i}", created=i) for i in range(10)])
+    await storage.save_messages([message(f"o{i}", "t2", created=i + 0.5) for i in range(3)])
+    await storage.save_messages([message("tie", created=5)])  # same time as m5, saved later
+
+    around = await storage.messages_around(["m2", "m5", "o1", "nope"], before=1, after=1)
+    assert [m.id for m in around] == ["o0", "m1", "o1", "m2", "o2", "m3", "m4", "m5", "tie"]
+    assert [m.id for m in await storage.messages_around(["m9", "m0"], before=2, after=2)] == [
+        "m0",
+        "m1",
+        "m2",
+        "m7",
+        "m8",
+        "m9",
+    ]
+    assert [m.id for m in await storage.messages_around(["m4"])] == ["m4"]
+    assert await storage.messages_around([]) == []
+
+
 async def test_list_messages_pagination(storage: Storage) -> None:
     await storage.save_thread(thread())
     await storage.save_messages([message(f"m{i:02}", created=i) for i in range(15)])

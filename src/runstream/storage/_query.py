@@ -213,6 +213,21 @@ def limit_clause(page: int, per_page: int | None, params: SqlParams) -> str:
     return "" if limit is None else f" LIMIT {params.add(limit)} OFFSET {params.add(offset)}"
 
 
+def neighbour_messages_sql(
+    table: str, params: SqlParams, message_id: str, count: int, *, earlier: bool
+) -> str:
+    """Up to ``count`` messages of ``message_id``'s thread just before (or after) it in thread
+    order, with their ``seq`` (``table`` comes from code)."""
+    columns = ", ".join(f"m.{c}" for c in MESSAGE_COLUMNS)
+    op, order = ("<", "DESC") if earlier else (">", "ASC")
+    anchor = f"(SELECT thread_id, created_at, seq FROM {table} WHERE id = {params.add(message_id)})"
+    return (
+        f"SELECT {columns}, m.seq FROM {table} AS m, {anchor} AS a WHERE m.thread_id = a.thread_id"
+        f" AND (m.created_at {op} a.created_at OR (m.created_at = a.created_at AND m.seq {op} a.seq))"
+        f" ORDER BY m.created_at {order}, m.seq {order} LIMIT {params.add(count)}"
+    )
+
+
 def latest_messages_sql(table: str, params: SqlParams, thread_id: str, count: int) -> str:
     """The newest ``count`` messages of the thread, oldest first (``table`` comes from code)."""
     columns = ", ".join(MESSAGE_COLUMNS)

@@ -139,6 +139,15 @@ class Storage(Protocol):
         """The messages with these ids, chronologically; unknown ids are skipped."""
         ...
 
+    async def messages_around(
+        self, message_ids: Collection[str], *, before: int = 0, after: int = 0
+    ) -> list[StoredMessage]:
+        """The messages with these ids, each with up to ``before`` earlier and ``after`` later
+        messages of its own thread (Mastra's ``listMessages({include: [...]})``, semantic
+        recall's message range); deduplicated, chronological; unknown ids are skipped. Each
+        neighbour lookup is an indexed range read, so the cost does not grow with the thread."""
+        ...
+
     async def update_message(self, message_id: str, mutate: MessageMutator) -> StoredMessage:
         """Atomically read, ``mutate`` and store one message; returns the stored version.
 

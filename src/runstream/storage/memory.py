@@ -236,6 +236,28 @@ class InMemoryStorage:
         rows = (row for row in self._messages.values() if row["id"] in wanted)
         return [message_from_row(row) for row in _ordered(rows, "created_at", "asc")]
 
+    async def messages_around(
+        self, message_ids: Collection[str], *, before: int = 0, after: int = 0
+    ) -> list[StoredMessage]:
+        self._check_open()
+        if before < 0 or after < 0:
+            raise InvalidArgumentError("before and after must be >= 0")
+        chosen: dict[str, Row] = {}
+        threads: dict[str, list[Row]] = {}
+        for message_id in message_ids:
+            row = self._messages.get(message_id)
+            if row is None:
+                continue
+            thread = threads.get(row["thread_id"])
+            if thread is None:
+                members = (m for m in self._messages.values() if m["thread_id"] == row["thread_id"])
+                thread = threads[row["thread_id"]] = _ordered(members, "created_at", "asc")
+            at = next(i for i, m in enumerate(thread) if m["id"] == message_id)
+            chosen.update((m["id"], m) for m in thread[max(0, at - before) : at + after + 1])
+        order = {message_id: i for i, message_id in enumerate(self._messages)}
+        rows = sorted(chosen.values(), key=lambda m: (m["created_at"], order[m["id"]]))
+        return [message_from_row(row) for row in rows]
+
     async def update_message(self, message_id: str, mutate: MessageMutator) -> StoredMessage:
         self._check_open()
         row = self._messages.get(message_id)

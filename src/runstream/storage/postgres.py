@@ -32,6 +32,7 @@ from runstream.storage._query import (
     check_thread_order_field,
     expired_where,
     latest_messages_sql,
+    neighbour_messages_sql,
     limit_clause,
     make_page,
     normalise_statuses,
@@ -376,6 +377,27 @@ class PostgresStorage:
         async with self._connection() as conn:
             rows = _rows(await conn.fetch(sql, list(message_ids)))
         return [message_from_row(row) for row in rows]
+
+    async def messages_around(
+        self, message_ids: Collection[str], *, before: int = 0, after: int = 0
+    ) -> list[StoredMessage]:
+        found: dict[str, Row] = {}
+        columns = ", ".join(MESSAGE_COLUMNS)
+        async with self._read() as conn:
+            sql = f"SELECT {columns}, seq FROM {self._messages} WHERE id = ANY($1::text[])"
+            for row in _rows(await conn.fetch(sql, list(message_ids))):
+                found[row["id"]] = row
+            for message_id in list(found):
+                for earlier, count in ((True, before), (False, after)):
+                    if count > 0:
+                        params = SqlParams("numeric")
+                        sql = neighbour_messages_sql(
+                            self._messages, params, message_id, count, earlier=earlier
+                        )
+                        found.update((row["id"], row) for row in _rows(await conn.fetch(sql, *params.values)))
+        return [
+            message_from_row(row) for row in sorted(found.values(), key=lambda r: (r["created_at"], r["seq"]))
+        ]
 
     async def update_message(self, message_id: str, mutate: MessageMutator) -> StoredMessage:
         async with self._write() as conn:

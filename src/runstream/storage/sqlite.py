@@ -35,6 +35,7 @@ from runstream.storage._query import (
     check_thread_order_field,
     expired_where,
     latest_messages_sql,
+    neighbour_messages_sql,
     limit_clause,
     make_page,
     normalise_statuses,
@@ -421,6 +422,26 @@ class SqliteStorage:
         async with self._read() as tx:
             rows = await tx.rows(sql, [_ids_json(message_ids)])
         return [message_from_row(row) for row in rows]
+
+    async def messages_around(
+        self, message_ids: Collection[str], *, before: int = 0, after: int = 0
+    ) -> list[StoredMessage]:
+        found: dict[str, Row] = {}
+        async with self._read() as tx:
+            for row in await tx.rows(
+                f"SELECT {', '.join(MESSAGE_COLUMNS)}, seq FROM messages WHERE id IN {_IDS_PARAM}",
+                [_ids_json(message_ids)],
+            ):
+                found[row["id"]] = row
+            for message_id in list(found):
+                for earlier, count in ((True, before), (False, after)):
+                    if count > 0:
+                        params = SqlParams("qmark")
+                        sql = neighbour_messages_sql("messages", params, message_id, count, earlier=earlier)
+                        found.update((row["id"], row) for row in await tx.rows(sql, params.values))
+        return [
+            message_from_row(row) for row in sorted(found.values(), key=lambda r: (r["created_at"], r["seq"]))
+        ]
 
     async def update_message(self, message_id: str, mutate: MessageMutator) -> StoredMessage:
         async with self._write() as tx:
