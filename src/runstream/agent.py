@@ -327,7 +327,7 @@ class Agent:
             if self.services is not None:
                 await self.services.start()
             await memory.ensure_thread(scope)
-            history = await memory.load_prompt(scope)
+            history = await memory.load_prompt(scope, input_messages)
             if not input_messages:  # e.g. an until-idle continuation
                 continued = await memory.continuable_message(scope)
         state = RunState.new(

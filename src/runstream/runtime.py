@@ -154,6 +154,7 @@ class Runstream:
         for agent in self.agents.values():  # thread titles still being made go to storage first
             if agent.memory is not None:
                 await agent.memory.wait_for_titles()
+                await agent.memory.close()  # messages waiting to be embedded, then its own vector store
         await self.storage.close()
         self._started = False
 

@@ -52,12 +52,29 @@ from runstream._messages import (
 )
 from runstream.chunks import AnyChunk
 from runstream.errors import ConfigurationError, InvalidInputError, InvalidTypeError
+from runstream.memory.semantic import (
+    EmbeddingQueue,
+    SemanticRecall,
+    other_threads_message,
+    query_text,
+    recall,
+)
 from runstream.memory.titles import TitleGeneration, generate_title, title_before_finish
 from runstream.memory.working import TOOL_NAME, Change, WorkingMemory, WorkingMemoryTool
 from runstream.models.base import LanguageModel, PromptMessage
 from runstream.request_context import RequestContext, resolve
-from runstream.storage import Storage, StoredMessage, TaskRecord, Thread, ThreadResourceMismatchError
+from runstream.storage import (
+    InMemoryStorage,
+    SqliteStorage,
+    Storage,
+    StoredMessage,
+    TaskRecord,
+    Thread,
+    ThreadResourceMismatchError,
+)
 from runstream.tools import Tool
+from runstream.vector.base import VectorStore
+from runstream.vector.embedders import Embedder, resolve_embedder
 
 DEFAULT_LAST_MESSAGES = 40
 
@@ -149,7 +166,6 @@ _THREAD_FIELDS: dict[str, Check | None] = {
 }
 _UNSUPPORTED_MEMORY = {
     "messageHistory": "only lastMessages is implemented",
-    "semanticRecall": "semantic recall is not implemented",
     "observationalMemory": "observational memory is not implemented",
     "filterIncompleteToolCalls": "incomplete tool calls are always kept",
     "retainFullInput": "the input is always used in full",
@@ -172,7 +188,12 @@ def _generate_title(where: str, value: Any) -> Any:
     return TitleGeneration.coerce(value, where=where) or False
 
 
+def _semantic_recall(where: str, value: Any) -> Any:
+    return SemanticRecall.coerce(value, where=where) or False
+
+
 _OPTION_FIELDS: dict[str, Check | None] = {
+    "semantic_recall": _semantic_recall,
     "last_messages": _last_messages,
     "read_only": boolean,
     "working_memory": _working_memory,
@@ -200,12 +221,27 @@ class Memory:
     read_only: bool = False
     working_memory: WorkingMemory | None = None
     generate_title: TitleGeneration | None = None
+    semantic_recall: SemanticRecall | None = None
+    """Mastra's ``semanticRecall`` (:mod:`runstream.memory.semantic`): needs an ``embedder``."""
+    vector: VectorStore | None = None
+    """Where messages are embedded for semantic recall; by default a :class:`SqliteVector` in the
+    storage's SQLite file (in memory for an in-memory storage)."""
+    embedder: Embedder | str | None = None
+    """An :class:`~runstream.vector.embedders.Embedder` or a model string
+    (``"openai/text-embedding-3-small"``)."""
+    embedding_queue_limit: int = 10_000
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict, repr=False, compare=False)
+    _shared: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _titles: set[asyncio.Task[None]] = field(default_factory=set, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.working_memory = WorkingMemory.coerce(self.working_memory)
         self.generate_title = TitleGeneration.coerce(self.generate_title, where="generate_title")
+        self.semantic_recall = SemanticRecall.coerce(self.semantic_recall)
+        if self.semantic_recall is not None and self.embedder is None:
+            raise ConfigurationError(
+                "semantic recall needs an embedder: Memory(embedder='openai/text-embedding-3-small', ...)"
+            )
 
     @classmethod
     def coerce(cls, value: Memory | Mapping[str, Any] | bool | None) -> Memory | None:
@@ -231,6 +267,8 @@ class Memory:
             changes["read_only"] = options["read_only"]
         if "generate_title" in options:
             changes["generate_title"] = options["generate_title"] or None
+        if "semantic_recall" in options:
+            changes["semantic_recall"] = options["semantic_recall"] or None
         if "working_memory" in options:
             given = options["working_memory"]
             if isinstance(given, Mapping) and self.working_memory is not None:
@@ -396,17 +434,99 @@ class Memory:
             await asyncio.gather(*list(self._titles), return_exceptions=True)
 
     # -- prompt history ----------------------------------------------------------------------------
-    async def load_prompt(self, scope: MemoryScope) -> list[PromptMessage]:
-        """The last N stored messages of the thread as model-prompt messages."""
+    async def load_prompt(
+        self, scope: MemoryScope, inputs: Sequence[PromptMessage] = ()
+    ) -> list[PromptMessage]:
+        """The last N stored messages of the thread as model-prompt messages; with semantic
+        recall, the messages recalled for the last user message of ``inputs`` too: this
+        thread's among them in time order, other threads' as a system message first."""
         storage, last = self._storage(), self.last_messages
         if last is None:  # the whole thread
             stored = (await storage.list_messages(scope.thread_id)).items
         else:
             stored = await storage.latest_messages(scope.thread_id, last)
         prompt: list[PromptMessage] = []
+        query = query_text(inputs) if self.semantic_recall is not None else None
+        if query:
+            present = {m.id for m in stored}
+            recalled = [m for m in await self._recall(scope, query) if m.id not in present]
+            other = [m for m in recalled if m.thread_id != scope.thread_id]
+            if other:
+                prompt.append({"role": "system", "content": other_threads_message(other, scope.thread_id)})
+            same = [m for m in recalled if m.thread_id == scope.thread_id]
+            if same:
+                stored = sorted([*same, *stored], key=lambda m: m.created_at)
         for message in stored:
             prompt.extend(db_to_prompt(message))
         return prompt
+
+    # -- semantic recall ---------------------------------------------------------------------------
+    def _embedder(self) -> Embedder:
+        embedder = self._shared.get("embedder")
+        if embedder is None or self._shared.get("embedder_source") is not self.embedder:
+            if self.embedder is None:
+                raise ConfigurationError("semantic recall needs an embedder")
+            embedder = self._shared["embedder"] = resolve_embedder(self.embedder)
+            self._shared["embedder_source"] = self.embedder
+        return embedder
+
+    def _vector_store(self) -> VectorStore:
+        """The memory's vector store, or the default one made on first use (closed by :meth:`close`)."""
+        if self.vector is not None:
+            return self.vector
+        made = self._shared.get("vector")
+        if made is None:
+            from runstream.vector.sqlite import SqliteVector
+
+            storage = self._storage()
+            if isinstance(storage, SqliteStorage):
+                made = SqliteVector(storage)
+            elif isinstance(storage, InMemoryStorage):
+                made = SqliteVector(":memory:")
+            else:
+                raise ConfigurationError(
+                    "semantic recall on this storage needs a vector store: Memory(vector=PgVector(...), ...)"
+                )
+            self._shared["vector"] = made
+        return made
+
+    def _queue(self) -> EmbeddingQueue:
+        queue = self._shared.get("queue")
+        if queue is None:
+            queue = self._shared["queue"] = EmbeddingQueue(self.embedding_queue_limit)
+        return queue
+
+    async def _recall(self, scope: MemoryScope, query: str) -> list[StoredMessage]:
+        assert self.semantic_recall is not None
+        return await recall(
+            self._storage(),
+            self._vector_store(),
+            self._embedder(),
+            self.semantic_recall,
+            scope.thread_id,
+            scope.resource_id,
+            query,
+            self._queue().known,
+        )
+
+    def _embed_later(self, messages: Sequence[StoredMessage]) -> None:
+        """Hand saved messages to the embedding queue (never awaited by the turn)."""
+        if self.semantic_recall is None or self.read_only or not messages:
+            return
+        self._queue().put(self._vector_store(), self._embedder(), self.semantic_recall, messages)
+
+    async def flush_embeddings(self) -> None:
+        """Wait until every saved message is embedded (tests, and a clean shutdown)."""
+        queue = self._shared.get("queue")
+        if queue is not None:
+            await queue.flush()
+
+    async def close(self) -> None:
+        """Embed what is waiting, then close the vector store this memory made for itself."""
+        await self.flush_embeddings()
+        made = self._shared.pop("vector", None)
+        if made is not None:
+            await made.close()
 
     async def continuable_message(self, scope: MemoryScope) -> ContinuedMessage | None:
         """The thread's last message if it is an assistant one (a run without input continues it)."""
@@ -475,6 +595,7 @@ class Memory:
             for message, stamp in zip(messages, stamps, strict=True):
                 message.created_at = stamp
             await self._storage().save_messages(messages)
+        self._embed_later(messages)
 
     async def save_message(self, scope: MemoryScope, message_id: str, message: PromptMessage) -> None:
         """Save one input message now, under ``message_id``: a message accepted before its run
@@ -492,6 +613,7 @@ class Memory:
         async with self._lock(scope.thread_id):
             stored.created_at = (await self._next_stamps(scope.thread_id, 1))[0]
             await self._storage().save_messages([stored])
+        self._embed_later([stored])
 
     async def _next_stamps(self, thread_id: str, count: int) -> list[datetime]:
         """``count`` creation times a millisecond apart, after the thread's last message.
@@ -609,6 +731,7 @@ __all__ = [
     "MemoryInput",
     "MemoryScope",
     "MissingStorageError",
+    "SemanticRecall",
     "TitleGeneration",
     "WorkingMemory",
     "memory_options",

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from datetime import datetime
@@ -26,6 +25,7 @@ from typing import Any, Unpack
 
 import aiosqlite
 
+from runstream.storage import _sqlite_driver as _driver
 from runstream.storage import _sqlite_schema as schema
 from runstream.storage._query import (
     SqlParams,
@@ -35,9 +35,9 @@ from runstream.storage._query import (
     check_thread_order_field,
     expired_where,
     latest_messages_sql,
-    neighbour_messages_sql,
     limit_clause,
     make_page,
+    neighbour_messages_sql,
     normalise_statuses,
     order_clause,
     task_where,
@@ -128,7 +128,7 @@ async def _enable_wal(db: aiosqlite.Connection, timeout_ms: int) -> None:
             async with db.execute("PRAGMA journal_mode = WAL") as cursor:
                 await cursor.fetchone()
             return
-        except sqlite3.OperationalError as exc:
+        except _driver.operational_errors() as exc:
             if "locked" not in str(exc) or asyncio.get_running_loop().time() > deadline:
                 raise
             await asyncio.sleep(0.01)
@@ -138,7 +138,7 @@ async def _enable_wal(db: aiosqlite.Connection, timeout_ms: int) -> None:
 def _translate_errors() -> Iterator[None]:
     try:
         yield
-    except sqlite3.Error as exc:
+    except _driver.errors() as exc:
         raise StorageError(f"SQLite error: {exc}") from exc
 
 
@@ -208,7 +208,7 @@ class SqliteStorage:
         if self._closed:
             raise StorageClosedError()
         if self._db is None:
-            db = await aiosqlite.connect(os.fspath(self._path), isolation_level=None)
+            db = await _driver.connect(os.fspath(self._path))
             try:
                 await db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
                 await _enable_wal(db, self._busy_timeout_ms)

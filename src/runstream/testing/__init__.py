@@ -7,7 +7,6 @@ itself also plays raw provider stream parts (the conformance scenario format).
 """
 
 from runstream.testing.embedders import HashEmbedder
-
 from runstream.testing.scripted import RecordedCall, ScriptedError, ScriptedModel
 from runstream.testing.turns import (
     CallError,

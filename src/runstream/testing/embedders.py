@@ -24,7 +24,9 @@ class HashEmbedder(BatchingEmbedder):
     """``HashEmbedder(dimension=256)``: ``await embedder.embed(["text", ...])``."""
 
     def __init__(self, dimension: int = 256, *, max_batch_size: int = 256, ngram: int = 3) -> None:
-        super().__init__(f"hash-{dimension}", dimension=dimension, max_batch_size=max_batch_size, max_retries=0)
+        super().__init__(
+            f"hash-{dimension}", dimension=dimension, max_batch_size=max_batch_size, max_retries=0
+        )
         self.calls: list[list[str]] = []
         """Every batch the embedder was asked to embed (tests read it)."""
         self._size = dimension
@@ -35,7 +37,9 @@ class HashEmbedder(BatchingEmbedder):
         for word in _WORD.findall(text.lower()):
             features = [f"w:{word}"]
             padded = f" {word} "
-            features += [f"g:{padded[i : i + self._ngram]}" for i in range(max(1, len(padded) - self._ngram + 1))]
+            features += [
+                f"g:{padded[i : i + self._ngram]}" for i in range(max(1, len(padded) - self._ngram + 1))
+            ]
             for feature in features:
                 digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
                 number = int.from_bytes(digest, "little")

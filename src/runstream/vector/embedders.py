@@ -93,7 +93,9 @@ class BatchingEmbedder:
                 what=f"embedding call ({self.model_id})",
             )
             if len(answer) != len(batch):
-                raise EmbeddingDimensionError(f"{self.model_id} returned {len(answer)} vectors for {len(batch)} texts")
+                raise EmbeddingDimensionError(
+                    f"{self.model_id} returned {len(answer)} vectors for {len(batch)} texts"
+                )
             for vector in answer:
                 if self.dimension is None:
                     self.dimension = len(vector)
@@ -176,7 +178,8 @@ class GoogleEmbedder(BatchingEmbedder):
             from google.genai import types
 
             client = genai.Client(
-                api_key=api_key, http_options=types.HttpOptions(retry_options=types.HttpRetryOptions(attempts=1))
+                api_key=api_key,
+                http_options=types.HttpOptions(retry_options=types.HttpRetryOptions(attempts=1)),
             )
         self.client = client
 
@@ -185,9 +188,13 @@ class GoogleEmbedder(BatchingEmbedder):
 
         from runstream.models.google import translate_error
 
-        config = types.EmbedContentConfig(output_dimensionality=self._dimensions) if self._dimensions else None
+        config = (
+            types.EmbedContentConfig(output_dimensionality=self._dimensions) if self._dimensions else None
+        )
         try:
-            response = await self.client.aio.models.embed_content(model=self.model_id, contents=texts, config=config)
+            response = await self.client.aio.models.embed_content(
+                model=self.model_id, contents=texts, config=config
+            )
         except Exception as exc:
             raise translate_error(exc) from exc
         return [list(e.values or []) for e in response.embeddings or []]
@@ -205,7 +212,9 @@ class FunctionEmbedder(BatchingEmbedder):
         max_batch_size: int = 100,
         max_retries: int = 0,
     ) -> None:
-        super().__init__(model_id, dimension=dimension, max_batch_size=max_batch_size, max_retries=max_retries)
+        super().__init__(
+            model_id, dimension=dimension, max_batch_size=max_batch_size, max_retries=max_retries
+        )
         self._embed = embed
 
     async def _call(self, texts: list[str]) -> list[list[float]]:
@@ -215,7 +224,9 @@ class FunctionEmbedder(BatchingEmbedder):
 def _key(names: tuple[str, ...], given: str | None, spec: str) -> str:
     key = given or next((os.environ[n] for n in names if os.environ.get(n)), None)
     if not key:
-        raise ConfigurationError(f"{' / '.join(names)} is not set: export it or pass api_key=... for {spec!r}")
+        raise ConfigurationError(
+            f"{' / '.join(names)} is not set: export it or pass api_key=... for {spec!r}"
+        )
     return key
 
 
@@ -250,7 +261,9 @@ def resolve_embedder(spec: str | Embedder, **kw: Any) -> Embedder:
         else:
             kw.setdefault("api_key", KEYLESS)
         return OpenAIEmbedder(model_id, provider=provider, **kw)
-    raise ConfigurationError(f"{provider!r} has no embedding models in runstream (use openai, google or a gateway)")
+    raise ConfigurationError(
+        f"{provider!r} has no embedding models in runstream (use openai, google or a gateway)"
+    )
 
 
 __all__ = [

@@ -12,16 +12,16 @@ metadata filter (compiled to SQL by :mod:`runstream.vector._filter_sql`), keepin
 (``a·q = (|a|² + |q|² - |a-q|²) / 2``), as ``sqlite-vec`` has no dot-product function.
 
 The interpreter's ``sqlite3`` often cannot load extensions (pyenv and some distributions build it
-without); the ``sqlean.py`` package, a ``sqlite3`` with extension loading, is used then.
+without); the ``sqlean.py`` package, a ``sqlite3`` with extension loading, is used then, by the
+storage too (:mod:`runstream.storage._sqlite_driver`: one SQLite library per process).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 from array import array
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +30,7 @@ import aiosqlite
 import orjson
 import sqlite_vec  # type: ignore[import-untyped]
 
+from runstream.storage import _sqlite_driver as _driver
 from runstream.storage.errors import StorageClosedError, StorageError
 from runstream.storage.sqlite import SqliteStorage
 from runstream.vector._filter_sql import SqliteFilter, SqliteParams
@@ -56,35 +57,10 @@ _REGISTRY = """CREATE TABLE IF NOT EXISTS vector_indexes (
 )"""
 
 
-def _sqlite_module() -> Any:
-    """A ``sqlite3`` module whose connections can load ``sqlite-vec``."""
-    probe = sqlite3.connect(":memory:")
-    try:
-        if hasattr(probe, "enable_load_extension"):
-            return sqlite3
-    finally:
-        probe.close()
-    import sqlean  # type: ignore[import-untyped]
-
-    return sqlean
-
-
-def _connector(path: str) -> Callable[[], Any]:
-    module = _sqlite_module()
-
-    def connect() -> Any:
-        db = module.connect(path, isolation_level=None, check_same_thread=False)
-        db.enable_load_extension(True)
-        sqlite_vec.load(db)
-        db.enable_load_extension(False)
-        return db
-
-    return connect
-
-
-def _errors() -> tuple[type[BaseException], ...]:
-    module = _sqlite_module()
-    return (sqlite3.Error, module.Error) if module is not sqlite3 else (sqlite3.Error,)
+def _load_vec(db: Any) -> None:
+    db.enable_load_extension(True)
+    sqlite_vec.load(db)
+    db.enable_load_extension(False)
 
 
 def _blob(vector: list[float]) -> bytes:
@@ -121,14 +97,13 @@ class SqliteVector:
         self._lock = asyncio.Lock()
         self._closed = False
         self._indexes: dict[str, tuple[int, Metric]] = {}
-        self._error_types = _errors()
+        self._error_types = _driver.errors()
 
     async def _connection(self) -> aiosqlite.Connection:
         if self._closed:
             raise StorageClosedError()
         if self._db is None:
-            db = aiosqlite.Connection(_connector(self._path), 64)
-            await db
+            db = await _driver.connect(self._path, setup=_load_vec)
             try:
                 await db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
                 if self._path != ":memory:":
