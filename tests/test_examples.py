@@ -38,3 +38,20 @@ def test_workflow_approval_example_publishes_or_not() -> None:
         run().strip().endswith("result: {'published': True, 'url': 'https://blog.example/rust-in-one-line'}")
     )
     assert run("--reject").strip().endswith("result: {'published': False, 'reason': 'too short'}")
+
+
+def test_rag_example_retrieves_the_right_chunk() -> None:
+    out = subprocess.run(
+        [sys.executable, "examples/rag.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env={k: v for k, v in __import__("os").environ.items() if k != "OPENAI_API_KEY"},
+    ).stdout
+    assert out.splitlines() == [
+        "indexed 4 chunks",
+        "retrieved: Background tasks run tools without blocking the conversation. A task can be cancelled or resumed.",
+        "answer: A background task can be cancelled or resumed.",
+    ]

@@ -332,7 +332,9 @@ def test_producer_mode_needs_a_manager_whose_tasks_run_elsewhere() -> None:
 def test_memory_options_name_unknown_and_unsupported_keys() -> None:
     assert Memory.coerce({"lastMessages": 7}) == Memory(last_messages=7)
     assert Memory.coerce({"lastMessages": False}) == Memory(last_messages=0)
-    with pytest.raises(ValueError, match=r"memory: Mastra's 'observationalMemory' is not supported by runstream"):
+    with pytest.raises(
+        ValueError, match=r"memory: Mastra's 'observationalMemory' is not supported by runstream"
+    ):
         Memory.coerce({"lastMessages": 7, "observationalMemory": True})
     with pytest.raises(ValueError, match="semantic recall needs an embedder"):
         Memory.coerce({"lastMessages": 7, "semanticRecall": True})

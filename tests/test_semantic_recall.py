@@ -47,7 +47,9 @@ def replies(count: int) -> ScriptedModel:
     return ScriptedModel.turns(*[Text(f"reply {i}") for i in range(count)])
 
 
-async def test_thread_scope_recalls_old_messages_with_their_range_before_the_last_messages(tmp_path: Path) -> None:
+async def test_thread_scope_recalls_old_messages_with_their_range_before_the_last_messages(
+    tmp_path: Path,
+) -> None:
     storage = SqliteStorage(tmp_path / "db.sqlite")
     memory = Memory(
         last_messages=2,
@@ -102,7 +104,9 @@ async def test_resource_scope_brings_other_threads_as_one_system_message() -> No
     async with Runstream(agents=[agent]) as runtime:
         await converse(agent, memory, "old", "u1", [TOPICS[0]])
         await converse(agent, memory, "other-user", "u2", ["My cat Tom is grey"])
-        out = await agent.stream("Remind me: what does my cat Tom like?", memory={"thread": "new", "resource": "u1"})
+        out = await agent.stream(
+            "Remind me: what does my cat Tom like?", memory={"thread": "new", "resource": "u1"}
+        )
         await out.get_full_output()
         [hit] = (await runtime.storage.list_messages("old")).items[:1]
     prompt = model.recorded[-1].prompt
@@ -121,7 +125,9 @@ async def test_resource_scope_brings_other_threads_as_one_system_message() -> No
 
 
 async def test_threshold_drops_weak_hits_and_per_call_options_apply() -> None:
-    memory = Memory(last_messages=0, semantic_recall={"threshold": 0.99, "scope": "thread"}, embedder=HashEmbedder())
+    memory = Memory(
+        last_messages=0, semantic_recall={"threshold": 0.99, "scope": "thread"}, embedder=HashEmbedder()
+    )
     model = replies(4)
     agent = Agent("a", model=model, memory=memory)
     async with Runstream(agents=[agent]):
@@ -134,7 +140,10 @@ async def test_threshold_drops_weak_hits_and_per_call_options_apply() -> None:
             "my cat Tom likes the sofa", memory={"thread": "t1", "resource": "u1", "options": options}
         )
         await out.get_full_output()
-        assert texts(model.recorded[-1].prompt) == [("user", TOPICS[0]), ("user", "my cat Tom likes the sofa")]
+        assert texts(model.recorded[-1].prompt) == [
+            ("user", TOPICS[0]),
+            ("user", "my cat Tom likes the sofa"),
+        ]
 
 
 async def test_read_only_memory_embeds_nothing() -> None:
@@ -189,7 +198,9 @@ async def test_the_embedding_queue_is_bounded() -> None:
     vectors = SqliteVector(":memory:")
     config = SemanticRecall()
     messages = [
-        StoredMessage(id=f"m{i}", thread_id="t", resource_id="r", role="user", content={"content": f"text {i}"})
+        StoredMessage(
+            id=f"m{i}", thread_id="t", resource_id="r", role="user", content={"content": f"text {i}"}
+        )
         for i in range(6)
     ]
     try:
