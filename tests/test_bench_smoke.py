@@ -69,3 +69,18 @@ async def test_the_instruction_counts_are_per_unit_and_steady() -> None:
             assert value > 0
             assert abs(second[name][label] - value) <= 0.02 * value, (name, label)  # counted, not timed
     assert first["runstream"]["per token (W1-nosuspend)"] > first["bare"]["per token (W1-nosuspend)"]
+
+
+def test_the_vector_bench_runs() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.bench_vectors", "--sizes", "300", "--queries", "3", "--thread", "60"]
+        + ["--turns", "1", "--no-pg"],
+        cwd=Path(__file__).parent.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert rows[0]["backend"] == "sqlite-vec (exact)" and rows[0]["unfiltered"]["p50_ms"] > 0
+    assert rows[-1]["thread_messages"] == 60 and rows[-1]["turn_ms_with_recall"] > 0

@@ -16,6 +16,7 @@ from runstream.tasks.config import BackgroundTaskConfig
 from runstream.tasks.coordination import TaskManager
 from runstream.tasks.manager import BackgroundTaskManager
 from runstream.tools import Tool
+from runstream.vector.base import VectorStore
 from runstream.workflows import Workflow
 
 
@@ -44,8 +45,12 @@ class Runstream:
         task_manager: TaskManager | None = None,
         durable_runs: DurableRunner | None = None,
         recovery: Mapping[str, Any] | None = None,
+        vectors: Mapping[str, VectorStore] | None = None,
     ) -> None:
         self.storage: Storage = storage if storage is not None else InMemoryStorage()
+        self.vectors: dict[str, VectorStore] = dict(vectors or {})
+        """Vector stores by name (Mastra's ``vectors``): the server's ``/api/vector/:name``
+        routes reach these, and only these; closed with the runtime."""
         config = BackgroundTaskConfig.coerce(background_tasks)
         if task_manager is None and config is not None and config.mode == "producer":
             raise ConfigurationError(
@@ -155,6 +160,8 @@ class Runstream:
             if agent.memory is not None:
                 await agent.memory.wait_for_titles()
                 await agent.memory.close()  # messages waiting to be embedded, then its own vector store
+        for vector in self.vectors.values():
+            await vector.close()
         await self.storage.close()
         self._started = False
 

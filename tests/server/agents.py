@@ -25,6 +25,7 @@ from runstream.models.base import ModelRequest, ModelStream
 from runstream.runtime import Runstream
 from runstream.storage import InMemoryStorage, Storage
 from runstream.testing import ScriptedModel
+from runstream.vector import SqliteVector
 from runstream.workflows import Step, StepContext, Workflow
 
 USAGE = {"inputTokens": 5, "outputTokens": 3, "totalTokens": 8}
@@ -204,4 +205,5 @@ def build_runstream(gates: Gates, storage: Storage | None = None) -> Runstream:
         workflows=build_workflows(gates),
         storage=storage if storage is not None else InMemoryStorage(),
         background_tasks={"enabled": True},
+        vectors={"docs": SqliteVector(":memory:")},
     )

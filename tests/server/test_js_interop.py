@@ -319,3 +319,20 @@ def test_playground_in_chromium(live: Live) -> None:
         assert 0 <= pane["top"] < pane["bottom"] <= viewport["height"], pane
     assert out["plain"] == [["msg user", "hi there"], ["msg assistant", "Hello from runstream!"]]
     assert out["consoleErrors"] == []
+
+
+def test_vectors(live: Live) -> None:
+    out = node(live, "vectors")
+    assert out["created"] == {"success": True} and out["upserted"] == {"ids": ["a", "b", "c"]}
+    assert out["nearest"] == [["a", 1.0], ["c", 0.994]]
+    assert out["filtered"] == [
+        {
+            "id": "c",
+            "metadata": {"n": 3, "topic": "cats"},
+            "vector": [0.8999999761581421, 0.10000000149011612, 0.0],
+        }
+    ]
+    assert out["listed"] is True and out["stores"] == ["docs"]
+    assert out["details"] == {"dimension": 3, "count": 3, "metric": "cosine"}
+    assert out["deleted"] == {"success": True}
+    assert out["afterDelete"]["status"] == 404 and out["badDimension"]["status"] == 400

@@ -499,6 +499,23 @@ ROUTES: dict[tuple[str, str], str] = {
             ("POST", "runs/{id}/cancel"),
         )
     },
+    # vector stores (Runstream(vectors=...)): only registered ones, memory indexes never, confined callers read-only
+    ("GET", "/api/vectors"): "public: the registered stores' names",
+    ("GET", "/api/embedders"): "public: a constant list of embedding models",
+    **{
+        (
+            method,
+            f"/api/vector/{{id}}/{tail}",
+        ): "test_vector_api.py::test_only_registered_stores_and_no_memory_index_are_reachable"
+        for method, tail in (
+            ("POST", "create-index"),
+            ("POST", "upsert"),
+            ("POST", "query"),
+            ("GET", "indexes"),
+            ("GET", "indexes/{id}"),
+            ("DELETE", "indexes/{id}"),
+        )
+    },
     # other front ends, pages
     ("POST", "/chat/{id}"): "test_ui_stream.py::test_chat_with_memory_runs_only_the_new_messages",
     ("GET", "/chat/{id}/{id}/stream"): "test_ui_stream.py::test_a_chat_stream_resumes_only_for_its_owner",

@@ -32,6 +32,7 @@ from runstream.server.studio import ROOT_PATH, StudioRoutes, root_route
 from runstream.server.tasks_api import TaskRoutes
 from runstream.server.threads import ThreadRoutes
 from runstream.server.ui_stream import ChatRoutes
+from runstream.server.vectors_api import VectorRoutes
 from runstream.server.workflows_api import WorkflowRoutes
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -79,6 +80,7 @@ def create_app(
         *MemoryRoutes(ctx).routes(),
         *TaskRoutes(ctx).routes(),
         *WorkflowRoutes(ctx).routes(),
+        *VectorRoutes(ctx).routes(),
     ]
 
     @asynccontextmanager

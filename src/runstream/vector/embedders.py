@@ -28,7 +28,6 @@ KNOWN_DIMENSIONS = {
     "text-embedding-3-small": 1536,
     "text-embedding-3-large": 3072,
     "text-embedding-ada-002": 1536,
-    "gemini-embedding-001": 3072,
     "text-embedding-004": 768,
 }
 MAX_TEXT_LENGTH = 100_000
