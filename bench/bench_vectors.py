@@ -97,7 +97,7 @@ async def time_queries(
 
 
 async def bench_stores(
-    sizes: list[int], dimension: int, queries: int, pg_url: str | None
+    sizes: list[int], dimension: int, queries: int, pg_url: str | None, *, pg: bool = True
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:

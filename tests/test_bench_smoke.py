@@ -73,8 +73,20 @@ async def test_the_instruction_counts_are_per_unit_and_steady() -> None:
 
 def test_the_vector_bench_runs() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "bench.bench_vectors", "--sizes", "300", "--queries", "3", "--thread", "60"]
-        + ["--turns", "1", "--no-pg"],
+        [
+            sys.executable,
+            "-m",
+            "bench.bench_vectors",
+            "--sizes",
+            "300",
+            "--queries",
+            "3",
+            "--thread",
+            "60",
+            "--turns",
+            "1",
+            "--no-pg",
+        ],
         cwd=Path(__file__).parent.parent,
         capture_output=True,
         text=True,
