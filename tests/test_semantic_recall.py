@@ -4,12 +4,16 @@ recalled by similarity with their neighbours, placed in the prompt as Mastra pla
 from __future__ import annotations
 
 import asyncio
+import io
+import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from runstream import Agent
+from runstream.conformance.runner import ScenarioRunner
 from runstream.errors import ConfigurationError, InvalidInputError
 from runstream.memory import Memory, SemanticRecall
 from runstream.memory.semantic import EmbeddingQueue, other_threads_message
@@ -227,3 +231,35 @@ def test_settings_are_checked() -> None:
         SemanticRecall.coerce({"topk": 3})
     assert SemanticRecall.coerce({"messageRange": {"before": 2}}) == SemanticRecall(before=2, after=0)
     assert InMemoryStorage  # the default runtime storage works too (see the tests above)
+
+
+# -- against the real Mastra ----------------------------------------------------------------------
+
+EXTRA = Path(__file__).parent / "conformance_extra"
+_WHEN = re.compile(r"(the following messages are from )\d{4}, \w{3}, \d{1,2}|( at )\d{1,2}:\d{2} [AP]M")
+
+
+def _normalised(prompt: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Role and text of each message; dates and times (the recording's clock) left out."""
+    return [
+        (role, _WHEN.sub(lambda m: (m.group(1) or m.group(2)) + "<when>", text))
+        for role, text in texts(prompt)
+    ]
+
+
+@pytest.mark.parametrize("name", ["x-sr01-semantic-recall-thread", "x-sr02-semantic-recall-resource"])
+async def test_every_prompt_matches_the_recorded_mastra_calls(name: str) -> None:
+    """The scenarios recorded from Mastra 1.71 (LibSQLVector, the same deterministic embedder,
+    tests/conformance_extra/mastra-runner-semantic-recall.patch): each model call's prompt,
+    recalled messages and their placement included, equals Mastra's (the chunk streams match at
+    level 2 in test_conformance_extra.py)."""
+    scenario = json.loads((EXTRA / "scenarios" / f"{name}.json").read_text())
+    meta = json.loads((EXTRA / "golden" / f"{name}.meta.json").read_text())
+    runner = ScenarioRunner(scenario, io.StringIO())
+    await runner.run()
+    model = runner.runtime.agents[scenario["agent"]["id"]].model
+    assert isinstance(model, ScriptedModel)
+    expected = meta["modelCalls"]["main"]
+    assert len(model.recorded) == len(expected)
+    for got, want in zip(model.recorded, expected, strict=True):
+        assert _normalised(got.prompt) == _normalised(want["prompt"]), f"call {got.index}"

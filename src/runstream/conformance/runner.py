@@ -23,12 +23,14 @@ from runstream.conformance.behavior import RuleProcessor, StreamWriter, ToolExec
 from runstream.conformance.temporal import temporal_task_manager
 from runstream.conformance.workflow_runner import build_workflow, run_workflow_scenario
 from runstream.goals import DEFAULT_MAX_RUNS, GoalConfig
+from runstream.memory import Memory, memory_options
 from runstream.output import RunOutput
 from runstream.runtime import Runstream
 from runstream.scoring import ScoreInput, Scorer, TaskCompletion
 from runstream.stop_conditions import StopCondition, has_tool_call, step_count_is
 from runstream.storage import InMemoryStorage, SqliteStorage, Storage, TaskFilter
 from runstream.tasks.config import BackgroundTaskConfig
+from runstream.testing.embedders import HashEmbedder
 from runstream.testing.scripted import ScriptedModel
 
 RESUME_WAIT_MS = 30_000
@@ -111,12 +113,22 @@ def build_agent(scenario: Mapping[str, Any], log: ToolExecutionLog) -> Agent:
         tool_choice=spec.get("toolChoice"),
         structured_output=spec.get("structuredOutput"),
         output_processors=[RuleProcessor(p) for p in spec.get("outputProcessors", [])],
-        memory=spec.get("memory"),
+        memory=_memory(spec.get("memory")),
         background_tasks=spec.get("backgroundTasks"),
         goal=_goal_config(spec.get("goal")),
         is_task_complete=_task_completion(spec.get("isTaskComplete")),
         durable=bool(spec.get("durable", False)),
     )
+
+
+def _memory(spec: Any) -> Any:
+    """The agent's memory; with ``semanticRecall``, on the deterministic ``HashEmbedder`` (the
+    reference runner's copy embeds with the same vectors) and the default vector store."""
+    if not isinstance(spec, Mapping) or not spec.get("semanticRecall"):
+        return spec
+    options = dict(spec)
+    dimension = options.pop("embedderDimension", 256)
+    return Memory(embedder=HashEmbedder(dimension)).with_options(memory_options(options, where="memory"))
 
 
 def _goal_config(spec: Mapping[str, Any] | None) -> GoalConfig | None:
@@ -268,6 +280,8 @@ class ScenarioRunner:
             deferred = await self._consume(out, "run", actions, controller.abort, run.get("abortAfterChunks"))
             if run.get("settleMs"):
                 await asyncio.sleep(run["settleMs"] / 1000)
+            if isinstance(agent.memory, Memory):  # Mastra embeds before the run ends; runstream after
+                await agent.memory.flush_embeddings()
             # After the stream closed (and settled), as the reference runner does: the chunk-triggered
             # approve/decline/resumeStream actions, then the {"end": true} ones, each after its delay.
             for action in deferred + [a for a in actions if a.spec["on"].get("end")]:

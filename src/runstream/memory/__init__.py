@@ -458,6 +458,11 @@ class Memory:
                 stored = sorted([*same, *stored], key=lambda m: m.created_at)
         for message in stored:
             prompt.extend(db_to_prompt(message))
+        first = next((m for m in prompt if m["role"] != "system"), None)
+        if first is not None and first["role"] == "assistant":
+            # Mastra's provider-compat rule: the first non-system message must be the user's
+            at = prompt.index(first)
+            prompt.insert(at, {"role": "user", "content": [{"type": "text", "text": "."}]})
         return prompt
 
     # -- semantic recall ---------------------------------------------------------------------------

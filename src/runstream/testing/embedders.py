@@ -2,8 +2,10 @@
 
 :class:`HashEmbedder` maps a text to a fixed-size vector by feature hashing: every lowercased
 word and every character trigram of each word (padded with spaces) adds ``±1`` at a position
-given by a BLAKE2 hash of the feature (the sign from the same hash), and the vector is scaled to
-unit length. Texts that share words and word pieces get a high cosine similarity ("cats" is near
+given by a hash of the feature (the first 8 bytes of its SHA-256, little-endian: the bucket is
+that number modulo the dimension, the sign its top bit), and the vector is scaled to unit
+length. The conformance runner's copy (``tests/conformance_extra/mastra-runner-semantic-recall.patch``)
+computes the same vectors in JavaScript, so Mastra and runstream recall the same messages. Texts that share words and word pieces get a high cosine similarity ("cats" is near
 "cat", "Paris" near "paris"), the same text always the same vector, on every machine. Good for
 tests, demos and examples; not a language model (synonyms are not near).
 """
@@ -41,8 +43,7 @@ class HashEmbedder(BatchingEmbedder):
                 f"g:{padded[i : i + self._ngram]}" for i in range(max(1, len(padded) - self._ngram + 1))
             ]
             for feature in features:
-                digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
-                number = int.from_bytes(digest, "little")
+                number = int.from_bytes(hashlib.sha256(feature.encode()).digest()[:8], "little")
                 values[number % self._size] += 1.0 if number >> 63 else -1.0
         norm = math.sqrt(sum(v * v for v in values))
         return [v / norm for v in values] if norm else values
