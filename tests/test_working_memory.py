@@ -289,7 +289,9 @@ async def test_per_call_options_apply_over_the_agents_memory() -> None:
     await collect(agent.stream("first", memory={"thread": "t1", "resource": "u1"}))
     options = {"lastMessages": 1, "workingMemory": {"enabled": True, "scope": "thread"}}
     await collect(agent.stream("second", memory={"thread": "t1", "resource": "u1", "options": options}))
-    assert [m["role"] for m in model.recorded[1].prompt] == ["system", "assistant", "user"]
+    # one message of history, the assistant's: Mastra's placeholder user "." opens it (x-sr01)
+    assert [m["role"] for m in model.recorded[1].prompt] == ["system", "user", "assistant", "user"]
+    assert model.recorded[1].prompt[1]["content"] == [{"type": "text", "text": "."}]
     assert model.recorded[1].tools == ["updateWorkingMemory"]
     await collect(agent.stream("third", memory={"thread": "t1", "resource": "u1"}))
     assert model.recorded[2].tools == [] and len(model.recorded[2].prompt) == 5  # the agent's own again
