@@ -224,6 +224,7 @@ class ResponsesMapper:
 
     __slots__ = (
         "_annotations",
+        "_by_item",
         "_finish",
         "_function_call",
         "_ids",
@@ -244,6 +245,7 @@ class ResponsesMapper:
         self._vendor = vendor
         self._finish: StreamPart | None = None
         self._ids: dict[int, str] = {}  # output_index -> the id its message/reasoning item opened with
+        self._by_item: dict[str, str] = {}  # item id seen in an event -> that part id (one lookup per delta)
         self._tools: dict[int, list[Any]] = {}  # output_index -> [call id, tool name, container id]
         self._reasoning: dict[int, list[Any]] = {}  # output_index -> [encrypted content, {index: state}]
         self._annotations: list[Any] = []
@@ -256,13 +258,9 @@ class ResponsesMapper:
     def map(self, event: Any) -> list[StreamPart]:
         kind = event.type
         if kind == "response.output_text.delta":
-            return [
-                {
-                    "type": "text-delta",
-                    "id": self._ids.get(event.output_index, event.item_id),
-                    "delta": event.delta,
-                }
-            ]
+            item_id = event.item_id
+            part_id = self._by_item.get(item_id) or self._part_id(event.output_index, item_id)
+            return [{"type": "text-delta", "id": part_id, "delta": event.delta}]
         handler = _HANDLERS.get(kind)
         return [] if handler is None else handler(self, event)
 
@@ -271,13 +269,19 @@ class ResponsesMapper:
             return self._finish_part(None, "other", None)
         return self._finish
 
+    def _part_id(self, index: int, item_id: str) -> str:
+        """The part id of an event's item: the id its output item opened with, whatever id a
+        gateway gives the item in later events."""
+        part_id = self._by_item[item_id] = self._ids.get(index, item_id)
+        return part_id
+
     def _meta(self, **values: Any) -> dict[str, Any]:
         return {self._vendor: values}
 
     # ----------------------------------------------------------------- text and reasoning
 
     def _summary_delta(self, event: Any) -> list[StreamPart]:
-        base = self._ids.get(event.output_index, event.item_id)
+        base = self._by_item.get(event.item_id) or self._part_id(event.output_index, event.item_id)
         return [
             {
                 "type": "reasoning-delta",
@@ -292,7 +296,7 @@ class ResponsesMapper:
         state = self._reasoning.get(event.output_index)
         if index == 0 or state is None:
             return []  # the first part opened with its item
-        base = self._ids.get(event.output_index, event.item_id)
+        base = self._by_item.get(event.item_id) or self._part_id(event.output_index, event.item_id)
         parts: list[StreamPart] = []
         status: dict[int, str] = state[1]
         for open_index, value in status.items():
@@ -318,7 +322,7 @@ class ResponsesMapper:
             state[1][event.summary_index] = "can-conclude"
             return []
         state[1][event.summary_index] = "concluded"
-        base = self._ids.get(event.output_index, event.item_id)
+        base = self._by_item.get(event.item_id) or self._part_id(event.output_index, event.item_id)
         meta = self._meta(itemId=event.item_id)
         return [{"type": "reasoning-end", "id": f"{base}:{event.summary_index}", "providerMetadata": meta}]
 
