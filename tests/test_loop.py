@@ -8,7 +8,16 @@ from typing import Any
 
 import pytest
 
-from runstream import AbortController, AbortError, Agent, ProcessorContext, RunNotFoundError, StepView, tool
+from runstream import (
+    AbortController,
+    AbortError,
+    Agent,
+    ProcessorContext,
+    RunFailedError,
+    RunNotFoundError,
+    StepView,
+    tool,
+)
 from runstream.chunks import AnyChunk, DataChunk
 from runstream.models.base import StreamPart
 from runstream.output import RunOutput
@@ -302,7 +311,9 @@ async def test_model_error_part() -> None:
         "message": "overloaded",
         "name": "APICallError",
     }
-    assert await out.finish_reason == "error"
+    assert out.state.finish_reason == "error"
+    with pytest.raises(RunFailedError, match="overloaded"):  # awaited, the run's error is raised
+        await out.finish_reason
 
 
 async def test_model_call_raising() -> None:

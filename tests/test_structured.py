@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from runstream import Agent, StructuredOutput, StructuredOutputError
+from runstream import Agent, RunFailedError, StructuredOutput, StructuredOutputError
 from runstream.chunks import AnyChunk, ObjectChunk, ObjectResultChunk
 from runstream.memory import Memory
 from runstream.models.base import StreamPart
@@ -175,7 +175,9 @@ async def test_invalid_final_object_gives_error_then_finish(deltas: list[str], m
     assert chunks[-1].payload["stepResult"]["reason"] == "error"
     assert out.status == "failed"
     assert out.error is error
-    assert await out.object is None
+    with pytest.raises(RunFailedError) as caught:
+        await out.object
+    assert caught.value.cause is error and out.state.object is None
 
 
 def test_coerce_rejects_an_invalid_schema() -> None:

@@ -36,7 +36,7 @@ async def run(model: Any, prompt: str = "Weather in Paris?") -> tuple[list[AnyCh
     agent = Agent("weather", model=model, tools=[get_weather])
     out = await agent.stream(prompt)
     chunks = [chunk async for chunk in out.full_stream]
-    return chunks, await out.text
+    return chunks, out.state.text  # (``await out.text`` raises for a failed run)
 
 
 def types(chunks: list[AnyChunk]) -> list[str]:

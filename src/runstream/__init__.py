@@ -7,6 +7,10 @@ with an underscore (``runstream._loop``, ``runstream._run_state``, ...) are inte
 they may change in any release.
 """
 
+import logging
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
 from runstream.abort import AbortController, AbortError, AbortSignal
 from runstream.agent import Agent, RunNotFoundError, client_tool
 from runstream.chunks import AgentChunk, Chunk, DataChunk, StreamChunk, UnknownChunk, chunk_from_wire, dumps
@@ -16,6 +20,7 @@ from runstream.errors import (
     InvalidInputError,
     InvalidTypeError,
     NotFoundError,
+    RunFailedError,
     RunstreamError,
     StateConflictError,
 )
@@ -29,6 +34,15 @@ from runstream.runtime import Runstream
 from runstream.storage import InMemoryStorage, SqliteStorage, Storage
 from runstream.structured import StructuredOutput, StructuredOutputError
 from runstream.tools import BackgroundToolConfig, Tool, ToolContext, ToolWriter, tool
+
+try:
+    __version__ = _version("runstream")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
+
+# A library logs, the application decides where to (``logging.basicConfig()`` shows it all):
+# model errors and task failures at ERROR, tool exceptions and task retries at WARNING.
+logging.getLogger("runstream").addHandler(logging.NullHandler())
 
 __all__ = [
     "AbortController",
@@ -53,6 +67,7 @@ __all__ = [
     "NotFoundError",
     "ProcessorContext",
     "RequestContext",
+    "RunFailedError",
     "RunNotFoundError",
     "RunOptions",
     "RunOutput",
@@ -71,6 +86,7 @@ __all__ = [
     "ToolWriter",
     "TripWire",
     "UnknownChunk",
+    "__version__",
     "chunk_from_wire",
     "client_tool",
     "dumps",

@@ -15,6 +15,7 @@ the ``tool-call-approval`` / ``tool-call-suspended`` chunk and leaves a
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -63,6 +64,8 @@ from runstream.output import SUB_STREAM, PartSource, SubStream
 from runstream.processors import ProcessorContext, StepView, TripWire, run_step_processors
 from runstream.stop_conditions import should_stop
 from runstream.structured import NO_OBJECT, StructuredOutput
+
+logger = logging.getLogger("runstream.run")
 
 _GOES_ON = frozenset({"other", "tool-calls"})
 """Reasons a step without calls to run ends with and the loop still goes on after."""
@@ -276,6 +279,7 @@ async def _checked_model_step(cfg: LoopConfig, state: RunState, turn: Turn, step
             return
         if outcome.error is not None:  # errorStrategy strict
             state.error = outcome.error
+            logger.error("run %s: structured output failed: %s", state.run_id, outcome.error)
             yield ErrorChunk(state.run_id, {"type": "error", "error": outcome.error})
             yield Failed(_record(state, step, content, "error"))
             return
@@ -331,6 +335,14 @@ async def _failed_step(
     """The model call failed: the tools it did call still run (as in Mastra), then the run ends."""
     assert step.error is not None
     state.error = step.error
+    logger.error(
+        "run %s: the model call failed (%s/%s): %s: %s",
+        state.run_id,
+        cfg.model.provider,
+        cfg.model.model_id,
+        type(step.error).__name__,
+        step.error,
+    )
     yield ErrorChunk(state.run_id, {"type": "error", "error": step.error})
     if content:
         state.messages.append({"role": "assistant", "content": list(content)})
@@ -372,6 +384,14 @@ async def _review_step(
             yield Tripwire(trip.payload(), record)
             return
         state.processor_retry_count += 1
+        logger.info(
+            "run %s: processor %s asked for a retry (%d/%d): %s",
+            state.run_id,
+            trip.processor_id,
+            state.processor_retry_count,
+            cfg.max_processor_retries,
+            trip.reason,
+        )
         _set_retry_count(contexts, state.processor_retry_count)
         feedback = (
             "[Processor Feedback] Your previous response was not accepted: "

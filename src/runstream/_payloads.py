@@ -346,4 +346,16 @@ class TaskResumedPayload(TaskEventPayload):
     args: dict[str, Any]
 
 
+class Usage(TypedDict):
+    """Token usage (``await out.usage``): the three counts always, the others when the provider
+    reports them."""
+
+    inputTokens: int
+    outputTokens: int
+    totalTokens: int
+    reasoningTokens: NotRequired[int]
+    cachedInputTokens: NotRequired[int]
+    cacheCreationInputTokens: NotRequired[int]
+
+
 OpenPayload = dict[str, Any]

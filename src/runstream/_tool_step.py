@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection, Coroutine
 from functools import partial
@@ -45,6 +46,8 @@ from runstream.tools import (
     draft07_schema_json,
     resume_schema_json,
 )
+
+logger = logging.getLogger("runstream.tools")
 
 TOOL_ABORT_GRACE_S = 1.0
 """How long an aborted run's tools may take to end on their own before they are cancelled."""
@@ -224,6 +227,7 @@ async def _run_calls(
             resume_data = pending.resume_data.get(call.tool_call_id)
             outcome = await _limited(slots, execute_call(cfg, state, call, emit, resume_data))
         except Exception as exc:  # a bug below: the call still gets an outcome, the run goes on
+            logger.error("tool call %s failed outside its tool", call.tool_call_id, exc_info=exc)
             outcome = ToolOutcome(call, "error", exc)
         finally:
             emit(None)
@@ -518,6 +522,7 @@ async def run_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext, call: Too
         raise
     except Exception as exc:
         if not ctx.suspended:
+            logger.warning("tool %s (call %s) raised", tool.name, call.tool_call_id, exc_info=exc)
             return ToolOutcome(call, "error", ToolExecutionError.wrapping(exc))
     else:
         if not ctx.suspended:

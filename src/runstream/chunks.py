@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from datetime import datetime
 from functools import cache
 from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
@@ -147,6 +148,9 @@ from runstream._payloads import (
     TripwirePayload as TripwirePayload,
 )
 from runstream._payloads import (
+    Usage as Usage,
+)
+from runstream._payloads import (
     WatchPayload as WatchPayload,
 )
 from runstream.errors import InvalidInputError, RunstreamError
@@ -203,10 +207,14 @@ class Chunk(Generic[P]):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _chunk(type_: str, payload: Any) -> Any:
-    """Class decorator setting a chunk class's wire type and payload type."""
+C = TypeVar("C", bound="type[Chunk[Any]]")
 
-    def register(cls: type[Chunk[Any]]) -> type[Chunk[Any]]:
+
+def _chunk(type_: str, payload: Any) -> Callable[[C], C]:
+    """Class decorator setting a chunk class's wire type and payload type (typed to return the
+    class itself, so that type checkers see each chunk class as it is declared)."""
+
+    def register(cls: C) -> C:
         cls.TYPE = type_
         cls.PAYLOAD = payload
         CHUNK_CLASSES[type_] = cls

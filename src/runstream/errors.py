@@ -40,3 +40,20 @@ class ConfigurationError(InvalidInputError):
 
 class ConfigurationTypeError(ConfigurationError, InvalidTypeError):
     """A :class:`ConfigurationError` about a value of the wrong type (also a ``TypeError``)."""
+
+
+class RunFailedError(RunstreamError):
+    """A run ended with an error (the model call failed, a tool step broke the loop, structured
+    output could not be parsed under ``errorStrategy: "strict"``). Raised where a Python caller
+    waits for the run's result: ``await out.text`` and the other awaitable aggregates,
+    ``agent.generate()``, and the end of ``out.text_stream``. ``full_stream`` is not affected: it
+    carries Mastra's ``error`` chunk and ends with ``finish`` as always.
+
+    ``cause`` (also ``__cause__``) is the run's own error, e.g. a
+    :class:`runstream.models.ModelCallError` with the provider's status code."""
+
+    def __init__(self, run_id: str, cause: BaseException) -> None:
+        super().__init__(f"run {run_id} failed: {type(cause).__name__}: {cause}")
+        self.run_id = run_id
+        self.cause = cause
+        self.__cause__ = cause

@@ -14,20 +14,32 @@ else does, then read the run's state.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
+import logging
+import warnings
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Generator
 from types import AsyncGeneratorType
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
-from runstream._run_state import RunState
+from runstream._run_state import RunState, StepRecord
 from runstream.abort import AbortController, AbortSignal
 from runstream.chunks import (
+    AgentChunk,
     AnyChunk,
     ChunkFrom,
+    FileChunk,
     ObjectChunk,
     ReasoningDeltaChunk,
+    SourceChunk,
     TextDeltaChunk,
+    ToolCallChunk,
+    ToolResultChunk,
     TripwirePayload,
+    Usage,
 )
+from runstream.errors import RunFailedError
+
+logger = logging.getLogger("runstream.run")
+T = TypeVar("T")
 
 SubStream = AsyncGenerator[AnyChunk, None]
 """A part of a stream handed over whole, as one of its items: ``RunOutput`` pulls from it until
@@ -145,9 +157,14 @@ class RunOutput:
 
     # -- streams --------------------------------------------------------------------------------
     @property
-    def full_stream(self) -> AsyncIterator[AnyChunk]:
-        """Every chunk of the run, from the first one."""
-        return self._iterate()
+    def full_stream(self) -> AsyncIterator[AgentChunk]:
+        """Every chunk of the run, from the first one.
+
+        Typed as the closed union :data:`runstream.chunks.AgentChunk`, so that
+        ``if chunk.type == "text-delta":`` narrows ``chunk.payload`` to a ``TextDeltaPayload``.
+        A tool's custom ``data-*`` chunks (``ctx.writer.custom``) come as
+        :class:`runstream.chunks.DataChunk` too: test for them with ``isinstance``."""
+        return cast("AsyncIterator[AgentChunk]", self._iterate())
 
     async def _iterate(self) -> AsyncIterator[AnyChunk]:
         buffer = self._buffer
@@ -338,6 +355,7 @@ class RunOutput:
             async for chunk in self._iterate():
                 if chunk.type == "text-delta":
                     yield chunk.payload["text"]
+            self.raise_if_failed()
 
         return texts()
 
@@ -362,72 +380,85 @@ class RunOutput:
         async for _ in self._iterate():
             pass
 
-    def _after(self, read: Callable[[], Any]) -> Coroutine[Any, Any, Any]:
-        async def wait() -> Any:
+    def raise_if_failed(self) -> None:
+        """Raise :class:`RunFailedError` (its cause: the run's error) if the run failed."""
+        state = self.state
+        if state.status == "failed" and state.error is not None:
+            raise RunFailedError(state.run_id, state.error)
+
+    def _after(self, read: Callable[[], T], name: str) -> Aggregate[T]:
+        async def wait() -> T:
             await self.consume()
+            self.raise_if_failed()
             return read()
 
-        return wait()
+        return Aggregate(wait, name)
 
     # -- aggregates (awaitables, like Mastra's promise getters) -----------------------------------
     @property
-    def text(self) -> Awaitable[str]:
-        return self._after(lambda: self.state.text)
+    def text(self) -> Aggregate[str]:
+        return self._after(lambda: self.state.text, "text")
 
     @property
-    def reasoning_text(self) -> Awaitable[str]:
-        return self._after(lambda: "".join(self.state.reasoning))
+    def reasoning_text(self) -> Aggregate[str]:
+        return self._after(lambda: "".join(self.state.reasoning), "reasoning_text")
 
     @property
-    def tool_calls(self) -> Awaitable[list[AnyChunk]]:
-        return self._after(lambda: list(self.state.tool_calls))
+    def tool_calls(self) -> Aggregate[list[ToolCallChunk]]:
+        """The model's tool calls, every step."""
+        return self._after(lambda: cast("list[ToolCallChunk]", list(self.state.tool_calls)), "tool_calls")
 
     @property
-    def tool_results(self) -> Awaitable[list[AnyChunk]]:
-        return self._after(lambda: list(self.state.tool_results))
+    def tool_results(self) -> Aggregate[list[ToolResultChunk]]:
+        """The tools' results (a failed call is a ``tool-error`` chunk of the stream, not here)."""
+        return self._after(
+            lambda: cast("list[ToolResultChunk]", list(self.state.tool_results)), "tool_results"
+        )
 
     @property
-    def sources(self) -> Awaitable[list[AnyChunk]]:
-        return self._after(lambda: list(self.state.sources))
+    def sources(self) -> Aggregate[list[SourceChunk]]:
+        return self._after(lambda: cast("list[SourceChunk]", list(self.state.sources)), "sources")
 
     @property
-    def files(self) -> Awaitable[list[AnyChunk]]:
-        return self._after(lambda: list(self.state.files))
+    def files(self) -> Aggregate[list[FileChunk]]:
+        return self._after(lambda: cast("list[FileChunk]", list(self.state.files)), "files")
 
     @property
-    def finish_reason(self) -> Awaitable[str | None]:
-        return self._after(lambda: self.state.finish_reason)
+    def finish_reason(self) -> Aggregate[str | None]:
+        return self._after(lambda: self.state.finish_reason, "finish_reason")
 
     @property
-    def usage(self) -> Awaitable[dict[str, Any]]:
+    def usage(self) -> Aggregate[Usage]:
         """Token usage summed over all steps (``totalUsage`` in Mastra)."""
-        return self._after(self._usage)
+        return self._after(self._usage, "usage")
 
     total_usage = usage
 
     @property
-    def steps(self) -> Awaitable[list[dict[str, Any]]]:
-        return self._after(lambda: list(self.state.steps))
+    def steps(self) -> Aggregate[list[StepRecord]]:
+        return self._after(lambda: list(self.state.steps), "steps")
 
     @property
-    def object(self) -> Awaitable[Any]:
-        return self._after(lambda: self.state.object)
+    def object(self) -> Aggregate[Any]:
+        return self._after(lambda: self.state.object, "object")
 
     @property
-    def messages(self) -> Awaitable[list[dict[str, Any]]]:
+    def messages(self) -> Aggregate[list[dict[str, Any]]]:
         """The response messages of this run (assistant and tool messages)."""
-        return self._after(lambda: list(self.state.response_messages))
+        return self._after(lambda: list(self.state.response_messages), "messages")
 
     @property
-    def suspend_payload(self) -> Awaitable[Any]:
-        return self._after(lambda: self.state.suspend_payload)
+    def suspend_payload(self) -> Aggregate[Any]:
+        return self._after(lambda: self.state.suspend_payload, "suspend_payload")
 
-    def _usage(self) -> dict[str, Any]:
-        return total_usage(self.state)
+    def _usage(self) -> Usage:
+        return cast(Usage, total_usage(self.state))
 
     async def get_full_output(self) -> dict[str, Any]:
-        """Everything at once, after the run ends."""
+        """Everything at once, after the run ends; a failed run raises :class:`RunFailedError`
+        (as Mastra's ``getFullOutput()`` rejects)."""
         await self.consume()
+        self.raise_if_failed()
         return full_output(self.state)
 
     # -- synchronous state ------------------------------------------------------------------------
@@ -442,6 +473,47 @@ class RunOutput:
     @property
     def tripwire(self) -> TripwirePayload | None:
         return self.state.tripwire
+
+
+class Aggregate(Coroutine[Any, Any, T], Generic[T]):
+    """An awaitable aggregate of a run (``out.text``, ``out.usage`` …): a coroutine made when
+    awaited. Printed without ``await`` it says so (and warns) instead of showing
+    ``<coroutine object ...>``; never awaited, it does not warn at garbage collection."""
+
+    __slots__ = ("_coro", "_make", "_name")
+
+    def __init__(self, make: Callable[[], Coroutine[Any, Any, T]], name: str) -> None:
+        self._make = make
+        self._name = name
+        self._coro: Coroutine[Any, Any, T] | None = None
+
+    def _inner(self) -> Coroutine[Any, Any, T]:
+        if self._coro is None:
+            self._coro = self._make()
+        return self._coro
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._inner().__await__()
+
+    def send(self, value: Any) -> Any:
+        return self._inner().send(value)
+
+    def throw(self, *args: Any) -> Any:
+        return self._inner().throw(*args)
+
+    def close(self) -> None:
+        if self._coro is not None:
+            self._coro.close()
+
+    def __repr__(self) -> str:
+        warnings.warn(
+            f"out.{self._name} is awaitable: use `await out.{self._name}` to get its value",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return f"<runstream aggregate out.{self._name}: not awaited, use `await out.{self._name}`>"
+
+    __str__ = __repr__
 
 
 def total_usage(state: RunState) -> dict[str, Any]:

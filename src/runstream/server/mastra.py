@@ -25,6 +25,7 @@ from runstream.agent import Agent, RunNotFoundError
 from runstream.errors import InvalidInputError, StateConflictError
 from runstream.memory import MemoryScope
 from runstream.output import RunOutput
+from runstream.output import full_output as output_full_output
 from runstream.request_context import RequestContext
 from runstream.server.auth import Principal, principal_of
 from runstream.server.body import StreamRequest, parse_stream_body, resume_options, trusted_options
@@ -175,7 +176,7 @@ async def full_output(run: Run) -> dict[str, Any]:
     """Mastra's ``generate`` response, with ChunkType-style ``toolCalls`` (client-js reads ``payload``)."""
     out = run.out
     await out.consume()
-    full = await out.get_full_output()
+    full = output_full_output(out.state)  # a failed run's error is in the body, as Mastra's server sends it
     state = out.state
     full["toolCalls"] = [chunk.to_wire() for chunk in state.tool_calls]
     full["toolResults"] = [chunk.to_wire() for chunk in state.tool_results]

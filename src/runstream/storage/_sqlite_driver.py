@@ -12,6 +12,8 @@ not a database").
 from __future__ import annotations
 
 import sqlite3
+import threading
+import weakref
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -55,4 +57,28 @@ def connect(path: str, *, setup: Callable[[Any], None] | None = None) -> aiosqli
             setup(db)
         return db
 
-    return aiosqlite.Connection(connector, 64)
+    connection = aiosqlite.Connection(connector, 64)
+    _stop_at_exit(connection)
+    return connection
+
+
+def _stop_at_exit(db: aiosqlite.Connection) -> None:
+    """Let the interpreter exit although the connection was never closed.
+
+    aiosqlite runs each connection in a (non-daemon) thread that only ``close()`` ends, and the
+    interpreter waits for such threads before it exits: a storage used without
+    ``async with Runstream(...)`` or ``await storage.close()`` (``Memory(storage=SqliteStorage(...))``
+    in a script) hung the process at exit. This stops the thread (closing the SQLite connection
+    in it: every transaction was committed already) from the hook the interpreter runs just
+    before it waits for threads, the one ``concurrent.futures`` uses for its workers.
+    """
+    ref = weakref.ref(db)
+
+    def stop() -> None:
+        conn = ref()
+        if conn is not None:  # (a closed one's thread has ended: the request goes unread)
+            conn.stop()
+
+    register = getattr(threading, "_register_atexit", None)
+    if register is not None:
+        register(stop)

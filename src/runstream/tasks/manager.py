@@ -256,7 +256,17 @@ class BackgroundTaskManager:
                 and self.config.default_retries.is_retryable(outcome.value)
             )
             if not retry or ex.record.retry_count >= ex.record.max_retries:
+                if outcome.kind == "error":
+                    _log_failure(ex.record, outcome.value)
                 return outcome
+            logger.warning(
+                "background task %s (tool %s) failed, retry %d of %d: %s",
+                ex.record.id,
+                ex.record.tool_name,
+                ex.record.retry_count + 1,
+                ex.record.max_retries,
+                outcome.value,
+            )
             retried = await self.storage.update_task(
                 ex.record.id,
                 expected_status="running",
@@ -434,3 +444,15 @@ class BackgroundTaskManager:
     def _check_open(self) -> None:
         if self._closing:
             raise BackgroundTaskError("Background task manager is shutting down")
+
+
+def _log_failure(record: TaskRecord, error: Any) -> None:
+    """A task's final failure: with its traceback when it is an exception."""
+    logger.error(
+        "background task %s (tool %s, agent %s) failed: %s",
+        record.id,
+        record.tool_name,
+        record.agent_id,
+        error,
+        exc_info=error if isinstance(error, BaseException) else None,
+    )
