@@ -18,7 +18,7 @@ install = if [ -x $(BIN)/uv ]; then $(BIN)/uv pip install -q --python $(BIN)/pyt
 	else $(BIN)/python -m pip install -q $(1); fi
 endif
 
-.PHONY: demo test lint typecheck unit conformance bench clean
+.PHONY: demo test lint typecheck unit conformance bench clean dist
 
 $(BIN)/python:
 	$(NEW_VENV)
@@ -49,8 +49,12 @@ unit: $(STAMP)
 
 test: lint typecheck unit
 
+# The wheel and the sdist, into dist/ (uv's build frontend; hatchling is the backend).
+dist: $(STAMP)
+	$(if $(UV),$(UV),$(BIN)/uv) build -q --out-dir dist
+
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist site

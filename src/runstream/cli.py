@@ -22,7 +22,10 @@ def main(argv: list[str] | None = None) -> int:
         from runstream._worker_cli import worker_command
 
         return worker_command(argv[1:])
+    from runstream import __version__
+
     parser = argparse.ArgumentParser(prog="runstream")
+    parser.add_argument("--version", action="version", version=f"runstream {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="stream a research agent with background tasks live in the terminal")
     commands.add_parser(

@@ -20,7 +20,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from types import AsyncGeneratorType
 from typing import Any, Generic, TypeVar, cast
 
-from runstream._run_state import RunState, StepRecord
+from runstream._run_state import RunState
+from runstream._run_state import StepRecord as StepRecord
 from runstream.abort import AbortController, AbortSignal
 from runstream.chunks import (
     AgentChunk,
