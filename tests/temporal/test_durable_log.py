@@ -8,10 +8,12 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
+from redis.asyncio import Redis
 from test_temporal_cluster import require_redis
 
 from runstream.durable.log import FencedOffError, RunLog
 from tests.conftest import REDIS_URL
+from tests.server.test_redis_replay_faults import kill_connections, named
 
 
 @pytest.fixture
@@ -62,3 +64,38 @@ async def test_an_abort_request_reaches_the_worker_until_cleared(log: RunLog) ->
     assert await log.abort_requested("run") == "client disconnected"
     await log.clear_abort("run")
     assert await log.abort_requested("run") is None
+
+
+async def test_a_reader_whose_connection_is_killed_gets_every_chunk_once() -> None:
+    require_redis()
+    name = f"test-durable-kill-{uuid.uuid4().hex[:12]}"
+    writer = RunLog(REDIS_URL, prefix=name, ttl_s=30)
+    reader = RunLog(named(REDIS_URL, f"{name}-r"), prefix=name, ttl_s=30)
+    admin: Redis = Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        await writer.open("r:k")
+        got: list[tuple[int, str]] = []
+        progress = asyncio.Event()
+
+        async def read() -> None:
+            async for event in reader.read("r:k"):
+                got.append(event)
+                progress.set()
+
+        reading = asyncio.create_task(read())
+        kills = 0
+        for seq in range(1, 41):
+            await writer.append_at("r:k", seq, [f"c{seq}"], fence=1)
+            if seq % 8 == 0:  # the reader waits in XREAD BLOCK: CLIENT KILL its connection
+                while len(got) < seq:
+                    progress.clear()
+                    await asyncio.wait_for(progress.wait(), 10)
+                kills += await kill_connections(admin, f"{name}-r")
+        await writer.end("r:k", {"status": "success"})
+        await asyncio.wait_for(reading, 20)
+        assert kills >= 5
+        assert got == [(seq, f"c{seq}") for seq in range(1, 41)]
+    finally:
+        await writer.close()
+        await reader.close()
+        await admin.aclose()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
 from temporalio import activity
@@ -59,12 +59,22 @@ class RunActivities:
         if agent is None:
             raise ApplicationError(f"no agent {step.agent_id!r} in this worker", type="UnknownAgent")
         controller = AbortController()
-        watch = asyncio.create_task(self._watch(step.run_id, controller))
+        done = asyncio.Event()
+        watch = asyncio.create_task(
+            watch_step(
+                activity.heartbeat,
+                lambda: self.log.abort_requested(step.run_id),
+                controller,
+                self.heartbeat_timeout_ms / 4000,
+                done,
+            )
+        )
         try:
             return await self._run(agent, step, controller)
         except asyncio.CancelledError:
             raise _interrupted() from None
         finally:
+            done.set()
             watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watch
@@ -88,15 +98,6 @@ class RunActivities:
             ]
             await log.append_at(end.segment, seq + 1, [dumps(chunk) for chunk in failure], 2**62)
         await log.end(end.segment, end.snapshot)
-
-    async def _watch(self, run_id: str, controller: AbortController) -> None:
-        interval_s = self.heartbeat_timeout_ms / 4000
-        while True:
-            activity.heartbeat()
-            reason = await self.log.abort_requested(run_id)
-            if reason is not None and not controller.signal.aborted:
-                controller.abort(reason)
-            await asyncio.sleep(interval_s)
 
     async def _run(self, agent: Agent, step: StepInput, controller: AbortController) -> StepOutput:
         log = self.log
@@ -170,6 +171,29 @@ class RunActivities:
             record = await storage.get_task(task_id)
             if record is not None and record.status in SETTLED_TASK_STATUSES:
                 await memory.apply_task_outcome(record)
+
+
+async def watch_step(
+    beat: Callable[[], None],
+    abort_requested: Callable[[], Awaitable[str | None]],
+    controller: AbortController,
+    interval_s: float,
+    done: asyncio.Event,
+) -> None:
+    """A step's side task: ``beat()`` (heartbeat to Temporal) every ``interval_s`` and abort the
+    run when its abort flag is set, until ``done``. A background loop never swallows its own
+    cancellation, but the Redis client under ``abort_requested`` may (a ``CancelledError``
+    caught mid-command, the command answering normally): so the loop also checks ``done``
+    after every wait, and a step that ended never heartbeats on until its timeout."""
+    while not done.is_set():
+        beat()
+        reason = await abort_requested()
+        if done.is_set():
+            return
+        if reason is not None and not controller.signal.aborted:
+            controller.abort(reason)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), interval_s)
 
 
 class _Publisher:

@@ -24,6 +24,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from runstream.errors import ConfigurationError
+from runstream.tasks.redis_bus import retrying
 
 READ_BLOCK_MS = 1000
 READ_BATCH = 500
@@ -90,7 +91,7 @@ class RunLog:
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.hsetnx(info, "ended", "0")
             pipe.expire(info, self.live_ttl_s)
-            await pipe.execute()
+            await retrying(pipe.execute)
 
     async def append_at(self, segment: str, first_seq: int, data: list[str], fence: int) -> int:
         """Add the chunks ``data`` as ``first_seq``, ``first_seq + 1``, ...; the ones the segment
@@ -99,32 +100,37 @@ class RunLog:
         if not data:
             return 0
         keys = self._keys(segment)
-        added = int(await self._append(keys=keys, args=[first_seq, fence, self.live_ttl_s, *data]))
+        args: list[str | int] = [first_seq, fence, self.live_ttl_s, *data]
+        added = int(await retrying(lambda: self._append(keys=keys, args=args)))
         if added < 0:
             raise FencedOffError(f"log segment {segment} is written by a newer attempt or has ended")
         return added
 
     async def end(self, segment: str, state: dict[str, Any]) -> None:
         """End the segment (once) with the run's state; its readers stop after the last chunk."""
-        await self._end(keys=self._keys(segment), args=[json.dumps(state), self.ttl_s])
+        args: list[str | int] = [json.dumps(state), self.ttl_s]
+        await retrying(lambda: self._end(keys=self._keys(segment), args=args))
 
     async def final_state(self, segment: str) -> dict[str, Any] | None:
-        raw = await self.client.hget(self._keys(segment)[2], "state")
+        raw = await retrying(lambda: self.client.hget(self._keys(segment)[2], "state"))
         return None if raw is None else dict(json.loads(raw))
 
     async def read(self, segment: str, after: int = 0) -> AsyncIterator[tuple[int, str]]:
         """``(seq, data)`` of the segment's chunks after ``after``, live ones too, until it ends.
-        Raises ``KeyError`` for an unknown (or expired) segment."""
+        Raises ``KeyError`` for an unknown (or expired) segment. A dropped Redis connection is
+        replaced and the reading goes on after the last chunk delivered (none lost or repeated)."""
         _, events, info = self._keys(segment)
-        if not await self.client.exists(info):
+        if not await retrying(lambda: self.client.exists(info)):
             raise KeyError(segment)
         last = f"{max(after, 0)}-0"
         while True:
-            entries: Any = await self.client.xrange(events, f"({last}", "+", count=READ_BATCH)
+            entries: Any = await retrying(self.client.xrange, events, f"({last}", "+", count=READ_BATCH)
             if not entries:
-                got: Any = await self.client.xread({events: last}, count=READ_BATCH, block=READ_BLOCK_MS)
+                got: Any = await retrying(
+                    self.client.xread, {events: last}, count=READ_BATCH, block=READ_BLOCK_MS
+                )
                 entries = list(got[0][1]) if got else []
-                if not entries and not await self.client.exists(info):
+                if not entries and not await retrying(lambda: self.client.exists(info)):
                     return  # expired
             for entry_id, fields in entries:
                 if "end" in fields:
@@ -136,7 +142,7 @@ class RunLog:
         await self.client.set(f"{self.prefix}:abort:{run_id}", reason, ex=self.ttl_s)
 
     async def abort_requested(self, run_id: str) -> str | None:
-        value = await self.client.get(f"{self.prefix}:abort:{run_id}")
+        value = await retrying(lambda: self.client.get(f"{self.prefix}:abort:{run_id}"))
         return None if value is None else str(value)
 
     async def clear_abort(self, run_id: str) -> None:

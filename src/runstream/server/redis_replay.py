@@ -26,6 +26,7 @@ from redis.asyncio import Redis
 
 from runstream.errors import ConfigurationError
 from runstream.server.resumable import MIB, ReplayGapError, RunAlreadyStreamingError, RunInfo, split_large
+from runstream.tasks.redis_bus import retrying
 
 READ_BLOCK_MS = 1000
 """A blocked reader wakes this often to notice a log that expired."""
@@ -35,14 +36,18 @@ Entry = tuple[str, dict[str, str]]
 """A stream entry as the client decodes it: ``(id, fields)``."""
 
 _APPEND = """
+local expected = tonumber(ARGV[5])
+if expected > 0 and tonumber(redis.call('GET', KEYS[1]) or '0') >= expected then
+  return expected  -- a retry of an append that was applied (its reply was lost)
+end
 local seq = redis.call('INCR', KEYS[1])
 local added = 0
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   if redis.call('HSETNX', KEYS[5], ARGV[i], ARGV[i + 1]) == 1 then added = added + #ARGV[i + 1] end
   redis.call('HINCRBY', KEYS[5], ARGV[i] .. ':n', 1)
 end
 local field = 'd'
-if #ARGV > 4 then field = 'p' end
+if #ARGV > 5 then field = 'p' end
 redis.call('XADD', KEYS[2], seq .. '-0', field, ARGV[1])
 local size = redis.call('INCRBY', KEYS[4], added + #ARGV[1])
 local count = redis.call('XLEN', KEYS[2])
@@ -98,6 +103,9 @@ class RedisReplayLog:
         self.live_ttl_s = live_ttl_s
         self._append = self.client.register_script(_APPEND)
         self._end = self.client.register_script(_END)
+        self._appended: dict[str, int] = {}
+        """The last sequence number appended by this process, per run it writes (so that an
+        append retried after a dropped connection is applied once)."""
 
     def _keys(self, run_id: str) -> list[str]:
         base = f"{self.prefix}:{run_id}"
@@ -106,14 +114,15 @@ class RedisReplayLog:
     async def create(self, info: RunInfo) -> None:
         keys = self._keys(info.run_id)
         meta = keys[2]
-        if await self.client.hget(meta, "ended") == "0":
+        if await retrying(lambda: self.client.hget(meta, "ended")) == "0":
             raise RunAlreadyStreamingError(f"run {info.run_id!r} is already streaming")
         owner = json.dumps({"agent_id": info.agent_id, "resource_id": info.resource_id})
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.delete(*keys)
             pipe.hset(meta, mapping={"owner": owner, "ended": "0"})
             pipe.expire(meta, self.live_ttl_s)
-            await pipe.execute()
+            await retrying(pipe.execute)
+        self._appended[info.run_id] = 0
 
     async def append(self, run_id: str, data: str) -> int:
         """Add one event; its large strings (``split_large``) are kept once per run, in the
@@ -126,22 +135,38 @@ class RedisReplayLog:
                 shared += (key, pieces[index])
                 pieces[index] = key
             data = json.dumps(pieces)
-        args: list[str | int] = [data, self.max_events, self.live_ttl_s, self.max_run_bytes, *shared]
-        return int(await self._append(keys=self._keys(run_id), args=args))
+        known = self._appended.get(run_id)
+        expected = 0 if known is None else known + 1
+        args: list[str | int] = [
+            data,
+            self.max_events,
+            self.live_ttl_s,
+            self.max_run_bytes,
+            expected,
+            *shared,
+        ]
+        keys = self._keys(run_id)
+        seq = int(await retrying(lambda: self._append(keys=keys, args=args)))
+        if known is not None:
+            self._appended[run_id] = seq
+        return seq
 
     async def end(self, run_id: str) -> None:
-        await self._end(keys=self._keys(run_id), args=[self.ttl_s])
+        await retrying(lambda: self._end(keys=self._keys(run_id), args=[self.ttl_s]))
+        self._appended.pop(run_id, None)
 
     async def info(self, run_id: str) -> RunInfo | None:
-        owner = await self.client.hget(self._keys(run_id)[2], "owner")
+        owner = await retrying(lambda: self.client.hget(self._keys(run_id)[2], "owner"))
         if owner is None:
             return None
         fields = json.loads(owner)
         return RunInfo(run_id, fields["agent_id"], fields["resource_id"])
 
     async def read(self, run_id: str, after: int) -> AsyncIterator[tuple[int, str]]:
+        """Each Redis call is made again on a fresh connection after a dropped one, from the
+        last event delivered: a disconnect neither loses nor repeats an event."""
         _, events, meta, _, shared = self._keys(run_id)
-        if not await self.client.exists(meta):
+        if not await retrying(lambda: self.client.exists(meta)):
             raise KeyError(run_id)
         last = f"{max(after, 0)}-0"
         entries: list[Entry] = await self._after(events, last)
@@ -155,23 +180,25 @@ class RedisReplayLog:
             if entries:
                 entries = await self._after(events, last)
                 continue
-            got: Any = await self.client.xread({events: last}, count=READ_BATCH, block=READ_BLOCK_MS)
+            got: Any = await retrying(
+                self.client.xread, {events: last}, count=READ_BATCH, block=READ_BLOCK_MS
+            )
             entries = list(got[0][1]) if got else []
-            if not entries and not await self.client.exists(meta):
+            if not entries and not await retrying(lambda: self.client.exists(meta)):
                 return  # expired: its process died long ago
 
     async def _text(self, shared: str, fields: dict[str, str]) -> str:
         if "d" in fields:
             return fields["d"]
         pieces: list[str] = json.loads(fields["p"])
-        found: Any = await self.client.hmget(shared, pieces[1::2])
+        found: Any = await retrying(lambda: self.client.hmget(shared, pieces[1::2]))
         pieces[1::2] = [
             str(text) if text is not None else '""' for text in found
         ]  # (expired with its run: an empty string)
         return "".join(pieces)
 
     async def _after(self, events: str, last: str) -> list[Entry]:
-        entries: Any = await self.client.xrange(events, f"({last}", "+", count=READ_BATCH)
+        entries: Any = await retrying(lambda: self.client.xrange(events, f"({last}", "+", count=READ_BATCH))
         return list(entries)
 
     async def _check_gap(self, events: str, after: int, entries: list[Entry]) -> None:
@@ -181,7 +208,8 @@ class RedisReplayLog:
             if "end" in entries[0][1]:
                 first += 1
         else:
-            first = int(await self.client.get(events.rpartition(":")[0] + ":seq") or 0) + 1
+            seq_key = events.rpartition(":")[0] + ":seq"
+            first = int(await retrying(lambda: self.client.get(seq_key)) or 0) + 1
         if first > max(after, 0) + 1:
             raise ReplayGapError(f"events {after + 1}..{first - 1} of the run are no longer kept")
 

@@ -34,7 +34,7 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -42,6 +42,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
 
 from runstream.chunks import chunk_from_wire, dumps
 from runstream.storage import TaskRecord
@@ -58,6 +59,9 @@ CLOSE_FLUSH_S = 2.0
 """How long ``close`` waits for queued messages to be sent."""
 
 _TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+RETRY_FOR_S = 30.0
+"""How long :func:`retrying` calls Redis again after dropped connections before giving up."""
+T = TypeVar("T")
 
 BeforeDelivery = Callable[[TaskEvent], Awaitable[bool]]
 """Runs before another process's event reaches the subscribers here; ``False`` drops it."""
@@ -73,6 +77,21 @@ def redis_client(url: str, name: str) -> Redis:
         health_check_interval=HEALTH_CHECK_S,
         client_name=name,
     )
+
+
+async def retrying(call: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+    """``call(*args, **kwargs)``, made again on a fresh connection after a dropped one
+    (``CLIENT KILL``, a Redis restart), with jittered backoff, for :data:`RETRY_FOR_S` at most.
+    Only for calls that are idempotent (reads, and writes keyed by a sequence number)."""
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception_type(_TRANSIENT),
+        wait=wait_exponential_jitter(initial=BACKOFF_MIN_S, max=1.0),
+        stop=stop_after_delay(RETRY_FOR_S),
+        reraise=True,
+    ):
+        with attempt:
+            return await call(*args, **kwargs)
+    raise AssertionError("unreachable: tenacity re-raises the last error")
 
 
 class _Backoff:
