@@ -146,7 +146,8 @@ async def research(topic: str, ctx: ToolContext) -> dict[str, str]:
     return {"topic": topic}
 
 
-async def test_background_task_and_continuation_turn_spans(spans: InMemorySpanExporter) -> None:
+async def research_until_idle() -> None:
+    """A run whose background task wakes a continuation turn (thread ``t``, resource ``u``)."""
     model = ScriptedModel(
         calls=[
             [
@@ -162,6 +163,10 @@ async def test_background_task_and_continuation_turn_spans(spans: InMemorySpanEx
     async with runtime:
         out = await agent.stream("research sol", memory={"thread": "t", "resource": "u"}, until_idle=True)
         await out.consume()
+
+
+async def test_background_task_and_continuation_turn_spans(spans: InMemorySpanExporter) -> None:
+    await research_until_idle()
     first, second = sorted(named(spans, "invoke_agent"), key=lambda s: s.start_time or 0)
     (task,) = named(spans, "execute_tool research")
     assert task.attributes is not None

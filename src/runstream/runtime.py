@@ -11,6 +11,7 @@ from runstream._config_mapping import one_of, read_config
 from runstream._services import DurableRunner, RuntimeServices, Toolset
 from runstream.agent import Agent
 from runstream.errors import ConfigurationError, NotFoundError
+from runstream.observability.store import SpanStore
 from runstream.storage import InMemoryStorage, Storage
 from runstream.tasks.config import BackgroundTaskConfig
 from runstream.tasks.coordination import TaskManager
@@ -46,11 +47,16 @@ class Runstream:
         durable_runs: DurableRunner | None = None,
         recovery: Mapping[str, Any] | None = None,
         vectors: Mapping[str, VectorStore] | None = None,
+        observability: SpanStore | None = None,
     ) -> None:
         self.storage: Storage = storage if storage is not None else InMemoryStorage()
         self.vectors: dict[str, VectorStore] = dict(vectors or {})
         """Vector stores by name (Mastra's ``vectors``): the server's ``/api/vector/:name``
         routes reach these, and only these; closed with the runtime."""
+        self.observability = observability
+        """``observability=SpanStore(path)`` keeps the runs' spans (fed at start from the
+        OpenTelemetry SDK's provider, installed if there is none) for ``/api/observability``."""
+        self._span_processor: Any = None
         config = BackgroundTaskConfig.coerce(background_tasks)
         if task_manager is None and config is not None and config.mode == "producer":
             raise ConfigurationError(
@@ -115,6 +121,10 @@ class Runstream:
             if self._started:
                 return
             await self.storage.init()
+            if self.observability is not None and self._span_processor is None:
+                from runstream.observability.processor import install_span_store
+
+                self._span_processor = install_span_store(self.observability)
             await self._start_toolsets()
             if self.task_manager is not None:
                 await self.task_manager.start()
@@ -163,6 +173,9 @@ class Runstream:
         for vector in self.vectors.values():
             await vector.close()
         await self.storage.close()
+        if self._span_processor is not None:  # flush what the runs left (off the loop)
+            await asyncio.to_thread(self._span_processor.shutdown)
+            self._span_processor = None
         self._started = False
 
     async def __aenter__(self) -> Runstream:

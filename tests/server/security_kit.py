@@ -27,6 +27,7 @@ from starlette.routing import Mount, Route
 
 from runstream import Agent
 from runstream.memory import Memory, WorkingMemory
+from runstream.runtime import Runstream
 from runstream.server import create_app
 from runstream.server.auth import Principal
 from runstream.server.context import ServerContext
@@ -75,6 +76,19 @@ class Secured:
 
 
 @contextmanager
+def serve_secured(runtime: Runstream) -> Iterator[Secured]:
+    """``runtime`` served with the two confined callers' clients."""
+    app = create_app(runtime, auth=by_token, heartbeat_s=None)
+    with serve(app) as url:
+        headers = {name: {"Authorization": f"Bearer {name}"} for name in PRINCIPALS}
+        with (
+            httpx.Client(base_url=url, headers=headers["user-a"], timeout=20) as a,
+            httpx.Client(base_url=url, headers=headers["user-b"], timeout=20) as b,
+        ):
+            yield Secured(url, app, a, b)
+
+
+@contextmanager
 def secured_server(backend: str, tmp_path: Path) -> Iterator[Secured]:
     storage: Storage
     schema = None
@@ -89,15 +103,9 @@ def secured_server(backend: str, tmp_path: Path) -> Iterator[Secured]:
     runtime.add_agent(
         Agent("notes", model=PromptModel(), memory=Memory(working_memory=WorkingMemory(scope="thread")))
     )
-    app = create_app(runtime, auth=by_token, heartbeat_s=None)
     try:
-        with serve(app) as url:
-            headers = {name: {"Authorization": f"Bearer {name}"} for name in PRINCIPALS}
-            with (
-                httpx.Client(base_url=url, headers=headers["user-a"], timeout=20) as a,
-                httpx.Client(base_url=url, headers=headers["user-b"], timeout=20) as b,
-            ):
-                yield Secured(url, app, a, b)
+        with serve_secured(runtime) as server:
+            yield server
     finally:
         if schema is not None:
             asyncio.run(drop_schema(schema))

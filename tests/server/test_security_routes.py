@@ -516,6 +516,25 @@ ROUTES: dict[tuple[str, str], str] = {
             ("DELETE", "indexes/{id}"),
         )
     },
+    # observability (the span store)
+    **{
+        (method, f"/api/observability/{path}"): "test_observability_api.py::test_traces_spans_and_their_owner"
+        for method, path in (
+            ("GET", "traces"),
+            ("GET", "traces/light"),
+            ("GET", "traces/{id}"),
+            ("GET", "traces/{id}/spans/{id}"),
+            ("GET", "discovery/entity-types"),
+            ("GET", "discovery/entity-names"),
+            ("GET", "discovery/service-names"),
+            ("GET", "discovery/environments"),
+            ("GET", "discovery/tags"),
+        )
+    },
+    **{
+        (method, f"/api/observability/{path}"): "test_observability_api.py::test_scores_and_feedback"
+        for method, path in (("GET", "scores"), ("POST", "scores"), ("GET", "feedback"), ("POST", "feedback"))
+    },
     # other front ends, pages
     ("POST", "/chat/{id}"): "test_ui_stream.py::test_chat_with_memory_runs_only_the_new_messages",
     ("GET", "/chat/{id}/{id}/stream"): "test_ui_stream.py::test_a_chat_stream_resumes_only_for_its_owner",

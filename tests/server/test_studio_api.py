@@ -135,14 +135,10 @@ def test_studio_answers_as_mastra(client: httpx.Client) -> None:
     assert client.get("/api/workspaces").json() == {"workspaces": []}
     assert client.get("/api/mcp/v0/servers").json() == {"servers": [], "total_count": 0, "next": None}
     feedback = client.get("/api/observability/feedback", params={"perPage": "1"}).json()
-    assert feedback == {
-        "feedback": [],
-        "pagination": {"total": 0, "page": 0, "perPage": 1, "hasMore": False},
-        "deltaCursor": "0",
-    }
+    assert feedback == {"feedback": [], "pagination": {"total": 0, "page": 0, "perPage": 1, "hasMore": False}}
     assert (
         client.get("/api/observability/logs", params={"perPage": "1e999"}).json()["pagination"]["perPage"]
-        == 20
+        == 10
     )
     unsupported = client.post("/api/observability/traces/query", json={})
     assert unsupported.status_code == 501 and unsupported.json()["code"] == "TRACE_QUERY_UNSUPPORTED"

@@ -25,6 +25,7 @@ from runstream.server.health import HEALTH_PATH, health_route
 from runstream.server.limits import UrlSafetyMiddleware
 from runstream.server.mastra import MastraRoutes
 from runstream.server.memory_api import MemoryRoutes
+from runstream.server.observability_api import ObservabilityRoutes
 from runstream.server.playground import PLAYGROUND_PATH, playground_route
 from runstream.server.rate_limit import DEFAULT_RATE, RateLimitMiddleware
 from runstream.server.resumable import InMemoryReplayLog, ReplayLog, RunRegistry
@@ -74,6 +75,7 @@ def create_app(
     public_paths = frozenset({PLAYGROUND_PATH, ROOT_PATH, HEALTH_PATH})
     ctx = ServerContext(runstream, registry, heartbeat_s)
     api = [
+        *ObservabilityRoutes(ctx).routes(),
         *StudioRoutes(ctx).routes(),  # first: '/agents/providers' is not an agent
         *ThreadRoutes(ctx).routes(),
         *MastraRoutes(ctx).routes(),

@@ -5,7 +5,7 @@ memory and observability pages. Each answer below was recorded from a real Mastr
 (``createHonoServer``, what ``mastra dev`` runs) over the same agents: features runstream has
 (providers of the agents' models, memory config, working memory of a thread) get their real
 answer; features it lacks (the agent builder, processors, scorers, workspaces, MCP registry,
-voice, datasets, observability storage) get the empty or disabled answer Mastra gives when
+voice, datasets, logs and metrics storage) get the empty or disabled answer Mastra gives when
 they are not configured, so Studio shows an empty panel instead of an error or a retry loop.
 
 These routes must come before ``/agents/{agent_id}`` (``/agents/providers`` is not an agent).
@@ -77,10 +77,6 @@ EMPTY_GET: dict[str, Any] = {
     "/channels/platforms": [],
     "/schedules": {"schedules": []},
     "/experiments/review-summary": {"counts": []},
-    "/observability/discovery/tags": {"tags": []},
-    "/observability/discovery/entity-names": {"names": []},
-    "/observability/discovery/service-names": {"serviceNames": []},
-    "/observability/discovery/environments": {"environments": []},
 }
 EMPTY_POST: dict[str, Any] = {
     "/observability/metrics/aggregate": {
@@ -110,11 +106,7 @@ UNSUPPORTED: dict[str, tuple[str, str]] = {
 EMPTY_PAGED: dict[str, tuple[str, int]] = {
     "/datasets": ("datasets", 20),
     "/experiments": ("experiments", 10),
-    "/observability/feedback": ("feedback", 10),
-    "/observability/logs": ("logs", 20),
-    "/observability/scores": ("scores", 10),
-    "/observability/traces": ("spans", 10),
-    "/observability/traces/light": ("spans", 10),
+    "/observability/logs": ("logs", 10),
 }
 
 
@@ -173,7 +165,7 @@ class StudioRoutes:
                 "isDev": False,
                 "cmsEnabled": False,
                 "liveKitConnectionRouteEnabled": False,
-                "observabilityEnabled": False,
+                "observabilityEnabled": self.ctx.runstream.observability is not None,
                 "storageType": type(self.ctx.runstream.storage).__name__,
             }
         )

@@ -169,3 +169,45 @@ async def migrate(db: aiosqlite.Connection, migrations: Sequence[Migration]) -> 
         await db.execute("ROLLBACK")
         raise
     return max(current, latest)
+
+
+SPAN_STORE_TABLES: tuple[str, ...] = (
+    """CREATE TABLE IF NOT EXISTS ai_spans (
+        seq INTEGER PRIMARY KEY,
+        trace_id TEXT NOT NULL,
+        span_id TEXT NOT NULL,
+        parent_span_id TEXT,
+        name TEXT NOT NULL,
+        span_type TEXT NOT NULL,
+        entity_type TEXT,
+        entity_id TEXT,
+        entity_name TEXT,
+        resource_id TEXT,
+        thread_id TEXT,
+        run_id TEXT,
+        service_name TEXT,
+        environment TEXT,
+        has_error INTEGER NOT NULL,
+        started_at TEXT NOT NULL,
+        ended_at TEXT,
+        record TEXT NOT NULL,
+        UNIQUE (trace_id, span_id)
+    )""",
+    "CREATE INDEX IF NOT EXISTS ai_spans_started ON ai_spans (started_at)",
+    "CREATE INDEX IF NOT EXISTS ai_spans_root ON ai_spans (parent_span_id, started_at)",
+    """CREATE TABLE IF NOT EXISTS ai_signals (
+        seq INTEGER PRIMARY KEY,
+        kind TEXT NOT NULL,
+        id TEXT NOT NULL UNIQUE,
+        trace_id TEXT,
+        span_id TEXT,
+        name TEXT,
+        resource_id TEXT,
+        timestamp TEXT NOT NULL,
+        record TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS ai_signals_kind ON ai_signals (kind, timestamp)",
+)
+"""The span store's tables (:class:`runstream.observability.SpanStore`): Mastra's AI-tracing
+span records, and scores and feedback (``ai_signals``). Created idempotently by the store's own
+connection, which may share the file of a :class:`~runstream.storage.SqliteStorage`."""

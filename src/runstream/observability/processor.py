@@ -1,0 +1,292 @@
+"""An OpenTelemetry span processor that keeps runstream's spans in a :class:`SpanStore`.
+
+The same spans the OTLP exporter sees (one instrumentation, two observers, each optional): the
+SDK's :class:`BatchSpanProcessor` queues finished spans (bounded queue, periodic flush, flushed at
+shutdown, a full queue drops rather than blocks a run) and its worker thread converts each batch
+to Mastra's AI-tracing records and writes them.
+
+Background task spans have an OTel trace of their own, linked to the run that started them, and a
+continuation turn of an until-idle stream is linked to the tasks that woke it (docs/otel.md). The
+store puts them in the run's trace: when such a span starts, its trace is mapped onto the linked
+span's (stored) trace, with the linked span as its parent, so a run, its background tasks and
+the turns they woke are one trace with one span tree.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, StatusCode
+
+from runstream.observability.store import SpanStore, iso
+
+_MAX_TRACES = 10_000
+_SPAN_TYPES = {"invoke_agent": "agent_run", "chat": "model_generation", "execute_tool": "tool_call"}
+
+
+@dataclass(slots=True)
+class _Trace:
+    """Where an OTel trace's spans are stored, and what its spans inherit."""
+
+    trace_id: str
+    root_parent: str | None
+    sampled: bool
+    resource_id: str | None = None
+    thread_id: str | None = None
+    run_id: str | None = None
+    agent_id: str | None = None
+    agent_name: str | None = None
+
+
+def _hex_trace(value: int) -> str:
+    return f"{value:032x}"
+
+
+def _hex_span(value: int) -> str:
+    return f"{value:016x}"
+
+
+def _trace_of(span: ReadableSpan) -> int:
+    context = span.get_span_context()
+    return context.trace_id if context is not None else 0
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _loads(value: Any) -> Any:
+    if not isinstance(value, str):
+        return None
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+class _Traces:
+    """OTel trace id → :class:`_Trace` (bounded: the oldest traces are forgotten first)."""
+
+    def __init__(self, sample_rate: float) -> None:
+        self.sample_rate = sample_rate
+        self._known: OrderedDict[int, _Trace] = OrderedDict()
+
+    def get(self, trace_id: int) -> _Trace | None:
+        return self._known.get(trace_id)
+
+    def started(self, span: Span) -> None:
+        context = span.get_span_context()
+        attributes = span.attributes or {}
+        known = self._known.get(context.trace_id)
+        if known is None:
+            known = self._root(span)
+            self._known[context.trace_id] = known
+            while len(self._known) > _MAX_TRACES:
+                self._known.popitem(last=False)
+        if attributes.get("gen_ai.operation.name") == "invoke_agent" and known.agent_id is None:
+            known.agent_id = _text(attributes.get("gen_ai.agent.id"))
+            known.agent_name = _text(attributes.get("gen_ai.agent.name"))
+        for key, name in (
+            ("resource_id", "runstream.resource.id"),
+            ("thread_id", "gen_ai.conversation.id"),
+            ("run_id", "runstream.run.id"),
+        ):
+            if getattr(known, key) is None and isinstance(attributes.get(name), str):
+                setattr(known, key, attributes[name])
+
+    def _root(self, span: Span) -> _Trace:
+        """A new OTel trace: its own, or the trace of the run or task it is linked to."""
+        for link in span.links:
+            kind = (link.attributes or {}).get("runstream.link")
+            if kind in ("started_by_run", "continuation_of_task") and link.context.is_valid:
+                linked = self._known.get(link.context.trace_id)
+                if linked is not None:
+                    return _Trace(
+                        linked.trace_id,
+                        _hex_span(link.context.span_id),
+                        linked.sampled,
+                        linked.resource_id,
+                        linked.thread_id,
+                        linked.run_id,
+                        linked.agent_id,
+                        linked.agent_name,
+                    )
+                return _Trace(
+                    _hex_trace(link.context.trace_id), _hex_span(link.context.span_id), self._sample()
+                )
+        return _Trace(_hex_trace(span.get_span_context().trace_id), None, self._sample())
+
+    def _sample(self) -> bool:
+        return self.sample_rate >= 1.0 or random.random() < self.sample_rate
+
+
+def span_record(span: ReadableSpan, known: _Trace | None, service_name: str | None) -> dict[str, Any]:
+    """A finished OTel span as Mastra's AI-tracing span record."""
+    context = span.get_span_context() or INVALID_SPAN_CONTEXT
+    attributes = dict(span.attributes or {})
+    operation = attributes.get("gen_ai.operation.name")
+    span_type = _SPAN_TYPES.get(str(operation), "generic")
+    parent = _hex_span(span.parent.span_id) if span.parent is not None else None
+    if parent is None and known is not None:
+        parent = known.root_parent
+    entity: tuple[str | None, str | None, str | None] = (None, None, None)
+    if span_type == "tool_call":
+        tool = _text(attributes.get("gen_ai.tool.name"))
+        entity = ("tool", tool, tool)
+    elif known is not None and known.agent_id is not None:
+        entity = ("agent", known.agent_id, known.agent_name)
+    error = None
+    if span.status.status_code is StatusCode.ERROR:
+        error = {"message": span.status.description or "Error", "name": attributes.get("error.type", "Error")}
+    usage = {
+        key: attributes[name]
+        for key, name in (
+            ("inputTokens", "gen_ai.usage.input_tokens"),
+            ("outputTokens", "gen_ai.usage.output_tokens"),
+        )
+        if isinstance(attributes.get(name), int)
+    }
+    finish = attributes.get("gen_ai.response.finish_reasons")
+    details: dict[str, Any] = {
+        "provider": attributes.get("gen_ai.provider.name"),
+        "model": attributes.get("gen_ai.request.model"),
+        "responseModel": attributes.get("gen_ai.response.model"),
+        "responseId": attributes.get("gen_ai.response.id"),
+        "finishReason": finish[0] if isinstance(finish, Sequence) and finish else None,
+        "usage": usage or None,
+        "agentId": attributes.get("gen_ai.agent.id"),
+        "toolType": attributes.get("gen_ai.tool.type"),
+        "toolDescription": attributes.get("gen_ai.tool.description"),
+        "toolCallId": attributes.get("gen_ai.tool.call.id"),
+        "outcome": attributes.get("runstream.tool.outcome"),
+        "status": attributes.get("runstream.run.status"),
+        "step": attributes.get("runstream.step"),
+        "continuation": attributes.get("runstream.continuation"),
+        "backgroundTaskId": attributes.get("runstream.background_task.id"),
+        "attempt": attributes.get("runstream.background_task.attempt"),
+    }
+    if span_type == "tool_call":
+        details["success"] = error is None and attributes.get("runstream.tool.outcome") != "error"
+        input_value = _loads(attributes.get("gen_ai.tool.call.arguments"))
+        output_value = _loads(attributes.get("gen_ai.tool.call.result"))
+    else:
+        input_value = _loads(attributes.get("gen_ai.input.messages"))
+        output_value = _loads(attributes.get("gen_ai.output.messages"))
+    started = datetime.fromtimestamp((span.start_time or 0) / 1e9, UTC)
+    ended = datetime.fromtimestamp(span.end_time / 1e9, UTC) if span.end_time else None
+    run_id = _text(attributes.get("runstream.run.id")) or (known.run_id if known else None)
+    return {
+        "traceId": known.trace_id if known is not None else _hex_trace(context.trace_id),
+        "spanId": _hex_span(context.span_id),
+        "parentSpanId": parent,
+        "name": span.name,
+        "spanType": span_type,
+        "entityType": entity[0],
+        "entityId": entity[1],
+        "entityName": entity[2],
+        "attributes": {key: value for key, value in details.items() if value is not None},
+        "metadata": {"runId": run_id, "otelTraceId": _hex_trace(context.trace_id)},
+        "input": input_value,
+        "output": output_value,
+        "error": error,
+        "links": [
+            {"traceId": _hex_trace(link.context.trace_id), "spanId": _hex_span(link.context.span_id)}
+            for link in span.links
+        ]
+        or None,
+        "tags": None,
+        "isEvent": False,
+        "startedAt": iso(started),
+        "endedAt": iso(ended) if ended is not None else None,
+        "createdAt": iso(started),
+        "updatedAt": iso(ended) if ended is not None else None,
+        "resourceId": known.resource_id if known is not None else None,
+        "threadId": known.thread_id if known is not None else None,
+        "runId": run_id,
+        "serviceName": service_name,
+        "environment": None,
+        "scope": {"name": "runstream"},
+    }
+
+
+class _StoreExporter(SpanExporter):
+    def __init__(self, store: SpanStore, traces: _Traces) -> None:
+        self.store = store
+        self.traces = traces
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        records = []
+        for span in spans:
+            service = span.resource.attributes.get("service.name") if span.resource is not None else None
+            known = self.traces.get(_trace_of(span))
+            records.append(span_record(span, known, service if isinstance(service, str) else None))
+        self.store.write_spans(records)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
+
+
+class StoreSpanProcessor(BatchSpanProcessor):
+    """Keeps finished spans in ``store``; ``sample_rate`` (0 to 1) of the traces are kept, whole."""
+
+    def __init__(
+        self,
+        store: SpanStore,
+        *,
+        sample_rate: float = 1.0,
+        max_queue_size: int = 2048,
+        schedule_delay_millis: float = 1000,
+        max_export_batch_size: int = 512,
+    ) -> None:
+        if not 0.0 <= sample_rate <= 1.0:
+            raise ValueError("sample_rate must be from 0 to 1")
+        self.traces = _Traces(sample_rate)
+        self.stopped = False
+        super().__init__(
+            _StoreExporter(store, self.traces),
+            max_queue_size=max_queue_size,
+            schedule_delay_millis=schedule_delay_millis,
+            max_export_batch_size=max_export_batch_size,
+        )
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        if not self.stopped:
+            self.traces.started(span)
+
+    def shutdown(self) -> None:
+        self.stopped = True
+        super().shutdown()  # type: ignore[no-untyped-call]
+
+    def on_end(self, span: ReadableSpan) -> None:
+        known = self.traces.get(_trace_of(span))
+        if known is None or known.sampled:
+            super().on_end(span)
+
+
+def install_span_store(
+    store: SpanStore, *, provider: TracerProvider | None = None, sample_rate: float = 1.0
+) -> StoreSpanProcessor:
+    """Feed ``store`` with runstream's spans: adds a :class:`StoreSpanProcessor` to ``provider``
+    (default: the global SDK provider, installed if there is none). ``shutdown()`` the provider
+    or the processor to flush."""
+    if provider is None:
+        current = trace.get_tracer_provider()
+        if isinstance(current, TracerProvider):
+            provider = current
+        else:
+            provider = TracerProvider()
+            trace.set_tracer_provider(provider)
+    processor = StoreSpanProcessor(store, sample_rate=sample_rate)
+    provider.add_span_processor(processor)
+    return processor

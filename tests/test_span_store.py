@@ -1,0 +1,150 @@
+"""The span store fed by the OTel spans: Mastra's AI-tracing records, a run with its background
+task and the continuation turn it woke as one trace, sampling, retention, scores."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from runstream.observability import SpanStore, TraceQuery
+from runstream.observability.processor import StoreSpanProcessor, install_span_store
+from runstream.runtime import Runstream
+from runstream.storage import SqliteStorage
+from tests.otel_testkit import PROVIDER, spans
+from tests.test_tracing import calculator, research_until_idle
+
+__all__ = ["spans"]
+
+
+@pytest.fixture
+def stored(spans: InMemorySpanExporter) -> Iterator[tuple[SpanStore, StoreSpanProcessor]]:
+    store = SpanStore()
+    processor = install_span_store(store, provider=PROVIDER)
+    yield store, processor
+    processor.shutdown()
+    store.close()
+
+
+def tree(store: SpanStore, trace_id: str) -> dict[str, dict[str, Any]]:
+    return {span["spanId"]: span for span in store.get_trace(trace_id)}
+
+
+async def test_a_run_is_stored_as_mastra_span_records(stored: tuple[SpanStore, StoreSpanProcessor]) -> None:
+    store, processor = stored
+    agent = calculator()
+    async with Runstream(agents=[agent]):
+        await agent.generate("divide", memory=None)
+    assert processor.force_flush()
+    (root,), total = store.list_traces(TraceQuery())
+    assert total == 1
+    assert root["spanType"] == "agent_run" and root["parentSpanId"] is None
+    assert (root["entityType"], root["entityId"], root["entityName"]) == ("agent", "calc", "Calculator")
+    assert root["attributes"]["usage"] == {"inputTokens": 6, "outputTokens": 4}
+    assert (
+        root["isEvent"] is False and root["startedAt"].endswith("Z") and root["endedAt"] >= root["startedAt"]
+    )
+    spans = tree(store, root["traceId"])
+    kinds = sorted(s["spanType"] for s in spans.values())
+    assert kinds == ["agent_run", "model_generation", "model_generation", "tool_call", "tool_call"]
+    assert root["name"] == "invoke_agent Calculator"
+    children = [s for s in spans.values() if s["spanId"] != root["spanId"]]
+    assert all(s["parentSpanId"] == root["spanId"] for s in children)
+    tools = [s for s in children if s["spanType"] == "tool_call"]
+    assert {s["entityId"] for s in tools} == {"divide"}
+    failed = [s for s in tools if s["error"] is not None]
+    assert len(failed) == 1 and failed[0]["attributes"]["success"] is False
+    generation = next(s for s in children if s["spanType"] == "model_generation")
+    assert generation["entityId"] == "calc" and generation["attributes"]["usage"] == {
+        "inputTokens": 3,
+        "outputTokens": 2,
+    }
+    assert store.get_span(root["traceId"], generation["spanId"]) == generation
+    assert store.distinct("entity_type") == ["agent", "tool"]
+    assert store.distinct("entity_name", entity_type="tool") == ["divide"]
+
+
+async def test_background_task_and_its_continuation_turn_join_the_runs_trace(
+    stored: tuple[SpanStore, StoreSpanProcessor],
+) -> None:
+    store, processor = stored
+    await research_until_idle()
+    assert processor.force_flush()
+    (root,), total = store.list_traces(TraceQuery())
+    assert total == 1 and root["resourceId"] == "u" and root["threadId"] == "t"
+    spans = tree(store, root["traceId"])
+    runs = [s for s in spans.values() if s["spanType"] == "agent_run"]
+    assert len(runs) == 2
+    (task,) = [s for s in spans.values() if s["attributes"].get("backgroundTaskId")]
+    # The task hangs under the run that started it, the continuation turn under the task.
+    assert task["parentSpanId"] == root["spanId"] and task["resourceId"] == "u"
+    (turn,) = [s for s in runs if s["spanId"] != root["spanId"]]
+    assert turn["parentSpanId"] == task["spanId"] and turn["attributes"]["continuation"] is True
+    assert turn["traceId"] == root["traceId"] == task["traceId"]
+    turn_children = [s for s in spans.values() if s["parentSpanId"] == turn["spanId"]]
+    assert [s["spanType"] for s in turn_children] == ["model_generation"]
+    # Owner confinement at the store.
+    assert store.list_traces(TraceQuery(resource_id="someone-else"))[1] == 0
+    assert store.trace_owner(root["traceId"]) == (True, "u")
+
+
+async def test_sampling_keeps_whole_traces_or_none(spans: InMemorySpanExporter) -> None:
+    store = SpanStore()
+    processor = StoreSpanProcessor(store, sample_rate=0.0)
+    PROVIDER.add_span_processor(processor)
+    agent = calculator()
+    try:
+        async with Runstream(agents=[agent]):
+            await agent.generate("divide")
+        assert processor.force_flush()
+        assert store.list_traces(TraceQuery())[1] == 0 and store.get_trace("x") == []
+        assert spans.get_finished_spans()  # the other observer still saw them
+    finally:
+        processor.shutdown()
+    with pytest.raises(ValueError):
+        StoreSpanProcessor(store, sample_rate=2)
+
+
+def record(trace: str, span: str, started: datetime, parent: str | None = None) -> dict[str, Any]:
+    return {
+        "traceId": trace,
+        "spanId": span,
+        "parentSpanId": parent,
+        "name": "run",
+        "spanType": "agent_run",
+        "startedAt": started.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+    }
+
+
+def test_retention_is_bounded_by_age_and_count(tmp_path: Path) -> None:
+    now = datetime(2026, 1, 10, tzinfo=UTC)
+    store = SpanStore(str(tmp_path / "spans.db"), max_age=timedelta(days=1), max_spans=3)
+    store.write_spans([record("old", "a", now - timedelta(days=2))], now=now)
+    assert store.get_trace("old") == []
+    store.write_spans([record(f"t{i}", "s", now - timedelta(minutes=i)) for i in range(5)], now=now)
+    page, total = store.list_traces(TraceQuery(per_page=2))
+    assert total == 3 and [s["traceId"] for s in page] == ["t2", "t3"]
+    oldest, _ = store.list_traces(TraceQuery(ascending=True, per_page=1, page=0))
+    assert oldest[0]["traceId"] == "t4"
+    store.close()
+
+
+async def test_the_store_shares_a_sqlite_storage_file(tmp_path: Path) -> None:
+    path = tmp_path / "runstream.db"
+    storage = SqliteStorage(path)
+    await storage.init()
+    try:
+        store = SpanStore(str(path))
+        store.write_spans([record("t", "s", datetime.now(UTC))])
+        score_id = store.add_signal("score", {"scorerId": "relevance", "score": 0.5, "traceId": "t"}, "u")
+        scores, total = store.list_signals("score", filters={"traceId": "t"}, page=0, per_page=10)
+        assert total == 1 and scores[0]["scoreId"] == score_id and scores[0]["score"] == 0.5
+        assert store.list_signals("score", filters={}, page=0, per_page=10, resource_id="v")[1] == 0
+        assert await storage.get_thread("none") is None
+        store.close()
+    finally:
+        await storage.close()
