@@ -86,3 +86,26 @@ async def test_no_warning_when_background_tasks_are_configured_or_declined(
     out = await plain.stream("Research the tides", disable_background_tasks=True)
     await out.text
     assert not [w for w in recwarn if issubclass(w.category, ForegroundFallbackWarning)]
+
+
+def test_a_plain_function_as_a_tool_says_to_decorate_it() -> None:
+    from runstream import Agent, ConfigurationTypeError
+    from runstream.testing import ScriptedModel
+
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    with pytest.raises(
+        ConfigurationTypeError, match=r"'add' is a function, not a Tool; decorate it with @tool"
+    ):
+        Agent("a", model=ScriptedModel.text("x"), tools=[add])  # type: ignore[list-item]
+
+
+async def test_mastras_until_idle_spelling_names_the_python_keyword() -> None:
+    from runstream import Agent
+    from runstream.testing import ScriptedModel
+
+    agent = Agent("a", model=ScriptedModel.text("x"))
+    with pytest.raises(ValueError, match=r"did you mean until_idle=\.\.\.\?"):
+        await agent.stream("hi", untilIdle=True)  # type: ignore[call-arg]

@@ -179,6 +179,11 @@ class RunOptions:
         for key, value in options.items():
             name = _SPELLINGS.get(key)
             if name is None:
+                if key in _KEYWORDS:  # a keyword argument of its own, in Python's spelling
+                    raise ConfigKeyError(
+                        f"{where}: unknown option {key!r}; did you mean {_KEYWORDS[key]}=...?"
+                        f" (Mastra's {key!r} is the keyword argument {_KEYWORDS[key]!r} here)"
+                    )
                 read_config(options, _NAMES, where=where)  # raises, naming the option
             elif value is not None:
                 try:
@@ -429,8 +434,21 @@ def client_tool(name: str, *, description: str = "", input_schema: Mapping[str, 
     return Tool(name, _runs_on_the_client, description=description, input_schema=input_schema)
 
 
+_KEYWORDS = {"untilIdle": "until_idle", "runId": "run_id"}
+"""Mastra's spellings of ``stream()``'s own keyword arguments (not options of the mapping)."""
+
+
 def by_name(tools: Iterable[Tool] | Mapping[str, Tool]) -> dict[str, Tool]:
-    return {tool.name: tool for tool in (tools.values() if isinstance(tools, Mapping) else tools)}
+    """The tools by name; a plain function is refused with what to do instead."""
+    items = list(tools.values() if isinstance(tools, Mapping) else tools)
+    for item in items:
+        if not isinstance(item, Tool):
+            name = getattr(item, "__name__", type(item).__name__)
+            raise ConfigurationTypeError(
+                f"tools=: {name!r} is a {type(item).__name__}, not a Tool; decorate it with @tool"
+                f" (from runstream import tool) or pass tool({name}) to make one of it"
+            )
+    return {tool.name: tool for tool in items}
 
 
 def is_model(value: Any) -> TypeIs[LanguageModel]:

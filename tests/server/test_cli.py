@@ -55,6 +55,15 @@ def test_bad_target(project: Path) -> None:
         cli.load_app("served_project")
 
 
+def test_a_wrong_attribute_or_module_is_one_line(project: Path) -> None:
+    with pytest.raises(
+        SystemExit, match=r"^runstream serve: 'served_project' has no attribute 'ap' \(it has: .*app"
+    ):
+        cli.load_app("served_project:ap")
+    with pytest.raises(SystemExit, match=r"^runstream serve: no module 'not_a_project' \(from "):
+        cli.load_app("not_a_project:app")
+
+
 def test_serve_command_runs_uvicorn(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[Any, dict[str, Any]]] = []
     frozen: list[int] = []

@@ -40,8 +40,19 @@ def import_target(target: str, command: str) -> Any:
         raise SystemExit(f"runstream {command}: expected 'module:attr', got {target!r}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    obj: Any = importlib.import_module(module_name)
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:  # an import inside the module failed: its traceback helps
+            raise
+        raise SystemExit(f"runstream {command}: no module {module_name!r} (from {os.getcwd()})") from None
     for part in attr.split("."):
+        if not hasattr(obj, part):
+            names = sorted(n for n in vars(obj) if not n.startswith("_")) if hasattr(obj, "__dict__") else []
+            raise SystemExit(
+                f"runstream {command}: {module_name!r} has no attribute {attr!r}"
+                + (f" (it has: {', '.join(names[:12])})" if names else "")
+            )
         obj = getattr(obj, part)
     return obj
 
