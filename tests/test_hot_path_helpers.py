@@ -13,8 +13,8 @@ import pytest
 from runstream._clock import iso_datetime, iso_now, now_utc
 from runstream._ids import new_id
 from runstream._messages import copy_json
-from runstream._model_step import _content_blocks
 from runstream._run_state import LoopConfig, RunState
+from runstream._step_results import content_blocks as _content_blocks
 from runstream.abort import AbortSignal
 from runstream.models.base import ModelSettings, PromptMessage
 from runstream.testing import ScriptedModel

@@ -21,7 +21,7 @@ from runstream import _tracing as tracing
 from runstream._clock import iso_now
 from runstream._ids import new_id
 from runstream._run_state import LoopConfig, RunState, ToolCall
-from runstream._step_results import normalize_usage
+from runstream._step_results import content_blocks, normalize_usage
 from runstream._tool_step import EagerTools, model_view, shows_model_output, tool_call_limit, with_run_id
 from runstream.abort import AbortError
 from runstream.chunks import (
@@ -130,6 +130,7 @@ class ModelStep(PartSource):
         "fast",
         "files",
         "finish_reason",
+        "input_metadata",
         "lane",
         "last_object",
         "parts",
@@ -190,6 +191,7 @@ class ModelStep(PartSource):
         self.started_emitted = False
         self.warnings: list[Any] = []
         self.tool_names: dict[str, str] = {}
+        self.input_metadata: dict[str, Any] = {}  # a streamed tool input's start's metadata
         self.streamed_args: dict[str, list[str]] = {}  # tool input text streamed before each tool-call
         self.files: list[dict[str, Any]] = []
         self.eager: EagerTools | None = None  # made at the step's first tool call
@@ -419,7 +421,7 @@ class ModelStep(PartSource):
             content = [{"type": "text", "text": joined}] if joined else []
             content.extend(_placed_part(item) for _, item in placed)
             return content
-        blocks = _content_blocks(starts, self.text_deltas, self.reasoning, self.block_meta)
+        blocks = content_blocks(starts, self.text_deltas, self.reasoning, self.block_meta)
         content = []
         index = 0
         for position, block in enumerate(blocks):
@@ -507,6 +509,8 @@ class ModelStep(PartSource):
 
     def _tool_input_start(self, part: dict[str, Any]) -> AnyChunk:
         self.tool_names[part["id"]] = part["toolName"]
+        if part.get("providerMetadata"):
+            self.input_metadata[part["id"]] = part["providerMetadata"]
         payload: Any = {"toolCallId": part["id"], "toolName": part["toolName"]}
         for key in ("providerExecuted", "dynamic", "providerMetadata"):
             if part.get(key) is not None:
@@ -530,17 +534,26 @@ class ModelStep(PartSource):
         call = _parse_tool_call(part, "".join(self.streamed_args.get(part["toolCallId"], ())))
         self.placed.append((len(self.block_starts), call))
         payload: ToolCallPayload = {"toolCallId": call.tool_call_id, "toolName": call.tool_name}
-        if call.provider_executed:
-            # Mastra streams a provider-executed call's args from its streamed input deltas, empty
-            # when none came (its input is in the step's content and toolCalls); the loop does not run it.
-            payload["args"] = dict(call.args) if self.streamed_args.get(call.tool_call_id) else {}
+        # As Mastra's: a call whose input streamed (tool-input-start ...) is streamed with the
+        # metadata its input's start had; one that came whole keeps its own.
+        streamed = call.tool_call_id in self.tool_names
+        metadata = self.input_metadata.get(call.tool_call_id) if streamed else call.provider_metadata
+        if call.provider_executed:  # the loop does not run it
+            # (its input streamed, the chunk shows that text, {} when none came; the step's
+            # content and toolCalls have the call's input)
+            streamed_input = self.streamed_args.get(call.tool_call_id)
+            payload["args"] = _streamed_args(streamed_input) if streamed else dict(call.args)
             payload["providerExecuted"] = True
+            if metadata:
+                payload["providerMetadata"] = metadata
             chunk = ToolCallChunk(state.run_id, payload)
             state.tool_calls.append(chunk)
             return chunk
         self.calls.append(call)
         if not call.args_unreadable:
             payload["args"] = dict(call.args)
+        if metadata:
+            payload["providerMetadata"] = call.chunk_metadata = metadata
         chunk = ToolCallChunk(state.run_id, payload)
         state.tool_calls.append(chunk)
         if self.turn.eager_allowed and call.tool_name not in cfg.client_tools:
@@ -702,6 +715,15 @@ def _parse_tool_call(part: dict[str, Any], streamed: str) -> ToolCall:
     return call
 
 
+def _streamed_args(deltas: list[str] | None) -> dict[str, Any]:
+    text = "".join(deltas or ())
+    try:
+        args = json.loads(text) if text.strip() else {}
+    except ValueError:
+        return {}
+    return args if isinstance(args, dict) else {}
+
+
 def _source_payload(part: dict[str, Any]) -> Any:
     payload: dict[str, Any] = {"id": part.get("id", ""), "sourceType": part.get("sourceType", "url")}
     for src, dst in (("title", "title"), ("mediaType", "mimeType"), ("filename", "filename"), ("url", "url")):
@@ -714,36 +736,6 @@ def _file_payload(part: dict[str, Any]) -> Any:
     data = part.get("data", "")
     b64 = base64.b64encode(data).decode("ascii") if isinstance(data, bytes | bytearray) else str(data)
     return _with_pm({"data": b64, "base64": b64, "mimeType": part.get("mediaType", "")}, part)
-
-
-def _content_blocks(
-    starts: list[tuple[str, int]], text: list[str], reasoning: list[str], meta: dict[int, Any] | None
-) -> list[dict[str, Any] | None]:
-    """The step's text and reasoning as Mastra keeps them: one part per block (``*-start`` ...
-    ``*-end``), in the order the blocks began, each with its provider metadata; an empty text
-    block is ``None`` (dropped), an empty reasoning block is kept (OpenAI's encrypted reasoning
-    often has no summary). Deltas that came without a start make one block (reasoning first)
-    after the started ones."""
-    blocks = {
-        "text": _split(text, [i for k, i in starts if k == "text"]),
-        "reasoning": _split(reasoning, [i for k, i in starts if k == "reasoning"]),
-    }
-    order = [kind for kind, _ in starts]
-    for kind in ("reasoning", "text"):
-        order.extend([kind] * (len(blocks[kind]) - order.count(kind)))
-    taken = {"text": iter(blocks["text"]), "reasoning": iter(blocks["reasoning"])}
-    parts: list[dict[str, Any] | None] = []
-    for position, kind in enumerate(order):
-        value = next(taken[kind])
-        if kind == "text" and not value:
-            parts.append(None)
-            continue
-        part: dict[str, Any] = {"type": kind, "text": value}
-        pm = meta.get(position) if meta else None
-        if pm:
-            part["providerOptions"] = pm
-        parts.append(part)
-    return parts
 
 
 def _placed_part(item: Any) -> dict[str, Any]:
@@ -768,15 +760,6 @@ def _provider_tool_output(result: Any, is_error: bool) -> dict[str, Any]:
     if is_error:
         return {"type": "error-text" if isinstance(result, str) else "error-json", "value": result}
     return tool_result_output(result)
-
-
-def _split(deltas: list[str], starts: list[int]) -> list[str]:
-    """``deltas`` joined per block, each block starting at one of ``starts``."""
-    if not deltas:
-        return [""] * len(starts)
-    bounds = [0, *starts[1:]] if starts else [0]
-    ends = [*bounds[1:], len(deltas)]
-    return ["".join(deltas[start:end]) for start, end in zip(bounds, ends, strict=True)]
 
 
 def _file_content(payload: Any) -> dict[str, Any]:

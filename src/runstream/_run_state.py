@@ -208,6 +208,8 @@ class ToolCall:
     ``_background`` override); the conversation keeps these."""
     provider_executed: bool = False
     """The provider ran the tool (a web search, code execution ...): the loop does not."""
+    chunk_metadata: dict[str, Any] | None = None
+    """The provider metadata its ``tool-call`` chunk showed (its result's chunk shows it too)."""
 
     @property
     def sent_args(self) -> dict[str, Any]:

@@ -78,6 +78,45 @@ def _cache_creation_usage(provider_metadata: Any) -> dict[str, Any]:
     return found
 
 
+def content_blocks(
+    starts: list[tuple[str, int]], text: list[str], reasoning: list[str], meta: dict[int, Any] | None
+) -> list[dict[str, Any] | None]:
+    """The step's text and reasoning as Mastra keeps them: one part per block (``*-start`` ...
+    ``*-end``), in the order the blocks began, each with its provider metadata; an empty text
+    block is ``None`` (dropped), an empty reasoning block is kept (OpenAI's encrypted reasoning
+    often has no summary). Deltas that came without a start make one block (reasoning first)
+    after the started ones."""
+    blocks = {
+        "text": _split(text, [i for k, i in starts if k == "text"]),
+        "reasoning": _split(reasoning, [i for k, i in starts if k == "reasoning"]),
+    }
+    order = [kind for kind, _ in starts]
+    for kind in ("reasoning", "text"):
+        order.extend([kind] * (len(blocks[kind]) - order.count(kind)))
+    taken = {"text": iter(blocks["text"]), "reasoning": iter(blocks["reasoning"])}
+    parts: list[dict[str, Any] | None] = []
+    for position, kind in enumerate(order):
+        value = next(taken[kind])
+        if kind == "text" and not value:
+            parts.append(None)
+            continue
+        part: dict[str, Any] = {"type": kind, "text": value}
+        pm = meta.get(position) if meta else None
+        if pm:
+            part["providerOptions"] = pm
+        parts.append(part)
+    return parts
+
+
+def _split(deltas: list[str], starts: list[int]) -> list[str]:
+    """``deltas`` joined per block, each block starting at one of ``starts``."""
+    if not deltas:
+        return [""] * len(starts)
+    bounds = [0, *starts[1:]] if starts else [0]
+    ends = [*bounds[1:], len(deltas)]
+    return ["".join(deltas[start:end]) for start, end in zip(bounds, ends, strict=True)]
+
+
 def add_usage(total: dict[str, Any], step: dict[str, Any]) -> None:
     for key, value in step.items():
         if key == "raw":
@@ -449,6 +488,7 @@ def finish_chunk(
         "uiMessages": _ui_messages(cfg, state),
     }
     payload["response"].pop("request", None)
+    payload["response"].pop("providerMetadata", None)  # (Mastra's response has none)
     return FinishChunk(state.run_id, payload)  # type: ignore[arg-type]
 
 

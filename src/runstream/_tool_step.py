@@ -359,8 +359,9 @@ def _results(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> list
                 "toolName": call.tool_name,
                 "result": outcome.value,
             }
-            if outcome.provider_metadata:
-                payload["providerMetadata"] = outcome.provider_metadata
+            metadata = outcome.provider_metadata or call.chunk_metadata  # (as Mastra's)
+            if metadata:
+                payload["providerMetadata"] = metadata
             result_chunk = ToolResultChunk(run_id, payload)
             state.tool_results.append(result_chunk)
             if cfg.wait_for_background is None or not _is_placeholder(outcome):
