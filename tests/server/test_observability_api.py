@@ -1,6 +1,7 @@
 """Mastra's ``/api/observability`` over the span store: a confined caller's runs listed as traces,
 their span trees and spans, scores and feedback created with validation and listed, discovery;
-another resource's trace, score or feedback is a 404 / invisible."""
+another resource's trace, score or feedback is a 404 / invisible. And Mastra's
+save-messages into owned threads."""
 
 from __future__ import annotations
 
@@ -155,3 +156,74 @@ def test_without_a_store_the_lists_are_empty(client: httpx.Client) -> None:
     assert client.get(f"{OBS}/scores").json()["scores"] == []
     refused = client.post(f"{OBS}/scores", json={"score": {"scorerId": "r", "score": 1}})
     assert refused.status_code == 501
+
+
+def test_save_messages_into_owned_threads(observed: Secured) -> None:
+    s = observed
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    assert (
+        s.a.post("/api/memory/threads", json={"threadId": thread, "resourceId": "user-a"}).status_code == 200
+    )
+    saved = s.a.post(
+        "/api/memory/save-messages",
+        params={"agentId": "assistant"},
+        json={
+            "messages": [
+                {
+                    "id": "m1",
+                    "threadId": thread,
+                    "role": "user",
+                    "content": "hello",
+                    "createdAt": "2026-01-01T00:00:00Z",
+                },
+                {
+                    "threadId": thread,
+                    "resourceId": "user-a",
+                    "role": "assistant",
+                    "content": {"format": 2, "parts": [{"type": "text", "text": "hi"}]},
+                },
+            ]
+        },
+    )
+    assert saved.status_code == 200, saved.text
+    first, second = saved.json()["messages"]
+    assert (first["id"], first["resourceId"], first["content"]["parts"]) == (
+        "m1",
+        "user-a",
+        [{"type": "text", "text": "hello"}],
+    )
+    assert second["role"] == "assistant" and second["id"]
+    listed = s.a.get(f"/api/memory/threads/{thread}/messages").json()["messages"]
+    assert [m["id"] for m in listed][:1] == ["m1"] and len(listed) == 2
+    # B cannot write into A's thread, nor take over A's message id.
+    own = f"t-{uuid.uuid4().hex[:8]}"
+    assert s.b.post("/api/memory/threads", json={"threadId": own, "resourceId": "user-b"}).status_code == 200
+    into_a = s.b.post(
+        "/api/memory/save-messages", json={"messages": [{"threadId": thread, "role": "user", "content": "x"}]}
+    )
+    assert into_a.status_code == 404 and into_a.json()["error"] == f"Thread {thread} not found"
+    taken = s.b.post(
+        "/api/memory/save-messages",
+        json={"messages": [{"id": "m1", "threadId": own, "role": "user", "content": "x"}]},
+    )
+    assert taken.status_code == 409
+    assert (
+        s.a.get(f"/api/memory/threads/{thread}/messages").json()["messages"][0]["content"]["parts"][0]["text"]
+        == "hello"
+    )
+    for body, field in (
+        ({}, "'messages'"),
+        ({"messages": []}, "'messages'"),
+        ({"messages": [1]}, "messages[0]"),
+        ({"messages": [{"threadId": own, "role": "tool", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"threadId": own, "role": "user", "content": 5}]}, "messages[0].content"),
+        ({"messages": [{"threadId": own, "role": "user", "content": "x", "createdAt": "soon"}]}, "createdAt"),
+        (
+            {"messages": [{"threadId": own, "role": "user", "content": "x", "resourceId": "user-a"}]},
+            "resourceId",
+        ),
+        ({"messages": [{"role": "user", "content": "x"}]}, "messages[0].threadId"),
+    ):
+        refused = s.b.post("/api/memory/save-messages", json=body)
+        assert refused.status_code == 400 and field in refused.json()["error"], (body, refused.text)
+    assert s.b.post("/api/memory/save-messages", params={"agentId": "nope"}, json={}).status_code == 404

@@ -516,6 +516,7 @@ ROUTES: dict[tuple[str, str], str] = {
             ("DELETE", "indexes/{id}"),
         )
     },
+    ("POST", "/api/memory/save-messages"): "test_observability_api.py::test_save_messages_into_owned_threads",
     # observability (the span store)
     **{
         (method, f"/api/observability/{path}"): "test_observability_api.py::test_traces_spans_and_their_owner"

@@ -375,7 +375,8 @@ class MastraRoutes:
         a run, and this route has no run to stop (403; call it through an agent instead). The
         tool sees the caller's resource, and a thread only if that resource owns it. A tool that
         fails answers 422, not 500: client-js re-sends a request that got a 5xx, which would run
-        the tool again.
+        the tool again. Arguments that do not match the input schema answer 200 with Mastra's
+        ``{"error": true, "message", "validationErrors"}`` (client-js reads it as the result).
         """
         if tool.require_approval:
             raise ApiError(403, f"Tool {tool.name} requires approval: run it through an agent")
@@ -389,8 +390,8 @@ class MastraRoutes:
                 raise ApiError(404, f"Thread {thread_id} not found")
         try:
             args = tool.validate_args(body.get("data", {}))
-        except ToolArgumentsError as exc:
-            raise ApiError(400, str(exc)) from None
+        except ToolArgumentsError as exc:  # Mastra: a 200 whose body says what to fix
+            return json_response(exc.as_result())
         agents = self.ctx.runstream.agents
         owners = (
             [agents[agent_id]] if agent_id else [a for a in agents.values() if a.tools.get(tool.name) is tool]

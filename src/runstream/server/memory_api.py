@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
@@ -70,6 +71,7 @@ class MemoryRoutes:
             Route(t, self.delete_thread, methods=["DELETE"]),
             Route(f"{t}/messages", self.list_messages),
             Route("/memory/messages/delete", self.delete_messages, methods=["POST"]),
+            Route("/memory/save-messages", self.save_messages, methods=["POST"]),
             Route("/memory/config", self.memory_config),
             Route(f"{t}/working-memory", self.working_memory),
             Route(f"{t}/working-memory", self.update_working_memory, methods=["POST"]),
@@ -185,6 +187,59 @@ class MemoryRoutes:
         owned = [m.id for m in await self.storage.get_messages(ids) if principal.owns(m.resource_id)]
         deleted = await self.storage.delete_messages(owned)
         return JSONResponse({"success": True, "message": f"{deleted} message(s) deleted"})
+
+    async def save_messages(self, request: Request) -> Response:
+        """Mastra's ``POST /memory/save-messages`` (client-js ``saveMessageToMemory``): messages in
+        DB format 2 (or plain text content) saved into existing threads the caller owns; answers
+        ``{"messages": [...]}`` as stored."""
+        agent_id = request.query_params.get("agentId")
+        if agent_id:
+            self.ctx.agent(agent_id)
+        body = await json_body(request)
+        raw = body.get("messages")
+        if not isinstance(raw, list) or not raw or len(raw) > MAX_SAVED_MESSAGES:
+            raise ApiError(
+                400, f"Invalid request body: 'messages' must be a list of 1 to {MAX_SAVED_MESSAGES} messages"
+            )
+        principal = principal_of(request)
+        threads: dict[str, Thread] = {}
+        messages: list[StoredMessage] = []
+        for index, item in enumerate(raw):
+            field = f"messages[{index}]"
+            if not isinstance(item, dict):
+                raise ApiError(400, f"Invalid request body: '{field}' must be an object")
+            thread_id = check_id(item.get("threadId"), f"{field}.threadId")
+            thread = threads.get(thread_id) or await self.storage.get_thread(thread_id)
+            if thread is None or not principal.owns(thread.resource_id):
+                raise ApiError(404, f"Thread {thread_id} not found")
+            threads[thread_id] = thread
+            if item.get("resourceId") not in (None, thread.resource_id):
+                raise ApiError(
+                    400, f"Invalid request body: '{field}.resourceId' must be the thread's resource"
+                )
+            role = item.get("role")
+            if role not in ("user", "assistant", "system"):
+                raise ApiError(400, f"Invalid request body: '{field}.role' must be user, assistant or system")
+            messages.append(
+                StoredMessage(
+                    id=check_id(item["id"], f"{field}.id")
+                    if item.get("id") is not None
+                    else str(uuid.uuid4()),
+                    thread_id=thread_id,
+                    resource_id=thread.resource_id,
+                    role=role,
+                    content=_saved_content(item.get("content"), f"{field}.content"),
+                    created_at=_saved_date(item.get("createdAt"), f"{field}.createdAt"),
+                    type=item["type"]
+                    if isinstance(item.get("type"), str) and len(item["type"]) <= 32
+                    else "v2",
+                )
+            )
+        existing = await self.storage.get_messages([m.id for m in messages])
+        if any(not principal.owns(m.resource_id) for m in existing):
+            raise ApiError(409, "Invalid request body: a message id is already in use")
+        await self.storage.save_messages(messages)
+        return JSONResponse({"messages": [message_wire(m) for m in messages]})
 
     async def _memory(self, agent_id: str | None) -> Memory | None:
         if not agent_id:
@@ -332,6 +387,37 @@ async def newest_page(storage: Storage, thread: Thread, page: int, per_page: int
     kept = newest.items[: max(0, len(newest.items) - page * per_page)]
     items = list(reversed(kept[-per_page:]))
     return Page(items, newest.total, page, per_page, newest.total > (page + 1) * per_page)
+
+
+MAX_SAVED_MESSAGES = 100
+
+
+def _saved_content(value: Any, field: str) -> dict[str, Any]:
+    """A saved message's content: Mastra's format 2 object, or text."""
+    if isinstance(value, str):
+        return {"format": 2, "parts": [{"type": "text", "text": value}], "content": value}
+    parts = value.get("parts") if isinstance(value, dict) and value.get("format") == 2 else None
+    if isinstance(value, dict) and isinstance(parts, list) and all(_typed(part) for part in parts):
+        return value
+    raise ApiError(
+        400, f"Invalid request body: '{field}' must be text or a format 2 content object with parts"
+    )
+
+
+def _typed(part: Any) -> bool:
+    return isinstance(part, dict) and isinstance(part.get("type"), str)
+
+
+def _saved_date(value: Any, field: str) -> datetime:
+    if value is None:
+        return datetime.now(UTC)
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) else None
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        raise ApiError(400, f"Invalid request body: '{field}' must be an ISO 8601 date")
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def _message_ids(value: Any) -> list[str]:
