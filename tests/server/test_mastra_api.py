@@ -45,7 +45,9 @@ def test_per_request_options(client: httpx.Client) -> None:
 
 def test_tools(client: httpx.Client) -> None:
     details = client.get("/api/agents/assistant/tools/delete_file").json()
-    assert details["requireApproval"] is True and json.loads(details["inputSchema"])["required"] == ["path"]
+    assert details["requireApproval"] is True and json.loads(details["inputSchema"])["json"]["required"] == [
+        "path"
+    ]
     bad = client.post("/api/tools/get_weather/execute", json={"data": {"town": "Oslo"}})
     # Mastra answers 200 with what to fix (client-js hands it back as the result, no HTTP error).
     assert bad.status_code == 200 and bad.json()["error"] is True
@@ -60,6 +62,13 @@ def test_thread_routes(client: httpx.Client) -> None:
     made = client.post("/api/memory/threads?agentId=assistant", json={"resourceId": resource, "title": "a"})
     thread = made.json()
     assert thread["resourceId"] == resource and thread["title"] == "a" and thread["createdAt"].endswith("Z")
+    assert "metadata" not in thread  # Mastra omits it for a thread created without
+    assert "metadata" not in client.get(f"/api/memory/threads/{thread['id']}").json()
+    tagged = client.post(
+        "/api/memory/threads", json={"resourceId": resource, "title": "m", "metadata": {"k": 1}}
+    )
+    assert tagged.json()["metadata"] == {"k": 1}
+    client.delete(f"/api/memory/threads/{tagged.json()['id']}")
     again = client.post("/api/memory/threads", json={"resourceId": resource, "threadId": thread["id"]})
     assert again.status_code == 409
     for title in ("b", "c"):

@@ -70,15 +70,15 @@ def caller_context(agent: Agent, request: Request) -> RequestContext:
 
 
 def serialize_tool(tool: Tool) -> dict[str, Any]:
-    """Mastra's tool shape: schemas as JSON strings."""
+    """Mastra's tool shape: schemas as superjson strings (``{"json": <schema>}``), as Mastra sends."""
     out: dict[str, Any] = {
         "id": tool.name,
         "description": tool.description,
-        "inputSchema": json.dumps(tool.input_schema),
+        "inputSchema": json.dumps({"json": tool.input_schema}),
         "requireApproval": tool.require_approval,
     }
     if tool.output_schema is not None:
-        out["outputSchema"] = json.dumps(tool.output_schema)
+        out["outputSchema"] = json.dumps({"json": tool.output_schema})
     return out
 
 

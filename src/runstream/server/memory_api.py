@@ -30,14 +30,17 @@ from runstream.storage import NotFoundError, Page, Storage, StoredMessage, Threa
 
 
 def thread_wire(thread: Thread) -> dict[str, Any]:
-    return {
+    """A thread as Mastra sends it: no ``metadata`` key for a thread that has none."""
+    wire: dict[str, Any] = {
         "id": thread.id,
         "title": thread.title,
         "resourceId": thread.resource_id,
         "createdAt": iso_datetime(thread.created_at),
         "updatedAt": iso_datetime(thread.updated_at),
-        "metadata": thread.metadata,
     }
+    if thread.metadata:
+        wire["metadata"] = thread.metadata
+    return wire
 
 
 def message_wire(message: StoredMessage) -> dict[str, Any]:

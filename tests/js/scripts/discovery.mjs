@@ -11,7 +11,7 @@ emit({
     name: details.name,
     instructions: details.instructions,
     toolIds: Object.keys(details.tools).sort(),
-    inputSchema: JSON.parse(details.tools.get_weather.inputSchema),
+    inputSchema: JSON.parse(details.tools.get_weather.inputSchema).json, // superjson, as Mastra
   },
   unknown: await failure(client.getAgent("nope").details()),
   toolIds: Object.keys(tools).sort(),
