@@ -216,8 +216,13 @@ def test_server_durable_mcp_and_testing() -> None:
     )
     raised(
         ConfigurationError,
-        "max_events, ttl_s and live_ttl_s must be at least 1",
+        "max_events, max_run_bytes, ttl_s and live_ttl_s must be at least 1",
         lambda: RedisReplayLog("redis://localhost", max_events=0),
+    )
+    raised(
+        ConfigurationError,
+        "lease_ttl_s must be at least 0.1",
+        lambda: RedisReplayLog("redis://localhost", lease_ttl_s=0),
     )
     raised(
         ConfigurationError,

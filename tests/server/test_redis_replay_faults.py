@@ -5,16 +5,23 @@ and a writer's append retried on a fresh connection is applied once."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
 
+import httpx2 as httpx
 import pytest
 import redis
 from redis.asyncio import Redis
 
-from runstream.server.redis_replay import RedisReplayLog
+from runstream.server import create_app
+from runstream.server.auth import open_access
+from runstream.server.redis_replay import ABANDONED, RedisReplayLog
 from runstream.server.resumable import RunInfo
 from tests.conftest import REDIS_URL
+from tests.server.agents import Gates, build_runstream
+from tests.server.conftest import blocks, parse_block, serve
+from tests.server.test_redis_replay import URL, drain
 from tests.storage.postgres_testkit import IN_CI
 
 EVENTS = 60
@@ -82,3 +89,49 @@ async def test_a_killed_reader_resubscribes_and_gets_every_event_once(name: str,
     finally:
         await writer.close()
         await reader.close()
+
+
+async def test_a_run_whose_writer_is_gone_ends_with_an_error_for_its_readers(name: str) -> None:
+    writer = RedisReplayLog(REDIS_URL, prefix=name, ttl_s=30, lease_ttl_s=0.6)
+    reader = RedisReplayLog(REDIS_URL, prefix=name, ttl_s=30, lease_ttl_s=0.6)
+    try:
+        await writer.create(RunInfo("r", "a", None))
+        await writer.append("r", '{"type":"start"}')
+        quiet = asyncio.create_task(drain(reader, "r", 0))
+        await asyncio.sleep(1.5)  # (a real interval) the writer lives, idle: its lease holds
+        assert not quiet.done()
+        await writer.append("r", '{"type":"text-delta"}')
+        await writer.close()  # its process is gone: nobody holds the lease any more
+        got = await asyncio.wait_for(quiet, 10)
+        assert [seq for seq, _ in got] == [1, 2, 3, 4]
+        assert [json.loads(data)["type"] for _, data in got] == ["start", "text-delta", "error", "finish"]
+        assert ABANDONED in json.loads(got[2][1])["payload"]["error"]["message"]
+        assert await drain(reader, "r", 2) == got[2:]  # ended once, for every reader
+    finally:
+        await reader.close()
+
+
+def test_a_client_reconnecting_elsewhere_after_its_server_died_gets_an_error_and_the_end(name: str) -> None:
+    async def dead_server() -> str:
+        """A replica that streamed a run's first chunks, then died (never ended the run)."""
+        log = RedisReplayLog(REDIS_URL, prefix=name, lease_ttl_s=0.6)
+        await log.create(RunInfo("run-1", "assistant", None))
+        await log.append(
+            "run-1", json.dumps({"type": "start", "runId": "run-1", "from": "AGENT", "payload": {}})
+        )
+        await log.close()
+        return "run-1:1"
+
+    last_id = asyncio.run(dead_server())
+    app = create_app(
+        build_runstream(Gates()), auth=open_access, replay_log=RedisReplayLog(REDIS_URL, prefix=name)
+    )
+    with serve(app) as url, httpx.Client(base_url=url, timeout=20) as client:
+        body = {"messages": "hello"}
+        with client.stream("POST", URL, json=body, headers={"Last-Event-ID": last_id}) as response:
+            assert response.status_code == 200
+            got = [parse_block(block) for block in blocks(response)]
+    frames = [(event_id, data) for event_id, data in got if data is not None]
+    assert frames[-1] == (None, "[DONE]")
+    assert [event_id for event_id, _ in frames[:-1]] == ["run-1:2", "run-1:3"]
+    assert [json.loads(data)["type"] for _, data in frames[:-1]] == ["error", "finish"]

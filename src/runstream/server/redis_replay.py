@@ -13,20 +13,34 @@ stream is capped at ``max_events`` and ``max_run_bytes`` (``:bytes`` counts them
 events go first, and are a :class:`ReplayGapError`); the keys expire ``ttl_s`` after
 the run ends, and ``live_ttl_s`` after its last event while it runs (a run whose process died
 is forgotten, and its readers stop, rather than waited for forever).
+
+The process that writes a run holds a *lease* on it, ``:lease``, a key that it refreshes every
+``lease_ttl_s / 3`` while the run is live. A reader that finds the lease expired and the run not
+ended (its process died: killed, lost) ends the log itself, atomically and once, with an
+``error`` and a ``finish`` chunk, as a run that fails mid-stream ends: a client reconnecting to
+another API process gets the error and the end of the stream within ``lease_ttl_s`` and a
+second, never an open connection with keepalives until the TTL.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from runstream.errors import ConfigurationError
 from runstream.server.resumable import MIB, ReplayGapError, RunAlreadyStreamingError, RunInfo, split_large
+from runstream.server.wire import failure_json
 from runstream.tasks.redis_bus import retrying
+
+logger = logging.getLogger("runstream.server")
 
 READ_BLOCK_MS = 1000
 """A blocked reader wakes this often to notice a log that expired."""
@@ -80,6 +94,29 @@ return 1
 """
 
 
+_ABANDON = """
+if redis.call('EXISTS', KEYS[3]) == 0 then return -1 end
+if redis.call('HGET', KEYS[3], 'ended') ~= '0' or redis.call('HGET', KEYS[3], 'lease') ~= '1' then
+  return 0
+end
+if redis.call('EXISTS', KEYS[6]) == 1 then return 0 end
+local seq = tonumber(redis.call('GET', KEYS[1]) or '0')
+for i = 2, #ARGV do
+  seq = seq + 1
+  redis.call('XADD', KEYS[2], seq .. '-0', 'd', ARGV[i])
+end
+redis.call('SET', KEYS[1], seq)
+redis.call('XADD', KEYS[2], seq .. '-1', 'end', '1')
+redis.call('HSET', KEYS[3], 'ended', '1')
+for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ARGV[1]) end
+return 1
+"""
+"""A reader ends a live run whose writer's lease expired (KEYS: the run's keys, then its lease;
+ARGV: the TTL, then the events to add before the end)."""
+
+ABANDONED = "the process serving this stream stopped before it ended; the run's result may still reach memory"
+
+
 class RedisReplayLog:
     """Replay logs in the Redis at ``url``, for every process using the same ``prefix``."""
 
@@ -92,17 +129,23 @@ class RedisReplayLog:
         max_run_bytes: int = 16 * MIB,
         ttl_s: int = 300,
         live_ttl_s: int = 3600,
+        lease_ttl_s: float = 10.0,
     ) -> None:
         if min(max_events, max_run_bytes, ttl_s, live_ttl_s) < 1:
             raise ConfigurationError("max_events, max_run_bytes, ttl_s and live_ttl_s must be at least 1")
+        if lease_ttl_s < 0.1:
+            raise ConfigurationError("lease_ttl_s must be at least 0.1")
         self.client: Redis = Redis.from_url(url, decode_responses=True)
         self.prefix = prefix
         self.max_events = max_events
         self.max_run_bytes = max_run_bytes
         self.ttl_s = ttl_s
         self.live_ttl_s = live_ttl_s
+        self.lease_ttl_s = lease_ttl_s
         self._append = self.client.register_script(_APPEND)
         self._end = self.client.register_script(_END)
+        self._abandon = self.client.register_script(_ABANDON)
+        self._leases: asyncio.Task[None] | None = None
         self._appended: dict[str, int] = {}
         """The last sequence number appended by this process, per run it writes (so that an
         append retried after a dropped connection is applied once)."""
@@ -110,6 +153,9 @@ class RedisReplayLog:
     def _keys(self, run_id: str) -> list[str]:
         base = f"{self.prefix}:{run_id}"
         return [f"{base}:seq", f"{base}:events", f"{base}:info", f"{base}:bytes", f"{base}:shared"]
+
+    def _lease(self, run_id: str) -> str:
+        return f"{self.prefix}:{run_id}:lease"
 
     async def create(self, info: RunInfo) -> None:
         keys = self._keys(info.run_id)
@@ -119,10 +165,13 @@ class RedisReplayLog:
         owner = json.dumps({"agent_id": info.agent_id, "resource_id": info.resource_id})
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.delete(*keys)
-            pipe.hset(meta, mapping={"owner": owner, "ended": "0"})
+            pipe.hset(meta, mapping={"owner": owner, "ended": "0", "lease": "1"})
             pipe.expire(meta, self.live_ttl_s)
+            pipe.set(self._lease(info.run_id), "1", px=int(self.lease_ttl_s * 1000))
             await retrying(pipe.execute)
         self._appended[info.run_id] = 0
+        if self._leases is None or self._leases.done():
+            self._leases = asyncio.create_task(self._hold_leases(), name="replay log leases")
 
     async def append(self, run_id: str, data: str) -> int:
         """Add one event; its large strings (``split_large``) are kept once per run, in the
@@ -154,6 +203,29 @@ class RedisReplayLog:
     async def end(self, run_id: str) -> None:
         await retrying(lambda: self._end(keys=self._keys(run_id), args=[self.ttl_s]))
         self._appended.pop(run_id, None)
+        if not self._appended and self._leases is not None:
+            self._leases.cancel()  # no lease left to hold
+
+    async def _hold_leases(self) -> None:
+        """Refresh the lease of every run this process writes, until none is left. A failed
+        refresh (Redis away) is tried again at the next tick; cancellation ends the loop."""
+        interval_s = self.lease_ttl_s / 3
+        while self._appended:
+            await asyncio.sleep(interval_s)
+            try:
+                async with self.client.pipeline(transaction=False) as pipe:
+                    for run_id in list(self._appended):
+                        pipe.set(self._lease(run_id), "1", px=int(self.lease_ttl_s * 1000))
+                    await pipe.execute()
+            except RedisError as exc:
+                logger.warning("replay log: could not refresh the leases of live runs: %s", exc)
+
+    async def _abandoned(self, run_id: str) -> int:
+        """End the run with an error if its writer's lease expired (1); 0 if it is alive or
+        ended, -1 if its log expired."""
+        args: list[str | int] = [self.ttl_s, *failure_json(run_id, RuntimeError(ABANDONED))]
+        keys = [*self._keys(run_id), self._lease(run_id)]
+        return int(await retrying(lambda: self._abandon(keys=keys, args=args)))
 
     async def info(self, run_id: str) -> RunInfo | None:
         owner = await retrying(lambda: self.client.hget(self._keys(run_id)[2], "owner"))
@@ -184,8 +256,12 @@ class RedisReplayLog:
                 self.client.xread, {events: last}, count=READ_BATCH, block=READ_BLOCK_MS
             )
             entries = list(got[0][1]) if got else []
-            if not entries and not await retrying(lambda: self.client.exists(meta)):
-                return  # expired: its process died long ago
+            if not entries:
+                abandoned = await self._abandoned(run_id)
+                if abandoned < 0:
+                    return  # expired: its process died long ago
+                if abandoned > 0:
+                    entries = await self._after(events, last)  # the error, then the end
 
     async def _text(self, shared: str, fields: dict[str, str]) -> str:
         if "d" in fields:
@@ -214,4 +290,9 @@ class RedisReplayLog:
             raise ReplayGapError(f"events {after + 1}..{first - 1} of the run are no longer kept")
 
     async def close(self) -> None:
+        """Stop holding the leases (the runs still live here are taken for dead elsewhere)."""
+        if self._leases is not None:
+            self._leases.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._leases
         await self.client.aclose()
