@@ -6,6 +6,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta, timezone
 from typing import Any
@@ -301,3 +302,36 @@ async def test_the_tool_call_index_is_built_for_messages_saved_before_it(
     upgraded = open_storage()
     found = await upgraded.find_tool_call_message("t1", "call-1")
     assert found is not None and found.id == "m2"  # the call id's newest message
+
+
+def _terminate_while_blocked(pid: int) -> None:
+    """``pg_terminate_backend(pid)`` from another thread, the test's event loop blocked meanwhile:
+    the pooled connection looks alive until its next statement meets the closed socket."""
+
+    async def terminate() -> None:
+        admin = await asyncpg.connect(POSTGRES_URL)
+        try:
+            await admin.execute("SELECT pg_terminate_backend($1)", pid)
+        finally:
+            await admin.close()
+
+    worker = threading.Thread(target=asyncio.run, args=(terminate(),))
+    worker.start()
+    worker.join()
+
+
+async def test_a_call_on_a_dropped_connection_is_made_again_on_a_fresh_one(schema: str) -> None:
+    storage = PostgresStorage(POSTGRES_URL, schema=schema, min_size=1, max_size=1)
+    try:
+        await storage.save_thread(thread("t-1", "r-1"))
+        for call in (lambda: storage.get_thread("t-1"), lambda: storage.save_thread(thread("t-1", "r-1"))):
+            async with storage._connection() as conn:
+                pid = await conn.fetchval("SELECT pg_backend_pid()")
+            _terminate_while_blocked(pid)
+            await call()  # no StorageError: once more, on a new connection
+            async with storage._connection() as conn:
+                assert await conn.fetchval("SELECT pg_backend_pid()") != pid
+        got = await storage.get_thread("t-1")
+        assert got is not None and got.resource_id == "r-1"
+    finally:
+        await storage.close()

@@ -8,6 +8,9 @@ they change (``SELECT ... FOR UPDATE``) in a ``READ COMMITTED`` transaction; ``u
 compare-and-set is a single conditional ``UPDATE``, and ``save_thread``'s owner check is part of
 its upsert, so no concurrent writer can slip in between a check and a write.
 
+A call whose connection dropped (killed, a server restart) is made once more on a fresh pooled
+connection: a dropped connection is not a failed call (nor an HTTP 500).
+
 Lock order: a thread's row before its messages' rows (``save_messages``, ``update_message`` and
 ``delete_thread`` all take them so, threads sorted by id), so these calls never deadlock.
 """
@@ -15,12 +18,14 @@ Lock order: a thread's row before its messages' rows (``save_messages``, ``updat
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from datetime import datetime
 from typing import Any, Unpack
 
 import asyncpg
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
 from runstream.storage import _postgres_schema as _schema
 from runstream.storage._postgres_schema import Connection
@@ -93,6 +98,36 @@ def _translate_errors() -> Iterator[None]:
         yield
     except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
         raise StorageError(f"PostgreSQL error: {exc}") from exc
+
+
+_CONNECTION_LOST = (
+    asyncpg.ConnectionDoesNotExistError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CannotConnectNowError,
+    ConnectionError,
+)
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """A storage call failed because its connection dropped (killed, a server restart)."""
+    return isinstance(exc, StorageError) and isinstance(exc.__cause__, _CONNECTION_LOST)
+
+
+def _retried_once(method: Any) -> Any:
+    """``method``, called once more, on a fresh pooled connection, if its connection dropped
+    (the pool replaces a closed connection), so a dropped connection is not a failed call."""
+
+    @functools.wraps(method)
+    async def call(self: PostgresStorage, *args: Any, **kwargs: Any) -> Any:
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(2), retry=retry_if_exception(_connection_lost), reraise=True
+        ):
+            with attempt:
+                return await method(self, *args, **kwargs)
+        raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    return call
 
 
 def _row(record: asyncpg.Record | None) -> Row | None:
@@ -568,3 +603,8 @@ class PostgresStorage:
         sql = f"SELECT id FROM {self._snapshots} WHERE namespace = $1 ORDER BY seq"
         async with self._connection() as conn:
             return [str(row["id"]) for row in await conn.fetch(sql, namespace)]
+
+
+for _name, _method in list(vars(PostgresStorage).items()):
+    if not _name.startswith("_") and _name not in ("init", "close") and asyncio.iscoroutinefunction(_method):
+        setattr(PostgresStorage, _name, _retried_once(_method))
