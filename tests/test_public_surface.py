@@ -61,6 +61,7 @@ def test_the_tree_is_exported_at_the_package_root() -> None:
         "NotFoundError",
         "StateConflictError",
         "RunFailedError",
+        "ToolError",
     }
     for name in tree:
         assert name in runstream.__all__ and getattr(runstream, name) is getattr(errors, name), name

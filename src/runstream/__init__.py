@@ -23,6 +23,7 @@ from runstream.errors import (
     RunFailedError,
     RunstreamError,
     StateConflictError,
+    ToolError,
 )
 from runstream.memory import Memory, MemoryScope
 from runstream.models.base import LanguageModel, ModelRequest, ModelSettings, ModelStream
@@ -83,6 +84,7 @@ __all__ = [
     "StructuredOutputError",
     "Tool",
     "ToolContext",
+    "ToolError",
     "ToolWriter",
     "TripWire",
     "UnknownChunk",

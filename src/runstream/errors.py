@@ -57,3 +57,10 @@ class RunFailedError(RunstreamError):
         self.run_id = run_id
         self.cause = cause
         self.__cause__ = cause
+
+
+class ToolError(RunstreamError):
+    """An error a tool raises whose message is meant for the caller. Over HTTP (the
+    ``tool-error`` chunk, ``POST /api/tools/:id/execute``) any other exception a tool raises is
+    sent as "Tool <name> failed" only, since its text may carry secrets or paths; the server's
+    log keeps it whole. The model and in-process chunks always get the exception itself."""

@@ -31,6 +31,7 @@ from runstream.server.errors import ApiError
 from runstream.server.limits import check_id
 from runstream.server.mastra import start_stream
 from runstream.server.sse import SSE_HEADERS, SSEResponse, data_frame
+from runstream.server.wire import public_chunk
 
 MAX_MESSAGES = 1_000
 MAX_TOOLS = 128
@@ -68,7 +69,7 @@ class AGUIRoutes:
             for event in mapper.start():
                 yield _frame(event)
             async for chunk in run.out.full_stream:
-                for event in mapper.map(chunk):
+                for event in mapper.map(public_chunk(chunk)):
                     yield _frame(event)
             for event in mapper.finish():
                 yield _frame(event)

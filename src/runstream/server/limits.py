@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
-from urllib.parse import unquote_to_bytes
+from urllib.parse import parse_qsl, unquote_to_bytes
 
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -111,8 +111,11 @@ def check_id(value: Any, field: str) -> str:
             400,
             f"Invalid request body: '{field}' must be a non-empty string of at most {MAX_ID_LENGTH} characters",
         )
-    if "\x00" in value:
-        raise ApiError(400, f"Invalid request body: '{field}' must not contain NUL characters")
+    if not value.isprintable():  # NUL, CR/LF (a forged SSE event or log line), other controls
+        raise ApiError(
+            400,
+            f"Invalid request body: '{field}' must be printable (no NUL, CR, LF or other control characters)",
+        )
     return value
 
 
@@ -147,6 +150,12 @@ def check_metadata(value: Any, field: str) -> dict[str, Any] | None:
     return value
 
 
+INVALID_URL = (
+    "Invalid request: the URL contains NUL, control or non-UTF-8 characters, "
+    f"or an id (a path segment, a query value named ...Id) longer than {MAX_ID_LENGTH} characters"
+)
+
+
 class UrlSafetyMiddleware:
     """400 for a path or query string that carries NUL characters or bytes that are not UTF-8.
 
@@ -159,19 +168,24 @@ class UrlSafetyMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not _url_is_clean(scope):
-            await error_response(400, "Invalid request: the URL contains NUL or non-UTF-8 characters")(
-                scope, receive, send
-            )
+            await error_response(400, INVALID_URL)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
 
 def _url_is_clean(scope: Scope) -> bool:
+    """No NUL, nothing but UTF-8; ids (every path segment, and query values named ``...Id``)
+    printable and at most :data:`MAX_ID_LENGTH` characters: the id grammar, at the edge."""
     query: bytes = scope.get("query_string", b"")
     path: str = scope.get("path", "")
     if "\x00" in path or b"%00" in query:
         return False
+    if not path.isprintable() or any(len(segment) > MAX_ID_LENGTH for segment in path.split("/")):
+        return False
     try:
+        for key, value in parse_qsl(query.decode("utf-8", "strict"), keep_blank_values=True):
+            if key.lower().endswith("id") and (len(value) > MAX_ID_LENGTH or not value.isprintable()):
+                return False
         unquote_to_bytes(query.replace(b"+", b" ")).decode("utf-8")
         raw_path = scope.get("raw_path")
         if raw_path is not None:

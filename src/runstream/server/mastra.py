@@ -37,6 +37,7 @@ from runstream.server.resumable import TooManyRunsError
 from runstream.server.streaming import Run, owned_run, parse_event_id, reconnect, replay, respond, wants_ids
 from runstream.server.suspended_runs import list_suspended_runs
 from runstream.server.tasks_api import resume_task_stream
+from runstream.server.wire import public_error
 from runstream.server.workflow_info import workflow_info
 from runstream.storage import Storage, ThreadResourceMismatchError
 from runstream.tools import Tool, ToolArgumentsError, ToolContext, ToolWriter
@@ -415,7 +416,9 @@ class MastraRoutes:
         try:
             result = await tool.execute(args, ctx)
         except Exception as exc:
-            raise ApiError(422, f"Tool {tool.name} failed: {exc}") from exc
+            public = public_error(exc, tool.name, run_id)  # (the whole error goes to the log)
+            message = str(public) if public is exc else public["message"]
+            raise ApiError(422, f"Tool {tool.name} failed: {message}" if public is exc else message) from exc
         return json_response(result)
 
 

@@ -38,6 +38,8 @@ def data_frame(json_text: str, event_id: str | None = None) -> bytes:
     """
     if event_id is None:
         return b"data: " + json_text.encode("utf-8", "replace") + b"\n\n"
+    if not event_id.isprintable():  # (ids are checked at the edge; a run id made in code is not)
+        event_id = event_id.encode("unicode_escape").decode("ascii")
     return f"id: {event_id}\ndata: {json_text}\n\n".encode("utf-8", "replace")
 
 

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from runstream.chunks import AnyChunk, Chunk, dumps, dumps_bytes, error_to_wire
+from runstream._payloads import ToolErrorPayload
+from runstream.chunks import AnyChunk, Chunk, ToolErrorChunk, dumps, dumps_bytes, error_to_wire
+from runstream.errors import RunstreamError
+from runstream.tools import ToolExecutionError
 
 logger = logging.getLogger("runstream.server")
 
-REDACTED_TYPES = frozenset({"step-start", "step-finish", "finish"})
-"""The chunk types that carry the model request (the only ones :func:`redact` changes)."""
+REDACTED_TYPES = frozenset({"step-start", "step-finish", "finish", "tool-error"})
+"""The chunk types that carry the model request or a tool's error (the only ones :func:`redact`
+changes)."""
 
 
 def encode_json(value: Any) -> str | None:
@@ -38,14 +42,53 @@ def encode_json_bytes(value: Any) -> bytes | None:
         return None
 
 
+def public_error(error: Any, tool_name: str, run_id: str = "") -> Any:
+    """What a caller may see of a tool's error: runstream's own errors (an unknown tool, bad
+    arguments, an abort) and a :class:`~runstream.errors.ToolError` the tool raised as they
+    are; any other exception the tool raised as "Tool <name> failed" (logged whole here: its
+    text may carry secrets or paths)."""
+    raised = error.__cause__ if isinstance(error, ToolExecutionError) else error
+    if isinstance(raised, RunstreamError):
+        return error
+    if isinstance(error, dict) and error.get("name") in PUBLIC_ERROR_NAMES:  # (from a remote task)
+        return error
+    logger.warning(
+        "run %r: tool %r failed: %r",
+        run_id,
+        tool_name,
+        raised,
+        exc_info=raised if isinstance(raised, BaseException) else None,
+    )
+    return {"message": f"Tool {tool_name} failed", "name": "Error"}
+
+
+PUBLIC_ERROR_NAMES = frozenset({"ToolError", "ToolArgumentsError", "ToolNotFoundError", "AbortError"})
+
+
+def public_chunk(chunk: AnyChunk) -> AnyChunk:
+    """``chunk`` as a caller may see it: a ``tool-error`` with :func:`public_error`'s error."""
+    if chunk.type != "tool-error":
+        return chunk
+    payload: dict[str, Any] = dict(chunk.payload)
+    error = public_error(payload.get("error"), str(payload.get("toolName")), chunk.run_id)
+    if error is payload.get("error"):
+        return chunk
+    return ToolErrorChunk(chunk.run_id, cast(ToolErrorPayload, {**payload, "error": error}))
+
+
 def redact(wire: dict[str, Any]) -> dict[str, Any]:
-    """The wire dict without the model request (a shallow copy when something is removed)."""
+    """The wire dict without the model request (a shallow copy when something is removed), and a
+    tool's error as :func:`public_error` has it."""
     kind = wire.get("type")
     if kind not in REDACTED_TYPES:
         return wire
     payload = wire.get("payload")
     if not isinstance(payload, dict):
         return wire
+    if kind == "tool-error":
+        error = payload.get("error")
+        public = public_error(error, str(payload.get("toolName")), str(wire.get("runId", "")))
+        return wire if public is error else {**wire, "payload": {**payload, "error": public}}
     if kind == "step-start":
         return {**wire, "payload": {**payload, "request": {}}} if "request" in payload else wire
     clean = _without_request(payload)
@@ -58,7 +101,33 @@ def redact(wire: dict[str, Any]) -> dict[str, Any]:
             **output,
             "steps": [_without_request(step) if isinstance(step, dict) else step for step in steps],
         }
-    return {**wire, "payload": clean}
+    return {**wire, "payload": _hide_tool_errors(clean)}
+
+
+def _hide_tool_errors(value: Any) -> Any:
+    """``value`` with the text of every failed tool result in its messages and steps replaced by
+    "Tool <name> failed" (a copy where something changed): the conversation a ``step-finish``
+    or ``finish`` carries holds what the model was told of a tool's error."""
+    if isinstance(value, list):
+        items = [_hide_tool_errors(item) for item in value]
+        return items if any(new is not old for new, old in zip(items, value, strict=True)) else value
+    if not isinstance(value, dict):
+        return value
+    output = value.get("output")
+    if (
+        value.get("type") == "tool-result"
+        and isinstance(output, dict)
+        and output.get("type") in ("error-text", "error-json")
+    ):
+        return {**value, "output": {"type": "error-text", "value": f"Tool {value.get('toolName')} failed"}}
+    if value.get("state") == "output-error" and "errorText" in value:  # a UI message's tool part
+        name = str(value.get("toolName") or str(value.get("type", "")).removeprefix("tool-"))
+        return {**value, "errorText": f"Tool {name} failed"}
+    if value.get("type") == "tool-error" and "error" in value:
+        return {**value, "error": public_error(value["error"], str(value.get("toolName")))}
+    changed = {key: _hide_tool_errors(item) for key, item in value.items() if isinstance(item, list | dict)}
+    changed = {key: item for key, item in changed.items() if item is not value[key]}
+    return {**value, **changed} if changed else value
 
 
 def _without_request(value: dict[str, Any]) -> dict[str, Any]:

@@ -278,13 +278,16 @@ async def load_record(workflow: Workflow, run_id: str) -> RunRecord | None:
     return RunRecord(workflow, run_id, snapshot, meta)
 
 
-async def used_elsewhere(workflow: Workflow, run_id: str) -> bool:
-    """Whether another workflow sharing the storage has a run with this id (ids are global)."""
+async def used_elsewhere(workflow: Workflow, run_id: str) -> tuple[bool, str | None]:
+    """Whether another workflow sharing the storage has a run with this id (ids are global),
+    and the resource that owns it (``None``: unknown or unconfined)."""
+    used, owner = False, None
     for namespace in (NAMESPACE, META_NAMESPACE):
         data = await workflow.storage.load_snapshot(namespace, run_id)
         if data is not None and data.get("workflowId") != workflow.id:
-            return True
-    return False
+            used = True
+            owner = owner or (data.get("resourceId") if namespace == META_NAMESPACE else None)
+    return used, owner
 
 
 async def list_records(workflow: Workflow) -> list[RunRecord]:

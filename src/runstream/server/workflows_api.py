@@ -183,8 +183,11 @@ class WorkflowRoutes:
         return run_id
 
     @staticmethod
-    async def _new_run_id(workflow: Workflow, run_id: str) -> None:
-        if await used_elsewhere(workflow, run_id):
+    async def _new_run_id(workflow: Workflow, run_id: str, principal: Principal) -> None:
+        used, owner = await used_elsewhere(workflow, run_id)
+        if used and not principal.owns(owner):  # another tenant's id: as a run one cannot see
+            raise ApiError(404, "Workflow run not found")
+        if used:
             raise ApiError(409, f"Run id {run_id} is taken by another workflow's run")
 
     async def _owned(self, workflow: Workflow, run_id: str, principal: Principal) -> RunRecord:
@@ -246,7 +249,7 @@ class WorkflowRoutes:
             if not principal.owns(record.resource_id):
                 raise ApiError(404, "Workflow run not found")
             return json_response({"runId": run_id})
-        await self._new_run_id(workflow, run_id)
+        await self._new_run_id(workflow, run_id, principal)
         meta = RunMeta(workflow.id, principal.resource(start.resource_id), now_ms())
         await save_meta(workflow.storage, run_id, meta)
         return json_response({"runId": run_id})
@@ -259,7 +262,7 @@ class WorkflowRoutes:
         async with self._launching:
             record = await load_record(workflow, run_id)
             if record is None:
-                await self._new_run_id(workflow, run_id)
+                await self._new_run_id(workflow, run_id, principal)
             elif not principal.owns(record.resource_id):
                 raise ApiError(404, "Workflow run not found")
             live = self._live_run(workflow, run_id)
