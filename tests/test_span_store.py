@@ -148,3 +148,17 @@ async def test_the_store_shares_a_sqlite_storage_file(tmp_path: Path) -> None:
         store.close()
     finally:
         await storage.close()
+
+
+async def test_a_runtime_feeds_its_store_once(spans: InMemorySpanExporter) -> None:
+    store = SpanStore()
+    processor = install_span_store(store, provider=PROVIDER, sample_rate=0.0)
+    agent = calculator()
+    runtime = Runstream(agents=[agent], observability=store)
+    try:
+        async with runtime:
+            assert runtime._span_processor is None  # fed already: the sampling one stays alone
+            await agent.generate("divide")
+        assert processor.force_flush() and store.list_traces(TraceQuery())[1] == 0
+    finally:
+        processor.shutdown()

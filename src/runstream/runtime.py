@@ -121,7 +121,7 @@ class Runstream:
             if self._started:
                 return
             await self.storage.init()
-            if self.observability is not None and self._span_processor is None:
+            if self.observability is not None and not self.observability.fed:
                 from runstream.observability.processor import install_span_store
 
                 self._span_processor = install_span_store(self.observability)

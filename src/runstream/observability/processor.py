@@ -253,6 +253,7 @@ class StoreSpanProcessor(BatchSpanProcessor):
             raise ValueError("sample_rate must be from 0 to 1")
         self.traces = _Traces(sample_rate)
         self.stopped = False
+        store.fed = True
         super().__init__(
             _StoreExporter(store, self.traces),
             max_queue_size=max_queue_size,

@@ -111,6 +111,8 @@ class SpanStore:
         self.max_age = max_age
         self.max_spans = max_spans
         self.max_signals = max_signals
+        self.fed = False
+        """Whether a :class:`StoreSpanProcessor` feeds this store (the runtime installs one at start if not)."""
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=5.0)
         self._db.row_factory = sqlite3.Row
