@@ -57,6 +57,9 @@ def test_traces_spans_and_their_owner(observed: Secured) -> None:
     assert kinds == ["agent_run", "model_generation", "model_generation", "tool_call"]
     tool = next(span for span in tree["spans"] if span["spanType"] == "tool_call")
     assert tool["entityName"] == "get_weather" and tool["parentSpanId"] == root["spanId"]
+    light = s.a.get(f"{OBS}/traces/{trace_id}/light").json()["spans"]
+    assert len(light) == 4 and all("input" not in x and "attributes" not in x and x["spanId"] for x in light)
+    assert s.b.get(f"{OBS}/traces/{trace_id}/light").status_code == 404
     span = s.a.get(f"{OBS}/traces/{trace_id}/spans/{tool['spanId']}").json()
     assert span == {"span": tool}
     # B sees none of it; its 404s are the missing trace's.

@@ -524,6 +524,7 @@ ROUTES: dict[tuple[str, str], str] = {
             ("GET", "traces"),
             ("GET", "traces/light"),
             ("GET", "traces/{id}"),
+            ("GET", "traces/{id}/light"),
             ("GET", "traces/{id}/spans/{id}"),
             ("GET", "discovery/entity-types"),
             ("GET", "discovery/entity-names"),

@@ -27,6 +27,7 @@ from runstream.server.errors import ApiError
 from runstream.server.limits import MAX_METADATA_BYTES, MAX_PAGE, bounded_number, check_id
 
 MAX_PER_PAGE = 100
+_HEAVY = frozenset({"input", "output", "attributes", "metadata", "tags", "links"})
 _MAX_TEXT = 10_000
 _SIGNALS = {"score": ("scores", "scorerId"), "feedback": ("feedback", "feedbackType")}
 _SCORE_TEXT = (
@@ -97,6 +98,7 @@ class ObservabilityRoutes:
             Route("/observability/traces", self.traces),
             Route("/observability/traces/light", self.traces),
             Route("/observability/traces/{trace_id}", self.trace),
+            Route("/observability/traces/{trace_id}/light", self.trace_light),
             Route("/observability/traces/{trace_id}/spans/{span_id}", self.span),
             Route("/observability/scores", self.scores, methods=["GET", "POST"]),
             Route("/observability/feedback", self.feedback, methods=["GET", "POST"]),
@@ -158,6 +160,14 @@ class ObservabilityRoutes:
         return json_response(
             {"traceId": trace_id, "spans": await asyncio.to_thread(store.get_trace, trace_id)}
         )
+
+    async def trace_light(self, request: Request) -> Response:
+        """client-js ``getTraceLight``: the spans without their heavy fields (timeline only)."""
+        trace_id = request.path_params["trace_id"]
+        store = await self._owned_trace(request, trace_id)
+        spans = await asyncio.to_thread(store.get_trace, trace_id)
+        light = [{k: v for k, v in span.items() if k not in _HEAVY} for span in spans]
+        return json_response({"traceId": trace_id, "spans": light})
 
     async def span(self, request: Request) -> Response:
         trace_id, span_id = request.path_params["trace_id"], request.path_params["span_id"]
