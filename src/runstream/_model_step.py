@@ -21,7 +21,7 @@ from runstream import _tracing as tracing
 from runstream._clock import iso_now
 from runstream._ids import new_id
 from runstream._run_state import LoopConfig, RunState, ToolCall
-from runstream._step_results import content_blocks, normalize_usage
+from runstream._step_results import content_blocks, empty_end, normalize_usage
 from runstream._tool_step import EagerTools, model_view, shows_model_output, tool_call_limit, with_run_id
 from runstream.abort import AbortError
 from runstream.chunks import (
@@ -49,7 +49,6 @@ from runstream.chunks import (
 from runstream.models.base import (
     FunctionToolSpec,
     LanguageModel,
-    ModelCallError,
     ModelRequest,
     PromptMessage,
     tool_result_output,
@@ -142,6 +141,7 @@ class ModelStep(PartSource):
         "response",
         "run_id",
         "signal",
+        "sources_before",
         "span",
         "started",
         "started_emitted",
@@ -194,6 +194,7 @@ class ModelStep(PartSource):
         self.input_metadata: dict[str, Any] = {}  # a streamed tool input's start's metadata
         self.streamed_args: dict[str, list[str]] = {}  # tool input text streamed before each tool-call
         self.files: list[dict[str, Any]] = []
+        self.sources_before = len(state.sources)  # the run's sources before this step's
         self.eager: EagerTools | None = None  # made at the step's first tool call
         self.started = int(time.time() * 1000)
         self.run_id = state.run_id
@@ -351,21 +352,22 @@ class ModelStep(PartSource):
     def _close(self, span: Any) -> None:
         """Settle the step's reason, error and response metadata once its stream ended."""
         cfg = self.cfg
-        if (
-            self.finish_reason == "error"
-            and self.error is None
-            and self.tripwire is None
-            and not cfg.abort_signal.aborted
-        ):
-            self.error = ModelCallError(
-                'Agent stream finished with finishReason "error" but no error payload was provided',
-                name="Error",
-            )
+        if self.error is None and self.tripwire is None and not cfg.abort_signal.aborted:
+            if self.finish_reason == "error":
+                self.error = empty_end("error", "but no error payload was provided", self.step_result)
+            elif self.finish_reason == "other" and not self._produced_output():
+                # as Mastra: a step that ends "other" with nothing in it would loop for nothing
+                self.error = empty_end("other", "without producing any output", self.step_result)
         reason = "error" if self.error else self.finish_reason
         tracing.end_chat_span(
             span, self.usage, reason, self.error, self.response, (self.text_deltas, self.calls)
         )
         self.response = self.response or default_response_metadata(cfg.model)
+
+    def _produced_output(self) -> bool:
+        """Whether the step streamed any content (Mastra's step-content chunk types)."""
+        produced = self.text_deltas or self.reasoning or self.calls or self.placed or self.streamed_args
+        return bool(produced) or self.last_object is not None or len(self.state.sources) > self.sources_before
 
     def _model_request(self) -> ModelRequest:
         cfg, state, turn = self.cfg, self.state, self.turn

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from runstream._clock import iso_now, now_utc
 from runstream._messages import merge_metadata, parts_to_steps, parts_to_ui, responses_to_parts
 from runstream.chunks import FinishChunk, StepFinishChunk
-from runstream.models.base import PromptMessage
+from runstream.models.base import ModelCallError, PromptMessage
 
 if TYPE_CHECKING:
     from runstream._run_state import LoopConfig, RunState, StepRecord
@@ -569,3 +569,10 @@ def _ui_message(
         "metadata": metadata,
         "parts": parts_to_ui(parts, metadata),
     }
+
+
+def empty_end(reason: str, outcome: str, step_result: Mapping[str, Any]) -> ModelCallError:
+    """Mastra's error for a step that ended ``reason`` with nothing to show for it."""
+    raw = step_result.get("rawReason")
+    said = f' (provider reported "{raw}")' if raw else ""
+    return ModelCallError(f'Agent stream finished with finishReason "{reason}"{said} {outcome}', name="Error")
