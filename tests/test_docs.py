@@ -82,7 +82,7 @@ NOT_RUN = {
 
 EXPECTED_OUTPUT = {
     ("README.md", "async def get_weather"): [
-        '"type":"tool-output"',
+        '[tool-output] {"status":"looking it up"}',  # runstream.console's line
         '"type":"tool-result"',
         "It is 21C in Paris.",
     ],
@@ -396,7 +396,7 @@ async def test_the_first_example_runs_on_a_real_provider_too(tmp_path: Path) -> 
         await server.stop()
     assert process.returncode == 0, err.decode()
     text = out.decode()
-    assert text.count('"type":"tool-output"') == 2 and '"tempC":21' in text
+    assert text.count("[tool-output] ") == 2 and '"tempC":21' in text  # the console renderer's lines
     assert "Hello world! See the docs." in text
     assert [r.path for r in server.requests] == ["/v1/responses", "/v1/responses"]
     assert server.requests[0].body["model"] == "gpt-4.1-mini"

@@ -21,6 +21,13 @@ def test_the_quick_start_imports_from_the_package_root() -> None:
     assert (Path(runstream.__file__).parent / "py.typed").is_file()
 
 
+def test_the_console_renderer_is_public() -> None:
+    from runstream import console
+
+    assert set(console.__all__) == {"ConsoleRenderer", "render"}
+    assert "ConsoleRenderer" in runstream.__all__ and runstream.ConsoleRenderer is console.ConsoleRenderer
+
+
 def test_every_error_is_a_runstream_error_and_keeps_its_builtin_base() -> None:
     from runstream.agent import RunNotFoundError
     from runstream.storage import StorageError

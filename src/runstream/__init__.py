@@ -14,6 +14,7 @@ from importlib.metadata import version as _version
 from runstream.abort import AbortController, AbortError, AbortSignal
 from runstream.agent import Agent, RunNotFoundError, client_tool
 from runstream.chunks import AgentChunk, Chunk, DataChunk, StreamChunk, UnknownChunk, chunk_from_wire, dumps
+from runstream.console import ConsoleRenderer
 from runstream.errors import (
     ConfigurationError,
     ConfigurationTypeError,
@@ -55,6 +56,7 @@ __all__ = [
     "Chunk",
     "ConfigurationError",
     "ConfigurationTypeError",
+    "ConsoleRenderer",
     "DataChunk",
     "InMemoryStorage",
     "InvalidInputError",

@@ -2,7 +2,8 @@
 
 The agent looks up a price with a foreground tool, then starts two background research tasks
 that finish at different times. One until-idle stream carries it all: the first turn, the tasks'
-progress and results, and the continuation turn that reacts to them. Memory and task records
+progress and results, and the continuation turn that reacts to them, printed by
+:mod:`runstream.console`. Memory and task records
 live in an embedded SQLite file.
 
 With no API key it uses a scripted model (deterministic, no network); with ``OPENAI_API_KEY``
@@ -18,28 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.text import Text
 
 from runstream import Agent, ToolContext, tool
-from runstream.chunks import AnyChunk
+from runstream.console import render
 from runstream.memory import Memory
 from runstream.models.base import LanguageModel
 from runstream.runtime import Runstream
 from runstream.storage import SqliteStorage
 from runstream.testing import ScriptedModel
 
-STYLES = {
-    "text-delta": "white",
-    "reasoning-delta": "dim italic",
-    "tool-call": "bold cyan",
-    "tool-result": "green",
-    "tool-output": "cyan",
-    "tool-error": "bold red",
-    "error": "bold red",
-    "finish": "bold magenta",
-    "start": "bold magenta",
-}
-TASK_STYLE = "bold yellow"
 RESEARCH_SECONDS = {"solana": 1.2, "ethereum": 2.6}
 
 
@@ -143,47 +131,6 @@ def pick_model() -> LanguageModel:
     return scripted_model()
 
 
-def render(console: Console, chunk: AnyChunk, inline: bool) -> bool:
-    """Print one chunk; deltas continue the current line. Returns whether the line is open."""
-    kind = chunk.type
-    payload = chunk.payload if isinstance(chunk.payload, dict) else {}
-    if kind in ("text-delta", "reasoning-delta"):
-        console.print(Text(payload["text"], style=STYLES[kind]), end="")
-        return True
-    detail = ""
-    style = STYLES.get(kind, "dim")
-    if kind.startswith("background-task-"):
-        style = TASK_STYLE
-        if kind == "background-task-progress":
-            detail = f" {payload['runningCount']} running, {payload['elapsedMs'] / 1000:.1f}s"
-        elif kind == "background-task-output":
-            detail = f" {payload['toolCallId']}: {payload['payload']['payload']['output']}"
-        elif kind == "background-task-completed":
-            detail = f" {payload['toolCallId']} -> {payload['result']}"
-        elif kind == "background-task-failed":
-            detail = f" {payload['toolCallId']}: {payload['error']['message']}"
-        else:
-            detail = f" {payload.get('toolCallId', '')}"
-    elif kind == "tool-call":
-        detail = f" {payload['toolName']}({payload.get('args')})"
-    elif kind == "tool-result":
-        detail = f" {payload['toolName']} -> {payload['result']}"
-    elif kind == "tool-output":
-        detail = f" {payload['output']}"
-    elif kind == "tool-call-delta":
-        detail = f" {payload['argsTextDelta']}"
-    elif kind in ("step-finish", "finish"):
-        detail = (
-            f" reason={payload['stepResult']['reason']} usage={payload['output']['usage'].get('totalTokens')}"
-        )
-    elif kind == "error":
-        detail = f" {payload['error']}"
-    console.print(
-        Text(("\n" if inline else "") + f"[{kind}]", style=style), Text(detail, style=style), sep=""
-    )
-    return False
-
-
 async def run_demo(console: Console | None = None, db_path: Path | None = None) -> None:
     console = console or Console()
     with tempfile.TemporaryDirectory() as tmp:
@@ -204,8 +151,5 @@ async def run_demo(console: Console | None = None, db_path: Path | None = None) 
                 memory={"thread": "demo-thread", "resource": "demo-user"},
                 until_idle=True,
             )
-            inline = False
-            async for chunk in out.full_stream:
-                inline = render(console, chunk, inline)
-            console.print()
+            await render(out, console)
             console.rule(f"first turn: {await out.text!r}")
