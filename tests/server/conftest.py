@@ -103,14 +103,17 @@ class LogWatch(logging.Handler):
 
 
 @contextmanager
-def serve(app: ASGIApp) -> Iterator[str]:
-    """Run ``app`` on a free loopback port for the duration of the block; yields its base URL."""
+def serve(app: ASGIApp, **options: Any) -> Iterator[str]:
+    """Run ``app`` on a free loopback port for the duration of the block; yields its base URL.
+
+    ``options`` are more ``uvicorn.Config`` arguments (e.g. ``SocketLimits().uvicorn_options()``).
+    """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     ready = threading.Event()
-    server = _Server(uvicorn.Config(app, log_level="warning", lifespan="on"), ready)
+    server = _Server(uvicorn.Config(app, log_level="warning", lifespan="on", **options), ready)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     assert ready.wait(10), "the server did not start"

@@ -80,11 +80,17 @@ def test_serve_command_runs_uvicorn(project: Path, monkeypatch: pytest.MonkeyPat
     assert frozen[0] > 0  # what was loaded before serving is out of the collector's way
     app, options = calls[0]
     assert isinstance(app, Starlette)
-    assert options == {"host": "127.0.0.1", "port": 9999, "log_level": "debug"}
+    assert {k: options.pop(k) for k in ("host", "port", "log_level")} == {
+        "host": "127.0.0.1",
+        "port": 9999,
+        "log_level": "debug",
+    }
+    assert options["limit_concurrency"] == 1000 and options["http"].header_timeout == 10  # socket limits
     monkeypatch.delenv(cli.TARGET_ENV, raising=False)
     cli.serve_command(["served_project:app", "--reload"])
     target, options = calls[1]
     assert target == "runstream.server.cli:reload_factory" and options["factory"] and options["reload"]
+    assert options["http"] == "runstream.server.socket_limits:ReadTimeoutProtocol"
     assert isinstance(cli.reload_factory(), Starlette)
 
 

@@ -4,6 +4,7 @@
 function with no arguments returning either. The current directory is importable.
 ``--cors-origin`` (repeatable) names the browser origins allowed to call (default: pages served
 from this machine, see :mod:`runstream.server.cors`);
+the socket limits (read timeouts, keep-alive, connections) are :mod:`runstream.server.socket_limits`'s;
 ``--studio`` also starts Mastra Studio next to the server (``runstream studio`` is the same).
 """
 
@@ -26,6 +27,7 @@ from runstream.runtime import Runstream
 from runstream.server.app import create_app
 from runstream.server.auth import TOKEN_ENV, AuthMiddleware, open_access
 from runstream.server.cors import LOCAL_ORIGINS, allows
+from runstream.server.socket_limits import add_arguments, from_arguments
 from runstream.server.studio_launcher import StudioCommand, start_studio, stop_studio
 
 TARGET_ENV = "RUNSTREAM_SERVE_TARGET"
@@ -146,6 +148,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-cors", action="store_true", help="no CORS headers: same-origin browsers only")
     parser.add_argument("--studio", action="store_true", help="also start Mastra Studio (needs Node.js)")
     parser.add_argument("--studio-port", type=int, default=DEFAULT_STUDIO_PORT, help="Studio's port")
+    add_arguments(parser)
     return parser
 
 
@@ -158,11 +161,13 @@ def _cors_origins(args: argparse.Namespace) -> list[str] | None:
 
 
 def _run(args: argparse.Namespace, cors: list[str] | None) -> None:
+    limits = from_arguments(args)
     app = load_app(args.target, cors)  # with --reload: fail fast, before the reloader starts
     announce(app, args.host, args.port)
     if args.reload:
         os.environ[TARGET_ENV] = args.target
         os.environ[CORS_ENV] = json.dumps(cors)
+        limits.export()
         uvicorn.run(
             "runstream.server.cli:reload_factory",
             factory=True,
@@ -171,6 +176,7 @@ def _run(args: argparse.Namespace, cors: list[str] | None) -> None:
             host=args.host,
             port=args.port,
             log_level=args.log_level,
+            **limits.uvicorn_options(by_name=True),
         )
     else:
         provider = setup_from_environment()  # OTLP export when OTEL_* asks for it
@@ -180,7 +186,9 @@ def _run(args: argparse.Namespace, cors: list[str] | None) -> None:
         gc.collect()
         gc.freeze()
         try:
-            uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+            uvicorn.run(
+                app, host=args.host, port=args.port, log_level=args.log_level, **limits.uvicorn_options()
+            )
         finally:
             if provider is not None:
                 provider.shutdown()  # flush the spans still batched
