@@ -25,4 +25,8 @@ EXPOSE 4111
 HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:4111/health', timeout=2).status != 200)"]
 
-CMD ["runstream", "serve", "app:api_runtime", "--host", "0.0.0.0", "--port", "4111"]
+# Socket limits (docs/security.md): read timeouts against slow clients, keep-alive, connections
+# (503 past the limit), graceful shutdown under `docker stop`'s 10 s; RUNSTREAM_SERVE_* set the defaults.
+CMD ["runstream", "serve", "app:api_runtime", "--host", "0.0.0.0", "--port", "4111", \
+     "--header-timeout", "10", "--body-timeout", "30", "--keep-alive", "5", \
+     "--limit-concurrency", "1000", "--backlog", "2048", "--graceful-shutdown", "8"]
