@@ -10,6 +10,7 @@ from typing import Any
 from runstream._config_mapping import one_of, read_config
 from runstream._services import DurableRunner, RuntimeServices, Toolset
 from runstream.agent import Agent
+from runstream.api_routes import ApiRoute, check_api_routes
 from runstream.errors import ConfigurationError, NotFoundError
 from runstream.observability.store import SpanStore
 from runstream.storage import InMemoryStorage, Storage
@@ -48,6 +49,7 @@ class Runstream:
         recovery: Mapping[str, Any] | None = None,
         vectors: Mapping[str, VectorStore] | None = None,
         observability: SpanStore | None = None,
+        api_routes: Iterable[ApiRoute] = (),
     ) -> None:
         self.storage: Storage = storage if storage is not None else InMemoryStorage()
         self.vectors: dict[str, VectorStore] = dict(vectors or {})
@@ -57,6 +59,9 @@ class Runstream:
         """``observability=SpanStore(path)`` keeps the runs' spans (fed at start from the
         OpenTelemetry SDK's provider, installed if there is none) for ``/api/observability``."""
         self._span_processor: Any = None
+        self.api_routes: list[ApiRoute] = check_api_routes(list(api_routes))
+        """The app's own HTTP routes (Mastra's ``server.apiRoutes``), made by
+        :func:`runstream.api_routes.register_api_route`; ``runstream serve`` serves them."""
         config = BackgroundTaskConfig.coerce(background_tasks)
         if task_manager is None and config is not None and config.mode == "producer":
             raise ConfigurationError(

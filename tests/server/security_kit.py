@@ -26,11 +26,12 @@ from starlette.requests import Request
 from starlette.routing import Mount, Route
 
 from runstream import Agent
+from runstream.api_routes import register_api_route
 from runstream.memory import Memory, WorkingMemory
 from runstream.runtime import Runstream
 from runstream.server import create_app
-from runstream.server.auth import Principal
-from runstream.server.context import ServerContext
+from runstream.server.auth import Principal, principal_of
+from runstream.server.context import ServerContext, json_body
 from runstream.storage import PostgresStorage, SqliteStorage, Storage
 from tests.conftest import POSTGRES_URL
 from tests.server.agents import Gates, PromptModel, build_runstream
@@ -88,6 +89,12 @@ def serve_secured(runtime: Runstream) -> Iterator[Secured]:
             yield Secured(url, app, a, b)
 
 
+async def app_note(request: Request) -> dict[str, Any]:
+    """A custom route's handler: the caller and the JSON body it sent (400 when malformed)."""
+    body = await json_body(request) if request.method in ("POST", "PUT", "PATCH") else {}
+    return {"principal": principal_of(request).id, "keys": sorted(body)}
+
+
 @contextmanager
 def secured_server(backend: str, tmp_path: Path) -> Iterator[Secured]:
     storage: Storage
@@ -103,6 +110,8 @@ def secured_server(backend: str, tmp_path: Path) -> Iterator[Secured]:
     runtime.add_agent(
         Agent("notes", model=PromptModel(), memory=Memory(working_memory=WorkingMemory(scope="thread")))
     )
+    # An app-registered route (Runstream(api_routes=...)): in the inventory and the hostile requests.
+    runtime.api_routes.append(register_api_route("/app/notes/:noteId", method="ALL", handler=app_note))
     try:
         with serve_secured(runtime) as server:
             yield server

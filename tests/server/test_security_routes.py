@@ -544,6 +544,14 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/playground"): "public: a static page",
     ("GET", "/"): "public: a static page",
     ("GET", "/health"): "public: whether storage answers",
+    # the app's own routes (Runstream(api_routes=...)): security_kit registers one
+    **{
+        (
+            method,
+            "/app/notes/{id}",
+        ): "test_custom_routes.py::test_an_authenticated_custom_route_gets_the_principal_and_the_runtime"
+        for method in ("GET", "POST", "PUT", "PATCH", "DELETE")
+    },
     ("GET", "/api/system/packages"): "public: the installed version",
     **{("GET", f"/api{path}"): STUDIO_CONSTANTS for path in [*studio.EMPTY_GET, *studio.EMPTY_PAGED]},
     **{("POST", f"/api{path}"): STUDIO_CONSTANTS for path in [*studio.EMPTY_POST, *studio.UNSUPPORTED]},

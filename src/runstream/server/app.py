@@ -20,6 +20,7 @@ from runstream.runtime import Runstream
 from runstream.server.auth import AuthHook, AuthMiddleware, default_auth
 from runstream.server.context import ServerContext
 from runstream.server.cors import LOCAL_ORIGINS, cors_middleware
+from runstream.server.custom_routes import custom_routes, public_matcher
 from runstream.server.errors import EXCEPTION_HANDLERS, BodyLimitMiddleware
 from runstream.server.health import HEALTH_PATH, health_route
 from runstream.server.limits import UrlSafetyMiddleware
@@ -94,21 +95,23 @@ def create_app(
             await registry.close()
             await runstream.close()
 
+    builtin: list[BaseRoute] = [
+        Mount(prefix, app=SegmentRouter(api)),
+        *ChatRoutes(ctx).routes(),
+        *_agui_routes(ctx),
+        playground_route(prefix),
+        root_route(prefix, PLAYGROUND_PATH),
+        health_route(runstream),
+    ]
     app = Starlette(
-        routes=[
-            Mount(prefix, app=SegmentRouter(api)),
-            *ChatRoutes(ctx).routes(),
-            *_agui_routes(ctx),
-            playground_route(prefix),
-            root_route(prefix, PLAYGROUND_PATH),
-            health_route(runstream),
-        ],
+        routes=[*builtin, *custom_routes(runstream, builtin)],
         middleware=[
             *cors_middleware(cors_origins),
             Middleware(
                 AuthMiddleware,
                 hook=auth or default_auth(),
                 public_paths=public_paths,
+                is_public=public_matcher(runstream.api_routes) if runstream.api_routes else None,
             ),
             *(
                 [Middleware(RateLimitMiddleware, rate=rate_limit, exempt_paths=public_paths)]

@@ -94,13 +94,25 @@ def principal_of(request: Request) -> Principal:
 class AuthMiddleware:
     """Runs the hook for every HTTP request except ``public_paths``; 401 when it refuses."""
 
-    def __init__(self, app: ASGIApp, hook: AuthHook, public_paths: frozenset[str]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        hook: AuthHook,
+        public_paths: frozenset[str],
+        is_public: Callable[[Scope], bool] | None = None,
+    ) -> None:
         self.app = app
         self.hook = hook
         self.public_paths = public_paths
+        self.is_public = is_public
+        """Further open requests (custom routes registered with ``requires_auth=False``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in self.public_paths:
+            await self.app(scope, receive, send)
+            return
+        if self.is_public is not None and self.is_public(scope):
+            scope.setdefault("state", {})["principal"] = ANONYMOUS
             await self.app(scope, receive, send)
             return
         if self.hook is open_access and _rebindable_host(Headers(scope=scope).get("host")):
