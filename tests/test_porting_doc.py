@@ -18,7 +18,7 @@ import pytest
 from runstream import Agent, RequestContext, Tool, ToolContext, tool
 from runstream._config_mapping import camel
 from runstream.delegation import DelegationConfig
-from runstream.memory import Memory, MemoryScope, TitleGeneration, WorkingMemory
+from runstream.memory import Memory, MemoryScope, SemanticRecall, TitleGeneration, WorkingMemory
 from runstream.models.base import ModelSettings
 from runstream.models.fallback import FallbackModel, ModelChoice
 from runstream.output import RunOutput
@@ -43,6 +43,7 @@ CONFIGS: dict[str, Any] = {
     "ToolBackgroundEntry": ToolBackgroundEntry,
     "BackgroundToolConfig": BackgroundToolConfig,
     "Memory": Memory,
+    "SemanticRecall": SemanticRecall,
     "DelegationConfig": DelegationConfig,
     "WorkingMemory": WorkingMemory,
     "TitleGeneration": TitleGeneration,
