@@ -18,7 +18,7 @@ install = if [ -x $(BIN)/uv ]; then $(BIN)/uv pip install -q --python $(BIN)/pyt
 	else $(BIN)/python -m pip install -q $(1); fi
 endif
 
-.PHONY: demo test lint typecheck unit conformance bench clean dist
+.PHONY: demo test lint typecheck docs unit conformance bench clean dist
 
 $(BIN)/python:
 	$(NEW_VENV)
@@ -47,7 +47,11 @@ unit: $(STAMP)
 	sh tests/js/setup.sh
 	$(BIN)/python -m pytest
 
-test: lint typecheck unit
+# The documentation site (mkdocs.yml): --strict fails on a broken link, anchor or reference.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # (-q would hide the warnings --strict counts)
+
+test: lint typecheck docs unit
 
 # The wheel and the sdist, into dist/ (uv's build frontend; hatchling is the backend).
 dist: $(STAMP)
