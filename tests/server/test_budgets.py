@@ -118,6 +118,78 @@ async def test_redis_keeps_large_strings_once_and_within_the_run_budget(redis_lo
         await log.close()
 
 
+async def forget_prefix(log: RedisReplayLog) -> None:
+    keys = [key async for key in log.client.scan_iter(match=f"{log.prefix}:*")]
+    if keys:
+        await log.client.delete(*keys)
+    await log.close()
+
+
+async def test_redis_keeps_all_runs_within_a_total_budget(redis_log: RedisReplayLog) -> None:
+    """Before, Redis had no total: every ended run was kept for its TTL whatever they added up
+    to (the Redis server's ``maxmemory`` was the only bound). Now the oldest ended runs go first,
+    then the oldest events of the largest live run, and the total is counted in Redis."""
+    log = redis_log
+    log.max_total_bytes, log.max_run_bytes = 1 * MIB, 16 * MIB
+    try:
+        await log.create(RunInfo("live", "a", None))
+        await log.append("live", event("start", "z" * 300_000))
+        for index in range(10):
+            await log.create(RunInfo(f"ended-{index}", "a", None))
+            await log.append(f"ended-{index}", event("finish", str(index) * 200_000))
+            await log.end(f"ended-{index}")
+            assert await log.total_bytes() <= 1 * MIB
+        assert await log.info("live") is not None  # a live run is not dropped
+        kept = [index for index in range(10) if await log.info(f"ended-{index}") is not None]
+        assert kept == [7, 8, 9]  # the oldest went first
+        assert json.loads((await drain(log, "ended-9"))[0])["payload"]["messages"][0]["content"][:3] == "999"
+        runs = ("live", *(f"ended-{index}" for index in kept))
+        sizes = [int(await log.client.get(log._keys(run)[3]) or 0) for run in runs]
+        assert await log.total_bytes() == sum(sizes)  # the count is exact, not an estimate
+
+        for index in range(10):  # no ended run left to forget: the largest live run's oldest events go
+            await log.append("live", json.dumps({"i": index, "text": chr(97 + index) * 150_000}))
+            assert await log.total_bytes() <= 1 * MIB
+        assert [await log.info(f"ended-{index}") for index in kept] == [None] * 3
+        with pytest.raises(ReplayGapError):
+            await drain(log, "live")
+        await log.end("live")
+        assert [json.loads(data)["i"] async for _, data in log.read("live", 5)] == list(range(4, 10))
+
+        await log.create(RunInfo("live", "a", None))  # a reused run id starts from nothing
+        assert await log.total_bytes() == 0
+    finally:
+        await forget_prefix(log)
+
+
+async def test_redis_runs_whose_keys_expired_leave_the_total() -> None:
+    """A run's keys expire on their own (its TTL after it ends, or its process died); the next
+    append takes its bytes out of the total, so expired runs never count against live ones."""
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+    except Exception as exc:
+        if IN_CI:
+            pytest.fail(f"CI=true requires Redis ({REDIS_URL}): {exc}")
+        pytest.skip(f"Redis unreachable at {REDIS_URL}: {exc}")
+    log = RedisReplayLog(REDIS_URL, prefix=f"test-budget-{uuid.uuid4().hex[:12]}", ttl_s=1, live_ttl_s=1)
+    try:
+        for run in ("ended", "dead"):
+            await log.create(RunInfo(run, "a", None))
+            await log.append(run, event("finish", "q" * 100_000))
+        await log.end("ended")
+        assert await log.total_bytes() > 200_000
+        deadline = asyncio.get_running_loop().time() + 5  # the keys' own expiry, in Redis
+        while await log.client.exists(log._keys("ended")[2], log._keys("dead")[2]):
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.05)
+        await log.create(RunInfo("next", "a", None))
+        await log.append("next", "{}")
+        assert await log.total_bytes() == 2
+        assert await log.client.zcard(log._totals[1]) == await log.client.zcard(log._totals[2]) - 1 == 0
+    finally:
+        await forget_prefix(log)
+
+
 def test_a_resumable_run_with_a_large_prompt_keeps_it_about_once() -> None:
     """Before: the prompt was kept in step-finish and finish (about 4x, 14 MB for a 3.5 MB prompt)."""
     prompt = "p" * 1_000_000

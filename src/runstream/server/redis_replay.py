@@ -14,6 +14,12 @@ events go first, and are a :class:`ReplayGapError`); the keys expire ``ttl_s`` a
 the run ends, and ``live_ttl_s`` after its last event while it runs (a run whose process died
 is forgotten, and its readers stop, rather than waited for forever).
 
+All runs together keep at most ``max_total_bytes``: ``<prefix>::total`` counts their bytes,
+``::sizes`` each run's, ``::ended`` and ``::live`` order the runs by end and by last event.
+An append beyond the total forgets the runs whose keys expired, then the oldest ended runs, then
+the oldest events of the largest live ones (as :class:`InMemoryReplayLog` does), atomically in
+the append's script. (Its scripts reach other runs' keys: one Redis, not a Redis Cluster.)
+
 The process that writes a run holds a *lease* on it, ``:lease``, a key that it refreshes every
 ``lease_ttl_s / 3`` while the run is live. A reader that finds the lease expired and the run not
 ended (its process died: killed, lost) ends the log itself, atomically and once, with an
@@ -49,59 +55,164 @@ READ_BATCH = 500
 Entry = tuple[str, dict[str, str]]
 """A stream entry as the client decodes it: ``(id, fields)``."""
 
-_APPEND = """
-local expected = tonumber(ARGV[5])
-if expected > 0 and tonumber(redis.call('GET', KEYS[1]) or '0') >= expected then
-  return expected  -- a retry of an append that was applied (its reply was lost)
+_COMMON = """
+local prefix, sizes, ended, live, total = ARGV[1], KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+
+local function run_keys(run)
+  local base = prefix .. ':' .. run
+  return {base .. ':seq', base .. ':events', base .. ':info', base .. ':bytes', base .. ':shared'}
 end
-local seq = redis.call('INCR', KEYS[1])
-local added = 0
-for i = 6, #ARGV, 2 do
-  if redis.call('HSETNX', KEYS[5], ARGV[i], ARGV[i + 1]) == 1 then added = added + #ARGV[i + 1] end
-  redis.call('HINCRBY', KEYS[5], ARGV[i] .. ':n', 1)
+
+-- Forget a run's log and what it counted for; returns the total left.
+local function forget(run)
+  local size = tonumber(redis.call('HGET', sizes, run) or '0')
+  redis.call('HDEL', sizes, run)
+  redis.call('ZREM', ended, run)
+  redis.call('ZREM', live, run)
+  redis.call('DEL', unpack(run_keys(run)))
+  return redis.call('DECRBY', total, size)
 end
-local field = 'd'
-if #ARGV > 5 then field = 'p' end
-redis.call('XADD', KEYS[2], seq .. '-0', field, ARGV[1])
-local size = redis.call('INCRBY', KEYS[4], added + #ARGV[1])
-local count = redis.call('XLEN', KEYS[2])
-while count > 1 and (count > tonumber(ARGV[2]) or size > tonumber(ARGV[4])) do
-  local first = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)[1]
-  redis.call('XDEL', KEYS[2], first[1])
-  size = redis.call('DECRBY', KEYS[4], #first[2][2])
+
+-- Drop the oldest event of a run (and the shared strings no kept event holds); returns its size.
+local function drop_oldest(keys)
+  local first = redis.call('XRANGE', keys[2], '-', '+', 'COUNT', 1)[1]
+  redis.call('XDEL', keys[2], first[1])
+  local size = redis.call('DECRBY', keys[4], #first[2][2])
   if first[2][1] == 'p' then
     local pieces = cjson.decode(first[2][2])
     for j = 2, #pieces, 2 do
-      if redis.call('HINCRBY', KEYS[5], pieces[j] .. ':n', -1) <= 0 then
-        size = redis.call('DECRBY', KEYS[4], redis.call('HSTRLEN', KEYS[5], pieces[j]))
-        redis.call('HDEL', KEYS[5], pieces[j], pieces[j] .. ':n')
+      if redis.call('HINCRBY', keys[5], pieces[j] .. ':n', -1) <= 0 then
+        size = redis.call('DECRBY', keys[4], redis.call('HSTRLEN', keys[5], pieces[j]))
+        redis.call('HDEL', keys[5], pieces[j], pieces[j] .. ':n')
       end
     end
   end
-  count = count - 1
+  return size
 end
-for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
-return seq
+
+-- Record a run's size in the total; returns the total.
+local function account(run, size)
+  local before = tonumber(redis.call('HGET', sizes, run) or '0')
+  redis.call('HSET', sizes, run, size)
+  return redis.call('INCRBY', total, size - before)
+end
+
+-- The total within budget: runs whose keys expired are forgotten, then the oldest ended runs,
+-- then the oldest events of the largest live runs.
+local function now_ms()
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+local function within_budget(now, max_total, ttl_ms, live_ttl_ms)
+  for _, run in ipairs(redis.call('ZRANGEBYSCORE', ended, '-inf', now - ttl_ms, 'LIMIT', 0, 32)) do forget(run) end
+  for _, run in ipairs(redis.call('ZRANGEBYSCORE', live, '-inf', now - live_ttl_ms, 'LIMIT', 0, 32)) do forget(run) end
+  local left = tonumber(redis.call('GET', total) or '0')
+  while left > max_total do
+    local oldest = redis.call('ZRANGE', ended, 0, 0)[1]
+    if not oldest then break end
+    left = forget(oldest)
+  end
+  while left > max_total do
+    local largest, most = nil, -1
+    for _, run in ipairs(redis.call('ZRANGE', live, 0, -1)) do
+      local size = tonumber(redis.call('HGET', sizes, run) or '0')
+      if size > most then largest, most = run, size end
+    end
+    if not largest then break end
+    local keys = run_keys(largest)
+    if redis.call('XLEN', keys[2]) <= 1 then break end
+    while left > max_total and redis.call('XLEN', keys[2]) > 1 do
+      left = account(largest, drop_oldest(keys))
+    end
+  end
+end
 """
 
-_END = """
+_APPEND = (
+    _COMMON
+    + """
+-- KEYS 5..9: the run's seq, events, info, bytes, shared.
+-- ARGV: prefix, run id, data, max events, live ttl, max run bytes, expected seq, max total,
+-- ttl ms, live ttl ms, then the shared strings (key, text, ...).
+local keys = {KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]}
+local run = ARGV[2]
+local expected = tonumber(ARGV[7])
+if expected > 0 and tonumber(redis.call('GET', keys[1]) or '0') >= expected then
+  return expected  -- a retry of an append that was applied (its reply was lost)
+end
+local seq = redis.call('INCR', keys[1])
+local added = 0
+for i = 11, #ARGV, 2 do
+  if redis.call('HSETNX', keys[5], ARGV[i], ARGV[i + 1]) == 1 then added = added + #ARGV[i + 1] end
+  redis.call('HINCRBY', keys[5], ARGV[i] .. ':n', 1)
+end
+local field = 'd'
+if #ARGV > 10 then field = 'p' end
+redis.call('XADD', keys[2], seq .. '-0', field, ARGV[3])
+local size = redis.call('INCRBY', keys[4], added + #ARGV[3])
+local count = redis.call('XLEN', keys[2])
+while count > 1 and (count > tonumber(ARGV[4]) or size > tonumber(ARGV[6])) do
+  size = drop_oldest(keys)
+  count = count - 1
+end
+for i = 1, 5 do redis.call('EXPIRE', keys[i], ARGV[5]) end
+account(run, size)
+local now = now_ms()
+redis.call('ZADD', live, now, run)
+within_budget(now, tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]))
+return seq
+"""
+)
+
+_CREATE = (
+    _COMMON
+    + """
+-- KEYS 5..6: the run's info and lease. ARGV: prefix, run id, owner, live ttl, lease ms.
+forget(ARGV[2])
+redis.call('HSET', KEYS[5], 'owner', ARGV[3], 'ended', '0', 'lease', '1')
+redis.call('EXPIRE', KEYS[5], ARGV[4])
+redis.call('SET', KEYS[6], '1', 'PX', ARGV[5])
+redis.call('ZADD', live, now_ms(), ARGV[2])
+return 1
+"""
+)
+
+_ENDED = """
+local time = redis.call('TIME')
+redis.call('ZREM', KEYS[8], ARGV[2])
+redis.call('ZADD', KEYS[7], tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000), ARGV[2])
+"""
+"""Moves a run from the live runs (KEYS[8]) to the ended ones (KEYS[7]), by its end time."""
+
+_END = (
+    """
+-- KEYS: the run's seq, events, info, bytes, shared; sizes, ended, live, total.
+-- ARGV: the TTL, the run id.
 if redis.call('HGET', KEYS[3], 'ended') ~= '0' then return 0 end
 local seq = tonumber(redis.call('GET', KEYS[1]) or '0')
 redis.call('XADD', KEYS[2], seq .. '-1', 'end', '1')
 redis.call('HSET', KEYS[3], 'ended', '1')
 for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ARGV[1]) end
+"""
+    + _ENDED
+    + """
 return 1
 """
+)
 
 
-_ABANDON = """
+_ABANDON = (
+    """
+-- KEYS: the run's seq, events, info, bytes, shared; sizes, ended, live, total; its lease.
+-- ARGV: the TTL, the run id, then the events to add before the end.
 if redis.call('EXISTS', KEYS[3]) == 0 then return -1 end
 if redis.call('HGET', KEYS[3], 'ended') ~= '0' or redis.call('HGET', KEYS[3], 'lease') ~= '1' then
   return 0
 end
-if redis.call('EXISTS', KEYS[6]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[10]) == 1 then return 0 end
 local seq = tonumber(redis.call('GET', KEYS[1]) or '0')
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   seq = seq + 1
   redis.call('XADD', KEYS[2], seq .. '-0', 'd', ARGV[i])
 end
@@ -109,10 +220,13 @@ redis.call('SET', KEYS[1], seq)
 redis.call('XADD', KEYS[2], seq .. '-1', 'end', '1')
 redis.call('HSET', KEYS[3], 'ended', '1')
 for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ARGV[1]) end
+"""
+    + _ENDED
+    + """
 return 1
 """
-"""A reader ends a live run whose writer's lease expired (KEYS: the run's keys, then its lease;
-ARGV: the TTL, then the events to add before the end)."""
+)
+"""A reader ends a live run whose writer's lease expired."""
 
 ABANDONED = "the process serving this stream stopped before it ended; the run's result may still reach memory"
 
@@ -127,21 +241,26 @@ class RedisReplayLog:
         prefix: str = "runstream:replay",
         max_events: int = 10_000,
         max_run_bytes: int = 16 * MIB,
+        max_total_bytes: int = 256 * MIB,
         ttl_s: int = 300,
         live_ttl_s: int = 3600,
         lease_ttl_s: float = 10.0,
     ) -> None:
-        if min(max_events, max_run_bytes, ttl_s, live_ttl_s) < 1:
-            raise ConfigurationError("max_events, max_run_bytes, ttl_s and live_ttl_s must be at least 1")
+        if min(max_events, max_run_bytes, max_total_bytes, ttl_s, live_ttl_s) < 1:
+            raise ConfigurationError(
+                "max_events, max_run_bytes, max_total_bytes, ttl_s and live_ttl_s must be at least 1"
+            )
         if lease_ttl_s < 0.1:
             raise ConfigurationError("lease_ttl_s must be at least 0.1")
         self.client: Redis = Redis.from_url(url, decode_responses=True)
         self.prefix = prefix
         self.max_events = max_events
         self.max_run_bytes = max_run_bytes
+        self.max_total_bytes = max_total_bytes
         self.ttl_s = ttl_s
         self.live_ttl_s = live_ttl_s
         self.lease_ttl_s = lease_ttl_s
+        self._create = self.client.register_script(_CREATE)
         self._append = self.client.register_script(_APPEND)
         self._end = self.client.register_script(_END)
         self._abandon = self.client.register_script(_ABANDON)
@@ -157,18 +276,31 @@ class RedisReplayLog:
     def _lease(self, run_id: str) -> str:
         return f"{self.prefix}:{run_id}:lease"
 
+    @property
+    def _totals(self) -> list[str]:
+        """The keys shared by every run: each run's bytes (a hash), the ended runs by end time
+        and the live ones by last event (sorted sets), and the bytes of all (``::`` can start no
+        run's key: a run id is never empty)."""
+        return [
+            f"{self.prefix}::sizes",
+            f"{self.prefix}::ended",
+            f"{self.prefix}::live",
+            f"{self.prefix}::total",
+        ]
+
+    async def total_bytes(self) -> int:
+        """The bytes kept by every run's log (its events and its shared strings)."""
+        return int(await retrying(lambda: self.client.get(self._totals[3])) or 0)
+
     async def create(self, info: RunInfo) -> None:
         keys = self._keys(info.run_id)
         meta = keys[2]
         if await retrying(lambda: self.client.hget(meta, "ended")) == "0":
             raise RunAlreadyStreamingError(f"run {info.run_id!r} is already streaming")
         owner = json.dumps({"agent_id": info.agent_id, "resource_id": info.resource_id})
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.delete(*keys)
-            pipe.hset(meta, mapping={"owner": owner, "ended": "0", "lease": "1"})
-            pipe.expire(meta, self.live_ttl_s)
-            pipe.set(self._lease(info.run_id), "1", px=int(self.lease_ttl_s * 1000))
-            await retrying(pipe.execute)
+        lease_ms = int(self.lease_ttl_s * 1000)
+        args: list[str | int] = [self.prefix, info.run_id, owner, self.live_ttl_s, lease_ms]
+        await retrying(lambda: self._create(keys=[*self._totals, meta, self._lease(info.run_id)], args=args))
         self._appended[info.run_id] = 0
         if self._leases is None or self._leases.done():
             self._leases = asyncio.create_task(self._hold_leases(), name="replay log leases")
@@ -187,21 +319,27 @@ class RedisReplayLog:
         known = self._appended.get(run_id)
         expected = 0 if known is None else known + 1
         args: list[str | int] = [
+            self.prefix,
+            run_id,
             data,
             self.max_events,
             self.live_ttl_s,
             self.max_run_bytes,
             expected,
+            self.max_total_bytes,
+            self.ttl_s * 1000,
+            self.live_ttl_s * 1000,
             *shared,
         ]
-        keys = self._keys(run_id)
+        keys = [*self._totals, *self._keys(run_id)]
         seq = int(await retrying(lambda: self._append(keys=keys, args=args)))
         if known is not None:
             self._appended[run_id] = seq
         return seq
 
     async def end(self, run_id: str) -> None:
-        await retrying(lambda: self._end(keys=self._keys(run_id), args=[self.ttl_s]))
+        keys = [*self._keys(run_id), *self._totals]
+        await retrying(lambda: self._end(keys=keys, args=[self.ttl_s, run_id]))
         self._appended.pop(run_id, None)
         if not self._appended and self._leases is not None:
             self._leases.cancel()  # no lease left to hold
@@ -223,8 +361,8 @@ class RedisReplayLog:
     async def _abandoned(self, run_id: str) -> int:
         """End the run with an error if its writer's lease expired (1); 0 if it is alive or
         ended, -1 if its log expired."""
-        args: list[str | int] = [self.ttl_s, *failure_json(run_id, RuntimeError(ABANDONED))]
-        keys = [*self._keys(run_id), self._lease(run_id)]
+        args: list[str | int] = [self.ttl_s, run_id, *failure_json(run_id, RuntimeError(ABANDONED))]
+        keys = [*self._keys(run_id), *self._totals, self._lease(run_id)]
         return int(await retrying(lambda: self._abandon(keys=keys, args=args)))
 
     async def info(self, run_id: str) -> RunInfo | None:
