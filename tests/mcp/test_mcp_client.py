@@ -6,13 +6,16 @@ import asyncio
 import os
 import signal
 import socket
+import sys
 from collections.abc import Callable
 from typing import Any
 
+import httpx2 as httpx
 import mcp
 
 from runstream import AbortController, Agent
 from runstream.chunks import AnyChunk
+from runstream.errors import RunstreamError
 from runstream.mcp import HttpServer, MCPClient, MCPConnectionError, StdioServer
 from runstream.mcp.client import _known_closed
 from runstream.memory import Memory
@@ -151,16 +154,46 @@ async def test_tool_list_changes_are_picked_up() -> None:
         assert only(chunks, "tool-result")["result"] == {"result": 42}
 
 
-async def test_an_unreachable_server_fails_start() -> None:
-    client = MCPClient({"nowhere": StdioServer("/nonexistent/mcp-server")}, max_reconnects=0)
+async def start_failure(name: str, spec: StdioServer | HttpServer) -> MCPConnectionError:
+    """The error ``start()`` raises for a server that cannot be reached."""
+    client = MCPClient({name: spec}, max_reconnects=0)
     try:
         await client.start()
     except MCPConnectionError as exc:
-        assert "nowhere" in str(exc)
+        return exc
     else:
         raise AssertionError("start() should have failed")
     finally:
         await client.close()
+
+
+async def test_an_unreachable_server_fails_start() -> None:
+    exc = await start_failure("nowhere", StdioServer("/nonexistent/mcp-server"))
+    assert isinstance(exc, RunstreamError) and isinstance(exc, ConnectionError)
+    assert "MCP server 'nowhere' (/nonexistent/mcp-server) is unreachable: FileNotFoundError" in str(exc)
+    assert isinstance(exc.__cause__, FileNotFoundError)
+
+
+async def test_a_server_process_that_exits_names_the_cause_not_a_task_group() -> None:
+    """The SDK's anyio task groups wrap the transport's failure in nested exception groups; the
+    error shows the failure itself (here: the process ended, as ``python missing.py`` does)."""
+    exc = await start_failure("gone", StdioServer(sys.executable, ["/nonexistent/server.py"]))
+    message = str(exc)
+    assert "TaskGroup" not in message and "sub-exception" not in message
+    assert f"MCP server 'gone' ({sys.executable} /nonexistent/server.py) is unreachable" in message
+    assert "MCPError: Connection closed (the server process exited" in message
+    assert isinstance(exc.__cause__, mcp.MCPError)
+
+
+async def test_an_http_server_that_refuses_names_the_connect_error() -> None:
+    with socket.socket() as bound:  # bound, not listening: connections to it are refused
+        bound.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{bound.getsockname()[1]}/mcp"
+        exc = await start_failure("web", HttpServer(url))
+    assert (
+        str(exc) == f"MCP server 'web' ({url}) is unreachable: ConnectError: All connection attempts failed"
+    )
+    assert isinstance(exc.__cause__, httpx.ConnectError)
 
 
 async def test_streamable_http_server(http_server_url: str) -> None:

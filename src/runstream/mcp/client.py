@@ -30,7 +30,7 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from runstream.abort import AbortError
-from runstream.errors import ConfigurationError
+from runstream.errors import ConfigurationError, RunstreamError
 from runstream.mcp.convert import MCPToolError, input_schema, result_value
 from runstream.tools import BackgroundToolConfig, Tool, ToolContext
 
@@ -71,8 +71,38 @@ def coerce_server(value: ServerSpec | Mapping[str, Any]) -> ServerSpec:
     raise ConfigurationError("an MCP server needs a 'command' (stdio) or a 'url' (streamable HTTP)")
 
 
-class MCPConnectionError(ConnectionError):
-    """An MCP server could not be reached (its process did not start, or its URL did not answer)."""
+class MCPConnectionError(RunstreamError, ConnectionError):
+    """An MCP server could not be reached (its process did not start, or its URL did not answer).
+
+    The message names the server, where it is, and the underlying error, which is also the
+    exception's ``__cause__`` (not the SDK's "unhandled errors in a TaskGroup" wrapper).
+    """
+
+
+def leaf_errors(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside ``exc``'s (nested) exception groups, or ``[exc]``: the SDK's anyio
+    task groups wrap a transport's failure as "unhandled errors in a TaskGroup"."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in leaf_errors(inner)]
+    return [exc]
+
+
+def describe_failure(spec: ServerSpec, exc: BaseException) -> str:
+    """What went wrong, in words: each underlying error as ``Type: message``."""
+    parts: list[str] = []
+    for leaf in leaf_errors(exc):
+        text = f"{type(leaf).__name__}: {leaf}" if str(leaf) else type(leaf).__name__
+        if isinstance(leaf, MCPError) and leaf.code == CONNECTION_CLOSED and isinstance(spec, StdioServer):
+            text += " (the server process exited or closed its output before answering; its stderr says why)"
+        if text not in parts:
+            parts.append(text)
+    return "; ".join(parts)
+
+
+def _where(spec: ServerSpec) -> str:
+    if isinstance(spec, HttpServer):
+        return spec.url
+    return " ".join([spec.command, *spec.args])
 
 
 _LOST = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream)
@@ -104,7 +134,7 @@ class MCPConnection:
         self._closing = asyncio.Event()
         self._lost = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
-        self._failure: BaseException | None = None
+        self._failure: Exception | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self.connections = 0
         """How many times the connection was opened (more than one after a reconnect)."""
@@ -135,7 +165,12 @@ class MCPConnection:
             await asyncio.wait({waiter, runner}, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
             if runner.done() and self._client is None:
-                raise MCPConnectionError(f"MCP server {self.name!r} is unreachable: {self._failure}")
+                failure = self._failure
+                detail = describe_failure(self.spec, failure) if failure else "it did not connect"
+                cause = leaf_errors(failure)[0] if failure else None
+                raise MCPConnectionError(
+                    f"MCP server {self.name!r} ({_where(self.spec)}) is unreachable: {detail}"
+                ) from cause
         return self._client
 
     def _open(self) -> Client:
@@ -171,7 +206,9 @@ class MCPConnection:
                     await self._hold(client)
             except Exception as exc:
                 self._failure = exc
-                logger.warning("MCP server %r: connection failed: %s", self.name, exc)
+                logger.warning(
+                    "MCP server %r: connection failed: %s", self.name, describe_failure(self.spec, exc)
+                )
             finally:
                 self._client = None
                 self._connected.clear()
