@@ -1,9 +1,12 @@
 """The span store fed by the OTel spans: Mastra's AI-tracing records, a run with its background
-task and the continuation turn it woke as one trace, sampling, retention, scores."""
+task and the continuation turn it woke as one trace, sampling, retention, scores, logs. The
+contract runs on both backends (SQLite, PostgreSQL in a fresh schema)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import uuid
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -11,23 +14,60 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from runstream.observability import SpanStore, TraceQuery
+from runstream.observability import PostgresSpanStore, SpanStore, TraceQuery
 from runstream.observability.processor import StoreSpanProcessor, install_span_store
+from runstream.observability.store import iso
 from runstream.runtime import Runstream
 from runstream.storage import SqliteStorage
+from tests.conftest import POSTGRES_URL
 from tests.otel_testkit import PROVIDER, spans
+from tests.storage.postgres_testkit import drop_schema, require_postgres, unreachable_reason
 from tests.test_tracing import calculator, research_until_idle
 
 __all__ = ["spans"]
 
 
+NewStore = Callable[..., SpanStore]
+
+
+@pytest.fixture(scope="module")
+def postgres_problem() -> str | None:
+    return unreachable_reason()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def new_store(
+    request: pytest.FixtureRequest, tmp_path: Path, postgres_problem: str | None
+) -> Iterator[NewStore]:
+    """Makes stores on one backend (SQLite files, or PostgreSQL schemas dropped afterwards)."""
+    made: list[SpanStore] = []
+
+    def make(**options: Any) -> SpanStore:
+        if request.param == "postgres":
+            require_postgres(postgres_problem)
+            store: SpanStore = PostgresSpanStore(
+                POSTGRES_URL, schema=f"spans_test_{uuid.uuid4().hex}", **options
+            )
+        else:
+            store = SpanStore(str(tmp_path / f"spans{len(made)}.db"), **options)
+        made.append(store)
+        return store
+
+    yield make
+    for store in made:
+        store.close()
+        if isinstance(store, PostgresSpanStore):
+            asyncio.run(drop_schema(store.schema))
+
+
 @pytest.fixture
-def stored(spans: InMemorySpanExporter) -> Iterator[tuple[SpanStore, StoreSpanProcessor]]:
-    store = SpanStore()
+def stored(
+    spans: InMemorySpanExporter, new_store: NewStore
+) -> Iterator[tuple[SpanStore, StoreSpanProcessor]]:
+    store = new_store()
     processor = install_span_store(store, provider=PROVIDER)
     yield store, processor
     processor.shutdown()
-    store.close()
 
 
 def tree(store: SpanStore, trace_id: str) -> dict[str, dict[str, Any]]:
@@ -92,8 +132,8 @@ async def test_background_task_and_its_continuation_turn_join_the_runs_trace(
     assert store.trace_owner(root["traceId"]) == (True, "u")
 
 
-async def test_sampling_keeps_whole_traces_or_none(spans: InMemorySpanExporter) -> None:
-    store = SpanStore()
+async def test_sampling_keeps_whole_traces_or_none(spans: InMemorySpanExporter, new_store: NewStore) -> None:
+    store = new_store()
     processor = StoreSpanProcessor(store, sample_rate=0.0)
     PROVIDER.add_span_processor(processor)
     agent = calculator()
@@ -120,9 +160,9 @@ def record(trace: str, span: str, started: datetime, parent: str | None = None) 
     }
 
 
-def test_retention_is_bounded_by_age_and_count(tmp_path: Path) -> None:
+def test_retention_is_bounded_by_age_and_count(new_store: NewStore) -> None:
     now = datetime(2026, 1, 10, tzinfo=UTC)
-    store = SpanStore(str(tmp_path / "spans.db"), max_age=timedelta(days=1), max_spans=3)
+    store = new_store(max_age=timedelta(days=1), max_spans=3)
     store.write_spans([record("old", "a", now - timedelta(days=2))], now=now)
     assert store.get_trace("old") == []
     store.write_spans([record(f"t{i}", "s", now - timedelta(minutes=i)) for i in range(5)], now=now)
@@ -130,7 +170,6 @@ def test_retention_is_bounded_by_age_and_count(tmp_path: Path) -> None:
     assert total == 3 and [s["traceId"] for s in page] == ["t2", "t3"]
     oldest, _ = store.list_traces(TraceQuery(ascending=True, per_page=1, page=0))
     assert oldest[0]["traceId"] == "t4"
-    store.close()
 
 
 async def test_the_store_shares_a_sqlite_storage_file(tmp_path: Path) -> None:
@@ -162,3 +201,47 @@ async def test_a_runtime_feeds_its_store_once(spans: InMemorySpanExporter) -> No
         assert processor.force_flush() and store.list_traces(TraceQuery())[1] == 0
     finally:
         processor.shutdown()
+
+
+def test_scores_feedback_and_logs_are_kept_and_listed(new_store: NewStore) -> None:
+    now = datetime.now(UTC)
+    store = new_store(max_logs=2)
+    store.write_spans([record("t", "s", now)])
+    score_id = store.add_signal("score", {"scorerId": "relevance", "score": 0.5, "traceId": "t"}, "u")
+    store.add_signal("feedback", {"feedbackType": "thumbs", "value": 1, "traceId": "t"}, "u")
+    scores, total = store.list_signals("score", filters={"traceId": "t"}, page=0, per_page=10)
+    assert total == 1 and scores[0]["scoreId"] == score_id and scores[0]["score"] == 0.5
+    assert store.list_signals("feedback", filters={"name": "thumbs"}, page=0, per_page=10)[1] == 1
+    assert store.list_signals("score", filters={}, page=0, per_page=10, resource_id="v")[1] == 0
+    logs = [
+        {"timestamp": iso(now + timedelta(seconds=i)), "level": level, "message": f"m{i}", "traceId": "t"}
+        for i, level in enumerate(("info", "warn", "error"))
+    ]
+    store.write_logs(logs)
+    kept, total = store.list_logs(filters={"traceId": "t"}, page=0, per_page=10)
+    assert total == 2 and [log["message"] for log in kept] == ["m2", "m1"]  # the newest two, newest first
+    assert store.list_logs(filters={}, levels=["warn"], page=0, per_page=10)[0][0]["message"] == "m1"
+
+
+def test_metric_points_come_from_the_stored_spans(new_store: NewStore) -> None:
+    store = new_store()
+    start = datetime(2026, 1, 10, tzinfo=UTC)
+    spans = [
+        {
+            **record("t", f"s{i}", start + timedelta(minutes=i)),
+            "endedAt": iso(start + timedelta(minutes=i, milliseconds=100 * (i + 1))),
+            "spanType": "model_generation",
+            "resourceId": "u" if i < 2 else "v",
+            "attributes": {"usage": {"inputTokens": 10 * i, "outputTokens": 1}, "model": "m"},
+        }
+        for i in range(3)
+    ]
+    store.write_spans(spans, now=start)
+    points = store.metric_points(
+        "model_generation", "duration", filters={"model": "m"}, start=None, end=None, resource_id="u"
+    )
+    assert [round(p["value"]) for p in points] == [100, 200] and points[0]["resourceId"] == "u"
+    tokens = store.metric_points(
+        "model_generation", "input_tokens", filters={}, start=None, end=None, resource_id=None
+    )
+    assert [p["value"] for p in tokens] == [0, 10, 20]

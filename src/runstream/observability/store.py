@@ -1,26 +1,27 @@
-"""The span store: Mastra's AI-tracing span records, scores and feedback, in SQLite.
+"""The span store: Mastra's AI-tracing span records, scores, feedback and logs, in SQLite
+(:class:`SpanStore`) or PostgreSQL (:class:`PostgresSpanStore`), the same interface and SQL.
 
 Written by :class:`~runstream.observability.processor.StoreSpanProcessor` from its worker thread
-(batches, never on a run's path) and read by the server's ``/api/observability`` routes through
-:func:`asyncio.to_thread`. One ``sqlite3`` connection guarded by a lock; ``path`` may be the file
-of a :class:`~runstream.storage.SqliteStorage` (WAL lets both connections work) or ``":memory:"``.
+(batches, one transaction each, never on a run's path) and read by the server's
+``/api/observability`` routes through :func:`asyncio.to_thread`. ``path`` may be the file of a
+:class:`~runstream.storage.SqliteStorage` (WAL lets both connections work) or ``":memory:"``.
 
 Retention is bounded: spans older than ``max_age`` and all but the newest ``max_spans`` are
-deleted after each write (scores and feedback: the newest ``max_signals``).
+deleted after each write (scores and feedback: the newest ``max_signals``; logs: ``max_age`` and
+the newest ``max_logs``).
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
-import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runstream.storage._sqlite_schema import SPAN_STORE_TABLES
+import orjson
+
+from runstream.observability._sql import Backend, PostgresBackend, SqliteBackend
 
 _SPAN_COLUMNS = (
     "trace_id",
@@ -40,24 +41,18 @@ _SPAN_COLUMNS = (
     "started_at",
     "ended_at",
     "record",
+    "duration_ms",
+    "input_tokens",
+    "output_tokens",
+    "provider",
+    "model",
 )
-_RECORD_KEYS = {
-    "trace_id": "traceId",
-    "span_id": "spanId",
-    "parent_span_id": "parentSpanId",
-    "name": "name",
-    "span_type": "spanType",
-    "entity_type": "entityType",
-    "entity_id": "entityId",
-    "entity_name": "entityName",
-    "resource_id": "resourceId",
-    "thread_id": "threadId",
-    "run_id": "runId",
-    "service_name": "serviceName",
-    "environment": "environment",
-    "started_at": "startedAt",
-    "ended_at": "endedAt",
-}
+_UPSERT_SPAN = (
+    f"INSERT INTO ai_spans ({', '.join(_SPAN_COLUMNS)}) VALUES ({', '.join('?' for _ in _SPAN_COLUMNS)}) "
+    "ON CONFLICT (trace_id, span_id) DO UPDATE SET "
+    + ", ".join(f"{column} = excluded.{column}" for column in _SPAN_COLUMNS[2:])
+)
+_LOG_COLUMNS = ("timestamp", "level", "trace_id", "run_id", "resource_id", "record")
 TRACE_FILTERS = {
     "traceId": "trace_id",
     "spanType": "span_type",
@@ -80,6 +75,27 @@ DISCOVERY = {
 }
 
 
+METRIC_COLUMNS = {
+    "duration": "duration_ms",
+    "input_tokens": "input_tokens",
+    "output_tokens": "output_tokens",
+}
+METRIC_DIMENSIONS = {
+    "entityType": "entity_type",
+    "entityId": "entity_id",
+    "entityName": "entity_name",
+    "resourceId": "resource_id",
+    "threadId": "thread_id",
+    "runId": "run_id",
+    "traceId": "trace_id",
+    "serviceName": "service_name",
+    "environment": "environment",
+    "provider": "provider",
+    "model": "model",
+}
+"""Metric filters and group-by fields (Mastra's name → column)."""
+
+
 @dataclass(frozen=True, slots=True)
 class TraceQuery:
     """A page of traces (their root spans), newest first unless ``ascending``."""
@@ -99,6 +115,8 @@ class TraceQuery:
 
 
 class SpanStore:
+    """The span store on SQLite (``path``: a file, or ``":memory:"``)."""
+
     def __init__(
         self,
         path: str = ":memory:",
@@ -106,60 +124,77 @@ class SpanStore:
         max_age: timedelta = timedelta(days=7),
         max_spans: int = 100_000,
         max_signals: int = 100_000,
+        max_logs: int = 100_000,
     ) -> None:
         self.path = path
+        self._setup(SqliteBackend(path), max_age, max_spans, max_signals, max_logs)
+
+    def _setup(
+        self, backend: Backend, max_age: timedelta, max_spans: int, max_signals: int, max_logs: int
+    ) -> None:
+        for name, bound in (("max_spans", max_spans), ("max_signals", max_signals), ("max_logs", max_logs)):
+            if bound < 1:
+                raise ValueError(f"{name} must be at least 1")
+        self._backend = backend
         self.max_age = max_age
         self.max_spans = max_spans
         self.max_signals = max_signals
+        self.max_logs = max_logs
         self.fed = False
         """Whether a :class:`StoreSpanProcessor` feeds this store (the runtime installs one at start if not)."""
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=5.0)
-        self._db.row_factory = sqlite3.Row
-        if path != ":memory:":
-            self._db.execute("PRAGMA journal_mode=WAL")
-        for statement in SPAN_STORE_TABLES:
-            self._db.execute(statement)
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self._backend.close()
 
     # -- writes -----------------------------------------------------------------------------------
     def write_spans(self, records: Sequence[Mapping[str, Any]], *, now: datetime | None = None) -> None:
-        """Insert (or replace) span records, then apply retention."""
+        """Insert (or replace) span records in one transaction, then apply retention."""
         if not records:
             return
-        rows = [self._span_row(record) for record in records]
-        placeholders = ", ".join("?" for _ in _SPAN_COLUMNS)
         cutoff = _text((now or datetime.now(UTC)) - self.max_age)
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany(
-                    f"INSERT OR REPLACE INTO ai_spans ({', '.join(_SPAN_COLUMNS)}) VALUES ({placeholders})",
-                    rows,
-                )
-                self._db.execute("DELETE FROM ai_spans WHERE started_at < ?", (cutoff,))
-                self._db.execute(
-                    "DELETE FROM ai_spans WHERE seq <= (SELECT MAX(seq) FROM ai_spans) - ?", (self.max_spans,)
-                )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        self._backend.write(
+            [
+                (_UPSERT_SPAN, [_span_row(record) for record in records], True),
+                ("DELETE FROM ai_spans WHERE started_at < ?", (cutoff,), False),
+                (
+                    "DELETE FROM ai_spans WHERE seq <= (SELECT MAX(seq) FROM ai_spans) - ?",
+                    (self.max_spans,),
+                    False,
+                ),
+            ]
+        )
 
-    @staticmethod
-    def _span_row(record: Mapping[str, Any]) -> tuple[Any, ...]:
-        values: list[Any] = []
-        for column in _SPAN_COLUMNS:
-            if column == "has_error":
-                values.append(1 if record.get("error") else 0)
-            elif column == "record":
-                values.append(json.dumps(record, default=str, separators=(",", ":")))
-            else:
-                values.append(record.get(_RECORD_KEYS[column]))
-        return tuple(values)
+    def write_logs(self, records: Sequence[Mapping[str, Any]], *, now: datetime | None = None) -> None:
+        """Append log records (Mastra's log record shape), then apply retention."""
+        if not records:
+            return
+        cutoff = _text((now or datetime.now(UTC)) - self.max_age)
+        rows = [
+            (
+                record["timestamp"],
+                record["level"],
+                record.get("traceId"),
+                record.get("runId"),
+                record.get("resourceId"),
+                orjson.dumps(record, default=str).decode(),
+            )
+            for record in records
+        ]
+        self._backend.write(
+            [
+                (
+                    f"INSERT INTO ai_logs ({', '.join(_LOG_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)",
+                    rows,
+                    True,
+                ),
+                ("DELETE FROM ai_logs WHERE timestamp < ?", (cutoff,), False),
+                (
+                    "DELETE FROM ai_logs WHERE seq <= (SELECT MAX(seq) FROM ai_logs) - ?",
+                    (self.max_logs,),
+                    False,
+                ),
+            ]
+        )
 
     def add_signal(self, kind: str, record: Mapping[str, Any], resource_id: str | None) -> str:
         """Store a score or a feedback record (``kind``: ``score`` / ``feedback``); returns its id."""
@@ -168,31 +203,36 @@ class SpanStore:
         stored = {**record, key: signal_id}
         stored.setdefault("timestamp", _text(datetime.now(UTC)))
         name = stored.get("scorerId") if kind == "score" else stored.get("feedbackType")
-        with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO ai_signals (kind, id, trace_id, span_id, name, resource_id, timestamp, "
-                "record) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        row = (
+            kind,
+            signal_id,
+            stored.get("traceId"),
+            stored.get("spanId"),
+            name,
+            resource_id,
+            stored["timestamp"],
+            orjson.dumps(stored, default=str).decode(),
+        )
+        self._backend.write(
+            [
                 (
-                    kind,
-                    signal_id,
-                    stored.get("traceId"),
-                    stored.get("spanId"),
-                    name,
-                    resource_id,
-                    stored["timestamp"],
-                    json.dumps(stored, default=str, separators=(",", ":")),
+                    "INSERT INTO ai_signals (kind, id, trace_id, span_id, name, resource_id, timestamp, record) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET record = excluded.record",
+                    row,
+                    False,
                 ),
-            )
-            self._db.execute(
-                "DELETE FROM ai_signals WHERE kind = ? AND seq <= (SELECT MAX(seq) FROM ai_signals) - ?",
-                (kind, self.max_signals),
-            )
+                (
+                    "DELETE FROM ai_signals WHERE kind = ? AND seq <= (SELECT MAX(seq) FROM ai_signals) - ?",
+                    (kind, self.max_signals),
+                    False,
+                ),
+            ]
+        )
         return signal_id
 
     # -- reads ------------------------------------------------------------------------------------
-    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
-        with self._lock:
-            return list(self._db.execute(sql, tuple(params)).fetchall())
+    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        return self._backend.rows(sql, params)
 
     def list_traces(self, query: TraceQuery) -> tuple[list[dict[str, Any]], int]:
         """A page of root spans and the number of matching traces."""
@@ -215,19 +255,20 @@ class SpanStore:
             where.append("resource_id = ?")
             params.append(query.resource_id)
         clause = " AND ".join(where)
-        total = int(self._rows(f"SELECT COUNT(*) FROM ai_spans WHERE {clause}", params)[0][0])
+        total = int(self._rows(f"SELECT COUNT(*) AS n FROM ai_spans WHERE {clause}", params)[0]["n"])
         direction = "ASC" if query.ascending else "DESC"
         rows = self._rows(
             f"SELECT record FROM ai_spans WHERE {clause} "
             f"ORDER BY {TRACE_ORDER[query.order_by]} {direction}, seq {direction} LIMIT ? OFFSET ?",
             [*params, query.per_page, query.page * query.per_page],
         )
-        return [json.loads(row["record"]) for row in rows], total
+        return [orjson.loads(row["record"]) for row in rows], total
 
     def trace_owner(self, trace_id: str) -> tuple[bool, str | None]:
         """Whether the trace exists, and the resource it belongs to."""
         rows = self._rows(
-            "SELECT resource_id FROM ai_spans WHERE trace_id = ? ORDER BY parent_span_id IS NOT NULL, seq LIMIT 1",
+            "SELECT resource_id FROM ai_spans WHERE trace_id = ? "
+            "ORDER BY CASE WHEN parent_span_id IS NULL THEN 0 ELSE 1 END, seq LIMIT 1",
             (trace_id,),
         )
         return (True, rows[0]["resource_id"]) if rows else (False, None)
@@ -236,13 +277,13 @@ class SpanStore:
         rows = self._rows(
             "SELECT record FROM ai_spans WHERE trace_id = ? ORDER BY started_at, seq", (trace_id,)
         )
-        return [json.loads(row["record"]) for row in rows]
+        return [orjson.loads(row["record"]) for row in rows]
 
     def get_span(self, trace_id: str, span_id: str) -> dict[str, Any] | None:
         rows = self._rows(
             "SELECT record FROM ai_spans WHERE trace_id = ? AND span_id = ?", (trace_id, span_id)
         )
-        return json.loads(rows[0]["record"]) if rows else None
+        return orjson.loads(rows[0]["record"]) if rows else None
 
     def list_signals(
         self,
@@ -264,15 +305,83 @@ class SpanStore:
         if resource_id is not None:
             where.append("resource_id = ?")
             params.append(resource_id)
+        return self._page("ai_signals", where, params, page, per_page, ascending)
+
+    def list_logs(
+        self,
+        *,
+        filters: Mapping[str, str],
+        levels: Sequence[str] = (),
+        start: datetime | None = None,
+        end: datetime | None = None,
+        page: int,
+        per_page: int,
+        ascending: bool = False,
+        resource_id: str | None = None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Log records, filtered by ``traceId`` / ``runId`` / ``resourceId``, levels and time."""
+        columns = {"traceId": "trace_id", "runId": "run_id", "resourceId": "resource_id"}
+        where = ["1 = 1"]
+        params: list[Any] = []
+        for key, value in filters.items():
+            where.append(f"{columns[key]} = ?")
+            params.append(value)
+        if levels:
+            where.append(f"level IN ({', '.join('?' for _ in levels)})")
+            params.extend(levels)
+        for bound, operator in ((start, ">="), (end, "<=")):
+            if bound is not None:
+                where.append(f"timestamp {operator} ?")
+                params.append(_text(bound))
+        if resource_id is not None:
+            where.append("resource_id = ?")
+            params.append(resource_id)
+        return self._page("ai_logs", where, params, page, per_page, ascending)
+
+    def _page(
+        self, table: str, where: list[str], params: list[Any], page: int, per_page: int, ascending: bool
+    ) -> tuple[list[dict[str, Any]], int]:
         clause = " AND ".join(where)
-        total = int(self._rows(f"SELECT COUNT(*) FROM ai_signals WHERE {clause}", params)[0][0])
+        total = int(self._rows(f"SELECT COUNT(*) AS n FROM {table} WHERE {clause}", params)[0]["n"])
         direction = "ASC" if ascending else "DESC"
         rows = self._rows(
-            f"SELECT record FROM ai_signals WHERE {clause} ORDER BY timestamp {direction}, seq {direction} "
+            f"SELECT record FROM {table} WHERE {clause} ORDER BY timestamp {direction}, seq {direction} "
             "LIMIT ? OFFSET ?",
             [*params, per_page, page * per_page],
         )
-        return [json.loads(row["record"]) for row in rows], total
+        return [orjson.loads(row["record"]) for row in rows], total
+
+    def metric_points(
+        self,
+        span_type: str,
+        column: str,
+        *,
+        filters: Mapping[str, str],
+        start: datetime | None,
+        end: datetime | None,
+        resource_id: str | None,
+        limit: int = 100_000,
+    ) -> list[dict[str, Any]]:
+        """The spans of ``span_type`` with a value in ``column`` (a :data:`METRIC_COLUMNS` name),
+        oldest first: ``timestamp``, ``value`` and the dimensions metrics group and filter by."""
+        where = ["span_type = ?", f"{METRIC_COLUMNS[column]} IS NOT NULL"]
+        params: list[Any] = [span_type]
+        for key, value in filters.items():
+            where.append(f"{METRIC_DIMENSIONS[key]} = ?")
+            params.append(value)
+        for bound, operator in ((start, ">="), (end, "<=")):
+            if bound is not None:
+                where.append(f"started_at {operator} ?")
+                params.append(_text(bound))
+        if resource_id is not None:
+            where.append("resource_id = ?")
+            params.append(resource_id)
+        dimensions = ", ".join(f'{name} AS "{key}"' for key, name in METRIC_DIMENSIONS.items())
+        return self._rows(
+            f"SELECT started_at AS timestamp, {METRIC_COLUMNS[column]} AS value, {dimensions} "
+            f"FROM ai_spans WHERE {' AND '.join(where)} ORDER BY started_at, seq LIMIT ?",
+            [*params, limit],
+        )
 
     def distinct(
         self, column: str, *, entity_type: str | None = None, resource_id: str | None = None
@@ -292,6 +401,60 @@ class SpanStore:
             params,
         )
         return [str(row["value"]) for row in rows]
+
+
+class PostgresSpanStore(SpanStore):
+    """The span store on PostgreSQL: tables in ``schema`` (created if missing), reached through a
+    small psycopg connection pool (needs the ``postgres`` extra)."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "runstream",
+        max_age: timedelta = timedelta(days=7),
+        max_spans: int = 100_000,
+        max_signals: int = 100_000,
+        max_logs: int = 100_000,
+    ) -> None:
+        self.path = dsn
+        self.schema = schema
+        self._setup(PostgresBackend(dsn, schema), max_age, max_spans, max_signals, max_logs)
+
+
+def _span_row(record: Mapping[str, Any]) -> tuple[Any, ...]:
+    attributes = record.get("attributes") or {}
+    usage = attributes.get("usage") or {}
+    started, ended = record.get("startedAt"), record.get("endedAt")
+    duration = None
+    if isinstance(started, str) and isinstance(ended, str):
+        delta = datetime.fromisoformat(ended) - datetime.fromisoformat(started)
+        duration = delta.total_seconds() * 1000
+    get = record.get
+    return (
+        get("traceId"),
+        get("spanId"),
+        get("parentSpanId"),
+        get("name"),
+        get("spanType"),
+        get("entityType"),
+        get("entityId"),
+        get("entityName"),
+        get("resourceId"),
+        get("threadId"),
+        get("runId"),
+        get("serviceName"),
+        get("environment"),
+        1 if get("error") else 0,
+        started,
+        ended,
+        orjson.dumps(record, default=str).decode(),
+        duration,
+        usage.get("inputTokens"),
+        usage.get("outputTokens"),
+        attributes.get("provider"),
+        attributes.get("model"),
+    )
 
 
 def _text(moment: datetime) -> str:
