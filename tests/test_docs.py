@@ -59,7 +59,7 @@ OWN_HARNESS = {
 """Documents whose blocks another test runs (they need an MCP client, an OTLP receiver, Temporal)."""
 DOCS = [
     doc
-    for doc in ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+    for doc in ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]
     if doc not in OWN_HARNESS
 ]
 NODE_MODULES = ROOT / "tests" / "js" / "node_modules"
