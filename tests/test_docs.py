@@ -16,7 +16,8 @@ scripted models):
   ``TEMPORAL_ADDRESS`` pointing at the test services (a Temporal dev server is started for a
   document that names it);
 * ``js``: run with node against the document's last server, with the interop tests' packages;
-* ``text``: diagrams and sample output, not run;
+* ``text``: diagrams and sample output, not run; a ``text`` block the prose introduces with "It
+  prints" is what the block before it prints;
 * blocks that cannot run here are listed in :data:`NOT_RUN` with the reason.
 """
 
@@ -107,6 +108,8 @@ class Block:
     lang: str
     code: str
     line: int
+    prints: str | None = None
+    """The ``text`` block that follows "It prints" in the prose after this block: its output."""
 
     @property
     def first_line(self) -> str:
@@ -116,9 +119,14 @@ class Block:
 def blocks_of(doc: str) -> list[Block]:
     text = (ROOT / doc).read_text()
     found = []
+    previous_end = 0
     for match in re.finditer(r"^```(\w*)\n(.*?)^```$", text, re.S | re.M):
         line = text.count("\n", 0, match.start()) + 1
-        found.append(Block(match.group(1), match.group(2), line))
+        block = Block(match.group(1), match.group(2), line)
+        if found and block.lang == "text" and "It prints" in text[previous_end : match.start()]:
+            found[-1].prints = block.code
+        found.append(block)
+        previous_end = match.end()
     return found
 
 
@@ -200,6 +208,11 @@ def run_python(session: Session, block: Block) -> None:
 
 
 def expect_output(session: Session, block: Block, out: str) -> None:
+    if block.prints is not None:  # "It prints:" and the output, line by line (trailing spaces aside)
+        printed, shown = (
+            [line.rstrip() for line in text.strip().splitlines()] for text in (out, block.prints)
+        )
+        assert printed == shown, f"{session.where(block)}: printed\n{out}\nnot what the document shows"
     for (doc, needle), expected in EXPECTED_OUTPUT.items():
         if doc == session.doc and needle in block.code:
             missing = [text for text in expected if text not in out]
