@@ -68,7 +68,7 @@ class AGUIRoutes:
         async def frames() -> AsyncGenerator[bytes, None]:
             for event in mapper.start():
                 yield _frame(event)
-            async for chunk in run.out.full_stream:
+            async for chunk in run.chunks():  # (its end frees the run's slot)
                 for event in mapper.map(public_chunk(chunk)):
                     yield _frame(event)
             for event in mapper.finish():

@@ -62,9 +62,9 @@ def create_app(
     machine, ``http://localhost:*`` and the loopback addresses; ``["*"]``: any; ``None``: no
     CORS; see :mod:`runstream.server.cors`). ``rate_limit``: requests per principal
     (``"6000/minute"``; ``None``: no limit; :mod:`runstream.server.rate_limit`).
-    ``max_live_runs`` / ``max_live_runs_per_resource``: detached agent runs (until-idle,
-    ``?resumable=true``, thread messages) and workflow runs at once, in this process and per
-    resource (429 beyond). Defaults and the rest of the budgets: docs/security.md.
+    ``max_live_runs`` / ``max_live_runs_per_resource``: runs of every kind at once (agent streams
+    and generates, direct or detached, and workflow runs), in this process and per resource
+    (429 beyond). Defaults and the rest of the budgets: docs/security.md.
     """
     if prefix and (not prefix.startswith("/") or prefix.endswith("/")):
         raise ConfigurationError(f"prefix must start with '/' and not end with one, got {prefix!r}")

@@ -33,8 +33,15 @@ from runstream.server.context import ServerContext, has_memory, json_body, json_
 from runstream.server.errors import ApiError
 from runstream.server.limits import MAX_OFFSET, bounded_int, check_id, check_reason
 from runstream.server.overrides import Originals, absorb_tool_results, restore_messages
-from runstream.server.resumable import TooManyRunsError
-from runstream.server.streaming import Run, owned_run, parse_event_id, reconnect, replay, respond, wants_ids
+from runstream.server.streaming import (
+    Run,
+    owned_run,
+    parse_event_id,
+    reconnect,
+    replay,
+    reserve,
+    respond,
+)
 from runstream.server.suspended_runs import list_suspended_runs
 from runstream.server.tasks_api import resume_task_stream
 from runstream.server.wire import public_error
@@ -123,14 +130,12 @@ async def serialize_agent(agent: Agent, context: RequestContext | None = None) -
     }
 
 
-async def start_stream(
-    ctx: ServerContext, agent: Agent, request: StreamRequest, principal: Principal, *, detached: bool = False
-) -> Run:
-    """Start a run for a generate/stream body, owned by ``principal`` (``detached``: the server
-    will pump it into its replay log, which has room for a bounded number of live runs: 429).
+async def start_stream(ctx: ServerContext, agent: Agent, request: StreamRequest, principal: Principal) -> Run:
+    """Start a run for a generate/stream body, owned by ``principal``.
 
     In this order, so a refused request changes nothing: the memory thread must be the caller's
-    resource's (another resource's thread is a 404, as a missing one), the run id is claimed
+    resource's (another resource's thread is a 404, as a missing one), the run takes a place
+    under the live-run caps (429 when the process or the resource is full), the run id is claimed
     for the caller (409 if another caller owns it), and only then are client tool results
     written into the thread and the run started. Caller mistakes are 4xx.
     """
@@ -142,26 +147,28 @@ async def start_stream(
     if scope is not None and thread is not None and thread.resource_id != scope.resource_id:
         raise ApiError(404, f"Thread {scope.thread_id} not found")
     owner_resource = scope.resource_id if scope is not None else principal.resource_id
-    if detached:
-        try:
-            ctx.registry.ensure_capacity(owner_resource)
-        except TooManyRunsError as exc:
-            raise ApiError(429, str(exc), headers={"retry-after": "1"}) from None
-    request.run_id = await ctx.owners.claim(request.run_id, principal, owner_resource)
-    originals: Originals = []
-    if scope is not None:
-        messages = await absorb_tool_results(agent, scope, messages, originals)
+    slot = reserve(ctx, owner_resource)  # (429 when the process or the resource is full)
     try:
-        out = await agent.stream(messages, run_id=request.run_id, until_idle=request.until_idle, **options)
-    except (ThreadResourceMismatchError, InvalidInputError) as exc:
-        if scope is not None:  # the run did not start: leave the thread as it was
-            await restore_messages(ctx.runstream.storage, originals)
-            if thread is None:
-                await forget_new_thread(ctx.runstream.storage, scope)
-        if isinstance(exc, ThreadResourceMismatchError):
-            raise ApiError(404, f"Thread {scope.thread_id if scope else ''} not found") from None
-        raise ApiError(400, str(exc)) from None
-    return Run(out, agent, scope)
+        request.run_id = await ctx.owners.claim(request.run_id, principal, owner_resource)
+        originals: Originals = []
+        if scope is not None:
+            messages = await absorb_tool_results(agent, scope, messages, originals)
+        try:
+            out = await agent.stream(
+                messages, run_id=request.run_id, until_idle=request.until_idle, **options
+            )
+        except (ThreadResourceMismatchError, InvalidInputError) as exc:
+            if scope is not None:  # the run did not start: leave the thread as it was
+                await restore_messages(ctx.runstream.storage, originals)
+                if thread is None:
+                    await forget_new_thread(ctx.runstream.storage, scope)
+            if isinstance(exc, ThreadResourceMismatchError):
+                raise ApiError(404, f"Thread {scope.thread_id if scope else ''} not found") from None
+            raise ApiError(400, str(exc)) from None
+    except BaseException:
+        slot.release()
+        raise
+    return Run(out, agent, slot, scope)
 
 
 async def forget_new_thread(storage: Storage, scope: MemoryScope) -> None:
@@ -236,7 +243,13 @@ class MastraRoutes:
         agent, body = await self._body(request)
         body.until_idle = False
         run = await start_stream(self.ctx, agent, body, principal_of(request))
-        return json_response(await full_output(run))
+        try:
+            full = await full_output(run)
+        except BaseException:  # cancelled: the client went away
+            run.abandon()
+            raise
+        run.release()
+        return json_response(full)
 
     async def stream(self, request: Request) -> Response:
         return await self._stream(request, until_idle=False)
@@ -251,7 +264,7 @@ class MastraRoutes:
             return resumed
         agent, body = await self._body(request, until_idle=until_idle)
         detach = body.until_idle is not False
-        run = await start_stream(self.ctx, agent, body, principal, detached=detach or wants_ids(request))
+        run = await start_stream(self.ctx, agent, body, principal)
         return await respond(self.ctx, request, run, principal, detach=detach)
 
     # -- continuations of a run that stopped for a human ---------------------------------------------
@@ -262,14 +275,18 @@ class MastraRoutes:
         if body.get("toolCallId") is not None:
             check_id(body["toolCallId"], "toolCallId")
         check_reason(body.get("reason"))
-        await self.ctx.owners.check(run_id, principal)
+        owner = await self.ctx.owners.check(run_id, principal)
+        slot = reserve(self.ctx, owner.resource_id if owner is not None else principal.resource_id)
         try:
             out = await start(agent, run_id, body)
-        except RunNotFoundError as exc:
-            raise ApiError(404, str(exc)) from None
-        except StateConflictError as exc:
-            raise ApiError(409, str(exc)) from None
-        return await respond(self.ctx, request, Run(out, agent), principal)
+        except BaseException as exc:
+            slot.release()
+            if isinstance(exc, RunNotFoundError):
+                raise ApiError(404, str(exc)) from None
+            if isinstance(exc, StateConflictError):
+                raise ApiError(409, str(exc)) from None
+            raise
+        return await respond(self.ctx, request, Run(out, agent, slot), principal)
 
     async def approve(self, request: Request) -> Response:
         async def start(agent: Agent, run_id: str, body: dict[str, Any]) -> RunOutput:

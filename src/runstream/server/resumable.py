@@ -17,7 +17,7 @@ import asyncio
 import logging
 import re
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -270,15 +270,32 @@ class InMemoryReplayLog:
 
 
 class TooManyRunsError(RunstreamError, RuntimeError):
-    """This process already pumps as many detached runs as it may (overall or for one resource)."""
+    """This process already runs as many runs as it may (overall or for one resource)."""
+
+
+@dataclass(eq=False)
+class LiveSlot:
+    """One live run's place under the caps, held from before it starts until it ends (released
+    once, however many of its ends report it: the stream's end, its pump's, a disconnect's)."""
+
+    registry: RunRegistry
+    resource_id: str | None
+    released: bool = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.registry._free(self)
 
 
 class RunRegistry:
-    """Pumps detached runs into the replay log and keeps what is needed to abort them.
+    """Counts the live runs of the process and pumps detached ones into the replay log.
 
-    Live detached runs are bounded like ended logs are: at most ``max_live_runs`` in this
-    process and ``max_live_runs_per_resource`` per owning resource, so no caller can pile up
-    runs that outlive their clients.
+    Every run the server starts holds a :class:`LiveSlot` while it runs, whatever its kind:
+    agent streams and generates (direct or detached: until-idle, ``?resumable=true``, thread
+    messages), continuations and workflow runs. At most ``max_live_runs`` in this process and
+    ``max_live_runs_per_resource`` per owning resource, so no caller can pile up runs, nor
+    starve the other resources.
     """
 
     def __init__(
@@ -289,40 +306,58 @@ class RunRegistry:
         self.max_live_runs_per_resource = max_live_runs_per_resource
         self._pumps: dict[str, asyncio.Task[None]] = {}
         self._aborts: dict[str, Callable[[], None]] = {}
-        self._owners: dict[str, str | None] = {}
+        self._live: Counter[str | None] = Counter()
 
-    def ensure_capacity(self, resource_id: str | None) -> None:
-        """Raise :class:`TooManyRunsError` if one more detached run for ``resource_id`` would
-        exceed a bound (checked before a run starts, so a refused one has no side effects)."""
-        if len(self._pumps) >= self.max_live_runs:
-            raise TooManyRunsError(f"this server already streams {len(self._pumps)} detached runs")
-        mine = sum(1 for owner in self._owners.values() if owner == resource_id)
+    def live_runs(self) -> int:
+        """Live runs in this process."""
+        return self._live.total()
+
+    def live_runs_of(self, resource_id: str | None) -> int:
+        """Live runs of one resource (``None``: unconfined callers')."""
+        return self._live[resource_id]
+
+    def reserve(self, resource_id: str | None) -> LiveSlot:
+        """A slot for one more run of ``resource_id``, or :class:`TooManyRunsError` if that would
+        exceed a cap (taken before the run starts, so a refused one has no side effects)."""
+        total = self._live.total()
+        if total >= self.max_live_runs:
+            raise TooManyRunsError(f"this server already runs {total} runs")
+        mine = self._live[resource_id]
         if mine >= self.max_live_runs_per_resource:
             raise TooManyRunsError(
-                f"{mine} detached runs of this resource are still streaming "
+                f"{mine} runs of this resource are still running "
                 f"(at most {self.max_live_runs_per_resource}); abort one or wait for it to end"
             )
+        self._live[resource_id] += 1
+        return LiveSlot(self, resource_id)
 
-    async def start(self, info: RunInfo, events: AsyncIterator[str], abort: Callable[[], None]) -> None:
-        """Open the run's log and start copying ``events`` into it (independent of any reader)."""
+    def _free(self, slot: LiveSlot) -> None:
+        self._live[slot.resource_id] -= 1
+        if self._live[slot.resource_id] <= 0:
+            del self._live[slot.resource_id]
+
+    async def start(
+        self, info: RunInfo, events: AsyncIterator[str], abort: Callable[[], None], slot: LiveSlot
+    ) -> None:
+        """Open the run's log and start copying ``events`` into it (independent of any reader);
+        ``slot`` is released when the run's last event is in the log."""
         await self.log.create(info)
-        self._owners[info.run_id] = info.resource_id
         self._aborts[info.run_id] = abort
         self._pumps[info.run_id] = asyncio.create_task(
-            self._pump(info.run_id, events), name=f"run {info.run_id}"
+            self._pump(info.run_id, events, slot), name=f"run {info.run_id}"
         )
 
-    async def _pump(self, run_id: str, events: AsyncIterator[str]) -> None:
+    async def _pump(self, run_id: str, events: AsyncIterator[str], slot: LiveSlot) -> None:
         try:
             async for data in events:
                 await self.log.append(run_id, data)
         except Exception:
             logger.exception("run %s: pumping into the replay log failed", run_id)
         finally:
+            slot.release()
             await self.log.end(run_id)
             self._pumps.pop(run_id, None)
             self._aborts.pop(run_id, None)
-            self._owners.pop(run_id, None)
 
     def is_live(self, run_id: str) -> bool:
         """Whether this process is still pumping the run into its log."""

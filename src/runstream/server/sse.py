@@ -59,7 +59,8 @@ class SSEResponse(Response):
     a step's closing chunks) leave in one write instead of one each: the bytes on the wire are the
     same, the writes and the per-write work of the ASGI stack are fewer. ``heartbeat_s`` of
     silence sends a comment. When the client goes away, the reading task is cancelled,
-    ``on_disconnect`` runs (a directly streamed run is aborted there) and ``frames`` is closed.
+    ``on_disconnect`` runs (a directly streamed run is aborted there) and ``frames`` is closed;
+    so they do when writing fails or the response is cancelled.
     """
 
     def __init__(
@@ -77,6 +78,16 @@ class SSEResponse(Response):
         self.on_disconnect = on_disconnect
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self._stream(receive, send)
+        except BaseException:
+            # The socket failed or the request was cancelled: the client is gone all the same.
+            if self.on_disconnect is not None:
+                self.on_disconnect()
+            await self.frames.aclose()
+            raise
+
+    async def _stream(self, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         outbox = _Outbox()
 
@@ -105,7 +116,8 @@ class SSEResponse(Response):
         if not reading.cancelled() and reading.exception() is not None:
             logger.error("SSE stream failed", exc_info=reading.exception())
         if outbox.client_gone and self.on_disconnect is not None:
-            self.on_disconnect()
+            on_disconnect, self.on_disconnect = self.on_disconnect, None
+            on_disconnect()
         await self.frames.aclose()
         if not outbox.client_gone:
             with contextlib.suppress(OSError):

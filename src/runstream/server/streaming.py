@@ -19,12 +19,19 @@ from typing import TypeVar
 from starlette.requests import Request
 
 from runstream.agent import Agent
+from runstream.chunks import AgentChunk
 from runstream.memory import MemoryScope
 from runstream.output import RunOutput
 from runstream.server.auth import Principal
 from runstream.server.context import ServerContext
 from runstream.server.errors import ApiError
-from runstream.server.resumable import ReplayGapError, RunAlreadyStreamingError, RunInfo
+from runstream.server.resumable import (
+    LiveSlot,
+    ReplayGapError,
+    RunAlreadyStreamingError,
+    RunInfo,
+    TooManyRunsError,
+)
 from runstream.server.sse import DONE, SSEResponse, data_frame
 from runstream.server.wire import FrameEncoder, encode_json, failure_json, run_events
 
@@ -34,28 +41,55 @@ _winding_down: set[asyncio.Task[None]] = set()
 T = TypeVar("T")
 
 
+def reserve(ctx: ServerContext, resource_id: str | None) -> LiveSlot:
+    """A place under the live-run caps for a run of ``resource_id`` (429 with ``retry-after``
+    when the process or the resource is full), taken before anything runs."""
+    try:
+        return ctx.registry.reserve(resource_id)
+    except TooManyRunsError as exc:
+        raise ApiError(429, str(exc), headers={"retry-after": "1"}) from None
+
+
 @dataclass(slots=True)
 class Run:
-    """A started run and what the server must do around it."""
+    """A started run and what the server must do around it.
+
+    ``slot``: its place under the live-run caps, released when its stream ends (finished,
+    failed, aborted), or, when its client went away, once it has wound down."""
 
     out: RunOutput
     agent: Agent
+    slot: LiveSlot
     scope: MemoryScope | None = None
+    abandoned: bool = False
 
     @property
     def run_id(self) -> str:
         return self.out.run_id
 
+    def release(self) -> None:
+        self.slot.release()
+
+    async def chunks(self) -> AsyncGenerator[AgentChunk, None]:
+        """The run's chunks; the slot is released at their end (a failure included)."""
+        try:
+            async for chunk in self.out.full_stream:
+                yield chunk
+        except Exception:
+            self.release()
+            raise
+        self.release()
+
     def events(self, wrap: Callable[[str], T]) -> AsyncIterator[T]:
         """The run as ``wrap(wire JSON)``, ending in-band with error + finish if it fails."""
-        return run_events(self.out.full_stream, self.run_id, wrap)
+        return run_events(self.chunks(), self.run_id, wrap)
 
     async def frames(self) -> AsyncGenerator[bytes, None]:
         """The run as SSE events, then ``[DONE]`` (error + finish in-band if it fails): what a
         direct stream sends, one generator between the run and the response."""
         encoder = FrameEncoder()
         try:
-            async for chunk in self.out.full_stream:
+            async for chunk in self.chunks():
                 frame = encoder.frame(chunk)
                 if frame is not None:
                     yield frame
@@ -66,12 +100,20 @@ class Run:
         yield DONE
 
     def abandon(self) -> None:
-        """The client went away: abort, and let the run wind down (its turn is still saved)."""
+        """The client went away: abort, and let the run wind down (its turn is still saved);
+        its slot is released once it has."""
+        if self.abandoned:
+            return
+        self.abandoned = True
         logger.info("run %s: client disconnected, aborting the run", self.run_id)
         self.out.abort("client disconnected")
         task = asyncio.create_task(self.out.consume())
         _winding_down.add(task)
-        task.add_done_callback(_winding_down.discard)
+        task.add_done_callback(self._wound_down)
+
+    def _wound_down(self, task: asyncio.Task[None]) -> None:
+        _winding_down.discard(task)
+        self.release()
 
 
 def wants_ids(request: Request) -> bool:
@@ -139,8 +181,9 @@ async def respond(
 async def detach_run(ctx: ServerContext, run: Run, principal: Principal) -> None:
     """Have the server pump ``run`` into its replay log, owned by its memory resource."""
     owner = run.scope.resource_id if run.scope is not None else principal.resource_id
+    info = RunInfo(run.run_id, run.agent.id, owner)
     try:
-        await ctx.registry.start(RunInfo(run.run_id, run.agent.id, owner), run.events(str), run.out.abort)
+        await ctx.registry.start(info, run.events(str), run.out.abort, run.slot)
     except RunAlreadyStreamingError as exc:
-        run.out.abort("duplicate run id")
+        run.abandon()  # (it winds down, then its slot is released)
         raise ApiError(409, str(exc)) from None

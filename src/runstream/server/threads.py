@@ -44,7 +44,7 @@ from runstream.server.limits import MAX_TOOL_RESULT_MESSAGES, check_metadata, ch
 from runstream.server.mastra import forget_new_thread, start_stream
 from runstream.server.messages import to_prompt
 from runstream.server.sse import SSEResponse, data_frame
-from runstream.server.streaming import Run, detach_run
+from runstream.server.streaming import Run, detach_run, reserve
 from runstream.server.suspended_runs import suspended_run_json
 from runstream.server.wire import encode_json
 from runstream.storage.records import utc_now
@@ -268,7 +268,7 @@ class ThreadRoutes:
             existed = await storage.get_thread(scope.thread_id) is not None
             await memory.save_message(scope, signal["id"], user_message)
             try:
-                run = await start_stream(self.ctx, agent, parsed, principal, detached=True)
+                run = await start_stream(self.ctx, agent, parsed, principal)
             except ApiError:  # refused: the message was not accepted, so it is not kept either
                 await storage.delete_messages([signal["id"]])
                 if not existed:
@@ -366,16 +366,20 @@ class ThreadRoutes:
         await self.ctx.owners.check(run_id, principal)
 
         async def start() -> RunOutput:
+            slot = reserve(self.ctx, key[1])
             try:
                 if approved:
                     out = await agent.approve_tool_call(run_id=run_id, tool_call_id=call_id)
                 else:
                     out = await agent.decline_tool_call(run_id=run_id, tool_call_id=call_id, reason=reason)
-            except RunNotFoundError as exc:
-                raise ApiError(404, str(exc)) from None
-            except StateConflictError as exc:
-                raise ApiError(409, str(exc)) from None
-            await detach_run(self.ctx, Run(out, agent, MemoryScope(key[2], key[1])), principal)
+            except BaseException as exc:
+                slot.release()
+                if isinstance(exc, RunNotFoundError):
+                    raise ApiError(404, str(exc)) from None
+                if isinstance(exc, StateConflictError):
+                    raise ApiError(409, str(exc)) from None
+                raise
+            await detach_run(self.ctx, Run(out, agent, slot, MemoryScope(key[2], key[1])), principal)
             return out
 
         await self._enqueue(key, start, None, wait_for_start=True)
@@ -405,7 +409,7 @@ class ThreadRoutes:
         parsed = parse_stream_body(stream_body, principal, until_idle=True)
 
         async def start() -> RunOutput:
-            run = await start_stream(self.ctx, agent, parsed, principal, detached=True)
+            run = await start_stream(self.ctx, agent, parsed, principal)
             await detach_run(self.ctx, run, principal)
             return run.out
 

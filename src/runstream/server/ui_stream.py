@@ -242,7 +242,7 @@ class ChatRoutes:
         if continuation_id is not None and parsed.memory is not None:
             parsed.messages = [m for m in parsed.messages if m["role"] == "tool"]  # the rest is in memory
         detached = wants_ids(request) or parsed.until_idle is not False
-        run = await start_stream(self.ctx, agent, parsed, principal, detached=detached)
+        run = await start_stream(self.ctx, agent, parsed, principal)
         if not detached:
             return SSEResponse(
                 ui_frames(run.events(str), UIStreamEncoder(int(version), continuation_id)),

@@ -34,8 +34,9 @@ from runstream.server.auth import Principal, principal_of
 from runstream.server.context import ServerContext, json_body, json_response, query_date, query_int
 from runstream.server.errors import ApiError
 from runstream.server.limits import MAX_OFFSET, MAX_PER_PAGE
-from runstream.server.resumable import ReplayGapError, RunInfo, TooManyRunsError
+from runstream.server.resumable import LiveSlot, ReplayGapError, RunInfo
 from runstream.server.sse import SSE_HEADERS, SSEResponse
+from runstream.server.streaming import reserve
 from runstream.server.wire import chunk_json
 from runstream.server.workflow_info import (
     RUN_FIELDS,
@@ -277,13 +278,17 @@ class WorkflowRoutes:
                 raise ApiError(400, str(exc)) from None
             meta = record.meta if record is not None else None
             owner = meta.resource_id if meta is not None else principal.resource(start.resource_id)
-            self._ensure_capacity(owner)
-            if meta is None:
-                meta = RunMeta(workflow.id, owner, now_ms())
-                await save_meta(workflow.storage, run_id, meta)
-            run = await self._run_object(workflow, run_id)
-            out = await run.stream(input_data=start.input_data, initial_state=start.initial_state)
-            await self._detach(run, out, meta.resource_id)
+            slot = reserve(self.ctx, owner)
+            try:
+                if meta is None:
+                    meta = RunMeta(workflow.id, owner, now_ms())
+                    await save_meta(workflow.storage, run_id, meta)
+                run = await self._run_object(workflow, run_id)
+                out = await run.stream(input_data=start.input_data, initial_state=start.initial_state)
+            except BaseException:
+                slot.release()
+                raise
+            await self._detach(run, out, meta.resource_id, slot)
         return run, out
 
     async def _resume(self, request: Request) -> tuple[WorkflowRun, WorkflowRunOutput]:
@@ -304,29 +309,33 @@ class WorkflowRoutes:
                 raise ApiError(409, f"{exc} (status: {record.status})") from None
             except (SchemaValidationError, WorkflowError) as exc:
                 raise ApiError(400, str(exc)) from None
-            self._ensure_capacity(record.resource_id)
-            run = await self._run_object(workflow, run_id)
-            out = await run.resume_stream(
-                resume_data=resume.resume_data, step=resume.step, foreach_index=resume.foreach_index
-            )
-            await self._detach(run, out, record.resource_id)
+            slot = reserve(self.ctx, record.resource_id)
+            try:
+                run = await self._run_object(workflow, run_id)
+                out = await run.resume_stream(
+                    resume_data=resume.resume_data, step=resume.step, foreach_index=resume.foreach_index
+                )
+            except BaseException:
+                slot.release()
+                raise
+            await self._detach(run, out, record.resource_id, slot)
         return run, out
 
-    def _ensure_capacity(self, owner: str | None) -> None:
-        """Workflow runs count with every other live run of the process and of the resource
-        (``RunRegistry.ensure_capacity``): 429 beyond, before anything runs."""
-        try:
-            self.ctx.registry.ensure_capacity(owner)
-        except TooManyRunsError as exc:
-            raise ApiError(429, str(exc), headers={"retry-after": "1"}) from None
-
-    async def _detach(self, run: WorkflowRun, out: WorkflowRunOutput, owner: str | None) -> None:
-        """Pump the execution's chunks into the replay log (after the previous execution's)."""
+    async def _detach(
+        self, run: WorkflowRun, out: WorkflowRunOutput, owner: str | None, slot: LiveSlot
+    ) -> None:
+        """Pump the execution's chunks into the replay log (after the previous execution's);
+        its ``slot`` under the live-run caps (:func:`~runstream.server.streaming.reserve`,
+        shared with agent runs) is released when the execution ends."""
         key = log_key(run.workflow.id, run.run_id)
         self._remember(run)
-        await self.ctx.registry.wait(key)
-        info = RunInfo(key, run.workflow.id, owner)
-        await self.ctx.registry.start(info, _records(out), lambda: self._cancel_soon(run))
+        try:
+            await self.ctx.registry.wait(key)
+            info = RunInfo(key, run.workflow.id, owner)
+            await self.ctx.registry.start(info, _records(out), lambda: self._cancel_soon(run), slot)
+        except BaseException:
+            slot.release()
+            raise
 
     def _cancel_soon(self, run: WorkflowRun) -> None:
         task = asyncio.create_task(run.cancel())
