@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
@@ -9,6 +10,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
@@ -18,7 +20,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runstream.server import create_app
 from runstream.server.auth import open_access
+from runstream.storage import PostgresStorage, SqliteStorage, Storage
+from tests.conftest import POSTGRES_URL
 from tests.server.agents import Gates, build_runstream
+from tests.storage.postgres_testkit import drop_schema, fresh_schema, require_postgres, unreachable_reason
 
 
 @dataclass
@@ -125,6 +130,31 @@ def serve(app: ASGIApp, **options: Any) -> Iterator[str]:
         sock.close()
 
 
+BACKENDS = ["sqlite", "postgres"]
+
+
+@contextmanager
+def backend_storage(backend: str, tmp_path: Path) -> Iterator[Storage]:
+    """A fresh SQLite file or a fresh PostgreSQL schema (dropped at the end of the block)."""
+    if backend != "postgres":
+        yield SqliteStorage(tmp_path / "runstream.db")
+        return
+    require_postgres(unreachable_reason())
+    schema = fresh_schema()
+    try:
+        yield PostgresStorage(POSTGRES_URL, schema=schema)
+    finally:
+        asyncio.run(drop_schema(schema))
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
+    """:func:`backend_storage` on each backend, for tests that build their own server (list it
+    before ``app_factory``, so that the server stops before the schema is dropped)."""
+    with backend_storage(request.param, tmp_path) as storage:
+        yield storage
+
+
 @pytest.fixture(scope="session")
 def live() -> Iterator[Live]:
     """The shared server: open access, agents ``assistant`` and ``plain``, short heartbeats."""
@@ -142,11 +172,12 @@ def live() -> Iterator[Live]:
 
 @pytest.fixture
 def app_factory() -> Iterator[Callable[..., str]]:
-    """Serve a fresh app (own runtime) with the given ``create_app`` options; returns its URL."""
+    """Serve a fresh app (own runtime, on ``storage`` when given, in memory otherwise) with the
+    given ``create_app`` options; returns its URL."""
     stack: list[Any] = []
 
-    def start(**options: Any) -> str:
-        manager = serve(create_app(build_runstream(Gates()), **options))
+    def start(storage: Storage | None = None, **options: Any) -> str:
+        manager = serve(create_app(build_runstream(Gates(), storage), **options))
         stack.append(manager)
         return manager.__enter__()
 

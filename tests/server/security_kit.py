@@ -10,7 +10,6 @@ under ``CI=true`` PostgreSQL must be reachable.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import Iterator
@@ -32,14 +31,11 @@ from runstream.runtime import Runstream
 from runstream.server import create_app
 from runstream.server.auth import Principal, principal_of
 from runstream.server.context import ServerContext, json_body
-from runstream.storage import PostgresStorage, SqliteStorage, Storage
-from tests.conftest import POSTGRES_URL
+from runstream.storage import Storage
 from tests.server.agents import Gates, PromptModel, build_runstream
-from tests.server.conftest import serve
-from tests.storage.postgres_testkit import drop_schema, fresh_schema, require_postgres, unreachable_reason
+from tests.server.conftest import BACKENDS, backend_storage, serve
 
 PRINCIPALS = {"user-a": Principal("user-a", "user-a"), "user-b": Principal("user-b", "user-b")}
-BACKENDS = ["sqlite", "postgres"]
 
 
 async def by_token(request: Request) -> Principal | None:
@@ -95,16 +91,8 @@ async def app_note(request: Request) -> dict[str, Any]:
     return {"principal": principal_of(request).id, "keys": sorted(body)}
 
 
-@contextmanager
-def secured_server(backend: str, tmp_path: Path) -> Iterator[Secured]:
-    storage: Storage
-    schema = None
-    if backend == "postgres":
-        require_postgres(unreachable_reason())
-        schema = fresh_schema()
-        storage = PostgresStorage(POSTGRES_URL, schema=schema)
-    else:
-        storage = SqliteStorage(tmp_path / "runstream.db")
+def secured_runtime(storage: Storage) -> Runstream:
+    """The shared test agents and workflows, plus ``notes`` and an app route, on ``storage``."""
     runtime = build_runstream(Gates(), storage)
     # Thread-scoped working memory, for the working-memory routes and the body's memory options.
     runtime.add_agent(
@@ -112,12 +100,13 @@ def secured_server(backend: str, tmp_path: Path) -> Iterator[Secured]:
     )
     # An app-registered route (Runstream(api_routes=...)): in the inventory and the hostile requests.
     runtime.api_routes.append(register_api_route("/app/notes/:noteId", method="ALL", handler=app_note))
-    try:
-        with serve_secured(runtime) as server:
-            yield server
-    finally:
-        if schema is not None:
-            asyncio.run(drop_schema(schema))
+    return runtime
+
+
+@contextmanager
+def secured_server(backend: str, tmp_path: Path) -> Iterator[Secured]:
+    with backend_storage(backend, tmp_path) as storage, serve_secured(secured_runtime(storage)) as server:
+        yield server
 
 
 @pytest.fixture(params=BACKENDS)

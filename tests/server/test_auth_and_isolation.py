@@ -10,6 +10,7 @@ import pytest
 from starlette.requests import Request
 
 from runstream.server.auth import TOKEN_ENV, Principal, bearer_auth
+from runstream.storage import Storage
 from tests.server.conftest import chunks_of
 
 PRINCIPALS = {
@@ -44,8 +45,11 @@ def test_token_from_the_environment(app_factory: Callable[..., str], monkeypatch
 
 
 @pytest.fixture
-def as_user(app_factory: Callable[..., str]) -> Iterator[Callable[[str], httpx.Client]]:
-    url = app_factory(auth=by_token)
+def as_user(
+    backend_store: Storage, app_factory: Callable[..., str]
+) -> Iterator[Callable[[str], httpx.Client]]:
+    """Clients of a server confined by bearer names, on SQLite and on PostgreSQL."""
+    url = app_factory(auth=by_token, storage=backend_store)
     clients: list[httpx.Client] = []
 
     def client(name: str) -> httpx.Client:

@@ -16,6 +16,7 @@ from starlette.requests import Request
 
 from runstream.server.auth import Principal
 from runstream.server.cors import cors_middleware
+from runstream.storage import Storage
 from tests.server.conftest import Live, blocks, parse_block
 
 STUDIO = "http://localhost:3000"
@@ -300,13 +301,13 @@ def test_send_tool_approval_continues_on_the_thread(live: Live, client: httpx.Cl
     assert client.post("/api/agents/assistant/threads/abort", json=where).json() == {"aborted": False}
 
 
-def test_thread_routes_check_owner_and_input(app_factory: Callable[..., str]) -> None:
+def test_thread_routes_check_owner_and_input(backend_store: Storage, app_factory: Callable[..., str]) -> None:
     people = {"alice": Principal("alice", "alice"), "bob": Principal("bob", "bob")}
 
     async def who(request: Request) -> Principal | None:
         return people.get(request.headers.get("authorization", "").removeprefix("Bearer "))
 
-    url = app_factory(auth=who)
+    url = app_factory(auth=who, storage=backend_store)
     alice, bob = ({"Authorization": f"Bearer {name}"} for name in people)
     where = {"threadId": "alice-thread"}
     with subscription(url, "assistant", where, alice) as thread_stream:

@@ -14,7 +14,7 @@ import httpx2 as httpx
 from runstream.runtime import Runstream
 from runstream.server import create_app
 from runstream.server.auth import open_access
-from runstream.storage import SqliteStorage
+from runstream.storage import SqliteStorage, Storage
 from tests.server.agents import Gates, build_workflows
 from tests.server.conftest import Live, serve
 from tests.server.test_auth_and_isolation import by_token
@@ -191,8 +191,8 @@ def test_delete_run(client: httpx.Client) -> None:
     assert client.post(f"{W}/runs/{run_id}/cancel").status_code == 404
 
 
-def test_runs_belong_to_their_resource(app_factory: Callable[..., str]) -> None:
-    url = app_factory(auth=by_token)
+def test_runs_belong_to_their_resource(backend_store: Storage, app_factory: Callable[..., str]) -> None:
+    url = app_factory(auth=by_token, storage=backend_store)
 
     def user(name: str) -> httpx.Client:
         return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {name}"}, timeout=20)
