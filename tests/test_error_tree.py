@@ -216,7 +216,7 @@ def test_server_durable_mcp_and_testing() -> None:
     )
     raised(
         ConfigurationError,
-        "max_events, max_run_bytes, ttl_s and live_ttl_s must be at least 1",
+        "max_events, max_run_bytes, max_total_bytes, ttl_s and live_ttl_s must be at least 1",
         lambda: RedisReplayLog("redis://localhost", max_events=0),
     )
     raised(
