@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 demo: $(CORE)
 	$(BIN)/python -m runstream demo
 
-LINTED := $(wildcard src tests bench examples)
+LINTED := $(wildcard src tests bench examples mkdocs_hooks.py)
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check $(LINTED)
