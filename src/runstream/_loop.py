@@ -279,7 +279,12 @@ async def _checked_model_step(cfg: LoopConfig, state: RunState, turn: Turn, step
             return
         if outcome.error is not None:  # errorStrategy strict
             state.error = outcome.error
-            logger.error("run %s: structured output failed: %s", state.run_id, outcome.error)
+            logger.error(
+                "run %s: structured output failed: %s",
+                state.run_id,
+                outcome.error,
+                extra={"runId": state.run_id},
+            )
             yield ErrorChunk(state.run_id, {"type": "error", "error": outcome.error})
             yield Failed(_record(state, step, content, "error"))
             return
@@ -342,6 +347,7 @@ async def _failed_step(
         cfg.model.model_id,
         type(step.error).__name__,
         step.error,
+        extra={"runId": state.run_id},
     )
     yield ErrorChunk(state.run_id, {"type": "error", "error": step.error})
     if content:
@@ -391,6 +397,7 @@ async def _review_step(
             state.processor_retry_count,
             cfg.max_processor_retries,
             trip.reason,
+            extra={"runId": state.run_id},
         )
         _set_retry_count(contexts, state.processor_retry_count)
         feedback = (

@@ -523,7 +523,13 @@ async def run_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext, call: Too
         raise
     except Exception as exc:
         if not ctx.suspended:
-            logger.warning("tool %s (call %s) raised", tool.name, call.tool_call_id, exc_info=exc)
+            logger.warning(
+                "tool %s (call %s) raised",
+                tool.name,
+                call.tool_call_id,
+                exc_info=exc,
+                extra={"runId": ctx.run_id},
+            )
             return ToolOutcome(call, "error", ToolExecutionError.wrapping(exc))
     else:
         if not ctx.suspended:

@@ -59,6 +59,7 @@ class Runstream:
         """``observability=SpanStore(path)`` keeps the runs' spans (fed at start from the
         OpenTelemetry SDK's provider, installed if there is none) for ``/api/observability``."""
         self._span_processor: Any = None
+        self._log_keeper: Any = None
         self.api_routes: list[ApiRoute] = check_api_routes(list(api_routes))
         """The app's own HTTP routes (Mastra's ``server.apiRoutes``), made by
         :func:`runstream.api_routes.register_api_route`; ``runstream serve`` serves them."""
@@ -130,6 +131,10 @@ class Runstream:
                 from runstream.observability.processor import install_span_store
 
                 self._span_processor = install_span_store(self.observability)
+            if self.observability is not None:
+                from runstream.observability.logs import LogKeeper
+
+                self._log_keeper = LogKeeper(self.observability)
             await self._start_toolsets()
             if self.task_manager is not None:
                 await self.task_manager.start()
@@ -178,6 +183,9 @@ class Runstream:
         for vector in self.vectors.values():
             await vector.close()
         await self.storage.close()
+        if self._log_keeper is not None:
+            await asyncio.to_thread(self._log_keeper.stop)
+            self._log_keeper = None
         if self._span_processor is not None:  # flush what the runs left (off the loop)
             await asyncio.to_thread(self._span_processor.shutdown)
             self._span_processor = None

@@ -11,17 +11,21 @@ from pathlib import Path
 
 import httpx2 as httpx
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from runstream.observability import SpanStore
 from runstream.storage import SqliteStorage
+from tests.otel_testkit import spans
 from tests.server.agents import Gates, build_runstream
 from tests.server.security_kit import Secured, serve_secured, sse_chunks
 
 OBS = "/api/observability"
+__all__ = ["spans"]
 
 
 @pytest.fixture
-def observed(tmp_path: Path) -> Iterator[Secured]:
+def observed(tmp_path: Path, spans: InMemorySpanExporter) -> Iterator[Secured]:
+    """A server whose runtime feeds a span store from the tests' one global SDK provider."""
     runtime = build_runstream(Gates(), SqliteStorage(tmp_path / "runstream.db"))
     runtime.observability = SpanStore(str(tmp_path / "runstream.db"))
     with serve_secured(runtime) as server:

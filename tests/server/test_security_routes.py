@@ -537,6 +537,22 @@ ROUTES: dict[tuple[str, str], str] = {
         (method, f"/api/observability/{path}"): "test_observability_api.py::test_scores_and_feedback"
         for method, path in (("GET", "scores"), ("POST", "scores"), ("GET", "feedback"), ("POST", "feedback"))
     },
+    **{
+        (
+            method,
+            f"/api/observability/{path}",
+        ): "test_metrics_api.py::test_metrics_and_logs_are_confined_and_checked"
+        for method, path in (
+            ("POST", "metrics/aggregate"),
+            ("POST", "metrics/breakdown"),
+            ("POST", "metrics/timeseries"),
+            ("POST", "metrics/percentiles"),
+            ("GET", "discovery/metric-names"),
+            ("GET", "discovery/metric-label-keys"),
+            ("GET", "discovery/metric-label-values"),
+            ("GET", "logs"),
+        )
+    },
     # other front ends, pages
     ("POST", "/chat/{id}"): "test_ui_stream.py::test_chat_with_memory_runs_only_the_new_messages",
     ("GET", "/chat/{id}/{id}/stream"): "test_ui_stream.py::test_a_chat_stream_resumes_only_for_its_owner",
@@ -554,7 +570,7 @@ ROUTES: dict[tuple[str, str], str] = {
     },
     ("GET", "/api/system/packages"): "public: the installed version",
     **{("GET", f"/api{path}"): STUDIO_CONSTANTS for path in [*studio.EMPTY_GET, *studio.EMPTY_PAGED]},
-    **{("POST", f"/api{path}"): STUDIO_CONSTANTS for path in [*studio.EMPTY_POST, *studio.UNSUPPORTED]},
+    **{("POST", f"/api{path}"): STUDIO_CONSTANTS for path in [*studio.UNSUPPORTED]},
 }
 """Every route, and what covers it: ``file::test`` (a test of tests/server/ that attacks it with
 another caller's objects and hostile input) or ``public: why`` (it serves no caller's data).

@@ -80,6 +80,22 @@ class _Traces:
     def __init__(self, sample_rate: float) -> None:
         self.sample_rate = sample_rate
         self._known: OrderedDict[int, _Trace] = OrderedDict()
+        self._runs: OrderedDict[str, tuple[_Trace, str]] = OrderedDict()
+
+    def run_context(self, run_id: str) -> dict[str, str | None]:
+        """Where a run's spans are stored (for its log records); empty if unknown or unsampled."""
+        found = self._runs.get(run_id)
+        if found is None or not found[0].sampled:
+            return {}
+        known, span_id = found
+        return {
+            "traceId": known.trace_id,
+            "spanId": span_id,
+            "resourceId": known.resource_id,
+            "threadId": known.thread_id,
+            "entityId": known.agent_id,
+            "entityName": known.agent_name,
+        }
 
     def get(self, trace_id: int) -> _Trace | None:
         return self._known.get(trace_id)
@@ -103,6 +119,11 @@ class _Traces:
         ):
             if getattr(known, key) is None and isinstance(attributes.get(name), str):
                 setattr(known, key, attributes[name])
+        run_id = attributes.get("runstream.run.id")
+        if attributes.get("gen_ai.operation.name") == "invoke_agent" and isinstance(run_id, str):
+            self._runs[run_id] = (known, _hex_span(context.span_id))
+            while len(self._runs) > _MAX_TRACES:
+                self._runs.popitem(last=False)
 
     def _root(self, span: Span) -> _Trace:
         """A new OTel trace: its own, or the trace of the run or task it is linked to."""
@@ -254,6 +275,7 @@ class StoreSpanProcessor(BatchSpanProcessor):
         self.traces = _Traces(sample_rate)
         self.stopped = False
         store.fed = True
+        store.run_context = self.traces.run_context
         super().__init__(
             _StoreExporter(store, self.traces),
             max_queue_size=max_queue_size,

@@ -14,7 +14,7 @@ the newest ``max_logs``).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -142,6 +142,9 @@ class SpanStore:
         self.max_logs = max_logs
         self.fed = False
         """Whether a :class:`StoreSpanProcessor` feeds this store (the runtime installs one at start if not)."""
+        self.run_context: Callable[[str], Mapping[str, str | None]] | None = None
+        """Set by the processor feeding the store: a run id → its stored trace's ``traceId``,
+        ``spanId``, ``resourceId``, ``threadId``, ``entityId``, ``entityName`` (for logs)."""
 
     def close(self) -> None:
         self._backend.close()

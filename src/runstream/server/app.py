@@ -26,6 +26,7 @@ from runstream.server.health import HEALTH_PATH, health_route
 from runstream.server.limits import UrlSafetyMiddleware
 from runstream.server.mastra import MastraRoutes
 from runstream.server.memory_api import MemoryRoutes
+from runstream.server.metrics_api import MetricsRoutes
 from runstream.server.observability_api import ObservabilityRoutes
 from runstream.server.playground import PLAYGROUND_PATH, playground_route
 from runstream.server.rate_limit import DEFAULT_RATE, RateLimitMiddleware
@@ -77,6 +78,7 @@ def create_app(
     ctx = ServerContext(runstream, registry, heartbeat_s)
     api = [
         *ObservabilityRoutes(ctx).routes(),
+        *MetricsRoutes(ctx).routes(),
         *StudioRoutes(ctx).routes(),  # first: '/agents/providers' is not an agent
         *ThreadRoutes(ctx).routes(),
         *MastraRoutes(ctx).routes(),

@@ -29,12 +29,10 @@ STUDIO_VERSION = "1.31.0"
 _EMPTY_PAGE = {"total": 0, "page": 0, "hasMore": False}
 
 
-def _constant(value: Any, *, reads_body: bool = False) -> Any:
-    """Always ``value`` (after checking a POST's body is a JSON object, as every JSON route does)."""
+def _constant(value: Any) -> Any:
+    """Always ``value``."""
 
     async def answer(request: Request) -> Response:
-        if reads_body:
-            await json_body(request)
         return json_response(value)
 
     return answer
@@ -78,20 +76,6 @@ EMPTY_GET: dict[str, Any] = {
     "/schedules": {"schedules": []},
     "/experiments/review-summary": {"counts": []},
 }
-EMPTY_POST: dict[str, Any] = {
-    "/observability/metrics/aggregate": {
-        "value": None,
-        "estimatedCost": None,
-        "costUnit": None,
-        "previousValue": None,
-        "previousEstimatedCost": None,
-        "changePercent": None,
-        "costChangePercent": None,
-    },
-    "/observability/metrics/breakdown": {"groups": []},
-    "/observability/metrics/timeseries": {"series": []},
-    "/observability/metrics/percentiles": {"series": []},
-}
 UNSUPPORTED: dict[str, tuple[str, str]] = {
     "/observability/traces/query": (
         "TRACE_QUERY_UNSUPPORTED",
@@ -106,7 +90,6 @@ UNSUPPORTED: dict[str, tuple[str, str]] = {
 EMPTY_PAGED: dict[str, tuple[str, int]] = {
     "/datasets": ("datasets", 20),
     "/experiments": ("experiments", 10),
-    "/observability/logs": ("logs", 10),
 }
 
 
@@ -125,10 +108,6 @@ class StudioRoutes:
             Route("/agents/{agent_id}/voice/speakers", self.speakers),
         ]
         routes += [Route(path, _constant(value)) for path, value in EMPTY_GET.items()]
-        routes += [
-            Route(path, _constant(value, reads_body=True), methods=["POST"])
-            for path, value in EMPTY_POST.items()
-        ]
         routes += [Route(path, _paged(*spec)) for path, spec in EMPTY_PAGED.items()]
         return routes
 
