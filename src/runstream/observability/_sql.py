@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeAlias
+
+Row: TypeAlias = Mapping[str, Any]
+"""A row: column (or alias) → value."""
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS ai_spans (
@@ -92,7 +95,7 @@ class Backend(Protocol):
     def write(self, steps: Sequence[tuple[str, Sequence[Any] | Sequence[Sequence[Any]], bool]]) -> None:
         """Run ``(sql, params, many)`` steps in one transaction."""
 
-    def rows(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]: ...
+    def rows(self, sql: str, params: Iterable[Any] = ()) -> list[Row]: ...
 
     def close(self) -> None: ...
 
@@ -130,7 +133,7 @@ class SqliteBackend:
                 self._db.execute("ROLLBACK")
                 raise
 
-    def rows(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+    def rows(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
         with self._lock:
             return list(self._db.execute(sql, tuple(params)).fetchall())
 
@@ -181,7 +184,7 @@ class PostgresBackend:
                 else:
                     cursor.execute(self._sql(sql), tuple(params))
 
-    def rows(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+    def rows(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
         with self._pool.connection() as conn:
             return list(conn.execute(self._sql(sql), tuple(params)).fetchall())
 

@@ -82,7 +82,7 @@ def breakdown(
     distinct_column: str | None,
     limit: int | None,
     descending: bool,
-) -> list[dict[str, Any]]:
+) -> list[Point]:
     groups: dict[tuple[str | None, ...], list[Point]] = defaultdict(list)
     for point in points:
         groups[group_key(point, group_by)].append(point)
@@ -91,7 +91,9 @@ def breakdown(
         key=lambda pair: pair[0],
         reverse=descending,
     )
-    rows = [{"dimensions": dict(zip(group_by, key, strict=True)), "value": value} for value, key in values]
+    rows: list[Point] = [
+        {"dimensions": dict(zip(group_by, key, strict=True)), "value": value} for value, key in values
+    ]
     return rows[:limit] if limit is not None else rows
 
 
@@ -117,7 +119,7 @@ def time_series(
     *,
     distinct_column: str | None,
     group_by: Sequence[str] | None,
-) -> list[dict[str, Any]]:
+) -> list[Point]:
     """Series of ``{timestamp, value}`` buckets: one named ``name``, or one per group (named by
     the group's values joined with ``|``)."""
     grouped: dict[str, list[Point]] = defaultdict(list)
@@ -147,7 +149,7 @@ def percentile(values: Sequence[float], fraction: float) -> float:
 
 def percentile_series(
     points: Sequence[Point], fractions: Sequence[float], interval: timedelta
-) -> list[dict[str, Any]]:
+) -> list[Point]:
     buckets = _buckets(points, interval)
     return [
         {

@@ -17,11 +17,11 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeAlias
 
 import orjson
 
-from runstream.observability._sql import Backend, PostgresBackend, SqliteBackend
+from runstream.observability._sql import Backend, PostgresBackend, Row, SqliteBackend
 
 _SPAN_COLUMNS = (
     "trace_id",
@@ -74,6 +74,9 @@ DISCOVERY = {
     "environment": "environment",
 }
 
+
+Record: TypeAlias = Mapping[str, Any]
+"""A stored record as Mastra's JSON (span, score, feedback or log)."""
 
 METRIC_COLUMNS = {
     "duration": "duration_ms",
@@ -234,10 +237,10 @@ class SpanStore:
         return signal_id
 
     # -- reads ------------------------------------------------------------------------------------
-    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
         return self._backend.rows(sql, params)
 
-    def list_traces(self, query: TraceQuery) -> tuple[list[dict[str, Any]], int]:
+    def list_traces(self, query: TraceQuery) -> tuple[list[Record], int]:
         """A page of root spans and the number of matching traces."""
         where = ["parent_span_id IS NULL"]
         params: list[Any] = []
@@ -276,13 +279,13 @@ class SpanStore:
         )
         return (True, rows[0]["resource_id"]) if rows else (False, None)
 
-    def get_trace(self, trace_id: str) -> list[dict[str, Any]]:
+    def get_trace(self, trace_id: str) -> list[Record]:
         rows = self._rows(
             "SELECT record FROM ai_spans WHERE trace_id = ? ORDER BY started_at, seq", (trace_id,)
         )
         return [orjson.loads(row["record"]) for row in rows]
 
-    def get_span(self, trace_id: str, span_id: str) -> dict[str, Any] | None:
+    def get_span(self, trace_id: str, span_id: str) -> Record | None:
         rows = self._rows(
             "SELECT record FROM ai_spans WHERE trace_id = ? AND span_id = ?", (trace_id, span_id)
         )
@@ -297,7 +300,7 @@ class SpanStore:
         per_page: int,
         ascending: bool = False,
         resource_id: str | None = None,
-    ) -> tuple[list[dict[str, Any]], int]:
+    ) -> tuple[list[Record], int]:
         """Scores or feedback, filtered by ``traceId`` / ``spanId`` / ``name`` (scorer or type)."""
         columns = {"traceId": "trace_id", "spanId": "span_id", "name": "name"}
         where = ["kind = ?"]
@@ -321,7 +324,7 @@ class SpanStore:
         per_page: int,
         ascending: bool = False,
         resource_id: str | None = None,
-    ) -> tuple[list[dict[str, Any]], int]:
+    ) -> tuple[list[Record], int]:
         """Log records, filtered by ``traceId`` / ``runId`` / ``resourceId``, levels and time."""
         columns = {"traceId": "trace_id", "runId": "run_id", "resourceId": "resource_id"}
         where = ["1 = 1"]
@@ -343,7 +346,7 @@ class SpanStore:
 
     def _page(
         self, table: str, where: list[str], params: list[Any], page: int, per_page: int, ascending: bool
-    ) -> tuple[list[dict[str, Any]], int]:
+    ) -> tuple[list[Record], int]:
         clause = " AND ".join(where)
         total = int(self._rows(f"SELECT COUNT(*) AS n FROM {table} WHERE {clause}", params)[0]["n"])
         direction = "ASC" if ascending else "DESC"
@@ -364,7 +367,7 @@ class SpanStore:
         end: datetime | None,
         resource_id: str | None,
         limit: int = 100_000,
-    ) -> list[dict[str, Any]]:
+    ) -> list[Row]:
         """The spans of ``span_type`` with a value in ``column`` (a :data:`METRIC_COLUMNS` name),
         oldest first: ``timestamp``, ``value`` and the dimensions metrics group and filter by."""
         where = ["span_type = ?", f"{METRIC_COLUMNS[column]} IS NOT NULL"]

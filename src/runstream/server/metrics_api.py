@@ -180,7 +180,7 @@ class MetricsRoutes:
         names: Sequence[str],
         filters: _Filters | None,
         window: tuple[datetime | None, datetime | None] | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[metrics.Point]:
         """The observations of the metrics ``names`` that ``filters`` select, oldest first."""
         filters = filters or _Filters()
         extra = filters.model_extra or {}
@@ -194,7 +194,7 @@ class MetricsRoutes:
         wanted = [
             name for name in names if name in metrics.METRICS and (not filters.name or name in filters.name)
         ]
-        points: list[dict[str, Any]] = []
+        points: list[metrics.Point] = []
         for name in wanted:
             span_type, column = metrics.METRICS[name]
             found = await asyncio.to_thread(
@@ -319,7 +319,7 @@ class MetricsRoutes:
         return _page("logs", items, total, page, per_page)
 
 
-def _dated(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _dated(points: Sequence[metrics.Point]) -> list[metrics.Point]:
     return [{**point, "timestamp": iso(point["timestamp"])} for point in points]
 
 

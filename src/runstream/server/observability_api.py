@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -84,7 +84,7 @@ def _paging(request: Request) -> tuple[int, int]:
     return page, per_page
 
 
-def _page(key: str, items: list[dict[str, Any]], total: int, page: int, per_page: int) -> Response:
+def _page(key: str, items: Sequence[Mapping[str, Any]], total: int, page: int, per_page: int) -> Response:
     pagination = {"total": total, "page": page, "perPage": per_page, "hasMore": (page + 1) * per_page < total}
     return json_response({key: items, "pagination": pagination})
 
