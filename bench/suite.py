@@ -8,6 +8,7 @@ import statistics
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from bench import bench_span_store as span_store
 from bench import bench_thread_length as thread_length
 from bench.rss import kb_per_run
 from bench.source import Runner
@@ -100,6 +101,8 @@ def run_suite(plan: Plan) -> list[Row]:
     # W5: cost against thread length; its "bare" figure is the same turn on the shortest thread.
     turns = asyncio.run(thread_length.measure(list(plan.thread_lengths), plan.thread_turns))
     shortest = plan.thread_lengths[0]
+    # The span store: its "bare" figure is the same workload traced by the SDK without the store.
+    kept = asyncio.run(span_store.measure(plan.reps))
 
     def row(workload: str, key: str, label: str, unit: str, **target: float) -> Row:
         return Row(label, unit, f[workload]["runstream"][key], f[workload]["bare"][key], **target)
@@ -116,6 +119,20 @@ def run_suite(plan: Plan) -> list[Row]:
         row("W4", "first_delta_p50_ms", "W4 first text-delta, median run", "ms"),
         row("W4", "first_delta_max_ms", "W4 first text-delta, last run", "ms", max_ratio=10),
         Row("W4 peak RSS growth per run", "KB", kb["runstream"], kb["bare"], max_value=30),
+        Row(
+            "W1 CPU per token, span store on (bare: off)",
+            "µs",
+            kept["W1"]["on"],
+            kept["W1"]["off"],
+            max_ratio=1.05,
+        ),
+        Row(
+            "W3 CPU per tool step, span store on (bare: off)",
+            "µs",
+            kept["W3"]["on"],
+            kept["W3"]["off"],
+            max_ratio=1.05,
+        ),
         *(
             Row(
                 f"W5 until-idle turn CPU, {length:,} msgs (bare: {shortest:,})",

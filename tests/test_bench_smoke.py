@@ -26,7 +26,7 @@ TINY = Plan(
 
 def test_every_workload_runs_for_both_pipelines() -> None:
     rows = run_suite(TINY)
-    assert len({r.label for r in rows}) == len(rows) == 12
+    assert len({r.label for r in rows}) == len(rows) == 14
     for r in rows:
         assert math.isfinite(r.runstream) and math.isfinite(r.bare), r
         if r.unit != "KB":  # RSS growth of three tiny runs can round to zero or below

@@ -14,12 +14,13 @@ the turns they woke are one trace with one span tree.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from opentelemetry import trace
@@ -28,7 +29,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, StatusCode
 
-from runstream.observability.store import SpanStore, iso
+from runstream.observability.store import SpanStore
 
 _MAX_TRACES = 10_000
 _SPAN_TYPES = {"invoke_agent": "agent_run", "chat": "model_generation", "execute_tool": "tool_call"}
@@ -46,6 +47,18 @@ class _Trace:
     run_id: str | None = None
     agent_id: str | None = None
     agent_name: str | None = None
+
+
+@functools.lru_cache(maxsize=64)
+def _second(seconds: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+
+
+def iso_ns(nanoseconds: int) -> str:
+    """Epoch nanoseconds as the store's UTC ISO 8601 text (milliseconds, ``Z``): the same text
+    as :func:`~runstream.observability.store.iso`, made per span without a ``datetime``."""
+    seconds, rest = divmod(nanoseconds, 1_000_000_000)
+    return f"{_second(seconds)}.{rest // 1_000_000:03d}Z"
 
 
 def _hex_trace(value: int) -> str:
@@ -203,8 +216,8 @@ def span_record(span: ReadableSpan, known: _Trace | None, service_name: str | No
     else:
         input_value = _loads(attributes.get("gen_ai.input.messages"))
         output_value = _loads(attributes.get("gen_ai.output.messages"))
-    started = datetime.fromtimestamp((span.start_time or 0) / 1e9, UTC)
-    ended = datetime.fromtimestamp(span.end_time / 1e9, UTC) if span.end_time else None
+    started = iso_ns(span.start_time or 0)
+    ended = iso_ns(span.end_time) if span.end_time else None
     run_id = _text(attributes.get("runstream.run.id")) or (known.run_id if known else None)
     return {
         "traceId": known.trace_id if known is not None else _hex_trace(context.trace_id),
@@ -227,10 +240,10 @@ def span_record(span: ReadableSpan, known: _Trace | None, service_name: str | No
         or None,
         "tags": None,
         "isEvent": False,
-        "startedAt": iso(started),
-        "endedAt": iso(ended) if ended is not None else None,
-        "createdAt": iso(started),
-        "updatedAt": iso(ended) if ended is not None else None,
+        "startedAt": started,
+        "endedAt": ended,
+        "createdAt": started,
+        "updatedAt": ended,
         "resourceId": known.resource_id if known is not None else None,
         "threadId": known.thread_id if known is not None else None,
         "runId": run_id,
