@@ -11,12 +11,20 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tests.server.conftest import Live
+from runstream.observability import SpanStore
+from runstream.server import create_app
+from runstream.server.auth import open_access
+from runstream.storage import SqliteStorage
+from tests.otel_testkit import spans
+from tests.server.agents import Gates, build_runstream
+from tests.server.conftest import Live, serve
 
 JS = Path(__file__).parents[1] / "js"
 CI = os.environ.get("CI") == "true"
@@ -32,14 +40,16 @@ def _missing() -> str | None:
 
 if _missing() and CI:
     raise RuntimeError(f"JS interop tests cannot run under CI: {_missing()}")
+__all__ = ["spans"]
 pytestmark = pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
 
 
-def node(live: Live, script: str, *args: str, timeout: float = 60) -> Any:
+def node(live: Live | str, script: str, *args: str, timeout: float = 60) -> Any:
+    """Run ``scripts/<script>.mjs`` against the shared server (or the server at that URL)."""
     result = subprocess.run(
         ["node", f"scripts/{script}.mjs", *args],
         cwd=JS,
-        env={**os.environ, "BASE": live.url},
+        env={**os.environ, "BASE": live if isinstance(live, str) else live.url},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -336,3 +346,36 @@ def test_vectors(live: Live) -> None:
     assert out["details"] == {"dimension": 3, "count": 3, "metric": "cosine"}
     assert out["deleted"] == {"success": True}
     assert out["afterDelete"]["status"] == 404 and out["badDimension"]["status"] == 400
+
+
+@pytest.fixture
+def observed_url(tmp_path: Path, spans: InMemorySpanExporter) -> Iterator[str]:
+    """A server whose runtime keeps its spans and logs (open access)."""
+    runtime = build_runstream(Gates(), SqliteStorage(tmp_path / "runstream.db"))
+    runtime.observability = SpanStore(str(tmp_path / "runstream.db"))
+    with serve(create_app(runtime, auth=open_access)) as url:
+        yield url
+
+
+def test_observability(observed_url: str) -> None:
+    out = node(observed_url, "observability")
+    assert out["root"] == {
+        "spanType": "agent_run",
+        "entityId": "assistant",
+        "threadId": out["root"]["threadId"],
+        "total": 1,
+    }
+    assert out["kinds"] == ["agent_run", "model_generation", "model_generation", "tool_call"]
+    assert out["span"] == {"name": "execute_tool get_weather", "entityName": "get_weather", "parent": True}
+    assert out["lightHasInput"] is False
+    assert out["scores"] == [["relevance", 0.9, "on topic"]] and out["feedback"] == [["thumbs", 1]]
+    assert out["entityTypes"] == ["agent", "tool"] and out["entityNames"] == ["get_weather"]
+    assert out["metricNames"] == ["mastra_agent_duration_ms"]
+    assert out["runs"] == 2 and out["tools"] == [["get_weather", 1]]
+    assert out["seriesPoints"] == [1] and out["percentiles"] == [0.5, 0.99]
+    assert out["logs"] == [["error", True]]
+    assert out["invalid"]["status"] == 400 and out["invalid"]["body"]["error"] == "Invalid request body"
+    assert {issue["field"] for issue in out["invalid"]["body"]["issues"]} == {"name", "aggregation"}
+    assert out["missing"]["status"] == 404 and out["missing"]["body"] == {
+        "error": "Trace with id nope not found"
+    }
