@@ -47,7 +47,8 @@ unit: $(STAMP)
 	sh tests/js/setup.sh
 	$(BIN)/python -m pytest
 
-# The documentation site (mkdocs.yml): --strict fails on a broken link, anchor or reference.
+# The documentation site (mkdocs.yml) into site/: --strict fails on a broken link, anchor or
+# cross-reference, and on a page of docs/ missing from the nav (add new pages to mkdocs.yml).
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # (-q would hide the warnings --strict counts)
 
