@@ -14,11 +14,14 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from runstream import Agent
 from runstream.observability import PostgresSpanStore, SpanStore, TraceQuery
 from runstream.observability.processor import StoreSpanProcessor, install_span_store
 from runstream.observability.store import iso
 from runstream.runtime import Runstream
 from runstream.storage import SqliteStorage
+from runstream.testing import ScriptedModel
+from runstream.workflows import Step, Workflow
 from tests.conftest import POSTGRES_URL
 from tests.otel_testkit import PROVIDER, spans
 from tests.storage.postgres_testkit import drop_schema, require_postgres, unreachable_reason
@@ -245,3 +248,35 @@ def test_metric_points_come_from_the_stored_spans(new_store: NewStore) -> None:
         "model_generation", "input_tokens", filters={}, start=None, end=None, resource_id=None
     )
     assert [p["value"] for p in tokens] == [0, 10, 20]
+
+
+async def test_a_workflow_run_and_its_steps_are_one_trace_with_its_agent(
+    stored: tuple[SpanStore, StoreSpanProcessor],
+) -> None:
+    store, processor = stored
+    agent = Agent("writer", model=ScriptedModel.text("Rust is safe."))
+    inner = Workflow("review").then(Step("spell", lambda ctx: {"prompt": ctx.input_data["prompt"]})).commit()
+    wf = (
+        Workflow("summary")
+        .map({"prompt": {"template": "Summarize ${inputData.topic}"}})
+        .then(inner)
+        .then(agent)
+        .commit()
+    )
+    run = await wf.create_run()
+    assert (await run.start(input_data={"topic": "Rust"})).status == "success"
+    assert processor.force_flush()
+    (root,), total = store.list_traces(TraceQuery(filters={"entityType": "workflow_run"}))
+    assert total == 1 and (root["spanType"], root["entityId"]) == ("workflow_run", "summary")
+    assert root["runId"] == run.run_id and root["attributes"]["status"] == "success"
+    spans = tree(store, root["traceId"])
+    steps = {s["entityId"]: s for s in spans.values() if s["spanType"] == "workflow_step"}
+    assert set(steps) == {"review", "spell", "writer"} | {k for k in steps if k.startswith("mapping")}
+    assert steps["spell"]["parentSpanId"] == steps["review"]["spanId"]  # the nested workflow's step
+    assert steps["review"]["parentSpanId"] == root["spanId"] == steps["writer"]["parentSpanId"]
+    (run_span,) = [s for s in spans.values() if s["spanType"] == "agent_run"]
+    assert run_span["parentSpanId"] == steps["writer"]["spanId"] and run_span["entityId"] == "writer"
+    duration = store.metric_points(
+        "workflow_run", "duration", filters={}, start=None, end=None, resource_id=None
+    )
+    assert len(duration) == 1 and duration[0]["value"] >= 0

@@ -103,6 +103,44 @@ def _record_error(span: Span, error: BaseException | str | None) -> None:
     span.set_status(Status(StatusCode.ERROR, str(error)))
 
 
+# -- workflow runs -------------------------------------------------------------------------------
+def start_workflow_span(workflow_id: str, run_id: str) -> Span:
+    """A workflow run's span (a start, or a resume): its steps' spans go under it."""
+    untraced = _untraced_child(None)
+    if untraced is not None:
+        return untraced
+    attributes = {
+        "gen_ai.operation.name": "invoke_workflow",
+        "runstream.workflow.id": workflow_id,
+        "runstream.run.id": run_id,
+    }
+    return _tracer.start_span(f"invoke_workflow {workflow_id}", kind=SpanKind.INTERNAL, attributes=attributes)
+
+
+def start_step_span(parent: Span | None, workflow_id: str, step_id: str) -> Span:
+    """A workflow step's span, under ``parent`` (``None``: the current span, a nested workflow's
+    step running inside its outer step)."""
+    untraced = _untraced_child(parent)
+    if untraced is not None:
+        return untraced
+    attributes = {
+        "gen_ai.operation.name": "workflow_step",
+        "runstream.workflow.id": workflow_id,
+        "runstream.workflow.step.id": step_id,
+    }
+    context = trace.set_span_in_context(parent) if parent is not None else None
+    return _tracer.start_span(f"workflow_step {step_id}", context=context, attributes=attributes)
+
+
+def end_workflow_span(span: Span, status: str, error: BaseException | str | None = None) -> None:
+    """End a workflow run's or step's span with its status (``failed``: an error)."""
+    if span.is_recording():
+        span.set_attribute("runstream.run.status", status)
+        if status == "failed":
+            _record_error(span, error or "failed")
+    span.end()
+
+
 # -- agent runs ----------------------------------------------------------------------------------
 def start_agent_span(
     agent_id: str,

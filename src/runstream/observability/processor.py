@@ -32,7 +32,13 @@ from opentelemetry.trace import INVALID_SPAN_CONTEXT, StatusCode
 from runstream.observability.store import SpanStore
 
 _MAX_TRACES = 10_000
-_SPAN_TYPES = {"invoke_agent": "agent_run", "chat": "model_generation", "execute_tool": "tool_call"}
+_SPAN_TYPES = {
+    "invoke_agent": "agent_run",
+    "chat": "model_generation",
+    "execute_tool": "tool_call",
+    "invoke_workflow": "workflow_run",
+    "workflow_step": "workflow_step",
+}
 
 
 @dataclass(slots=True)
@@ -177,6 +183,12 @@ def span_record(span: ReadableSpan, known: _Trace | None, service_name: str | No
     if span_type == "tool_call":
         tool = _text(attributes.get("gen_ai.tool.name"))
         entity = ("tool", tool, tool)
+    elif span_type == "workflow_run":
+        workflow = _text(attributes.get("runstream.workflow.id"))
+        entity = ("workflow_run", workflow, workflow)
+    elif span_type == "workflow_step":
+        step = _text(attributes.get("runstream.workflow.step.id"))
+        entity = ("workflow_step", step, step)
     elif known is not None and known.agent_id is not None:
         entity = ("agent", known.agent_id, known.agent_name)
     error = None
@@ -208,6 +220,7 @@ def span_record(span: ReadableSpan, known: _Trace | None, service_name: str | No
         "continuation": attributes.get("runstream.continuation"),
         "backgroundTaskId": attributes.get("runstream.background_task.id"),
         "attempt": attributes.get("runstream.background_task.attempt"),
+        "workflowId": attributes.get("runstream.workflow.id"),
     }
     if span_type == "tool_call":
         details["success"] = error is None and attributes.get("runstream.tool.outcome") != "error"

@@ -20,6 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry import trace
+
+from runstream import _tracing as tracing
 from runstream._schema import SchemaValidationError, to_plain
 from runstream.abort import AbortSignal
 from runstream.processors import TripWire
@@ -35,6 +38,8 @@ from runstream.workflows.snapshots import RunStore
 from runstream.workflows.step import StepBailed, StepContext, StepSuspended, StepWriter
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
     from runstream.workflows.flow import WorkflowSpec
 
 
@@ -61,6 +66,8 @@ class Execution:
     state: dict[str, Any] = field(default_factory=dict)
     resume: Resume | None = None
     suspended_paths: dict[str, list[int]] = field(default_factory=dict)
+    span: Span | None = None
+    """The run's span (set by the run), parent of its steps' spans."""
 
     def nested(
         self, workflow: WorkflowSpec, run_id: str, sink: Sink, abort: AbortSignal, store: RunStore
@@ -250,16 +257,20 @@ class Execution:
         retries = step.retries if step.retries is not None else self.workflow.retry_attempts
         error: Exception | None = None
         outcome = _Outcome("failed")
-        for attempt in range(retries + 1):
-            if attempt and self.workflow.retry_delay_ms:
-                await asyncio.sleep(self.workflow.retry_delay_ms / 1000)
-            try:
-                if call.validation_error is not None:
-                    raise call.validation_error
-                outcome = await self._attempt(call, attempt)
-                break
-            except Exception as exc:
-                error = exc
+        span = tracing.start_step_span(self.span, self.workflow.id, step.id)
+        # Current while the step runs: an agent or nested workflow inside it joins the trace.
+        with trace.use_span(span, end_on_exit=False):
+            for attempt in range(retries + 1):
+                if attempt and self.workflow.retry_delay_ms:
+                    await asyncio.sleep(self.workflow.retry_delay_ms / 1000)
+                try:
+                    if call.validation_error is not None:
+                        raise call.validation_error
+                    outcome = await self._attempt(call, attempt)
+                    break
+                except Exception as exc:
+                    error = exc
+        tracing.end_workflow_span(span, outcome.status, error)
         now = now_ms()
         if outcome.status == "failed":
             ending: dict[str, Any] = {"status": "failed", "error": error, "endedAt": now}

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from runstream import _tracing as tracing
 from runstream.abort import AbortController
 from runstream.chunks import WatchChunk, to_jsonable
 from runstream.workflows._results import now_ms
@@ -117,12 +118,16 @@ class WorkflowRun:
     async def _drive(
         self, out: WorkflowRunOutput, body: Executor, execution: Execution, on_error: str
     ) -> None:
+        execution.span = tracing.start_workflow_span(self.workflow.id, self.run_id)
         try:
             result = await body(execution)
         except Exception as exc:
+            tracing.end_workflow_span(execution.span, "failed", exc)
             self.status = on_error
             out.reject(exc)
         else:
+            error = result.error if isinstance(result.error, BaseException | str) else None
+            tracing.end_workflow_span(execution.span, result.status, error)
             self.status = result.status
             self._result = result
             out.resolve(result)
