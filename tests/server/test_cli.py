@@ -12,6 +12,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx2 as httpx
@@ -105,7 +106,9 @@ def _allowed(app: Starlette, origin: str) -> bool:
 def test_cors_flags(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     apps: list[Any] = []
     monkeypatch.setattr(cli.uvicorn, "run", lambda app, **kw: apps.append(app))
-    monkeypatch.setattr(cli, "start_studio", lambda command, target: None)
+    monkeypatch.setattr(
+        cli, "start_studio", lambda command, target, verbose: SimpleNamespace(stop=lambda: None)
+    )
     cli.serve_command(["served_project:runtime"])
     cli.serve_command(
         ["served_project:runtime", "--cors-origin", "https://a.example", "--cors-origin", "https://b.example"]
@@ -144,24 +147,19 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.mark.skipif(
+NEEDS_STUDIO = pytest.mark.skipif(
     shutil.which("npx") is None or not (JS / "node_modules" / "mastra").is_dir(),
     reason="needs npx and tests/js/node_modules (sh tests/js/setup.sh)",
 )
-def test_runstream_studio_starts_server_and_studio(tmp_path: Path) -> None:
+
+
+def _start_studio_command(tmp_path: Path, *options: str) -> tuple[subprocess.Popen[str], int, int]:
     (tmp_path / "served_project.py").write_text(MODULE)
     port, studio_port = _free_port(), _free_port()
     process = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "runstream",
-            "studio",
-            "served_project:runtime",
-            "--port",
-            str(port),
-            "--studio-port",
-            str(studio_port),
+            *(sys.executable, "-m", "runstream", "studio", "served_project:runtime"),
+            *("--port", str(port), "--studio-port", str(studio_port), *options),
         ],
         cwd=JS,  # npx finds the pinned mastra here, without the network
         env={**os.environ, "PYTHONPATH": str(tmp_path)},
@@ -169,23 +167,63 @@ def test_runstream_studio_starts_server_and_studio(tmp_path: Path) -> None:
         stderr=subprocess.STDOUT,
         text=True,
     )
+    return process, port, studio_port
+
+
+def _read_until(process: subprocess.Popen[str], *needles: str) -> str:
+    """The command's output up to the line where every needle has been seen."""
+    assert process.stdout is not None
+    seen: list[str] = []
+    for line in process.stdout:
+        seen.append(line)
+        if all(any(n in s for s in seen) for n in needles):
+            return "".join(seen)
+    raise AssertionError(f"the command ended ({process.wait()}) before printing {needles}:\n{''.join(seen)}")
+
+
+def _stop(process: subprocess.Popen[str], sig: signal.Signals) -> str:
+    """Signal the command; the rest of its output, once it exited with code 0."""
+    process.send_signal(sig)
+    rest, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, rest
+    return rest
+
+
+@NEEDS_STUDIO
+def test_runstream_studio_is_quiet_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    process, port, studio_port = _start_studio_command(tmp_path)
     try:
-        assert process.stdout is not None
-        seen: list[str] = []
-        for line in process.stdout:
-            seen.append(line)
-            if any("Uvicorn running" in s for s in seen) and any("Mastra Studio running" in s for s in seen):
-                break
-        printed = "".join(seen)
+        printed = _read_until(process, "Uvicorn running", "Mastra Studio running at")
         assert f"runstream server: http://127.0.0.1:{port}" in printed
-        assert f"Mastra Studio:    http://localhost:{studio_port}" in printed
+        assert f"Mastra Studio:    http://localhost:{studio_port} (starting via npx" in printed
+        assert f"Mastra Studio running at http://localhost:{studio_port}" in printed
         page = httpx.get(f"http://localhost:{studio_port}/agents").text
         assert f"window.MASTRA_SERVER_PORT = '{port}'" in page
         assert f'href="http://localhost:{studio_port}"' in httpx.get(f"http://127.0.0.1:{port}/").text
+        printed += _stop(process, signal.SIGTERM)
     finally:
-        process.send_signal(signal.SIGINT)
-        assert process.wait(20) == 0
+        process.kill()
+        process.wait()
     assert _closes(studio_port), "Studio (npx's child) outlived runstream studio"
+    # Studio's own log lines and the access log are kept back; no traceback on the way out.
+    assert "(Mastra CLI)" not in printed and '"GET /' not in printed, printed
+    assert "Traceback" not in printed, printed
+    assert len(printed.splitlines()) <= 12, printed
+
+
+@NEEDS_STUDIO
+def test_runstream_studio_verbose_shows_studios_output_and_stops_on_sigint(tmp_path: Path) -> None:
+    process, port, studio_port = _start_studio_command(tmp_path, "--verbose")
+    try:
+        printed = _read_until(process, "Uvicorn running", "(Mastra CLI)")
+        assert "--verbose shows" not in printed
+        httpx.get(f"http://127.0.0.1:{port}/api/agents")
+        printed += _stop(process, signal.SIGINT)
+    finally:
+        process.kill()
+        process.wait()
+    assert _closes(studio_port), "Studio (npx's child) outlived runstream studio"
+    assert '"GET /api/agents HTTP/1.1" 200' in printed and "Traceback" not in printed, printed
 
 
 def _closes(port: int, within_s: float = 10) -> bool:

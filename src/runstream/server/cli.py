@@ -28,7 +28,7 @@ from runstream.server.app import create_app
 from runstream.server.auth import TOKEN_ENV, AuthMiddleware, open_access
 from runstream.server.cors import LOCAL_ORIGINS, allows
 from runstream.server.socket_limits import add_arguments, from_arguments
-from runstream.server.studio_launcher import StudioCommand, start_studio, stop_studio
+from runstream.server.studio_launcher import StudioCommand, exit_on_signals, start_studio
 
 TARGET_ENV = "RUNSTREAM_SERVE_TARGET"
 CORS_ENV = "RUNSTREAM_SERVE_CORS_ORIGINS"
@@ -111,18 +111,19 @@ def reload_factory() -> Any:
 def serve_command(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     cors = _cors_origins(args)
-    studio = None
-    if args.studio:
-        command = StudioCommand(args.host, args.port, args.studio_port)
-        if cors is not None and not allows(cors, command.studio_url):
-            cors.append(command.studio_url)
-        load_app(args.target, cors)  # fail fast, before Studio starts
-        studio = start_studio(command, args.target)
-    try:
+    if not args.studio:
         _run(args, cors)
-    finally:
-        if studio is not None:
-            stop_studio(studio)
+        return 0
+    command = StudioCommand(args.host, args.port, args.studio_port)
+    if cors is not None and not allows(cors, command.studio_url):
+        cors.append(command.studio_url)
+    load_app(args.target, cors)  # fail fast, before Studio starts
+    with exit_on_signals():
+        studio = start_studio(command, args.target, verbose=args.verbose)
+        try:
+            _run(args, cors)
+        finally:
+            studio.stop()
     return 0
 
 
@@ -148,6 +149,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-cors", action="store_true", help="no CORS headers: same-origin browsers only")
     parser.add_argument("--studio", action="store_true", help="also start Mastra Studio (needs Node.js)")
     parser.add_argument("--studio-port", type=int, default=DEFAULT_STUDIO_PORT, help="Studio's port")
+    parser.add_argument(
+        "--verbose", action="store_true", help="with --studio: show Studio's output and the access log"
+    )
     add_arguments(parser)
     return parser
 
@@ -162,6 +166,7 @@ def _cors_origins(args: argparse.Namespace) -> list[str] | None:
 
 def _run(args: argparse.Namespace, cors: list[str] | None) -> None:
     limits = from_arguments(args)
+    access_log = not args.studio or args.verbose  # Studio's many requests drown the rest
     app = load_app(args.target, cors)  # with --reload: fail fast, before the reloader starts
     announce(app, args.host, args.port)
     if args.reload:
@@ -176,6 +181,7 @@ def _run(args: argparse.Namespace, cors: list[str] | None) -> None:
             host=args.host,
             port=args.port,
             log_level=args.log_level,
+            access_log=access_log,
             **limits.uvicorn_options(by_name=True),
         )
     else:
@@ -187,7 +193,12 @@ def _run(args: argparse.Namespace, cors: list[str] | None) -> None:
         gc.freeze()
         try:
             uvicorn.run(
-                app, host=args.host, port=args.port, log_level=args.log_level, **limits.uvicorn_options()
+                app,
+                host=args.host,
+                port=args.port,
+                log_level=args.log_level,
+                access_log=access_log,
+                **limits.uvicorn_options(),
             )
         finally:
             if provider is not None:

@@ -3,16 +3,27 @@
 Studio is the prebuilt UI in the npm package ``mastra``; ``npx`` fetches it (or uses a local
 install) and ``mastra studio`` serves it on its own port, pointed at this server. It talks to the
 server from the browser, across origins, which the server's CORS allows.
+
+Studio's own output (npm's warnings, its logs) is kept back unless ``--verbose``: one line says
+when it serves, and if it exits on its own its last lines are shown. SIGTERM and SIGINT end the
+command cleanly (exit 0, no traceback): the server shuts down, then Studio's whole process group
+is stopped, so nothing outlives the command.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
+import sys
+import threading
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
+from types import FrameType
 
 from runstream.server.studio import STUDIO_URL_ENV, STUDIO_VERSION
 
@@ -62,27 +73,96 @@ class StudioCommand:
         ]
 
 
-def start_studio(command: StudioCommand, target: str) -> subprocess.Popen[bytes]:
-    """Start ``mastra studio`` (SystemExit with a clear message when Node.js is missing)."""
+READY_LINE = "Mastra Studio running"
+"""What ``mastra studio`` logs once it serves."""
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class Studio:
+    """A running ``mastra studio`` (npx and its children, one process group)."""
+
+    def __init__(self, process: subprocess.Popen[bytes], url: str) -> None:
+        self.process = process
+        self.url = url
+        self.ready = threading.Event()
+        self._stopping = threading.Event()
+
+    def watch(self, tail_lines: int = 40) -> None:
+        """Read Studio's output (kept back): say when it serves; if it ends on its own, show
+        its last lines. Runs in a thread until the output ends."""
+        assert self.process.stdout is not None
+        tail: deque[str] = deque(maxlen=tail_lines)
+        for raw in self.process.stdout:
+            line = _ANSI.sub("", raw.decode(errors="replace")).rstrip()
+            tail.append(line)
+            if not self.ready.is_set() and READY_LINE in line:
+                self.ready.set()
+                print(f"Mastra Studio running at {self.url}", flush=True)
+        code = self.process.wait()
+        if not self._stopping.is_set():
+            shown = "\n".join(f"  {line}" for line in tail)
+            print(
+                f"runstream studio: Mastra Studio exited (code {code}); its last output:\n{shown}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def stop(self) -> None:
+        """Stop npx and the Studio server it started (the whole process group)."""
+        self._stopping.set()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, sig)
+            try:
+                self.process.wait(10)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def start_studio(command: StudioCommand, target: str, *, verbose: bool = False) -> Studio:
+    """Start ``mastra studio`` (SystemExit with a clear message when Node.js is missing); its
+    output is passed through only when ``verbose``."""
     npx = shutil.which("npx")
     if npx is None:
         raise SystemExit(NO_NODE.format(target=target))
     os.environ[STUDIO_URL_ENV] = command.studio_url  # the server's root page links to it
     env = {**os.environ, "MASTRA_TELEMETRY_DISABLED": "1"}
-    # Its own process group: npx runs Studio as a child, and stopping must reach both.
-    process = subprocess.Popen(command.argv(npx), env=env, start_new_session=True)
+    output = None if verbose else subprocess.PIPE
+    # Its own process group: npx runs Studio as a child, and stopping must reach both; the
+    # terminal's Ctrl-C reaches runstream only, which stops the group.
+    process = subprocess.Popen(
+        command.argv(npx),
+        env=env,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=output,
+        stderr=subprocess.STDOUT if output else None,
+    )
+    studio = Studio(process, command.studio_url)
+    if not verbose:
+        threading.Thread(target=studio.watch, name="studio-output", daemon=True).start()
+    quiet = "" if verbose else "; --verbose shows its output"
     print(f"runstream server: {command.server_url} (playground: {command.server_url}/playground)")
-    print(f"Mastra Studio:    {command.studio_url} (starting via npx mastra@{STUDIO_VERSION})")
-    return process
+    print(f"Mastra Studio:    {command.studio_url} (starting via npx mastra@{STUDIO_VERSION}{quiet})")
+    return studio
 
 
-def stop_studio(process: subprocess.Popen[bytes]) -> None:
-    """Stop npx and the Studio server it started (the whole process group)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, sig)
-        try:
-            process.wait(10)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+@contextlib.contextmanager
+def exit_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGINT end the block with ``SystemExit(0)``, so what it started is stopped on
+    the way out. uvicorn, while it serves, takes both signals itself (a graceful shutdown) and
+    raises them again when it is done, which lands here."""
+
+    def leave(signum: int, _frame: FrameType | None) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):  # one is enough: the way out is under way
+            signal.signal(sig, signal.SIG_IGN)
+        raise SystemExit(0)
+
+    previous = {sig: signal.signal(sig, leave) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
