@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from mypy import api as mypy_api
 
 import runstream
-from runstream import Agent, AgentChunk, RunstreamError, StateConflictError, StreamChunk, tool
+from runstream import Agent, AgentChunk, RunstreamError, StateConflictError, StreamChunk, ToolContext, tool
 from runstream.chunks import DataChunk, TextDeltaChunk, ToolCallChunk
 from runstream.testing import ScriptedModel
 
@@ -98,8 +99,8 @@ def describe(chunk: StreamChunk) -> str:
             return f"text {payload['text']}"
         case ToolCallChunk(payload):
             return f"call {payload['toolName']}"
-        case DataChunk():
-            return f"data {chunk.data}"
+        case DataChunk(data):
+            return f"{chunk.name} {data}"
         case _:
             return chunk.type
 
@@ -107,7 +108,30 @@ def describe(chunk: StreamChunk) -> str:
 def test_chunks_narrow_with_match() -> None:
     assert describe(TextDeltaChunk("r", {"id": "t", "text": "hi"})) == "text hi"
     assert describe(ToolCallChunk("r", {"toolCallId": "c", "toolName": "wipe"})) == "call wipe"
-    assert describe(DataChunk("data-progress", 3)) == "data 3"
+    assert describe(DataChunk("data-progress", 3)) == "progress 3"
+
+
+async def test_a_tools_data_chunks_are_members_of_the_agent_chunk_union() -> None:
+    """``full_stream`` yields :data:`AgentChunk`, and a tool's ``data-*`` chunks are among its
+    members (``DataChunk``), with their wire JSON as Mastra writes it."""
+
+    @tool
+    async def report(ctx: ToolContext) -> str:
+        await ctx.writer.custom({"type": "data-progress", "data": {"pct": 50}, "id": "p1"})
+        return "done"
+
+    call = {"type": "tool-call", "toolCallId": "c1", "toolName": "report", "input": "{}"}
+    script = [
+        [call, {"type": "finish", "finishReason": "tool-calls", "usage": {}}],
+        [{"type": "finish", "finishReason": "stop", "usage": {}}],
+    ]
+    out = await Agent("a", model=ScriptedModel(calls=script), tools=[report]).stream("go")
+    data = [chunk async for chunk in out.full_stream if isinstance(chunk, DataChunk)]
+    assert [(c.type, c.name, c.data) for c in data] == [("data-progress", "progress", {"pct": 50})]
+    assert isinstance(data[0], get_args(AgentChunk))
+    assert data[0].to_json() == (
+        f'{{"type":"data-progress","data":{{"pct":50}},"id":"p1","runId":"{out.run_id}","from":"USER"}}'
+    )
 
 
 def test_a_type_checker_narrows_the_union(tmp_path: Path) -> None:

@@ -553,10 +553,21 @@ class ObjectResultChunk(_ObjectChunkBase):
     type: Literal["object-result"]
 
 
+DataChunkType = Literal["data-*"]
+"""A :class:`DataChunk`'s ``type`` for checkers: a stand-in for its ``data-<name>`` (no pattern
+literals in Python). A literal keeps :data:`AgentChunk` a tagged union (mypy narrows
+``chunk.type == "text-delta"`` only if every member's ``type`` is one); pick data chunks out with
+``isinstance`` or ``case DataChunk(data)``."""
+
+
 class DataChunk(Chunk[None]):
-    """A custom ``data-<name>`` chunk written by a tool or step (``writer.custom``)."""
+    """A custom ``data-<name>`` chunk written by a tool or step (``writer.custom``): ``data``,
+    optional ``id`` and ``transient`` on the wire, no ``payload``. ``type`` is the whole
+    ``data-<name>`` (checkers see :data:`DataChunkType`)."""
 
     __slots__ = ("data", "id", "transient")
+    __match_args__ = ("data",)
+    type: DataChunkType
 
     def __init__(
         self,
@@ -571,10 +582,14 @@ class DataChunk(Chunk[None]):
         if not type_.startswith("data-"):
             raise InvalidInputError(f"custom chunk type must start with 'data-', got {type_!r}")
         super().__init__(run_id, None, from_)
-        self.type = type_
+        self.type = type_  # type: ignore[assignment]  # any data-<name>: see DataChunkType
         self.data = data
         self.id = id
         self.transient = transient
+
+    @property
+    def name(self) -> str:
+        return self.type.removeprefix("data-")
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {"type": self.type, "data": self.data}
@@ -652,14 +667,15 @@ AgentChunk = (
     | BackgroundTaskResumedChunk
     | ObjectChunk
     | ObjectResultChunk
+    | DataChunk
 )
-"""Every chunk type runstream itself makes, each tagged by a ``Literal`` ``type``: a union that
-narrows with ``match chunk: case TextDeltaChunk(payload): ...``, with ``isinstance``, and with
-``if chunk.type == "text-delta":`` (the payload is then a ``TextDeltaPayload``)."""
+"""Every chunk an agent's run streams (runstream's own and tools' ``data-*`` ones), each tagged by
+a ``Literal`` ``type``: a closed union that narrows with ``match chunk: case TextDeltaChunk(payload):``,
+with ``isinstance``, and with ``if chunk.type == "text-delta":`` (then a ``TextDeltaPayload``)."""
 
-StreamChunk = AgentChunk | DataChunk | WorkflowChunk | UnknownChunk
-"""What a stream can hold: runstream's own chunks, a tool's ``data-*`` chunks, a nested
-workflow's events, and chunks read from the wire whose type this version does not know."""
+StreamChunk = AgentChunk | WorkflowChunk | UnknownChunk
+"""What a stream can hold: an agent's chunks, a nested workflow's events, and chunks read from
+the wire whose type this version does not know."""
 
 # ---------------------------------------------------------------------------------------------
 # Wire encoding

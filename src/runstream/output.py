@@ -163,8 +163,9 @@ class RunOutput:
 
         Typed as the closed union :data:`runstream.chunks.AgentChunk`, so that
         ``if chunk.type == "text-delta":`` narrows ``chunk.payload`` to a ``TextDeltaPayload``.
-        A tool's custom ``data-*`` chunks (``ctx.writer.custom``) come as
-        :class:`runstream.chunks.DataChunk` too: test for them with ``isinstance``."""
+        A tool's custom ``data-*`` chunks (``ctx.writer.custom``) are its
+        :class:`runstream.chunks.DataChunk` members: pick them out with ``isinstance`` or
+        ``case DataChunk(data)``."""
         return cast("AsyncIterator[AgentChunk]", self._iterate())
 
     async def _iterate(self) -> AsyncIterator[AnyChunk]:

@@ -8,6 +8,7 @@ from typing import Any, assert_type
 from runstream import Agent, RunOutput
 from runstream.chunks import (
     AgentChunk,
+    DataChunk,
     ErrorPayload,
     TextDeltaChunk,
     TextDeltaPayload,
@@ -36,9 +37,15 @@ async def consume(agent: Agent) -> str:
             del name, args
         elif chunk.type == "error":
             assert_type(chunk.payload, ErrorPayload)
+        elif isinstance(chunk, DataChunk):  # a tool's ctx.writer.custom({"type": "data-..."})
+            assert_type(chunk.data, Any)
+            assert_type(chunk.name, str)
+            assert_type(chunk.type.startswith("data-"), bool)
     match await anext(aiter(out.full_stream)):
         case TextDeltaChunk(payload):
             assert_type(payload, TextDeltaPayload)
+        case DataChunk(data):
+            assert_type(data, Any)
         case _:
             pass
     async for piece in out.text_stream:
