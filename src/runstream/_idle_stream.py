@@ -5,7 +5,8 @@ continuation turn for each batch of background results, merged into one stream p
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import replace
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from runstream import _tracing as tracing
@@ -19,6 +20,19 @@ if TYPE_CHECKING:
     from runstream.tasks.coordination import TaskManager
 
 UntilIdle = bool | Mapping[str, Any]
+
+
+@dataclass(slots=True)
+class FlowRequest:
+    """What :meth:`IdleStreams.open` offers the durable runs while it starts the first turn: a
+    durable runner that can drive the whole until-idle stream itself (``runstream.durable``'s
+    until-idle flows) starts it instead of a plain first turn, and says so (``started``)."""
+
+    until_idle: UntilIdle
+    started: bool = False
+
+
+durable_flow: ContextVar[FlowRequest | None] = ContextVar("runstream_durable_flow", default=None)
 
 
 def check_idle_options(until_idle: UntilIdle) -> None:
@@ -68,9 +82,19 @@ class IdleStreams:
             resource_id=scope.resource_id,
             include_existing=False,
         )
+        request = FlowRequest(until_idle)
+        token = durable_flow.set(request)
+        try:
+            first = await first_turn()
+        finally:
+            durable_flow.reset(token)
+        if request.started:  # the durable runs merge the stream where they run
+            await subscription.close()
+            if self._open.get(key) is controller:
+                del self._open[key]
+            return first
         if options.abort_signal is not None:
             options.abort_signal.add_listener(controller.abort)
-        first = await first_turn()
         controller.signal.add_listener(first.abort)
 
         async def continuation(context: list[PromptMessage]) -> RunOutput:

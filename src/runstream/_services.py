@@ -7,7 +7,7 @@ the runtime itself and the two modules do not import each other.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -49,7 +49,18 @@ class DurableRunner(Protocol):
 
     async def start_run(
         self, agent_id: str, state: RunState, options: RunOptions, controller: AbortController
-    ) -> RunOutput: ...
+    ) -> RunOutput:
+        """A run (or, asked by ``runstream._idle_stream.durable_flow``, an until-idle stream
+        whose first turn it is, driven where the runs run)."""
+        ...
+
+    async def flow_owner(self, run_id: str) -> tuple[str, str | None] | None:
+        """``(agent id, resource id)`` of the until-idle stream ``run_id`` (``None``: no such)."""
+        ...
+
+    def read_flow(self, run_id: str, after: int) -> AsyncIterator[tuple[int, str]]:
+        """``(seq, wire JSON)`` of that stream's chunks after ``after``, live, until it ends."""
+        ...
 
     async def continue_run(
         self, agent_id: str, state: RunState, action: ResumeAction, options: RunOptions

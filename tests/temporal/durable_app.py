@@ -122,7 +122,7 @@ def build_agent() -> Agent:
     )
 
 
-def runtime() -> Runstream:
+def runtime(max_history_events: int = 2_000) -> Runstream:
     storage = PostgresStorage(env("RUNSTREAM_TEST_POSTGRES_URL"), schema=env("TEMPORAL_TEST_SCHEMA"))
     prefix = env("TEMPORAL_TEST_PREFIX")
     manager = TemporalTaskManager(
@@ -142,7 +142,20 @@ def runtime() -> Runstream:
         env("RUNSTREAM_TEST_REDIS_URL"),
         heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
         log_prefix=f"{prefix}:durable",
+        max_history_events=max_history_events,
     )
     return Runstream(
         agents=[build_agent(), build_poet()], storage=storage, task_manager=manager, durable_runs=runs
     )
+
+
+def api_app() -> Any:
+    """An API process of the fault tests (``runstream serve durable_app:api_app``): open access,
+    resumable streams in the shared Redis."""
+    from runstream.server import create_app
+    from runstream.server.auth import open_access
+    from runstream.server.redis_replay import RedisReplayLog
+
+    prefix = env("TEMPORAL_TEST_PREFIX")
+    log = RedisReplayLog(env("RUNSTREAM_TEST_REDIS_URL"), prefix=f"{prefix}:replay")
+    return create_app(runtime(), auth=open_access, replay_log=log)

@@ -82,7 +82,7 @@ class RunActivities:
     @activity.defn(name=END_SEGMENT)
     async def end_segment(self, end: SegmentEnd) -> None:
         log = self.log
-        seq = end.seq
+        seq = end.seq if end.seq >= 0 else await log.last_seq(end.segment)
         if end.error is not None:  # as the server ends a run that failed mid-stream
             envelope = {"runId": end.run_id, "from": "AGENT"}
             failure = [
@@ -211,6 +211,7 @@ class _Publisher:
         """The last sequence number given out."""
         self._written = seq
         self._pending: list[str] = []
+        self._checkpoint: str | None = None
         self._closing = False
         self._wake = asyncio.Event()
         self._progress = asyncio.Event()
@@ -222,9 +223,23 @@ class _Publisher:
         self.seq += 1
         self._pending.append(data)
         self._wake.set()
+        await self._backpressure()
+
+    async def _backpressure(self) -> None:
         while len(self._pending) >= self.MAX_PENDING and not self._writer.done():
             self._progress.clear()
             await self._progress.wait()
+
+    async def put_all(self, data: list[str], checkpoint: str) -> None:
+        """Chunks that go to the log together with ``checkpoint`` (in one write, or with more
+        chunks after them: a checkpoint never lands without the chunks before it)."""
+        if self._writer.done():
+            self._writer.result()
+        self.seq += len(data)
+        self._pending += data
+        self._checkpoint = checkpoint
+        self._wake.set()
+        await self._backpressure()
 
     async def close(self) -> int:
         """Write what is left; the segment's last sequence number."""
@@ -246,7 +261,8 @@ class _Publisher:
                     self._wake.clear()
                     continue
                 batch, self._pending = self._pending, []
-                await self.log.append_at(self.segment, self._written + 1, batch, self.fence)
+                checkpoint, self._checkpoint = self._checkpoint, None
+                await self.log.append_at(self.segment, self._written + 1, batch, self.fence, checkpoint)
                 self._written += len(batch)
                 self._progress.set()
         finally:

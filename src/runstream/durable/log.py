@@ -4,7 +4,8 @@ A run's chunks go to log *segments*: the run up to its first stop for a human is
 each continuation (an approval, a resume) another. Per segment, under ``<prefix>:<segment>``:
 ``:seq`` (the last sequence number), ``:events`` (a Redis stream whose entry ids are
 ``<seq>-0``; the end is the entry ``<last seq>-1``) and ``:info`` (a hash: whether it ended, the
-writers' fence, the run's final state). Per run, ``<prefix>:abort:<run id>`` asks the worker
+writers' fence, the run's final state, the owner of an until-idle flow's segment and its
+driver's checkpoint, see :mod:`runstream.durable.idle`). Per run, ``<prefix>:abort:<run id>`` asks the worker
 running it to abort.
 
 Writes are idempotent by sequence number: :meth:`RunLog.append_at` adds chunk ``seq`` only if
@@ -38,9 +39,10 @@ if redis.call('HGET', KEYS[3], 'ended') == '1' then return -2 end
 local first = tonumber(ARGV[1])
 local last = tonumber(redis.call('GET', KEYS[1]) or '0')
 if first > last + 1 then return redis.error_reply('chunk ' .. first .. ' after ' .. last) end
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[3], 'checkpoint', ARGV[4]) end
 local added = 0
-for i = 4, #ARGV do
-  local seq = first + i - 4
+for i = 5, #ARGV do
+  local seq = first + i - 5
   if seq > last then
     redis.call('XADD', KEYS[2], seq .. '-0', 'd', ARGV[i])
     last = seq
@@ -85,22 +87,28 @@ class RunLog:
         base = f"{self.prefix}:{segment}"
         return [f"{base}:seq", f"{base}:events", f"{base}:info"]
 
-    async def open(self, segment: str) -> None:
-        """Create an empty segment (before its run or continuation starts, so readers wait)."""
+    async def open(self, segment: str, owner: dict[str, Any] | None = None) -> None:
+        """Create an empty segment (before its run or continuation starts, so readers wait);
+        ``owner``: who may read it (an until-idle flow's agent and resource)."""
         info = self._keys(segment)[2]
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.hsetnx(info, "ended", "0")
+            if owner is not None:
+                pipe.hsetnx(info, "owner", json.dumps(owner))
             pipe.expire(info, self.live_ttl_s)
             await retrying(pipe.execute)
 
-    async def append_at(self, segment: str, first_seq: int, data: list[str], fence: int) -> int:
+    async def append_at(
+        self, segment: str, first_seq: int, data: list[str], fence: int, checkpoint: str | None = None
+    ) -> int:
         """Add the chunks ``data`` as ``first_seq``, ``first_seq + 1``, ...; the ones the segment
         holds already are skipped. Returns how many were added. Raises :class:`FencedOffError`
-        if a newer attempt writes the log, or the segment has ended."""
+        if a newer attempt writes the log, or the segment has ended. ``checkpoint`` is stored
+        with the chunks, in the same atomic write (what a writer needs to go on after them)."""
         if not data:
             return 0
         keys = self._keys(segment)
-        args: list[str | int] = [first_seq, fence, self.live_ttl_s, *data]
+        args: list[str | int] = [first_seq, fence, self.live_ttl_s, checkpoint or "", *data]
         added = int(await retrying(lambda: self._append(keys=keys, args=args)))
         if added < 0:
             raise FencedOffError(f"log segment {segment} is written by a newer attempt or has ended")
@@ -110,6 +118,19 @@ class RunLog:
         """End the segment (once) with the run's state; its readers stop after the last chunk."""
         args: list[str | int] = [json.dumps(state), self.ttl_s]
         await retrying(lambda: self._end(keys=self._keys(segment), args=args))
+
+    async def checkpoint(self, segment: str) -> dict[str, Any] | None:
+        """The checkpoint stored with the segment's last chunks (``None``: none yet)."""
+        raw = await retrying(lambda: self.client.hget(self._keys(segment)[2], "checkpoint"))
+        return None if raw is None else dict(json.loads(raw))
+
+    async def owner(self, segment: str) -> dict[str, Any] | None:
+        """The ``owner`` the segment was opened with (``None``: unknown segment, or none)."""
+        raw = await retrying(lambda: self.client.hget(self._keys(segment)[2], "owner"))
+        return None if raw is None else dict(json.loads(raw))
+
+    async def last_seq(self, segment: str) -> int:
+        return int(await retrying(lambda: self.client.get(self._keys(segment)[0])) or 0)
 
     async def final_state(self, segment: str) -> dict[str, Any] | None:
         raw = await retrying(lambda: self.client.hget(self._keys(segment)[2], "state"))

@@ -14,10 +14,12 @@ run workflows and their steps (the agents' models and tools) next to the backgro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import fields
 from datetime import timedelta
 from typing import Any
@@ -28,18 +30,22 @@ from temporalio.service import RPCError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from runstream import _suspension as suspension
+from runstream._idle_stream import durable_flow
 from runstream._run_state import ResumeAction, RunState
 from runstream.abort import AbortController, AbortSignal
 from runstream.agent import Agent, RunNotFoundError
 from runstream.chunks import AnyChunk, chunk_from_wire
 from runstream.durable.activities import RunActivities
+from runstream.durable.idle import IdleActivities, flow_segment, turn_segment
 from runstream.durable.log import RunLog
 from runstream.durable.workflow import (
     CONTINUE_UPDATE,
     Action,
     AgentRunWorkflow,
     Continuation,
+    IdlePlan,
     RunPlan,
+    UntilIdleWorkflow,
 )
 from runstream.errors import ConfigurationError, RunstreamError, StateConflictError
 from runstream.output import RunOutput
@@ -49,6 +55,9 @@ from runstream.tasks.coordination import TaskManager
 from runstream.tasks.temporal.manager import TemporalSettings, TemporalTaskManager
 
 logger = logging.getLogger(__name__)
+
+_flow_turn: ContextVar[bool] = ContextVar("runstream_durable_flow_turn", default=False)
+"""Set while an until-idle flow starts a turn (:meth:`TemporalRuns.flow_turn`)."""
 
 
 class DurableRunError(RunstreamError):
@@ -66,7 +75,9 @@ class TemporalRuns:
     ``temporal`` (or a connected ``client``) says where Temporal is; without them the runtime's
     :class:`TemporalTaskManager` lends its own. Runs go to the task queue ``<task_queue>.runs``.
     A worker silent for ``heartbeat_timeout_ms`` is taken for dead and its step runs again on
-    another; one step may take ``step_timeout_ms`` at most. ``run_worker=True`` (set by
+    another; one step may take ``step_timeout_ms`` at most. A run whose workflow history
+    passes ``max_history_events`` (or that Temporal suggests to) goes on as a new run of its
+    workflow (continue-as-new) at its next step. ``run_worker=True`` (set by
     ``runstream worker``) runs the workflows and steps in this process too.
     """
 
@@ -80,6 +91,7 @@ class TemporalRuns:
         step_timeout_ms: int = 3_600_000,
         log_prefix: str = "runstream:durable",
         run_worker: bool = False,
+        max_history_events: int = 2_000,
     ) -> None:
         if heartbeat_timeout_ms < 100 or step_timeout_ms < heartbeat_timeout_ms:
             raise ConfigurationError(
@@ -90,6 +102,7 @@ class TemporalRuns:
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.step_timeout_ms = step_timeout_ms
         self.run_worker = run_worker
+        self.max_history_events = max_history_events
         self.agents: Mapping[str, Agent] = {}
         self._client = client
         self._task_manager: TaskManager | None = None
@@ -140,8 +153,12 @@ class TemporalRuns:
             self._worker = Worker(
                 self._client,
                 task_queue=self.task_queue,
-                workflows=[AgentRunWorkflow],
-                activities=[activities.run_step, activities.end_segment],
+                workflows=[AgentRunWorkflow, UntilIdleWorkflow],
+                activities=[
+                    activities.run_step,
+                    activities.end_segment,
+                    IdleActivities(self).follow_until_idle,
+                ],
                 # runstream's own workflow, deterministic, importing only temporalio (see the
                 # background-task worker for why the sandbox is left out)
                 workflow_runner=UnsandboxedWorkflowRunner(),
@@ -171,9 +188,15 @@ class TemporalRuns:
     # -- runs ------------------------------------------------------------------------------
 
     async def start_run(
-        self, agent_id: str, state: RunState, options: RunOptions, controller: AbortController
+        self,
+        agent_id: str,
+        state: RunState,
+        options: RunOptions,
+        controller: AbortController,
     ) -> RunOutput:
         """Start the run's workflow; its chunks stream from the log as workers publish them.
+        The first turn of an until-idle stream (``durable_flow`` set) starts an until-idle flow
+        instead (:mod:`runstream.durable.idle`), which the workers drive to its end.
 
         The run's configuration is built here first, and dropped, so that bad options fail the
         call (as in-process) rather than the run's first step on a worker."""
@@ -181,9 +204,24 @@ class TemporalRuns:
         if agent is None:
             raise RunNotFoundError(f"agent {agent_id!r} is not in this Runstream")
         await agent._configure(options, state, AbortController())
+        flow = durable_flow.get()
+        if flow is not None and not _flow_turn.get():
+            flow.started = True
+            return await self._start_flow(agent_id, state, options, controller, flow.until_idle)
+        if _flow_turn.get():
+            return await self.flow_first_turn(agent_id, state, options)
         segment = _segment(state.run_id)
         await self.log.open(segment)
         await self.log.clear_abort(state.run_id)
+        try:
+            await self._start_workflow(agent_id, state, options, segment)
+        except WorkflowAlreadyStartedError:
+            raise StateConflictError(f"run {state.run_id!r} is already running") from None
+        return self._output(state, segment, controller, options.abort_signal)
+
+    async def _start_workflow(
+        self, agent_id: str, state: RunState, options: RunOptions, segment: str
+    ) -> None:
         plan = RunPlan(
             run_id=state.run_id,
             agent_id=agent_id,
@@ -192,16 +230,83 @@ class TemporalRuns:
             activity_queue=self.task_queue,
             heartbeat_timeout_ms=self.heartbeat_timeout_ms,
             step_timeout_ms=self.step_timeout_ms,
+            max_history_events=self.max_history_events,
         )
         try:
             await self.client.start_workflow(
                 AgentRunWorkflow.run, plan, id=self.workflow_id(state.run_id), task_queue=self.task_queue
             )
+        except RPCError as exc:
+            raise DurableRunError(f"could not start run {state.run_id!r} on Temporal: {exc}") from exc
+
+    # -- until-idle flows (runstream.durable.idle) -------------------------------------------------
+
+    async def _start_flow(
+        self,
+        agent_id: str,
+        state: RunState,
+        options: RunOptions,
+        controller: AbortController,
+        until_idle: Any,
+    ) -> RunOutput:
+        """Start the until-idle flow whose first turn is ``state``; its stream is read from the
+        flow's segment, here and by any API process a client reconnects to."""
+        scope = options.memory
+        segment = flow_segment(state.run_id)
+        owner = {"agentId": agent_id, "resourceId": scope.resource_id if scope is not None else None}
+        await self.log.open(segment, owner)
+        await self.log.clear_abort(state.run_id)
+        plan = IdlePlan(
+            run_id=state.run_id,
+            agent_id=agent_id,
+            snapshot=suspension.snapshot(agent_id, state, options),
+            until_idle=dict(until_idle) if isinstance(until_idle, Mapping) else None,
+            segment=segment,
+            activity_queue=self.task_queue,
+            heartbeat_timeout_ms=self.heartbeat_timeout_ms,
+        )
+        try:
+            await self.client.start_workflow(
+                UntilIdleWorkflow.run, plan, id=f"runstream-idle-{state.run_id}", task_queue=self.task_queue
+            )
         except WorkflowAlreadyStartedError:
             raise StateConflictError(f"run {state.run_id!r} is already running") from None
         except RPCError as exc:
             raise DurableRunError(f"could not start run {state.run_id!r} on Temporal: {exc}") from exc
-        return self._output(state, segment, controller, options.abort_signal)
+        return self._output(state, segment, controller, options.abort_signal, final=False)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def flow_turn() -> Iterator[None]:
+        """Within: a run started is a turn of an until-idle flow (its log segment fixed by its
+        id, and a run already started with that id is followed, not refused)."""
+        token = _flow_turn.set(True)
+        try:
+            yield
+        finally:
+            _flow_turn.reset(token)
+
+    async def flow_first_turn(self, agent_id: str, state: RunState, options: RunOptions) -> RunOutput:
+        """Start (or, after a lost attempt, follow) a turn of an until-idle flow."""
+        segment = turn_segment(state.run_id)
+        await self.log.open(segment)
+        with contextlib.suppress(WorkflowAlreadyStartedError):
+            await self._start_workflow(agent_id, state, options, segment)
+        return self._output(state, segment, AbortController(), None)
+
+    def attach(self, run_id: str, after: int) -> RunOutput:
+        """Follow a flow's turn already started, after its first ``after`` chunks."""
+        state = RunState.new(run_id, run_id, [], 0, 0, None)
+        return self._output(state, turn_segment(run_id), AbortController(), None, after=after)
+
+    async def flow_owner(self, run_id: str) -> tuple[str, str | None] | None:
+        """``(agent id, resource id)`` of the until-idle flow ``run_id`` (``None``: no such flow)."""
+        owner = await self.log.owner(flow_segment(run_id))
+        return None if owner is None else (str(owner["agentId"]), owner.get("resourceId"))
+
+    def read_flow(self, run_id: str, after: int) -> AsyncIterator[tuple[int, str]]:
+        """``(seq, wire JSON)`` of the flow's stream after ``after``, live, until it ends."""
+        return self.log.read(flow_segment(run_id), after)
 
     async def continue_run(
         self, agent_id: str, state: RunState, action: ResumeAction, options: RunOptions
@@ -224,18 +329,26 @@ class TemporalRuns:
         return self._output(state, segment, AbortController(), options.abort_signal)
 
     def _output(
-        self, state: RunState, segment: str, controller: AbortController, abort_signal: AbortSignal | None
+        self,
+        state: RunState,
+        segment: str,
+        controller: AbortController,
+        abort_signal: AbortSignal | None,
+        *,
+        after: int = 0,
+        final: bool = True,
     ) -> RunOutput:
-        """The run as the API process sees it: the segment's chunks, then the final state."""
+        """The run as the API process sees it: the segment's chunks (after the first ``after``),
+        then (``final``) the run's final state."""
         log = self.log
         run_id = state.run_id
 
         async def source() -> AsyncIterator[AnyChunk]:
-            async for _, data in log.read(segment):
+            async for _, data in log.read(segment, after):
                 yield chunk_from_wire(json.loads(data))
-            final = await log.final_state(segment)
-            if final is not None:
-                _refresh(state, final)
+            ended = await log.final_state(segment) if final else None
+            if ended is not None:
+                _refresh(state, ended)
 
         def abort(reason: object) -> None:
             task = asyncio.create_task(log.request_abort(run_id, str(reason or "aborted")))

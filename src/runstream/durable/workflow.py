@@ -22,7 +22,7 @@ A run's life as a workflow:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -49,6 +49,14 @@ class RunPlan:
     activity_queue: str
     heartbeat_timeout_ms: int
     step_timeout_ms: int
+    max_history_events: int = 2_000
+    """Past this many history events, the run goes on as a new run of its workflow (Temporal's
+    continue-as-new) at its next step boundary, so its history stays far under the limits."""
+    seq: int = 0
+    """Where a continued-as-new run goes on: its segment's last chunk, its steps so far, and the
+    next step's action (``None``: the run's start)."""
+    steps: int = 0
+    action: Action | None = None
 
 
 @dataclass
@@ -88,6 +96,7 @@ class SegmentEnd:
     run_id: str
     segment: str
     seq: int
+    """The segment's last chunk (``-1``: whichever it holds)."""
     snapshot: dict[str, Any]
     error: str | None = None
     """The step failed for good: the segment ends with an ``error`` and a ``finish`` chunk."""
@@ -136,8 +145,8 @@ class AgentRunWorkflow:
 
     @workflow.run
     async def run(self, plan: RunPlan) -> str:
-        snapshot, segment, seq, step = plan.snapshot, plan.segment, 0, 0
-        action = Action("start")
+        snapshot, segment, seq, step = plan.snapshot, plan.segment, plan.seq, plan.steps
+        action = plan.action or Action("start")
         while True:
             step += 1
             try:
@@ -156,6 +165,15 @@ class AgentRunWorkflow:
             snapshot, seq = out.snapshot, out.seq
             action = Action("continue")
             if out.outcome == "step":
+                info = workflow.info()
+                if (
+                    info.is_continue_as_new_suggested()
+                    or info.get_current_history_length() > plan.max_history_events
+                ):
+                    more = replace(
+                        plan, snapshot=snapshot, seq=seq, steps=step, action=action, segment=segment
+                    )
+                    workflow.continue_as_new(more)
                 continue
             await self._end(plan, SegmentEnd(plan.run_id, segment, seq, snapshot))
             if out.outcome != "suspended":
@@ -194,3 +212,62 @@ class AgentRunWorkflow:
             start_to_close_timeout=timedelta(minutes=1),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
         )
+
+
+IDLE_WORKFLOW_NAME = "runstream.UntilIdle"
+FOLLOW_IDLE = "runstream.follow_until_idle"
+MAX_FLOW_ATTEMPTS = 20
+"""Attempts of an until-idle flow's driver (a lost worker costs one); also its fences' stride."""
+
+
+@dataclass
+class IdlePlan:
+    """An until-idle stream as a durable flow (see :mod:`runstream.durable.idle`)."""
+
+    run_id: str
+    """The first turn's run id (the stream's id)."""
+    agent_id: str
+    snapshot: dict[str, Any]
+    """The first turn's state and options, as the API process built them."""
+    until_idle: dict[str, Any] | None
+    segment: str
+    """The log segment of the merged stream."""
+    activity_queue: str
+    heartbeat_timeout_ms: int
+
+
+@workflow.defn(name=IDLE_WORKFLOW_NAME)
+class UntilIdleWorkflow:
+    """Runs the flow's driver (an activity that starts the turns, each a run workflow of its
+    own, and follows the thread's tasks) until the stream ends. A worker lost mid-flow costs an
+    attempt: the next one goes on from the checkpoint stored with the stream's last chunks. A
+    flow that cannot go on ends its stream with an ``error`` and a ``finish`` chunk."""
+
+    @workflow.run
+    async def run(self, plan: IdlePlan) -> str:
+        try:
+            await workflow.execute_activity(
+                FOLLOW_IDLE,
+                plan,
+                task_queue=plan.activity_queue,
+                start_to_close_timeout=timedelta(days=1),
+                heartbeat_timeout=timedelta(milliseconds=plan.heartbeat_timeout_ms),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(milliseconds=200),
+                    maximum_interval=timedelta(seconds=10),
+                    maximum_attempts=MAX_FLOW_ATTEMPTS,
+                    non_retryable_error_types=["UnsupportedRunStateError", "UnknownAgent"],
+                ),
+            )
+        except ActivityError as error:
+            if is_cancelled_exception(error):
+                raise
+            cause = error.cause if error.cause is not None else error
+            await workflow.execute_local_activity(
+                END_SEGMENT,
+                SegmentEnd(plan.run_id, plan.segment, -1, {}, str(cause)),
+                start_to_close_timeout=timedelta(minutes=1),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+            )
+            return "failed"
+        return "ended"

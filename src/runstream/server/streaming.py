@@ -11,6 +11,7 @@ request with ``Last-Event-ID`` (or ``GET /runs/:runId/stream``) continues after 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from runstream.server.resumable import (
     TooManyRunsError,
 )
 from runstream.server.sse import DONE, SSEResponse, data_frame
-from runstream.server.wire import FrameEncoder, encode_json, failure_json, run_events
+from runstream.server.wire import FrameEncoder, encode_json, failure_json, redact, run_events
 
 logger = logging.getLogger("runstream.server")
 
@@ -129,18 +130,47 @@ def parse_event_id(value: str) -> tuple[str | None, int]:
 
 
 async def owned_run(ctx: ServerContext, run_id: str, principal: Principal) -> RunInfo:
-    info = await ctx.registry.log.info(run_id)
+    info = await ctx.registry.log.info(run_id) or await flow_info(ctx, run_id)
     if info is None or not principal.owns(info.resource_id):
         raise ApiError(404, f"Run {run_id} not found (finished runs are kept for a limited time)")
     return info
 
 
-def replay(ctx: ServerContext, run_id: str, after: int, *, ids: bool) -> SSEResponse:
-    """The run's events after ``after``, then the live ones, then ``[DONE]``."""
+async def flow_info(ctx: ServerContext, run_id: str) -> RunInfo | None:
+    """A durable until-idle stream's owner (it lives in the durable runs' log, not the replay
+    log: the workers write it, and every API process reads it)."""
+    runs = ctx.runstream.durable_runs
+    owner = await runs.flow_owner(run_id) if runs is not None else None
+    return None if owner is None else RunInfo(run_id, *owner)
+
+
+async def _flow_events(ctx: ServerContext, run_id: str, after: int) -> AsyncIterator[tuple[int, str]]:
+    """A durable until-idle stream's events, as the server sends chunks (:func:`chunk_json`)."""
+    runs = ctx.runstream.durable_runs
+    assert runs is not None
+    async for seq, data in runs.read_flow(run_id, after):
+        text = encode_json(redact(json.loads(data)))
+        if text is not None:
+            yield seq, text
+
+
+def replay(
+    ctx: ServerContext, run_id: str, after: int, *, ids: bool, flow: bool | None = None
+) -> SSEResponse:
+    """The run's events after ``after``, then the live ones, then ``[DONE]`` (``flow``: from a
+    durable until-idle stream's log; ``None``: that log if the replay log does not know it)."""
 
     async def frames() -> AsyncGenerator[bytes, None]:
+        from_flow = flow
+        if from_flow is None:
+            from_flow = (
+                ctx.runstream.durable_runs is not None
+                and await ctx.registry.log.info(run_id) is None
+                and await flow_info(ctx, run_id) is not None
+            )
+        source = _flow_events(ctx, run_id, after) if from_flow else ctx.registry.log.read(run_id, after)
         try:
-            async for seq, data in ctx.registry.log.read(run_id, after):
+            async for seq, data in source:
                 yield data_frame(data, f"{run_id}:{seq}" if ids else None)
         except ReplayGapError as exc:
             error = {
@@ -174,6 +204,8 @@ async def respond(
     ids = wants_ids(request)
     if not (detach or ids):
         return SSEResponse(run.frames(), heartbeat_s=ctx.heartbeat_s, on_disconnect=run.abandon)
+    if detach and await flow_info(ctx, run.run_id) is not None:  # the workers write its log
+        return replay(ctx, run.run_id, 0, ids=ids, flow=True)
     await detach_run(ctx, run, principal)
     return replay(ctx, run.run_id, 0, ids=ids)
 

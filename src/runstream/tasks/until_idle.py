@@ -34,7 +34,7 @@ from typing import Any
 
 from runstream import _tracing as tracing
 from runstream.abort import AbortController
-from runstream.chunks import AnyChunk, BackgroundTaskProgressChunk, ErrorChunk
+from runstream.chunks import AnyChunk, BackgroundTaskProgressChunk, ErrorChunk, chunk_from_wire
 from runstream.errors import InvalidInputError
 from runstream.output import RunOutput
 from runstream.tasks.bus import TaskSubscription
@@ -191,6 +191,37 @@ class _Ledger:
             return []
         return self._accepted([event])
 
+    def to_json(self) -> dict[str, Any]:
+        wire = _wire_list
+        return {
+            "running": sorted(self.running),
+            "queued": wire(self.queued),
+            "resumeWindows": {task: _epoch(end) for task, end in self.resume_windows.items()},
+            "processed": sorted(list(key) for key in self._processed),
+            "unansweredCalls": sorted(self._unanswered_calls),
+            "held": {call: wire(events) for call, events in self._held.items()},
+            "turnRun": self._turn_run,
+            "announced": sorted(self._announced),
+            "beforeStart": {task: wire(events) for task, events in self._before_start.items()},
+        }
+
+    def restore(self, data: dict[str, Any]) -> None:
+        chunks = _chunk_list
+        self.running.clear()
+        self.running.update(data["running"])
+        self.queued = chunks(data["queued"])
+        self.resume_windows = {task: _monotonic(end) or 0.0 for task, end in data["resumeWindows"].items()}
+        self._processed = {(task, kind) for task, kind in data["processed"]}
+        self._unanswered_calls = set(data["unansweredCalls"])
+        self._held = {call: chunks(events) for call, events in data["held"].items()}
+        self._turn_run = data["turnRun"]
+        self._announced = set(data["announced"])
+        self._before_start = {task: chunks(events) for task, events in data["beforeStart"].items()}
+
+    @property
+    def turn_run(self) -> str | None:
+        return self._turn_run
+
     def take_batch(self) -> list[AnyChunk]:
         batch, self.queued = self.queued, []
         return batch
@@ -233,93 +264,182 @@ async def until_idle_stream(
     """The merged outer stream (see the module docstring). ``subscription``: the manager's events
     for the thread and resource, made before the first turn runs (no event is missed);
     ``running``: the task ids to wait for (may start with tasks of a superseded stream)."""
-    pumps = _Pumps(subscription)
-    queue = pumps.queue
-
-    def start_turn(out: RunOutput) -> None:
-        ledger.turn_started(out.run_id)
-        pumps.start_turn(out)
-
-    stop_waiting: asyncio.Future[Any] = asyncio.ensure_future(controller.signal.wait())
-    ledger = _Ledger(running, options.resume_window_ms)
-    turn_active = True
-    idle_deadline: float | None = None
-    next_progress = 0.0
-    waiting_since = 0.0
-    continuations = 0
-    run_id = ""
+    driver = IdleDriver(continuation, subscription, options=options, controller=controller, running=running)
     try:
-        first = await first_turn()
-        run_id = first.run_id
-        start_turn(first)
+        driver.start(await first_turn())
+        async for outputs in driver.steps():
+            for chunk in outputs:
+                yield chunk
+    finally:
+        await driver.close()
+
+
+class IdleDriver:
+    """The until-idle stream as a machine that takes one item at a time (a turn's chunk, a task
+    event, a turn's end, a timer) and gives the chunks it makes of it (:meth:`steps`).
+
+    Between two items its whole state is :meth:`snapshot` (JSON), and :meth:`restore` builds a
+    driver that goes on from there: a durable until-idle flow (``runstream.durable.idle``)
+    stores the snapshot with the chunks it wrote, so another process continues the stream
+    where a lost one left it (the turn in flight re-read after its last chunk taken in)."""
+
+    def __init__(
+        self,
+        continuation: StartTurn,
+        subscription: TaskSubscription,
+        *,
+        options: IdleOptions,
+        controller: AbortController,
+        running: set[str],
+    ) -> None:
+        self.continuation = continuation
+        self.subscription = subscription
+        self.options = options
+        self.controller = controller
+        self.ledger = _Ledger(running, options.resume_window_ms)
+        self.pumps = _Pumps(subscription)
+        self.stop_waiting: asyncio.Future[Any] = asyncio.ensure_future(controller.signal.wait())
+        self.turn_active = False
+        self.turn_chunks = 0
+        """Chunks of the turn in flight taken in so far."""
+        self.idle_deadline: float | None = None
+        self.next_progress = 0.0
+        self.waiting_since = 0.0
+        self.continuations = 0
+        self.run_id = ""
+
+    def start(self, out: RunOutput) -> None:
+        """Follow ``out``, the first turn."""
+        self.run_id = self.run_id or out.run_id
+        self._follow(out)
+
+    def _follow(self, out: RunOutput) -> None:
+        self.turn_active = True
+        self.turn_chunks = 0
+        self.ledger.turn_started(out.run_id)
+        self.pumps.start_turn(out)
+
+    def inject(self, event: AnyChunk) -> None:
+        """A task event found some other way than the subscription (e.g. re-read from storage)."""
+        self.pumps.queue.put_nowait(("task", event))
+
+    async def steps(self) -> AsyncIterator[list[AnyChunk]]:
+        """The chunks made of each item taken, until the stream ends."""
+        options, ledger = self.options, self.ledger
+        running, queue = ledger.running, self.pumps.queue
         while True:
+            if not self.turn_active and not running:  # idle: a continuation turn, or the end
+                if ledger.queued:
+                    if self.continuations >= options.max_continuations:
+                        yield [_continuation_limit_error(self.run_id, options.max_continuations)]
+                        return
+                    self.continuations += 1
+                    self.idle_deadline = None
+                    self.turn_active = True
+                    self._follow(await _continue(self.continuation, ledger.take_batch()))
+                elif not ledger.window_open():
+                    return
             now = time.monotonic()
-            if not turn_active and running and idle_deadline is None:
-                idle_deadline = now + options.max_idle_ms / 1000
-            wait = None if turn_active else _wait_s(now, running, idle_deadline, next_progress, ledger)
+            if not self.turn_active and running and self.idle_deadline is None:
+                self.idle_deadline = now + options.max_idle_ms / 1000
+            wait = (
+                None
+                if self.turn_active
+                else _wait_s(now, running, self.idle_deadline, self.next_progress, ledger)
+            )
             getter = asyncio.ensure_future(queue.get())
             done, _ = await asyncio.wait(
-                {getter, stop_waiting}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+                {getter, self.stop_waiting}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
             )
             if getter not in done:
                 getter.cancel()
-                if stop_waiting in done:
-                    if not turn_active:  # aborted between turns: pending continuations never start
-                        for event in _already_queued_task_events(queue):
-                            yield event
+                if self.stop_waiting in done:
+                    if not self.turn_active:  # aborted between turns: pending continuations never start
+                        yield _already_queued_task_events(queue)
                         return
                     # Aborted mid-turn: drain the turn (its abort and finish chunks), then close.
-                    stop_waiting = asyncio.get_running_loop().create_future()
+                    self.stop_waiting = asyncio.get_running_loop().create_future()
                     continue
                 now = time.monotonic()
-                if idle_deadline is not None and now >= idle_deadline:
+                if self.idle_deadline is not None and now >= self.idle_deadline:
                     return  # idle timeout: close silently
                 if not running:  # only resume windows were open, and they have ended
                     return
-                if now >= next_progress:
-                    next_progress = now + options.progress_interval_ms / 1000
-                    yield _progress(run_id, running, round((now - waiting_since) * 1000))
+                if now >= self.next_progress:
+                    self.next_progress = now + options.progress_interval_ms / 1000
+                    yield [_progress(self.run_id, running, round((now - self.waiting_since) * 1000))]
                 continue
             kind, item = getter.result()
             if kind == "turn":
-                for chunk in ledger.turn_chunk(item):
-                    yield chunk
+                self.turn_chunks += 1
+                yield ledger.turn_chunk(item)
                 continue
             if kind == "task":
                 events = ledger.task_event(item)
                 if events:
-                    idle_deadline = None  # every manager event re-arms the idle window
-                for event in events:
-                    yield event
+                    self.idle_deadline = None  # every manager event re-arms the idle window
+                    yield events
             else:  # turn-end
-                turn_active = False
-                for event in ledger.turn_ended():
-                    yield event
-                waiting_since = time.monotonic()
-                next_progress = waiting_since + options.progress_interval_ms / 1000
-                if controller.signal.aborted:  # what already happened still reaches the reader
-                    for event in _already_queued_task_events(queue):
-                        yield event
+                self.turn_active = False
+                released = ledger.turn_ended()
+                self.waiting_since = time.monotonic()
+                self.next_progress = self.waiting_since + options.progress_interval_ms / 1000
+                if self.controller.signal.aborted:  # what already happened still reaches the reader
+                    yield [*released, *_already_queued_task_events(queue)]
                     return
-            if turn_active:
-                continue
-            if not running and ledger.queued:
-                if continuations >= options.max_continuations:
-                    yield _continuation_limit_error(run_id, options.max_continuations)
-                    return
-                continuations += 1
-                idle_deadline = None
-                turn_active = True
-                start_turn(await _continue(continuation, ledger.take_batch()))
-            elif not running and not ledger.queued and not ledger.window_open():
-                return
-    finally:
-        stop_waiting.cancel()
-        if not controller.signal.aborted and (turn_active or running):
+                yield released
+
+    def snapshot(self) -> dict[str, Any]:
+        """The driver's state between two items, as JSON (times as wall-clock epochs)."""
+        return {
+            "runId": self.run_id,
+            "turnActive": self.turn_active,
+            "turnRunId": self.ledger.turn_run,
+            "turnChunks": self.turn_chunks,
+            "continuations": self.continuations,
+            "idleDeadline": _epoch(self.idle_deadline),
+            "nextProgress": _epoch(self.next_progress),
+            "waitingSince": _epoch(self.waiting_since),
+            "ledger": self.ledger.to_json(),
+        }
+
+    def restore(self, data: dict[str, Any]) -> None:
+        """Take the state of a :meth:`snapshot` (before following the turn in flight again)."""
+        self.run_id = data["runId"]
+        self.continuations = int(data["continuations"])
+        self.idle_deadline = _monotonic(data["idleDeadline"])
+        self.next_progress = _monotonic(data["nextProgress"]) or 0.0
+        self.waiting_since = _monotonic(data["waitingSince"]) or 0.0
+        self.ledger.restore(data["ledger"])
+
+    def resume_turn(self, out: RunOutput, taken: int) -> None:
+        """Follow the turn in flight again: ``out`` yields its chunks after the ``taken`` first."""
+        self._follow(out)
+        self.turn_chunks = taken
+
+    async def close(self) -> None:
+        self.stop_waiting.cancel()
+        if not self.controller.signal.aborted and (self.turn_active or self.ledger.running):
             # The reader went away mid-stream: stop the turn in flight (tasks keep running).
-            controller.abort("until-idle stream closed")
-        await subscription.close()
-        await pumps.close()
+            self.controller.abort("until-idle stream closed")
+        await self.subscription.close()
+        await self.pumps.close()
+
+
+def _epoch(moment: float | None) -> float | None:
+    return None if moment is None else time.time() + (moment - time.monotonic())
+
+
+def _monotonic(epoch: float | None) -> float | None:
+    return None if epoch is None else time.monotonic() + (epoch - time.time())
+
+
+def _wire_list(chunks: list[AnyChunk]) -> list[dict[str, Any]]:
+    return [chunk.to_wire() for chunk in chunks]
+
+
+def _chunk_list(wire: list[dict[str, Any]]) -> list[AnyChunk]:
+    return [chunk_from_wire(raw) for raw in wire]
 
 
 async def _continue(continuation: StartTurn, batch: list[AnyChunk]) -> RunOutput:

@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 START_TIMEOUT_S = 60.0
 SINGLE_PARTITION = ("matching.numTaskqueueReadPartitions", "matching.numTaskqueueWritePartitions")
@@ -46,11 +47,16 @@ def free_port() -> int:
 class TemporalDevServer:
     """``temporal server start-dev`` on free ports until :meth:`stop`."""
 
-    def __init__(self, *, namespace: str = "default") -> None:
+    def __init__(self, *, namespace: str = "default", db_filename: str | None = None) -> None:
+        """``db_filename``: keep the state in that SQLite file, so that the server can be
+        killed and started again (:meth:`kill`, :meth:`start`) with its workflows."""
         self.port = free_port()
         self.namespace = namespace
+        self.db_filename = db_filename
         self.address = f"127.0.0.1:{self.port}"
-        self._log = tempfile.NamedTemporaryFile(prefix="temporal-dev-", suffix=".log", delete=False)  # noqa: SIM115
+        self._log: IO[bytes] = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed by stop)
+            prefix="temporal-dev-", suffix=".log", delete=False
+        )
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -62,8 +68,11 @@ class TemporalDevServer:
             temporal_cli(), "server", "start-dev", "--headless", "--ip", "127.0.0.1",
             "--port", str(self.port), "--http-port", str(free_port()), "--metrics-port", str(free_port()),
             "--namespace", self.namespace, "--log-level", "error",
+            *(("--db-filename", self.db_filename) if self.db_filename else ()),
             *(arg for key in SINGLE_PARTITION for arg in ("--dynamic-config-value", f"{key}=1")),
         ]  # fmt: skip
+        if self._log.closed:
+            self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed by stop)
         self._process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self._accepts():
@@ -94,6 +103,13 @@ class TemporalDevServer:
             timeout=30,
         )
         return health.returncode == 0 and "SERVING" in health.stdout
+
+    def kill(self) -> None:
+        """``kill -9`` the server (its state stays in ``db_filename``, if it has one)."""
+        process, self._process = self._process, None
+        if process is not None:
+            process.kill()
+            process.wait()
 
     def stop(self) -> None:
         process, self._process = self._process, None
