@@ -15,7 +15,6 @@ the turns they woke are one trace with one span tree.
 from __future__ import annotations
 
 import functools
-import json
 import random
 import time
 from collections import OrderedDict
@@ -23,22 +22,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, StatusCode
 
+from runstream.observability.records import ENTITY_ATTRIBUTES, ENTITY_TYPES, SPAN_TYPES
 from runstream.observability.store import SpanStore
 
 _MAX_TRACES = 10_000
-_SPAN_TYPES = {
-    "invoke_agent": "agent_run",
-    "chat": "model_generation",
-    "execute_tool": "tool_call",
-    "invoke_workflow": "workflow_run",
-    "workflow_step": "workflow_step",
-}
 
 
 @dataclass(slots=True)
@@ -82,15 +76,6 @@ def _trace_of(span: ReadableSpan) -> int:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def _loads(value: Any) -> Any:
-    if not isinstance(value, str):
-        return None
-    try:
-        return json.loads(value)
-    except ValueError:
-        return value
 
 
 class _Traces:
@@ -170,100 +155,56 @@ class _Traces:
         return self.sample_rate >= 1.0 or random.random() < self.sample_rate
 
 
-def span_record(span: ReadableSpan, known: _Trace | None, service_name: str | None) -> dict[str, Any]:
-    """A finished OTel span as Mastra's AI-tracing span record."""
+def span_row(span: ReadableSpan, known: _Trace | None, service_name: str | None) -> tuple[Any, ...]:
+    """A finished OTel span as the store's row: the columns, and the span's own attributes,
+    status and links as they are (JSON). Mastra's record is built from them when read
+    (:func:`~runstream.observability.records.mastra_span`), so a write does no more than this."""
     context = span.get_span_context() or INVALID_SPAN_CONTEXT
     attributes = dict(span.attributes or {})
-    operation = attributes.get("gen_ai.operation.name")
-    span_type = _SPAN_TYPES.get(str(operation), "generic")
+    get = attributes.get
+    span_type = SPAN_TYPES.get(str(get("gen_ai.operation.name")), "generic")
     parent = _hex_span(span.parent.span_id) if span.parent is not None else None
     if parent is None and known is not None:
         parent = known.root_parent
     entity: tuple[str | None, str | None, str | None] = (None, None, None)
-    if span_type == "tool_call":
-        tool = _text(attributes.get("gen_ai.tool.name"))
-        entity = ("tool", tool, tool)
-    elif span_type == "workflow_run":
-        workflow = _text(attributes.get("runstream.workflow.id"))
-        entity = ("workflow_run", workflow, workflow)
-    elif span_type == "workflow_step":
-        step = _text(attributes.get("runstream.workflow.step.id"))
-        entity = ("workflow_step", step, step)
+    if span_type in ENTITY_ATTRIBUTES:
+        name = _text(get(ENTITY_ATTRIBUTES[span_type]))
+        entity = (ENTITY_TYPES[span_type], name, name)
     elif known is not None and known.agent_id is not None:
         entity = ("agent", known.agent_id, known.agent_name)
-    error = None
-    if span.status.status_code is StatusCode.ERROR:
-        error = {"message": span.status.description or "Error", "name": attributes.get("error.type", "Error")}
-    usage = {
-        key: attributes[name]
-        for key, name in (
-            ("inputTokens", "gen_ai.usage.input_tokens"),
-            ("outputTokens", "gen_ai.usage.output_tokens"),
-        )
-        if isinstance(attributes.get(name), int)
-    }
-    finish = attributes.get("gen_ai.response.finish_reasons")
-    details: dict[str, Any] = {
-        "provider": attributes.get("gen_ai.provider.name"),
-        "model": attributes.get("gen_ai.request.model"),
-        "responseModel": attributes.get("gen_ai.response.model"),
-        "responseId": attributes.get("gen_ai.response.id"),
-        "finishReason": finish[0] if isinstance(finish, Sequence) and finish else None,
-        "usage": usage or None,
-        "agentId": attributes.get("gen_ai.agent.id"),
-        "toolType": attributes.get("gen_ai.tool.type"),
-        "toolDescription": attributes.get("gen_ai.tool.description"),
-        "toolCallId": attributes.get("gen_ai.tool.call.id"),
-        "outcome": attributes.get("runstream.tool.outcome"),
-        "status": attributes.get("runstream.run.status"),
-        "step": attributes.get("runstream.step"),
-        "continuation": attributes.get("runstream.continuation"),
-        "backgroundTaskId": attributes.get("runstream.background_task.id"),
-        "attempt": attributes.get("runstream.background_task.attempt"),
-        "workflowId": attributes.get("runstream.workflow.id"),
-    }
-    if span_type == "tool_call":
-        details["success"] = error is None and attributes.get("runstream.tool.outcome") != "error"
-        input_value = _loads(attributes.get("gen_ai.tool.call.arguments"))
-        output_value = _loads(attributes.get("gen_ai.tool.call.result"))
-    else:
-        input_value = _loads(attributes.get("gen_ai.input.messages"))
-        output_value = _loads(attributes.get("gen_ai.output.messages"))
-    started = iso_ns(span.start_time or 0)
-    ended = iso_ns(span.end_time) if span.end_time else None
-    run_id = _text(attributes.get("runstream.run.id")) or (known.run_id if known else None)
-    return {
-        "traceId": known.trace_id if known is not None else _hex_trace(context.trace_id),
-        "spanId": _hex_span(context.span_id),
-        "parentSpanId": parent,
-        "name": span.name,
-        "spanType": span_type,
-        "entityType": entity[0],
-        "entityId": entity[1],
-        "entityName": entity[2],
-        "attributes": {key: value for key, value in details.items() if value is not None},
-        "metadata": {"runId": run_id, "otelTraceId": _hex_trace(context.trace_id)},
-        "input": input_value,
-        "output": output_value,
+    error = span.status.description or "Error" if span.status.status_code is StatusCode.ERROR else None
+    raw = {
+        "attributes": attributes,
         "error": error,
         "links": [
-            {"traceId": _hex_trace(link.context.trace_id), "spanId": _hex_span(link.context.span_id)}
-            for link in span.links
-        ]
-        or None,
-        "tags": None,
-        "isEvent": False,
-        "startedAt": started,
-        "endedAt": ended,
-        "createdAt": started,
-        "updatedAt": ended,
-        "resourceId": known.resource_id if known is not None else None,
-        "threadId": known.thread_id if known is not None else None,
-        "runId": run_id,
-        "serviceName": service_name,
-        "environment": None,
-        "scope": {"name": "runstream"},
+            [_hex_trace(link.context.trace_id), _hex_span(link.context.span_id)] for link in span.links
+        ],
+        "otelTraceId": _hex_trace(context.trace_id),
     }
+    start, end = span.start_time or 0, span.end_time
+    run_id = _text(get("runstream.run.id")) or (known.run_id if known else None)
+    return (
+        known.trace_id if known is not None else _hex_trace(context.trace_id),
+        _hex_span(context.span_id),
+        parent,
+        span.name,
+        span_type,
+        *entity,
+        known.resource_id if known is not None else None,
+        known.thread_id if known is not None else None,
+        run_id,
+        service_name,
+        None,
+        0 if error is None else 1,
+        iso_ns(start),
+        iso_ns(end) if end else None,
+        orjson.dumps({"otel": raw}, default=str).decode(),
+        (end - start) / 1e6 if end else None,
+        get("gen_ai.usage.input_tokens"),
+        get("gen_ai.usage.output_tokens"),
+        get("gen_ai.provider.name"),
+        get("gen_ai.request.model"),
+    )
 
 
 class _StoreExporter(SpanExporter):
@@ -272,12 +213,12 @@ class _StoreExporter(SpanExporter):
         self.traces = traces
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        records = []
+        rows = []
         for span in spans:
             service = span.resource.attributes.get("service.name") if span.resource is not None else None
             known = self.traces.get(_trace_of(span))
-            records.append(span_record(span, known, service if isinstance(service, str) else None))
-        self.store.write_spans(records)
+            rows.append(span_row(span, known, service if isinstance(service, str) else None))
+        self.store.write_rows(rows)
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:

@@ -22,6 +22,7 @@ from typing import Any, TypeAlias
 import orjson
 
 from runstream.observability._sql import Backend, PostgresBackend, Row, SqliteBackend
+from runstream.observability.records import mastra_span
 
 _SPAN_COLUMNS = (
     "trace_id",
@@ -52,6 +53,8 @@ _UPSERT_SPAN = (
     "ON CONFLICT (trace_id, span_id) DO UPDATE SET "
     + ", ".join(f"{column} = excluded.{column}" for column in _SPAN_COLUMNS[2:])
 )
+SPAN_COLUMNS = _SPAN_COLUMNS
+_READ = ", ".join(column for column in _SPAN_COLUMNS if column not in ("has_error", "duration_ms"))
 _LOG_COLUMNS = ("timestamp", "level", "trace_id", "run_id", "resource_id", "record")
 TRACE_FILTERS = {
     "traceId": "trace_id",
@@ -154,13 +157,19 @@ class SpanStore:
 
     # -- writes -----------------------------------------------------------------------------------
     def write_spans(self, records: Sequence[Mapping[str, Any]], *, now: datetime | None = None) -> None:
-        """Insert (or replace) span records in one transaction, then apply retention."""
-        if not records:
+        """Insert (or replace) Mastra span records in one transaction, then apply retention."""
+        self.write_rows([_span_row(record) for record in records], now=now)
+
+    def write_rows(self, rows: Sequence[Sequence[Any]], *, now: datetime | None = None) -> None:
+        """Insert (or replace) span rows (:data:`SPAN_COLUMNS` order; the processor's
+        :func:`~runstream.observability.processor.span_row`) in one transaction, then apply
+        retention."""
+        if not rows:
             return
         cutoff = _text((now or datetime.now(UTC)) - self.max_age)
         self._backend.write(
             [
-                (_UPSERT_SPAN, [_span_row(record) for record in records], True),
+                (_UPSERT_SPAN, rows, True),
                 ("DELETE FROM ai_spans WHERE started_at < ?", (cutoff,), False),
                 (
                     "DELETE FROM ai_spans WHERE seq <= (SELECT MAX(seq) FROM ai_spans) - ?",
@@ -264,11 +273,11 @@ class SpanStore:
         total = int(self._rows(f"SELECT COUNT(*) AS n FROM ai_spans WHERE {clause}", params)[0]["n"])
         direction = "ASC" if query.ascending else "DESC"
         rows = self._rows(
-            f"SELECT record FROM ai_spans WHERE {clause} "
+            f"SELECT {_READ} FROM ai_spans WHERE {clause} "
             f"ORDER BY {TRACE_ORDER[query.order_by]} {direction}, seq {direction} LIMIT ? OFFSET ?",
             [*params, query.per_page, query.page * query.per_page],
         )
-        return [orjson.loads(row["record"]) for row in rows], total
+        return [_span_record(row) for row in rows], total
 
     def trace_owner(self, trace_id: str) -> tuple[bool, str | None]:
         """Whether the trace exists, and the resource it belongs to."""
@@ -281,15 +290,15 @@ class SpanStore:
 
     def get_trace(self, trace_id: str) -> list[Record]:
         rows = self._rows(
-            "SELECT record FROM ai_spans WHERE trace_id = ? ORDER BY started_at, seq", (trace_id,)
+            f"SELECT {_READ} FROM ai_spans WHERE trace_id = ? ORDER BY started_at, seq", (trace_id,)
         )
-        return [orjson.loads(row["record"]) for row in rows]
+        return [_span_record(row) for row in rows]
 
     def get_span(self, trace_id: str, span_id: str) -> Record | None:
         rows = self._rows(
-            "SELECT record FROM ai_spans WHERE trace_id = ? AND span_id = ?", (trace_id, span_id)
+            f"SELECT {_READ} FROM ai_spans WHERE trace_id = ? AND span_id = ?", (trace_id, span_id)
         )
-        return orjson.loads(rows[0]["record"]) if rows else None
+        return _span_record(rows[0]) if rows else None
 
     def list_signals(
         self,
@@ -426,6 +435,13 @@ class PostgresSpanStore(SpanStore):
         self.path = dsn
         self.schema = schema
         self._setup(PostgresBackend(dsn, schema), max_age, max_spans, max_signals, max_logs)
+
+
+def _span_record(row: Row) -> Record:
+    """A stored span as Mastra's record (built from its columns and raw OTel data when the
+    processor stored it, as given when it came as a record)."""
+    stored = orjson.loads(row["record"])
+    return mastra_span(row, stored["otel"]) if "otel" in stored else stored
 
 
 def _span_row(record: Mapping[str, Any]) -> tuple[Any, ...]:
