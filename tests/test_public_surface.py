@@ -1,14 +1,12 @@
 """The typed public surface: the quick-start names at the package root, one error tree, a chunk
-union that narrows (at runtime with ``match``, and for a type checker), ``py.typed``."""
+union that narrows at runtime with ``match`` (for type checkers: tests/test_typing.py), ``py.typed``."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from typing import get_args
 
 import pytest
-from mypy import api as mypy_api
 
 import runstream
 from runstream import Agent, AgentChunk, RunstreamError, StateConflictError, StreamChunk, ToolContext, tool
@@ -132,34 +130,3 @@ async def test_a_tools_data_chunks_are_members_of_the_agent_chunk_union() -> Non
     assert data[0].to_json() == (
         f'{{"type":"data-progress","data":{{"pct":50}},"id":"p1","runId":"{out.run_id}","from":"USER"}}'
     )
-
-
-def test_a_type_checker_narrows_the_union(tmp_path: Path) -> None:
-    """mypy (strict) accepts payload access after ``match``, ``isinstance`` and a ``type``
-    comparison, and rejects it without narrowing."""
-    narrowed = tmp_path / "narrowed.py"
-    narrowed.write_text(
-        textwrap.dedent(
-            """
-            from runstream import AgentChunk
-            from runstream.chunks import TextDeltaChunk
-
-            def text(chunk: AgentChunk) -> str:
-                if chunk.type == "text-delta":
-                    return chunk.payload["text"]
-                match chunk:
-                    case TextDeltaChunk(payload):
-                        return payload["text"]
-                return ""
-            """
-        )
-    )
-    out, _, status = mypy_api.run(["--strict", "--no-incremental", str(narrowed)])
-    assert status == 0, out
-    unnarrowed = tmp_path / "unnarrowed.py"
-    unnarrowed.write_text(
-        "from runstream import AgentChunk\n\ndef text(chunk: AgentChunk) -> str:\n    return chunk.payload['text']\n"
-    )
-    out, _, status = mypy_api.run(["--strict", "--no-incremental", str(unnarrowed)])
-    assert status == 1 and "TypedDict" in out, out
-    assert AgentChunk is not None
