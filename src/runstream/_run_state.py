@@ -395,6 +395,9 @@ class RunState:
     """Durable mode: the finish reason when the last finished step ended the run (a client tool
     was called, no steps left, a stop condition held), so a run resumed from the snapshot taken
     after that step finishes instead of asking the model again."""
+    hidden_tool_errors: dict[str, str] = field(default_factory=dict)
+    """Tool call id -> what memory keeps of that call's error instead of the exception's text
+    (:func:`runstream.tools.private_error_text`): the model saw the text, storage does not."""
     message_segments: list[tuple[str, int]] = field(default_factory=list)
     """The response messages when signals split the response: (id, the index in ``messages``
     its content starts at), the first one included. Empty when the run is one message."""
@@ -432,6 +435,20 @@ class RunState:
     def response_messages(self) -> list[PromptMessage]:
         return self.messages[self.input_count :]
 
+    @property
+    def stored_response_messages(self) -> list[PromptMessage]:
+        """The response as memory keeps it: a failed tool's result holds what
+        :attr:`hidden_tool_errors` says instead of the exception's text (the messages are copied
+        only where that changes them)."""
+        responses = self.response_messages
+        hidden = self.hidden_tool_errors
+        if not hidden:
+            return responses
+        return [
+            _with_hidden_errors(message, hidden) if message["role"] == "tool" else message
+            for message in responses
+        ]
+
     def to_json(self) -> dict[str, Any]:
         """The state as JSON (``stateVersion`` :data:`STATE_VERSION`). What is not data is not
         saved: the error object (a saved run has not failed) and the tracing span."""
@@ -463,6 +480,7 @@ class RunState:
                 "suspendPayload": self.suspend_payload,
                 "checkCounts": self.check_counts,
                 "messageSegments": [list(segment) for segment in self.message_segments],
+                "hiddenToolErrors": self.hidden_tool_errors,
                 "continued": None
                 if continued is None
                 else {
@@ -515,6 +533,7 @@ class RunState:
             suspend_payload=data["suspendPayload"],
             check_counts=dict(data.get("checkCounts", {})),
             message_segments=[(str(i), int(n)) for i, n in data.get("messageSegments", [])],
+            hidden_tool_errors=dict(data.get("hiddenToolErrors", {})),
             continued=None
             if continued is None
             else ContinuedMessage(
@@ -541,6 +560,16 @@ class RunState:
 _new_run_state = _defaults_constructor(
     RunState, "run_id", "message_id", "messages", "input_count", "history_count", "continued"
 )
+
+
+def _with_hidden_errors(message: PromptMessage, hidden: dict[str, str]) -> PromptMessage:
+    parts = [
+        {**part, "output": {"type": "error-text", "value": hidden[part["toolCallId"]]}}
+        if part.get("type") == "tool-result" and part.get("toolCallId") in hidden
+        else part
+        for part in message["content"]
+    ]
+    return {**message, "content": parts}
 
 
 def _without_control_keys(record: StepRecord) -> dict[str, Any]:

@@ -229,7 +229,9 @@ async def _delegate(
         )
     state, tool_results, stopped = await _relay(out, ctx)
     if memory is not None:
-        await _save(memory, scope, None if resumed else prompt, state.response_messages, state.message_id)
+        await _save(
+            memory, scope, None if resumed else prompt, state.stored_response_messages, state.message_id
+        )
     if state.status == "suspended":  # the supervisor's call waits with the sub-agent (x-pt23)
         await _suspend(ctx, state, stopped)
     result: dict[str, Any] = {

@@ -44,6 +44,7 @@ from runstream.tools import (
     ToolSuspended,
     ToolWriter,
     draft07_schema_json,
+    private_error_text,
     resume_schema_json,
 )
 
@@ -374,6 +375,9 @@ def _results(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> list
             if outcome.provider_metadata:  # e.g. the failed background task it ran as
                 error_payload["providerMetadata"] = outcome.provider_metadata
             errors.append(ToolErrorChunk(run_id, cast(ToolErrorPayload, error_payload)))
+            hidden = private_error_text(outcome.value, call.tool_name)
+            if hidden is not None:  # the model sees the text; memory keeps this
+                state.hidden_tool_errors[call.tool_call_id] = hidden
         part: dict[str, Any] = {
             "type": "tool-result",
             "toolCallId": call.tool_call_id,

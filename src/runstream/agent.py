@@ -584,7 +584,7 @@ class Agent:
         await memory.save_turn(
             MemoryScope(cfg.thread_id, cfg.resource_id),
             state.new_input_messages,
-            state.response_messages,
+            state.stored_response_messages,  # (a tool's own exception text stays out)
             state.message_id,
             metadata=run_metadata(cfg, state),
             model=model_label(cfg),

@@ -63,4 +63,5 @@ class ToolError(RunstreamError):
     """An error a tool raises whose message is meant for the caller. Over HTTP (the
     ``tool-error`` chunk, ``POST /api/tools/:id/execute``) any other exception a tool raises is
     sent as "Tool <name> failed" only, since its text may carry secrets or paths; the server's
-    log keeps it whole. The model and in-process chunks always get the exception itself."""
+    log keeps it whole, and memory keeps the same "Tool <name> failed". The model (in the run)
+    and in-process chunks always get the exception itself."""

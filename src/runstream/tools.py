@@ -84,6 +84,16 @@ class ToolExecutionError(RunstreamError):
         return error
 
 
+def private_error_text(error: object, tool_name: str) -> str | None:
+    """What is kept and shown outside the run of a tool's error, when not its text: "Tool
+    <name> failed" for an exception the tool raised itself (its text may carry secrets or paths);
+    ``None`` when the text is public: a :class:`~runstream.errors.ToolError` the tool raised, or
+    runstream's own errors (an unknown tool, bad arguments, an abort). The model in the run gets
+    the text either way; memory and HTTP callers get this."""
+    raised = error.__cause__ if isinstance(error, ToolExecutionError) else error
+    return None if isinstance(raised, RunstreamError) else f"Tool {tool_name} failed"
+
+
 class ToolNotFoundError(NotFoundError):
     """The model called a tool the agent does not have."""
 

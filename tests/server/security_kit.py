@@ -24,15 +24,17 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Mount, Route
 
-from runstream import Agent
+from runstream import Agent, ToolError, tool
 from runstream.api_routes import register_api_route
 from runstream.memory import Memory, WorkingMemory
+from runstream.models.base import ModelRequest, ModelStream
 from runstream.runtime import Runstream
 from runstream.server import create_app
 from runstream.server.auth import Principal, principal_of
 from runstream.server.context import ServerContext, json_body
 from runstream.storage import Storage
-from tests.server.agents import Gates, PromptModel, build_runstream
+from runstream.testing import ScriptedModel
+from tests.server.agents import Gates, PromptModel, build_runstream, call_tool, say
 from tests.server.conftest import BACKENDS, backend_storage, serve
 
 PRINCIPALS = {"user-a": Principal("user-a", "user-a"), "user-b": Principal("user-b", "user-b")}
@@ -91,6 +93,40 @@ async def app_note(request: Request) -> dict[str, Any]:
     return {"principal": principal_of(request).id, "keys": sorted(body)}
 
 
+SECRET = "password=hunter2 in /srv/keys/prod.pem"
+"""What ``configs``' tool puts in the exception it raises (a tool's own error text)."""
+
+
+class ConfigModel:
+    """``configs``' model: asks its tool for config ``<name>`` (the prompt's text), then says
+    only "done" (it does not repeat the tool's error); ``seen`` keeps every tool output it got."""
+
+    provider = "test"
+    model_id = "config-model"
+    specification_version = "v2"
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    async def stream(self, request: ModelRequest) -> ModelStream:
+        last = request.prompt[-1]
+        if last["role"] == "tool":
+            self.seen += [part.get("output") for part in last["content"]]
+            script: Any = say("done")
+        else:
+            name = "".join(part.get("text", "") for part in last["content"]).strip()
+            script = call_tool("read_config", {"name": name})
+        return await ScriptedModel(calls=[script]).stream(request)
+
+
+@tool
+async def read_config(name: str) -> str:
+    """Read a config (there are none): a public refusal for ``public``, else an error of its own."""
+    if name == "public":
+        raise ToolError("there is no config named public")
+    raise RuntimeError(f"cannot open {SECRET}")
+
+
 def secured_runtime(storage: Storage) -> Runstream:
     """The shared test agents and workflows, plus ``notes`` and an app route, on ``storage``."""
     runtime = build_runstream(Gates(), storage)
@@ -98,6 +134,8 @@ def secured_runtime(storage: Storage) -> Runstream:
     runtime.add_agent(
         Agent("notes", model=PromptModel(), memory=Memory(working_memory=WorkingMemory(scope="thread")))
     )
+    # A tool that raises: its exception's text reaches the model, not memory nor callers.
+    runtime.add_agent(Agent("configs", model=ConfigModel(), tools=[read_config], memory=Memory()))
     # An app-registered route (Runstream(api_routes=...)): in the inventory and the hostile requests.
     runtime.api_routes.append(register_api_route("/app/notes/:noteId", method="ALL", handler=app_note))
     return runtime

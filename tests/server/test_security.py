@@ -4,6 +4,7 @@ HTTP API on SQLite and PostgreSQL: each must fail without side effects (issue 10
 from __future__ import annotations
 
 import json
+import logging
 import re
 import uuid
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 
 from tests.server.agents import DELETED
 from tests.server.conftest import serve
-from tests.server.security_kit import Secured, secured, sse_chunks
+from tests.server.security_kit import SECRET, ConfigModel, Secured, secured, sse_chunks
 
 __all__ = ["secured"]  # the fixture, re-exported for pytest
 
@@ -207,3 +208,39 @@ def test_the_deployment_example_of_the_security_page_runs() -> None:
         assert httpx.get(f"{url}/api/agents", headers=alice).status_code == 200
         other = httpx.get(f"{url}/api/memory/threads", params={"resourceId": "bob"}, headers=alice)
         assert other.status_code == 403
+
+
+def test_a_tools_own_error_text_is_not_stored_nor_served(
+    secured: Secured, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Finding 8's last path: the tool-error chunk said "Tool <name> failed", but the turn was
+    saved with the exception's text (secrets, paths), and the thread-messages routes served it
+    back. Now the model in the run still reads the text (it has to react to it), the log keeps
+    it, and memory keeps "Tool <name> failed"; a ``ToolError``'s text is public and kept."""
+    s = secured
+    model: ConfigModel = s.context.runstream.agents["configs"].model  # type: ignore[assignment]
+    thread = thread_id()
+    with caplog.at_level(logging.WARNING):
+        for name, route in (("prod", "stream"), ("public", "generate")):
+            body = {"messages": name, "memory": {"thread": thread}}
+            assert s.a.post(f"/api/agents/configs/{route}", json=body).status_code == 200
+    assert [output["value"] for output in model.seen[-2:]] == [
+        f"cannot open {SECRET}",  # the model got the exception's text
+        "there is no config named public",
+    ]
+    assert SECRET in caplog.text  # and so does the log
+    stored = s.a.get(f"/api/memory/threads/{thread}/messages")
+    assert stored.status_code == 200
+    assert "hunter2" not in stored.text and "/srv/keys" not in stored.text
+    errors = [
+        part["toolInvocation"]
+        for message in stored.json()["messages"]
+        for part in message["content"]["parts"]
+        if part["type"] == "tool-invocation"
+    ]
+    assert [(e["state"], e["errorText"]) for e in errors] == [
+        ("output-error", "Tool read_config failed"),
+        ("output-error", "there is no config named public"),
+    ]
+    studio = s.a.get(f"/api/memory/threads/{thread}/messages", params={"format": "aiv5"})
+    assert studio.status_code == 200 and "hunter2" not in studio.text

@@ -14,8 +14,7 @@ from typing import Any, TypeVar, cast
 
 from runstream._payloads import ToolErrorPayload
 from runstream.chunks import AnyChunk, Chunk, ToolErrorChunk, dumps, dumps_bytes, error_to_wire
-from runstream.errors import RunstreamError
-from runstream.tools import ToolExecutionError
+from runstream.tools import ToolExecutionError, private_error_text
 
 logger = logging.getLogger("runstream.server")
 
@@ -47,11 +46,12 @@ def public_error(error: Any, tool_name: str, run_id: str = "") -> Any:
     arguments, an abort) and a :class:`~runstream.errors.ToolError` the tool raised as they
     are; any other exception the tool raised as "Tool <name> failed" (logged whole here: its
     text may carry secrets or paths)."""
-    raised = error.__cause__ if isinstance(error, ToolExecutionError) else error
-    if isinstance(raised, RunstreamError):
-        return error
     if isinstance(error, dict) and error.get("name") in PUBLIC_ERROR_NAMES:  # (from a remote task)
         return error
+    hidden = private_error_text(error, tool_name)
+    if hidden is None:
+        return error
+    raised = error.__cause__ if isinstance(error, ToolExecutionError) else error
     logger.warning(
         "run %r: tool %r failed: %r",
         run_id,
@@ -59,7 +59,7 @@ def public_error(error: Any, tool_name: str, run_id: str = "") -> Any:
         raised,
         exc_info=raised if isinstance(raised, BaseException) else None,
     )
-    return {"message": f"Tool {tool_name} failed", "name": "Error"}
+    return {"message": hidden, "name": "Error"}
 
 
 PUBLIC_ERROR_NAMES = frozenset({"ToolError", "ToolArgumentsError", "ToolNotFoundError", "AbortError"})
