@@ -43,16 +43,24 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# pytest-xdist: one worker per CPU (PYTEST_WORKERS=1 for one process); a test file stays on one
+# worker, so module-scoped servers (Studio, a Temporal cluster, a vendor kit) start once. Each
+# worker has its own session servers (the shared app server, Temporal's dev server, pgvector's).
+PYTEST_WORKERS ?= auto
+
 unit: $(STAMP)
 	sh tests/js/setup.sh
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 # The documentation site (mkdocs.yml) into site/: --strict fails on a broken link, anchor or
 # cross-reference, and on a page of docs/ missing from the nav (add new pages to mkdocs.yml).
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # (-q would hide the warnings --strict counts)
 
-test: lint typecheck docs unit
+# All parts at once: ruff, mypy and mkdocs use the CPU while pytest waits on its subprocesses
+# and servers. Any part that fails fails `make test` (once the others have finished).
+test: $(STAMP)
+	$(MAKE) --no-print-directory -j4 --output-sync=line lint typecheck docs unit
 
 # The wheel and the sdist, into dist/ (uv's build frontend; hatchling is the backend).
 dist: $(STAMP)
