@@ -76,6 +76,9 @@ def test_stream_suspend_resume(client: httpx.Client) -> None:
     listed = client.get(f"{W}/runs?status=suspended&resourceId=user-7").json()
     assert listed["total"] == 1 and listed["runs"][0]["runId"] == run_id
     assert listed["runs"][0]["snapshot"]["suspendedPaths"] == {"review": [1]}
+    # As Mastra's snapshot: the entry running when it was saved, the steps started so far.
+    assert listed["runs"][0]["snapshot"]["activePaths"] == [1]
+    assert listed["runs"][0]["snapshot"]["stepExecutionPath"] == ["draft", "review"]
     assert client.get("/api/workflows/run-counts").json()["approval"]["suspended"] >= 1
 
     resumed = client.post(f"{W}/resume-stream?runId={run_id}", json={"resumeData": {"approved": True}})
@@ -94,6 +97,9 @@ def test_stream_suspend_resume(client: httpx.Client) -> None:
     done = client.get(f"{W}/runs/{run_id}?fields=result").json()
     assert done["status"] == "success" and done["result"]["published"] is True and "steps" not in done
     assert client.get(f"{W}/runs?status=suspended&resourceId=user-7").json()["total"] == 0
+    finished = client.get(f"{W}/runs?resourceId=user-7").json()["runs"]
+    (snapshot,) = [r["snapshot"] for r in finished if r["runId"] == run_id]
+    assert snapshot["activePaths"] == [2] and snapshot["stepExecutionPath"] == ["draft", "review", "publish"]
 
 
 def test_json_variants(client: httpx.Client) -> None:

@@ -68,6 +68,10 @@ class Execution:
     suspended_paths: dict[str, list[int]] = field(default_factory=dict)
     span: Span | None = None
     """The run's span (set by the run), parent of its steps' spans."""
+    active_path: list[int] = field(default_factory=list)
+    """The path of the entry running (Mastra's ``activePaths``)."""
+    step_path: list[str] = field(default_factory=list)
+    """The single steps started, in order, a resumed one not again (``stepExecutionPath``)."""
 
     def nested(
         self, workflow: WorkflowSpec, run_id: str, sink: Sink, abort: AbortSignal, store: RunStore
@@ -91,6 +95,7 @@ class Execution:
             if self.abort.aborted:
                 return await self._finish({"status": "canceled"})
             self.suspended_paths = {}
+            self.active_path = [i]
             prev = self.entry_output(entries[i - 1]) if i > 0 else self.results.get("input")
             if prev is UNDEFINED:
                 prev = None
@@ -103,6 +108,8 @@ class Execution:
 
     async def run_entry(self, entry: Entry, path: list[int], prev: Any) -> dict[str, Any]:
         if isinstance(entry, StepEntry):
+            if self.resume is None or entry.id not in self.resume.steps:
+                self.step_path.append(entry.id)
             result = await self.run_step(entry, self.resumed_input(entry.id, prev), path)
         elif isinstance(entry, SleepEntry):
             result = await control.run_sleep(self, entry, prev)
@@ -179,6 +186,8 @@ class Execution:
             "context": self.results,
             "state": self.state,
             "suspendedPaths": self.suspended_paths,
+            "activePaths": list(self.active_path),
+            "stepExecutionPath": list(self.step_path),
             "updatedAt": now_ms(),
         }
         if result is not None and result.status == "success":

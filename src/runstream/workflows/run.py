@@ -71,6 +71,7 @@ class WorkflowRun:
             assert snapshot is not None
             ex.results = dict(snapshot["context"])
             ex.state = dict(snapshot.get("state") or {})
+            ex.step_path = list(snapshot.get("stepExecutionPath") or [])
             await self.store.save({**snapshot, "status": "running"})
             return await ex.run_from(ex.resume.path.pop(0))
 
