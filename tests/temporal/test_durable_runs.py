@@ -386,29 +386,29 @@ async def test_a_worker_stopping_gracefully_hands_its_step_to_another(cluster: C
 
 
 async def test_a_run_past_its_history_limit_goes_on_as_a_new_workflow_run(cluster: Cluster) -> None:
-    """With ``max_history_events=1`` every step boundary continues the run's workflow as new
-    (carrying its state, log position and step count): a run of tool steps streams and ends as
+    """With ``max_history_events=1`` the run's workflow continues as new at every human answer
+    (carrying its state and the answer): a run stopped twice for approvals streams and ends as
     one without, and its workflow's last run was started by a continue-as-new."""
     await cluster.start_worker(WORKER)
     durable = runtime(max_history_events=1)
     async with durable:
         agent = durable.get_agent("durable")
-        for topic in ("sol", "luna"):
-            await cluster.open_gate(f"lookup-{topic}")
-        out = await agent.stream("lookup sol", memory={"thread": "long", "resource": "u1"})
-        first = [chunk async for chunk in out.full_stream]
-        again = await agent.stream("lookup luna", memory={"thread": "long", "resource": "u1"})
-        second = [chunk async for chunk in again.full_stream]
+        memory = {"thread": "long", "resource": "u1"}
+        streams = []
+        for amount in (7, 8):
+            asked = await agent.stream(f"wire {amount}", memory=memory)
+            first = [chunk async for chunk in asked.full_stream]
+            call_id = next(c.payload["toolCallId"] for c in first if c.type == "tool-call-approval")
+            approved = await agent.approve_tool_call(run_id=asked.run_id, tool_call_id=call_id)
+            streams.append((amount, first, [chunk async for chunk in approved.full_stream]))
+            assert await approved.text == f'wire {amount} gave {{"sent": {amount}}} as you asked'
         runs = durable.durable_runs
         assert isinstance(runs, TemporalRuns)
-        history = await runs.client.get_workflow_handle(TemporalRuns.workflow_id(out.run_id)).fetch_history()
+        history = await runs.client.get_workflow_handle(
+            TemporalRuns.workflow_id(asked.run_id)
+        ).fetch_history()
     started = history.events[0].workflow_execution_started_event_attributes
     assert started.continued_execution_run_id  # the run's last workflow run continued an earlier one
-    for chunks, topic in ((first, "sol"), (second, "luna")):
-        seen = [chunk.type for chunk in chunks]
-        assert seen[0] == "start" and seen[-1] == "finish" and seen.count("step-finish") == 2, seen
-        answer = "".join(chunk.payload["text"] for chunk in chunks if chunk.type == "text-delta")
-        assert (
-            answer == f'lookup {topic} gave {{"fact": "{topic} is bright", "topic": "{topic}"}} as you asked'
-        )
-    assert len(await cluster.tool_results()) == 0  # (the cluster's own thread is untouched)
+    for _, first, rest in streams:
+        assert first[-1].type == "tool-call-approval" and [c.type for c in rest].count("tool-result") == 1
+        assert "start" not in [c.type for c in rest] and rest[-1].type == "finish"

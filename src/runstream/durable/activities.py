@@ -1,18 +1,20 @@
-"""The activities of a durable agent run: one loop step, and the end of a log segment.
+"""The activities of a durable agent run: the run until it ends or stops for a human, and the
+end of a log segment.
 
 ``run_step`` restores the run from the workflow's JSON, builds the loop configuration from the
 agent (as a run restored from a snapshot does, :meth:`Agent._configure`), and drives
-:func:`runstream._loop.agent_loop` until the step ends: the loop's ``on_step_end`` hook (called
-after a step's tool calls, where an in-process durable run saves its snapshot) stops it there,
-and the state goes back to the workflow. A run that ends or stops for a human ends the step too;
-then the activity does what :meth:`Agent._output`'s close does in-process: saves the turn into
-memory, or the suspended run's snapshot (for listings and approvals from any process).
+:func:`runstream._loop.agent_loop` as in-process, step after step, with no round trip through
+Temporal between them: the loop's ``on_step_end`` hook (called after a step's tool calls, where
+an in-process durable run saves its snapshot) stores the state in the log with the chunks
+before it, and a later attempt (after a lost worker) goes on from there. When the run ends or
+stops for a human, the activity does what :meth:`Agent._output`'s close does in-process: saves
+the turn into memory, or the suspended run's snapshot (for listings and approvals from any
+process), and the state goes back to the workflow.
 
 Every chunk goes to the run's log at the sequence number after the previous one, in batches
 (:meth:`RunLog.append_at`), so an attempt that runs a step again after a lost worker adds only
 what the lost attempt had not published. A side task heartbeats to Temporal and watches the
-run's abort flag (set by the API process whose client went away, or that aborted the run).
-"""
+run's abort flag (set by the API process whose client went away, or that aborted the run)."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from runstream._run_state import LoopConfig, ResumeAction, RunState
 from runstream.abort import AbortController
 from runstream.chunks import dumps
 from runstream.durable.log import RunLog
-from runstream.durable.workflow import END_SEGMENT, RUN_STEP, SegmentEnd, StepInput, StepOutput
+from runstream.durable.workflow import END_SEGMENT, RUN_STEP, Action, SegmentEnd, StepInput, StepOutput
 from runstream.run_options import RunOptions
 from runstream.storage import TaskFilter
 
@@ -39,10 +41,6 @@ if TYPE_CHECKING:
     from runstream.agent import Agent
 
 SETTLED_TASK_STATUSES = frozenset({"completed", "failed", "cancelled", "timed_out"})
-
-
-class StepBoundary(Exception):
-    """Raised by the loop's ``on_step_end`` hook: the step is over, the workflow takes it on."""
 
 
 class RunActivities:
@@ -101,23 +99,36 @@ class RunActivities:
 
     async def _run(self, agent: Agent, step: StepInput, controller: AbortController) -> StepOutput:
         log = self.log
-        state, options = suspension.restore(step.snapshot)
+        attempt = activity.info().attempt
+        snapshot, seq, action = step.snapshot, step.seq, step.action
+        checkpoint = await log.checkpoint(step.segment) if attempt > 1 else None
+        if checkpoint is not None and checkpoint.get("fence") == step.fence:  # a lost attempt's last step
+            snapshot, seq, action = checkpoint["snapshot"], int(checkpoint["seq"]), Action("continue")
+        state, options = suspension.restore(snapshot)
         state.saved = False
         state.status = "running"
-        action = step.action
         resume = (
             None
             if action.kind == "start"
             else ResumeAction(action.kind, action.tool_call_id, action.data, action.reason)  # type: ignore[arg-type]
         )
-        if activity.info().attempt > 1:
+        if attempt > 1:
             await _cancel_orphans(agent, state)
         try:
             cfg = await agent._configure(options, state, controller)
         except (ValueError, TypeError, LookupError) as exc:  # the same in every attempt
             raise ApplicationError(f"{type(exc).__name__}: {exc}", non_retryable=True) from exc
-        cfg.on_step_end = _stop_at_step_end
-        publisher = _Publisher(log, step.segment, step.seq, step.fence + activity.info().attempt)
+        publisher = _Publisher(log, step.segment, seq, step.fence + attempt)
+
+        async def step_ended(state: RunState) -> None:  # the state from which a later attempt goes on
+            data = {
+                "fence": step.fence,
+                "seq": publisher.seq,
+                "snapshot": suspension.snapshot(agent.id, state, options),
+            }
+            publisher.mark(dumps(data))
+
+        cfg.on_step_end = step_ended
         source = agent_loop(cfg, state, resume)
         memory = cfg.memory if cfg.thread_id is not None else None
         if memory is not None and options.memory is not None:  # generateTitle's emitEvent
@@ -128,11 +139,6 @@ class RunActivities:
             async for chunk in source:
                 _raise_if_cancelled()
                 await publisher.put(dumps(chunk.to_wire()))
-        except StepBoundary:
-            _raise_if_cancelled()
-            seq = await publisher.close()
-            state.saved = True  # this process's hooks of later task outcomes write into memory
-            return StepOutput(suspension.snapshot(agent.id, state, options), seq, "step")
         except BaseException:
             await publisher.cancel()
             raise
@@ -230,6 +236,11 @@ class _Publisher:
             self._progress.clear()
             await self._progress.wait()
 
+    def mark(self, checkpoint: str) -> None:
+        """Store ``checkpoint`` with the chunks put so far (written with them, or alone)."""
+        self._checkpoint = checkpoint
+        self._wake.set()
+
     async def put_all(self, data: list[str], checkpoint: str) -> None:
         """Chunks that go to the log together with ``checkpoint`` (in one write, or with more
         chunks after them: a checkpoint never lands without the chunks before it)."""
@@ -255,8 +266,8 @@ class _Publisher:
 
     async def _write(self) -> None:
         try:
-            while self._pending or not self._closing:
-                if not self._pending:
+            while self._pending or self._checkpoint is not None or not self._closing:
+                if not self._pending and self._checkpoint is None:
                     await self._wake.wait()
                     self._wake.clear()
                     continue
@@ -306,7 +317,3 @@ def _interrupted() -> BaseException:
 def _status(state: RunState) -> str:
     """The status the loop left (mypy narrowed it to the one set before the loop ran)."""
     return state.status
-
-
-async def _stop_at_step_end(state: RunState) -> None:
-    raise StepBoundary

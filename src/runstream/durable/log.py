@@ -105,7 +105,7 @@ class RunLog:
         holds already are skipped. Returns how many were added. Raises :class:`FencedOffError`
         if a newer attempt writes the log, or the segment has ended. ``checkpoint`` is stored
         with the chunks, in the same atomic write (what a writer needs to go on after them)."""
-        if not data:
+        if not data and checkpoint is None:
             return 0
         keys = self._keys(segment)
         args: list[str | int] = [first_seq, fence, self.live_ttl_s, checkpoint or "", *data]

@@ -74,10 +74,11 @@ class TemporalRuns:
 
     ``temporal`` (or a connected ``client``) says where Temporal is; without them the runtime's
     :class:`TemporalTaskManager` lends its own. Runs go to the task queue ``<task_queue>.runs``.
-    A worker silent for ``heartbeat_timeout_ms`` is taken for dead and its step runs again on
-    another; one step may take ``step_timeout_ms`` at most. A run whose workflow history
-    passes ``max_history_events`` (or that Temporal suggests to) goes on as a new run of its
-    workflow (continue-as-new) at its next step. ``run_worker=True`` (set by
+    A worker silent for ``heartbeat_timeout_ms`` is taken for dead and its run goes on on
+    another from its last step's end; a run may go ``step_timeout_ms`` at most without ending
+    or stopping for a human. A run whose workflow history passes ``max_history_events`` (or
+    that Temporal suggests to) goes on as a new run of its workflow (continue-as-new) when its
+    next human answer arrives. ``run_worker=True`` (set by
     ``runstream worker``) runs the workflows and steps in this process too.
     """
 

@@ -6,18 +6,22 @@ workflow only orders activities by name and holds the run as data.
 A run's life as a workflow:
 
 * The workflow holds the run's state as JSON (a :func:`runstream._suspension.snapshot`: the
-  versioned :meth:`RunState.to_json` plus the restorable options) and runs it one loop step at
-  a time: each ``run_step`` activity restores the state, runs a model call and the tool calls
-  it made, publishes the step's chunks to the run's log with the sequence numbers the workflow
-  gave it, and returns the new state. A worker lost mid-step (its heartbeats stop) costs a
-  retry of that step on another worker; the chunks the lost attempt already published keep
-  their sequence numbers, so the log holds each chunk once.
+  versioned :meth:`RunState.to_json` plus the restorable options) and runs it in a ``run_step``
+  activity until it ends or stops for a human: the activity restores the state, runs the loop's
+  steps one after another, publishes their chunks to the run's log, stores the state at each
+  step's end with them, and returns the state. A worker lost mid-run (its heartbeats stop)
+  costs a retry on another worker, from the state stored at the last step's end; the chunks
+  the lost attempt already published keep their sequence numbers, so the log holds each chunk
+  once. (A ``run_step`` of an earlier version returns after each step, outcome ``step``.)
 * A run that stops for a human (an approval, a suspended tool) ends its log *segment* and waits
   for the ``continue_run`` update, sent by whichever API process the human answers through,
   maybe hours later. The update names the segment the continuation streams to; its validator
   refuses a call the run does not wait for.
 * ``end_segment`` closes a segment's log with the run's state, so the readers of a segment (the
   API process streaming it) get the final aggregates.
+* Past ``max_history_events`` (or when Temporal suggests it) the workflow continues as new when
+  a human's answer arrives, carrying the state and the answer: its history stays short.
+* :class:`UntilIdleWorkflow` is an until-idle stream's flow (:mod:`runstream.durable.idle`).
 """
 
 from __future__ import annotations
@@ -51,7 +55,8 @@ class RunPlan:
     step_timeout_ms: int
     max_history_events: int = 2_000
     """Past this many history events, the run goes on as a new run of its workflow (Temporal's
-    continue-as-new) at its next step boundary, so its history stays far under the limits."""
+    continue-as-new) when the next human answer arrives, so its history stays far under the
+    limits."""
     seq: int = 0
     """Where a continued-as-new run goes on: its segment's last chunk, its steps so far, and the
     next step's action (``None``: the run's start)."""
@@ -164,16 +169,7 @@ class AgentRunWorkflow:
                 return "failed"
             snapshot, seq = out.snapshot, out.seq
             action = Action("continue")
-            if out.outcome == "step":
-                info = workflow.info()
-                if (
-                    info.is_continue_as_new_suggested()
-                    or info.get_current_history_length() > plan.max_history_events
-                ):
-                    more = replace(
-                        plan, snapshot=snapshot, seq=seq, steps=step, action=action, segment=segment
-                    )
-                    workflow.continue_as_new(more)
+            if out.outcome == "step":  # (a worker of an earlier version stops after each step)
                 continue
             await self._end(plan, SegmentEnd(plan.run_id, segment, seq, snapshot))
             if out.outcome != "suspended":
@@ -185,6 +181,13 @@ class AgentRunWorkflow:
             await workflow.wait_condition(lambda: bool(self._answers))
             answer = self._answers.pop(0)
             segment, seq, action = answer.segment, 0, answer.action
+            info = workflow.info()
+            if (
+                info.is_continue_as_new_suggested()
+                or info.get_current_history_length() > plan.max_history_events
+            ):
+                more = replace(plan, snapshot=snapshot, segment=segment, seq=seq, steps=step, action=action)
+                workflow.continue_as_new(more)
 
     async def _step(self, plan: RunPlan, step: StepInput) -> StepOutput:
         out: StepOutput = await workflow.execute_activity(
