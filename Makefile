@@ -58,9 +58,10 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # (-q would hide the warnings --strict counts)
 
 # All parts at once: ruff, mypy and mkdocs use the CPU while pytest waits on its subprocesses
-# and servers. Any part that fails fails `make test` (once the others have finished).
+# and servers. Any part that fails fails `make test` (once the others have finished). Output
+# is not synced, so pytest's progress shows as it goes (--output-sync would hold it to the end).
 test: $(STAMP)
-	$(MAKE) --no-print-directory -j4 --output-sync=line lint typecheck docs unit
+	$(MAKE) --no-print-directory -j4 lint typecheck docs unit
 
 # The wheel and the sdist, into dist/ (uv's build frontend; hatchling is the backend).
 dist: $(STAMP)
