@@ -170,8 +170,15 @@ class ThreadRoutes:
             Route(f"{a}/send-tool-approval", self.send_tool_approval, methods=["POST"]),
         ]
 
-    async def _thread(self, request: Request, body: dict[str, Any]) -> tuple[Agent, ThreadKey]:
-        """The agent and the caller's thread named by the body (404 for another's thread)."""
+    async def _thread(
+        self,
+        request: Request,
+        body: dict[str, Any],
+        *,
+        foreign: Callable[[Agent, str], ApiError] | None = None,
+    ) -> tuple[Agent, ThreadKey]:
+        """The agent and the caller's thread named by the body (404 for another's thread: the
+        route's answer for a thread it does not know, ``foreign``'s, so the two look alike)."""
         agent = self.ctx.agent(request.path_params["agent_id"])
         thread_id = _text_field(body, "threadId")
         requested = body.get("resourceId")
@@ -182,7 +189,7 @@ class ThreadRoutes:
             raise ApiError(400, "Invalid request body: 'resourceId' is required")
         thread = await self.ctx.runstream.storage.get_thread(thread_id)
         if thread is not None and thread.resource_id != resource:
-            raise ApiError(404, "Thread not found")
+            raise foreign(agent, thread_id) if foreign is not None else ApiError(404, "Thread not found")
         return agent, (agent.id, resource, thread_id)
 
     def _channel(self, key: ThreadKey) -> _Channel:
@@ -346,7 +353,7 @@ class ThreadRoutes:
     # -- approvals and aborts ----------------------------------------------------------------------
     async def send_tool_approval(self, request: Request) -> Response:
         body = await json_body(request)
-        agent, key = await self._thread(request, body)
+        agent, key = await self._thread(request, body, foreign=_no_waiting_run)
         call_id = _text_field(body, "toolCallId")
         approved = body.get("approved")
         reason = body.get("reason")
@@ -424,14 +431,19 @@ class ThreadRoutes:
                 continue
             if any(c["toolCallId"] == call_id and c["requiresApproval"] for c in run["toolCalls"]):
                 return str(run["runId"])
-        raise ApiError(
-            404,
-            f'Agent "{agent.name}" sendToolApproval() could not find an active or suspended run for '
-            f'thread "{key[2]}". The run may have already completed or been resumed.',
-        )
+        raise _no_waiting_run(agent, key[2])
 
     async def abort(self, request: Request) -> Response:
         _, key = await self._thread(request, await json_body(request))
         channel = self.channels.get(key)
         run_id = channel.current_run if channel is not None else None
         return json_response({"aborted": run_id is not None and self.ctx.registry.abort(run_id)})
+
+
+def _no_waiting_run(agent: Agent, thread_id: str) -> ApiError:
+    """Mastra's 404 when no run on the thread waits for a decision (and for another's thread)."""
+    return ApiError(
+        404,
+        f'Agent "{agent.name}" sendToolApproval() could not find an active or suspended run for '
+        f'thread "{thread_id}". The run may have already completed or been resumed.',
+    )
