@@ -1,11 +1,17 @@
 """The errors runstream raises about a caller's input or setup are classes of its one tree
-(``runstream.errors``), each also the builtin it was before: one test per module group."""
+(``runstream.errors``), each also the builtin it was before: one test per module group. Every
+exception class of the source is found by AST and must be in the tree (or listed, with why, in
+``NOT_ERRORS``), and no ``raise ValueError(``/``raise TypeError(`` is left outside a short list."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import builtins
+import importlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -49,7 +55,148 @@ def raised(error: type[Exception], message: str, call: Callable[[], Any]) -> Exc
     return info.value
 
 
+PACKAGE = Path(__file__).resolve().parent.parent / "src" / "runstream"
+
+NOT_ERRORS = {
+    # Signals that end a piece of user code early; runstream catches each where it is raised.
+    "runstream.tools.ToolSuspended": "ToolContext.suspend() ends the tool; the tool step catches it",
+    "runstream.workflows.step.StepSuspended": "StepContext.suspend(); a BaseException so step code "
+    "cannot swallow it",
+    "runstream.workflows.step.StepBailed": "StepContext.bail(); a BaseException for the same reason",
+    # Stand-ins for errors that are not runstream's own: in the tree, the server would show them
+    # to callers as runstream's words instead of hiding them as a tool's or a vendor's own error.
+    "runstream.testing._playback.ScriptedError": "plays a provider's or a tool's own error in scripted runs",
+    "runstream.conformance.behavior.ExecutionAborted": "plays the Error a scenario's tool throws on abort",
+}
+"""Exception classes of ``src/runstream`` outside the tree, each with its reason (warning
+categories are not errors and are left out without a line here)."""
+
+BARE_RAISES_ALLOWED = {
+    ("runstream.chunks", "_default"): "the JSON encoders' default hook: json and orjson expect a "
+    "TypeError for a value they cannot encode",
+}
+"""``(module, function)`` pairs that may ``raise ValueError(...)``/``raise TypeError(...)``: a
+protocol asks for the builtin itself."""
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _sources() -> Iterator[tuple[str, ast.Module]]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        yield _module_name(path), ast.parse(path.read_text(), str(path))
+
+
+def _exception_classes() -> dict[str, type[BaseException]]:
+    """Every exception class defined in the source, by qualified name: found by AST, then
+    imported (only modules that define a class are imported: ``__main__`` modules run)."""
+    found: dict[str, type[BaseException]] = {}
+    for module, tree in _sources():
+        classes = [node.name for node in tree.body if isinstance(node, ast.ClassDef) and node.bases]
+        if not classes:
+            continue
+        namespace = vars(importlib.import_module(module))
+        for name in classes:
+            value = namespace[name]
+            if issubclass(value, BaseException) and not issubclass(value, Warning):
+                found[f"{module}.{name}"] = value
+    return found
+
+
+def test_every_exception_class_in_the_source_is_a_runstream_error() -> None:
+    found = _exception_classes()
+    assert len(found) > 50  # the enumeration sees the whole package, not a few modules
+    outside = {name for name, error in found.items() if not issubclass(error, RunstreamError)}
+    assert outside == set(NOT_ERRORS), "join runstream.errors' tree, or say in NOT_ERRORS why not"
+    assert not any(issubclass(found[name], RunstreamError) for name in NOT_ERRORS)
+
+
+def test_no_exception_class_hides_inside_a_function_or_class() -> None:
+    """Nested classes cannot be imported by the test above, so none may be an exception."""
+    exception_names = set(name.rsplit(".", 1)[1] for name in _exception_classes())
+    exception_names |= {
+        name
+        for name, value in vars(builtins).items()
+        if isinstance(value, type) and issubclass(value, BaseException)
+    }
+    nested: list[str] = []
+    for module, tree in _sources():
+        top = {id(node) for node in tree.body}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and id(node) not in top:
+                bases = {ast.unparse(base).rsplit(".", 1)[-1] for base in node.bases}
+                if bases & exception_names:
+                    nested.append(f"{module}:{node.lineno} {node.name}")
+    assert nested == []
+
+
+def _bare_raises(module: str, tree: ast.Module) -> Iterator[tuple[tuple[str, str], int]]:
+    def visit(node: ast.AST, function: str) -> Iterator[tuple[tuple[str, str], int]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                yield from visit(child, child.name)
+                continue
+            if isinstance(child, ast.Raise) and child.exc is not None:
+                raised = child.exc.func if isinstance(child.exc, ast.Call) else child.exc
+                if isinstance(raised, ast.Name) and raised.id in ("ValueError", "TypeError"):
+                    yield (module, function), child.lineno
+            yield from visit(child, function)
+
+    yield from visit(tree, "<module>")
+
+
+def test_no_bare_value_or_type_error_is_raised_outside_the_allow_list() -> None:
+    seen: set[tuple[str, str]] = set()
+    bare: list[str] = []
+    for module, tree in _sources():
+        for where, line in _bare_raises(module, tree):
+            seen.add(where)
+            if where not in BARE_RAISES_ALLOWED:
+                bare.append(f"{module}:{line} in {where[1]}")
+    assert bare == [], "raise a class of runstream.errors (InvalidInputError, ConfigurationError, ...)"
+    assert set(BARE_RAISES_ALLOWED) <= seen, "an allowed raise is gone: drop its line"
+
+
+def test_the_errors_that_joined_the_tree_answer_as_before() -> None:
+    from runstream.chunks import error_to_wire
+    from runstream.errors import ToolError
+    from runstream.mcp import MCPToolError
+    from runstream.server.errors import ApiError, status_of
+    from runstream.server.wire import public_error
+    from runstream.tools import ToolExecutionError
+
+    assert status_of(ApiError(413, "too large")) == 413 and status_of(ApiError(422, "no")) == 422
+    # An MCP server's text stays hidden from HTTP callers, as any tool's own exception is.
+    relayed = ToolExecutionError.wrapping(MCPToolError("MCP server 'fs': EACCES /etc/shadow"))
+    assert public_error(relayed, "read") == {"message": "Tool read failed", "name": "Error"}
+    own = ToolExecutionError.wrapping(ToolError("no such city"))
+    assert public_error(own, "lookup") is own
+    assert error_to_wire(MCPToolError("x")) == {"message": "x", "name": "MCPToolError"}  # as before
+
+
 def test_the_new_classes_keep_the_builtins_callers_caught() -> None:
+    from runstream.agent import RunNotFoundError
+    from runstream.durable.log import FencedOffError
+    from runstream.mcp.client import MCPConnectionError
+    from runstream.models.fallback import FallbackExhaustedError
+    from runstream.structured import StructuredOutputError
+    from runstream.tasks.until_idle import ContinuationLimitError
+
+    assert issubclass(FencedOffError, StateConflictError) and issubclass(FencedOffError, RuntimeError)
+    assert issubclass(ContinuationLimitError, RuntimeError) and issubclass(
+        MCPConnectionError, ConnectionError
+    )
+    assert issubclass(FallbackExhaustedError, RunstreamError)
+    assert issubclass(StructuredOutputError, ValueError) and issubclass(RunNotFoundError, LookupError)
+    from runstream._config_mapping import ConfigKeyError
+    from runstream.server.resumable import RunAlreadyStreamingError
+
+    assert issubclass(ConfigKeyError, InvalidInputError) and issubclass(ConfigKeyError, ValueError)
+    assert issubclass(InvalidOptionError, InvalidInputError) and issubclass(InvalidOptionError, TypeError)
+    assert issubclass(RunAlreadyStreamingError, StateConflictError)
+    assert issubclass(TaskStateError, StateConflictError)
     assert issubclass(InvalidTypeError, InvalidInputError) and issubclass(InvalidTypeError, TypeError)
     assert issubclass(ConfigurationError, InvalidInputError) and issubclass(ConfigurationError, ValueError)
     assert issubclass(ConfigurationTypeError, ConfigurationError) and issubclass(

@@ -27,27 +27,6 @@ def test_the_console_renderer_is_public() -> None:
     assert "ConsoleRenderer" in runstream.__all__ and runstream.ConsoleRenderer is console.ConsoleRenderer
 
 
-def test_every_error_is_a_runstream_error_and_keeps_its_builtin_base() -> None:
-    from runstream.agent import RunNotFoundError
-    from runstream.storage import StorageError
-    from runstream.structured import StructuredOutputError
-    from runstream.tasks.config import TaskStateError
-    from runstream.tools import ToolArgumentsError
-
-    for error in (RunNotFoundError, StorageError, StructuredOutputError, TaskStateError, ToolArgumentsError):
-        assert issubclass(error, RunstreamError), error
-    from runstream import InvalidInputError
-    from runstream._config_mapping import ConfigKeyError
-    from runstream.run_options import InvalidOptionError
-    from runstream.server.resumable import RunAlreadyStreamingError
-
-    assert issubclass(ConfigKeyError, InvalidInputError) and issubclass(ConfigKeyError, ValueError)
-    assert issubclass(InvalidOptionError, InvalidInputError) and issubclass(InvalidOptionError, TypeError)
-    assert issubclass(RunAlreadyStreamingError, StateConflictError)
-    assert issubclass(TaskStateError, StateConflictError)
-    assert issubclass(StructuredOutputError, ValueError) and issubclass(RunNotFoundError, LookupError)
-
-
 def test_the_tree_is_exported_at_the_package_root() -> None:
     import inspect
 

@@ -22,7 +22,7 @@ from runstream.abort import AbortSignal
 from runstream.chunks import AnyChunk, ObjectChunk, ObjectResultChunk
 from runstream.models.base import ModelRequest, ModelSettings
 from runstream.models.registry import ready_model
-from runstream.structured import NO_OBJECT, StructuredOutput, partial_object
+from runstream.structured import NO_OBJECT, StructuredOutput, StructuredOutputError, partial_object
 
 FROM = {"from": "structured-output"}
 PROMPT = (
@@ -103,7 +103,7 @@ async def structure(
         stream = await model.stream(request)
         async for part in stream.parts:
             if part["type"] == "error":
-                raise ValueError(f"the structuring model failed: {part.get('error')}")
+                raise StructuredOutputError(f"the structuring model failed: {part.get('error')}")
             if part["type"] != "text-delta" or not part["delta"]:
                 continue
             deltas.append(part["delta"])

@@ -28,7 +28,7 @@ from typing import Any
 from runstream._run_state import LoopConfig
 from runstream.chunks import AnyChunk, TextDeltaChunk
 from runstream.delegation import DelegationRun, hook_result
-from runstream.errors import RunstreamError
+from runstream.errors import InvalidInputError, RunstreamError
 from runstream.memory import Memory, MemoryScope
 from runstream.request_context import RequestContext
 from runstream.run_options import normalize_messages
@@ -149,9 +149,9 @@ def _max_steps(value: Any) -> int | None:
     try:
         steps = int(value)
     except (TypeError, ValueError):
-        raise ValueError(f"maxSteps must be a whole number, got {value!r}") from None
+        raise InvalidInputError(f"maxSteps must be a whole number, got {value!r}") from None
     if steps < 3:
-        raise ValueError(f"maxSteps must be at least 3, got {steps}")
+        raise InvalidInputError(f"maxSteps must be at least 3, got {steps}")
     return steps
 
 

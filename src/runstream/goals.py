@@ -28,6 +28,7 @@ from runstream.chunks import AnyChunk, DataChunk, GoalChunk
 from runstream.errors import InvalidInputError
 from runstream.models.base import LanguageModel, ModelRequest, PromptMessage
 from runstream.storage import Storage
+from runstream.structured import StructuredOutputError
 
 GoalStatus = Literal["active", "paused", "done"]
 DEFAULT_MAX_RUNS = 50
@@ -379,7 +380,7 @@ def _parse_verdict(text: str) -> dict[str, Any]:
     problems = _VERDICT.issues(value)
     if problems:
         listed = "\n".join(f"- {path or 'root'}: {message}" for path, message in problems)
-        raise ValueError(f"Structured output validation failed: {listed}")
+        raise StructuredOutputError(f"Structured output validation failed: {listed}")
     return value  # type: ignore[no-any-return]
 
 

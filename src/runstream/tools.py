@@ -88,10 +88,17 @@ def private_error_text(error: object, tool_name: str) -> str | None:
     """What is kept and shown outside the run of a tool's error, when not its text: "Tool
     <name> failed" for an exception the tool raised itself (its text may carry secrets or paths);
     ``None`` when the text is public: a :class:`~runstream.errors.ToolError` the tool raised, or
-    runstream's own errors (an unknown tool, bad arguments, an abort). The model in the run gets
-    the text either way; memory and HTTP callers get this."""
+    runstream's own errors (an unknown tool, bad arguments, an abort), but not an MCP server's
+    error an MCP tool relays. The model in the run gets the text either way; memory and HTTP
+    callers get this."""
     raised = error.__cause__ if isinstance(error, ToolExecutionError) else error
-    return None if isinstance(raised, RunstreamError) else f"Tool {tool_name} failed"
+    public = isinstance(raised, RunstreamError) and getattr(raised, "name", None) not in RELAYED_ERROR_NAMES
+    return None if public else f"Tool {tool_name} failed"
+
+
+RELAYED_ERROR_NAMES = frozenset({"MCPToolError"})
+"""Errors of the tree that carry another server's text, private as a tool's own exception is
+(named, not imported: ``runstream.mcp`` is an optional extra)."""
 
 
 class ToolNotFoundError(NotFoundError):

@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 from runstream.abort import AbortSignal, sleep
 from runstream.chunks import AnyChunk, dumps
+from runstream.errors import InvalidInputError
 from runstream.processors import ProcessorContext, StepView
 from runstream.testing.scripted import ScriptedError
 from runstream.tools import Tool, ToolContext
@@ -46,7 +47,7 @@ def _select_steps(behavior: Any, facts: Mapping[str, Any]) -> list[dict[str, Any
             return list(case["steps"])
     if "default" in behavior:
         return list(behavior["default"])
-    raise ValueError(f"no behaviour case matches {dict(facts)!r} and there is no default")
+    raise InvalidInputError(f"no behaviour case matches {dict(facts)!r} and there is no default")
 
 
 def _holds(key: str, expected: Any, facts: Mapping[str, Any]) -> bool:
@@ -89,8 +90,8 @@ def build_tool(spec: Mapping[str, Any], log: ToolExecutionLog) -> Tool:
             elif "suspend" in step:
                 await ctx.suspend(step["suspend"])
             else:
-                raise ValueError(f"unknown behaviour step {step!r}")
-        raise ValueError(f"behaviour of tool {name!r} ended without return, throw or suspend")
+                raise InvalidInputError(f"unknown behaviour step {step!r}")
+        raise InvalidInputError(f"behaviour of tool {name!r} ended without return, throw or suspend")
 
     return Tool(
         name,

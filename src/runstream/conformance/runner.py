@@ -22,6 +22,7 @@ from runstream.chunks import AnyChunk
 from runstream.conformance.behavior import RuleProcessor, StreamWriter, ToolExecutionLog, build_tool, contains
 from runstream.conformance.temporal import temporal_task_manager
 from runstream.conformance.workflow_runner import build_workflow, run_workflow_scenario
+from runstream.errors import RunstreamError
 from runstream.goals import DEFAULT_MAX_RUNS, GoalConfig
 from runstream.memory import Memory, memory_options
 from runstream.output import RunOutput
@@ -44,7 +45,7 @@ def _as_async(fn: Callable[[], None]) -> Callable[[], Awaitable[None]]:
     return call
 
 
-class UnsupportedScenario(Exception):
+class UnsupportedScenario(RunstreamError):
     """The scenario uses a feature this build does not implement yet."""
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from runstream.agent import Agent
 from runstream.conformance.behavior import StreamWriter, ToolExecutionLog, abortable_sleep, contains
+from runstream.errors import InvalidInputError
 from runstream.storage import InMemoryStorage, SqliteStorage, Storage
 from runstream.testing.scripted import ScriptedError, ScriptedModel
 from runstream.workflows import Step, StepContext, Workflow, WorkflowRun, WorkflowRunOutput, agent_step
@@ -73,7 +74,7 @@ def _add_entry(workflow: Workflow, entry: Mapping[str, Any], steps: Mapping[str,
     elif "sleep" in entry:
         workflow.sleep(entry["sleep"], id=entry.get("id"))
     else:
-        raise ValueError(f"unknown flow entry {dict(entry)!r}")
+        raise InvalidInputError(f"unknown flow entry {dict(entry)!r}")
 
 
 def _agent_step(spec: Mapping[str, Any]) -> Step:
@@ -120,8 +121,8 @@ def _behaviour_step(spec: Mapping[str, Any], log: ToolExecutionLog) -> Step:
             elif "bail" in action:
                 ctx.bail(copy.deepcopy(action["bail"]))
             else:
-                raise ValueError(f"unknown behaviour step {action!r}")
-        raise ValueError(f"behaviour of step {step_id!r} ended without return, throw, suspend or bail")
+                raise InvalidInputError(f"unknown behaviour step {action!r}")
+        raise InvalidInputError(f"behaviour of step {step_id!r} ended without return, throw, suspend or bail")
 
     return Step(
         step_id,
@@ -144,7 +145,7 @@ def _select(behavior: Any, facts: Mapping[str, Any]) -> list[dict[str, Any]]:
             return list(case["steps"])
     if "default" in behavior:
         return list(behavior["default"])
-    raise ValueError(f"no behaviour case matches {dict(facts)!r} and there is no default")
+    raise InvalidInputError(f"no behaviour case matches {dict(facts)!r} and there is no default")
 
 
 def _holds(key: str, expected: Any, facts: Mapping[str, Any]) -> bool:

@@ -24,7 +24,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from runstream.errors import ConfigurationError
+from runstream.errors import ConfigurationError, StateConflictError
 from runstream.tasks.redis_bus import retrying
 
 READ_BLOCK_MS = 1000
@@ -64,7 +64,7 @@ return 1
 """
 
 
-class FencedOffError(RuntimeError):
+class FencedOffError(StateConflictError, RuntimeError):
     """A newer attempt of the run's step writes its log: this one must stop."""
 
 

@@ -343,7 +343,7 @@ class MCPConnection:
         )
 
 
-class _SessionExpiredError(Exception):
+class _SessionExpiredError(RunstreamError):
     """The server refused a request because it does not know the session (so it did not run)."""
 
 

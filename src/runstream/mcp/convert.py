@@ -12,8 +12,10 @@ from typing import Any
 
 import mcp_types
 
+from runstream.errors import RunstreamError
 
-class MCPToolError(Exception):
+
+class MCPToolError(RunstreamError):
     """An MCP tool call failed: the server flagged its result as an error, or the call could not
     be made (unknown tool, connection lost)."""
 

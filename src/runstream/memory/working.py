@@ -355,9 +355,9 @@ class WorkingMemoryTool(Tool):
     async def _update(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         thread_id, resource_id = ctx.thread_id, ctx.resource_id
         if self.config.scope == "thread" and not thread_id:
-            raise ValueError("Thread ID is required for thread-scoped working memory updates")
+            raise InvalidInputError("Thread ID is required for thread-scoped working memory updates")
         if self.config.scope == "resource" and not resource_id:
-            raise ValueError("Resource ID is required for resource-scoped working memory updates")
+            raise InvalidInputError("Resource ID is required for resource-scoped working memory updates")
         given = args.get("memory")
         if self.config.schema is not None:
             if given is None:
@@ -398,4 +398,6 @@ def _parse_json_input(text: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raw = text if len(text) <= 500 else text[:500] + "..."
-        raise ValueError(f"Failed to parse working memory input as JSON: {exc}. Raw input: {raw}") from None
+        raise InvalidInputError(
+            f"Failed to parse working memory input as JSON: {exc}. Raw input: {raw}"
+        ) from None

@@ -20,7 +20,7 @@ from typing import Any
 
 from runstream._config_mapping import boolean, non_negative_int, read_config
 from runstream.abort import AbortError, AbortSignal
-from runstream.errors import ConfigurationError, ConfigurationTypeError
+from runstream.errors import ConfigurationError, ConfigurationTypeError, RunstreamError
 from runstream.models import _common
 from runstream.models.base import LanguageModel, ModelRequest, ModelStream, StreamPart
 
@@ -30,7 +30,7 @@ _PREAMBLE = frozenset({"stream-start", "response-metadata"})
 """Parts a model sends before its answer: a failure after them still falls back."""
 
 
-class FallbackExhaustedError(Exception):
+class FallbackExhaustedError(RunstreamError):
     """Every model of a fallback list failed (the last failure is the cause)."""
 
 

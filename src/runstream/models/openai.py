@@ -125,7 +125,12 @@ def translate_error(exc: Exception) -> ModelCallError:
     if isinstance(exc, openai.APIError):  # an error object inside a Chat Completions stream: Mastra
         message = vendor_message(exc.body, exc.message)  # streams it as it came, a plain Error
         return ModelCallError(message, name="Error", body=exc.body)
-    return call_error(f"Malformed OpenAI stream: {exc!r}")
+    return _malformed(repr(exc))
+
+
+def _malformed(detail: str) -> ModelCallError:
+    """A stream that breaks the Chat Completions protocol: a vendor fault like any other."""
+    return call_error(f"Malformed OpenAI stream: {detail}")
 
 
 def _put(body: dict[str, Any], **values: Any) -> None:
@@ -514,7 +519,7 @@ class _ChatMapper:
             parts.append({"type": "text-end", "id": "txt-0"})
         if self._pending:
             index, (call_id, _) = next(iter(self._pending.items()))
-            raise ValueError(f"tool call delta {index} ({call_id}) never named its function")
+            raise _malformed(f"tool call delta {index} ({call_id}) never named its function")
         for call_id, name, args in self._tools.values():
             parts.append({"type": "tool-input-end", "id": call_id})
             parts.append(
@@ -540,7 +545,7 @@ class _ChatMapper:
         if index is None:
             index = len(self._tools)
             if index not in self._tools and (not call.id or function is None or not function.name):
-                raise ValueError("a tool call delta without an index starts without an id and function name")
+                raise _malformed("a tool call delta without an index starts without an id and function name")
         entry = self._tools.get(index)
         if entry is None:
             pending = self._pending.setdefault(index, [call.id, ""])
@@ -552,7 +557,7 @@ class _ChatMapper:
             del self._pending[index]
             call_id, args = pending[0], pending[1] or ""
             if not call_id:
-                raise ValueError(f"tool call delta {index} names its function without an id")
+                raise _malformed(f"tool call delta {index} names its function without an id")
             self._tools[index] = [call_id, function.name, args]
             parts.append({"type": "tool-input-start", "id": call_id, "toolName": function.name})
             if args:

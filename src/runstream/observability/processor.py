@@ -29,6 +29,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, StatusCode
 
+from runstream.errors import ConfigurationError
 from runstream.observability.records import ENTITY_ATTRIBUTES, ENTITY_TYPES, SPAN_TYPES
 from runstream.observability.store import SpanStore
 
@@ -238,7 +239,7 @@ class StoreSpanProcessor(BatchSpanProcessor):
         max_export_batch_size: int = 512,
     ) -> None:
         if not 0.0 <= sample_rate <= 1.0:
-            raise ValueError("sample_rate must be from 0 to 1")
+            raise ConfigurationError("sample_rate must be from 0 to 1")
         self.traces = _Traces(sample_rate)
         self.stopped = False
         store.fed = True

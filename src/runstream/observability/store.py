@@ -21,6 +21,7 @@ from typing import Any, TypeAlias
 
 import orjson
 
+from runstream.errors import ConfigurationError
 from runstream.observability._sql import Backend, PostgresBackend, Row, SqliteBackend
 from runstream.observability.records import mastra_span
 
@@ -140,7 +141,7 @@ class SpanStore:
     ) -> None:
         for name, bound in (("max_spans", max_spans), ("max_signals", max_signals), ("max_logs", max_logs)):
             if bound < 1:
-                raise ValueError(f"{name} must be at least 1")
+                raise ConfigurationError(f"{name} must be at least 1")
         self._backend = backend
         self.max_age = max_age
         self.max_spans = max_spans

@@ -21,7 +21,7 @@ from runstream.errors import InvalidInputError, NotFoundError, RunstreamError, S
 logger = logging.getLogger("runstream.server")
 
 
-class ApiError(Exception):
+class ApiError(RunstreamError):
     """An error answered as ``{"error": message, ...extra}`` with ``status``."""
 
     def __init__(
@@ -56,6 +56,8 @@ async def handle_http_exception(request: Request, exc: Exception) -> Response:
 
 def status_of(exc: RunstreamError) -> int:
     """The HTTP status of an error of runstream's tree, by its class (500: not the caller's doing)."""
+    if isinstance(exc, ApiError):
+        return exc.status
     if isinstance(exc, InvalidInputError):
         return 400
     if isinstance(exc, NotFoundError):

@@ -35,7 +35,7 @@ from typing import Any
 from runstream import _tracing as tracing
 from runstream.abort import AbortController
 from runstream.chunks import AnyChunk, BackgroundTaskProgressChunk, ErrorChunk, chunk_from_wire
-from runstream.errors import InvalidInputError
+from runstream.errors import InvalidInputError, RunstreamError
 from runstream.output import RunOutput
 from runstream.tasks.bus import TaskSubscription
 
@@ -497,7 +497,7 @@ def _progress(run_id: str, running: set[str], elapsed_ms: int) -> AnyChunk:
     return BackgroundTaskProgressChunk(run_id, payload)
 
 
-class ContinuationLimitError(RuntimeError):
+class ContinuationLimitError(RunstreamError, RuntimeError):
     """An until-idle stream needed more continuation turns than ``max_continuations``."""
 
 
