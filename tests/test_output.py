@@ -225,10 +225,10 @@ async def test_cancelled_consumer_ends_the_run_without_hanging_others() -> None:
     assert text == ""
 
 
-async def test_interleaved_text_blocks_reach_every_consumer_and_both_drivers_alike() -> None:
+async def test_interleaved_text_blocks_reach_every_consumer_and_observed_runs_alike() -> None:
     """Deltas of two blocks in turn, an empty delta and a reasoning run: consumers taking turns
-    (each pulls for the other), a late one, and the wrapped loop (``agent_loop``, used
-    with callbacks) all see the same chunks."""
+    (each pulls for the other), a late one, and an observed run (with a callback) all see the
+    same chunks."""
     parts: list[StreamPart] = [
         START,
         {"type": "text-start", "id": "a"},

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runstream import Agent, ToolContext, tool
-from runstream._loop import agent_loop
+from runstream._loop import run_output
 from runstream._run_state import (
     STATE_VERSION,
     LoopConfig,
@@ -25,7 +25,7 @@ from runstream._run_state import (
     RunState,
     UnsupportedRunStateError,
 )
-from runstream.abort import AbortSignal
+from runstream.abort import AbortController, AbortSignal
 from runstream.agent import client_tool
 from runstream.chunks import AnyChunk
 from runstream.goals import GoalConfig
@@ -165,7 +165,7 @@ async def drive(
     """Run the loop from ``state`` to its end into ``chunks``, answering every stop for a human
     from ``answers``; with ``round_trip`` the state goes through JSON text at every stop, as a
     restart does. Returns the state it ended with."""
-    async for chunk in agent_loop(cfg, state, first):
+    async for chunk in run_output(cfg, state, first, AbortController()).full_stream:
         chunks.append(chunk)  # one by one: a durable run's snapshot notes how many came before it
     while state.status == "suspended":
         if round_trip:
@@ -175,7 +175,7 @@ async def drive(
         action = answer(state, next(answers, True))
         state.status = "running"
         cfg.abort_signal = AbortSignal()
-        async for chunk in agent_loop(cfg, state, action):
+        async for chunk in run_output(cfg, state, action, AbortController()).full_stream:
             chunks.append(chunk)
     return state
 

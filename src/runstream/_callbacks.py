@@ -22,7 +22,7 @@ A callback that raises ends the run with that error, as in Mastra (where it beco
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,39 +58,44 @@ class RunCallbacks:
     on_abort: Callback | None = None
 
 
-async def with_callbacks(
-    source: AsyncIterator[AnyChunk],
-    cfg: LoopConfig,
-    state: RunState,
-    callbacks: RunCallbacks,
-    full_output: Callable[[], dict[str, Any]],
-) -> AsyncIterator[AnyChunk]:
-    """``source`` with the callbacks called as its chunks pass."""
-    model = {"modelId": cfg.model.model_id, "provider": cfg.model.provider}
-    step_text: list[str] = []  # the text of the step in flight, for on_abort
-    try:
-        async for chunk in source:
-            kind = chunk.type
-            if callbacks.on_abort is not None:
-                if kind == "step-start":
-                    step_text.clear()
-                elif kind == "text-delta":
-                    step_text.append(chunk.payload["text"])
-            if callbacks.on_chunk is not None and kind in ON_CHUNK_TYPES:
-                await _call(callbacks.on_chunk, chunk)
-            elif kind == "step-finish" and callbacks.on_step_finish is not None and state.steps:
-                await _call(callbacks.on_step_finish, _step_event(state, model))
-            elif kind == "finish" and callbacks.on_finish is not None:
-                await _call(callbacks.on_finish, {**full_output(), "model": model})
-            elif kind == "error" and callbacks.on_error is not None:
-                await _call(callbacks.on_error, {"error": chunk.payload.get("error")})
-            elif kind == "abort" and callbacks.on_abort is not None:
-                await _call(callbacks.on_abort, {"steps": list(state.steps), "text": "".join(step_text)})
-            yield chunk
-    finally:
-        close = getattr(source, "aclose", None)
-        if close is not None:
-            await close()
+class CallbackObserver:
+    """The callbacks as an observer of a run's chunks (``runstream.output.Observer``): called as
+    each chunk passes, before the consumers get it."""
+
+    __slots__ = ("callbacks", "full_output", "model", "state", "step_text")
+
+    def __init__(
+        self,
+        cfg: LoopConfig,
+        state: RunState,
+        callbacks: RunCallbacks,
+        full_output: Callable[[], dict[str, Any]],
+    ) -> None:
+        self.callbacks = callbacks
+        self.state = state
+        self.full_output = full_output
+        self.model = {"modelId": cfg.model.model_id, "provider": cfg.model.provider}
+        self.step_text: list[str] = []  # the text of the step in flight, for on_abort
+
+    async def __call__(self, chunk: AnyChunk) -> Sequence[AnyChunk]:
+        callbacks, kind = self.callbacks, chunk.type
+        if callbacks.on_abort is not None:
+            if kind == "step-start":
+                self.step_text.clear()
+            elif kind == "text-delta":
+                self.step_text.append(chunk.payload["text"])
+        if callbacks.on_chunk is not None and kind in ON_CHUNK_TYPES:
+            await _call(callbacks.on_chunk, chunk)
+        elif kind == "step-finish" and callbacks.on_step_finish is not None and self.state.steps:
+            await _call(callbacks.on_step_finish, _step_event(self.state, self.model))
+        elif kind == "finish" and callbacks.on_finish is not None:
+            await _call(callbacks.on_finish, {**self.full_output(), "model": self.model})
+        elif kind == "error" and callbacks.on_error is not None:
+            await _call(callbacks.on_error, {"error": chunk.payload.get("error")})
+        elif kind == "abort" and callbacks.on_abort is not None:
+            steps = list(self.state.steps)
+            await _call(callbacks.on_abort, {"steps": steps, "text": "".join(self.step_text)})
+        return ()
 
 
 def _step_event(state: RunState, model: dict[str, str]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -209,23 +209,33 @@ class RunLogs:
         elif log is not None:
             log.watchers.clear()
 
-    def tee(self, run_id: str, source: AsyncIterator[AnyChunk]) -> AsyncIterator[AnyChunk]:
-        """``source``, each chunk also logged for observers (observable from now on)."""
-        return _tee(self.open(run_id), source)
+    def observer(self, run_id: str) -> RunLogObserver:
+        """An observer (``runstream.output.Observer``) that logs each chunk of the run for
+        :func:`observe` (observable from now on); :meth:`RunLogObserver.close` when it ends."""
+        return RunLogObserver(self.open(run_id))
 
 
-async def _tee(log: RunLog, source: AsyncIterator[AnyChunk]) -> AsyncIterator[AnyChunk]:
-    try:
-        async for chunk in source:
-            log.append(chunk)
-            for watcher in log.watchers:
-                result = watcher(chunk)
-                if inspect.isawaitable(result):
-                    await result
-            yield chunk
-    finally:
-        log.watchers.clear()
-        log.close()
+class RunLogObserver:
+    """Logs a run's chunks as they pass and calls the log's watchers."""
+
+    __slots__ = ("log",)
+
+    def __init__(self, log: RunLog) -> None:
+        self.log = log
+
+    async def __call__(self, chunk: AnyChunk) -> Sequence[AnyChunk]:
+        log = self.log
+        log.append(chunk)
+        for watcher in log.watchers:
+            result = watcher(chunk)
+            if inspect.isawaitable(result):
+                await result
+        return ()
+
+    def close(self) -> None:
+        """The run's stream ended."""
+        self.log.watchers.clear()
+        self.log.close()
 
 
 async def observe(

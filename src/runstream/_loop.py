@@ -1,8 +1,9 @@
 """The agentic loop: a short driver over typed step outcomes.
 
-``agent_loop`` is one async generator: it pulls chunks from the model step (``model_step``),
-which pulls provider parts from the model, so a consumer's ``async for`` drives the whole run
-with no producer task or queue on the token path (see DESIGN.md, hot-path rules). After each
+``run_chunks`` is one async generator, driven by the run's ``RunOutput`` (``run_output``): each
+model step is handed over as the part source of its provider parts, which the output pulls and
+has the step translate, so a consumer's ``async for`` drives the whole run with no producer
+task or queue on the token path (see DESIGN.md, hot-path rules). After each
 model step the loop decides what comes next and gets it as a value (:data:`StepOutcome`):
 :class:`Continue` with another step, :class:`Finish`, :class:`Suspend` for a human,
 :class:`Abort`, :class:`Tripwire` or :class:`Failed`; the tool step lives in ``tool_step``.
@@ -10,13 +11,13 @@ model step the loop decides what comes next and gets it as a value (:data:`StepO
 A run that needs a human (a tool awaiting approval, a tool that suspended) ends its stream after
 the ``tool-call-approval`` / ``tool-call-suspended`` chunk and leaves a
 :class:`~runstream._run_state.PendingToolStep` in the :class:`~runstream._run_state.RunState`;
-``agent_loop(..., resume=...)`` continues it.
+``run_output(..., resume=...)`` continues it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from runstream._ids import new_id
@@ -51,6 +52,7 @@ from runstream._tool_step import (
     run_tool_step,
     wait_for_background,
 )
+from runstream.abort import AbortController
 from runstream.chunks import (
     AbortChunk,
     AnyChunk,
@@ -60,7 +62,7 @@ from runstream.chunks import (
     StartChunk,
     TripwireChunk,
 )
-from runstream.output import SUB_STREAM, PartSource, SubStream
+from runstream.output import Observer, PartSource, RunOutput, SubStream
 from runstream.processors import ProcessorContext, StepView, TripWire, run_step_processors
 from runstream.stop_conditions import should_stop
 from runstream.structured import NO_OBJECT, StructuredOutput
@@ -76,44 +78,23 @@ Phase = AsyncIterator[AnyChunk | StepOutcome]
 CONTINUE = Continue()
 
 
-async def agent_loop(
-    cfg: LoopConfig, state: RunState, resume: ResumeAction | None = None
-) -> AsyncIterator[AnyChunk]:
-    """Run the agent until it stops; yields every chunk of the run, as one generator: a model
-    step's provider parts are pulled and translated right here (as ``RunOutput`` does for
-    :func:`run_chunks`), not in a generator of their own."""
-    async for item in run_chunks(cfg, state, resume):
-        if isinstance(item, Chunk):
-            yield item
-            continue
-        if not isinstance(item, PartSource):  # a sub-stream
-            async for chunk in item:
-                yield chunk
-            continue
-        pull, signal = item.parts.__anext__, item.signal
-        error: Exception | None = None
-        try:
-            while not signal.aborted:
-                try:
-                    translated: Any = item.translate(await pull())
-                except StopAsyncIteration:
-                    break
-                except Exception as exc:  # the provider's stream failed mid-way
-                    error = exc
-                    break
-                if type(translated) is not SUB_STREAM:
-                    if translated is not None:
-                        yield translated
-                    continue
-                async for chunk in translated:  # a part with more to do
-                    yield chunk
-                if item.stopped:
-                    break
-        except BaseException:  # cancelled, or closed by its consumer: the parts too
-            await item.aclose()
-            raise
-        async for chunk in item.end(error):
-            yield chunk
+def run_output(
+    cfg: LoopConfig,
+    state: RunState,
+    resume: ResumeAction | None,
+    controller: AbortController,
+    *,
+    observers: Sequence[Observer] = (),
+    on_close: Callable[[], Awaitable[None]] | None = None,
+) -> RunOutput:
+    """The run, driven by its :class:`~runstream.output.RunOutput` (every run's one driver: it
+    pulls each model step's provider parts and has the step translate them, then goes on here);
+    ``observers`` see each chunk before the consumers do (callbacks, title events, a durable
+    run's log). A new run's start chunk waits in the output, so the first read does not enter
+    the loop (when nothing observes it)."""
+    first = start_chunk(cfg, state) if resume is None and not observers else None
+    source = run_chunks(cfg, state, resume, started=first is not None)
+    return RunOutput(source, state, controller, on_close=on_close, first=first, observers=observers)
 
 
 def start_chunk(cfg: LoopConfig, state: RunState) -> StartChunk:
@@ -124,11 +105,11 @@ def start_chunk(cfg: LoopConfig, state: RunState) -> StartChunk:
 async def run_chunks(
     cfg: LoopConfig, state: RunState, resume: ResumeAction | None = None, *, started: bool = False
 ) -> AsyncIterator[AnyChunk | SubStream | PartSource]:
-    """:func:`agent_loop`, except that each model step comes as a
-    :class:`~runstream.output.PartSource` whose provider parts the consumer pulls and translates
-    itself until they end, then goes on here: ``RunOutput`` does, two generator layers less per
-    token (async generators have no ``yield from``). Still one pull-through chain, no task or
-    queue. ``started``: the new run's :func:`start_chunk` is out already (the caller sent it)."""
+    """The run's chunks; each model step comes as a :class:`~runstream.output.PartSource` whose
+    provider parts the consumer (``RunOutput``) pulls and translates itself until they end, then
+    goes on here: no generator of the loop or the step per token (async generators have no
+    ``yield from``). One pull-through chain, no task or queue. ``started``: the new run's
+    :func:`start_chunk` is out already (the caller sent it)."""
     if resume is None and not started:  # the first chunk goes out before anything else is set up
         yield start_chunk(cfg, state)
     outcome: StepOutcome = CONTINUE
@@ -179,7 +160,7 @@ async def _begin(cfg: LoopConfig, state: RunState, resume: ResumeAction | None) 
     else:  # a resumed run goes on where it stopped: no new start chunk (as in Mastra)
         pending = state.pending
         if pending is None:
-            raise RuntimeError("agent_loop resumed without a pending tool step")
+            raise RuntimeError("run_chunks resumed without a pending tool step")
         open_new_message(state)  # and, as in Mastra, as a new response message
         for denied in answer_pending(state, pending, resume):
             yield denied

@@ -17,11 +17,11 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Unpack
 
 from runstream import _tracing as tracing
-from runstream._callbacks import with_callbacks
+from runstream._callbacks import CallbackObserver
 from runstream._durable_api import RunLogs, list_active_runs, observe, recover_active_runs, recover_options
 from runstream._idle_stream import IdleStreams, UntilIdle, check_idle_options
 from runstream._ids import new_id
-from runstream._loop import agent_loop, run_chunks, start_chunk
+from runstream._loop import run_output
 from runstream._messages import ContinuedMessage, rewrite_prompt_result
 from runstream._plain_runs import PlainRuns
 from runstream._run_state import LoopConfig, ResumeAction, RunState
@@ -46,7 +46,7 @@ from runstream.memory import Memory, MemoryInput, MemoryScope, run_memory
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
 from runstream.models.fallback import FallbackModel, ModelChoice
 from runstream.models.registry import as_model, ready_model
-from runstream.output import RunOutput, full_output
+from runstream.output import Observer, RunOutput, full_output
 from runstream.request_context import Dynamic, RequestContext, resolve
 from runstream.run_options import (
     DEFAULT_POLICY,
@@ -629,7 +629,12 @@ class Agent:
             model=cfg.model.model_id,
         )
 
+        # a durable run is observable (Mastra's observe): its chunks are logged as they pass
+        run_log = self._run_logs.observer(state.run_id) if cfg.on_step_end is not None else None
+
         async def on_close() -> None:
+            if run_log is not None:
+                run_log.close()
             tracing.end_agent_span(state.span, state.status, state.finish_reason, state.error, state.usage)
             self._durable_runs.finished(state.run_id)
             storage = self._run_storage()
@@ -643,24 +648,18 @@ class Agent:
                 await storage.delete_snapshot(NAMESPACE, state.run_id)
             await self._save_turn(cfg, state, options)
 
-        scope = options.memory if memory is not None else None  # for generateTitle's emitEvent
-        titled = memory is not None and scope is not None and memory.emits_title_events
-        if not titled and not options.has_callbacks and cfg.on_step_end is None:
-            # Unwrapped, the loop hands each model step over whole: RunOutput pulls its parts.
-            # A new run's start chunk waits in the output: the first read does not enter the loop.
-            first = start_chunk(cfg, state) if resume is None else None
-            source = run_chunks(cfg, state, resume, started=first is not None)
-            return RunOutput(source, state, controller, on_close=on_close, first=first)
-        wrapped = agent_loop(cfg, state, resume)
-        if memory is not None and scope is not None:
-            wrapped = memory.title_event(
-                wrapped, scope, cfg.model, options.request_context, lambda: state.messages
+        observers: list[Observer] = []
+        if memory is not None and options.memory is not None:  # generateTitle's emitEvent
+            titles = memory.title_observer(
+                options.memory, cfg.model, options.request_context, lambda: state.messages
             )
+            if titles is not None:
+                observers.append(titles)
         if options.has_callbacks:
-            wrapped = with_callbacks(wrapped, cfg, state, options.callbacks, partial(full_output, state))
-        if cfg.on_step_end is not None:  # a durable run: observable (Mastra's observe)
-            wrapped = self._run_logs.tee(state.run_id, wrapped)
-        return RunOutput(wrapped, state, controller, on_close=on_close)
+            observers.append(CallbackObserver(cfg, state, options.callbacks, partial(full_output, state)))
+        if run_log is not None:
+            observers.append(run_log)
+        return run_output(cfg, state, resume, controller, observers=observers, on_close=on_close)
 
     def _run_storage(self) -> Storage | None:
         if self.memory is not None and self.memory.storage is not None:

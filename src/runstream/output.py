@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import warnings
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Generator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
 from types import AsyncGeneratorType
 from typing import Any, Generic, TypeVar, cast
 
@@ -56,8 +56,7 @@ class PartSource:
     """A model step's provider stream, handed over as one item of a stream, like a sub-stream:
     its consumer pulls the provider's parts itself and turns each into chunks with
     :meth:`translate`, so a token costs a function call rather than a generator layer.
-    ``RunOutput`` drives it inline, and so does ``runstream._loop.agent_loop`` (the loop as
-    one generator, for callbacks and durable runs)."""
+    ``RunOutput`` drives it inline."""
 
     __slots__ = ()
 
@@ -86,6 +85,12 @@ class PartSource:
         aclose = getattr(self.parts, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+Observer = Callable[[AnyChunk], Awaitable[Sequence[AnyChunk]]]
+"""Sees each chunk of a run before any consumer does (run callbacks, a thread's title event, a
+durable run's log): ``RunOutput`` awaits it, and streams the chunks it returns (usually none)
+just before that chunk. A run without observers takes the same path with no per-chunk cost."""
 
 
 class _DeltaRun:
@@ -125,9 +130,12 @@ class RunOutput:
         *,
         on_close: Callable[[], Awaitable[None]] | None = None,
         first: AnyChunk | None = None,
+        observers: Sequence[Observer] = (),
     ) -> None:
         """``first``: the run's first chunk, when it is known before ``source`` runs (a new
-        run's ``start``): a consumer gets it without entering the source."""
+        run's ``start``): a consumer gets it without entering the source (a run with
+        ``observers`` has its source yield it, so that they see it too). ``observers``: see
+        :data:`Observer`, called in order (each sees the chunks the earlier ones added)."""
         # Typed as chunks for the hot path; a sub-stream among them is spotted by its type.
         self._pull: Callable[[], Awaitable[Any]] = source.__anext__
         self._source: PartSource | None = None
@@ -142,9 +150,11 @@ class RunOutput:
         self._open_run: _DeltaRun | None = None  # the delta run at the buffer's end, if any
         self._open_index = 0
         self._on_close = on_close
+        self._observers = tuple(observers)
         self.state = state
         self._controller = controller
         if first is not None:
+            assert not observers, "an observed run's source yields its first chunk"
             self._keep(first)
 
     # -- identity -------------------------------------------------------------------------------
@@ -196,6 +206,7 @@ class RunOutput:
                 continue
             # This consumer is the furthest ahead: it pulls the next chunks for everyone for as
             # long as nobody else pulls in between (with one consumer, a plain pull-through).
+            observed = self._observers
             run = self._open_run
             texts: list[str] = run.texts if run is not None else []
             kept = self._kept
@@ -229,6 +240,9 @@ class RunOutput:
                 self._pulling = False  # (inline: the hot path)
                 if self._waiters:
                     self._wake_waiters()
+                if observed and (added := await self._observe(chunk, source)):
+                    i, j = self._keep_all([*added, chunk])  # replayed from the first one added
+                    break
                 if (source is not None and source.continues) or (
                     run is not None
                     and type(chunk) is run.cls
@@ -263,12 +277,52 @@ class RunOutput:
                 if self._kept != kept:  # another consumer pulled meanwhile: replay from i, j
                     break
 
-    async def _cancelled(self, source: PartSource | None) -> None:
-        """A consumer was cancelled mid-pull: that ends the run (reader cancel = abort)."""
-        self._stop_pulling()
+    async def _observe(self, chunk: Any, source: PartSource | None) -> Sequence[AnyChunk]:
+        """Hand ``chunk`` (if a chunk: not nothing, a sub-stream or a part source) to the
+        observers; returns what they add before it (each observer sees what the earlier ones
+        added, then ``chunk``). An observer that raises ends the run with its error (as a run
+        callback does in Mastra)."""
+        if chunk is None or type(chunk) is SUB_STREAM or isinstance(chunk, PartSource):
+            return ()
+        added: Sequence[AnyChunk] = ()
+        try:
+            for observer in self._observers:
+                if not added:
+                    added = await observer(chunk)
+                    continue
+                seen: list[AnyChunk] = []
+                for each in added:
+                    seen.extend(await observer(each))
+                    seen.append(each)
+                seen.extend(await observer(chunk))
+                added = seen
+        except (asyncio.CancelledError, GeneratorExit):
+            await self._cancelled(source)
+            raise
+        except Exception as exc:
+            self._stop_pulling()
+            await self._close_part_sources(source)
+            await self._failed(exc)
+            raise
+        return added
+
+    def _keep_all(self, chunks: list[AnyChunk]) -> tuple[int, int]:
+        """Keep ``chunks``; returns the position of the first one."""
+        run = self._open_run
+        position = (self._open_index, len(run.texts)) if run is not None else (len(self._buffer), 0)
+        for each in chunks:
+            self._keep(each)
+        return position
+
+    async def _close_part_sources(self, source: PartSource | None) -> None:
         for part_source in (source, *(outer for _, outer in self._outer)):
             if part_source is not None:  # (one whose part's sub-stream was being pulled too)
                 await part_source.aclose()
+
+    async def _cancelled(self, source: PartSource | None) -> None:
+        """A consumer was cancelled mid-pull: that ends the run (reader cancel = abort)."""
+        self._stop_pulling()
+        await self._close_part_sources(source)
         self._controller.abort("stream consumer cancelled")
         if self.state.status == "running":
             self.state.status = "aborted"

@@ -3,7 +3,7 @@ end of a log segment.
 
 ``run_step`` restores the run from the workflow's JSON, builds the loop configuration from the
 agent (as a run restored from a snapshot does, :meth:`Agent._configure`), and drives
-:func:`runstream._loop.agent_loop` as in-process, step after step, with no round trip through
+:func:`runstream._loop.run_output` as in-process, step after step, with no round trip through
 Temporal between them: the loop's ``on_step_end`` hook (called after a step's tool calls, where
 an in-process durable run saves its snapshot) stores the state in the log with the chunks
 before it, and a later attempt (after a lost worker) goes on from there. When the run ends or
@@ -28,7 +28,7 @@ from temporalio.exceptions import ApplicationError
 
 from runstream import _suspension as suspension
 from runstream._clock import iso_now
-from runstream._loop import agent_loop
+from runstream._loop import run_output
 from runstream._run_state import LoopConfig, ResumeAction, RunState
 from runstream.abort import AbortController
 from runstream.chunks import dumps
@@ -129,14 +129,15 @@ class RunActivities:
             publisher.mark(dumps(data))
 
         cfg.on_step_end = step_ended
-        source = agent_loop(cfg, state, resume)
         memory = cfg.memory if cfg.thread_id is not None else None
+        titles = None
         if memory is not None and options.memory is not None:  # generateTitle's emitEvent
-            source = memory.title_event(
-                source, options.memory, cfg.model, options.request_context, lambda: state.messages
+            titles = memory.title_observer(
+                options.memory, cfg.model, options.request_context, lambda: state.messages
             )
+        out = run_output(cfg, state, resume, controller, observers=[titles] if titles else [])
         try:
-            async for chunk in source:
+            async for chunk in out.full_stream:
                 _raise_if_cancelled()
                 await publisher.put(dumps(chunk.to_wire()))
         except BaseException:

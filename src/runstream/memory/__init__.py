@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -50,7 +50,6 @@ from runstream._messages import (
     rewrite_task_result,
     suspension_record,
 )
-from runstream.chunks import AnyChunk
 from runstream.errors import ConfigurationError, InvalidInputError, InvalidTypeError
 from runstream.memory.semantic import (
     EmbeddingQueue,
@@ -59,7 +58,7 @@ from runstream.memory.semantic import (
     query_text,
     recall,
 )
-from runstream.memory.titles import TitleGeneration, generate_title, title_before_finish
+from runstream.memory.titles import TitleGeneration, TitleObserver, generate_title
 from runstream.memory.working import TOOL_NAME, Change, WorkingMemory, WorkingMemoryTool
 from runstream.models.base import LanguageModel, PromptMessage
 from runstream.request_context import RequestContext, resolve
@@ -400,25 +399,24 @@ class Memory:
 
     @property
     def emits_title_events(self) -> bool:
-        """Whether a run's stream carries its thread's title (:meth:`title_event` wraps it)."""
+        """Whether a run's stream carries its thread's title (:meth:`title_observer` adds it)."""
         config = self.generate_title
         return config is not None and config.emit_event and not self.read_only
 
-    def title_event(
+    def title_observer(
         self,
-        source: AsyncIterator[AnyChunk],
         scope: MemoryScope,
         model: LanguageModel,
         request_context: RequestContext,
         conversation: Callable[[], Sequence[PromptMessage]],
-    ) -> AsyncIterator[AnyChunk]:
-        """``source`` with the title made before its ``finish`` when ``generate_title`` has
-        ``emit_event`` (see :func:`~runstream.memory.titles.title_before_finish`)."""
+    ) -> TitleObserver | None:
+        """The observer of a run's chunks that titles the thread before its ``finish`` when
+        ``generate_title`` has ``emit_event`` (see :class:`~runstream.memory.titles.TitleObserver`);
+        ``None`` otherwise."""
         config = self.generate_title
         if config is None or not self.emits_title_events:
-            return source
-        return title_before_finish(
-            source,
+            return None
+        return TitleObserver(
             self._storage(),
             scope.thread_id,
             config,

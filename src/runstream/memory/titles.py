@@ -1,7 +1,7 @@
 """Thread titles, as Mastra's ``generateTitle``: after a turn is saved on a thread that has no
 title yet, one model call turns the conversation into a title, stored on the thread. With
 ``emitEvent`` the title is made before the run's ``finish`` chunk instead, and a transient
-``data-thread-title`` chunk (``{threadId, title}``) precedes it (:func:`title_before_finish`).
+``data-thread-title`` chunk (``{threadId, title}``) precedes it (:class:`TitleObserver`).
 
 The model gets Mastra's instructions (or the configured ones) as its system message and the
 thread's messages as a transcript (``User: ...``, ``Assistant: ...``, tool calls and results cut
@@ -15,7 +15,7 @@ import inspect
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,36 +102,55 @@ async def generate_title(
         logger.exception("Error generating the title of thread %s", thread_id)
 
 
-async def title_before_finish(
-    source: AsyncIterator[AnyChunk],
-    storage: Storage,
-    thread_id: str,
-    config: TitleGeneration,
-    agent_model: LanguageModel,
-    request_context: RequestContext,
-    conversation: Callable[[], Sequence[PromptMessage]],
-    on_title_generated: Callable[[str], Any] | None = None,
-) -> AsyncIterator[AnyChunk]:
-    """``source`` with the thread titled (if it has no title) when its ``finish`` arrives: the
-    title is stored and a transient ``data-thread-title`` chunk streams just before ``finish``
-    (Mastra's ``emitEvent``). ``conversation`` gives the thread's messages as the run sees them
-    (not saved yet)."""
-    try:
-        async for chunk in source:
-            if chunk.type == "finish":
-                title = await _title_now(
-                    storage, thread_id, config, agent_model, request_context, conversation()
-                )
-                if title:
-                    yield DataChunk(
-                        "data-thread-title", {"threadId": thread_id, "title": title}, transient=True
-                    )
-                    await _notify(on_title_generated, title)
-            yield chunk
-    finally:
-        close = getattr(source, "aclose", None)
-        if close is not None:
-            await close()
+class TitleObserver:
+    """Titles the thread (if it has no title) when a run's ``finish`` passes: the title is
+    stored and a transient ``data-thread-title`` chunk streams just before ``finish`` (Mastra's
+    ``emitEvent``); a ``runstream.output.Observer``. ``conversation`` gives the thread's
+    messages as the run sees them (not saved yet)."""
+
+    __slots__ = (
+        "agent_model",
+        "config",
+        "conversation",
+        "on_title_generated",
+        "request_context",
+        "storage",
+        "thread_id",
+    )
+
+    def __init__(
+        self,
+        storage: Storage,
+        thread_id: str,
+        config: TitleGeneration,
+        agent_model: LanguageModel,
+        request_context: RequestContext,
+        conversation: Callable[[], Sequence[PromptMessage]],
+        on_title_generated: Callable[[str], Any] | None = None,
+    ) -> None:
+        self.storage = storage
+        self.thread_id = thread_id
+        self.config = config
+        self.agent_model = agent_model
+        self.request_context = request_context
+        self.conversation = conversation
+        self.on_title_generated = on_title_generated
+
+    async def __call__(self, chunk: AnyChunk) -> Sequence[AnyChunk]:
+        if chunk.type != "finish":
+            return ()
+        title = await _title_now(
+            self.storage,
+            self.thread_id,
+            self.config,
+            self.agent_model,
+            self.request_context,
+            self.conversation(),
+        )
+        if not title:
+            return ()
+        await _notify(self.on_title_generated, title)
+        return (DataChunk("data-thread-title", {"threadId": self.thread_id, "title": title}, transient=True),)
 
 
 async def _title_now(

@@ -1,6 +1,8 @@
-"""A model step as a part source: however its provider stream ends (run out, aborted, failed,
-the consumer gone), the stream is closed, the step ends with the right chunks, and a run with
-callbacks (``agent_loop`` drives the part source) streams the same as one without (``RunOutput`` inline)."""
+"""Observers of a run's chunks (``runstream.output.Observer``: run callbacks, title events, a
+durable run's log): they see each chunk before any consumer, what they add streams before the
+chunk, one that raises ends the run with its error; and an observed run, driven by the same
+``RunOutput`` as a plain one, ends its model step the same way however the provider's stream
+ends (run out, aborted, failed, the consumer gone): the stream closed, the step's right chunks."""
 
 from __future__ import annotations
 
@@ -11,8 +13,11 @@ from typing import Any
 import pytest
 
 from runstream import AbortController, Agent
-from runstream.chunks import AnyChunk
+from runstream._run_state import RunState
+from runstream.chunks import AnyChunk, DataChunk, StartChunk, TextDeltaChunk, chunk_from_wire
 from runstream.models.base import ModelRequest, ModelStream, StreamPart
+from runstream.output import RunOutput
+from runstream.testing import ScriptedModel
 
 USAGE = {"inputTokens": 1, "outputTokens": 2, "totalTokens": 3}
 
@@ -63,9 +68,7 @@ def ignore(_: AnyChunk) -> None:
     pass
 
 
-DRIVERS = pytest.mark.parametrize(
-    "options", [{}, {"on_chunk": ignore}], ids=["RunOutput inline", "agent_loop"]
-)
+DRIVERS = pytest.mark.parametrize("options", [{}, {"on_chunk": ignore}], ids=["plain", "observed"])
 
 
 @DRIVERS
@@ -132,9 +135,10 @@ async def test_a_stopped_stream_is_not_pulled_again_after_an_abort_between_parts
     assert not model.held.is_set()
 
 
-async def test_a_consumer_gone_mid_part_closes_the_provider_stream() -> None:
+@DRIVERS
+async def test_a_consumer_gone_mid_part_closes_the_provider_stream(options: dict[str, Any]) -> None:
     model = WatchedModel("hang")
-    out = await Agent("a", model=model).stream("hi")
+    out = await Agent("a", model=model).stream("hi", **options)
 
     async def read() -> None:
         async for _ in out.full_stream:
@@ -179,3 +183,109 @@ async def test_a_malformed_part_ends_the_step_with_an_error(options: dict[str, A
     assert types(chunks) == ["start", "step-start", "error", "step-finish", "finish"]
     assert isinstance(chunks[2].payload["error"], KeyError)
     assert chunks[-1].payload["stepResult"]["reason"] == "error"
+
+
+REPLY = [
+    {"type": "stream-start", "warnings": []},
+    {"type": "text-start", "id": "t"},
+    {"type": "text-delta", "id": "t", "delta": "one "},
+    {"type": "text-delta", "id": "t", "delta": "two"},
+    {"type": "text-end", "id": "t"},
+    {"type": "finish", "finishReason": "stop", "usage": USAGE},
+]
+
+
+async def test_observers_see_every_chunk_in_order_before_any_consumer() -> None:
+    """The start chunk too (it is not read ahead of the loop then), and each observer after
+    the one before it."""
+    seen: dict[str, list[str]] = {"first": [], "second": []}
+    received: list[str] = []
+
+    def observer(name: str, other: str | None) -> Any:
+        async def observe(chunk: AnyChunk) -> tuple[AnyChunk, ...]:
+            assert len(received) == len(seen[name])  # no consumer has it yet
+            if other is not None:
+                assert len(seen[other]) == len(seen[name]) + 1  # the earlier observer has it
+            seen[name].append(chunk.type)
+            return ()
+
+        return observe
+
+    out = await Agent("a", model=ScriptedModel(calls=[{"parts": REPLY}])).stream("hi")
+    observed = RunOutput(
+        _replay(out), RunState.new("r", "m", [], 0), AbortController(),
+        observers=[observer("first", None), observer("second", "first")],
+    )  # fmt: skip
+    async with asyncio.timeout(5):
+        async for chunk in observed.full_stream:
+            received.append(chunk.type)
+    assert received == seen["first"] == seen["second"]
+    assert received[0] == "start" and received[-1] == "finish"
+
+
+async def _replay(out: RunOutput) -> AsyncIterator[AnyChunk]:
+    async for chunk in out.full_stream:
+        yield chunk
+
+
+async def test_what_an_observer_adds_streams_before_its_chunk_for_every_consumer() -> None:
+    """A title before ``finish``: the later observers see it too, a late consumer replays it,
+    and the deltas around it are kept as deltas."""
+    later: list[str] = []
+
+    async def title(chunk: AnyChunk) -> tuple[AnyChunk, ...]:
+        if chunk.type == "finish":
+            return (DataChunk("data-thread-title", {"title": "T"}, transient=True),)
+        if chunk.type == "text-delta" and chunk.payload["text"] == "two":
+            return (TextDeltaChunk("r", {"id": "t", "text": "(and) "}),)
+        return ()
+
+    async def record(chunk: AnyChunk) -> tuple[AnyChunk, ...]:
+        later.append(chunk.type)
+        return ()
+
+    async def source() -> AsyncIterator[AnyChunk]:
+        yield StartChunk("r", {"id": "a", "messageId": "m"})
+        yield TextDeltaChunk("r", {"id": "t", "text": "one "})
+        yield TextDeltaChunk("r", {"id": "t", "text": "two"})
+        yield _finish()
+
+    out = RunOutput(source(), RunState.new("r", "m", [], 0), AbortController(), observers=[title, record])
+    first = [chunk async for chunk in out.full_stream]
+    late = [chunk async for chunk in out.full_stream]
+    expected = ["start", "text-delta", "text-delta", "text-delta", "data-thread-title", "finish"]
+    assert types(first) == expected == later
+    assert [c.payload["text"] for c in first if c.type == "text-delta"] == ["one ", "(and) ", "two"]
+    assert late == first
+
+
+def _finish() -> AnyChunk:
+    return chunk_from_wire({"type": "finish", "runId": "r", "from": "AGENT", "payload": {}})
+
+
+@pytest.mark.parametrize("at", ["start", "text-delta"])
+async def test_an_observer_that_raises_ends_the_run_with_its_error(at: str) -> None:
+    """As a run callback that raises does in Mastra: the consumer gets the error, the run is
+    failed, and a model step in flight has its provider stream closed."""
+    model = WatchedModel("finish")
+
+    def on_chunk(chunk: AnyChunk) -> None:
+        raise ValueError(f"observer broke at {chunk.type}")
+
+    out = await Agent("a", model=model).stream("hi", on_chunk=on_chunk if at != "start" else ignore)
+    if at == "start":
+
+        async def broken(chunk: AnyChunk) -> tuple[AnyChunk, ...]:
+            raise ValueError("observer broke at start")
+
+        out = RunOutput(_replay(out), RunState.new("r", "m", [], 0), AbortController(), observers=[broken])
+    seen: list[AnyChunk] = []
+    async with asyncio.timeout(5):
+        with pytest.raises(ValueError, match=f"observer broke at {at}"):
+            async for chunk in out.full_stream:
+                seen.append(chunk)
+    assert out.status == "failed"
+    assert isinstance(out.error, ValueError)
+    if at == "text-delta":
+        assert types(seen) == ["start", "step-start", "text-start"]
+        assert model.closed.is_set() and not model.held.is_set()
