@@ -4,6 +4,7 @@ which way imports run, no import cycles (type-only imports count), and the size 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -174,3 +175,22 @@ def test_functions_and_modules_stay_short() -> None:
                 if length > MAX_FUNCTION_LINES:
                     too_long.append(f"{name}.{node.name}: {length} lines")
     assert not too_long, "\n".join(too_long)
+
+
+def test_the_map_names_every_module() -> None:
+    """docs/architecture.md names every module of ``src/runstream`` in backticks: by its path
+    (``server/sse.py``), its file name in its package's line (``base.py``), or a package by
+    ``name/`` for its ``__init__.py``. A new module without a line fails here."""
+
+    doc = (SRC.parent / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"`([^`]+)`", doc))
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        if path.name == "__init__.py":
+            names = {f"{relative.parent.as_posix()}/" if relative.parent.parts else "runstream"}
+        else:
+            names = {relative.as_posix(), path.name}
+        if not names & named:
+            missing.append(relative.as_posix())
+    assert missing == [], "give each a line in docs/architecture.md"

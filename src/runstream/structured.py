@@ -60,12 +60,12 @@ class StructuredOutput:
     """With ``structuring_model``: the structuring model's system prompt (default: one made from
     the schema). Without it, under ``json_prompt_injection``: used instead of the schema dump."""
     json_prompt_injection: JsonPromptInjection = False
-    provider_options: dict[str, Any] | None = None
-    """Provider options of the structuring model's call (e.g. ``{"openai": {"reasoningEffort":
-    "low"}}``), with ``structuring_model``."""
     """``True``/``"system"``: the schema goes into the system prompt instead of the model's
     response format; ``"inline"``: into the latest user message; ``"auto"``: the native format
     for providers that have one (openai, anthropic, google), ``"inline"`` otherwise."""
+    provider_options: dict[str, Any] | None = None
+    """Provider options of the structuring model's call (e.g. ``{"openai": {"reasoningEffort":
+    "low"}}``), with ``structuring_model``."""
 
     @classmethod
     def coerce(cls, value: Any) -> StructuredOutput | None:
