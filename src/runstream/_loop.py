@@ -62,6 +62,7 @@ from runstream.chunks import (
     StartChunk,
     TripwireChunk,
 )
+from runstream.models.prompt import AssistantPart
 from runstream.output import Observer, PartSource, RunOutput, SubStream
 from runstream.processors import ProcessorContext, StepView, TripWire, run_step_processors
 from runstream.stop_conditions import should_stop
@@ -215,7 +216,7 @@ def _after_model_step(cfg: LoopConfig, state: RunState, turn: Turn, step: ModelS
         state.reasoning.append("".join(step.reasoning))
     content = step.content()
     if content:  # the assistant's response message for this step
-        state.messages.append({"role": "assistant", "content": list(content)})
+        state.messages.append({"role": "assistant", "content": [*content]})
     return _next_phase(cfg, state, step, content)
 
 
@@ -247,7 +248,7 @@ async def _checked_model_step(cfg: LoopConfig, state: RunState, turn: Turn, step
         if rejected:
             return
     if content:  # the assistant's response message for this step
-        state.messages.append({"role": "assistant", "content": list(content)})
+        state.messages.append({"role": "assistant", "content": [*content]})
     structured = cfg.structured_output
     if structured is not None and not step.calls and text:
         outcome = Structured()
@@ -275,7 +276,7 @@ async def _checked_model_step(cfg: LoopConfig, state: RunState, turn: Turn, step
         yield item
 
 
-def _next_phase(cfg: LoopConfig, state: RunState, step: ModelStep, content: list[dict[str, Any]]) -> Phase:
+def _next_phase(cfg: LoopConfig, state: RunState, step: ModelStep, content: list[AssistantPart]) -> Phase:
     """An accepted step's record, then its tool calls or the end of the model's turn."""
     record = _record(state, step, content, step.finish_reason)
     if not step.calls:
@@ -308,7 +309,7 @@ async def _structured_object(
     yield ObjectResultChunk(state.run_id, outcome.object)
 
 
-def _record(state: RunState, step: ModelStep, content: list[dict[str, Any]], reason: str) -> Any:
+def _record(state: RunState, step: ModelStep, content: list[AssistantPart], reason: str) -> Any:
     return step_record(
         state, step.text, content, step.usage, reason, step.request, step.response, step.warnings,
         provider_metadata=step.provider_metadata,
@@ -316,7 +317,7 @@ def _record(state: RunState, step: ModelStep, content: list[dict[str, Any]], rea
 
 
 async def _failed_step(
-    cfg: LoopConfig, state: RunState, step: ModelStep, content: list[dict[str, Any]]
+    cfg: LoopConfig, state: RunState, step: ModelStep, content: list[AssistantPart]
 ) -> Phase:
     """The model call failed: the tools it did call still run (as in Mastra), then the run ends."""
     assert step.error is not None
@@ -332,7 +333,7 @@ async def _failed_step(
     )
     yield ErrorChunk(state.run_id, {"type": "error", "error": step.error})
     if content:
-        state.messages.append({"role": "assistant", "content": list(content)})
+        state.messages.append({"role": "assistant", "content": [*content]})
     record = _record(state, step, content, "error")
     if step.calls:
         pending = PendingToolStep(calls=step.calls, step_record=record)
@@ -346,7 +347,7 @@ async def _failed_step(
 
 
 async def _review_step(
-    cfg: LoopConfig, state: RunState, turn: Turn, step: ModelStep, content: list[dict[str, Any]]
+    cfg: LoopConfig, state: RunState, turn: Turn, step: ModelStep, content: list[AssistantPart]
 ) -> Phase:
     """Step-level output processors; yields nothing when they accept the step, else a retry
     (its ``step-finish``, then :class:`Continue`) or a :class:`Tripwire`."""

@@ -17,10 +17,19 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, TypedDict, TypeVar, cast
 
 from runstream._clock import iso_datetime
 from runstream.models.base import PromptMessage, tool_result_output
+from runstream.models.prompt import (
+    AssistantPart,
+    FilePart,
+    ProviderOptions,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
 from runstream.storage import StoredMessage, TaskRecord
 
 BACKGROUND_FAILED_PREFIX = "Background task failed: "
@@ -87,12 +96,11 @@ def responses_to_parts(responses: Sequence[PromptMessage], model: str | None = N
                 parts.append(_step_start(model))
             steps += 1
             for part in message["content"]:
-                kind = part.get("type")
-                if kind == "text":
+                if part["type"] == "text":
                     parts.append(_with_metadata({"type": "text", "text": part["text"]}, part))
-                elif kind == "reasoning":
+                elif part["type"] == "reasoning":
                     parts.append(_stored_reasoning(part))
-                elif kind == "tool-call":
+                elif part["type"] == "tool-call":
                     invocation: dict[str, Any] = {
                         "type": "tool-invocation",
                         "toolInvocation": {
@@ -107,23 +115,25 @@ def responses_to_parts(responses: Sequence[PromptMessage], model: str | None = N
                         invocation["providerExecuted"] = True
                     invocations[part["toolCallId"]] = invocation
                     parts.append(invocation)
-                elif kind == "tool-result":  # a tool the provider executed: its call is here too
+                elif part["type"] == "tool-result":  # a tool the provider executed: its call is here too
                     found = invocations.get(part.get("toolCallId", ""))
                     if found is not None:
                         _settle(found, part.get("output") or {})
                 else:
                     parts.append(copy_json(part))
         elif message["role"] == "tool":
-            for part in message["content"]:
-                found = invocations.get(part.get("toolCallId", ""))
+            for result in message["content"]:
+                if result["type"] != "tool-result":
+                    continue
+                found = invocations.get(result.get("toolCallId", ""))
                 if found is None:
                     continue
                 invocation = found
-                _settle(invocation, part.get("output") or {})
+                _settle(invocation, result.get("output") or {})
                 # Mastra stamps a result's time here unless it carries other metadata (the
                 # call's provider metadata, a task link).
                 invocation["providerMetadata"] = (
-                    copy_json(part.get("providerOptions"))
+                    copy_json(result.get("providerOptions"))
                     or invocation.get("providerMetadata")
                     or {"mastra": {"createdAt": int(time.time() * 1000)}}
                 )
@@ -194,8 +204,8 @@ def merge_metadata(stored: Mapping[str, Any], new: Mapping[str, Any]) -> dict[st
 def db_to_prompt(message: StoredMessage) -> list[PromptMessage]:
     """A stored message as prompt messages (an assistant message becomes one pair per step)."""
     parts = message.content.get("parts", [])
-    if message.role != "assistant":
-        return [{"role": message.role, "content": copy_json(parts)}]
+    if message.role != "assistant":  # stored JSON, taken as the message its role says it is
+        return [cast(PromptMessage, {"role": message.role, "content": copy_json(parts)})]
     return [prompt for step in parts_to_steps(parts) for prompt in step]
 
 
@@ -206,15 +216,15 @@ def parts_to_steps(parts: Sequence[Mapping[str, Any]]) -> list[list[PromptMessag
     step's tool message; both carry the invocation's provider metadata (the task link).
     """
     steps: list[list[PromptMessage]] = []
-    content: list[dict[str, Any]] = []
-    results: list[dict[str, Any]] = []
+    content: list[AssistantPart] = []
+    results: list[ToolResultPart] = []
 
     def flush() -> None:
         step: list[PromptMessage] = []
         if content:
             step.append({"role": "assistant", "content": list(content)})
         if results:
-            step.append({"role": "tool", "content": list(results)})
+            step.append({"role": "tool", "content": [*results]})
         steps.append(step)
         content.clear()
         results.clear()
@@ -224,14 +234,17 @@ def parts_to_steps(parts: Sequence[Mapping[str, Any]]) -> list[list[PromptMessag
         if kind == "step-start":
             flush()
         elif kind == "text":
-            content.append(_with_options({"type": "text", "text": part["text"]}, part))
+            text: TextPart = {"type": "text", "text": part["text"]}
+            content.append(_with_options(text, part))
         elif kind == "reasoning":
-            content.append(_with_options({"type": "reasoning", "text": reasoning_text(part)}, part))
+            reasoning: ReasoningPart = {"type": "reasoning", "text": reasoning_text(part)}
+            content.append(_with_options(reasoning, part))
         elif kind == "file":
-            content.append({"type": "file", "data": part.get("data"), "mediaType": part.get("mediaType")})
+            file = {"type": "file", "data": part.get("data"), "mediaType": part.get("mediaType")}
+            content.append(cast(FilePart, file))  # as stored
         elif kind == "tool-invocation":
             inv = part["toolInvocation"]
-            call: dict[str, Any] = {
+            call: ToolCallPart = {
                 "type": "tool-call",
                 "toolCallId": inv["toolCallId"],
                 "toolName": inv["toolName"],
@@ -248,7 +261,7 @@ def parts_to_steps(parts: Sequence[Mapping[str, Any]]) -> list[list[PromptMessag
                     if inv["state"] == "output-error"
                     else tool_result_output(inv.get("result"))
                 )
-                result = {
+                result: ToolResultPart = {
                     "type": "tool-result",
                     "toolCallId": inv["toolCallId"],
                     "toolName": inv["toolName"],
@@ -268,7 +281,14 @@ def reasoning_text(part: Mapping[str, Any]) -> str:
     return "".join(d.get("text", "") for d in part.get("details", [])) or part.get("reasoning", "")
 
 
-def _with_options(prompt_part: dict[str, Any], stored: Mapping[str, Any]) -> dict[str, Any]:
+class _WithOptions(TypedDict, total=False):
+    providerOptions: ProviderOptions
+
+
+_Part = TypeVar("_Part", bound=_WithOptions)
+
+
+def _with_options(prompt_part: _Part, stored: Mapping[str, Any]) -> _Part:
     """A prompt part gets the stored part's ``providerMetadata`` as ``providerOptions``."""
     metadata = stored.get("providerMetadata")
     if metadata:
@@ -420,6 +440,8 @@ def rewrite_prompt_result(messages: list[PromptMessage], task: TaskRecord) -> bo
         if message["role"] != "tool":
             continue
         for position, part in enumerate(message["content"]):
+            if part["type"] != "tool-result":
+                continue
             link = _task_link(part.get("providerOptions"))
             if (
                 part.get("toolCallId") == task.tool_call_id
@@ -438,6 +460,6 @@ def rewrite_prompt_result(messages: list[PromptMessage], task: TaskRecord) -> bo
                     "output": tool_result_output(value, is_error=state != "result"),
                     "providerOptions": {**options, "mastra": mastra},
                 }
-                messages[index] = cast(PromptMessage, {**message, "content": content})
+                messages[index] = {**message, "content": content}
                 return True
     return False

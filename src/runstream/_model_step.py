@@ -46,6 +46,7 @@ from runstream.chunks import (
     ToolCallPayload,
     ToolResultChunk,
 )
+from runstream.models import parts
 from runstream.models.base import (
     FunctionToolSpec,
     LanguageModel,
@@ -53,6 +54,7 @@ from runstream.models.base import (
     PromptMessage,
     tool_result_output,
 )
+from runstream.models.prompt import AssistantPart, FilePart, ToolCallPart, ToolResultOutput
 from runstream.output import PartSource, SubStream
 from runstream.processors import ProcessorContext, TripWire, run_stream_processors
 from runstream.structured import StructuredOutput, partial_object
@@ -87,7 +89,7 @@ class Turn:
         """The tools the model is offered under ``cfg`` (made once per configuration)."""
         offered = self.offered
         if offered is None or offered[0] is not cfg:
-            none = (cfg.tool_choice or {}).get("type") == "none"
+            none = cfg.tool_choice is not None and cfg.tool_choice["type"] == "none"
             specs = [] if none else [t.spec(cfg.tool_schemas.get(t.name)) for t in cfg.tools.values()]
             offered = self.offered = (cfg, specs)
         return list(offered[1])
@@ -191,9 +193,11 @@ class ModelStep(PartSource):
         self.started_emitted = False
         self.warnings: list[Any] = []
         self.tool_names: dict[str, str] = {}
-        self.input_metadata: dict[str, Any] = {}  # a streamed tool input's start's metadata
+        self.input_metadata: dict[
+            str, parts.ProviderMetadata
+        ] = {}  # a streamed tool input's start's metadata
         self.streamed_args: dict[str, list[str]] = {}  # tool input text streamed before each tool-call
-        self.files: list[dict[str, Any]] = []
+        self.files: list[FilePart] = []
         self.sources_before = len(state.sources)  # the run's sources before this step's
         self.eager: EagerTools | None = None  # made at the step's first tool call
         self.started = int(time.time() * 1000)
@@ -241,7 +245,7 @@ class ModelStep(PartSource):
         self.step_result["warnings"] = []
         self._close(self.span)
 
-    def translate(self, part: dict[str, Any]) -> AnyChunk | SubStream | None:
+    def translate(self, part: parts.StreamPart) -> AnyChunk | SubStream | None:
         """A provider part's chunk. A plain step under way (no structured output or stream
         processors) with no output of eager tools to interleave makes it with a function call,
         text deltas first (``fast``: no eager tool started); any other part is a sub-stream of
@@ -276,7 +280,7 @@ class ModelStep(PartSource):
         translate = _TRANSLATORS.get(part["type"])
         return self._part_chunks(part) if translate is None else translate(self, part)
 
-    def _quiet(self, part: dict[str, Any]) -> bool:
+    def _quiet(self, part: parts.StreamPart) -> bool:
         """A plain step, under way (or starting: ``stream-start``), whose eager tools have no
         output waiting."""
         if not self.plain:
@@ -286,7 +290,7 @@ class ModelStep(PartSource):
             return False
         return self.started_emitted or part["type"] == "stream-start"
 
-    async def _part_chunks(self, part: dict[str, Any]) -> SubStream:
+    async def _part_chunks(self, part: parts.StreamPart) -> SubStream:
         """One part, whatever the step is doing: the started tools' output first, the step's
         start, structured output's partial object, the stream processors. A part that fails
         (a processor's tripwire, a malformed part) ends the step there."""
@@ -296,7 +300,7 @@ class ModelStep(PartSource):
                 for emitted in eager.emitted():
                     yield with_run_id(emitted, self.run_id)
             kind = part["type"]
-            if kind == "stream-start":  # (the step's start: not for the stream processors)
+            if part["type"] == "stream-start":  # (the step's start: not for the stream processors)
                 start = self._stream_start(part)
                 if start is not None:
                     yield start
@@ -407,7 +411,7 @@ class ModelStep(PartSource):
             payload["stepId"] = DURABLE_STEP_ID
         return StepStartChunk(self.state.run_id, payload)
 
-    def content(self) -> list[dict[str, Any]]:
+    def content(self) -> list[AssistantPart]:
         """The step's assistant message content, in the order the model streamed it: text and
         reasoning blocks (with their provider metadata as ``providerOptions``), files, tool
         calls and the results of the tools the provider executed."""
@@ -420,7 +424,7 @@ class ModelStep(PartSource):
             and (not placed or placed[0][0] >= len(starts))
         ):
             joined = "".join(self.text_deltas)
-            content = [{"type": "text", "text": joined}] if joined else []
+            content: list[AssistantPart] = [{"type": "text", "text": joined}] if joined else []
             content.extend(_placed_part(item) for _, item in placed)
             return content
         blocks = content_blocks(starts, self.text_deltas, self.reasoning, self.block_meta)
@@ -435,7 +439,7 @@ class ModelStep(PartSource):
         content.extend(_placed_part(item) for _, item in placed[index:])
         return content
 
-    def _block(self, kind: str, part: dict[str, Any], deltas: list[str]) -> int:
+    def _block(self, kind: str, part: parts.BlockPart, deltas: list[str]) -> int:
         """A text or reasoning block starts (its ``*-start`` part, or a delta with metadata
         that came without one); its position."""
         position = len(self.block_starts)
@@ -443,7 +447,7 @@ class ModelStep(PartSource):
         self.block_ids[kind, part["id"]] = position
         return position
 
-    def _block_metadata(self, kind: str, part: dict[str, Any], deltas: list[str]) -> None:
+    def _block_metadata(self, kind: str, part: parts.BlockPart, deltas: list[str]) -> None:
         """A part's provider metadata becomes its block's (the latest wins, as Mastra folds it)."""
         pm = part.get("providerMetadata")
         if pm:
@@ -456,7 +460,7 @@ class ModelStep(PartSource):
 
     # -- one translator per provider part type (error is handled inline) ------------------------
 
-    def _text_delta(self, part: dict[str, Any]) -> AnyChunk | None:
+    def _text_delta(self, part: parts.TextDeltaPart) -> AnyChunk | None:
         delta = part["delta"]
         pm = part.get("providerMetadata")
         if pm:  # as Mastra: streamed even when empty, and the block's metadata from now on
@@ -471,11 +475,11 @@ class ModelStep(PartSource):
         )
         return TextDeltaChunk(self.run_id, payload)
 
-    def _stream_start(self, part: dict[str, Any]) -> AnyChunk | None:
+    def _stream_start(self, part: parts.StreamStartPart) -> AnyChunk | None:
         self.warnings = part.get("warnings") or []
         return None if self.started_emitted else self._step_start()
 
-    def _reasoning_delta(self, part: dict[str, Any]) -> AnyChunk:
+    def _reasoning_delta(self, part: parts.ReasoningDeltaPart) -> AnyChunk:
         self._block_metadata("reasoning", part, self.reasoning)
         self.reasoning.append(part["delta"])
         pm = part.get("providerMetadata")
@@ -486,7 +490,7 @@ class ModelStep(PartSource):
         )
         return ReasoningDeltaChunk(self.state.run_id, payload)
 
-    def _text_start(self, part: dict[str, Any]) -> AnyChunk:
+    def _text_start(self, part: parts.TextStartPart) -> AnyChunk:
         block = part["id"]
         if type(block) is str and block.isdigit():  # see _RenumberedStep
             fresh = self.text_ids[block] = new_id()
@@ -496,20 +500,20 @@ class ModelStep(PartSource):
         self._block_metadata("text", part, self.text_deltas)
         return TextStartChunk(self.state.run_id, _with_pm({"id": part["id"]}, part))
 
-    def _text_end(self, part: dict[str, Any]) -> AnyChunk:
+    def _text_end(self, part: parts.TextEndPart) -> AnyChunk:
         self._block_metadata("text", part, self.text_deltas)
         return TextEndChunk(self.state.run_id, _with_pm({"type": "text-end", "id": part["id"]}, part))
 
-    def _reasoning_start(self, part: dict[str, Any]) -> AnyChunk:
+    def _reasoning_start(self, part: parts.ReasoningStartPart) -> AnyChunk:
         self._block("reasoning", part, self.reasoning)
         self._block_metadata("reasoning", part, self.reasoning)
         return ReasoningStartChunk(self.state.run_id, _with_pm({"id": part["id"]}, part))
 
-    def _reasoning_end(self, part: dict[str, Any]) -> AnyChunk:
+    def _reasoning_end(self, part: parts.ReasoningEndPart) -> AnyChunk:
         self._block_metadata("reasoning", part, self.reasoning)
         return ReasoningEndChunk(self.state.run_id, _with_pm({"id": part["id"]}, part))
 
-    def _tool_input_start(self, part: dict[str, Any]) -> AnyChunk:
+    def _tool_input_start(self, part: parts.ToolInputStartPart) -> AnyChunk:
         self.tool_names[part["id"]] = part["toolName"]
         if part.get("providerMetadata"):
             self.input_metadata[part["id"]] = part["providerMetadata"]
@@ -519,7 +523,7 @@ class ModelStep(PartSource):
                 payload[key] = part[key]
         return ToolCallInputStreamingStartChunk(self.state.run_id, payload)
 
-    def _tool_input_delta(self, part: dict[str, Any]) -> AnyChunk:
+    def _tool_input_delta(self, part: parts.ToolInputDeltaPart) -> AnyChunk:
         self.streamed_args.setdefault(part["id"], []).append(part["delta"])
         payload: dict[str, Any] = {
             "argsTextDelta": part["delta"],
@@ -528,10 +532,10 @@ class ModelStep(PartSource):
         }
         return ToolCallDeltaChunk(self.state.run_id, _with_pm(payload, part))
 
-    def _tool_input_end(self, part: dict[str, Any]) -> AnyChunk:
+    def _tool_input_end(self, part: parts.ToolInputEndPart) -> AnyChunk:
         return ToolCallInputStreamingEndChunk(self.state.run_id, _with_pm({"toolCallId": part["id"]}, part))
 
-    def _tool_call(self, part: dict[str, Any]) -> AnyChunk:
+    def _tool_call(self, part: parts.ToolCallPart) -> AnyChunk:
         cfg, state = self.cfg, self.state
         call = _parse_tool_call(part, "".join(self.streamed_args.get(part["toolCallId"], ())))
         self.placed.append((len(self.block_starts), call))
@@ -564,7 +568,7 @@ class ModelStep(PartSource):
             self.fast = False  # what the tool emits goes out between the following parts
         return chunk
 
-    def _tool_result(self, part: dict[str, Any]) -> AnyChunk:
+    def _tool_result(self, part: parts.ToolResultPart) -> AnyChunk:
         """The result of a tool the provider executed (web search, code execution ...)."""
         payload: Any = {
             "toolCallId": part.get("toolCallId", ""),
@@ -587,12 +591,12 @@ class ModelStep(PartSource):
         self.placed.append((len(self.block_starts), result))
         return chunk
 
-    def _source(self, part: dict[str, Any]) -> AnyChunk:
+    def _source(self, part: parts.SourcePart) -> AnyChunk:
         chunk = SourceChunk(self.state.run_id, _source_payload(part))
         self.state.sources.append(chunk)
         return chunk
 
-    def _file(self, part: dict[str, Any]) -> AnyChunk:
+    def _file(self, part: parts.FileStreamPart) -> AnyChunk:
         chunk = FileChunk(self.state.run_id, _file_payload(part))
         self.state.files.append(chunk)
         file = _file_content(chunk.payload)
@@ -600,17 +604,17 @@ class ModelStep(PartSource):
         self.placed.append((len(self.block_starts), file))
         return chunk
 
-    def _raw(self, part: dict[str, Any]) -> AnyChunk | None:
+    def _raw(self, part: parts.RawPart) -> AnyChunk | None:
         return RawChunk(self.state.run_id, part.get("rawValue")) if self.cfg.include_raw_chunks else None
 
-    def _response_metadata(self, part: dict[str, Any]) -> AnyChunk | None:
+    def _response_metadata(self, part: parts.ResponseMetadataPart) -> AnyChunk | None:
         self.response = {k: v for k, v in part.items() if k != "type"}
         if self.cfg.wait_for_background is None:
             return None
         payload: Any = {"type": "response-metadata", **self.response}
         return ResponseMetadataChunk(self.state.run_id, payload)
 
-    def _finish(self, part: dict[str, Any]) -> None:
+    def _finish(self, part: parts.FinishPart) -> None:
         reason = part.get("finishReason", "unknown")
         raw = None
         while isinstance(reason, dict):  # AI SDK v3: {unified, raw}
@@ -632,17 +636,18 @@ class _RenumberedStep(ModelStep):
 
     __slots__ = ()
 
-    def translate(self, part: dict[str, Any]) -> AnyChunk | SubStream | None:
-        if part["type"] in _TEXT_PARTS:
+    def translate(self, part: parts.StreamPart) -> AnyChunk | SubStream | None:
+        if part["type"] == "text-delta" or part["type"] == "text-end":
             fresh = self.text_ids.get(part["id"])
             if fresh is not None:
-                part = {**part, "id": fresh}
+                renumbered = part.copy()
+                renumbered["id"] = fresh
+                return ModelStep.translate(self, renumbered)
         return ModelStep.translate(self, part)
 
 
-_TEXT_PARTS = frozenset({"text-delta", "text-end"})
-
-_TRANSLATORS: dict[str, Callable[[ModelStep, dict[str, Any]], AnyChunk | None]] = {
+_TRANSLATORS: dict[str, Callable[[ModelStep, Any], AnyChunk | None]] = {
+    # (each translator takes the part class its key names)
     "stream-start": ModelStep._stream_start,
     "text-delta": ModelStep._text_delta,  # (translate makes it inline on the hot path)
     "reasoning-delta": ModelStep._reasoning_delta,
@@ -676,14 +681,14 @@ def default_response_metadata(model: LanguageModel) -> dict[str, Any]:
     }
 
 
-def _with_pm(payload: dict[str, Any], part: dict[str, Any]) -> Any:
+def _with_pm(payload: dict[str, Any], part: parts.MetadataPart) -> Any:
     pm = part.get("providerMetadata")
     if pm:
         payload["providerMetadata"] = pm
     return payload
 
 
-def _parse_tool_call(part: dict[str, Any], streamed: str) -> ToolCall:
+def _parse_tool_call(part: parts.ToolCallPart, streamed: str) -> ToolCall:
     """A ``tool-call`` part as a call. As in Mastra, the argument text streamed before it (tool
     input deltas) wins over the part's own input when it is a JSON object."""
     name = str(part.get("toolName", ""))
@@ -726,25 +731,29 @@ def _streamed_args(deltas: list[str] | None) -> dict[str, Any]:
     return args if isinstance(args, dict) else {}
 
 
-def _source_payload(part: dict[str, Any]) -> Any:
+def _source_payload(part: parts.SourcePart) -> Any:
     payload: dict[str, Any] = {"id": part.get("id", ""), "sourceType": part.get("sourceType", "url")}
-    for src, dst in (("title", "title"), ("mediaType", "mimeType"), ("filename", "filename"), ("url", "url")):
-        if part.get(src) is not None:
-            payload[dst] = part[src]
+    found = (
+        ("title", part.get("title")),
+        ("mimeType", part.get("mediaType")),
+        ("filename", part.get("filename")),
+        ("url", part.get("url")),
+    )
+    payload.update((name, value) for name, value in found if value is not None)
     return _with_pm(payload, part)
 
 
-def _file_payload(part: dict[str, Any]) -> Any:
+def _file_payload(part: parts.FileStreamPart) -> Any:
     data = part.get("data", "")
     b64 = base64.b64encode(data).decode("ascii") if isinstance(data, bytes | bytearray) else str(data)
     return _with_pm({"data": b64, "base64": b64, "mimeType": part.get("mediaType", "")}, part)
 
 
-def _placed_part(item: Any) -> dict[str, Any]:
+def _placed_part(item: Any) -> AssistantPart:
     """A tool call's message part (other placed items are parts already)."""
     if not isinstance(item, ToolCall):
         return item  # type: ignore[no-any-return]
-    part: dict[str, Any] = {
+    part: ToolCallPart = {
         "type": "tool-call",
         "toolCallId": item.tool_call_id,
         "toolName": item.tool_name,
@@ -757,14 +766,16 @@ def _placed_part(item: Any) -> dict[str, Any]:
     return part
 
 
-def _provider_tool_output(result: Any, is_error: bool) -> dict[str, Any]:
+def _provider_tool_output(result: Any, is_error: bool) -> ToolResultOutput:
     """A provider-executed tool's result as a prompt ``output`` (the AI SDK's rule)."""
+    if is_error and isinstance(result, str):
+        return {"type": "error-text", "value": result}
     if is_error:
-        return {"type": "error-text" if isinstance(result, str) else "error-json", "value": result}
+        return {"type": "error-json", "value": result}
     return tool_result_output(result)
 
 
-def _file_content(payload: Any) -> dict[str, Any]:
+def _file_content(payload: Any) -> FilePart:
     """A generated file as a message part: a data URL, as the AI SDK puts it in a prompt."""
     media_type = payload["mimeType"]
     return {"type": "file", "data": f"data:{media_type};base64,{payload['base64']}", "mediaType": media_type}

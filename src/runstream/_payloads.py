@@ -6,12 +6,16 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, NotRequired
+from typing import Any, Literal, NotRequired, TypeAlias
 
 from pydantic import ConfigDict, with_config
 from typing_extensions import TypedDict
 
 _OPEN = ConfigDict(extra="allow", arbitrary_types_allowed=True)
+
+ProviderMetadata: TypeAlias = dict[str, dict[str, Any]]
+"""``Record<provider, Record<string, JSON>>``: each vendor's own JSON under its name (the same shape
+as ``runstream.models.parts.ProviderMetadata``; this module imports nothing of runstream)."""
 
 
 @with_config(_OPEN)
@@ -41,35 +45,35 @@ class ResponseMetadataPayload(TypedDict, total=False):
 @with_config(_OPEN)
 class TextPayload(TypedDict):
     id: str
-    providerMetadata: NotRequired[dict[str, Any]]
+    providerMetadata: NotRequired[ProviderMetadata]
 
 
 @with_config(_OPEN)
 class TextDeltaPayload(TypedDict):
     id: str
     text: str
-    providerMetadata: NotRequired[dict[str, Any]]
+    providerMetadata: NotRequired[ProviderMetadata]
 
 
 @with_config(_OPEN)
 class ReasoningPayload(TypedDict):
     id: str
     signature: NotRequired[str]
-    providerMetadata: NotRequired[dict[str, Any]]
+    providerMetadata: NotRequired[ProviderMetadata]
 
 
 @with_config(_OPEN)
 class ReasoningSignaturePayload(TypedDict):
     id: str
     signature: str
-    providerMetadata: NotRequired[dict[str, Any]]
+    providerMetadata: NotRequired[ProviderMetadata]
 
 
 @with_config(_OPEN)
 class RedactedReasoningPayload(TypedDict):
     id: str
     data: Any
-    providerMetadata: NotRequired[dict[str, Any]]
+    providerMetadata: NotRequired[ProviderMetadata]
 
 
 @with_config(_OPEN)
@@ -80,7 +84,7 @@ class SourcePayload(TypedDict):
     mimeType: NotRequired[str]
     filename: NotRequired[str]
     url: NotRequired[str]
-    providerMetadata: NotRequired[dict[str, Any]]
+    providerMetadata: NotRequired[ProviderMetadata]
 
 
 @with_config(_OPEN)
@@ -89,13 +93,13 @@ class FilePayload(TypedDict):
     mimeType: str
     base64: NotRequired[str]
     filename: NotRequired[str]
-    providerMetadata: NotRequired[dict[str, Any]]
+    providerMetadata: NotRequired[ProviderMetadata]
 
 
 @with_config(_OPEN)
 class CustomPayload(TypedDict):
     kind: str
-    providerMetadata: NotRequired[dict[str, Any]]
+    providerMetadata: NotRequired[ProviderMetadata]
 
 
 @with_config(_OPEN)
@@ -105,7 +109,7 @@ class ToolInputStartPayload(TypedDict):
     providerExecuted: NotRequired[bool]
     dynamic: NotRequired[bool]
     title: NotRequired[str]
-    providerMetadata: NotRequired[dict[str, Any]]
+    providerMetadata: NotRequired[ProviderMetadata]
 
 
 @with_config(_OPEN)
@@ -113,13 +117,13 @@ class ToolCallDeltaPayload(TypedDict):
     argsTextDelta: str
     toolCallId: str
     toolName: NotRequired[str]
-    providerMetadata: NotRequired[dict[str, Any]]
+    providerMetadata: NotRequired[ProviderMetadata]
 
 
 @with_config(_OPEN)
 class ToolInputEndPayload(TypedDict):
     toolCallId: str
-    providerMetadata: NotRequired[dict[str, Any]]
+    providerMetadata: NotRequired[ProviderMetadata]
 
 
 @with_config(_OPEN)
@@ -131,7 +135,7 @@ class ToolCallPayload(TypedDict):
     dynamic: NotRequired[bool]
     title: NotRequired[str]
     output: NotRequired[Any]
-    providerMetadata: NotRequired[dict[str, Any]]
+    providerMetadata: NotRequired[ProviderMetadata]
 
 
 @with_config(_OPEN)
@@ -143,7 +147,7 @@ class ToolResultPayload(TypedDict):
     isError: NotRequired[bool]
     providerExecuted: NotRequired[bool]
     dynamic: NotRequired[bool]
-    providerMetadata: NotRequired[dict[str, Any]]
+    providerMetadata: NotRequired[ProviderMetadata]
 
 
 @with_config(_OPEN)
@@ -154,7 +158,7 @@ class ToolErrorPayload(TypedDict):
     id: NotRequired[str]
     args: NotRequired[dict[str, Any]]
     providerExecuted: NotRequired[bool]
-    providerMetadata: NotRequired[dict[str, Any]]
+    providerMetadata: NotRequired[ProviderMetadata]
 
 
 @with_config(_OPEN)
@@ -208,7 +212,7 @@ class StepFinishPayload(TypedDict, total=False):
     messages: dict[str, Any]
     totalUsage: dict[str, Any]
     response: dict[str, Any]
-    providerMetadata: dict[str, Any]
+    providerMetadata: ProviderMetadata
     processorRetryCount: int
     processorRetryFeedback: str
     backgroundTaskPending: bool

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from runstream._run_state import LoopConfig
 from runstream.abort import AbortSignal
+from runstream.models.base import ToolChoice
 from runstream.models.registry import ModelString
 from runstream.request_context import RequestContext
 from runstream.run_options import RunOptions, is_model
@@ -43,7 +44,7 @@ class PlainAgent(Protocol):
     input_processors: list[Any]
     model_settings: Any
     max_steps: int
-    tool_choice: dict[str, Any] | None
+    tool_choice: ToolChoice | None
     structured_output: Any
     max_processor_retries: int
     is_task_complete: Any
@@ -90,6 +91,10 @@ def is_plain(agent: PlainAgent) -> bool:
     )
 
 
+_DICTS = ("dict[", "ToolChoice")
+"""How the annotation of a dict field begins (``ToolChoice`` is a ``TypedDict``)."""
+
+
 def _copier(cls: type[LoopConfig]) -> Callable[[LoopConfig], LoopConfig]:
     """A function copying a configuration with fresh lists and dicts (what a run may change of
     its own configuration), generated from the dataclass's fields and their annotations."""
@@ -97,7 +102,7 @@ def _copier(cls: type[LoopConfig]) -> Callable[[LoopConfig], LoopConfig]:
     for spec in fields(cls):
         name, annotation = spec.name, str(spec.type)
         value = f"t.{name}"
-        if annotation.startswith(("list[", "dict[")):
+        if annotation.startswith(("list[", *_DICTS)):
             value = f"[*{value}]" if annotation.startswith("list[") else f"{{**{value}}}"
             if annotation.endswith("| None"):
                 value = f"None if t.{name} is None else {value}"

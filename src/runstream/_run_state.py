@@ -11,7 +11,7 @@ The loop reports how each step ended as a value, one of :data:`StepOutcome`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, TypeVar
 
@@ -19,7 +19,9 @@ from runstream._messages import ContinuedMessage
 from runstream.abort import AbortSignal
 from runstream.chunks import AnyChunk, TripwirePayload, chunk_from_wire, to_jsonable
 from runstream.errors import RunstreamError
-from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
+from runstream.models.base import LanguageModel, ModelSettings, PromptMessage, ToolChoice
+from runstream.models.parts import ProviderMetadata
+from runstream.models.prompt import ToolApprovalResponsePart, ToolMessage, ToolResultOutput, ToolResultPart
 from runstream.structured import StructuredOutput
 from runstream.tools import Tool
 
@@ -106,7 +108,7 @@ class LoopConfig:
     agent_name: str = ""
     system: list[PromptMessage] = field(default_factory=list)
     max_steps: int = 5
-    tool_choice: dict[str, Any] | None = None
+    tool_choice: ToolChoice | None = None
     include_raw_chunks: bool = False
     structured_output: StructuredOutput | None = None
     output_processors: list[Any] = field(default_factory=list)
@@ -180,7 +182,8 @@ class StepRecord(TypedDict):
     """One finished model step, in the shape Mastra's step payloads report it."""
 
     text: str
-    content: list[dict[str, Any]]
+    content: list[Mapping[str, Any]]
+    """The message parts as Mastra's step content reports them (see ``_step_results``)."""
     usage: dict[str, Any]
     finishReason: str
     warnings: list[Any]
@@ -189,7 +192,7 @@ class StepRecord(TypedDict):
     toolCalls: list[dict[str, Any]]
     responseMessages: list[PromptMessage]
     tripwire: NotRequired[TripwirePayload]
-    providerMetadata: NotRequired[dict[str, Any]]
+    providerMetadata: NotRequired[ProviderMetadata]
     """The finish part's provider metadata (response id, service tier, vendor usage ...)."""
 
 
@@ -202,13 +205,13 @@ class ToolCall:
     args_error: str | None = None
     args_unreadable: bool = False
     """The model's argument text was not JSON at all: the call has no arguments to show."""
-    provider_metadata: dict[str, Any] | None = None
+    provider_metadata: ProviderMetadata | None = None
     model_input: dict[str, Any] | None = None
     """The arguments as the model sent them, when they differ from ``args`` (e.g. with a
     ``_background`` override); the conversation keeps these."""
     provider_executed: bool = False
     """The provider ran the tool (a web search, code execution ...): the loop does not."""
-    chunk_metadata: dict[str, Any] | None = None
+    chunk_metadata: ProviderMetadata | None = None
     """The provider metadata its ``tool-call`` chunk showed (its result's chunk shows it too)."""
 
     @property
@@ -254,9 +257,9 @@ class ToolOutcome:
     call: ToolCall
     kind: Literal["result", "error", "suspended", "denied"]
     value: Any = None
-    provider_metadata: dict[str, Any] | None = None
+    provider_metadata: ProviderMetadata | None = None
     """Extra tool-result metadata (the background-task link)."""
-    model_output: dict[str, Any] | None = None
+    model_output: ToolResultOutput | None = None
     """What the model sees instead of ``value`` (e.g. a background placeholder)."""
     resume_schema: dict[str, Any] | None = None
     """For a suspension: the schema of the data that resumes it (if the call gave one)."""
@@ -562,10 +565,10 @@ _new_run_state = _defaults_constructor(
 )
 
 
-def _with_hidden_errors(message: PromptMessage, hidden: dict[str, str]) -> PromptMessage:
-    parts = [
+def _with_hidden_errors(message: ToolMessage, hidden: dict[str, str]) -> ToolMessage:
+    parts: list[ToolResultPart | ToolApprovalResponsePart] = [
         {**part, "output": {"type": "error-text", "value": hidden[part["toolCallId"]]}}
-        if part.get("type") == "tool-result" and part.get("toolCallId") in hidden
+        if part["type"] == "tool-result" and part.get("toolCallId") in hidden
         else part
         for part in message["content"]
     ]

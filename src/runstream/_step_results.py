@@ -15,6 +15,7 @@ from runstream._clock import iso_now, now_utc
 from runstream._messages import merge_metadata, parts_to_steps, parts_to_ui, responses_to_parts
 from runstream.chunks import FinishChunk, StepFinishChunk
 from runstream.models.base import ModelCallError, PromptMessage
+from runstream.models.prompt import AssistantPart, ReasoningPart, TextPart, ToolCallPart
 
 if TYPE_CHECKING:
     from runstream._run_state import LoopConfig, RunState, StepRecord
@@ -80,7 +81,7 @@ def _cache_creation_usage(provider_metadata: Any) -> dict[str, Any]:
 
 def content_blocks(
     starts: list[tuple[str, int]], text: list[str], reasoning: list[str], meta: dict[int, Any] | None
-) -> list[dict[str, Any] | None]:
+) -> list[TextPart | ReasoningPart | None]:
     """The step's text and reasoning as Mastra keeps them: one part per block (``*-start`` ...
     ``*-end``), in the order the blocks began, each with its provider metadata; an empty text
     block is ``None`` (dropped), an empty reasoning block is kept (OpenAI's encrypted reasoning
@@ -94,13 +95,15 @@ def content_blocks(
     for kind in ("reasoning", "text"):
         order.extend([kind] * (len(blocks[kind]) - order.count(kind)))
     taken = {"text": iter(blocks["text"]), "reasoning": iter(blocks["reasoning"])}
-    parts: list[dict[str, Any] | None] = []
+    parts: list[TextPart | ReasoningPart | None] = []
     for position, kind in enumerate(order):
         value = next(taken[kind])
         if kind == "text" and not value:
             parts.append(None)
             continue
-        part: dict[str, Any] = {"type": kind, "text": value}
+        part: TextPart | ReasoningPart = (
+            {"type": "text", "text": value} if kind == "text" else {"type": "reasoning", "text": value}
+        )
         pm = meta.get(position) if meta else None
         if pm:
             part["providerOptions"] = pm
@@ -132,7 +135,7 @@ def add_usage(total: dict[str, Any], step: dict[str, Any]) -> None:
 def step_record(
     state: RunState,
     text: str,
-    content: list[dict[str, Any]],
+    content: list[AssistantPart],
     usage: dict[str, Any],
     reason: str,
     request: dict[str, Any],
@@ -160,7 +163,7 @@ def step_record(
     # The response messages as of this step (a tool step's results are not in yet).
     messages = response_view(state)
     if rejected and content:
-        messages.append({"role": "assistant", "content": list(content)})
+        messages.append({"role": "assistant", "content": [*content]})
     if record["toolCalls"]:
         messages.append({"role": "tool", "content": []})
     record["responseMessages"] = messages
@@ -173,7 +176,7 @@ def step_record(
     return record
 
 
-def _tool_call_view(part: dict[str, Any]) -> dict[str, Any]:
+def _tool_call_view(part: ToolCallPart) -> dict[str, Any]:
     """A tool-call part as a step's ``toolCalls`` lists it."""
     call = {"toolCallId": part["toolCallId"], "toolName": part["toolName"], "args": part["input"]}
     if part.get("providerExecuted"):
@@ -199,7 +202,7 @@ def _durable_step_finish(
     }
 
 
-def _durable_part(part: dict[str, Any]) -> dict[str, Any]:
+def _durable_part(part: Mapping[str, Any]) -> dict[str, Any]:
     kind = part.get("type")
     if kind == "tool-call":
         return {
@@ -248,7 +251,7 @@ def _durable_finish(
     }
 
 
-def _v4_call(part: dict[str, Any]) -> dict[str, Any]:
+def _v4_call(part: Mapping[str, Any]) -> dict[str, Any]:
     return {"toolCallId": part["toolCallId"], "toolName": part["toolName"], "args": part["input"]}
 
 
@@ -280,11 +283,10 @@ def _content_grew(state: RunState, record: StepRecord) -> None:
             return
 
 
-def _step_content_part(part: dict[str, Any], content: list[dict[str, Any]]) -> dict[str, Any]:
+def _step_content_part(part: AssistantPart, content: list[AssistantPart]) -> Mapping[str, Any]:
     """A message part as a step's content reports it: a file as the AI SDK's generated file, a
     provider-executed tool's result with its call's input (and without provider options)."""
-    kind = part.get("type")
-    if kind == "tool-result":
+    if part["type"] == "tool-result":
         call_id = part["toolCallId"]
         call = next((c for c in content if c["type"] == "tool-call" and c["toolCallId"] == call_id), None)
         return {
@@ -294,10 +296,10 @@ def _step_content_part(part: dict[str, Any], content: list[dict[str, Any]]) -> d
             "toolCallId": call_id,
             "toolName": part["toolName"],
         }
-    if kind != "file":
+    if part["type"] != "file":
         return part
     media_type = part["mediaType"]
-    base64_data = part["data"].removeprefix(f"data:{media_type};base64,")
+    base64_data = str(part["data"]).removeprefix(f"data:{media_type};base64,")
     return {"type": "file", "file": {"base64Data": base64_data, "mediaType": media_type, "type": "file"}}
 
 
@@ -347,14 +349,16 @@ def _own_messages(messages: list[PromptMessage]) -> list[PromptMessage]:
     return [m for m in messages if m["role"] != "user"]
 
 
-def _nth_step_content(parts: list[dict[str, Any]], number: int) -> list[dict[str, Any]]:
+def _nth_step_content(parts: list[dict[str, Any]], number: int) -> list[Mapping[str, Any]]:
     steps = parts_to_steps(parts)
     if number > len(steps):
         return []
-    content: list[dict[str, Any]] = []
+    content: list[Mapping[str, Any]] = []
     for message in steps[number - 1]:
+        if message["role"] == "system":
+            continue
         for part in message["content"]:
-            if part.get("type") == "tool-result":
+            if part["type"] == "tool-result":
                 content.append({k: v for k, v in part.items() if k != "providerOptions"})
             else:
                 content.append(part)
@@ -514,7 +518,7 @@ def run_metadata(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
         for part in message["content"]:
             options = part.get("providerOptions")
             link = options.get("mastra", {}).get("backgroundTask") if options else None
-            if part.get("type") == "tool-call" and link:
+            if part["type"] == "tool-call" and link:
                 timing = {"startedAt": iso_now(), "taskId": link["taskId"]}
                 if link.get("status") in ("completed", "failed"):  # it settled while the run was live
                     timing["completedAt"] = iso_now()

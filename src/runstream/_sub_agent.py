@@ -30,6 +30,7 @@ from runstream.chunks import AnyChunk, TextDeltaChunk
 from runstream.delegation import DelegationRun, hook_result
 from runstream.errors import InvalidInputError, RunstreamError
 from runstream.memory import Memory, MemoryScope
+from runstream.models.base import PromptMessage
 from runstream.request_context import RequestContext
 from runstream.run_options import normalize_messages
 from runstream.tools import Tool, ToolContext
@@ -206,7 +207,7 @@ async def _delegate(
         own = await sub.get_instructions(sub_context)
         instructions = f"{own}\n\n{instructions}" if own else instructions
     # As before delegation inputs existed here: the sub-agent sees what the user asked the supervisor.
-    context = [m for m in ctx.messages if m["role"] == "user"]
+    context: list[PromptMessage] = [m for m in ctx.messages if m["role"] == "user"]
     filtered = await run.call(
         "messageFilter",
         {**base, "messages": context, "prompt": prompt, "threadId": ctx.thread_id},

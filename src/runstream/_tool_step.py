@@ -33,6 +33,8 @@ from runstream.chunks import (
 )
 from runstream.errors import StateConflictError
 from runstream.models.base import PromptMessage, tool_result_output
+from runstream.models.parts import ProviderMetadata
+from runstream.models.prompt import ToolApprovalResponsePart, ToolMessage, ToolResultOutput, ToolResultPart
 from runstream.tools import (
     APPROVAL_RESUME_SCHEMA,
     Tool,
@@ -346,7 +348,7 @@ def _results(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> list
     """The step's tool errors then results (each in call order, as in Mastra); the tool
     message joins the conversation and ``pending.results`` gets its parts."""
     run_id = state.run_id
-    tool_parts: list[dict[str, Any]] = []
+    tool_parts: list[ToolResultPart] = []
     errors: list[AnyChunk] = []
     results: list[AnyChunk] = []
     for call in pending.calls:
@@ -378,7 +380,7 @@ def _results(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> list
             hidden = private_error_text(outcome.value, call.tool_name)
             if hidden is not None:  # the model sees the text; memory keeps this
                 state.hidden_tool_errors[call.tool_call_id] = hidden
-        part: dict[str, Any] = {
+        part: ToolResultPart = {
             "type": "tool-result",
             "toolCallId": call.tool_call_id,
             "toolName": call.tool_name,
@@ -393,7 +395,7 @@ def _results(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> list
             part["providerOptions"] = options
         tool_parts.append(part)
     if tool_parts:
-        state.messages.append({"role": "tool", "content": tool_parts})
+        state.messages.append({"role": "tool", "content": [*tool_parts]})
     # The step's content gains its tool results once its step-finish is out (as in Mastra).
     pending.results = [
         {k: p[k] for k in ("type", "toolCallId", "toolName", "output", "input")} for p in tool_parts
@@ -552,7 +554,7 @@ async def run_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext, call: Too
     )
 
 
-def tool_output_for_model(outcome: ToolOutcome) -> dict[str, Any]:
+def tool_output_for_model(outcome: ToolOutcome) -> ToolResultOutput:
     """The ``output`` of a tool-result prompt part."""
     if outcome.model_output is not None:
         return outcome.model_output
@@ -585,15 +587,15 @@ def _model_output(part: Any) -> Any:
     return options.get("mastra", {}).get("modelOutput") if options else None
 
 
-def _with_model_output(message: PromptMessage) -> PromptMessage:
-    parts: list[Any] = []
+def _with_model_output(message: ToolMessage) -> ToolMessage:
+    parts: list[ToolResultPart | ToolApprovalResponsePart] = []
     for part in message["content"]:
         seen = _model_output(part)
-        parts.append({**part, "output": seen} if seen is not None else part)
+        parts.append({**part, "output": seen} if seen is not None and part["type"] == "tool-result" else part)
     return {**message, "content": parts}
 
 
-def _link_call(state: RunState, tool_call_id: str, provider_metadata: dict[str, Any]) -> None:
+def _link_call(state: RunState, tool_call_id: str, provider_metadata: ProviderMetadata) -> None:
     """Mark the assistant's tool-call part with the same metadata as its result (task link)."""
     for message in reversed(state.messages):
         if message["role"] != "assistant":

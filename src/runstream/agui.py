@@ -69,8 +69,31 @@ from ag_ui.core import (
 from ag_ui.core.events import RunFinishedCancelledOutcome, RunFinishedSuccessOutcome
 
 from runstream.agent import client_tool
-from runstream.chunks import AnyChunk, DataChunk, dumps
+from runstream.chunks import (
+    AbortChunk,
+    AnyChunk,
+    DataChunk,
+    ErrorChunk,
+    ReasoningDeltaChunk,
+    ReasoningEndChunk,
+    ReasoningStartChunk,
+    StartChunk,
+    StepFinishChunk,
+    StepStartChunk,
+    TextDeltaChunk,
+    TextEndChunk,
+    TextStartChunk,
+    ToolCallChunk,
+    ToolCallDeltaChunk,
+    ToolCallInputStreamingEndChunk,
+    ToolCallInputStreamingStartChunk,
+    ToolErrorChunk,
+    ToolResultChunk,
+    dumps,
+)
 from runstream.models.base import PromptMessage
+from runstream.models.prompt import AssistantPart, JsonOutput, TextOutput
+from runstream.models.prompt import ToolResultPart as ToolResultPromptPart
 from runstream.tools import Tool
 
 STATE_CHUNK = "data-state"
@@ -100,7 +123,7 @@ def prompt_messages(run_input: RunAgentInput, *, only_new: bool = False) -> list
         elif isinstance(message, UserMessage):
             out.append({"role": "user", "content": [{"type": "text", "text": _text(message.content)}]})
         elif isinstance(message, AssistantMessage):
-            parts: list[dict[str, Any]] = []
+            parts: list[AssistantPart] = []
             if message.content:
                 parts.append({"type": "text", "text": message.content})
             for call in message.tool_calls or []:
@@ -132,10 +155,10 @@ def _arguments(text: str) -> Any:
         return {}
 
 
-def _tool_result(message: ToolMessage, names: dict[str, str]) -> dict[str, Any]:
+def _tool_result(message: ToolMessage, names: dict[str, str]) -> ToolResultPromptPart:
     text = _text(message.content)
     if message.error:
-        output: dict[str, Any] = {"type": "error-text", "value": message.error}
+        output: TextOutput | JsonOutput = {"type": "error-text", "value": message.error}
     else:
         try:
             output = {"type": "json", "value": json.loads(text)}
@@ -233,22 +256,22 @@ class EventMapper:
         return events
 
     # -- per chunk type ------------------------------------------------------------------------------
-    def _on_start(self, chunk: AnyChunk) -> list[BaseEvent]:
+    def _on_start(self, chunk: StartChunk) -> list[BaseEvent]:
         self._turns += 1
         return [CustomEvent(name=TURN_EVENT, value={"turn": self._turns, "runId": chunk.run_id})]
 
-    def _on_step_start(self, chunk: AnyChunk) -> list[BaseEvent]:
+    def _on_step_start(self, chunk: StepStartChunk) -> list[BaseEvent]:
         self._steps += 1
         return [StepStartedEvent(step_name=f"step-{self._steps}")]
 
-    def _on_step_finish(self, chunk: AnyChunk) -> list[BaseEvent]:
+    def _on_step_finish(self, chunk: StepFinishChunk) -> list[BaseEvent]:
         return [*self._close_blocks(), StepFinishedEvent(step_name=f"step-{self._steps}")]
 
-    def _on_text_start(self, chunk: AnyChunk) -> list[BaseEvent]:
+    def _on_text_start(self, chunk: TextStartChunk | TextDeltaChunk) -> list[BaseEvent]:
         message_id = self._text[chunk.payload["id"]] = str(uuid.uuid4())
         return [TextMessageStartEvent(message_id=message_id, role="assistant")]
 
-    def _on_text_delta(self, chunk: AnyChunk) -> list[BaseEvent]:
+    def _on_text_delta(self, chunk: TextDeltaChunk) -> list[BaseEvent]:
         events: list[BaseEvent] = []
         if chunk.payload["id"] not in self._text:
             events = self._on_text_start(chunk)
@@ -257,18 +280,18 @@ class EventMapper:
             events.append(TextMessageContentEvent(message_id=self._text[chunk.payload["id"]], delta=text))
         return events
 
-    def _on_text_end(self, chunk: AnyChunk) -> list[BaseEvent]:
+    def _on_text_end(self, chunk: TextEndChunk) -> list[BaseEvent]:
         message_id = self._text.pop(chunk.payload["id"], None)
         return [TextMessageEndEvent(message_id=message_id)] if message_id else []
 
-    def _on_reasoning_start(self, chunk: AnyChunk) -> list[BaseEvent]:
+    def _on_reasoning_start(self, chunk: ReasoningStartChunk | ReasoningDeltaChunk) -> list[BaseEvent]:
         message_id = self._reasoning[chunk.payload["id"]] = str(uuid.uuid4())
         return [
             ReasoningStartEvent(message_id=message_id),
             ReasoningMessageStartEvent(message_id=message_id, role="reasoning"),
         ]
 
-    def _on_reasoning_delta(self, chunk: AnyChunk) -> list[BaseEvent]:
+    def _on_reasoning_delta(self, chunk: ReasoningDeltaChunk) -> list[BaseEvent]:
         events: list[BaseEvent] = []
         if chunk.payload["id"] not in self._reasoning:
             events = self._on_reasoning_start(chunk)
@@ -278,25 +301,25 @@ class EventMapper:
             events.append(ReasoningMessageContentEvent(message_id=message_id, delta=text))
         return events
 
-    def _on_reasoning_end(self, chunk: AnyChunk) -> list[BaseEvent]:
+    def _on_reasoning_end(self, chunk: ReasoningEndChunk) -> list[BaseEvent]:
         message_id = self._reasoning.pop(chunk.payload["id"], None)
         if message_id is None:
             return []
         return [ReasoningMessageEndEvent(message_id=message_id), ReasoningEndEvent(message_id=message_id)]
 
-    def _on_input_start(self, chunk: AnyChunk) -> list[BaseEvent]:
+    def _on_input_start(self, chunk: ToolCallInputStreamingStartChunk) -> list[BaseEvent]:
         call_id = chunk.payload["toolCallId"]
         self._streamed_calls.add(call_id)
         return [ToolCallStartEvent(tool_call_id=call_id, tool_call_name=chunk.payload["toolName"])]
 
-    def _on_input_delta(self, chunk: AnyChunk) -> list[BaseEvent]:
+    def _on_input_delta(self, chunk: ToolCallDeltaChunk) -> list[BaseEvent]:
         delta = chunk.payload["argsTextDelta"]
         return [ToolCallArgsEvent(tool_call_id=chunk.payload["toolCallId"], delta=delta)] if delta else []
 
-    def _on_input_end(self, chunk: AnyChunk) -> list[BaseEvent]:
+    def _on_input_end(self, chunk: ToolCallInputStreamingEndChunk) -> list[BaseEvent]:
         return [ToolCallEndEvent(tool_call_id=chunk.payload["toolCallId"])]
 
-    def _on_tool_call(self, chunk: AnyChunk) -> list[BaseEvent]:
+    def _on_tool_call(self, chunk: ToolCallChunk) -> list[BaseEvent]:
         call_id, name = chunk.payload["toolCallId"], chunk.payload["toolName"]
         if name in self._client_tools:
             self._pending_client_calls.append(call_id)
@@ -308,7 +331,7 @@ class EventMapper:
             ToolCallEndEvent(tool_call_id=call_id),
         ]
 
-    def _on_tool_result(self, chunk: AnyChunk) -> list[BaseEvent]:
+    def _on_tool_result(self, chunk: ToolResultChunk) -> list[BaseEvent]:
         result = chunk.payload["result"]
         content = result if isinstance(result, str) else dumps(result)
         return [
@@ -320,7 +343,7 @@ class EventMapper:
             )
         ]
 
-    def _on_tool_error(self, chunk: AnyChunk) -> list[BaseEvent]:
+    def _on_tool_error(self, chunk: ToolErrorChunk) -> list[BaseEvent]:
         error = chunk.payload.get("error")
         message = error.get("message") if isinstance(error, dict) else str(error)
         return [
@@ -332,13 +355,13 @@ class EventMapper:
             )
         ]
 
-    def _on_error(self, chunk: AnyChunk) -> list[BaseEvent]:
+    def _on_error(self, chunk: ErrorChunk) -> list[BaseEvent]:
         error = chunk.payload.get("error")
         message = error.get("message") if isinstance(error, dict) else str(error)
         self._failed = True
         return [*self._close_blocks(), RunErrorEvent(message=message or "the run failed", code="RUN_FAILED")]
 
-    def _on_state(self, chunk: AnyChunk) -> list[BaseEvent]:
+    def _on_state(self, chunk: DataChunk) -> list[BaseEvent]:
         data = chunk.data if isinstance(chunk, DataChunk) else chunk.payload
         new = copy.deepcopy(data) if data is not None else {}
         previous, self._state = self._state, new
@@ -351,7 +374,7 @@ class EventMapper:
             return [StateDeltaEvent.model_validate({"delta": patch})]
         return [StateSnapshotEvent(snapshot=new)]
 
-    def _on_state_delta(self, chunk: AnyChunk) -> list[BaseEvent]:
+    def _on_state_delta(self, chunk: DataChunk) -> list[BaseEvent]:
         ops = chunk.data if isinstance(chunk, DataChunk) else chunk.payload
         try:
             event = StateDeltaEvent.model_validate({"delta": ops})
@@ -362,12 +385,13 @@ class EventMapper:
             return [*self._close_blocks(), RunErrorEvent(message=message, code="INVALID_STATE_DELTA")]
         return [event]
 
-    def _on_abort(self, chunk: AnyChunk) -> list[BaseEvent]:
+    def _on_abort(self, chunk: AbortChunk) -> list[BaseEvent]:
         self._aborted = True
         return []
 
 
-_HANDLERS: dict[str, Callable[[EventMapper, AnyChunk], list[BaseEvent]]] = {
+_HANDLERS: dict[str, Callable[[EventMapper, Any], list[BaseEvent]]] = {
+    # (each handler takes the chunk class its key names)
     "start": EventMapper._on_start,
     "step-start": EventMapper._on_step_start,
     "step-finish": EventMapper._on_step_finish,

@@ -448,10 +448,9 @@ def _judge_input(objective: str, state: RunState, text: str) -> JudgeInput:
 
 
 def _text_of(message: PromptMessage) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    return "".join(p.get("text", "") for p in content or [] if p.get("type") == "text")
+    if message["role"] == "system":
+        return message["content"]
+    return "".join(p.get("text", "") for p in message["content"] if p["type"] == "text")
 
 
 def _judge_text(data: JudgeInput) -> str:

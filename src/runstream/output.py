@@ -38,6 +38,7 @@ from runstream.chunks import (
     Usage,
 )
 from runstream.errors import RunFailedError
+from runstream.models.base import PromptMessage
 
 logger = logging.getLogger("runstream.run")
 T = TypeVar("T")
@@ -499,7 +500,7 @@ class RunOutput:
         return self._after(lambda: self.state.object, "object")
 
     @property
-    def messages(self) -> Aggregate[list[dict[str, Any]]]:
+    def messages(self) -> Aggregate[list[PromptMessage]]:
         """The response messages of this run (assistant and tool messages)."""
         return self._after(lambda: list(self.state.response_messages), "messages")
 

@@ -14,7 +14,7 @@ import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, replace
 from dataclasses import fields as dataclass_fields
-from typing import Any, Literal, Protocol, TypedDict
+from typing import Any, Literal, Protocol, TypedDict, cast
 
 from typing_extensions import TypeIs
 
@@ -25,7 +25,7 @@ from runstream.abort import AbortSignal
 from runstream.delegation import DelegationConfig, DelegationRun
 from runstream.errors import ConfigurationTypeError, InvalidInputError
 from runstream.memory import MemoryScope
-from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
+from runstream.models.base import LanguageModel, ModelSettings, PromptMessage, ToolChoice
 from runstream.request_context import Dynamic, RequestContext, resolve
 from runstream.scoring import TaskCompletion
 from runstream.stop_conditions import StopCondition
@@ -82,7 +82,7 @@ class AgentDefaults(Protocol):
     @property
     def max_steps(self) -> int: ...
     @property
-    def tool_choice(self) -> dict[str, Any] | None: ...
+    def tool_choice(self) -> ToolChoice | None: ...
     @property
     def structured_output(self) -> StructuredOutput | None: ...
     @property
@@ -132,7 +132,7 @@ class RunOptions:
     keywords); ``None`` / empty means "the agent's" where the agent has a default."""
 
     max_steps: int | None = None
-    tool_choice: dict[str, Any] | None = None
+    tool_choice: ToolChoice | None = None
     include_raw_chunks: bool = False
     structured_output: StructuredOutput | None = None
     output_processors: tuple[Any, ...] | None = None
@@ -406,23 +406,34 @@ def normalize_messages(messages: MessagesInput | None) -> list[PromptMessage]:
         content = message.get("content", "")
         if role == "system":
             out.append({"role": "system", "content": content if isinstance(content, str) else str(content)})
-        elif isinstance(content, str):
-            out.append({"role": role, "content": [{"type": "text", "text": content}]})
-        else:
-            out.append({"role": role, "content": [dict(part) for part in content]})
+        else:  # the caller's parts, taken as the message they say they are (not checked)
+            parts = (
+                [{"type": "text", "text": content}]
+                if isinstance(content, str)
+                else [dict(p) for p in content]
+            )
+            out.append(cast(PromptMessage, {"role": role, "content": parts}))
     return out
 
 
-def normalize_tool_choice(choice: str | Mapping[str, Any] | None) -> dict[str, Any] | None:
+_NAMED_CHOICES: dict[str, ToolChoice] = {
+    "auto": {"type": "auto"},
+    "none": {"type": "none"},
+    "required": {"type": "required"},
+}
+
+
+def normalize_tool_choice(choice: str | Mapping[str, Any] | None) -> ToolChoice | None:
     if choice is None:
         return None
     if isinstance(choice, str):
-        if choice not in ("auto", "none", "required"):
+        named = _NAMED_CHOICES.get(choice)
+        if named is None:
             raise InvalidOptionError(
                 f"tool_choice must be 'auto', 'none', 'required' or a tool, not {choice!r}"
             )
-        return {"type": choice}
-    return dict(choice)
+        return named.copy()
+    return cast(ToolChoice, dict(choice))  # the caller's, as given
 
 
 def _runs_on_the_client(args: dict[str, Any], ctx: ToolContext) -> None:

@@ -18,6 +18,7 @@ from runstream._config_mapping import boolean, non_negative_number, one_of, read
 from runstream._run_state import CheckVerdict, LoopConfig, RunState
 from runstream.chunks import AnyChunk, IsTaskCompleteChunk
 from runstream.errors import InvalidInputError
+from runstream.models.base import PromptMessage
 
 
 @dataclass(slots=True)
@@ -25,7 +26,7 @@ class ScoreInput:
     """What a scorer sees: the final text of the step and the conversation so far."""
 
     text: str
-    messages: list[dict[str, Any]]
+    messages: list[PromptMessage]
     iteration: int
 
 
@@ -120,7 +121,7 @@ class TaskCompletion:
             "suppressFeedback": self.suppress_feedback,
         }
         yield IsTaskCompleteChunk(state.run_id, payload)  # type: ignore[arg-type]
-        feedback = (
+        feedback: list[PromptMessage] = (
             [] if passed else [{"role": "assistant", "content": [{"type": "text", "text": _report(payload)}]}]
         )
         yield CheckVerdict(

@@ -31,7 +31,7 @@ from runstream.errors import (
     NotFoundError,
     RunstreamError,
 )
-from runstream.models.base import FunctionToolSpec
+from runstream.models.base import FunctionToolSpec, PromptMessage
 
 Emit = Callable[[AnyChunk], None]
 """Where a tool's writer puts the chunks it makes (the loop's live output queue)."""
@@ -161,7 +161,7 @@ class ToolContext:
     suspend_payload: Any = None
     thread_id: str | None = None
     resource_id: str | None = None
-    messages: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[PromptMessage] = field(default_factory=list)
     is_background_task: bool = False
     agent_name: str = ""
     attempt: int = 1

@@ -226,7 +226,7 @@ async def _ask_model(
         ]
     )
     stream = await ready_model(as_model(model)).stream(request)
-    pieces = [part.get("delta", "") async for part in stream.parts if part.get("type") == "text-delta"]
+    pieces = [part["delta"] async for part in stream.parts if part["type"] == "text-delta"]
     return _THINK.sub("", "".join(pieces)).strip()
 
 

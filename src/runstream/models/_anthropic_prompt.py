@@ -20,6 +20,16 @@ from runstream.errors import InvalidInputError
 from runstream.models._anthropic_stream import pick
 from runstream.models._common import file_data
 from runstream.models.base import PromptMessage
+from runstream.models.parts import CallWarning
+from runstream.models.prompt import (
+    FilePart,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    ToolMessage,
+    ToolResultPart,
+    UserMessage,
+)
 
 MAX_CACHE_BREAKPOINTS = 4
 _SERVER_TOOLS = (
@@ -46,7 +56,7 @@ class CacheControl:
 
     __slots__ = ("count", "warnings")
 
-    def __init__(self, warnings: list[dict[str, Any]]) -> None:
+    def __init__(self, warnings: list[CallWarning]) -> None:
         self.count = 0
         self.warnings = warnings
 
@@ -98,7 +108,7 @@ def _groups(prompt: list[PromptMessage]) -> list[tuple[str, list[PromptMessage]]
 def anthropic_messages(
     prompt: list[PromptMessage],
     *,
-    warnings: list[dict[str, Any]] | None = None,
+    warnings: list[CallWarning] | None = None,
     cache: CacheControl | None = None,
     send_reasoning: bool = True,
     betas: set[str] | None = None,
@@ -136,30 +146,37 @@ def anthropic_messages(
 
 
 def _user_content(
-    group: list[PromptMessage], cache: CacheControl, warnings: list[dict[str, Any]], betas: set[str]
+    group: list[PromptMessage], cache: CacheControl, warnings: list[CallWarning], betas: set[str]
 ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for message in group:
-        content = message["content"]
-        tool = message["role"] == "tool"
-        for j, part in enumerate(content):
-            last = j == len(content) - 1
-            if tool:
-                if part.get("type") == "tool-approval-response":
-                    continue
-                out.append(_tool_result(part, message, last, cache, warnings, betas))
-                continue
-            control = cache.get(part.get("providerOptions"), "user message part")
-            if control is None and last:
-                control = cache.get(message.get("providerOptions"), "user message")
-            if part["type"] == "text":
-                out.append(_cached({"type": "text", "text": part["text"]}, control))
-            else:
-                out.append(_cached(_file_block(part, betas), control))
+        if message["role"] == "tool":
+            results = message["content"]
+            for j, result in enumerate(results):
+                if result["type"] != "tool-approval-response":
+                    last = j == len(results) - 1
+                    out.append(_tool_result(result, message, last, cache, warnings, betas))
+        elif message["role"] == "user":
+            out += _user_blocks(message, cache, betas)
     return out
 
 
-def _file_block(part: dict[str, Any], betas: set[str]) -> dict[str, Any]:
+def _user_blocks(message: UserMessage, cache: CacheControl, betas: set[str]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    content = message["content"]
+    for j, part in enumerate(content):
+        last = j == len(content) - 1
+        control = cache.get(part.get("providerOptions"), "user message part")
+        if control is None and last:
+            control = cache.get(message.get("providerOptions"), "user message")
+        if part["type"] == "text":
+            out.append(_cached({"type": "text", "text": part["text"]}, control))
+        else:
+            out.append(_cached(_file_block(part, betas), control))
+    return out
+
+
+def _file_block(part: FilePart, betas: set[str]) -> dict[str, Any]:
     media_type = str(part["mediaType"])
     kind, value = file_data(part)
     url = {"type": "url", "url": value} if kind == "url" else None
@@ -188,14 +205,14 @@ def _file_block(part: dict[str, Any], betas: set[str]) -> dict[str, Any]:
 
 
 def _tool_result(
-    part: dict[str, Any],
-    message: PromptMessage,
+    part: ToolResultPart,
+    message: ToolMessage,
     last: bool,
     cache: CacheControl,
-    warnings: list[dict[str, Any]],
+    warnings: list[CallWarning],
     betas: set[str],
 ) -> dict[str, Any]:
-    output = part["output"]
+    output: Mapping[str, Any] = part["output"]
     out_options = output.get("providerOptions")
     if out_options is None and output.get("type") == "content":
         out_options = next(
@@ -223,7 +240,7 @@ def _tool_result(
 
 
 def _content_block(
-    part: dict[str, Any], warnings: list[dict[str, Any]], betas: set[str]
+    part: dict[str, Any], warnings: list[CallWarning], betas: set[str]
 ) -> dict[str, Any] | None:
     kind = part.get("type")
     if kind == "text":
@@ -258,41 +275,40 @@ def _content_block(
 def _assistant_content(
     group: list[PromptMessage],
     cache: CacheControl,
-    warnings: list[dict[str, Any]],
+    warnings: list[CallWarning],
     send_reasoning: bool,
     last_group: bool,
 ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     mcp_ids: set[str] = set()
     for j, message in enumerate(group):
+        if message["role"] != "assistant":
+            continue
         content = message["content"]
-        if isinstance(content, str):
-            content = [{"type": "text", "text": content}]
         for k, part in enumerate(content):
             last = k == len(content) - 1
             control = cache.get(part.get("providerOptions"), "assistant message part")
             if control is None and last:
                 control = cache.get(message.get("providerOptions"), "assistant message")
-            kind = part["type"]
-            if kind == "text":
+            if part["type"] == "text":
                 trim = last_group and j == len(group) - 1 and last
                 out.append(_text_block(part, control, trim=trim))
-            elif kind == "reasoning":
+            elif part["type"] == "reasoning":
                 block = _reasoning_block(part, cache, warnings, send_reasoning)
                 if block is not None:
                     out.append(block)
-            elif kind == "tool-call":
+            elif part["type"] == "tool-call":
                 block = _tool_call_block(part, control, warnings, mcp_ids)
                 if block is not None:
                     out.append(block)
-            elif kind == "tool-result":
+            elif part["type"] == "tool-result":
                 block = _server_result_block(part, control, warnings, mcp_ids)
                 if block is not None:
                     out.append(block)
     return out
 
 
-def _text_block(part: dict[str, Any], control: Any, *, trim: bool) -> dict[str, Any]:
+def _text_block(part: TextPart, control: Any, *, trim: bool) -> dict[str, Any]:
     meta = _anthropic(part.get("providerOptions"))
     if meta.get("type") == "compaction":
         return _cached({"type": "compaction", "content": part["text"]}, control)
@@ -303,7 +319,7 @@ def _text_block(part: dict[str, Any], control: Any, *, trim: bool) -> dict[str, 
 
 
 def _reasoning_block(
-    part: dict[str, Any], cache: CacheControl, warnings: list[dict[str, Any]], send: bool
+    part: ReasoningPart, cache: CacheControl, warnings: list[CallWarning], send: bool
 ) -> dict[str, Any] | None:
     if not send:
         warnings.append({"type": "other", "message": "sending reasoning content is disabled for this model"})
@@ -321,7 +337,7 @@ def _reasoning_block(
 
 
 def _tool_call_block(
-    part: dict[str, Any], control: Any, warnings: list[dict[str, Any]], mcp_ids: set[str]
+    part: ToolCallPart, control: Any, warnings: list[CallWarning], mcp_ids: set[str]
 ) -> dict[str, Any] | None:
     meta = _anthropic(part.get("providerOptions"))
     call_id, name, args = part["toolCallId"], part["toolName"], part.get("input")
@@ -350,7 +366,7 @@ def _tool_call_block(
     if name == "code_execution" and input_type in ("bash_code_execution", "text_editor_code_execution"):
         block = {"type": "server_tool_use", "id": call_id, "name": input_type, "input": args}
     elif name == "code_execution" and input_type == "programmatic-tool-call":
-        rest = {key: value for key, value in args.items() if key != "type"}  # type: ignore[union-attr]
+        rest = {key: value for key, value in args.items() if key != "type"}
         block = {"type": "server_tool_use", "id": call_id, "name": "code_execution", "input": rest}
     elif name in _SERVER_TOOLS:
         block = {"type": "server_tool_use", "id": call_id, "name": name, "input": args}
@@ -364,11 +380,11 @@ def _tool_call_block(
 
 
 def _server_result_block(
-    part: dict[str, Any], control: Any, warnings: list[dict[str, Any]], mcp_ids: set[str]
+    part: ToolResultPart, control: Any, warnings: list[CallWarning], mcp_ids: set[str]
 ) -> dict[str, Any] | None:
     """A provider-executed tool's result, sent back in the assistant message."""
     call_id, name = part["toolCallId"], part["toolName"]
-    output = part.get("output") or {}
+    output: Mapping[str, Any] = part.get("output") or {}
     kind, value = output.get("type"), output.get("value")
     content: Any = None
     block_type = f"{name}_tool_result"

@@ -15,8 +15,21 @@ from typing import Any
 
 from runstream._ids import new_id
 from runstream.models.base import StreamPart
+from runstream.models.parts import (
+    FinishPart,
+    FinishReason,
+    FinishReasonV3,
+    OutputTokensV3,
+    ProviderMetadata,
+    SourcePart,
+    TextEndPart,
+    TextStartPart,
+    ToolCallPart,
+    ToolResultPart,
+    UsageV3,
+)
 
-_STOP_REASONS = {
+_STOP_REASONS: dict[str, FinishReason] = {
     "end_turn": "stop",
     "stop_sequence": "stop",
     "pause_turn": "stop",
@@ -51,10 +64,10 @@ class _Block:
         self.tool: str | None = None  # the vendor's name of a server tool
         self.input_type: str | None = None
         self.citations: list[dict[str, Any]] = []
-        self.meta: dict[str, Any] | None = None
+        self.meta: ProviderMetadata | None = None
 
 
-def _unified(reason: str | None, json_tool: bool = False) -> str:
+def _unified(reason: str | None, json_tool: bool = False) -> FinishReason:
     if reason == "tool_use" and json_tool:
         return "stop"
     return _STOP_REASONS.get(reason or "", "other")
@@ -99,7 +112,7 @@ class AnthropicMapper:
         self._stop_details: dict[str, Any] | None = None
         self._container: dict[str, Any] | None = None
         self._context: dict[str, Any] | None = None
-        self._finish: dict[str, Any] = {"unified": "other", "raw": None}
+        self._finish: FinishReasonV3 = {"unified": "other", "raw": None}
         self._documents = documents or []  # the prompt's documents, which document citations index
         self._mcp: dict[str, _Block] = {}  # MCP tool calls by id, for their results
 
@@ -178,7 +191,7 @@ class AnthropicMapper:
             self._context = _context_management(event["context_management"])
         self._raw_usage = {**(self._raw_usage or {}), **raw}
 
-    def end(self) -> StreamPart | None:
+    def end(self) -> FinishPart | None:
         """The finish part (after ``message_stop``), or None when the stream was cut."""
         if not self.done:
             return None
@@ -196,7 +209,7 @@ class AnthropicMapper:
         meta["contextManagement"] = self._context
         return {
             "type": "finish",
-            "finishReason": dict(self._finish),
+            "finishReason": self._finish.copy(),
             "usage": _v3_usage(usage, self._raw_usage),
             "providerMetadata": {"anthropic": meta},
         }
@@ -210,7 +223,7 @@ class AnthropicMapper:
             return []
         if kind == "text" or kind == "compaction":
             block = self._blocks[index] = _Block("text", str(index))
-            start: StreamPart = {"type": "text-start", "id": block.id}
+            start: TextStartPart = {"type": "text-start", "id": block.id}
             if kind == "compaction":
                 start["providerMetadata"] = {"anthropic": {"type": "compaction"}}
             return [start]
@@ -273,7 +286,7 @@ class AnthropicMapper:
 
     def _block_stop(self, block: _Block) -> list[StreamPart]:
         if block.kind == "text":
-            end: StreamPart = {"type": "text-end", "id": block.id}
+            end: TextEndPart = {"type": "text-end", "id": block.id}
             if block.citations:
                 end["providerMetadata"] = {"anthropic": {"citations": block.citations}}
             return [end]
@@ -282,7 +295,7 @@ class AnthropicMapper:
         text = block.input or "{}"
         if block.tool == "code_execution":
             text = _programmatic(text)
-        call: StreamPart = {
+        call: ToolCallPart = {
             "type": "tool-call",
             "toolCallId": block.id,
             "toolName": block.name,
@@ -341,10 +354,7 @@ class AnthropicMapper:
             block.citations.append(citation)
         if kind == "web_search_result_location":
             meta = pick(citation, citedText="cited_text", encryptedIndex="encrypted_index")
-            source: StreamPart = {"type": "source", "sourceType": "url", "id": new_id()}
-            source.update(pick(citation, url="url", title="title"))
-            source["providerMetadata"] = {"anthropic": meta}
-            return [source]
+            return [_url_source(citation, {"anthropic": meta})]
         if kind not in ("page_location", "char_location"):
             return []
         index_ = citation.get("document_index")
@@ -366,8 +376,9 @@ class AnthropicMapper:
                 endCharIndex="end_char_index",
             )
         title = citation.get("document_title") or doc.get("title")
-        document: StreamPart = {"type": "source", "sourceType": "document", "id": new_id()}
-        document.update(mediaType=doc.get("mediaType"), title=title)
+        document: SourcePart = {"type": "source", "sourceType": "document", "id": new_id()}
+        document["mediaType"] = doc.get("mediaType")
+        document["title"] = title
         if doc.get("filename") is not None:
             document["filename"] = doc["filename"]
         document["providerMetadata"] = {"anthropic": meta}
@@ -393,7 +404,7 @@ def _programmatic(text: str) -> str:
     return text
 
 
-def _mcp_call(part: dict[str, Any], calls: dict[str, _Block]) -> StreamPart:
+def _mcp_call(part: dict[str, Any], calls: dict[str, _Block]) -> ToolCallPart:
     meta = {"anthropic": {"type": "mcp-tool-use", "serverName": part.get("server_name")}}
     block = _Block("mcp", part["id"])
     block.name, block.meta = part.get("name", ""), meta
@@ -451,11 +462,11 @@ def _tool_result(
         return [_result(call_id, "code_execution", content)]
     if kind == "mcp_tool_result":
         call = mcp.pop(str(call_id), None)
-        result = _result(call_id, call.name if call else "", content, is_error=bool(part.get("is_error")))
-        result["dynamic"] = True
-        if call is not None:
-            result["providerMetadata"] = call.meta
-        return [result]
+        mcp_result = _result(call_id, call.name if call else "", content, is_error=bool(part.get("is_error")))
+        mcp_result["dynamic"] = True
+        if call is not None and call.meta is not None:
+            mcp_result["providerMetadata"] = call.meta
+        return [mcp_result]
     return []
 
 
@@ -471,13 +482,20 @@ def _web_search_result(call_id: Any, content: Any) -> list[StreamPart]:
         }
         for item in content
     ]
-    parts = [_result(call_id, "web_search", results)]
-    for item in content:
-        source: StreamPart = {"type": "source", "sourceType": "url", "id": new_id()}
-        source.update(pick(item, url="url", title="title"))
-        source["providerMetadata"] = {"anthropic": {"pageAge": item.get("page_age")}}
-        parts.append(source)
+    parts: list[StreamPart] = [_result(call_id, "web_search", results)]
+    parts += (_url_source(item, {"anthropic": {"pageAge": item.get("page_age")}}) for item in content)
     return parts
+
+
+def _url_source(found: dict[str, Any], metadata: ProviderMetadata) -> SourcePart:
+    """A ``url`` source with the ``url`` and ``title`` the vendor sent (a missing one stays out)."""
+    source: SourcePart = {"type": "source", "sourceType": "url", "id": new_id()}
+    if "url" in found:
+        source["url"] = found["url"]
+    if "title" in found:
+        source["title"] = found["title"]
+    source["providerMetadata"] = metadata
+    return source
 
 
 def _code_result(call_id: Any, content: dict[str, Any]) -> list[StreamPart]:
@@ -496,15 +514,15 @@ def _code_result(call_id: Any, content: dict[str, Any]) -> list[StreamPart]:
     return []
 
 
-def _result(call_id: Any, name: str, result: Any, *, is_error: bool = False) -> StreamPart:
-    part: StreamPart = {"type": "tool-result", "toolCallId": call_id, "toolName": name}
+def _result(call_id: Any, name: str, result: Any, *, is_error: bool = False) -> ToolResultPart:
+    part: ToolResultPart = {"type": "tool-result", "toolCallId": call_id, "toolName": name}
     if is_error:
         part["isError"] = True
     part["result"] = result  # (the AI SDK marks the call providerExecuted, not its result)
     return part
 
 
-def _v3_usage(usage: dict[str, Any], raw: dict[str, Any] | None) -> dict[str, Any]:
+def _v3_usage(usage: dict[str, Any], raw: dict[str, Any] | None) -> UsageV3:
     """``convertAnthropicMessagesUsage``: input totals include cache reads and writes."""
     write = usage.get("cache_creation_input_tokens") or 0
     read = usage.get("cache_read_input_tokens") or 0
@@ -517,7 +535,7 @@ def _v3_usage(usage: dict[str, Any], raw: dict[str, Any] | None) -> dict[str, An
         if executed:
             inp = sum(it.get("input_tokens") or 0 for it in executed)
             out = sum(it.get("output_tokens") or 0 for it in executed)
-    output: dict[str, Any] = {"total": out}
+    output: OutputTokensV3 = {"total": out}
     if reasoning is not None:
         output["text"] = out - reasoning
         output["reasoning"] = reasoning

@@ -30,6 +30,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from runstream.abort import AbortError, AbortSignal
 from runstream.models.base import ModelCallError, ModelRequest, StreamPart
+from runstream.models.parts import CallWarning, ErrorPart
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -264,7 +265,7 @@ async def stream_parts(
     mapper: EventMapper[T],
     scope: AbortScope,
     *,
-    warnings: list[dict[str, Any]],
+    warnings: list[CallWarning],
     raw: Callable[[T], object] | None,
     translate: Callable[[Exception], ModelCallError],
     vendor: str,
@@ -318,7 +319,7 @@ async def stream_parts(
         await source.close()
 
 
-def error_part(error: ModelCallError, cause: Exception | None = None) -> StreamPart:
+def error_part(error: ModelCallError, cause: Exception | None = None) -> ErrorPart:
     if cause is not None:
         error.__cause__ = cause
     return {"type": "error", "error": error}
@@ -397,7 +398,7 @@ _SETTING_NAMES = {
 }
 
 
-def unsupported(request: ModelRequest, *settings: str) -> list[dict[str, Any]]:
+def unsupported(request: ModelRequest, *settings: str) -> list[CallWarning]:
     """``unsupported-setting`` warnings (AI SDK names) for those of ``settings`` that are set."""
     return [
         {"type": "unsupported-setting", "setting": _SETTING_NAMES[name]}

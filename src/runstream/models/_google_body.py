@@ -15,6 +15,8 @@ from typing import Any
 from runstream.errors import InvalidInputError
 from runstream.models._common import file_data, part_metadata
 from runstream.models.base import ModelRequest, PromptMessage
+from runstream.models.parts import CallWarning
+from runstream.models.prompt import AssistantPart, ToolApprovalResponsePart, ToolResultPart, UserPart
 
 SKIP_THOUGHT_SIGNATURE_VALIDATOR = "skip_thought_signature_validator"
 """The documented sentinel Gemini 3 takes for a replayed function call whose signature is lost."""
@@ -47,11 +49,11 @@ def uses_gemini3_features(model_id: str) -> bool:
     )
 
 
-def google_body(request: ModelRequest, model_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def google_body(request: ModelRequest, model_id: str) -> tuple[dict[str, Any], list[CallWarning]]:
     """The request body and the call's warnings."""
     settings = request.settings
     options: Mapping[str, Any] = settings.provider_options.get("google") or {}
-    warnings: list[dict[str, Any]] = []
+    warnings: list[CallWarning] = []
     gemma = model_id.lower().startswith("gemma-")
     gemini3 = uses_gemini3_features(model_id)
     system, contents = google_contents(request.prompt, gemini3=gemini3, gemma=gemma, warnings=warnings)
@@ -208,7 +210,7 @@ def google_contents(
     *,
     gemini3: bool,
     gemma: bool = False,
-    warnings: list[dict[str, Any]] | None = None,
+    warnings: list[CallWarning] | None = None,
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """An AI SDK prompt as Gemini ``systemInstruction`` and ``contents``.
 
@@ -219,19 +221,18 @@ def google_contents(
     contents: list[dict[str, Any]] = []
     unsigned: list[str] = []
     for message in prompt:
-        role, content = message["role"], message["content"]
-        if role == "system":
+        if message["role"] == "system":
             if contents:
                 raise InvalidInputError(
                     "system messages are only supported at the beginning of the conversation"
                 )
-            system.append({"text": content})
-        elif role == "user":
-            contents.append({"role": "user", "parts": [_user_part(part) for part in content]})
-        elif role == "assistant":
-            contents.append({"role": "model", "parts": _model_parts(content, gemini3, unsigned)})
-        elif role == "tool":
-            _tool_parts(content, contents, gemini3)
+            system.append({"text": message["content"]})
+        elif message["role"] == "user":
+            contents.append({"role": "user", "parts": [_user_part(part) for part in message["content"]]})
+        elif message["role"] == "assistant":
+            contents.append({"role": "model", "parts": _model_parts(message["content"], gemini3, unsigned)})
+        elif message["role"] == "tool":
+            _tool_parts(message["content"], contents, gemini3)
     if gemma and system and contents and contents[0]["role"] == "user":
         text = "\n\n".join(part["text"] for part in system)
         contents[0]["parts"].insert(0, {"text": text + "\n\n"})
@@ -248,7 +249,7 @@ def google_contents(
     return ({"parts": system} if system and not gemma else None), contents
 
 
-def _user_part(part: dict[str, Any]) -> dict[str, Any]:
+def _user_part(part: UserPart) -> dict[str, Any]:
     if part["type"] == "text":
         return {"text": part["text"]}
     if part["type"] != "file":
@@ -260,20 +261,19 @@ def _user_part(part: dict[str, Any]) -> dict[str, Any]:
     return {"inlineData": {"mimeType": media_type, "data": value}}
 
 
-def _model_parts(content: list[dict[str, Any]], gemini3: bool, unsigned: list[str]) -> list[dict[str, Any]]:
+def _model_parts(content: list[AssistantPart], gemini3: bool, unsigned: list[str]) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     signed_call = False
     for part in content:
         meta = part_metadata(part, "google")
         signature = str(meta["thoughtSignature"]) if meta.get("thoughtSignature") is not None else None
-        kind = part["type"]
-        if kind in ("text", "reasoning"):
+        if part["type"] == "text" or part["type"] == "reasoning":
             if part["text"]:
                 out: dict[str, Any] = {"text": part["text"]}
-                if kind == "reasoning":
+                if part["type"] == "reasoning":
                     out["thought"] = True
                 parts.append(_signed(out, signature))
-        elif kind == "file":
+        elif part["type"] == "file":
             where, data = file_data(part)
             if where == "url":
                 raise InvalidInputError("File data URLs in assistant messages are not supported")
@@ -281,7 +281,7 @@ def _model_parts(content: list[dict[str, Any]], gemini3: bool, unsigned: list[st
             if meta.get("thought") is True:
                 out["thought"] = True
             parts.append(_signed(out, signature))
-        elif kind == "tool-call":
+        elif part["type"] == "tool-call":
             server = _server_tool(meta)
             if signature is None and gemini3 and (server is not None or not signed_call):
                 unsigned.append(part["toolName"])
@@ -295,7 +295,7 @@ def _model_parts(content: list[dict[str, Any]], gemini3: bool, unsigned: list[st
             else:
                 function_call = {"id": part["toolCallId"], "name": part["toolName"], "args": part["input"]}
                 parts.append(_signed({"functionCall": function_call}, signature))
-        elif kind == "tool-result":
+        elif part["type"] == "tool-result":
             server = _server_tool(meta)
             if server is not None:
                 parts.append(_signed(_tool_response(part, server), signature))
@@ -314,13 +314,15 @@ def _server_tool(meta: Mapping[str, Any]) -> tuple[str, str] | None:
     return (str(call_id), str(tool_type)) if call_id is not None and tool_type is not None else None
 
 
-def _tool_response(part: dict[str, Any], server: tuple[str, str]) -> dict[str, Any]:
-    output = part["output"]
+def _tool_response(part: ToolResultPart, server: tuple[str, str]) -> dict[str, Any]:
+    output: Mapping[str, Any] = part["output"]
     response = output["value"] if output.get("type") == "json" else {}
     return {"toolResponse": {"toolType": server[1], "response": response, "id": server[0]}}
 
 
-def _tool_parts(content: list[dict[str, Any]], contents: list[dict[str, Any]], gemini3: bool) -> None:
+def _tool_parts(
+    content: list[ToolResultPart | ToolApprovalResponsePart], contents: list[dict[str, Any]], gemini3: bool
+) -> None:
     parts: list[dict[str, Any]] = []
     for part in content:
         if part["type"] != "tool-result":
@@ -333,7 +335,7 @@ def _tool_parts(content: list[dict[str, Any]], contents: list[dict[str, Any]], g
                 _signed(_tool_response(part, server), None if signature is None else str(signature))
             )
             continue
-        output = part["output"]
+        output: Mapping[str, Any] = part["output"]
         kind = output.get("type")
         name = part["toolName"]
         if kind == "content" and not gemini3:  # Gemini 2: one functionResponse per text item

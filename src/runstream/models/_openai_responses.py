@@ -23,6 +23,9 @@ from typing import Any
 from runstream.errors import InvalidInputError
 from runstream.models._common import call_error, data_url, file_data, part_metadata
 from runstream.models.base import FinishReason, ModelCallError, PromptMessage, StreamPart
+from runstream.models.parts import InputTokensV3, ToolCallPart, ToolInputStartPart, UsageV3
+from runstream.models.parts import ToolResultPart as ToolResultStreamPart
+from runstream.models.prompt import AssistantPart, ReasoningPart, ToolResultPart, UserPart
 
 
 def _json(value: object) -> str:
@@ -44,33 +47,32 @@ def responses_input(
     """
     items: list[dict[str, Any]] = []
     for message in prompt:
-        role, content = message["role"], message["content"]
-        if role == "system":
-            items.append({"role": system_role, "content": content})
-        elif role == "user":
+        if message["role"] == "system":
+            items.append({"role": system_role, "content": message["content"]})
+        elif message["role"] == "user":
+            content = message["content"]
             items.append(
                 {"role": "user", "content": [_user_part(part, i, vendor) for i, part in enumerate(content)]}
             )
-        elif role == "assistant":
-            _assistant_items(content, items, store, vendor)
-        elif role == "tool":
+        elif message["role"] == "assistant":
+            _assistant_items(message["content"], items, store, vendor)
+        elif message["role"] == "tool":
             items.extend(
                 {"type": "function_call_output", "call_id": part["toolCallId"], "output": _output_text(part)}
-                for part in content
-                if part.get("type", "tool-result") == "tool-result"
+                for part in message["content"]
+                if part["type"] == "tool-result"
             )
     return items
 
 
 def _assistant_items(
-    content: list[dict[str, Any]], items: list[dict[str, Any]], store: bool, vendor: str
+    content: list[AssistantPart], items: list[dict[str, Any]], store: bool, vendor: str
 ) -> None:
     reasoning: dict[str, dict[str, Any]] = {}
     for part in content:
-        kind = part["type"]
         meta = part_metadata(part, vendor)
         item_id = meta.get("itemId")
-        if kind == "text":
+        if part["type"] == "text":
             if store and item_id is not None:
                 items.append({"type": "item_reference", "id": item_id})
                 continue
@@ -83,7 +85,7 @@ def _assistant_items(
             if meta.get("phase") is not None:
                 item["phase"] = meta["phase"]
             items.append(item)
-        elif kind == "tool-call":
+        elif part["type"] == "tool-call":
             if part.get("providerExecuted"):
                 if store and item_id is not None:
                     items.append({"type": "item_reference", "id": item_id})
@@ -97,17 +99,17 @@ def _assistant_items(
                     "arguments": _json({} if args is None else args),
                 }
             )
-        elif kind == "tool-result":  # a provider-executed tool's result
-            output = part.get("output") or {}
-            if output.get("type") == "execution-denied" or not store:
+        elif part["type"] == "tool-result":  # a provider-executed tool's result
+            output = part.get("output")
+            if (output is not None and output.get("type") == "execution-denied") or not store:
                 continue
             items.append({"type": "item_reference", "id": item_id or part["toolCallId"]})
-        elif kind == "reasoning":
+        elif part["type"] == "reasoning":
             _reasoning_item(part, meta, reasoning, items, store)
 
 
 def _reasoning_item(
-    part: dict[str, Any],
+    part: ReasoningPart,
     meta: Mapping[str, Any],
     seen: dict[str, dict[str, Any]],
     items: list[dict[str, Any]],
@@ -141,8 +143,8 @@ def _reasoning_item(
         known["encrypted_content"] = encrypted
 
 
-def _output_text(part: dict[str, Any]) -> str:
-    output = part["output"]
+def _output_text(part: ToolResultPart) -> str:
+    output: Mapping[str, Any] = part["output"]
     kind, value = output.get("type"), output.get("value")
     if kind in ("text", "error-text"):
         return str(value)
@@ -153,7 +155,7 @@ def _output_text(part: dict[str, Any]) -> str:
     return _json(value)
 
 
-def _user_part(part: dict[str, Any], index: int, vendor: str) -> dict[str, Any]:
+def _user_part(part: UserPart, index: int, vendor: str) -> dict[str, Any]:
     if part["type"] == "text":
         return {"type": "input_text", "text": part["text"]}
     media_type = str(part["mediaType"])
@@ -623,7 +625,7 @@ def _finish_reason(raw: str | None, function_call: bool) -> FinishReason:
     return "tool-calls" if function_call else "other"
 
 
-def _usage(usage: Any) -> dict[str, Any]:
+def _usage(usage: Any) -> UsageV3:
     """``convertOpenAIResponsesUsage``: AI SDK v3 usage (cache reads and reasoning 0 when the vendor
     leaves them out; no usage at all gives empty totals), ``raw`` the vendor's usage."""
     if usage is None:
@@ -633,7 +635,11 @@ def _usage(usage: Any) -> dict[str, Any]:
     cached = (_field(input_details, "cached_tokens") if input_details is not None else None) or 0
     cache_write = _field(input_details, "cache_write_tokens") if input_details is not None else None
     reasoning = (_field(output_details, "reasoning_tokens") if output_details is not None else None) or 0
-    input_tokens = {"total": inputs, "noCache": inputs - cached - (cache_write or 0), "cacheRead": cached}
+    input_tokens: InputTokensV3 = {
+        "total": inputs,
+        "noCache": inputs - cached - (cache_write or 0),
+        "cacheRead": cached,
+    }
     if cache_write is not None:
         input_tokens["cacheWrite"] = cache_write
     raw = _dump(usage)
@@ -646,11 +652,11 @@ def _usage(usage: Any) -> dict[str, Any]:
     }
 
 
-def _hosted_start(call_id: str, name: str) -> StreamPart:
+def _hosted_start(call_id: str, name: str) -> ToolInputStartPart:
     return {"type": "tool-input-start", "id": call_id, "toolName": name, "providerExecuted": True}
 
 
-def _hosted_call(call_id: str, name: str, input_text: str) -> StreamPart:
+def _hosted_call(call_id: str, name: str, input_text: str) -> ToolCallPart:
     return {
         "type": "tool-call",
         "toolCallId": call_id,
@@ -660,7 +666,7 @@ def _hosted_call(call_id: str, name: str, input_text: str) -> StreamPart:
     }
 
 
-def _hosted_result(call_id: str, name: str, result: object) -> StreamPart:
+def _hosted_result(call_id: str, name: str, result: object) -> ToolResultStreamPart:
     """A provider-executed tool's result: as the AI SDK emits it, without ``providerExecuted`` (the
     call carries it; Mastra's tool-result chunk has none)."""
     return {"type": "tool-result", "toolCallId": call_id, "toolName": name, "result": result}

@@ -32,6 +32,7 @@ from runstream.models._common import (
     vendor_message,
 )
 from runstream.models.base import ModelCallError, ModelRequest, ModelStream
+from runstream.models.parts import CallWarning
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
@@ -186,7 +187,7 @@ class AnthropicModel:
             "inputSchema": fmt["schema"],
         }
 
-    def _body(self, request: ModelRequest) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+    def _body(self, request: ModelRequest) -> tuple[dict[str, Any], list[CallWarning], list[str]]:
         """The request body, the warnings and the ``anthropic-beta`` values, as ``getArgs`` makes them."""
         settings = request.settings
         given = dict(settings.provider_options.get("anthropic") or {})
@@ -262,7 +263,7 @@ class AnthropicModel:
 _SETTING = {"temperature": "temperature", "top_k": "topK", "top_p": "topP"}
 
 
-def _thinking(value: Any, warnings: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _thinking(value: Any, warnings: list[CallWarning]) -> dict[str, Any] | None:
     """``providerOptions.anthropic.thinking`` (``budgetTokens`` or the vendor's ``budget_tokens``)."""
     if not isinstance(value, Mapping) or value.get("type") not in ("enabled", "adaptive", "disabled"):
         return None
@@ -289,7 +290,7 @@ def _output_config(
     options: Mapping[str, Any],
     response_format: Mapping[str, Any] | None,
     structured: bool,
-    warnings: list[dict[str, Any]],
+    warnings: list[CallWarning],
 ) -> None:
     config: dict[str, Any] = {}
     if options.get("effort"):
@@ -363,7 +364,7 @@ def _citation_documents(request: ModelRequest) -> list[dict[str, Any]]:
         if message["role"] != "user":
             continue
         for part in message["content"]:
-            if part.get("type") != "file" or part.get("mediaType") not in ("application/pdf", "text/plain"):
+            if part["type"] != "file" or part.get("mediaType") not in ("application/pdf", "text/plain"):
                 continue
             options = (part.get("providerOptions") or {}).get("anthropic") or {}
             if (options.get("citations") or {}).get("enabled"):

@@ -20,36 +20,28 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
+from typing import Any, Literal, NotRequired, Protocol, TypedDict, runtime_checkable
 
 from runstream.abort import AbortSignal
 from runstream.errors import RunstreamError
+from runstream.models import parts, prompt
+from runstream.models.parts import FinishReason as FinishReason
+from runstream.models.parts import Usage as Usage
 
-FinishReason = Literal["stop", "length", "content-filter", "tool-calls", "error", "other", "unknown"]
+StreamPart = parts.StreamPart
+"""One provider stream part (``LanguageModelV2StreamPart`` shape, tagged by ``type``)."""
 
-StreamPart = dict[str, Any]
-"""One provider stream part (``LanguageModelV2StreamPart`` shape, ``type`` key first)."""
-
-PromptMessage = dict[str, Any]
-"""One prompt message (``LanguageModelV2Prompt`` element)."""
+PromptMessage = prompt.PromptMessage
+"""One prompt message (``LanguageModelV2Prompt`` element, tagged by ``role``)."""
 
 
-def tool_result_output(value: Any, *, is_error: bool = False) -> dict[str, Any]:
+def tool_result_output(value: Any, *, is_error: bool = False) -> prompt.ToolResultOutput:
     """A tool result as a prompt ``output``: text for strings, JSON otherwise (AI SDK's rule)."""
     if is_error:
         return {"type": "error-text", "value": str(value)}
     if isinstance(value, str):
         return {"type": "text", "value": value}
     return {"type": "json", "value": value}
-
-
-class Usage(TypedDict, total=False):
-    inputTokens: int
-    outputTokens: int
-    totalTokens: int
-    reasoningTokens: int
-    cachedInputTokens: int
-    cacheCreationInputTokens: int
 
 
 class FunctionToolSpec(TypedDict):
@@ -61,8 +53,11 @@ class FunctionToolSpec(TypedDict):
     inputSchema: dict[str, Any]
 
 
-ToolChoice = dict[str, Any]
-"""``{"type": "auto" | "none" | "required"}`` or ``{"type": "tool", "toolName": name}``."""
+class ToolChoice(TypedDict):
+    """``{"type": "auto" | "none" | "required"}`` or ``{"type": "tool", "toolName": name}``."""
+
+    type: Literal["auto", "none", "required", "tool"]
+    toolName: NotRequired[str]
 
 
 @dataclass(slots=True)

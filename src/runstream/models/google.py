@@ -35,7 +35,18 @@ from runstream.models._common import (
     stream_parts,
 )
 from runstream.models._google_body import google_body
-from runstream.models.base import FinishReason, ModelCallError, ModelRequest, ModelStream, StreamPart
+from runstream.models.base import ModelCallError, ModelRequest, ModelStream, StreamPart
+from runstream.models.parts import (
+    FileStreamPart,
+    FinishPart,
+    FinishReason,
+    FinishReasonV3,
+    MetadataPart,
+    ProviderMetadata,
+    SourcePart,
+    ToolCallPart,
+    UsageV3,
+)
 
 if TYPE_CHECKING:
     from google.genai import Client
@@ -215,14 +226,14 @@ def translate_error(exc: Exception) -> ModelCallError:
     return call_error(f"Malformed Google stream: {exc!r}")
 
 
-def _signature(part: Any) -> dict[str, Any] | None:
+def _signature(part: Any) -> ProviderMetadata | None:
     signature = part.thought_signature
     if not signature:
         return None
     return {"google": {"thoughtSignature": base64.b64encode(signature).decode("ascii")}}
 
 
-def _with_pm(part: StreamPart, meta: dict[str, Any] | None) -> StreamPart:
+def _with_pm(part: MetadataPart, meta: ProviderMetadata | None) -> MetadataPart:
     if meta is not None:
         part["providerMetadata"] = meta
     return part
@@ -254,8 +265,8 @@ class _GoogleMapper:
         self._include_raw = include_raw
         self._response_id = False
         self._usage: Any = None
-        self._finish: dict[str, Any] = {"unified": "other"}
-        self._metadata: dict[str, Any] | None = None
+        self._finish: FinishReasonV3 = {"unified": "other"}
+        self._metadata: ProviderMetadata | None = None
         self._grounding: Any = None
         self._url_context: Any = None
         self._text: str | None = None
@@ -287,8 +298,9 @@ class _GoogleMapper:
             self._url_context = pick(_dump(candidate.url_context_metadata), URL_CONTEXT_SHAPE)
         if candidate.grounding_metadata is not None:
             for source in extract_sources(self._grounding):
-                if source["sourceType"] == "url" and source["url"] not in self._sources:
-                    self._sources.add(source["url"])
+                url = source.get("url")
+                if source["sourceType"] == "url" and url is not None and url not in self._sources:
+                    self._sources.add(url)
                     out.append(source)
         content = candidate.content
         if content is not None and content.parts:
@@ -301,7 +313,7 @@ class _GoogleMapper:
             self._finished(event, candidate)
         return out
 
-    def end(self) -> StreamPart | None:
+    def end(self) -> FinishPart | None:
         usage = None if self._usage is None else pick(_dump(self._usage), USAGE_SHAPE)
         return {
             "type": "finish",
@@ -421,7 +433,7 @@ class _GoogleMapper:
         if signature is not None:
             google.update(signature["google"])
         data = base64.b64encode(blob.data or b"").decode("ascii")
-        file: StreamPart = {"type": "file", "mediaType": blob.mime_type, "data": data}
+        file: FileStreamPart = {"type": "file", "mediaType": blob.mime_type, "data": data}
         out.append(_with_pm(file, {"google": google} if google else None))
         return out
 
@@ -462,17 +474,24 @@ class _GoogleMapper:
         call_id = call.id or generate_id()
         name = call.name
         args = None if call.args is None else _json(call.args)
-        out = [_with_pm({"type": "tool-input-start", "id": call_id, "toolName": name}, meta)]
+        out: list[StreamPart] = [
+            _with_pm({"type": "tool-input-start", "id": call_id, "toolName": name}, meta)
+        ]
         if args is not None:
             out.append(_with_pm({"type": "tool-input-delta", "id": call_id, "delta": args}, meta))
         out.append(_with_pm({"type": "tool-input-end", "id": call_id}, meta))
-        tool_call = {"type": "tool-call", "toolCallId": call_id, "toolName": name, "input": args or "{}"}
+        tool_call: ToolCallPart = {
+            "type": "tool-call",
+            "toolCallId": call_id,
+            "toolName": name,
+            "input": args or "{}",
+        }
         out.append(_with_pm(tool_call, meta))
         self._tool_calls = True
         return out
 
 
-def _server_meta(part: Any, call_id: str, tool_type: str) -> dict[str, Any]:
+def _server_meta(part: Any, call_id: str, tool_type: str) -> ProviderMetadata:
     google: dict[str, Any] = {}
     signature = _signature(part)
     if signature is not None:
@@ -481,7 +500,7 @@ def _server_meta(part: Any, call_id: str, tool_type: str) -> dict[str, Any]:
     return {"google": google}
 
 
-def v3_usage(usage: Mapping[str, Any] | None) -> dict[str, Any]:
+def v3_usage(usage: Mapping[str, Any] | None) -> UsageV3:
     """Gemini ``usageMetadata`` as AI SDK v3 usage (thought tokens are output tokens)."""
     if usage is None:
         return {"inputTokens": {}, "outputTokens": {}}
@@ -496,9 +515,9 @@ def v3_usage(usage: Mapping[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def extract_sources(grounding: Mapping[str, Any] | None) -> list[StreamPart]:
+def extract_sources(grounding: Mapping[str, Any] | None) -> list[SourcePart]:
     """``source`` parts of grounding chunks (web, image, retrieved context, maps)."""
-    sources: list[StreamPart] = []
+    sources: list[SourcePart] = []
     for chunk in (grounding or {}).get("groundingChunks") or ():
         web, image, context, maps = (chunk.get(k) for k in ("web", "image", "retrievedContext", "maps"))
         if web is not None:
@@ -514,8 +533,8 @@ def extract_sources(grounding: Mapping[str, Any] | None) -> list[StreamPart]:
     return sources
 
 
-def _url_source(url: str, title: str | None) -> StreamPart:
-    source: StreamPart = {"type": "source", "sourceType": "url", "id": generate_id(), "url": url}
+def _url_source(url: str, title: str | None) -> SourcePart:
+    source: SourcePart = {"type": "source", "sourceType": "url", "id": generate_id(), "url": url}
     if title is not None:
         source["title"] = title
     return source
@@ -531,7 +550,7 @@ _DOCUMENT_TYPES = {
 }
 
 
-def _context_source(context: Mapping[str, Any]) -> StreamPart | None:
+def _context_source(context: Mapping[str, Any]) -> SourcePart | None:
     uri, store = context.get("uri"), context.get("fileSearchStore")
     if uri and uri.startswith(("http://", "https://")):
         return _url_source(uri, context.get("title"))

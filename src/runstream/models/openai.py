@@ -32,14 +32,17 @@ from runstream.models._common import (
     vendor_message,
 )
 from runstream.models._openai_responses import ResponsesMapper, check_start, responses_input
-from runstream.models.base import (
+from runstream.models.base import ModelCallError, ModelRequest, ModelStream, PromptMessage, StreamPart
+from runstream.models.parts import (
+    CallWarning,
+    FinishPart,
     FinishReason,
-    ModelCallError,
-    ModelRequest,
-    ModelStream,
-    PromptMessage,
-    StreamPart,
+    FinishReasonV3,
+    InputTokensV3,
+    ResponseMetadataPart,
+    UsageV3,
 )
+from runstream.models.prompt import AssistantPart, ToolResultOutput, UserPart
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -141,7 +144,7 @@ def _timestamp(seconds: float | None) -> datetime | None:
     return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
 
 
-def _metadata(id_: object, model_id: object, created: float | None) -> StreamPart:
+def _metadata(id_: str | None, model_id: str | None, created: float | None) -> ResponseMetadataPart:
     return {"type": "response-metadata", "id": id_, "modelId": model_id, "timestamp": _timestamp(created)}
 
 
@@ -185,7 +188,7 @@ class OpenAIResponsesModel(_OpenAIModel):
         """The provider-metadata key: ``azure`` for Azure OpenAI, as the AI SDK names it."""
         return "azure" if "azure" in self.provider else "openai"
 
-    def _body(self, request: ModelRequest) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def _body(self, request: ModelRequest) -> tuple[dict[str, Any], list[CallWarning]]:
         system_role = "developer" if self._reasoning_model() else "system"
         options = request.settings.provider_options.get(self.provider) or {}
         store = options.get("store")
@@ -278,7 +281,7 @@ class OpenAIChatModel(_OpenAIModel):
         sent = {"model": self.model_id, "stream": True, **body}
         return ModelStream(parts, request={"body": sent}, response={"headers": dict(source.response.headers)})
 
-    def _body(self, request: ModelRequest) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def _body(self, request: ModelRequest) -> tuple[dict[str, Any], list[CallWarning]]:
         settings = request.settings
         system_role = "developer" if self._reasoning_model() else "system"
         compatible = self.provider != "openai"
@@ -340,24 +343,25 @@ def chat_messages(
     OpenAI itself takes none."""
     messages: list[dict[str, Any]] = []
     for message in prompt:
-        role, content = message["role"], message["content"]
-        if role == "system":
-            messages.append({"role": system_role, "content": content})
-        elif role == "user":
-            if len(content) == 1 and content[0]["type"] == "text":
-                messages.append({"role": "user", "content": content[0]["text"]})
+        if message["role"] == "system":
+            messages.append({"role": system_role, "content": message["content"]})
+        elif message["role"] == "user":
+            content = message["content"]
+            first = content[0] if len(content) == 1 else None
+            if first is not None and first["type"] == "text":
+                messages.append({"role": "user", "content": first["text"]})
             else:
                 messages.append({"role": "user", "content": [_chat_user_part(part) for part in content]})
-        elif role == "assistant":
-            messages.append(_chat_assistant(content, reasoning))
-        elif role == "tool":
+        elif message["role"] == "assistant":
+            messages.append(_chat_assistant(message["content"], reasoning))
+        elif message["role"] == "tool":
             messages.extend(
                 {
                     "role": "tool",
                     "tool_call_id": part["toolCallId"],
                     "content": _chat_tool_output(part["output"]),
                 }
-                for part in content
+                for part in message["content"]
                 if part["type"] == "tool-result"
             )
     return messages
@@ -367,7 +371,7 @@ def _compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def _chat_assistant(content: list[dict[str, Any]], reasoning: bool) -> dict[str, Any]:
+def _chat_assistant(content: list[AssistantPart], reasoning: bool) -> dict[str, Any]:
     text = "".join(part["text"] for part in content if part["type"] == "text")
     thought = "".join(part.get("text") or "" for part in content if part["type"] == "reasoning")
     calls = [
@@ -387,20 +391,20 @@ def _chat_assistant(content: list[dict[str, Any]], reasoning: bool) -> dict[str,
     return message
 
 
-def _chat_tool_output(output: Mapping[str, Any]) -> str:
+def _chat_tool_output(output: ToolResultOutput) -> str:
     """A tool result as the AI SDK sends it: text as is, anything else as compact JSON."""
-    kind, value = output.get("type"), output.get("value")
-    if kind in ("text", "error-text") and isinstance(value, str):
-        return value
-    if kind == "execution-denied":
+    if output["type"] == "execution-denied":
         return str(output.get("reason") or "Tool call execution denied.")
+    value = output.get("value")
+    if output["type"] in ("text", "error-text") and isinstance(value, str):
+        return value
     return _compact(value)
 
 
 _AUDIO_FORMATS = {"audio/wav": "wav", "audio/mpeg": "mp3", "audio/mp3": "mp3"}
 
 
-def _chat_user_part(part: dict[str, Any]) -> dict[str, Any]:
+def _chat_user_part(part: UserPart) -> dict[str, Any]:
     if part["type"] == "text":
         return {"type": "text", "text": part["text"]}
     media_type = str(part["mediaType"])
@@ -464,7 +468,7 @@ class _ChatMapper:
         self._refused = False
         self._tools: dict[int, list[str]] = {}  # index -> [id, name, arguments]
         self._pending: dict[int, list[str | None]] = {}  # index -> [id, arguments] until the name comes
-        self._finish: dict[str, Any] = {"unified": "other", "raw": None}
+        self._finish: FinishReasonV3 = {"unified": "other", "raw": None}
         self._usage: Any = None
         self._sources = 0
 
@@ -525,18 +529,17 @@ class _ChatMapper:
             parts.append(
                 {"type": "tool-call", "toolCallId": call_id, "toolName": name, "input": args or "{}"}
             )
-        finish = self._finish
+        finish = self._finish.copy()
         if self._refused and finish["unified"] == "stop":
-            finish = {**finish, "unified": "content-filter"}
+            finish["unified"] = "content-filter"
         usage, metadata = _chat_usage(self._usage)
-        parts.append(
-            {
-                "type": "finish",
-                "finishReason": finish,
-                "usage": usage,
-                "providerMetadata": {self._key: metadata},
-            }
-        )
+        done: FinishPart = {
+            "type": "finish",
+            "finishReason": finish,
+            "usage": usage,
+            "providerMetadata": {self._key: metadata},
+        }
+        parts.append(done)
         return parts
 
     def _tool_delta(self, call: Any, parts: list[StreamPart]) -> None:
@@ -591,17 +594,17 @@ class _ChatMapper:
             parts.append({"type": "reasoning-end", "id": "reasoning-0"})
 
 
-def _chat_usage(usage: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def _chat_usage(usage: Any) -> tuple[UsageV3, dict[str, Any]]:
     """v3 usage (the AI SDK's ``convertOpenAICompatibleChatUsage``) and the provider metadata counts."""
     if usage is None:
-        empty = {"total": None, "noCache": None, "cacheRead": None, "cacheWrite": None}
+        empty: InputTokensV3 = {"total": None, "noCache": None, "cacheRead": None, "cacheWrite": None}
         return {"inputTokens": empty, "outputTokens": {"total": None, "text": None, "reasoning": None}}, {}
     prompt = usage.prompt_tokens or 0
     completion = usage.completion_tokens or 0
     prompt_details, details = usage.prompt_tokens_details, usage.completion_tokens_details
     cached = (prompt_details.cached_tokens if prompt_details is not None else None) or 0
     reasoning = (details.reasoning_tokens if details is not None else None) or 0
-    result = {
+    result: UsageV3 = {
         "inputTokens": {"total": prompt, "noCache": prompt - cached, "cacheRead": cached, "cacheWrite": None},
         "outputTokens": {"total": completion, "text": completion - reasoning, "reasoning": reasoning},
         "raw": usage.to_dict(),

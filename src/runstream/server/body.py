@@ -22,7 +22,7 @@ import jsonschema
 from runstream.errors import InvalidInputError
 from runstream.memory import MemoryScope, memory_options
 from runstream.memory.working import WorkingMemory
-from runstream.models.base import ModelSettings
+from runstream.models.base import ModelSettings, PromptMessage
 from runstream.run_options import StreamOptions, client_tool
 from runstream.server.auth import Principal
 from runstream.server.errors import ApiError
@@ -39,7 +39,7 @@ from runstream.server.limits import (
     check_metadata,
     check_title,
 )
-from runstream.server.messages import Prompt, to_prompt
+from runstream.server.messages import to_prompt
 from runstream.structured import StructuredOutput
 from runstream.tools import Tool
 from runstream.trust import request_options
@@ -88,7 +88,7 @@ class StreamRequest:
     scope it checks ownership of, the run id it claims, until-idle), and the run's options as
     ``Agent.stream`` takes them (read into a ``RunOptions`` there, with the agent's defaults)."""
 
-    messages: list[Prompt]
+    messages: list[PromptMessage]
     memory: MemoryScope | None = None
     run_id: str | None = None
     until_idle: bool | dict[str, Any] = False

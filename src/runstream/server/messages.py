@@ -10,23 +10,25 @@ An assistant UI message becomes one assistant (and tool) message per step.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from runstream._messages import ui_tool_part
+from runstream.models.base import PromptMessage
 from runstream.server.errors import ApiError
 from runstream.storage import StoredMessage
 
-Prompt = dict[str, Any]
+_Draft = dict[str, Any]
+"""A prompt message being read from a request body (unchecked until ``_check_prompt``)."""
 ROLES = ("user", "assistant", "system", "tool")
 
 
-def to_prompt(messages: Any, field: str = "messages") -> list[Prompt]:
+def to_prompt(messages: Any, field: str = "messages") -> list[PromptMessage]:
     """Any accepted ``messages`` value as prompt messages (400 on a malformed one)."""
     if isinstance(messages, str):
-        return [_user_text(messages)]
+        messages = [messages]
     if not isinstance(messages, list):
         raise ApiError(400, f"Invalid request body: '{field}' must be a string or an array of messages")
-    out: list[Prompt] = []
+    out: list[_Draft] = []
     for index, message in enumerate(messages):
         if isinstance(message, str):
             out.append(_user_text(message))
@@ -42,7 +44,7 @@ def to_prompt(messages: Any, field: str = "messages") -> list[Prompt]:
             out.extend(_from_model(message))
     for index, prompt in enumerate(out):
         _check_prompt(prompt, f"{field}[{index}]")
-    return _dedupe_results(out)
+    return cast(list[PromptMessage], _dedupe_results(out))  # checked: the shapes the run can use
 
 
 _STRING_FIELDS = {
@@ -55,7 +57,7 @@ _STRING_FIELDS = {
 }
 
 
-def _check_prompt(prompt: Prompt, where: str) -> None:
+def _check_prompt(prompt: _Draft, where: str) -> None:
     """Refuse content the run could not use, before the run starts (a malformed part used to
     fail in the memory save after the run had happened, so the turn was lost)."""
     content = prompt["content"]
@@ -77,10 +79,10 @@ def _check_prompt(prompt: Prompt, where: str) -> None:
                 raise ApiError(400, f"Invalid request body: {where}: a {kind} part needs a string '{name}'")
 
 
-def _dedupe_results(messages: list[Prompt]) -> list[Prompt]:
+def _dedupe_results(messages: list[_Draft]) -> list[_Draft]:
     """Keep the first result per tool call (v4 history repeats results in a tool message)."""
     seen: set[str] = set()
-    out: list[Prompt] = []
+    out: list[_Draft] = []
     for message in messages:
         if message["role"] == "tool":
             content = [p for p in message["content"] if p.get("toolCallId") not in seen]
@@ -92,7 +94,7 @@ def _dedupe_results(messages: list[Prompt]) -> list[Prompt]:
     return out
 
 
-def _user_text(text: str) -> Prompt:
+def _user_text(text: str) -> _Draft:
     return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
@@ -145,7 +147,7 @@ def _model_part(part: Any) -> dict[str, Any] | None:
     return dict(part)
 
 
-def _from_model(message: Mapping[str, Any]) -> list[Prompt]:
+def _from_model(message: Mapping[str, Any]) -> list[_Draft]:
     role = message["role"]
     content = message.get("content", "")
     if role == "system":
@@ -196,8 +198,8 @@ class _Step:
             text = part.get("errorText") or "Tool call was not approved by the user"
             self.results.append(_tool_result(call_id, name, value=text, error=True, args=args))
 
-    def messages(self) -> list[Prompt]:
-        out: list[Prompt] = []
+    def messages(self) -> list[_Draft]:
+        out: list[_Draft] = []
         if self.content:
             out.append({"role": "assistant", "content": self.content})
         if self.results:
@@ -205,7 +207,7 @@ class _Step:
         return out
 
 
-def _from_ui(message: Mapping[str, Any]) -> list[Prompt]:
+def _from_ui(message: Mapping[str, Any]) -> list[_Draft]:
     role = message["role"]
     parts = [p for p in message["parts"] if isinstance(p, Mapping)]
     if role == "system":
@@ -222,7 +224,7 @@ def _from_ui(message: Mapping[str, Any]) -> list[Prompt]:
                 if converted is not None:
                     content.append(converted)
         return [{"role": role, "content": content}]
-    out: list[Prompt] = []
+    out: list[_Draft] = []
     step = _Step()
     for part in parts:
         kind = str(part.get("type", ""))

@@ -11,35 +11,37 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
 from runstream.agent import Agent
 from runstream.memory import MemoryScope
-from runstream.server.messages import Prompt
+from runstream.models.base import PromptMessage
+from runstream.models.prompt import ToolResultPart
 from runstream.storage import Storage, StoredMessage
 
 Originals = list[tuple[str, dict[str, Any]]]
 """The stored messages :func:`absorb_tool_results` changed: (id, content before)."""
 
 
-def _results(messages: list[Prompt]) -> dict[str, dict[str, Any]]:
+def _results(messages: list[PromptMessage]) -> dict[str, ToolResultPart]:
     return {
         str(part.get("toolCallId")): part
         for message in messages
         if message["role"] == "tool"
         for part in message["content"]
-        if part.get("type") == "tool-result"
+        if part["type"] == "tool-result"
     }
 
 
-def _apply(message: StoredMessage, results: dict[str, dict[str, Any]]) -> StoredMessage:
+def _apply(message: StoredMessage, results: dict[str, ToolResultPart]) -> StoredMessage:
     for part in message.content.get("parts", []):
         inv = part.get("toolInvocation") if part.get("type") == "tool-invocation" else None
         result = results.get(str(inv.get("toolCallId"))) if inv else None
         if inv is None or result is None or inv.get("state") != "call":
             continue
-        output = result.get("output") or {}
+        output: Mapping[str, Any] = result.get("output") or {}
         if output.get("type") in ("error-text", "error-json"):
             inv.update(state="output-error", errorText=output.get("value"))
         else:
@@ -48,8 +50,8 @@ def _apply(message: StoredMessage, results: dict[str, dict[str, Any]]) -> Stored
 
 
 async def absorb_tool_results(
-    agent: Agent, scope: MemoryScope, messages: list[Prompt], originals: Originals | None = None
-) -> list[Prompt]:
+    agent: Agent, scope: MemoryScope, messages: list[PromptMessage], originals: Originals | None = None
+) -> list[PromptMessage]:
     """Write tool results for calls stored in the thread into memory; return the other messages.
 
     ``originals`` collects what was changed, for :func:`restore_messages` when the run then
@@ -73,7 +75,7 @@ async def absorb_tool_results(
                 originals.append((stored.id, copy.deepcopy(stored.content)))
             await storage.update_message(stored.id, partial(_apply, results=wanted))
             absorbed |= waiting
-    out: list[Prompt] = []
+    out: list[PromptMessage] = []
     for message in messages:
         if message["role"] == "tool":
             content = [p for p in message["content"] if str(p.get("toolCallId")) not in absorbed]

@@ -36,6 +36,7 @@ from runstream import _tracing as tracing
 from runstream.abort import AbortController
 from runstream.chunks import AnyChunk, BackgroundTaskProgressChunk, ErrorChunk, chunk_from_wire
 from runstream.errors import InvalidInputError, RunstreamError
+from runstream.models.base import PromptMessage
 from runstream.output import RunOutput
 from runstream.tasks.bus import TaskSubscription
 
@@ -59,7 +60,7 @@ TERMINAL = {
 }
 STARTS_RUNNING = {"background-task-started", "background-task-running", "background-task-resumed"}
 
-StartTurn = Callable[[list[dict[str, Any]]], Awaitable[RunOutput]]
+StartTurn = Callable[[list[PromptMessage]], Awaitable[RunOutput]]
 """Starts a continuation turn given its extra system context messages."""
 
 

@@ -9,10 +9,10 @@ import copy
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from runstream.abort import AbortError, AbortSignal, sleep
-from runstream.models.base import ModelRequest, StreamPart
+from runstream.models.base import ModelRequest, PromptMessage, StreamPart, ToolChoice
 
 
 class ScriptedError(Exception):
@@ -37,16 +37,17 @@ class RecordedCall:
     """What the model was asked, for assertions in tests."""
 
     index: int
-    prompt: list[dict[str, Any]]
+    prompt: list[PromptMessage]
     tools: list[str]
-    tool_choice: dict[str, Any] | None
+    tool_choice: ToolChoice | None
     response_format: dict[str, Any] | None
     include_raw_chunks: bool
 
 
 @dataclass(slots=True)
 class _Call:
-    parts: list[StreamPart]
+    parts: list[dict[str, Any]]
+    """The scenario's parts as written (JSON, with their ``delayMs``)."""
     delay_ms: float | None = None
     throw_on_call: ScriptedError | None = None
     stream_error_after: int | None = None
@@ -54,7 +55,7 @@ class _Call:
     stream_error: ScriptedError | None = None
 
 
-def prepare_call(call: Sequence[StreamPart] | Mapping[str, Any]) -> _Call:
+def prepare_call(call: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> _Call:
     """A scripted call (a list of parts, or the scenario dict format) ready to play."""
     if isinstance(call, Mapping):
         stream_error = call.get("streamError")
@@ -69,8 +70,9 @@ def prepare_call(call: Sequence[StreamPart] | Mapping[str, Any]) -> _Call:
     return _Call(parts=[dict(p) for p in call])
 
 
-def prepare_part(part: StreamPart) -> StreamPart:
-    """Convert scenario JSON into the Python values a real provider yields."""
+def prepare_part(part: Mapping[str, Any]) -> StreamPart:
+    """Convert scenario JSON into the Python values a real provider yields (taken as the part it
+    says it is: a script is trusted, as a provider is)."""
     out = dict(part)
     out.pop("delayMs", None)
     kind = out.get("type")
@@ -78,7 +80,7 @@ def prepare_part(part: StreamPart) -> StreamPart:
         out["timestamp"] = datetime.fromisoformat(out["timestamp"].replace("Z", "+00:00"))
     elif kind == "error" and isinstance(out.get("error"), str | dict):
         out["error"] = ScriptedError.from_spec(out["error"])
-    return out
+    return cast(StreamPart, out)
 
 
 def record(recorded: list[RecordedCall], request: ModelRequest) -> int:

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from runstream.errors import InvalidTypeError
-from runstream.models.base import ModelRequest, ModelStream, StreamPart, Usage
+from runstream.models.base import ModelRequest, ModelStream, PromptMessage, StreamPart, Usage
+from runstream.models.prompt import ToolResultPart
 from runstream.testing._playback import RecordedCall, play_call, prepare_call, record
 
 
@@ -117,7 +118,7 @@ def compile_turn(turn: Turn, index: int) -> dict[str, Any]:
         if failure.status_code is not None:
             spec["statusCode"] = failure.status_code
         return {"parts": [], "throwOnCall": spec}
-    parts: list[StreamPart] = [{"type": "stream-start", "warnings": []}]
+    parts: list[dict[str, Any]] = [{"type": "stream-start", "warnings": []}]
     delay = 0.0
     calls = output_tokens = 0
     finish = Finish()
@@ -128,7 +129,7 @@ def compile_turn(turn: Turn, index: int) -> dict[str, Any]:
         if isinstance(item, Finish):
             finish = item
             continue
-        new = _parts(item, f"{index}-{n}")
+        new: list[dict[str, Any]] = [dict(part) for part in _parts(item, f"{index}-{n}")]
         if delay and new:
             new[0]["delayMs"] = delay
             delay = 0
@@ -143,7 +144,7 @@ def compile_turn(turn: Turn, index: int) -> dict[str, Any]:
         "outputTokens": output_tokens,
         "totalTokens": 10 + output_tokens,
     }
-    end: StreamPart = {"type": "finish", "finishReason": reason, "usage": dict(usage)}
+    end: dict[str, Any] = {"type": "finish", "finishReason": reason, "usage": dict(usage)}
     if delay:
         end["delayMs"] = delay
     parts.append(end)
@@ -154,9 +155,10 @@ def _parts(item: TurnItem, block: str) -> list[StreamPart]:
     if isinstance(item, Text):
         pieces = item.text.split(" ") if item.words else [item.text]
         deltas = [p + (" " if i < len(pieces) - 1 else "") for i, p in enumerate(pieces)]
+        text: list[StreamPart] = [{"type": "text-delta", "id": f"txt-{block}", "delta": d} for d in deltas]
         return [
             {"type": "text-start", "id": f"txt-{block}"},
-            *({"type": "text-delta", "id": f"txt-{block}", "delta": d} for d in deltas),
+            *text,
             {"type": "text-end", "id": f"txt-{block}"},
         ]
     if isinstance(item, Reasoning):
@@ -188,18 +190,18 @@ class ModelCall:
     """What the model was sent in one call, as :class:`FunctionModel` hands it to the function."""
 
     index: int
-    prompt: list[dict[str, Any]]
+    prompt: list[PromptMessage]
     tools: list[str]
 
     @property
-    def tool_results(self) -> list[dict[str, Any]]:
+    def tool_results(self) -> list[ToolResultPart]:
         """Every ``tool-result`` part of the prompt, oldest first (``toolName``, ``output`` …)."""
         return [
             part
             for message in self.prompt
             if message["role"] == "tool"
             for part in message["content"]
-            if part.get("type") == "tool-result"
+            if part["type"] == "tool-result"
         ]
 
     @property
