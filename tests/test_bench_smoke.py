@@ -94,5 +94,7 @@ def test_the_vector_bench_runs() -> None:
         timeout=120,
     ).stdout
     rows = [json.loads(line) for line in out.splitlines()]
-    assert rows[0]["backend"] == "sqlite-vec (exact)" and rows[0]["unfiltered"]["p50_ms"] > 0
+    assert rows[0]["backend"] == "sqlite-vec (exact scan)" and rows[0]["unfiltered"]["p50_ms"] > 0
+    assert rows[1]["backend"] == "sqlite-vec (filter key tag: vec0)" and rows[1]["filtered"]["p50_ms"] > 0
     assert rows[-1]["thread_messages"] == 60 and rows[-1]["turn_ms_with_recall"] > 0
+    assert "added_cpu_ms" in rows[-1]

@@ -12,6 +12,7 @@ import pytest
 from runstream.errors import InvalidInputError, NotFoundError
 from runstream.vector import (
     InvalidFilterError,
+    PgVector,
     VectorDimensionError,
     VectorIndexExistsError,
     VectorIndexNotFoundError,
@@ -297,3 +298,19 @@ async def test_random_filters_agree_with_the_reference_meaning(store: VectorStor
         expected = {i for i, m in docs.items() if matches(parse_filter(flt), m)}
         found = {r.id for r in await store.query("docs", [1.0, 1.0], top_k=100, filter=flt)}
         assert found == expected, flt
+
+
+@pytest.mark.parametrize("config", [None, {"filter_keys": ["k"]}])
+async def test_a_zero_vector_scores_0_on_a_cosine_index(store: VectorStore, config: Any) -> None:
+    """Its cosine is undefined: it scores 0 (no likeness) and ranks as such, never an error (or,
+    on pgvector's HNSW index, which leaves zero vectors out of a cosine index, is not found)."""
+    await store.create_index("docs", 2, index_config=config)
+    await store.upsert("docs", [[0, 0], [1, 0], [-1, 0]], [{"k": "a"}] * 3, ["zero", "same", "opposite"])
+    for flt in (None, {"k": "a"}):
+        hits = await store.query("docs", [1, 0], top_k=3, filter=flt)
+        found = [(h.id, round(h.score, 4)) for h in hits]
+        assert found in (
+            [("same", 1.0), ("zero", 0.0), ("opposite", -1.0)],
+            [("same", 1.0), ("opposite", -1.0)],
+        )
+        assert found[1][0] == "zero" or isinstance(store, PgVector)

@@ -31,7 +31,7 @@ from typing import Any, Literal
 from runstream.errors import ConfigurationError, InvalidInputError, InvalidTypeError
 from runstream.models.base import PromptMessage
 from runstream.storage import Storage, StoredMessage
-from runstream.vector.base import VectorIndexNotFoundError, VectorStore
+from runstream.vector.base import IndexConfig, VectorIndexNotFoundError, VectorStore
 from runstream.vector.embedders import Embedder
 
 logger = logging.getLogger("runstream")
@@ -144,10 +144,16 @@ def query_text(inputs: Sequence[PromptMessage]) -> str | None:
     return None
 
 
+MEMORY_INDEX_CONFIG = IndexConfig(filter_keys=("resource_id", "thread_id"))
+"""Recall filters by one of these by equality: SQLite answers such a query from a ``vec0`` KNN
+over the resource's (or thread's) vectors (:mod:`runstream.vector._sqlite_keys`); an index made
+before gets them on the first ``ensure_index`` of a process."""
+
+
 async def ensure_index(vector: VectorStore, name: str, dimension: int, known: dict[str, int]) -> None:
     if known.get(name) == dimension:
         return
-    await vector.create_index(name, dimension, "cosine")
+    await vector.create_index(name, dimension, "cosine", index_config=MEMORY_INDEX_CONFIG)
     known[name] = dimension
 
 

@@ -217,13 +217,15 @@ def neighbour_messages_sql(
     table: str, params: SqlParams, message_id: str, count: int, *, earlier: bool
 ) -> str:
     """Up to ``count`` messages of ``message_id``'s thread just before (or after) it in thread
-    order, with their ``seq`` (``table`` comes from code)."""
+    order, with their ``seq`` (``table`` comes from code). The row-value comparison lets both
+    databases walk the ``(thread_id, created_at[, seq])`` index from the anchor, where the
+    equivalent ``OR`` read every message of the thread (semantic recall on a long thread)."""
     columns = ", ".join(f"m.{c}" for c in MESSAGE_COLUMNS)
     op, order = ("<", "DESC") if earlier else (">", "ASC")
     anchor = f"(SELECT thread_id, created_at, seq FROM {table} WHERE id = {params.add(message_id)})"
     return (
         f"SELECT {columns}, m.seq FROM {table} AS m, {anchor} AS a WHERE m.thread_id = a.thread_id"
-        f" AND (m.created_at {op} a.created_at OR (m.created_at = a.created_at AND m.seq {op} a.seq))"
+        f" AND (m.created_at, m.seq) {op} (a.created_at, a.seq)"
         f" ORDER BY m.created_at {order}, m.seq {order} LIMIT {params.add(count)}"
     )
 

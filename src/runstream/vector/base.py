@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from runstream.errors import InvalidInputError, InvalidTypeError, NotFoundError, StateConflictError
+from runstream.vector.filter import Node, parse_filter
 
 Metric = Literal["cosine", "euclidean", "dotproduct"]
 MAX_DIMENSION = 4096
@@ -74,16 +75,26 @@ class QueryResult:
         return data
 
 
+MAX_FILTER_KEYS = 4
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
 @dataclass(frozen=True, slots=True)
 class IndexConfig:
-    """How PostgreSQL indexes the vectors (Mastra's ``indexConfig``): ``"hnsw"`` (``m``,
-    ``ef_construction``), ``"ivfflat"`` (``lists``) or ``"flat"`` (no index: exact scans).
-    The SQLite store always scans exactly and ignores it."""
+    """How the vectors are indexed (Mastra's ``indexConfig``).
+
+    PostgreSQL: ``"hnsw"`` (``m``, ``ef_construction``), ``"ivfflat"`` (``lists``) or
+    ``"flat"`` (no index: exact scans); SQLite ignores the type. ``filter_keys``
+    (``filterKeys``): top-level metadata fields holding strings that queries filter on by
+    equality (semantic recall's ``resource_id`` and ``thread_id``); SQLite keeps them in a
+    ``sqlite-vec`` ``vec0`` table so such a query compares only the matching vectors
+    (:mod:`runstream.vector._sqlite_keys`), PostgreSQL ignores them (HNSW serves filters)."""
 
     type: Literal["hnsw", "ivfflat", "flat"] = "hnsw"
     m: int = 16
     ef_construction: int = 64
     lists: int = 100
+    filter_keys: tuple[str, ...] = ()
 
     @classmethod
     def coerce(cls, value: IndexConfig | Mapping[str, Any] | None) -> IndexConfig:
@@ -106,7 +117,20 @@ class IndexConfig:
         for name, number in numbers.items():
             if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 10_000:
                 raise InvalidInputError(f"index_config {name} must be an integer from 1 to 10000")
-        return cls(kind, int(numbers["m"]), int(numbers["ef_construction"]), int(numbers["lists"]))
+        keys = _filter_keys(value.get("filterKeys", value.get("filter_keys", ())))
+        return cls(kind, int(numbers["m"]), int(numbers["ef_construction"]), int(numbers["lists"]), keys)
+
+
+def _filter_keys(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise InvalidTypeError("index_config filter_keys must be a list of metadata field names")
+    keys = tuple(dict.fromkeys(value))
+    if len(keys) > MAX_FILTER_KEYS or not all(isinstance(k, str) and _KEY.match(k) for k in keys):
+        raise InvalidInputError(
+            f"index_config filter_keys: at most {MAX_FILTER_KEYS} top-level field names "
+            "(letters, digits and underscores)"
+        )
+    return keys
 
 
 @runtime_checkable
@@ -233,6 +257,42 @@ def check_metadata(value: Any) -> dict[str, Any]:
     return dict(value)
 
 
+def check_new_index(
+    name: Any, dimension: Any, metric: Any, index_config: IndexConfig | Mapping[str, Any] | None
+) -> IndexConfig:
+    """The checks of ``create_index`` before any SQL; the index's checked config."""
+    check_name(name)
+    check_dimension(dimension)
+    check_metric(metric)
+    return IndexConfig.coerce(index_config)
+
+
+def check_same_index(name: str, found: tuple[int, str], dimension: int, metric: str) -> None:
+    """``create_index`` of an existing index: a no-op when it matches, else
+    :class:`VectorIndexExistsError`."""
+    if found != (dimension, metric):
+        raise VectorIndexExistsError(f"index {name!r} exists with dimension {found[0]} and metric {found[1]}")
+
+
+def check_query(top_k: Any, filter: Mapping[str, Any] | None) -> Node | None:
+    """The checks of ``query`` before any SQL: ``top_k`` and the parsed filter."""
+    check_top_k(top_k)
+    return parse_filter(filter)
+
+
+def check_update(vector: Sequence[float] | None, metadata: Mapping[str, Any] | None) -> None:
+    if vector is None and metadata is None:
+        raise InvalidInputError("update_vector needs a vector or metadata")
+
+
+def check_delete(ids: Sequence[str] | None, filter: Mapping[str, Any] | None) -> Node | None:
+    """``delete_vectors`` takes ids or a filter, exactly one; the parsed filter."""
+    node = parse_filter(filter)
+    if (ids is None) == (node is None):
+        raise InvalidInputError("delete_vectors takes ids or a filter (exactly one)")
+    return node
+
+
 def prepare_upsert(
     vectors: Sequence[Sequence[float]],
     metadata: Sequence[Mapping[str, Any]] | None,
@@ -270,6 +330,7 @@ def score_of(metric: Metric, distance: float) -> float:
 
 __all__ = [
     "MAX_DIMENSION",
+    "MAX_FILTER_KEYS",
     "MAX_TOP_K",
     "MAX_UPSERT_BATCH",
     "IndexConfig",
@@ -281,10 +342,15 @@ __all__ = [
     "VectorIndexNotFoundError",
     "VectorNotFoundError",
     "VectorStore",
+    "check_delete",
     "check_dimension",
     "check_metric",
     "check_name",
+    "check_new_index",
+    "check_query",
+    "check_same_index",
     "check_top_k",
+    "check_update",
     "check_vector",
     "prepare_upsert",
 ]

@@ -37,18 +37,19 @@ from runstream.vector.base import (
     IndexStats,
     Metric,
     QueryResult,
-    VectorIndexExistsError,
     VectorIndexNotFoundError,
     VectorNotFoundError,
-    check_dimension,
+    check_delete,
     check_metadata,
     check_metric,
     check_name,
-    check_top_k,
+    check_new_index,
+    check_query,
+    check_same_index,
+    check_update,
     check_vector,
     prepare_upsert,
 )
-from runstream.vector.filter import parse_filter
 
 _OPERATORS: dict[str, tuple[str, str]] = {
     "cosine": ("<=>", "vector_cosine_ops"),
@@ -157,10 +158,7 @@ class PgVector:
         *,
         index_config: IndexConfig | Mapping[str, Any] | None = None,
     ) -> None:
-        check_name(name)
-        check_dimension(dimension)
-        check_metric(metric)
-        config = IndexConfig.coerce(index_config)
+        config = check_new_index(name, dimension, metric, index_config)
         if config.type != "flat" and dimension > _HNSW_MAX_DIMENSION:
             raise InvalidInputError(
                 f"pgvector indexes vectors of at most {_HNSW_MAX_DIMENSION} dimensions: "
@@ -173,10 +171,7 @@ class PgVector:
                 f"SELECT dimension, metric FROM {self._schema}.vector_indexes WHERE name = $1", name
             )
             if row is not None:
-                if (int(row[0]), row[1]) != (dimension, metric):
-                    raise VectorIndexExistsError(
-                        f"index {name!r} exists with dimension {row[0]} and metric {row[1]}"
-                    )
+                check_same_index(name, (int(row[0]), row[1]), dimension, metric)
                 return
             await conn.execute(
                 f"CREATE TABLE {table} (seq BIGSERIAL, id TEXT PRIMARY KEY, "
@@ -247,15 +242,16 @@ class PgVector:
         include_vector: bool = False,
         min_score: float | None = None,
     ) -> list[QueryResult]:
-        check_top_k(top_k)
-        node = parse_filter(filter)
+        node = check_query(top_k, filter)
         async with self._connection(transaction=True) as conn:
             dimension, metric, index_type = await self._index(conn, index)
             query = check_vector(vector, dimension)
             params = SqlParams("numeric")
             operator = _OPERATORS[metric][0]
             distance = f"(embedding {operator} {params.add(_literal(query))}::vector)"
-            score = f"-{distance}" if metric == "dotproduct" else f"1 - {distance}"
+            score = (  # a zero vector has no cosine (pgvector: NaN): scored 0, as on SQLite
+                f"-{distance}" if metric == "dotproduct" else f"1 - COALESCE(NULLIF({distance}, 'NaN'), 1)"
+            )
             clauses = [PostgresFilter(params).where(node, "metadata")] if node is not None else []
             if min_score is not None:
                 clauses.append(f"{score} >= {params.add(float(min_score))}::float8")
@@ -288,8 +284,7 @@ class PgVector:
         vector: Sequence[float] | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> None:
-        if vector is None and metadata is None:
-            raise InvalidInputError("update_vector needs a vector or metadata")
+        check_update(vector, metadata)
         async with self._connection() as conn:
             dimension, _, _ = await self._index(conn, index)
             params = SqlParams("numeric")
@@ -314,9 +309,7 @@ class PgVector:
         ids: Sequence[str] | None = None,
         filter: Mapping[str, Any] | None = None,
     ) -> int:
-        node = parse_filter(filter)
-        if (ids is None) == (node is None):
-            raise InvalidInputError("delete_vectors takes ids or a filter (exactly one)")
+        node = check_delete(ids, filter)
         async with self._connection() as conn:
             await self._index(conn, index)
             params = SqlParams("numeric")
