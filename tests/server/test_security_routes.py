@@ -499,7 +499,7 @@ ROUTES: dict[tuple[str, str], str] = {
             ("POST", "runs/{id}/cancel"),
         )
     },
-    # vector stores (Runstream(vectors=...)): only registered ones, memory indexes never, confined callers read-only
+    # vector stores (Runstream(vectors=...)): only registered ones, memory indexes never, confined callers in their own namespace
     ("GET", "/api/vectors"): "public: the registered stores' names",
     ("GET", "/api/embedders"): "public: a constant list of embedding models",
     **{

@@ -14,10 +14,15 @@ from starlette.requests import Request
 from runstream.runtime import Runstream
 from runstream.server import create_app
 from runstream.server.auth import Principal
+from runstream.server.vectors_api import MAX_INDEXES_PER_RESOURCE, MAX_TENANT_NAME, tenant_prefix
 from runstream.vector import SqliteVector
 from tests.server.conftest import serve
 
-PRINCIPALS = {"admin": Principal("admin"), "user-a": Principal("user-a", "user-a")}
+PRINCIPALS = {
+    "admin": Principal("admin"),
+    "user-a": Principal("user-a", "user-a"),
+    "user-b": Principal("user-b", "user-b"),
+}
 
 
 async def by_token(request: Request) -> Principal | None:
@@ -85,14 +90,100 @@ def test_only_registered_stores_and_no_memory_index_are_reachable(
     assert admin.post("/vector/docs/create-index", json=memory).status_code == 404
     assert admin.get("/vector/docs/indexes/mastra_memory_hash_256").status_code == 404
     assert user.post("/vector/docs/query", json={**memory, "queryVector": [1, 0]}).status_code == 404
-    # a confined caller reads, and cannot change
-    assert ok(user.get("/vector/docs/indexes")) == ["notes"]
-    assert ok(user.post("/vector/docs/query", json={"indexName": "notes", "queryVector": [1, 0]})) == []
-    assert user.post("/vector/docs/create-index", json={"indexName": "x", "dimension": 2}).status_code == 403
-    upsert = {"indexName": "notes", "vectors": [[1, 0]]}
-    assert user.post("/vector/docs/upsert", json=upsert).status_code == 403
-    assert user.delete("/vector/docs/indexes/notes").status_code == 403
+    assert user.post("/vector/docs/create-index", json=memory).status_code == 404
+    # the application's index is not a confined caller's
+    assert ok(user.get("/vector/docs/indexes")) == []
+    assert (
+        user.post("/vector/docs/query", json={"indexName": "notes", "queryVector": [1, 0]}).status_code == 404
+    )
+    assert user.delete("/vector/docs/indexes/notes").status_code == 404
+    assert ok(admin.get("/vector/docs/indexes/notes"))["dimension"] == 2
     assert httpx.get(str(admin.base_url) + "/vector/docs/indexes").status_code == 401
+
+
+@pytest.fixture
+def tenants(tmp_path: Path) -> Iterator[tuple[httpx.Client, httpx.Client, httpx.Client]]:
+    runtime = Runstream(vectors={"docs": SqliteVector(tmp_path / "vectors.db")})
+    app = create_app(runtime, auth=by_token, heartbeat_s=None)
+    with serve(app) as url:
+        made = [
+            httpx.Client(base_url=f"{url}/api", headers={"Authorization": f"Bearer {who}"}, timeout=20)
+            for who in ("admin", "user-a", "user-b")
+        ]
+        try:
+            yield made[0], made[1], made[2]
+        finally:
+            for client in made:
+                client.close()
+
+
+def test_confined_tenants_each_have_their_own_indexes(
+    tenants: tuple[httpx.Client, httpx.Client, httpx.Client],
+) -> None:
+    admin, a, b = tenants
+    assert ok(a.post("/vector/docs/create-index", json={"indexName": "notes", "dimension": 2})) == {
+        "success": True
+    }
+    upsert = {
+        "indexName": "notes",
+        "vectors": [[1, 0], [0, 1]],
+        "metadata": [{"t": "a1"}, {"t": "a2"}],
+        "ids": ["x", "y"],
+    }
+    assert ok(a.post("/vector/docs/upsert", json=upsert)) == {"ids": ["x", "y"]}
+    query = {"indexName": "notes", "queryVector": [1, 0], "topK": 5}
+    assert [h["id"] for h in ok(a.post("/vector/docs/query", json=query))] == ["x", "y"]
+    assert ok(a.get("/vector/docs/indexes")) == ["notes"]
+    assert ok(a.get("/vector/docs/indexes/notes")) == {"dimension": 2, "count": 2, "metric": "cosine"}
+    # the other tenant: a's index is not there, whatever it sends
+    assert ok(b.get("/vector/docs/indexes")) == []
+    for response in (
+        b.post("/vector/docs/query", json=query),
+        b.post(
+            "/vector/docs/query", json={**query, "filter": {"$or": [{"t": "a1"}, {"t": {"$exists": False}}]}}
+        ),
+        b.post("/vector/docs/upsert", json=upsert),
+        b.get("/vector/docs/indexes/notes"),
+        b.delete("/vector/docs/indexes/notes"),
+    ):
+        assert response.status_code == 404, response.text
+        assert response.json()["error"] == "Index notes not found"
+    # its own index of the same name, another dimension: no clash, no sight of a's vectors
+    ok(
+        b.post(
+            "/vector/docs/create-index", json={"indexName": "notes", "dimension": 3, "metric": "euclidean"}
+        )
+    )
+    ok(b.post("/vector/docs/upsert", json={"indexName": "notes", "vectors": [[1, 0, 0]], "ids": ["x"]}))
+    hits = ok(b.post("/vector/docs/query", json={"indexName": "notes", "queryVector": [1, 0, 0], "topK": 5}))
+    assert [(h["id"], h["metadata"]) for h in hits] == [("x", {})]
+    assert ok(a.get("/vector/docs/indexes/notes"))["count"] == 2
+    # the application (an unconfined caller) has its own names and sees the tenants' stored ones
+    assert admin.get("/vector/docs/indexes/notes").status_code == 404
+    assert sorted(ok(admin.get("/vector/docs/indexes"))) == sorted(
+        [f"{tenant_prefix('user-a')}notes", f"{tenant_prefix('user-b')}notes"]
+    )
+    # a prefixed name from a tenant is only a name in its own namespace
+    stolen = {"indexName": f"{tenant_prefix('user-a')}notes", "queryVector": [1, 0]}
+    assert b.post("/vector/docs/query", json=stolen).status_code == 404
+    assert ok(b.delete("/vector/docs/indexes/notes")) == {"success": True}
+    assert ok(a.get("/vector/docs/indexes")) == ["notes"]
+
+
+def test_a_tenant_s_names_and_index_count_are_bounded(
+    tenants: tuple[httpx.Client, httpx.Client, httpx.Client],
+) -> None:
+    _, a, _ = tenants
+    long = {"indexName": "n" * (MAX_TENANT_NAME + 1), "dimension": 2}
+    assert a.post("/vector/docs/create-index", json=long).status_code == 400
+    ok(a.post("/vector/docs/create-index", json={"indexName": "n" * MAX_TENANT_NAME, "dimension": 2}))
+    for i in range(MAX_INDEXES_PER_RESOURCE - 1):
+        ok(a.post("/vector/docs/create-index", json={"indexName": f"i{i}", "dimension": 2}))
+    assert a.post("/vector/docs/create-index", json={"indexName": "more", "dimension": 2}).status_code == 400
+    assert ok(a.post("/vector/docs/create-index", json={"indexName": "i0", "dimension": 2})) == {
+        "success": True
+    }
+    assert len(ok(a.get("/vector/docs/indexes"))) == MAX_INDEXES_PER_RESOURCE
 
 
 @pytest.mark.parametrize(

@@ -4,16 +4,28 @@
 
 Who may touch what: only the stores registered on the runtime by name
 (``Runstream(vectors={"docs": SqliteVector(...)})``) are reachable; another name answers 404.
-A caller confined to a resource may read (list, describe, query) but not create, write or
-delete (403): the indexes are the application's, not one resource's. Semantic recall's indexes
-(``mastra_memory_*``) hold every resource's messages and are never served (404, absent from
-listings). Sizes are bounded: a dimension of at most ``MAX_DIMENSION``, ``topK`` of at most
+Semantic recall's indexes (``mastra_memory_*``) hold every resource's messages and are never
+served (404, absent from listings).
+
+A caller confined to a resource (a tenant) has its own namespace in each store: the index it
+calls ``notes`` is stored as ``r<16 hex digits of the resource's SHA-256>_notes``. It creates,
+upserts into, queries, lists and deletes its own indexes, with the same calls and answers as
+an unconfined caller; another tenant's index, or the application's, is simply not there (404,
+absent from its listing), whatever name or filter it sends: the name is always prefixed, never
+parsed. Its index names are at most :data:`MAX_TENANT_NAME` characters, and it holds at most
+:data:`MAX_INDEXES_PER_RESOURCE` indexes per store. An unconfined caller sees every index,
+tenants' included, by its stored name.
+
+Sizes are bounded: a dimension of at most ``MAX_DIMENSION``, ``topK`` of at most
 ``MAX_TOP_K``, at most ``MAX_VECTORS_PER_REQUEST`` vectors per upsert, and filters as
 :mod:`runstream.vector.filter` bounds them; a bad value is a 400, never a 500.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from starlette.requests import Request
@@ -23,10 +35,38 @@ from starlette.routing import Route
 from runstream.server.auth import principal_of
 from runstream.server.context import ServerContext, json_body
 from runstream.server.errors import ApiError
-from runstream.vector.base import MAX_DIMENSION, MAX_TOP_K, VectorStore, check_name
+from runstream.vector.base import (
+    MAX_DIMENSION,
+    MAX_TOP_K,
+    VectorIndexExistsError,
+    VectorIndexNotFoundError,
+    VectorStore,
+    check_name,
+)
 
 MAX_VECTORS_PER_REQUEST = 1000
 MEMORY_PREFIX = "mastra_memory_"
+_NAME_LIMIT = 63
+_TENANT_PREFIX_LENGTH = len("r0123456789abcdef_")
+MAX_TENANT_NAME = _NAME_LIMIT - _TENANT_PREFIX_LENGTH
+MAX_INDEXES_PER_RESOURCE = 32
+
+
+def tenant_prefix(resource_id: str) -> str:
+    """The namespace of a resource's indexes (a digest: any resource id, any length)."""
+    return f"r{hashlib.sha256(resource_id.encode()).hexdigest()[:16]}_"
+
+
+@contextmanager
+def _as_named(name: str) -> Iterator[None]:
+    """A store's index errors told with the caller's name, not the stored one."""
+    try:
+        yield
+    except VectorIndexNotFoundError:
+        raise ApiError(404, f"Index {name} not found") from None
+    except VectorIndexExistsError:
+        raise ApiError(409, f"Index {name} exists with another dimension or metric") from None
+
 
 EMBEDDING_MODELS = [
     ("openai", "text-embedding-3-small", 1536, 8191, "OpenAI text-embedding-3-small model"),
@@ -54,23 +94,26 @@ class VectorRoutes:
             Route(f"{v}/indexes/{{index_name}}", self.delete_index, methods=["DELETE"]),
         ]
 
-    def _store(self, request: Request, *, write: bool = False) -> VectorStore:
+    def _store(self, request: Request) -> tuple[VectorStore, str]:
+        """The store and the caller's namespace prefix (``""`` when unconfined)."""
         name = request.path_params["vector_name"]
         store = self.ctx.runstream.vectors.get(name)
         if store is None:
             raise ApiError(404, f"Vector store {name} not found")
-        if write and principal_of(request).resource_id is not None:
-            raise ApiError(403, "These credentials may read this vector store, not change it")
-        return store
+        resource = principal_of(request).resource_id
+        return store, "" if resource is None else tenant_prefix(resource)
 
     @staticmethod
-    def _index(value: Any) -> str:
+    def _index(value: Any, prefix: str) -> str:
+        """The stored name of the caller's index ``value``."""
         if not isinstance(value, str) or not value:
             raise ApiError(400, "Invalid request: 'indexName' is required")
         check_name(value)
         if value.startswith(MEMORY_PREFIX):
             raise ApiError(404, f"Index {value} not found")
-        return value
+        if len(prefix) + len(value) > _NAME_LIMIT:
+            raise ApiError(400, f"Invalid request: index names are at most {MAX_TENANT_NAME} characters")
+        return prefix + value
 
     async def list_vectors(self, request: Request) -> Response:
         stores = self.ctx.runstream.vectors
@@ -96,9 +139,9 @@ class VectorRoutes:
         )
 
     async def create_index(self, request: Request) -> Response:
-        store = self._store(request, write=True)
+        store, prefix = self._store(request)
         body = await json_body(request)
-        index = self._index(body.get("indexName"))
+        index = self._index(body.get("indexName"), prefix)
         dimension = body.get("dimension")
         if (
             isinstance(dimension, bool)
@@ -112,13 +155,18 @@ class VectorRoutes:
         metric = body.get("metric", "cosine")
         if metric not in ("cosine", "euclidean", "dotproduct"):
             raise ApiError(400, "Invalid metric. Must be one of: cosine, euclidean, dotproduct")
-        await store.create_index(index, dimension, metric, index_config=body.get("indexConfig"))
+        if prefix:
+            own = [n for n in await store.list_indexes() if n.startswith(prefix)]
+            if index not in own and len(own) >= MAX_INDEXES_PER_RESOURCE:
+                raise ApiError(400, f"At most {MAX_INDEXES_PER_RESOURCE} indexes per resource in a store")
+        with _as_named(body["indexName"]):
+            await store.create_index(index, dimension, metric, index_config=body.get("indexConfig"))
         return JSONResponse({"success": True})
 
     async def upsert(self, request: Request) -> Response:
-        store = self._store(request, write=True)
+        store, prefix = self._store(request)
         body = await json_body(request)
-        index = self._index(body.get("indexName"))
+        index = self._index(body.get("indexName"), prefix)
         vectors = body.get("vectors")
         if not isinstance(vectors, list):
             raise ApiError(400, "Invalid request index. indexName and vectors array are required.")
@@ -129,12 +177,13 @@ class VectorRoutes:
             raise ApiError(400, "Invalid request: 'metadata' must be an array of objects")
         if ids is not None and not isinstance(ids, list):
             raise ApiError(400, "Invalid request: 'ids' must be an array of strings")
-        return JSONResponse({"ids": await store.upsert(index, vectors, metadata, ids)})
+        with _as_named(body["indexName"]):
+            return JSONResponse({"ids": await store.upsert(index, vectors, metadata, ids)})
 
     async def query(self, request: Request) -> Response:
-        store = self._store(request)
+        store, prefix = self._store(request)
         body = await json_body(request)
-        index = self._index(body.get("indexName"))
+        index = self._index(body.get("indexName"), prefix)
         vector = body.get("queryVector")
         if not isinstance(vector, list):
             raise ApiError(400, "Invalid request query. indexName and queryVector array are required.")
@@ -147,27 +196,36 @@ class VectorRoutes:
         min_score = body.get("minScore")
         if min_score is not None and (isinstance(min_score, bool) or not isinstance(min_score, int | float)):
             raise ApiError(400, "Invalid request query: 'minScore' must be a number")
-        hits = await store.query(
-            index,
-            vector,
-            top_k=top_k,
-            filter=flt,
-            include_vector=body.get("includeVector") is True,
-            min_score=min_score,
-        )
+        with _as_named(body["indexName"]):
+            hits = await store.query(
+                index,
+                vector,
+                top_k=top_k,
+                filter=flt,
+                include_vector=body.get("includeVector") is True,
+                min_score=min_score,
+            )
         return JSONResponse([hit.to_json() for hit in hits])
 
     async def list_indexes(self, request: Request) -> Response:
-        store = self._store(request)
-        names = [n for n in await store.list_indexes() if n and not n.startswith(MEMORY_PREFIX)]
+        store, prefix = self._store(request)
+        names = [
+            n.removeprefix(prefix)
+            for n in await store.list_indexes()
+            if n.startswith(prefix) and not n.startswith(MEMORY_PREFIX)
+        ]
         return JSONResponse(names)
 
     async def describe_index(self, request: Request) -> Response:
-        store = self._store(request)
-        stats = await store.describe_index(self._index(request.path_params["index_name"]))
+        store, prefix = self._store(request)
+        name = request.path_params["index_name"]
+        with _as_named(name):
+            stats = await store.describe_index(self._index(name, prefix))
         return JSONResponse(stats.to_json())
 
     async def delete_index(self, request: Request) -> Response:
-        store = self._store(request, write=True)
-        await store.delete_index(self._index(request.path_params["index_name"]))
+        store, prefix = self._store(request)
+        name = request.path_params["index_name"]
+        with _as_named(name):
+            await store.delete_index(self._index(name, prefix))
         return JSONResponse({"success": True})
