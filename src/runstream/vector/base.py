@@ -258,7 +258,7 @@ def check_metadata(value: Any) -> dict[str, Any]:
 
 
 def check_new_index(
-    name: Any, dimension: Any, metric: Any, index_config: IndexConfig | Mapping[str, Any] | None
+    name: object, dimension: object, metric: object, index_config: IndexConfig | Mapping[str, object] | None
 ) -> IndexConfig:
     """The checks of ``create_index`` before any SQL; the index's checked config."""
     check_name(name)
@@ -274,18 +274,18 @@ def check_same_index(name: str, found: tuple[int, str], dimension: int, metric: 
         raise VectorIndexExistsError(f"index {name!r} exists with dimension {found[0]} and metric {found[1]}")
 
 
-def check_query(top_k: Any, filter: Mapping[str, Any] | None) -> Node | None:
+def check_query(top_k: object, filter: Mapping[str, object] | None) -> Node | None:
     """The checks of ``query`` before any SQL: ``top_k`` and the parsed filter."""
     check_top_k(top_k)
     return parse_filter(filter)
 
 
-def check_update(vector: Sequence[float] | None, metadata: Mapping[str, Any] | None) -> None:
+def check_update(vector: Sequence[float] | None, metadata: Mapping[str, object] | None) -> None:
     if vector is None and metadata is None:
         raise InvalidInputError("update_vector needs a vector or metadata")
 
 
-def check_delete(ids: Sequence[str] | None, filter: Mapping[str, Any] | None) -> Node | None:
+def check_delete(ids: Sequence[str] | None, filter: Mapping[str, object] | None) -> Node | None:
     """``delete_vectors`` takes ids or a filter, exactly one; the parsed filter."""
     node = parse_filter(filter)
     if (ids is None) == (node is None):

@@ -296,7 +296,7 @@ class SqliteVector:
         db: aiosqlite.Connection,
         index: str,
         keys: tuple[str, ...],
-        rows: list[tuple[str, list[float], dict[str, Any]]],
+        rows: Sequence[tuple[str, list[float], Mapping[str, object]]],
         blobs: list[bytes],
     ) -> None:
         """Replace the rows' ``vec0`` entries (``vec0`` cannot update a partition key in place)."""
@@ -357,7 +357,7 @@ class SqliteVector:
         top_k: int,
         node: Node | None,
         include_vector: bool,
-    ) -> list[tuple[Any, dict[str, Any]]] | None:
+    ) -> list[tuple[Any, dict[str, object]]] | None:
         """The answer from the ``vec0`` table, or ``None`` when the filter cannot be pushed
         there (or a hash collision let a wrong row in): then the exact scan answers."""
         wanted = keyed.pushable(node, info.keys) if info.keys else None
@@ -381,7 +381,7 @@ class SqliteVector:
         top_k: int,
         node: Node | None,
         include_vector: bool,
-    ) -> list[tuple[Any, dict[str, Any]]]:
+    ) -> list[tuple[Any, dict[str, object]]]:
         """Every row passing the filter, compared exactly."""
         params = SqliteParams()
         blob = _blob(query)
