@@ -43,10 +43,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# pytest-xdist: one worker per CPU (PYTEST_WORKERS=1 for one process); a test file stays on one
-# worker, so module-scoped servers (Studio, a Temporal cluster, a vendor kit) start once. Each
-# worker has its own session servers (the shared app server, Temporal's dev server, pgvector's).
-PYTEST_WORKERS ?= auto
+# pytest-xdist: PYTEST_WORKERS=auto runs one worker per CPU; a test file stays on one worker, so
+# module-scoped servers (Studio, a Temporal cluster, a vendor kit) start once, and each worker has
+# its own session servers. Off (0: one process) by default until a whole parallel run is clean:
+# the one fresh-clone run under heavy load had 58 setup errors in one block, cause not yet known.
+PYTEST_WORKERS ?= 0
 
 unit: $(STAMP)
 	sh tests/js/setup.sh
