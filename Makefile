@@ -43,11 +43,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# pytest-xdist: PYTEST_WORKERS=auto runs one worker per CPU; a test file stays on one worker, so
-# module-scoped servers (Studio, a Temporal cluster, a vendor kit) start once, and each worker has
-# its own session servers. Off (0: one process) by default until a whole parallel run is clean:
-# the one fresh-clone run under heavy load had 58 setup errors in one block, cause not yet known.
-PYTEST_WORKERS ?= 0
+# pytest-xdist: two workers by default (the 2-core machine: a whole run in ~8 min instead of ~16);
+# a test file stays on one worker, so module-scoped servers (Studio, a Temporal cluster, a vendor
+# kit) start once, and each worker has its own session servers. PYTEST_WORKERS=0 runs one process.
+# (One fresh-clone run under heavy load, load average 19, had 58 setup errors in one block; on a
+# quiet machine the parallel runs are clean.)
+PYTEST_WORKERS ?= 2
 
 unit: $(STAMP)
 	sh tests/js/setup.sh
