@@ -3,7 +3,7 @@ chunk, for runstream and the bare pipeline.
 
 Counted, not timed: the interpreter reports every instruction it executes to a trace function
 (``f_trace_opcodes``), so the figures do not depend on what else the machine runs (they vary
-by a fraction of a percent between runs: id pools refill, the event loop's bookkeeping) and
+by a fraction of a percent between runs: the event loop's bookkeeping) and
 show a hot-path change that timings on a shared machine would lose in their noise. Each figure is
 the difference of two runs of different lengths (one warm-up first), so a run's fixed cost
 drops out of the per-token and per-step figures. An instruction is not a unit of time (a call
@@ -78,8 +78,7 @@ async def _to_first_chunk(name: str) -> int:
             await anext(out.full_stream)
 
     await first()
-    # The least of three: one run in 32 refills the id pool (64 ids' random digits at once), a
-    # few hundred instructions that the other 31 runs do not have.
+    # The least of three: the event loop's bookkeeping varies a little from run to run.
     return min([await counter.counted(first()) for _ in range(3)])
 
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import copy
-import os
 import uuid
-from dataclasses import fields
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -13,15 +11,11 @@ import pytest
 from runstream._clock import iso_datetime, iso_now, now_utc
 from runstream._ids import new_id
 from runstream._messages import copy_json
-from runstream._run_state import LoopConfig, RunState
 from runstream._step_results import content_blocks as _content_blocks
-from runstream.abort import AbortSignal
-from runstream.models.base import ModelSettings, PromptMessage
-from runstream.testing import ScriptedModel
 
 
 def test_new_id_is_a_version_4_uuid_string_and_unique() -> None:
-    ids = [new_id() for _ in range(2_000)]  # more than one batch of random bytes
+    ids = [new_id() for _ in range(2_000)]
     assert len(set(ids)) == len(ids)
     for text in ids:
         parsed = uuid.UUID(text)
@@ -29,21 +23,6 @@ def test_new_id_is_a_version_4_uuid_string_and_unique() -> None:
         assert parsed.variant == uuid.RFC_4122
         assert str(parsed) == text
     assert {text[19] for text in ids} == set("89ab")  # the variant keeps its two random bits
-
-
-def test_a_forked_child_does_not_reuse_the_parents_random_bytes() -> None:
-    new_id()  # the parent holds unused random blocks now
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report its next id and leave at once
-        os.write(write, new_id().encode())
-        os._exit(0)
-    os.close(write)
-    child_id = os.read(read, 64).decode()
-    os.close(read)
-    os.waitpid(pid, 0)
-    assert child_id != new_id()
-    assert uuid.UUID(child_id).version == 4
 
 
 def test_copy_json_equals_deepcopy_and_shares_nothing_mutable() -> None:
@@ -58,27 +37,6 @@ def test_iso_datetime_is_javascripts_to_iso_string() -> None:
     assert iso_datetime(datetime(7, 1, 2, 3, 4, 5, 999_999, tzinfo=UTC)) == "0007-01-02T03:04:05.999Z"
     plus_two = timezone(timedelta(hours=2))
     assert iso_datetime(datetime(2020, 1, 2, 3, 4, 5, tzinfo=plus_two)) == "2020-01-02T01:04:05.000Z"
-
-
-def test_run_state_new_is_the_dataclass_with_those_fields_and_fresh_containers() -> None:
-    messages: list[PromptMessage] = [{"role": "user", "content": "hi"}]
-    made = RunState.new("r", "m", messages, 1, 0, None)
-    expected = RunState(run_id="r", message_id="m", messages=messages, input_count=1)
-    for spec in fields(RunState):  # every field set (a slot left out would raise here)
-        assert getattr(made, spec.name) == getattr(expected, spec.name), spec.name
-    other = RunState.new("r2", "m2", [], 0)
-    assert other.steps is not made.steps and other.waited_task_ids is not made.waited_task_ids
-
-
-def test_loop_config_new_is_the_dataclass_with_those_fields_and_fresh_containers() -> None:
-    model = ScriptedModel([[{"type": "finish", "finishReason": "stop"}]])
-    settings, signal = ModelSettings(temperature=0.5), AbortSignal()
-    made = LoopConfig.new("a", model, {}, settings, signal)
-    expected = LoopConfig(agent_id="a", model=model, tools={}, model_settings=settings, abort_signal=signal)
-    for spec in fields(LoopConfig):
-        assert getattr(made, spec.name) == getattr(expected, spec.name), spec.name
-    other = LoopConfig.new("b", model, {}, settings, signal)
-    assert other.completion_checks is not made.completion_checks and other.system is not made.system
 
 
 @pytest.mark.parametrize(

@@ -213,7 +213,7 @@ async def test_observers_see_every_chunk_in_order_before_any_consumer() -> None:
 
     out = await Agent("a", model=ScriptedModel(calls=[{"parts": REPLY}])).stream("hi")
     observed = RunOutput(
-        _replay(out), RunState.new("r", "m", [], 0), AbortController(),
+        _replay(out), RunState("r", "m", [], 0), AbortController(),
         observers=[observer("first", None), observer("second", "first")],
     )  # fmt: skip
     async with asyncio.timeout(5):
@@ -250,7 +250,7 @@ async def test_what_an_observer_adds_streams_before_its_chunk_for_every_consumer
         yield TextDeltaChunk("r", {"id": "t", "text": "two"})
         yield _finish()
 
-    out = RunOutput(source(), RunState.new("r", "m", [], 0), AbortController(), observers=[title, record])
+    out = RunOutput(source(), RunState("r", "m", [], 0), AbortController(), observers=[title, record])
     first = [chunk async for chunk in out.full_stream]
     late = [chunk async for chunk in out.full_stream]
     expected = ["start", "text-delta", "text-delta", "text-delta", "data-thread-title", "finish"]
@@ -278,7 +278,7 @@ async def test_an_observer_that_raises_ends_the_run_with_its_error(at: str) -> N
         async def broken(chunk: AnyChunk) -> tuple[AnyChunk, ...]:
             raise ValueError("observer broke at start")
 
-        out = RunOutput(_replay(out), RunState.new("r", "m", [], 0), AbortController(), observers=[broken])
+        out = RunOutput(_replay(out), RunState("r", "m", [], 0), AbortController(), observers=[broken])
     seen: list[AnyChunk] = []
     async with asyncio.timeout(5):
         with pytest.raises(ValueError, match=f"observer broke at {at}"):

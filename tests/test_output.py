@@ -291,7 +291,7 @@ async def test_a_first_chunk_known_up_front_is_read_without_entering_the_source(
         raise RuntimeError("the loop broke")
         yield  # (an async generator)
 
-    state = RunState.new("run-1", "msg-1", [], 0)
+    state = RunState("run-1", "msg-1", [], 0)
     start = StartChunk("run-1", {"id": "a", "messageId": "msg-1"})
     out = RunOutput(source(), state, AbortController(), first=start)
     first, late = out.full_stream, out.full_stream

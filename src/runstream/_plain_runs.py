@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import fields
-from typing import Any, Protocol
+from types import UnionType
+from typing import Any, Protocol, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 from runstream._run_state import LoopConfig
 from runstream.abort import AbortSignal
@@ -91,20 +92,31 @@ def is_plain(agent: PlainAgent) -> bool:
     )
 
 
-_DICTS = ("dict[", "ToolChoice")
-"""How the annotation of a dict field begins (``ToolChoice`` is a ``TypedDict``)."""
+def _is_container(hint: Any) -> bool:
+    """Whether a field of this type holds a list or a dict (a ``TypedDict`` is one), maybe ``None``."""
+    members = get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)
+    return any(
+        get_origin(member) in (list, dict) or member in (list, dict) or is_typeddict(member)
+        for member in members
+    )
 
 
 def _copier(cls: type[LoopConfig]) -> Callable[[LoopConfig], LoopConfig]:
     """A function copying a configuration with fresh lists and dicts (what a run may change of
-    its own configuration), generated from the dataclass's fields and their annotations."""
+    its own configuration), generated from the dataclass's fields and their resolved types.
+
+    Generated because it is on every plain run's way to its first chunk: measured in one process,
+    alternating (load 6.7), ``copy.copy`` and a loop over the containers made a 100-token run's
+    first text-delta 15% later (its CPU time 4% higher) than this copy, 0.6 us."""
+    # (``Memory`` is imported for type checking only; any class, not a container, stands for it)
+    hints = get_type_hints(cls, localns={"Memory": object})
     lines = []
     for spec in fields(cls):
-        name, annotation = spec.name, str(spec.type)
-        value = f"t.{name}"
-        if annotation.startswith(("list[", *_DICTS)):
-            value = f"[*{value}]" if annotation.startswith("list[") else f"{{**{value}}}"
-            if annotation.endswith("| None"):
+        name, value = spec.name, f"t.{spec.name}"
+        hint = hints[name]
+        if _is_container(hint):
+            value = f"{value}.copy()"
+            if type(None) in get_args(hint):
                 value = f"None if t.{name} is None else {value}"
         lines.append(f"    c.{name} = {value}\n")
     names: dict[str, Any] = {"_new": object.__new__, "_cls": cls}

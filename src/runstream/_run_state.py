@@ -12,8 +12,8 @@ The loop reports how each step ended as a value, one of :data:`StepOutcome`.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import MISSING, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 from runstream._messages import ContinuedMessage
 from runstream.abort import AbortSignal
@@ -50,36 +50,6 @@ CompletionCheck = Callable[["LoopConfig", "RunState", str], AsyncIterator["AnyCh
 
 class UnsupportedRunStateError(RunstreamError, ValueError):
     """A saved run state of a version this code cannot read."""
-
-
-_T = TypeVar("_T")
-_LITERALS: dict[Any, str] = {list: "[]", dict: "{}", set: "set()"}
-
-
-def _defaults_constructor(cls: type[_T], *given: str) -> Callable[..., _T]:
-    """A function making a ``cls`` from the ``given`` fields (positional, in this order) with
-    every other field at its default: what the dataclass's ``__init__`` does, at about half its
-    cost, as a run's setup makes a state and a config before its first chunk (no keyword binding
-    of some thirty parameters; the builtin containers' factories written as literals). Generated
-    from the dataclass's fields, as ``dataclasses`` generates ``__init__``, so a new field needs
-    nothing here."""
-    names: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
-    lines = []
-    for spec in fields(cls):  # type: ignore[arg-type]
-        name = spec.name
-        if name in given:
-            value = name
-        elif spec.default_factory is MISSING:
-            value = f"_default_{name}"
-            names[value] = spec.default
-        else:
-            value = _LITERALS.get(spec.default_factory) or f"_factory_{name}()"
-            names[f"_factory_{name}"] = spec.default_factory
-        lines.append(f"    self.{name} = {value}\n")
-    source = f"def new({', '.join(given)}):\n    self = _new(_cls)\n{''.join(lines)}    return self\n"
-    exec(source, names)  # (generated from the class's own field names)
-    constructor: Callable[..., _T] = names["new"]
-    return constructor
 
 
 @dataclass(slots=True)
@@ -158,24 +128,6 @@ class LoopConfig:
     """Reports whether any of the given background tasks still runs (``backgroundTaskPending``)."""
     delegation: Any = None
     """The run's :class:`~runstream.delegation.DelegationRun` (its sub-agent tools read it)."""
-
-    @classmethod
-    def new(
-        cls,
-        agent_id: str,
-        model: LanguageModel,
-        tools: dict[str, Tool],
-        model_settings: ModelSettings,
-        abort_signal: AbortSignal,
-    ) -> LoopConfig:
-        """A configuration with everything else at its default (the same as ``LoopConfig(...)``
-        with these fields, made faster: the run's setup then sets the fields it decides)."""
-        return _new_loop_config(agent_id, model, tools, model_settings, abort_signal)
-
-
-_new_loop_config = _defaults_constructor(
-    LoopConfig, "agent_id", "model", "tools", "model_settings", "abort_signal"
-)
 
 
 class StepRecord(TypedDict):
@@ -412,19 +364,6 @@ class RunState:
     last built: later payloads share it instead of copying every earlier step again. A cache,
     not saved (``runstream._step_results``)."""
 
-    @classmethod
-    def new(
-        cls,
-        run_id: str,
-        message_id: str,
-        messages: list[PromptMessage],
-        input_count: int,
-        history_count: int = 0,
-        continued: ContinuedMessage | None = None,
-    ) -> RunState:
-        """A new run's state (the same as ``RunState(...)`` with these fields, made faster)."""
-        return _new_run_state(run_id, message_id, messages, input_count, history_count, continued)
-
     @property
     def new_input_messages(self) -> list[PromptMessage]:
         return self.messages[self.history_count : self.input_count]
@@ -558,11 +497,6 @@ class RunState:
         if "stepIndex" not in saved and self.steps and _without_control_keys(self.steps[-1]) == record:
             self.steps[-1] = record
         return record
-
-
-_new_run_state = _defaults_constructor(
-    RunState, "run_id", "message_id", "messages", "input_count", "history_count", "continued"
-)
 
 
 def _with_hidden_errors(message: ToolMessage, hidden: dict[str, str]) -> ToolMessage:

@@ -330,13 +330,13 @@ class Agent:
             history = await memory.load_prompt(scope, input_messages)
             if not input_messages:  # e.g. an until-idle continuation
                 continued = await memory.continuable_message(scope)
-        state = RunState.new(
+        state = RunState(
             run_id or new_id(),
             new_id(),
             [*history, *input_messages],
             len(history) + len(input_messages),
-            len(history),
-            continued,
+            history_count=len(history),
+            continued=continued,
         )
         durable_runs = self.services.durable_runs if self.services is not None else None
         if durable_runs is not None:  # the run is a workflow elsewhere (runstream.durable)

@@ -259,7 +259,7 @@ class RunOptions:
         settings = self.model_settings or agent.model_settings
         if settings.max_retries is None:  # Mastra's agents retry a model call only when told to
             settings = replace(settings, max_retries=0)
-        cfg = LoopConfig.new(agent.id, model, dict(tools), settings, signal)
+        cfg = LoopConfig(agent.id, model, dict(tools), model_settings=settings, abort_signal=signal)
         cfg.agent_name = agent.name
         cfg.client_tools = frozenset(self.client_tools)
         cfg.max_steps = self.max_steps if self.max_steps is not None else agent.max_steps

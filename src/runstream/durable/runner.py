@@ -297,7 +297,7 @@ class TemporalRuns:
 
     def attach(self, run_id: str, after: int) -> RunOutput:
         """Follow a flow's turn already started, after its first ``after`` chunks."""
-        state = RunState.new(run_id, run_id, [], 0, 0, None)
+        state = RunState(run_id, run_id, [], 0)
         return self._output(state, turn_segment(run_id), AbortController(), None, after=after)
 
     async def flow_owner(self, run_id: str) -> tuple[str, str | None] | None:
