@@ -22,9 +22,9 @@ MakeBus = Callable[..., RedisEventBus]
 
 def record(task_id: str = "task-1", run_id: str = "run-1", **fields: Any) -> TaskRecord:
     fields.setdefault("created_at", datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC))
+    fields.setdefault("status", "running")
     return TaskRecord(
         id=task_id,
-        status="running",
         tool_name="tool",
         tool_call_id="call-1",
         args={"q": 1},
@@ -243,3 +243,35 @@ async def test_before_delivery_runs_first_and_can_drop_an_event(make_bus: MakeBu
         assert order == ["before 0", "before 1", "before 2", "got 0", "got 2"]
     finally:
         await there.close()
+
+
+async def test_a_reconciled_subscriber_gets_what_its_gap_lost_once(prefix: str) -> None:
+    """After a gap, ``reconcile`` hands the subscribers the settled states storage holds since
+    the gap began (here: read by ``missed``); a settled state already delivered is not again."""
+    back = asyncio.Event()
+    here = RedisEventBus(REDIS_URL, channel_prefix=prefix, on_reconnect=back.set)
+    events = here.subscribe(TaskEventFilter(run_id="run-1"))
+    ended = record("task-a", status="completed", completed_at=datetime.now(UTC))
+    asked: list[TaskEventFilter] = []
+
+    async def missed(wanted: TaskEventFilter, since: datetime) -> tuple[list[TaskEvent], bool]:
+        asked.append(wanted)
+        assert since <= ended.completed_at  # type: ignore[operator]
+        return [TaskEvent(output(ended, 0).chunk, ended), TaskEvent(output(ended, 1).chunk, ended)], False
+
+    try:
+        assert await here.connect()
+        assert not await here.reconcile(missed)  # no gap yet: storage is not read
+        assert asked == []
+        assert await kill_connections(client_name(here)) == 1
+        async with asyncio.timeout(10):
+            await back.wait()
+        assert not await here.reconcile(missed)
+        assert asked == [TaskEventFilter(run_id="run-1")]
+        here.publish(output(ended, 2))  # the same settled state, live: dropped
+        here.publish(output(record("task-b", "run-1"), 3))
+        assert seqs(await take(events, 2)) == [0, 3]
+        assert not await here.reconcile(missed)  # the gap is reconciled: storage is not read again
+        assert len(asked) == 1
+    finally:
+        await here.close()

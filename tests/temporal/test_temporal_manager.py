@@ -363,3 +363,74 @@ async def test_an_unreachable_temporal_is_a_task_error_at_once() -> None:
     )
     with pytest.raises(BackgroundTaskError, match="Cannot reach Temporal"):
         await manager.start()
+
+
+async def test_a_subscriber_that_did_not_start_the_task_gets_the_completion_its_gap_lost(
+    temporal_server: TemporalDevServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three processes' managers on one storage and Redis: ``api`` enqueues, ``worker`` runs the
+    tool, ``observer`` only follows the agent's tasks. The observer's pub/sub connection is
+    killed (``CLIENT KILL``) and held down while the task completes, so the completed event is
+    lost to it; once back, it finds the completion in storage and delivers it, once."""
+    from redis.asyncio import Redis
+
+    from runstream.tasks import redis_bus
+    from tests.conftest import REDIS_URL
+    from tests.temporal.test_temporal_cluster import require_redis
+
+    require_redis()
+    released, lost, reconnect = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def held_down(backoff: object) -> None:  # a reader that lost its connection waits here
+        lost.set()
+        await reconnect.wait()
+
+    async def blocked(args: dict[str, Any], ctx: ToolContext) -> Any:
+        if args["label"] == "a":
+            await released.wait()
+        return args["label"]
+
+    storage = InMemoryStorage()
+    settings = TemporalSettings(address=temporal_server.address, task_queue=f"q-{uuid.uuid4().hex[:10]}")
+    prefix = f"test-{uuid.uuid4().hex[:10]}"
+    blocker = tool("blocker", blocked)
+    managers = [
+        TemporalTaskManager(storage, temporal=settings, redis_url=REDIS_URL, channel_prefix=prefix, **kw)
+        for kw in ({}, {"run_worker": True}, {})
+    ]
+    api, worker, observer = managers
+    worker.register_tool(AGENT, blocker)
+    admin = Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        for manager in managers:
+            await manager.start()
+        events = observer.subscribe(agent_id=AGENT, include_existing=False)
+        record = await api.enqueue(request(blocker))
+        assert record is not None
+        async with asyncio.timeout(WAIT_S):
+            assert (await anext(events)).type == "background-task-running"
+
+        monkeypatch.setattr(redis_bus._Backoff, "sleep", held_down)
+        name = observer.bus.client.connection_pool.connection_kwargs["client_name"]  # type: ignore[attr-defined]
+        for client in await admin.client_list():
+            if client.get("name") == name:
+                await admin.client_kill_filter(_id=client["id"])
+        async with asyncio.timeout(WAIT_S):
+            await lost.wait()
+        released.set()
+        final = await settled(api, record)  # stored, written to memory and announced meanwhile
+        assert (final.status, final.result) == ("completed", "a")
+        reconnect.set()
+
+        async with asyncio.timeout(WAIT_S):
+            completed = await anext(events)
+            assert (completed.type, completed.payload["taskId"]) == ("background-task-completed", record.id)
+            later = await api.enqueue(request(blocker, "b"))  # the next event is the next task's
+            assert later is not None
+            following = await anext(events)
+        assert following.payload["taskId"] == later.id
+        await events.close()
+    finally:
+        await admin.aclose()
+        for manager in managers:
+            await manager.shutdown()

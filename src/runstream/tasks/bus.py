@@ -7,20 +7,25 @@ bus for several processes (Redis pub/sub, say) is a sibling implementation: it w
 Delivery contract, which every implementation keeps: a subscriber sees the matching events in
 publish order, none lost, however slowly it reads (buffers are unbounded). ``publish`` never
 blocks, so a tool's writer (a plain callback) can publish, and events published one after
-another cannot overtake each other.
+another cannot overtake each other. A subscriber sees each settled state of a task (terminal or
+suspended, with its moment) once, even when it is delivered twice (live and found in storage
+after a gap: :meth:`InProcessEventBus.reconcile`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol
 
+from runstream._clock import iso_datetime
 from runstream.chunks import AnyChunk
 from runstream.storage import TaskRecord
+from runstream.storage.records import utc_now
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,15 +84,30 @@ class EventBus(Protocol):
 
 _END = None
 
+SETTLED_REMEMBERED = 10_000
+"""How many settled states a subscription remembers having delivered (to drop a repeat)."""
+
+MissedEvents = Callable[[TaskEventFilter, datetime], Awaitable[tuple[list[TaskEvent], bool]]]
+"""The settled events matching a filter since a moment, as storage holds them, and whether some
+settled state there is not announced yet (to read again shortly)."""
+
 
 class _InProcessSubscription:
     def __init__(self, bus: InProcessEventBus, event_filter: TaskEventFilter) -> None:
         self._bus = bus
         self.filter = event_filter
+        self.opened_at = utc_now()
         self._queue: asyncio.Queue[TaskEvent | None] = asyncio.Queue()
         self._closed = False
+        self._settled: OrderedDict[tuple[str, str, str], None] = OrderedDict()
 
     def deliver(self, event: TaskEvent | None) -> None:
+        if event is not None and (key := settled_key(event.record)) is not None:
+            if key in self._settled:
+                return
+            self._settled[key] = None
+            if len(self._settled) > SETTLED_REMEMBERED:
+                self._settled.popitem(last=False)
         self._queue.put_nowait(event)
 
     def __aiter__(self) -> _InProcessSubscription:
@@ -130,6 +150,18 @@ class InProcessEventBus:
             self._subscribers.append(subscriber)
         return subscriber
 
+    async def reconcile(self, missed: MissedEvents, since: datetime) -> bool:
+        """Hand each subscriber the settled states since ``since`` (or since it subscribed,
+        if later) that ``missed`` finds, the ones it already has dropped; whether some were not
+        announced yet (a later pass should look again)."""
+        waiting = False
+        for subscriber in list(self._subscribers):
+            events, unannounced = await missed(subscriber.filter, max(since, subscriber.opened_at))
+            waiting = waiting or unannounced
+            for event in events:
+                subscriber.deliver(event)
+        return waiting
+
     def discard(self, subscriber: _InProcessSubscription) -> None:
         if subscriber in self._subscribers:
             self._subscribers.remove(subscriber)
@@ -139,6 +171,14 @@ class InProcessEventBus:
         subscribers, self._subscribers = self._subscribers, []
         for subscriber in subscribers:
             subscriber.deliver(_END)
+
+
+def settled_key(record: TaskRecord) -> tuple[str, str, str] | None:
+    """A settled state of a task (terminal or suspended) by its moment; ``None`` for the others."""
+    if record.status in ("pending", "running"):
+        return None
+    moment = record.suspended_at if record.status == "suspended" else record.completed_at
+    return None if moment is None else (record.id, record.status, iso_datetime(moment))
 
 
 Snapshot = Callable[[], Awaitable[list[AnyChunk]]]

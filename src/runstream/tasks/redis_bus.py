@@ -15,9 +15,11 @@ Delivery guarantee:
   ``max_backlog`` events wait.
 * But Redis pub/sub is at-most-once: a subscriber whose connection is down misses what is
   published meanwhile. The reader reconnects with backoff, re-subscribes, logs the gap and calls
-  ``on_reconnect``. The record in storage stays the truth, so a consumer must not depend on one
-  event arriving: ``TemporalTaskManager`` re-reads the records it waits for after a gap and
-  whenever no event came for a while.
+  ``on_reconnect``. The record in storage stays the truth: the bus's owner then calls
+  :meth:`RedisEventBus.reconcile`, which hands every subscriber here the settled states
+  (terminal, suspended) stored since the last message heard before the gap, each once
+  (``TemporalTaskManager`` does, in any process, for every subscriber). Non-terminal events
+  (``running``, ``output``, progress) published during a gap stay lost.
 
 Events from other processes are handled one at a time, in arrival order; ``before_delivery``
 (if given) is awaited before each reaches this process's subscribers, and may drop it. That is
@@ -30,10 +32,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
 from redis.asyncio import Redis
@@ -46,7 +49,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, w
 
 from runstream.chunks import chunk_from_wire, dumps
 from runstream.storage import TaskRecord
-from runstream.tasks.bus import BusSubscription, InProcessEventBus, TaskEvent, TaskEventFilter
+from runstream.tasks.bus import BusSubscription, InProcessEventBus, MissedEvents, TaskEvent, TaskEventFilter
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +62,9 @@ CLOSE_FLUSH_S = 2.0
 """How long ``close`` waits for queued messages to be sent."""
 
 _TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+GAP_MARGIN_S = 2.0
+"""How far before the last message heard a gap is taken to start: a message may be lost in a
+dying connection's buffers, and another process's clock stamps the records read back."""
 RETRY_FOR_S = 30.0
 """How long :func:`retrying` calls Redis again after dropped connections before giving up."""
 T = TypeVar("T")
@@ -133,6 +139,12 @@ class RedisChannel:
         self._subscribed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        self._heard = time.time()
+        self.gap_since: float | None = None
+        """When the oldest gap not yet reconciled began (the last message heard before it,
+        epoch seconds); ``None`` when there is none."""
+        self.gaps = 0
+        """How many times the reader lost its connection."""
 
     def start(self) -> None:
         if self._tasks or self._closed:
@@ -156,6 +168,10 @@ class RedisChannel:
         self._drained.clear()
         self._queued.set()
         self.start()
+
+    @property
+    def subscribed(self) -> bool:
+        return self._subscribed.is_set()
 
     async def wait_subscribed(self, timeout_s: float) -> bool:
         """Whether the reader is subscribed (messages published from now on arrive) in time."""
@@ -212,6 +228,7 @@ class RedisChannel:
                     message = await pubsub.get_message(timeout=READ_POLL_S)
                     if message is None:
                         continue
+                    self._heard = time.time()
                     if message["type"] == "subscribe":
                         self._subscribed.set()
                         backoff.reset()
@@ -223,6 +240,9 @@ class RedisChannel:
             except (RedisError, OSError) as exc:
                 if self._subscribed.is_set():
                     lost = True
+                    self.gaps += 1
+                    if self.gap_since is None:
+                        self.gap_since = self._heard
                     logger.warning(
                         "Redis channel %s: connection lost (%s); messages published until it is "
                         "back are not received",
@@ -285,6 +305,22 @@ class RedisEventBus:
             logger.exception("task %s: event is not JSON, not sent to other processes", event.record.id)
             return
         self._channel.send(payload)
+
+    async def reconcile(self, missed: MissedEvents) -> bool:
+        """After a gap in the subscription: hand this process's subscribers the settled states
+        ``missed`` finds since the gap began (see :meth:`InProcessEventBus.reconcile`). The gap
+        counts as reconciled once a pass, made while subscribed and with no new gap meanwhile,
+        found every state announced (a new gap calls ``on_reconnect`` again); whether a pass
+        should follow shortly (some state was not announced yet)."""
+        channel = self._channel
+        since, gaps = channel.gap_since, channel.gaps
+        if since is None:
+            return False
+        moment = datetime.fromtimestamp(since - GAP_MARGIN_S, UTC)
+        waiting = await self._local.reconcile(missed, moment)
+        if not waiting and channel.gaps == gaps and channel.subscribed:
+            channel.gap_since = None
+        return waiting
 
     def deliver_locally(self, event: TaskEvent) -> None:
         """Hand an event to this process's subscribers only (one found in storage after a gap)."""

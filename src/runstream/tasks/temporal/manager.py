@@ -79,6 +79,9 @@ __all__ = ["TemporalSettings", "TemporalTaskManager"]
 
 logger = logging.getLogger(__name__)
 
+RECONCILE_RETRY_S = 0.25
+"""How soon a subscriber reconciliation looks again for a settled state not yet announced."""
+
 
 class TemporalTaskManager:
     """A task manager whose tasks run as Temporal workflows on runstream workers.
@@ -402,11 +405,15 @@ class TemporalTaskManager:
         self._recheck.set()
 
     async def _recheck_loop(self) -> None:
-        """Deliver the settled states of tasks enqueued here whose events never arrived."""
+        """Deliver the settled states whose events never arrived: of tasks enqueued here (every
+        ``recheck_interval_ms`` and after a reconnect), and, after a gap in the bus's
+        subscription, of every task a subscriber here follows (again every
+        :data:`RECONCILE_RETRY_S` while some state found is not announced yet)."""
         interval_s = self.temporal.recheck_interval_ms / 1000
+        wait_s = interval_s
         while True:
             try:
-                async with asyncio.timeout(interval_s):
+                async with asyncio.timeout(wait_s):
                     await self._recheck.wait()
             except TimeoutError:
                 pass
@@ -414,6 +421,20 @@ class TemporalTaskManager:
             for event in await self.settlements.recheck():
                 deliver = getattr(self.bus, "deliver_locally", None)
                 (deliver or self.bus.publish)(event)
+            waiting = await self._reconcile_subscribers()
+            wait_s = min(RECONCILE_RETRY_S, interval_s) if waiting else interval_s
+
+    async def _reconcile_subscribers(self) -> bool:
+        """Hand the subscribers here what a gap in the bus's subscription lost (see
+        :meth:`RedisEventBus.reconcile`); whether to look again shortly."""
+        reconcile = getattr(self.bus, "reconcile", None)
+        if reconcile is None:
+            return False
+        try:
+            return bool(await reconcile(self.settlements.missed))
+        except Exception:  # storage unreachable: the gap stays, the next pass retries
+            logger.exception("reconciling task subscribers after a Redis gap failed")
+            return False
 
     # -- reading ---------------------------------------------------------------------------
 

@@ -6,17 +6,24 @@ subscribers see the event (the hook may rewrite a run still streaming there). Ev
 Redis pub/sub, which can lose some, so the enqueuer also re-reads its unsettled tasks after a
 reconnect and every ``recheck_interval_ms``, and delivers a settled state it missed; each state
 is delivered once.
+
+Every other subscriber in the process (one following a thread or a task it did not enqueue) is
+reconciled after a gap in the subscription by :meth:`Settlements.missed`: the settled states
+stored since the gap began, once announced (their outcome in memory), as the events that were
+lost.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from dataclasses import replace
+from datetime import datetime
 
 from runstream._clock import iso_datetime
-from runstream.storage import TaskRecord
+from runstream.storage import TaskFilter, TaskRecord
 from runstream.storage.records import utc_now
-from runstream.tasks.bus import TaskEvent
+from runstream.tasks.bus import TaskEvent, TaskEventFilter
 from runstream.tasks.coordination import SETTLED_STATUSES, TERMINAL_STATUSES, TaskCoordinator
 from runstream.tasks.lifecycle import lifecycle_chunk
 
@@ -111,9 +118,47 @@ class Settlements:
                 missed.append(TaskEvent(lifecycle_chunk(record), record))
         return missed
 
+    async def missed(self, wanted: TaskEventFilter, since: datetime) -> tuple[list[TaskEvent], bool]:
+        """The events of the settled states of tasks matching ``wanted`` stored since ``since``
+        and announced, oldest first, but for tasks enqueued here (:meth:`recheck` delivers
+        those, after their hooks); whether some such state is not announced yet."""
+        storage = self.tasks.storage
+        if wanted.task_ids is not None:
+            found = [await storage.get_task(task_id) for task_id in sorted(wanted.task_ids)]
+            records = [record for record in found if record is not None]
+        else:
+            scope = TaskFilter(
+                agent_id=wanted.agent_id,
+                run_id=wanted.run_id,
+                thread_id=wanted.thread_id,
+                resource_id=wanted.resource_id,
+            )
+            ended = replace(scope, status=TERMINAL_STATUSES, date_field="completed_at", from_date=since)
+            records = (await storage.list_tasks(ended)).items
+            records += (await storage.list_tasks(replace(scope, status="suspended"))).items
+        events, waiting = [], False
+        settled = [
+            (moment, r) for r in records if (moment := settled_moment(r)) is not None and moment >= since
+        ]
+        for _, record in sorted(settled, key=lambda pair: pair[0]):
+            if record.id in self.tasks.requests or not wanted.matches(record):
+                continue
+            if is_announced(record):
+                events.append(TaskEvent(lifecycle_chunk(record), record))
+            else:
+                waiting = True
+        return events, waiting
+
+
+def settled_moment(record: TaskRecord) -> datetime | None:
+    """When a settled record settled (``None`` for a task still pending or running)."""
+    if record.status not in SETTLED_STATUSES:
+        return None
+    return record.suspended_at if record.status == "suspended" else record.completed_at
+
 
 def settled_key(record: TaskRecord) -> tuple[str, str]:
-    moment = record.suspended_at if record.status == "suspended" else record.completed_at
+    moment = settled_moment(record)
     return (record.status, iso_datetime(moment) if moment else "")
 
 
@@ -127,5 +172,5 @@ def is_announced(record: TaskRecord) -> bool:
     more than :data:`ANNOUNCE_GRACE_S` ago."""
     if record.metadata.get(ANNOUNCED_KEY) == announced_mark(record):
         return True
-    moment = record.suspended_at if record.status == "suspended" else record.completed_at
+    moment = settled_moment(record)
     return moment is None or (utc_now() - moment).total_seconds() >= ANNOUNCE_GRACE_S
