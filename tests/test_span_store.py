@@ -18,6 +18,7 @@ from runstream import Agent
 from runstream.observability import PostgresSpanStore, SpanStore, TraceQuery
 from runstream.observability.processor import StoreSpanProcessor, install_span_store
 from runstream.observability.store import iso
+from runstream.observability.trace_query import plan_trace_query
 from runstream.runtime import Runstream
 from runstream.storage import SqliteStorage
 from runstream.testing import ScriptedModel
@@ -280,3 +281,63 @@ async def test_a_workflow_run_and_its_steps_are_one_trace_with_its_agent(
         "workflow_run", "duration", filters={}, start=None, end=None, resource_id=None
     )
     assert len(duration) == 1 and duration[0]["value"] >= 0
+
+
+def test_trace_queries_read_fields_columns_and_json_alike(new_store: NewStore) -> None:
+    """The advanced trace query on each backend: columns, JSON fields of scores and feedback
+    (numbers and text kept apart), a root's metadata, thread groups; running traces left out."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    store = new_store()
+
+    def root(trace: str, thread: str, minutes: int, *, ended: bool = True, **metadata: Any) -> dict[str, Any]:
+        started = now - timedelta(minutes=minutes)
+        return {
+            **record(trace, f"{trace}-root", started),
+            "threadId": thread,
+            "endedAt": iso(started + timedelta(seconds=1)) if ended else None,
+            "metadata": metadata,
+        }
+
+    store.write_spans(
+        [
+            root("t1", "th-a", 3, region=" west "),
+            root("t2", "th-b", 2),
+            root("t3", "th-a", 1),
+            root("t4", "th-c", 0, ended=False),
+        ]
+    )
+    store.add_signal(
+        "score", {"scorerId": "factuality", "score": 0.4, "traceId": "t1", "scorerVersion": "2"}, None
+    )
+    store.add_signal(
+        "feedback", {"feedbackType": "rating", "value": -1, "traceId": "t2", "comment": "bad"}, None
+    )
+    store.add_signal("feedback", {"feedbackType": "label", "value": "3", "traceId": "t3"}, None)
+    window = {"from": iso(now - timedelta(hours=1)), "to": iso(now + timedelta(minutes=1))}
+
+    def traces(where: dict[str, Any] | None = None, **body: Any) -> list[str]:
+        plan = plan_trace_query(
+            {"timeRange": window, "where": where, **body}, dialect=store.dialect, resource_id=None
+        )
+        return [t["traceId"] for t in store.query_traces(plan)["traces"]]
+
+    def eq(path: str, literal: Any, op: str = "eq") -> dict[str, Any]:
+        return {"op": op, "left": {"path": path}, "right": {"literal": literal}}
+
+    assert traces() == ["t3", "t2", "t1"]  # t4 still runs
+    assert traces(
+        {"scores": {"some": {"op": "and", "args": [eq("score", 0.5, "lt"), eq("scorerVersion", "2")]}}}
+    ) == ["t1"]
+    assert traces({"feedback": {"some": eq("value", 0, "lt")}}) == ["t2"]
+    assert traces({"feedback": {"some": eq("value", "3")}}) == ["t3"]  # the text "3", not a number
+    assert traces({"feedback": {"some": eq("value", 3)}}) == []
+    assert traces({"feedback": {"some": {"op": "exists", "path": "comment"}}}) == ["t2"]
+    assert traces(eq("metadata.region", "west")) == ["t1"]  # trimmed, as Mastra compares
+    assert traces({"op": "notExists", "path": "metadata.region"}) == ["t3", "t2"]
+    grouped = plan_trace_query(
+        {"timeRange": window, "group": {"by": ["threadId"]}}, dialect=store.dialect, resource_id=None
+    )
+    assert store.query_traces(grouped) == {
+        "groups": [{"threadId": "th-a"}, {"threadId": "th-b"}],
+        "page": {"next": None},
+    }

@@ -139,8 +139,12 @@ def test_studio_answers_as_mastra(client: httpx.Client) -> None:
     assert feedback == {"feedback": [], "pagination": {"total": 0, "page": 0, "perPage": 1, "hasMore": False}}
     assert client.get("/api/observability/logs").json()["pagination"]["perPage"] == 10  # Mastra's default
     assert client.get("/api/observability/logs", params={"perPage": "1e999"}).status_code == 400
-    unsupported = client.post("/api/observability/traces/query", json={})
+    # Without a span store (this server has none) a valid trace query is Mastra's 501.
+    week = {"from": "2026-01-01T00:00:00Z", "to": "2026-01-08T00:00:00Z"}
+    unsupported = client.post("/api/observability/traces/query", json={"timeRange": week})
     assert unsupported.status_code == 501 and unsupported.json()["code"] == "TRACE_QUERY_UNSUPPORTED"
+    discovery = client.post("/api/observability/traces/query/fields", json={})
+    assert discovery.status_code == 501 and discovery.json()["code"] == "TRACE_QUERY_DISCOVERY_UNSUPPORTED"
     assert client.get("/api/agents/assistant/voice/speakers").json() == []
     assert client.get("/api/agents/nope/voice/speakers").status_code == 404
     details = client.get("/api/agents/assistant").json()

@@ -24,6 +24,7 @@ import orjson
 from runstream.errors import ConfigurationError
 from runstream.observability._sql import Backend, PostgresBackend, Row, SqliteBackend
 from runstream.observability.records import mastra_span
+from runstream.observability.trace_query import TraceQueryPlan, encode_cursor, trace_row
 
 _SPAN_COLUMNS = (
     "trace_id",
@@ -56,6 +57,7 @@ _UPSERT_SPAN = (
 )
 SPAN_COLUMNS = _SPAN_COLUMNS
 _READ = ", ".join(column for column in _SPAN_COLUMNS if column not in ("has_error", "duration_ms"))
+_READ_ROOT = ", ".join(f"r.{column}" for column in _READ.split(", "))
 _LOG_COLUMNS = ("timestamp", "level", "trace_id", "run_id", "resource_id", "record")
 TRACE_FILTERS = {
     "traceId": "trace_id",
@@ -300,6 +302,76 @@ class SpanStore:
             f"SELECT {_READ} FROM ai_spans WHERE trace_id = ? AND span_id = ?", (trace_id, span_id)
         )
         return _span_record(rows[0]) if rows else None
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgres``: the SQL dialect a :class:`TraceQueryPlan` is compiled for."""
+        return "postgres" if isinstance(self._backend, PostgresBackend) else "sqlite"
+
+    def query_traces(self, query: TraceQueryPlan) -> dict[str, object]:
+        """Mastra's trace-query answer: completed traces (root spans that ended) started in the
+        query's range and matching its predicate, a keyset or numbered page of them, or the
+        distinct thread ids of such traces."""
+        where = [
+            "r.parent_span_id IS NULL",
+            "r.ended_at IS NOT NULL",
+            "r.started_at >= ?",
+            "r.started_at <= ?",
+        ]
+        params: list[Any] = [query.start, query.end]
+        if query.resource_id is not None:
+            where.append("r.resource_id = ?")
+            params.append(query.resource_id)
+        if query.where is not None:
+            where.append(query.where[0])
+            params.extend(query.where[1])
+        if query.result == "groups":
+            where.append("r.thread_id IS NOT NULL")
+            if query.after is not None:
+                where.append("r.thread_id > ?")
+                params.append(query.after[1])
+            rows = self._rows(
+                f"SELECT DISTINCT r.thread_id AS thread_id FROM ai_spans r WHERE {' AND '.join(where)} "
+                "ORDER BY r.thread_id LIMIT ?",
+                [*params, query.limit + 1],
+            )
+            groups = [{"threadId": row["thread_id"]} for row in rows[: query.limit]]
+            more = len(rows) > query.limit
+            return {
+                "groups": groups,
+                "page": {"next": encode_cursor(query, "", groups[-1]["threadId"]) if more else None},
+            }
+        sort = f"r.{query.order_field}"
+        direction = "DESC" if query.descending else "ASC"
+        if query.page is not None:
+            clause = " AND ".join(where)
+            total = int(self._rows(f"SELECT COUNT(*) AS n FROM ai_spans r WHERE {clause}", params)[0]["n"])
+            rows = self._rows(
+                f"SELECT {_READ_ROOT} FROM ai_spans r WHERE {clause} ORDER BY {sort} {direction}, r.trace_id "
+                "LIMIT ? OFFSET ?",
+                [*params, query.limit, query.page * query.limit],
+            )
+            pagination = {
+                "total": total,
+                "page": query.page,
+                "perPage": query.limit,
+                "hasMore": (query.page + 1) * query.limit < total,
+            }
+            return {"traces": [trace_row(_span_record(row)) for row in rows], "pagination": pagination}
+        if query.after is not None:
+            where.append(f"({sort} {'<' if query.descending else '>'} ? OR ({sort} = ? AND r.trace_id > ?))")
+            params.extend([query.after[0], query.after[0], query.after[1]])
+        rows = self._rows(
+            f"SELECT {_READ_ROOT} FROM ai_spans r WHERE {' AND '.join(where)} "
+            f"ORDER BY {sort} {direction}, r.trace_id LIMIT ?",
+            [*params, query.limit + 1],
+        )
+        traces = [trace_row(_span_record(row)) for row in rows[: query.limit]]
+        next_cursor = None
+        if len(rows) > query.limit:
+            last = rows[query.limit - 1]
+            next_cursor = encode_cursor(query, last[query.order_field], last["trace_id"])
+        return {"traces": traces, "page": {"next": next_cursor}}
 
     def list_signals(
         self,

@@ -21,12 +21,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from runstream.observability.store import TRACE_FILTERS, TRACE_ORDER, SpanStore, TraceQuery
+from runstream.observability.trace_query import TraceQueryError, plan_trace_query
 from runstream.server.auth import principal_of
 from runstream.server.context import ServerContext, json_body, json_response, query_date, query_int
 from runstream.server.errors import ApiError
-from runstream.server.limits import MAX_METADATA_BYTES, MAX_PAGE, bounded_number, check_id
+from runstream.server.limits import MAX_METADATA_BYTES, MAX_PAGE, bounded_number, check_id, parse_json
 
 MAX_PER_PAGE = 100
+MAX_TRACE_QUERY_BYTES = 256 * 1024
+"""Mastra's body limit for a trace query (413 above it)."""
 _HEAVY = frozenset({"input", "output", "attributes", "metadata", "tags", "links"})
 _MAX_TEXT = 10_000
 _SIGNALS = {"score": ("scores", "scorerId"), "feedback": ("feedback", "feedbackType")}
@@ -97,6 +100,7 @@ class ObservabilityRoutes:
         return [
             Route("/observability/traces", self.traces),
             Route("/observability/traces/light", self.traces),
+            Route("/observability/traces/query", self.query_traces, methods=["POST"]),
             Route("/observability/traces/{trace_id}", self.trace),
             Route("/observability/traces/{trace_id}/light", self.trace_light),
             Route("/observability/traces/{trace_id}/spans/{span_id}", self.span),
@@ -153,6 +157,40 @@ class ObservabilityRoutes:
             return _page("spans", [], 0, page, per_page)
         spans, total = await asyncio.to_thread(self.store.list_traces, query)
         return _page("spans", spans, total, page, per_page)
+
+    async def query_traces(self, request: Request) -> Response:
+        """Mastra's advanced trace query (Studio's Traces pages): errors in its shapes, 422 with
+        the issues for a query it refuses."""
+        raw = await request.body()
+        if len(raw) > MAX_TRACE_QUERY_BYTES:
+            return json_response({"error": "Request body too large"}, status=413)
+        try:
+            body = parse_json(raw) if raw.strip() else None
+        except ApiError as exc:
+            body, problem = None, exc.message
+        else:
+            problem = "Expected a JSON object"
+        if not isinstance(body, dict):
+            issue = {"field": "body", "message": problem}
+            return json_response({"error": "Invalid request body", "issues": [issue]}, status=400)
+        store = self.store
+        try:
+            query = plan_trace_query(
+                body,
+                dialect=store.dialect if store is not None else "sqlite",
+                resource_id=principal_of(request).resource_id,
+            )
+        except TraceQueryError as exc:
+            return json_response(exc.body, status=exc.status)
+        if store is None:
+            return json_response(
+                {
+                    "code": "TRACE_QUERY_UNSUPPORTED",
+                    "message": "Observability storage domain is not available",
+                },
+                status=501,
+            )
+        return json_response(await asyncio.to_thread(store.query_traces, query))
 
     async def trace(self, request: Request) -> Response:
         trace_id = request.path_params["trace_id"]

@@ -77,16 +77,12 @@ EMPTY_GET: dict[str, Any] = {
     "/experiments/review-summary": {"counts": []},
 }
 UNSUPPORTED: dict[str, tuple[str, str]] = {
-    "/observability/traces/query": (
-        "TRACE_QUERY_UNSUPPORTED",
-        "Advanced trace queries are not supported by the configured observability store",
-    ),
     "/observability/traces/query/fields": (
         "TRACE_QUERY_DISCOVERY_UNSUPPORTED",
         "Trace query discovery is not supported by the configured observability store",
     ),
 }
-"""Mastra's 501 for a store without trace queries (Studio then shows its plain trace list)."""
+"""Mastra's 501 for a store without trace-query discovery (Studio then offers no metadata fields)."""
 EMPTY_PAGED: dict[str, tuple[str, int]] = {
     "/datasets": ("datasets", 20),
     "/experiments": ("experiments", 10),
