@@ -153,7 +153,19 @@ async def test_last_messages_limits_the_history(memory: Memory) -> None:
     ("status", "error", "state", "value"),
     [
         ("completed", None, "result", {"summary": "fast"}),
-        ("failed", {"message": "exploded"}, "output-error", "Background task failed: exploded"),
+        (
+            "failed",
+            {"message": "exploded", "name": "ToolError"},
+            "output-error",
+            "Background task failed: exploded",
+        ),
+        # A tool's own exception (no public name): its text stays out of memory.
+        (
+            "failed",
+            {"message": "/srv/key.pem: denied"},
+            "output-error",
+            "Background task failed: Tool research failed",
+        ),
         ("cancelled", None, "output-error", "Background task cancelled by the user: no result."),
     ],
 )

@@ -31,6 +31,7 @@ from runstream.models.prompt import (
     ToolResultPart,
 )
 from runstream.storage import StoredMessage, TaskRecord
+from runstream.tools import public_task_error
 
 BACKGROUND_FAILED_PREFIX = "Background task failed: "
 
@@ -376,8 +377,8 @@ def task_outcome(task: TaskRecord) -> tuple[str, Any]:
         return "result", task.result
     if task.status == "cancelled":
         return "output-error", "Background task cancelled by the user: no result."
-    message = (task.error or {}).get("message") or "Unknown error"
-    return "output-error", BACKGROUND_FAILED_PREFIX + message
+    message = public_task_error(task.error, task.tool_name).get("message") or "Unknown error"
+    return "output-error", f"{BACKGROUND_FAILED_PREFIX}{message}"
 
 
 def link_status(task: TaskRecord) -> str:

@@ -96,6 +96,15 @@ def private_error_text(error: object, tool_name: str) -> str | None:
     return None if public else f"Tool {tool_name} failed"
 
 
+def public_task_error(error: Mapping[str, object] | None, tool_name: str) -> Mapping[str, object]:
+    """A failed background task's stored error as callers and memory may see it: whole when
+    runstream marked its text public when storing it (a ``name``: a :class:`ToolError`, its own
+    errors, a timeout), else "Tool <name> failed" only (the task manager's log keeps it whole)."""
+    if error is not None and "name" in error:
+        return error
+    return {"message": f"Tool {tool_name} failed"}
+
+
 RELAYED_ERROR_NAMES = frozenset({"MCPToolError"})
 """Errors of the tree that carry another server's text, private as a tool's own exception is
 (named, not imported: ``runstream.mcp`` is an optional extra)."""

@@ -19,7 +19,7 @@ import threading
 import uuid
 from typing import Any
 
-from runstream import Agent, ToolContext, tool
+from runstream import Agent, ToolContext, ToolError, tool
 from runstream.memory import Memory
 from runstream.models.base import ModelRequest, ModelStream
 from runstream.runtime import Runstream
@@ -160,6 +160,10 @@ def build_workflows(gates: Gates) -> list[Workflow]:
     return [approval, gated]
 
 
+RESEARCH_SECRET = "token=s3cr3t in /srv/research/keys.pem"
+"""What ``research <broken...>`` puts in the exception it raises."""
+
+
 def build_runstream(gates: Gates, storage: Storage | None = None) -> Runstream:
     @tool
     async def get_weather(city: str) -> dict[str, Any]:
@@ -170,6 +174,10 @@ def build_runstream(gates: Gates, storage: Storage | None = None) -> Runstream:
     async def research(topic: str, ctx: ToolContext) -> dict[str, str]:
         """Research a topic (slow: runs in the background)."""
         await ctx.writer.write({"status": "reading", "topic": topic})
+        if topic.startswith("broken"):  # a tool's own error: its text must not reach callers
+            raise RuntimeError(f"cannot open {RESEARCH_SECRET}")
+        if topic.startswith("refused"):  # a ToolError: its text is meant for callers
+            raise ToolError("the archive refuses this topic")
         if topic.startswith("ask") and ctx.resume_data is None:
             await ctx.suspend({"question": f"Which aspect of {topic}?"})
         if topic.startswith("gated"):

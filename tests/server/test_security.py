@@ -13,7 +13,7 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 
-from tests.server.agents import DELETED
+from tests.server.agents import DELETED, RESEARCH_SECRET
 from tests.server.conftest import serve
 from tests.server.security_kit import SECRET, ConfigModel, Secured, secured, sse_chunks
 
@@ -244,3 +244,44 @@ def test_a_tools_own_error_text_is_not_stored_nor_served(
     ]
     studio = s.a.get(f"/api/memory/threads/{thread}/messages", params={"format": "aiv5"})
     assert studio.status_code == 200 and "hunter2" not in studio.text
+
+
+def test_a_background_tools_own_error_text_is_not_stored_nor_served(
+    secured: Secured, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Finding 8 for background tasks: a failed task's error was served as it was raised by
+    the task routes and the ``background-task-failed`` chunk, and stored in memory as
+    "Background task failed: <text>". Now callers and memory get "Tool research failed" (the
+    task manager's log keeps the exception with its traceback); a ``ToolError``'s text is
+    public and kept."""
+    s, thread = secured, thread_id()
+    failed: dict[str, Any] = {}
+    with caplog.at_level(logging.ERROR):
+        for topic in ("broken", "refused"):
+            body = {"messages": f"research {topic}", "memory": {"thread": thread}}
+            chunks = sse_chunks(s.a.post("/api/agents/assistant/stream-until-idle", json=body))
+            [failed[topic]] = [c["payload"] for c in chunks if c["type"] == "background-task-failed"]
+    assert RESEARCH_SECRET in caplog.text  # the log keeps it
+    assert failed["broken"]["error"] == {"message": "Tool research failed"}
+    assert failed["refused"]["error"]["message"] == "the archive refuses this topic"
+    task = s.a.get(f"/api/background-tasks/{failed['broken']['taskId']}")
+    assert task.status_code == 200 and task.json()["error"] == {"message": "Tool research failed"}
+    public = s.a.get(f"/api/background-tasks/{failed['refused']['taskId']}").json()
+    assert public["error"]["message"] == "the archive refuses this topic"
+    served = [
+        s.a.get("/api/background-tasks").text,
+        s.a.get(f"/api/memory/threads/{thread}/messages").text,
+        s.a.get(f"/api/memory/threads/{thread}/messages", params={"format": "aiv5"}).text,
+    ]
+    assert not any("s3cr3t" in text or "/srv/research" in text for text in served)
+    stored = s.a.get(f"/api/memory/threads/{thread}/messages").json()["messages"]
+    errors = [
+        part["toolInvocation"]["errorText"]
+        for message in stored
+        for part in message["content"]["parts"]
+        if part["type"] == "tool-invocation" and "errorText" in part["toolInvocation"]
+    ]
+    assert errors == [
+        "Background task failed: Tool research failed",
+        "Background task failed: the archive refuses this topic",
+    ]

@@ -185,7 +185,7 @@ async def test_timeout_aborts_the_tool_and_reports_failed(
         chunks = await read(events, 2)
 
     assert done.status == "timed_out"
-    assert done.error == {"message": "Task timed out after 50ms"}
+    assert done.error == {"message": "Task timed out after 50ms", "name": "TimeoutError"}
     assert done.retry_count == 0  # a timeout is not retried
     assert types(chunks) == ["background-task-running", "background-task-failed"]
     assert chunks[1].payload["error"]["message"] == "Task timed out after 50ms"

@@ -154,7 +154,7 @@ async def test_timeout_ms_times_the_attempt_out_through_its_abort_signal(make_ma
     await start(manager, slow_tool)
     final = await settled(manager, await manager.enqueue(request(slow_tool, timeout_ms=300)))
     assert final.status == "timed_out"
-    assert final.error == {"message": "Task timed out after 300ms"}
+    assert final.error == {"message": "Task timed out after 300ms", "name": "TimeoutError"}
     assert reasons == ["Task timed out after 300ms"]
 
 

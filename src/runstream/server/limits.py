@@ -11,13 +11,18 @@ sends them). The ranges below are documented in ``docs/security.md``.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qsl, unquote_to_bytes
 
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from runstream.agent import RunNotFoundError
+from runstream.errors import StateConflictError
 from runstream.server.errors import ApiError, error_response
+from runstream.server.resumable import LiveSlot
 
 MAX_JSON_DEPTH = 64
 """Nesting of a request body (objects and arrays); structured-output schemas need ~10."""
@@ -43,7 +48,22 @@ MAX_TOOL_RESULT_MESSAGES = 100
 """Messages of client tool results in one ``send-tool-approval``."""
 MAX_REASON_LENGTH = 10_000
 """Characters of the reason given when declining a tool call (it goes to the model)."""
-"""Messages of client tool results in one ``send-tool-approval``."""
+
+
+@contextmanager
+def continuation_start(slot: LiveSlot) -> Iterator[None]:
+    """Around the start of a continuation (approve, decline, resume) that took ``slot``: if the
+    start fails, the slot is released and the run's state answers as the caller's mistake (a
+    run with nothing to continue is a 404, one already continued a 409), never a 500."""
+    try:
+        yield
+    except BaseException as exc:
+        slot.release()
+        if isinstance(exc, RunNotFoundError):
+            raise ApiError(404, str(exc)) from None
+        if isinstance(exc, StateConflictError):
+            raise ApiError(409, str(exc)) from None
+        raise
 
 
 def parse_json(raw: bytes) -> Any:

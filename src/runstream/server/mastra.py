@@ -21,8 +21,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from runstream.abort import AbortController
-from runstream.agent import Agent, RunNotFoundError
-from runstream.errors import InvalidInputError, StateConflictError
+from runstream.agent import Agent
+from runstream.errors import InvalidInputError
 from runstream.memory import MemoryScope
 from runstream.output import RunOutput
 from runstream.output import full_output as output_full_output
@@ -31,7 +31,7 @@ from runstream.server.auth import Principal, principal_of
 from runstream.server.body import StreamRequest, parse_stream_body, resume_options, trusted_options
 from runstream.server.context import ServerContext, has_memory, json_body, json_response
 from runstream.server.errors import ApiError
-from runstream.server.limits import MAX_OFFSET, bounded_int, check_id, check_reason
+from runstream.server.limits import MAX_OFFSET, bounded_int, check_id, check_reason, continuation_start
 from runstream.server.overrides import Originals, absorb_tool_results, restore_messages
 from runstream.server.streaming import (
     Run,
@@ -277,15 +277,8 @@ class MastraRoutes:
         check_reason(body.get("reason"))
         owner = await self.ctx.owners.check(run_id, principal)
         slot = reserve(self.ctx, owner.resource_id if owner is not None else principal.resource_id)
-        try:
+        with continuation_start(slot):
             out = await start(agent, run_id, body)
-        except BaseException as exc:
-            slot.release()
-            if isinstance(exc, RunNotFoundError):
-                raise ApiError(404, str(exc)) from None
-            if isinstance(exc, StateConflictError):
-                raise ApiError(409, str(exc)) from None
-            raise
         return await respond(self.ctx, request, Run(out, agent, slot), principal)
 
     async def approve(self, request: Request) -> Response:

@@ -8,7 +8,7 @@ confined principal sees only its resource's tasks.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any, cast
 
 from starlette.requests import Request
@@ -19,11 +19,12 @@ from runstream.server.auth import Principal, principal_of
 from runstream.server.context import ServerContext, json_body, query_date, query_page
 from runstream.server.errors import ApiError
 from runstream.server.sse import DONE, SSEResponse, data_frame
-from runstream.server.wire import chunk_json, encode_json
+from runstream.server.wire import chunk_json, encode_json, redact
 from runstream.storage import TaskDateField, TaskFilter, TaskRecord, TaskStatus
 from runstream.storage.records import TASK_STATUSES
 from runstream.tasks.config import ConcurrencyLimitError, TaskNotFoundError, TaskStateError
 from runstream.tasks.coordination import TaskManager
+from runstream.tools import public_task_error
 
 _DATE_FIELDS: dict[str, TaskDateField] = {
     "createdAt": "created_at",
@@ -67,6 +68,15 @@ def task_filter(request: Request, principal: Principal) -> TaskFilter:
         page=page,
         per_page=per_page,
     )
+
+
+def task_json(task: TaskRecord) -> Mapping[str, object]:
+    """A task as callers see it: a failed task's error as :func:`public_task_error` has it
+    (a tool's own exception text and stack stay in the server's log)."""
+    wire = task.to_wire()
+    if task.error is not None:
+        wire["error"] = public_task_error(task.error, task.tool_name)
+    return wire
 
 
 async def owned_task(manager: TaskManager, task_id: str, principal: Principal) -> TaskRecord:
@@ -154,11 +164,11 @@ class TaskRoutes:
         if self.ctx.tasks is None:
             return JSONResponse({"tasks": [], "total": 0})
         page = await self.ctx.tasks.list_tasks(wanted)
-        return JSONResponse({"tasks": [task.to_wire() for task in page.items], "total": page.total})
+        return JSONResponse({"tasks": [task_json(task) for task in page.items], "total": page.total})
 
     async def get_task(self, request: Request) -> Response:
         task = await owned_task(_manager(self.ctx), request.path_params["task_id"], principal_of(request))
-        return JSONResponse(task.to_wire())
+        return JSONResponse(task_json(task))
 
     async def stream(self, request: Request) -> Response:
         q = request.query_params
@@ -179,7 +189,7 @@ class TaskRoutes:
         async def frames() -> AsyncGenerator[bytes, None]:
             try:
                 async for chunk in subscription:
-                    text = encode_json({"type": chunk.type, "payload": chunk.payload})
+                    text = encode_json(redact({"type": chunk.type, "payload": chunk.payload}))
                     if text is not None:
                         yield data_frame(text)
             finally:
@@ -191,14 +201,14 @@ class TaskRoutes:
         manager = _manager(self.ctx)
         task = await owned_task(manager, request.path_params["task_id"], principal_of(request))
         await manager.cancel(task.id)
-        return JSONResponse((await owned_task(manager, task.id, principal_of(request))).to_wire())
+        return JSONResponse(task_json(await owned_task(manager, task.id, principal_of(request))))
 
     async def resume(self, request: Request) -> Response:
         manager = _manager(self.ctx)
         task = await owned_task(manager, request.path_params["task_id"], principal_of(request))
         body = await json_body(request)
         resumed = await _resume(manager, task.id, body.get("resumeData"))
-        return JSONResponse(resumed.to_wire())
+        return JSONResponse(task_json(resumed))
 
 
 def _flag(value: str | None, name: str, *, default: bool) -> bool:

@@ -32,15 +32,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from runstream._clock import iso_datetime
-from runstream.agent import Agent, RunNotFoundError
-from runstream.errors import StateConflictError
+from runstream.agent import Agent
 from runstream.memory import MemoryScope
 from runstream.output import RunOutput
 from runstream.server.auth import Principal, principal_of
 from runstream.server.body import parse_stream_body
 from runstream.server.context import ServerContext, json_body, json_response
 from runstream.server.errors import ApiError
-from runstream.server.limits import MAX_TOOL_RESULT_MESSAGES, check_metadata, check_reason
+from runstream.server.limits import MAX_TOOL_RESULT_MESSAGES, check_metadata, check_reason, continuation_start
 from runstream.server.mastra import forget_new_thread, start_stream
 from runstream.server.messages import to_prompt
 from runstream.server.sse import SSEResponse, data_frame
@@ -374,18 +373,11 @@ class ThreadRoutes:
 
         async def start() -> RunOutput:
             slot = reserve(self.ctx, key[1])
-            try:
+            with continuation_start(slot):
                 if approved:
                     out = await agent.approve_tool_call(run_id=run_id, tool_call_id=call_id)
                 else:
                     out = await agent.decline_tool_call(run_id=run_id, tool_call_id=call_id, reason=reason)
-            except BaseException as exc:
-                slot.release()
-                if isinstance(exc, RunNotFoundError):
-                    raise ApiError(404, str(exc)) from None
-                if isinstance(exc, StateConflictError):
-                    raise ApiError(409, str(exc)) from None
-                raise
             await detach_run(self.ctx, Run(out, agent, slot, MemoryScope(key[2], key[1])), principal)
             return out
 

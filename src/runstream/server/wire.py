@@ -13,12 +13,20 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar, cast
 
 from runstream._payloads import ToolErrorPayload
-from runstream.chunks import AnyChunk, Chunk, ToolErrorChunk, dumps, dumps_bytes, error_to_wire
-from runstream.tools import ToolExecutionError, private_error_text
+from runstream.chunks import (
+    AnyChunk,
+    BackgroundTaskFailedChunk,
+    Chunk,
+    ToolErrorChunk,
+    dumps,
+    dumps_bytes,
+    error_to_wire,
+)
+from runstream.tools import ToolExecutionError, private_error_text, public_task_error
 
 logger = logging.getLogger("runstream.server")
 
-REDACTED_TYPES = frozenset({"step-start", "step-finish", "finish", "tool-error"})
+REDACTED_TYPES = frozenset({"step-start", "step-finish", "finish", "tool-error", "background-task-failed"})
 """The chunk types that carry the model request or a tool's error (the only ones :func:`redact`
 changes)."""
 
@@ -66,7 +74,16 @@ PUBLIC_ERROR_NAMES = frozenset({"ToolError", "ToolArgumentsError", "ToolNotFound
 
 
 def public_chunk(chunk: AnyChunk) -> AnyChunk:
-    """``chunk`` as a caller may see it: a ``tool-error`` with :func:`public_error`'s error."""
+    """``chunk`` as a caller may see it: a ``tool-error`` with :func:`public_error`'s error, a
+    ``background-task-failed`` with :func:`~runstream.tools.public_task_error`'s."""
+    if isinstance(chunk, BackgroundTaskFailedChunk):
+        failed = chunk.payload
+        public = public_task_error(failed["error"], failed["toolName"])
+        return (
+            chunk
+            if public is failed["error"]
+            else BackgroundTaskFailedChunk(chunk.run_id, {**failed, "error": dict(public)})
+        )
     if chunk.type != "tool-error":
         return chunk
     payload: dict[str, Any] = dict(chunk.payload)
@@ -88,6 +105,10 @@ def redact(wire: dict[str, Any]) -> dict[str, Any]:
     if kind == "tool-error":
         error = payload.get("error")
         public = public_error(error, str(payload.get("toolName")), str(wire.get("runId", "")))
+        return wire if public is error else {**wire, "payload": {**payload, "error": public}}
+    if kind == "background-task-failed":
+        error = payload.get("error")
+        public = public_task_error(error if isinstance(error, dict) else None, str(payload.get("toolName")))
         return wire if public is error else {**wire, "payload": {**payload, "error": public}}
     if kind == "step-start":
         return {**wire, "payload": {**payload, "request": {}}} if "request" in payload else wire

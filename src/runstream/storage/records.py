@@ -79,8 +79,12 @@ class StoredMessage:
 
 
 class TaskError(TypedDict, total=False):
+    """Mastra's ``{message, stack}``; ``name`` only where runstream marks the text public (see
+    :func:`runstream.tools.public_task_error`)."""
+
     message: str
     stack: str
+    name: str
 
 
 @dataclass(slots=True)

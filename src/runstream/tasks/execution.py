@@ -17,13 +17,13 @@ from typing import Any, Literal
 
 from runstream import _tracing as tracing
 from runstream.abort import AbortController, AbortError
-from runstream.chunks import AnyChunk
+from runstream.chunks import AnyChunk, error_to_wire
 from runstream.storage import TaskError, TaskRecord, TaskUpdate
 from runstream.storage.records import utc_now
 from runstream.tasks.adoption import BackgroundTaskAdoption
 from runstream.tasks.config import TaskRequest
 from runstream.tasks.lifecycle import output_chunk
-from runstream.tools import Tool, ToolContext, ToolSuspended, ToolWriter
+from runstream.tools import Tool, ToolContext, ToolSuspended, ToolWriter, private_error_text
 
 ABORT_GRACE_S = 0.1
 """How long an aborted tool may take to stop on its own before its asyncio task is cancelled."""
@@ -52,7 +52,8 @@ class Outcome:
         if self.kind == "suspended":
             return {"status": "suspended", "suspend_payload": self.value, "suspended_at": now}
         if self.kind == "timeout":
-            return {"status": "timed_out", "error": {"message": self.value}, "completed_at": now}
+            error: TaskError = {"message": self.value, "name": "TimeoutError"}  # (runstream's text)
+            return {"status": "timed_out", "error": error, "completed_at": now}
         return {"status": "failed", "error": error_of(self.value), "completed_at": now}
 
 
@@ -170,4 +171,10 @@ async def call_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> Outco
 
 
 def error_of(exc: BaseException) -> TaskError:
-    return {"message": str(exc), "stack": "".join(traceback.format_exception(exc))}
+    """How a task's error is stored: Mastra's ``{message, stack}``, with the error's ``name``
+    when its text is public (:func:`~runstream.tools.private_error_text`): only then do the
+    server and memory show the text (:func:`~runstream.tools.public_task_error`)."""
+    error: TaskError = {"message": str(exc), "stack": "".join(traceback.format_exception(exc))}
+    if private_error_text(exc, "") is None:
+        error["name"] = error_to_wire(exc)["name"]
+    return error
