@@ -4,16 +4,28 @@ A Mastra app's options translate name for name (``{"waitTimeoutMs": 500}`` or
 ``{"wait_timeout_ms": 500}``). A key that is neither is an error naming it, never dropped: a
 misspelt option that is silently ignored is worse than a missing one. A key Mastra has but
 runstream does not implement gets an error that says so.
+
+A configuration dataclass is read by pydantic (:func:`read_dataclass`): its fields' types say
+what each value may be (the annotated types below: :data:`Count`, :data:`Flag` ...), pydantic
+takes both spellings (``CONFIG``: camelCase aliases, names too, no other key) and checks them,
+and :func:`_config_error` words its first error as runstream always has (the option as the
+caller spelt it, a did-you-mean, Mastra's names). :func:`read_config` reads the few mappings that
+are not one dataclass (run options, a hook's result) key by key.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from runstream.errors import InvalidInputError, InvalidTypeError
+from pydantic import ConfigDict, Field, StrictBool, TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails
+
+from runstream.errors import InvalidInputError, InvalidTypeError, RunstreamError
 
 Check = Callable[[str, Any], Any]
 """Validates (and may convert) one value; raises ``ValueError``/``TypeError`` naming the key."""
@@ -26,6 +38,125 @@ class ConfigKeyError(InvalidInputError):
 def camel(snake: str) -> str:
     head, *rest = snake.split("_")
     return head + "".join(part.title() for part in rest)
+
+
+CONFIG = ConfigDict(
+    alias_generator=camel, populate_by_name=True, extra="forbid", arbitrary_types_allowed=True
+)
+"""A configuration dataclass's ``__pydantic_config__``: camelCase or snake_case keys, no other."""
+
+Count = Annotated[int, Field(ge=0, strict=True)]
+"""A whole number >= 0 (not a bool, not a float)."""
+PositiveCount = Annotated[int, Field(ge=1, strict=True)]
+Amount = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
+"""A finite number >= 0 (an int is one too)."""
+Flag = StrictBool
+"""``True`` or ``False``, nothing that merely converts to one."""
+
+_C = TypeVar("_C")
+
+
+def read_dataclass(
+    cls: type[_C], value: object, *, where: str, unsupported: Mapping[str, str] | None = None
+) -> _C:
+    """A ``cls`` (a dataclass with ``__pydantic_config__ = CONFIG``) from a mapping of its options;
+    an error names the first wrong option as the caller spelt it, under ``where``."""
+    if not isinstance(value, Mapping):
+        raise InvalidTypeError(f"{where} must be a mapping, not {type(value).__name__}")
+    _reject_twice_given(cls, value, where)
+    try:
+        made: _C = _adapter(cls).validate_python(value)
+    except ValidationError as exc:
+        raise _config_error(cls, value, exc.errors()[0], where, unsupported or {}) from None
+    return made
+
+
+_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
+
+
+def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
+    """The class's validator, built on first use (its annotations name classes defined later)."""
+    adapter = _ADAPTERS.get(cls)
+    if adapter is None:
+        adapter = _ADAPTERS[cls] = TypeAdapter(cls)
+    return adapter
+
+
+def _reject_twice_given(cls: type[Any], value: Mapping[str, Any], where: str) -> None:
+    for spec in dataclasses.fields(cls):
+        if spec.name in value and camel(spec.name) in value and spec.name != camel(spec.name):
+            raise ConfigKeyError(
+                f"{where}: {camel(spec.name)!r} is given twice (as {spec.name!r} and {camel(spec.name)!r})"
+            )
+
+
+def _config_error(
+    cls: type[Any], value: Mapping[str, Any], error: ErrorDetails, where: str, unsupported: Mapping[str, str]
+) -> RunstreamError:
+    """pydantic's ``error`` in runstream's words: ``where.option`` (nested options too)."""
+    *outer, last = error["loc"]
+    inner: object = value
+    for key in outer:  # down to the mapping (and dataclass) the error is in
+        spelt = _spelt(inner, key)
+        where = f"{where}.{spelt}"
+        inner = inner.get(spelt) if isinstance(inner, Mapping) else None
+        cls = _nested_dataclass(cls, key)
+    kind, got = error["type"], error["input"]
+    if kind in ("unexpected_keyword_argument", "extra_forbidden"):
+        known = [spec.name for spec in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else []
+        return ConfigKeyError(_unknown_key_message(last, where, known, unsupported))
+    if kind == "missing":
+        return InvalidInputError(f"{where} needs {last!r}")
+    where = f"{where}.{_spelt(inner, last)}"
+    ctx = error.get("ctx") or {}
+    ge = ctx.get("ge")
+    if kind == "greater_than_equal" and ge == 1:
+        return InvalidInputError(f"{where} must be at least 1, got {got!r}")
+    if kind in ("greater_than_equal", "finite_number") or (kind == "int_type" and not _is_number(got)):
+        return InvalidInputError(f"{where} must be a number >= 0, got {got!r}")
+    messages: dict[str, tuple[type[RunstreamError], str]] = {
+        "int_type": (InvalidInputError, f"must be a whole number, got {got!r}"),
+        "float_type": (InvalidInputError, f"must be a number >= 0, got {got!r}"),
+        "bool_type": (InvalidTypeError, f"must be true or false, got {got!r}"),
+        "callable_type": (InvalidTypeError, f"must be a function, got {type(got).__name__}"),
+        "literal_error": (
+            InvalidInputError,
+            f"must be one of {ctx.get('expected')}, got {got!r}",
+        ),
+        "dict_type": (InvalidTypeError, f"must be a mapping, not {type(got).__name__}"),
+        "dataclass_type": (
+            InvalidTypeError,
+            f"must be a {ctx.get('class_name')} or a mapping, not {type(got).__name__}",
+        ),
+    }
+    kind_of_error, text = messages.get(
+        kind, (InvalidInputError, f"is not valid ({error['msg']}), got {got!r}")
+    )
+    return kind_of_error(f"{where} {text}")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _spelt(value: object, key: int | str) -> str:
+    """How the caller spelt option ``key`` (pydantic names it by its camelCase alias)."""
+    if isinstance(value, Mapping) and isinstance(key, str) and key not in value:
+        snake = next((name for name in value if isinstance(name, str) and camel(name) == key), None)
+        return snake or key
+    return str(key)
+
+
+def _nested_dataclass(cls: type[Any], key: int | str) -> type[Any]:
+    """The type of option ``key`` of ``cls`` (the dataclass inside ``X | None``), else ``cls``."""
+    if not dataclasses.is_dataclass(cls):
+        return cls
+    for spec in dataclasses.fields(cls):
+        if key in (spec.name, camel(spec.name)):
+            hint = get_type_hints(cls)[spec.name]
+            members = get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)
+            return next((m for m in members if isinstance(m, type) and dataclasses.is_dataclass(m)), cls)
+    return cls
 
 
 def read_config(
@@ -47,7 +178,7 @@ def read_config(
     for key, item in value.items():
         name = by_spelling.get(key) if isinstance(key, str) else None
         if name is None:
-            raise ConfigKeyError(_unknown_key_message(key, where, fields, unsupported or {}))
+            raise ConfigKeyError(_unknown_key_message(key, where, list(fields), unsupported or {}))
         if name in out:
             raise ConfigKeyError(f"{where}: {camel(name)!r} is given twice (as {name!r} and {camel(name)!r})")
         check = fields[name]
@@ -55,9 +186,7 @@ def read_config(
     return out
 
 
-def _unknown_key_message(
-    key: object, where: str, fields: Mapping[str, Any], unsupported: Mapping[str, str]
-) -> str:
+def _unknown_key_message(key: object, where: str, fields: list[str], unsupported: Mapping[str, str]) -> str:
     if isinstance(key, str) and key in unsupported:
         return f"{where}: Mastra's {key!r} is not supported by runstream ({unsupported[key]})"
     known = sorted(camel(name) for name in fields)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from runstream._config_mapping import boolean, callback, one_of, read_config
+from runstream._config_mapping import CONFIG, Flag, read_dataclass
 from runstream.errors import ConfigurationTypeError
 
 logger = logging.getLogger("runstream.delegation")
@@ -45,6 +45,8 @@ Hook = Callable[[dict[str, Any]], Any]
 class DelegationConfig:
     """Mastra's ``DelegationConfig``: hooks around each sub-agent delegation of a run."""
 
+    __pydantic_config__ = CONFIG
+
     on_delegation_start: Hook | None = None
     """Gets ``{primitiveId, primitiveType, prompt, params, iteration, runId, threadId,
     resourceId, parentAgentId, parentAgentName, toolCallId, messages, requestContext}``; may
@@ -57,10 +59,10 @@ class DelegationConfig:
     """Gets ``{messages, primitiveId, prompt, ...}`` and returns the parent messages the
     sub-agent sees as context (runs after ``on_delegation_start``)."""
     hook_error_strategy: Literal["warn", "throw"] = "warn"
-    include_sub_agent_tool_results_in_model_context: bool = False
+    include_sub_agent_tool_results_in_model_context: Flag = False
     """The supervisor's model sees the sub-agent's whole result (its thread and resource ids and
     tool results), not only its text."""
-    enable_result_references: bool = False
+    enable_result_references: Flag = False
     """Each sub-agent result gets a reference (``<name>-<n>``, shown to the model as ``[ref: id]``)
     and the ``agent-*`` tools take ``contextFromRefs``: the referenced results go into the next
     sub-agent's prompt verbatim, in labelled blocks (references live for one run)."""
@@ -69,19 +71,7 @@ class DelegationConfig:
     def coerce(cls, value: DelegationConfig | Mapping[str, Any] | None) -> DelegationConfig | None:
         if value is None or isinstance(value, DelegationConfig):
             return value
-        options = read_config(
-            value,
-            {
-                "on_delegation_start": callback,
-                "on_delegation_complete": callback,
-                "message_filter": callback,
-                "hook_error_strategy": one_of("warn", "throw"),
-                "include_sub_agent_tool_results_in_model_context": boolean,
-                "enable_result_references": boolean,
-            },
-            where="delegation",
-        )
-        return cls(**options)
+        return read_dataclass(cls, value, where="delegation")
 
 
 @dataclass(slots=True)

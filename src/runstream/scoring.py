@@ -14,10 +14,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from runstream._config_mapping import boolean, non_negative_number, one_of, read_config
+from runstream._config_mapping import CONFIG, Amount, Flag, read_dataclass
 from runstream._run_state import CheckVerdict, LoopConfig, RunState
 from runstream.chunks import AnyChunk, IsTaskCompleteChunk
-from runstream.errors import InvalidInputError
 from runstream.models.base import PromptMessage
 
 
@@ -57,39 +56,27 @@ class Scorer:
         }
 
 
+_UNSUPPORTED = {"parallel": "scorers always run in parallel", "onComplete": "not implemented"}
+
+
 @dataclass(slots=True)
 class TaskCompletion:
     """``is_task_complete=`` on an agent or a run."""
 
+    __pydantic_config__ = CONFIG
+
     scorers: Sequence[Scorer]
     strategy: Literal["all", "any"] = "all"
-    timeout_ms: float = 600_000
-    suppress_feedback: bool = False
+    timeout_ms: Amount = 600_000
+    suppress_feedback: Flag = False
 
     @classmethod
     def coerce(cls, value: TaskCompletion | Mapping[str, Any] | None) -> TaskCompletion | None:
         if value is None or isinstance(value, TaskCompletion):
             return value
-        options = read_config(
-            value,
-            {
-                "scorers": None,
-                "strategy": one_of("all", "any"),
-                "timeout": non_negative_number,
-                "timeout_ms": non_negative_number,
-                "suppress_feedback": boolean,
-            },
-            where="is_task_complete",
-            unsupported={"parallel": "scorers always run in parallel", "onComplete": "not implemented"},
-        )
-        if "scorers" not in options:
-            raise InvalidInputError("is_task_complete needs 'scorers'")
-        return cls(
-            scorers=list(options["scorers"]),
-            strategy=options.get("strategy", "all"),
-            timeout_ms=options.get("timeout", options.get("timeout_ms", 600_000)),
-            suppress_feedback=options.get("suppress_feedback", False),
-        )
+        if isinstance(value, Mapping) and "timeout" in value:  # Mastra's name for timeout_ms
+            value = {("timeout_ms" if key == "timeout" else key): item for key, item in value.items()}
+        return read_dataclass(cls, value, where="is_task_complete", unsupported=_UNSUPPORTED)
 
     async def check(
         self, cfg: LoopConfig, state: RunState, text: str

@@ -20,7 +20,7 @@ import docstring_parser
 import jsonschema
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from runstream._config_mapping import Check, boolean, callback, non_negative_int, one_of, read_config
+from runstream._config_mapping import CONFIG, Count, Flag, read_dataclass
 from runstream._schema import Schema
 from runstream.abort import AbortSignal
 from runstream.chunks import AnyChunk, DataChunk, ToolOutputChunk
@@ -222,11 +222,13 @@ class BackgroundToolConfig:
     agent's and the manager's, never the tool's): a warning says so.
     """
 
-    enabled: bool = False
-    timeout_ms: int | None = None
-    max_retries: int | None = None
+    __pydantic_config__ = CONFIG
+
+    enabled: Flag = False
+    timeout_ms: Count | None = None
+    max_retries: Count | None = None
     default_disposition: Literal["foreground", "deferred"] = "deferred"
-    wait_timeout_ms: int | None = None
+    wait_timeout_ms: Count | None = None
     on_complete: Callable[[Any], Awaitable[None] | None] | None = None
     on_failed: Callable[[Any], Awaitable[None] | None] | None = None
 
@@ -250,18 +252,7 @@ class BackgroundToolConfig:
             return cls(enabled=True)
         if isinstance(value, BackgroundToolConfig):
             return value
-        return cls(**read_config(value, _BACKGROUND_FIELDS, where="background"))
-
-
-_BACKGROUND_FIELDS: dict[str, Check | None] = {
-    "enabled": boolean,
-    "timeout_ms": non_negative_int,
-    "max_retries": non_negative_int,
-    "default_disposition": one_of("foreground", "deferred"),
-    "wait_timeout_ms": non_negative_int,
-    "on_complete": callback,
-    "on_failed": callback,
-}
+        return read_dataclass(cls, value, where="background")
 
 
 Execute = Callable[[dict[str, Any], ToolContext], Awaitable[Any] | Any]

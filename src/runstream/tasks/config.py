@@ -6,17 +6,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from runstream._config_mapping import (
-    Check,
-    boolean,
-    callback,
-    non_negative_int,
-    non_negative_number,
-    one_of,
-    positive_int,
-    read_config,
-)
-from runstream.errors import InvalidTypeError, NotFoundError, RunstreamError, StateConflictError
+from runstream._config_mapping import CONFIG, Amount, Count, Flag, PositiveCount, read_dataclass
+from runstream.errors import NotFoundError, RunstreamError, StateConflictError
 from runstream.storage import TaskRecord
 from runstream.tools import Tool
 
@@ -41,10 +32,12 @@ class ConcurrencyLimitError(BackgroundTaskError):
 
 @dataclass(slots=True)
 class RetryConfig:
-    max_retries: int = 0
-    retry_delay_ms: int = 1000
-    backoff_multiplier: float = 2.0
-    max_retry_delay_ms: int = 30_000
+    __pydantic_config__ = CONFIG
+
+    max_retries: Count = 0
+    retry_delay_ms: Count = 1000
+    backoff_multiplier: Amount = 2.0
+    max_retry_delay_ms: Count = 30_000
     retryable_errors: Callable[[BaseException], bool] | None = None
     """Which failures are retried (default: all). Mastra 1.71 declares ``retryableErrors`` but
     never reads it; here it decides."""
@@ -69,34 +62,22 @@ class RetryConfig:
             return cls()
         if isinstance(value, RetryConfig):
             return value
-        return cls(**read_config(value, _RETRY_FIELDS, where=where))
-
-
-_RETRY_FIELDS: dict[str, Check | None] = {
-    "max_retries": non_negative_int,
-    "retry_delay_ms": non_negative_int,
-    "backoff_multiplier": non_negative_number,
-    "max_retry_delay_ms": non_negative_int,
-    "retryable_errors": callback,
-}
+        return read_dataclass(cls, value, where=where)
 
 
 @dataclass(slots=True)
 class CleanupConfig:
-    completed_ttl_ms: int = 3_600_000
-    failed_ttl_ms: int = 86_400_000
-    cleanup_interval_ms: int = 60_000
+    __pydantic_config__ = CONFIG
+
+    completed_ttl_ms: Count = 3_600_000
+    failed_ttl_ms: Count = 86_400_000
+    cleanup_interval_ms: PositiveCount = 60_000
 
     @classmethod
     def coerce(cls, value: CleanupConfig | Mapping[str, Any], where: str = "cleanup") -> CleanupConfig:
         if isinstance(value, CleanupConfig):
             return value
-        fields: dict[str, Check | None] = {
-            "completed_ttl_ms": non_negative_int,
-            "failed_ttl_ms": non_negative_int,
-            "cleanup_interval_ms": positive_int,
-        }
-        return cls(**read_config(value, fields, where=where))
+        return read_dataclass(cls, value, where=where)
 
 
 TaskHook = Callable[[TaskRecord], Awaitable[None] | None]
@@ -118,18 +99,20 @@ class BackgroundTaskConfig:
     how often a waiting stream reports progress.
     """
 
-    enabled: bool = True
+    __pydantic_config__ = CONFIG
+
+    enabled: Flag = True
     mode: ManagerMode = "full"
-    global_concurrency: int = 10
-    per_agent_concurrency: int = 5
+    global_concurrency: PositiveCount = 10
+    per_agent_concurrency: PositiveCount = 5
     backpressure: Backpressure = "queue"
-    default_timeout_ms: int = 300_000
+    default_timeout_ms: Count = 300_000
     default_retries: RetryConfig = field(default_factory=RetryConfig)
     cleanup: CleanupConfig | None = None
-    recover_stale_tasks_on_start: bool = True
-    progress_interval_ms: int = 3000
-    progress_throttle_ms: int | None = None
-    wait_timeout_ms: int | None = None
+    recover_stale_tasks_on_start: Flag = True
+    progress_interval_ms: PositiveCount = 3000
+    progress_throttle_ms: Count | None = None
+    wait_timeout_ms: Count | None = None
     on_task_complete: TaskHook | None = None
     on_task_failed: TaskHook | None = None
     """Called for failed and timed-out tasks."""
@@ -146,45 +129,8 @@ class BackgroundTaskConfig:
             return cls()
         if isinstance(value, BackgroundTaskConfig):
             return value if value.enabled else None
-        options = read_config(value, _MANAGER_FIELDS, where="background_tasks")
-        if not options.pop("enabled", True):
-            return None
-        options["default_retries"] = RetryConfig.coerce(
-            options.get("default_retries"), "background_tasks.defaultRetries"
-        )
-        if options.get("cleanup") is not None:
-            options["cleanup"] = CleanupConfig.coerce(options["cleanup"], "background_tasks.cleanup")
-        return cls(**options)
-
-
-def _config_object(kind: type[Any]) -> Check:
-    def check(where: str, value: Any) -> Any:
-        if not isinstance(value, kind | Mapping):
-            raise InvalidTypeError(
-                f"{where} must be a mapping or a {kind.__name__}, not {type(value).__name__}"
-            )
-        return value
-
-    return check
-
-
-_MANAGER_FIELDS: dict[str, Check | None] = {
-    "enabled": boolean,
-    "mode": one_of("full", "producer", "worker"),
-    "global_concurrency": positive_int,
-    "per_agent_concurrency": positive_int,
-    "backpressure": one_of("queue", "reject", "fallback-sync"),
-    "default_timeout_ms": non_negative_int,
-    "default_retries": _config_object(RetryConfig),
-    "cleanup": _config_object(CleanupConfig),
-    "recover_stale_tasks_on_start": boolean,
-    "progress_interval_ms": positive_int,
-    "progress_throttle_ms": non_negative_int,
-    "wait_timeout_ms": non_negative_int,
-    "on_task_complete": callback,
-    "on_task_failed": callback,
-    "on_task_cancelled": callback,
-}
+        config = read_dataclass(cls, value, where="background_tasks")
+        return config if config.enabled else None
 
 
 TerminalHook = Callable[[TaskRecord], Awaitable[None]]

@@ -15,15 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from runstream._config_mapping import (
-    Check,
-    boolean,
-    callback,
-    non_negative_int,
-    one_of,
-    positive_int,
-    read_config,
-)
+from runstream._config_mapping import CONFIG, Count, Flag, PositiveCount, read_dataclass
 from runstream.errors import ConfigurationTypeError
 from runstream.tasks.config import TaskHook
 from runstream.tools import Tool, ToolArgumentsError
@@ -58,10 +50,12 @@ class ToolBackgroundEntry:
     """How one tool may run in the background. In an agent's ``tools`` map, an unset field
     falls back to the tool's own ``background`` config (as in Mastra)."""
 
-    enabled: bool | None = None
-    timeout_ms: int | None = None
-    max_retries: int | None = None
-    default_disposition: Disposition | None = None
+    __pydantic_config__ = CONFIG
+
+    enabled: Flag | None = None
+    timeout_ms: Count | None = None
+    max_retries: Count | None = None
+    default_disposition: Literal["foreground", "deferred"] | None = None
 
     @classmethod
     def coerce(cls, value: ToolBackgroundEntry | Mapping[str, Any] | bool, where: str) -> ToolBackgroundEntry:
@@ -69,15 +63,7 @@ class ToolBackgroundEntry:
             return value
         if isinstance(value, bool):
             return cls(enabled=value)
-        return cls(**read_config(value, _ENTRY_FIELDS, where=where))
-
-
-_ENTRY_FIELDS: dict[str, Check | None] = {
-    "enabled": boolean,
-    "timeout_ms": non_negative_int,
-    "max_retries": non_negative_int,
-    "default_disposition": one_of("foreground", "deferred"),
-}
+        return read_dataclass(cls, value, where=where)
 
 
 @dataclass(slots=True)
@@ -91,10 +77,12 @@ class AgentBackgroundConfig:
     ``on_complete``/``on_failed`` of its own.
     """
 
+    __pydantic_config__ = CONFIG
+
     tools: dict[str, ToolBackgroundEntry] | Literal["all"] | None = None
-    disabled: bool = False
-    concurrency: int | None = None
-    wait_timeout_ms: int | None = None
+    disabled: Flag = False
+    concurrency: PositiveCount | None = None
+    wait_timeout_ms: Count | None = None
     on_task_complete: TaskHook | None = None
     on_task_failed: TaskHook | None = None
 
@@ -104,28 +92,18 @@ class AgentBackgroundConfig:
             return cls()
         if isinstance(value, AgentBackgroundConfig):
             return value
-        options = read_config(value, _AGENT_FIELDS, where="background_tasks")
-        tools = options.get("tools")
-        if tools is not None and tools != "all":
+        tools = value.get("tools") if isinstance(value, Mapping) else None
+        if tools is not None and tools != "all":  # (an entry may be a bool: read each here)
             if not isinstance(tools, Mapping):
                 raise ConfigurationTypeError(
                     f"background_tasks.tools must be 'all' or a mapping, got {tools!r}"
                 )
-            options["tools"] = {
+            entries = {
                 name: ToolBackgroundEntry.coerce(entry, f"background_tasks.tools.{name}")
                 for name, entry in tools.items()
             }
-        return cls(**options)
-
-
-_AGENT_FIELDS: dict[str, Check | None] = {
-    "tools": None,
-    "disabled": boolean,
-    "concurrency": positive_int,
-    "wait_timeout_ms": non_negative_int,
-    "on_task_complete": callback,
-    "on_task_failed": callback,
-}
+            value = {**value, "tools": entries}
+        return read_dataclass(cls, value, where="background_tasks")
 
 
 @dataclass(slots=True)

@@ -1,0 +1,63 @@
+"""Configuration dataclasses read by pydantic (``runstream._config_mapping.read_dataclass``):
+both spellings of each option, and errors in runstream's words naming the option."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runstream._config_mapping import ConfigKeyError, read_dataclass
+from runstream.delegation import DelegationConfig
+from runstream.errors import InvalidInputError, InvalidTypeError
+from runstream.tasks.config import BackgroundTaskConfig, CleanupConfig, RetryConfig
+from runstream.tasks.policy import ToolBackgroundEntry
+from runstream.tools import BackgroundToolConfig
+
+
+@pytest.mark.parametrize(
+    ("cls", "camel", "snake"),
+    [
+        (RetryConfig, {"maxRetryDelayMs": 5}, {"max_retry_delay_ms": 5}),
+        (CleanupConfig, {"completedTtlMs": 0}, {"completed_ttl_ms": 0}),
+        (ToolBackgroundEntry, {"defaultDisposition": "foreground"}, {"default_disposition": "foreground"}),
+        (BackgroundToolConfig, {"timeoutMs": 9}, {"timeout_ms": 9}),
+        (DelegationConfig, {"hookErrorStrategy": "throw"}, {"hook_error_strategy": "throw"}),
+    ],
+)
+def test_either_spelling_gives_the_same_config(
+    cls: type[Any], camel: dict[str, Any], snake: dict[str, Any]
+) -> None:
+    assert read_dataclass(cls, camel, where="x") == read_dataclass(cls, snake, where="x") == cls(**snake)
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        ({"maxRetrys": 1}, ConfigKeyError, "retries: unknown option 'maxRetrys'; did you mean 'maxRetries'?"),
+        ({"max_retries": 1, "maxRetries": 2}, ConfigKeyError, "'maxRetries' is given twice"),
+        ({"max_retries": -1}, InvalidInputError, "retries.max_retries must be a number >= 0, got -1"),
+        ({"maxRetries": 1.5}, InvalidInputError, "retries.maxRetries must be a whole number, got 1.5"),
+        ({"maxRetries": True}, InvalidInputError, "retries.maxRetries must be a number >= 0, got True"),
+        ({"backoffMultiplier": float("nan")}, InvalidInputError, "backoffMultiplier must be a number >= 0"),
+        ({"retryableErrors": 3}, InvalidTypeError, "retries.retryableErrors must be a function, got int"),
+        ([1], InvalidTypeError, "retries must be a mapping, not list"),
+    ],
+)
+def test_errors_name_the_option_as_spelt(value: Any, error: type[Exception], message: str) -> None:
+    with pytest.raises(error) as info:
+        read_dataclass(RetryConfig, value, where="retries")
+    assert message in str(info.value)
+
+
+def test_an_error_in_a_nested_config_names_its_path() -> None:
+    with pytest.raises(ConfigKeyError, match=r"background_tasks.defaultRetries: unknown option 'maxRetry'"):
+        BackgroundTaskConfig.coerce({"defaultRetries": {"maxRetry": 1}})
+    with pytest.raises(
+        InvalidInputError, match=r"background_tasks.cleanup.cleanup_interval_ms must be at least 1"
+    ):
+        BackgroundTaskConfig.coerce({"cleanup": {"cleanup_interval_ms": 0}})
+    with pytest.raises(
+        InvalidTypeError, match=r"background_tasks.cleanup must be a CleanupConfig or a mapping"
+    ):
+        BackgroundTaskConfig.coerce({"cleanup": 5})
