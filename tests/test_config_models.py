@@ -10,6 +10,8 @@ import pytest
 from runstream._config_mapping import ConfigKeyError, read_dataclass
 from runstream.delegation import DelegationConfig
 from runstream.errors import InvalidInputError, InvalidTypeError
+from runstream.memory.titles import TitleGeneration
+from runstream.scoring import TaskCompletion
 from runstream.tasks.config import BackgroundTaskConfig, CleanupConfig, RetryConfig
 from runstream.tasks.policy import ToolBackgroundEntry
 from runstream.tools import BackgroundToolConfig
@@ -61,3 +63,12 @@ def test_an_error_in_a_nested_config_names_its_path() -> None:
         InvalidTypeError, match=r"background_tasks.cleanup must be a CleanupConfig or a mapping"
     ):
         BackgroundTaskConfig.coerce({"cleanup": 5})
+
+
+def test_a_value_of_none_of_an_options_types_names_them() -> None:
+    with pytest.raises(
+        InvalidTypeError, match=r"generateTitle.instructions must be str or callable, got int"
+    ):
+        TitleGeneration.coerce({"instructions": 3}, where="generateTitle")
+    with pytest.raises(InvalidInputError, match=r"is_task_complete needs 'scorers'"):
+        TaskCompletion.coerce({"strategy": "any"})

@@ -67,7 +67,7 @@ def read_dataclass(
     try:
         made: _C = _adapter(cls).validate_python(value)
     except ValidationError as exc:
-        raise _config_error(cls, value, exc.errors()[0], where, unsupported or {}) from None
+        raise _config_error(cls, value, exc.errors(), where, unsupported or {}) from None
     return made
 
 
@@ -91,10 +91,24 @@ def _reject_twice_given(cls: type[Any], value: Mapping[str, Any], where: str) ->
 
 
 def _config_error(
-    cls: type[Any], value: Mapping[str, Any], error: ErrorDetails, where: str, unsupported: Mapping[str, str]
+    cls: type[Any],
+    value: Mapping[str, Any],
+    errors: list[ErrorDetails],
+    where: str,
+    unsupported: Mapping[str, str],
 ) -> RunstreamError:
-    """pydantic's ``error`` in runstream's words: ``where.option`` (nested options too)."""
-    *outer, last = error["loc"]
+    """pydantic's first error in runstream's words: ``where.option`` (nested options too)."""
+    error = errors[0]
+    path, tags = _option_path(value, error["loc"])
+    if tags:  # a value of none of a union's types: pydantic tried each (its loc names the type)
+        accepted = [
+            str(e["loc"][len(path)]) for e in errors if e["loc"][: len(path)] == error["loc"][: len(path)]
+        ]
+        spelt = ".".join(_spelt_path(value, path))
+        return InvalidTypeError(
+            f"{where}.{spelt} must be {' or '.join(accepted)}, got {type(error['input']).__name__}"
+        )
+    *outer, last = path
     inner: object = value
     for key in outer:  # down to the mapping (and dataclass) the error is in
         spelt = _spelt(inner, key)
@@ -123,6 +137,7 @@ def _config_error(
             InvalidInputError,
             f"must be one of {ctx.get('expected')}, got {got!r}",
         ),
+        "string_type": (InvalidTypeError, f"must be a string, got {type(got).__name__}"),
         "dict_type": (InvalidTypeError, f"must be a mapping, not {type(got).__name__}"),
         "dataclass_type": (
             InvalidTypeError,
@@ -133,6 +148,30 @@ def _config_error(
         kind, (InvalidInputError, f"is not valid ({error['msg']}), got {got!r}")
     )
     return kind_of_error(f"{where} {text}")
+
+
+def _option_path(value: object, loc: tuple[int | str, ...]) -> tuple[tuple[int | str, ...], bool]:
+    """The part of ``loc`` that names options (keys and indexes into ``value``), and whether more
+    follows (the names of a union's types)."""
+    inner = value
+    for depth, key in enumerate(loc):
+        if isinstance(inner, Mapping) and isinstance(key, str) and _spelt(inner, key) in inner:
+            inner = inner[_spelt(inner, key)]
+        elif isinstance(inner, list | tuple) and isinstance(key, int) and 0 <= key < len(inner):
+            inner = inner[key]
+        elif depth == len(loc) - 1 and isinstance(inner, Mapping):
+            return loc, False  # a missing option
+        else:
+            return loc[:depth], True
+    return loc, False
+
+
+def _spelt_path(value: object, path: tuple[int | str, ...]) -> list[str]:
+    spelt = []
+    for key in path:
+        spelt.append(_spelt(value, key))
+        value = value.get(spelt[-1]) if isinstance(value, Mapping) else None
+    return spelt
 
 
 def _is_number(value: object) -> bool:

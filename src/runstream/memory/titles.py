@@ -19,7 +19,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runstream._config_mapping import Check, boolean, positive_int, read_config
+from pydantic import SkipValidation
+
+from runstream._config_mapping import CONFIG, Flag, PositiveCount, read_dataclass
 from runstream._messages import input_parts, responses_to_parts
 from runstream.chunks import AnyChunk, DataChunk
 from runstream.errors import InvalidTypeError
@@ -48,10 +50,13 @@ class TitleGeneration:
     ``instructions`` may each be a function of the request context; ``min_messages`` is how many
     messages the thread needs first."""
 
-    model: LanguageModel | str | Callable[..., Any] | None = None
+    __pydantic_config__ = CONFIG
+
+    model: SkipValidation[LanguageModel | str | Callable[..., Any] | None] = None
+    """(Not checked here: a model string or object is checked when the title is made.)"""
     instructions: str | Callable[..., Any] | None = None
-    min_messages: int = 1
-    emit_event: bool = False
+    min_messages: PositiveCount = 1
+    emit_event: Flag = False
     """Title the thread before the run's ``finish`` and stream a ``data-thread-title`` chunk."""
 
     @classmethod
@@ -65,15 +70,7 @@ class TitleGeneration:
             return value
         if not isinstance(value, Mapping):
             raise InvalidTypeError(f"{where} must be true/false or a mapping {{model, instructions}}")
-        return cls(**read_config(value, _FIELDS, where=where))
-
-
-_FIELDS: dict[str, Check | None] = {
-    "model": None,
-    "instructions": None,
-    "min_messages": positive_int,
-    "emit_event": boolean,
-}
+        return read_dataclass(cls, value, where=where)
 
 
 async def generate_title(
