@@ -6,7 +6,8 @@ The model is a function of the prompt (each worker has its own copy, so a step t
 another worker gets the same answer): a user message ``<tool> <arg>`` makes it call that tool,
 a tool result makes it answer with the result word by word, and a turn after its own answer
 (an until-idle continuation) says the research is in. ``lookup`` and ``research`` wait for the
-test's gates; ``wire`` needs approval; ``confirm`` suspends until resumed. ``both <topic>``
+test's gates; ``wire`` needs approval; ``survey`` too, then runs in the background (gated); ``confirm``
+suspends until resumed. ``both <topic>``
 calls ``research`` and ``lookup`` in one step. The agent ``poet`` has goals, judged by a model
 that wants a title.
 """
@@ -105,6 +106,13 @@ def build_agent() -> Agent:
         await gate(f"research-{topic}")
         return {"topic": topic, "summary": f"{topic} is fast"}
 
+    @tool(require_approval=True, background={"enabled": True, "maxRetries": 1})
+    async def survey(topic: str) -> dict[str, Any]:
+        """Survey a topic in the background once a human approved (waits for the test's gate)."""
+        say(event="started", tool="survey", topic=topic)
+        await gate(f"survey-{topic}")
+        return {"topic": topic, "summary": f"{topic} is wide"}
+
     @tool
     async def confirm(topic: str, ctx: ToolContext) -> dict[str, Any]:
         """Ask the user to confirm a topic (suspends until resumed)."""
@@ -117,7 +125,7 @@ def build_agent() -> Agent:
         AGENT_ID,
         instructions="Help.",
         model=FunctionModel(respond),
-        tools=[lookup, wire, research, confirm],
+        tools=[lookup, wire, research, survey, confirm],
         memory=Memory(),
     )
 

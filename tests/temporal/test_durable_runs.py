@@ -205,6 +205,39 @@ async def test_an_until_idle_durable_run_gets_its_background_tasks_continuation_
     assert started["topic"] == "tides" and started["pid"] == worker.pid
 
 
+async def test_an_approval_continued_until_idle_is_merged_by_a_durable_flow(cluster: Cluster) -> None:
+    """``approve_tool_call(until_idle=True)`` on a durable run: the approved call starts a
+    background task; the flow ``runstream-idle-<runId>`` on the worker follows the continuation
+    and the task and runs the continuation turn, so another API process reads the whole stream
+    from the flow's log."""
+    worker = await cluster.start_worker(WORKER)
+    memory = {"thread": "survey", "resource": "u1"}
+    async with runtime() as rt, runtime() as elsewhere:
+        agent = rt.get_agent("durable")
+        asked = await agent.stream("survey dunes", memory=memory)
+        assert [c.type async for c in asked.full_stream][-1] == "tool-call-approval"
+        approved = await agent.approve_tool_call(run_id=asked.run_id, until_idle=True)
+        seen: list[AnyChunk] = []
+        async with asyncio.timeout(60):
+            async for chunk in approved.full_stream:
+                seen.append(chunk)
+                if chunk.type == "finish" and [c.type for c in seen].count("finish") == 1:
+                    await cluster.open_gate("survey-dunes")  # the continuation is over
+        types = [c.type for c in seen]
+        assert types.count("finish") == 2, types  # the approved turn's, the continuation turn's
+        assert types.index("finish") < types.index("background-task-completed") < types.index("start")
+        assert "".join(c.payload["text"] for c in seen if c.type == "text-delta").endswith(
+            "All the research is in."
+        )
+        here, runs = rt.durable_runs, elsewhere.durable_runs
+        assert isinstance(here, TemporalRuns) and isinstance(runs, TemporalRuns)
+        assert await here.client.get_workflow_handle(f"runstream-idle-{asked.run_id}").result() == "ended"
+        logged = [json.loads(data)["type"] async for _, data in runs.read_flow(asked.run_id, 0)]
+        assert logged == types
+    started = await worker.expect(lambda line: line.get("tool") == "survey")
+    assert started["pid"] == worker.pid
+
+
 __all__ = ["cluster", "postgres_problem"]  # the fixtures
 
 

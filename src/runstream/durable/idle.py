@@ -6,7 +6,9 @@ turn's state (memory loaded, options checked), opens the stream's log segment
 (``<run id>:idle``, owned by the thread's resource) and starts the flow's workflow
 (:class:`~runstream.durable.workflow.UntilIdleWorkflow`, ``runstream-idle-<run id>``); every API
 process serves the stream from that segment, so a client reconnecting anywhere
-(``Last-Event-ID``) gets the rest of it, to its end.
+(``Last-Event-ID``) gets the rest of it, to its end. An until-idle continuation (an approval,
+a decline, a resume with ``until_idle``) is a flow too: the API process hands the run its
+answer, and the flow's first turn follows that continuation's segment (``IdlePlan.first_segment``).
 
 The workflow runs :meth:`IdleActivities.follow_until_idle` on a worker: the until-idle merge
 itself (:class:`runstream.tasks.until_idle.IdleDriver`, as in-process), whose turns are durable
@@ -61,7 +63,7 @@ class FlowRuns(Protocol):
 
     async def flow_first_turn(self, agent_id: str, state: RunState, options: RunOptions) -> RunOutput: ...
 
-    def attach(self, run_id: str, after: int) -> RunOutput: ...
+    def attach(self, run_id: str, after: int, segment: str | None = None) -> RunOutput: ...
 
 
 RECONCILE_INTERVAL_S = 1.0
@@ -148,13 +150,18 @@ class IdleActivities:
         driver = IdleDriver(continuation, subscription, options=idle, controller=controller, running=set())
         try:
             if checkpoint is None:
-                state.saved = False
-                turns.append(await runs.flow_first_turn(agent.id, state, options))
+                if plan.first_segment is not None:  # a continuation the API process started
+                    turns.append(runs.attach(plan.run_id, 0, plan.first_segment))
+                else:
+                    state.saved = False
+                    turns.append(await runs.flow_first_turn(agent.id, state, options))
                 driver.start(turns[-1])
             else:
                 driver.restore(checkpoint)
                 if checkpoint["turnActive"]:
-                    turns.append(runs.attach(checkpoint["turnRunId"], checkpoint["turnChunks"]))
+                    run_id = checkpoint["turnRunId"]
+                    segment = plan.first_segment if run_id == plan.run_id else None
+                    turns.append(runs.attach(run_id, checkpoint["turnChunks"], segment))
                     driver.resume_turn(turns[-1], checkpoint["turnChunks"])
             await self._publish(driver, plan, manager.storage.get_task)
         finally:

@@ -98,6 +98,12 @@ class RunLog:
             pipe.expire(info, self.live_ttl_s)
             await retrying(pipe.execute)
 
+    async def discard_ended(self, segment: str) -> None:
+        """Delete the segment if it has ended (a new flow of the same run takes its name)."""
+        keys = self._keys(segment)
+        if await retrying(lambda: self.client.hget(keys[2], "ended")) == "1":
+            await retrying(lambda: self.client.delete(*keys))
+
     async def append_at(
         self, segment: str, first_seq: int, data: list[str], fence: int, checkpoint: str | None = None
     ) -> int:

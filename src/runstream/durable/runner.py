@@ -249,12 +249,16 @@ class TemporalRuns:
         options: RunOptions,
         controller: AbortController,
         until_idle: Any,
+        first_segment: str | None = None,
     ) -> RunOutput:
-        """Start the until-idle flow whose first turn is ``state``; its stream is read from the
-        flow's segment, here and by any API process a client reconnects to."""
+        """Start the until-idle flow whose first turn is ``state`` (``first_segment``: a
+        continuation already streaming there); its stream is read from the flow's segment, here
+        and by any API process a client reconnects to. The segment of an earlier flow of the
+        same run, ended, is replaced."""
         scope = options.memory
         segment = flow_segment(state.run_id)
         owner = {"agentId": agent_id, "resourceId": scope.resource_id if scope is not None else None}
+        await self.log.discard_ended(segment)
         await self.log.open(segment, owner)
         await self.log.clear_abort(state.run_id)
         plan = IdlePlan(
@@ -265,6 +269,7 @@ class TemporalRuns:
             segment=segment,
             activity_queue=self.task_queue,
             heartbeat_timeout_ms=self.heartbeat_timeout_ms,
+            first_segment=first_segment,
         )
         try:
             await self.client.start_workflow(
@@ -295,10 +300,11 @@ class TemporalRuns:
             await self._start_workflow(agent_id, state, options, segment)
         return self._output(state, segment, AbortController(), None)
 
-    def attach(self, run_id: str, after: int) -> RunOutput:
-        """Follow a flow's turn already started, after its first ``after`` chunks."""
+    def attach(self, run_id: str, after: int, segment: str | None = None) -> RunOutput:
+        """Follow a flow's turn already started (in ``segment``, by default the turn's own),
+        after its first ``after`` chunks."""
         state = RunState(run_id, run_id, [], 0)
-        return self._output(state, turn_segment(run_id), AbortController(), None, after=after)
+        return self._output(state, segment or turn_segment(run_id), AbortController(), None, after=after)
 
     async def flow_owner(self, run_id: str) -> tuple[str, str | None] | None:
         """``(agent id, resource id)`` of the until-idle flow ``run_id`` (``None``: no such flow)."""
@@ -312,7 +318,10 @@ class TemporalRuns:
     async def continue_run(
         self, agent_id: str, state: RunState, action: ResumeAction, options: RunOptions
     ) -> RunOutput:
-        """Hand a human's answer to the waiting run; its continuation streams as a new segment."""
+        """Hand a human's answer to the waiting run; its continuation streams as a new segment.
+        The first turn of an until-idle stream (``durable_flow`` set) is the first turn of an
+        until-idle flow that follows that segment, as :meth:`start_run`'s (if a flow of the run
+        still runs, the stream merges here instead)."""
         segment = _segment(state.run_id)
         await self.log.open(segment)
         await self.log.clear_abort(state.run_id)
@@ -327,6 +336,15 @@ class TemporalRuns:
         except RPCError as exc:
             raise RunNotFoundError(f"no durable run {state.run_id!r} waiting on Temporal: {exc}") from None
         state.status = "running"
+        flow = durable_flow.get()
+        if flow is not None and not _flow_turn.get():
+            controller = AbortController()
+            with contextlib.suppress(StateConflictError):
+                out = await self._start_flow(
+                    agent_id, state, options, controller, flow.until_idle, first_segment=segment
+                )
+                flow.started = True
+                return out
         return self._output(state, segment, AbortController(), options.abort_signal)
 
     def _output(

@@ -237,6 +237,9 @@ class IdlePlan:
     """The log segment of the merged stream."""
     activity_queue: str
     heartbeat_timeout_ms: int
+    first_segment: str | None = None
+    """Set when the first turn is a run's continuation (an approval, a decline, a resume) the
+    API process already handed the run: the segment it streams to, which the flow follows."""
 
 
 @workflow.defn(name=IDLE_WORKFLOW_NAME)
