@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
 from temporalio import activity
@@ -53,29 +53,9 @@ class RunActivities:
 
     @activity.defn(name=RUN_STEP)
     async def run_step(self, step: StepInput) -> StepOutput:
-        agent = self.agents.get(step.agent_id)
-        if agent is None:
-            raise ApplicationError(f"no agent {step.agent_id!r} in this worker", type="UnknownAgent")
-        controller = AbortController()
-        done = asyncio.Event()
-        watch = asyncio.create_task(
-            watch_step(
-                activity.heartbeat,
-                lambda: self.log.abort_requested(step.run_id),
-                controller,
-                self.heartbeat_timeout_ms / 4000,
-                done,
-            )
-        )
-        try:
+        watched = watched_step(self.agents, step.agent_id, self.log, step.run_id, self.heartbeat_timeout_ms)
+        async with watched as (agent, controller):
             return await self._run(agent, step, controller)
-        except asyncio.CancelledError:
-            raise _interrupted() from None
-        finally:
-            done.set()
-            watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watch
 
     @activity.defn(name=END_SEGMENT)
     async def end_segment(self, end: SegmentEnd) -> None:
@@ -178,6 +158,39 @@ class RunActivities:
             record = await storage.get_task(task_id)
             if record is not None and record.status in SETTLED_TASK_STATUSES:
                 await memory.apply_task_outcome(record)
+
+
+@contextlib.asynccontextmanager
+async def watched_step(
+    agents: Mapping[str, Agent], agent_id: str, log: RunLog, run_id: str, heartbeat_timeout_ms: int
+) -> AsyncIterator[tuple[Agent, AbortController]]:
+    """What an activity of a durable run (a step, an until-idle flow) runs in: its agent
+    (``UnknownAgent`` if this worker has none of that id) and the abort controller that
+    :func:`watch_step` drives while the body runs (a heartbeat every quarter of
+    ``heartbeat_timeout_ms``, the run's abort flag); a cancelled activity ends interrupted."""
+    agent = agents.get(agent_id)
+    if agent is None:
+        raise ApplicationError(f"no agent {agent_id!r} in this worker", type="UnknownAgent")
+    controller = AbortController()
+    done = asyncio.Event()
+    watch = asyncio.create_task(
+        watch_step(
+            activity.heartbeat,
+            lambda: log.abort_requested(run_id),
+            controller,
+            heartbeat_timeout_ms / 4000,
+            done,
+        )
+    )
+    try:
+        yield agent, controller
+    except asyncio.CancelledError:
+        raise _interrupted() from None
+    finally:
+        done.set()
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
 
 
 async def watch_step(

@@ -36,7 +36,7 @@ from temporalio.exceptions import ApplicationError
 from runstream import _suspension as suspension
 from runstream.abort import AbortController
 from runstream.chunks import dumps
-from runstream.durable.activities import _interrupted, _Publisher, watch_step
+from runstream.durable.activities import _Publisher, watched_step
 from runstream.durable.log import RunLog
 from runstream.durable.workflow import FOLLOW_IDLE, IdlePlan
 from runstream.models.base import PromptMessage
@@ -95,29 +95,11 @@ class IdleActivities:
 
     @activity.defn(name=FOLLOW_IDLE)
     async def follow_until_idle(self, plan: IdlePlan) -> None:
-        agent = self.runs.agents.get(plan.agent_id)
-        if agent is None:
-            raise ApplicationError(f"no agent {plan.agent_id!r} in this worker", type="UnknownAgent")
-        controller = AbortController()
-        done = asyncio.Event()
-        watch = asyncio.create_task(
-            watch_step(
-                activity.heartbeat,
-                lambda: self.log.abort_requested(plan.run_id),
-                controller,
-                self.runs.heartbeat_timeout_ms / 4000,
-                done,
-            )
-        )
-        try:
+        runs = self.runs
+        async with watched_step(
+            runs.agents, plan.agent_id, self.log, plan.run_id, runs.heartbeat_timeout_ms
+        ) as (agent, controller):
             await self._follow(agent, plan, controller)
-        except asyncio.CancelledError:
-            raise _interrupted() from None
-        finally:
-            done.set()
-            watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watch
 
     async def _follow(self, agent: Agent, plan: IdlePlan, controller: AbortController) -> None:
         services = agent.services
