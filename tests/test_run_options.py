@@ -12,7 +12,7 @@ import pytest
 
 from runstream import Agent, tool
 from runstream._config_mapping import ConfigKeyError
-from runstream._run_state import UnsupportedRunStateError
+from runstream._run_snapshot import UnsupportedRunStateError
 from runstream.memory import Memory, MemoryScope
 from runstream.models.base import ModelSettings
 from runstream.run_options import OPTIONS_VERSION, RunOptions, StreamOptions, client_tool

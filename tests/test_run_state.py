@@ -8,7 +8,7 @@ import json
 import re
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +17,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runstream import Agent, ToolContext, tool
+from runstream._config_mapping import camel
 from runstream._loop import run_output
-from runstream._run_state import (
+from runstream._run_snapshot import (
     STATE_VERSION,
-    LoopConfig,
-    ResumeAction,
-    RunState,
+    SavedOutcome,
+    SavedPendingStep,
+    SavedRunState,
+    SavedToolCall,
     UnsupportedRunStateError,
 )
+from runstream._run_state import LoopConfig, PendingToolStep, ResumeAction, RunState, ToolCall, ToolOutcome
 from runstream.abort import AbortController, AbortSignal
 from runstream.agent import client_tool
 from runstream.chunks import AnyChunk
@@ -471,3 +474,47 @@ def test_a_version_1_snapshot_still_loads() -> None:
 def test_an_unknown_version_fails_naming_it(version: Any) -> None:
     with pytest.raises(UnsupportedRunStateError, match=rf"state version {re.escape(repr(version))}"):
         RunState.from_json({**VERSION_1_SNAPSHOT, "stateVersion": version})
+
+
+NOT_SAVED = {
+    RunState: {"error", "span", "saved", "public_steps"},
+    PendingToolStep: {"results"},
+    ToolCall: {"provider_executed", "chunk_metadata"},
+    ToolOutcome: {"call", "run_id"},
+}
+"""Fields a snapshot leaves out on purpose (see each ``to_json``): any other is saved."""
+
+
+@pytest.mark.parametrize(
+    ("cls", "saved"),
+    [
+        (RunState, SavedRunState),
+        (PendingToolStep, SavedPendingStep),
+        (ToolCall, SavedToolCall),
+        (ToolOutcome, SavedOutcome),
+    ],
+)
+def test_every_field_is_saved_or_left_out_on_purpose(cls: type[Any], saved: type[Any]) -> None:
+    """A field added to the run's state fails here until the snapshot saves it (or says why not)."""
+    names = {spec.name for spec in fields(cls)} - NOT_SAVED[cls]
+    keys = set(saved.__annotations__) - {"stateVersion", "stepIndex"}
+    assert {camel(name) for name in names} == keys
+
+
+def test_a_snapshot_without_one_of_its_keys_does_not_load() -> None:
+    state = RunState.from_json(VERSION_1_SNAPSHOT)
+    saved = dict(state.to_json())
+    assert RunState.from_json(saved).to_json() == saved
+    del saved["hiddenToolErrors"]
+    with pytest.raises(UnsupportedRunStateError, match="hiddenToolErrors"):
+        RunState.from_json(saved)
+
+
+def test_a_version_2_snapshot_without_the_keys_added_later_loads_with_their_defaults() -> None:
+    saved: dict[str, Any] = dict(RunState.from_json(VERSION_1_SNAPSHOT).to_json())
+    for later in ("hiddenToolErrors", "continued", "messageSegments", "checkCounts", "files", "sources"):
+        del saved[later]
+    del saved["pending"]["suspendedRunIds"]
+    state = RunState.from_json({**saved, "stateVersion": 2})
+    assert state.hidden_tool_errors == {} and state.continued is None and state.files == []
+    assert state.pending is not None and state.pending.suspended_run_ids == {}

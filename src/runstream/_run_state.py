@@ -3,8 +3,8 @@
 Everything the loop (``runstream._loop``) works on lives here, so the modules that only need a
 run's types (output, goals, scoring, step results, tasks) do not import the algorithm. A
 :class:`RunState` saves and restores itself (:meth:`RunState.to_json` /
-:meth:`RunState.from_json`): a saved run is the state itself, versioned, not a second copy kept
-by hand. Snapshots written before the version field existed (version 1) still load.
+:meth:`RunState.from_json`) in the shape ``runstream._run_snapshot`` declares, versioned, with
+one migration per older version.
 
 The loop reports how each step ended as a value, one of :data:`StepOutcome`.
 """
@@ -16,6 +16,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 from runstream._messages import ContinuedMessage
+from runstream._run_snapshot import (
+    STATE_VERSION,
+    SavedContinuedMessage,
+    SavedOutcome,
+    SavedPendingStep,
+    SavedRunState,
+    SavedToolCall,
+    read_snapshot,
+)
 from runstream.abort import AbortSignal
 from runstream.chunks import AnyChunk, TripwirePayload, chunk_from_wire, to_jsonable
 from runstream.errors import RunstreamError
@@ -30,9 +39,6 @@ if TYPE_CHECKING:
 
 Status = Literal["running", "success", "failed", "suspended", "aborted", "tripwire"]
 
-STATE_VERSION = 2
-"""The version :meth:`RunState.to_json` writes. 1: snapshots without ``stateVersion`` (they
-lacked the fields marked below and kept the tool step's control keys in its step record)."""
 
 ToolDispatcher = Callable[
     ["ToolCall", Tool, "LoopConfig", "RunState", Callable[[AnyChunk], None]], Awaitable["ToolOutcome | None"]
@@ -46,10 +52,6 @@ progress chunks and their final results."""
 
 CompletionCheck = Callable[["LoopConfig", "RunState", str], AsyncIterator["AnyChunk | CheckVerdict"]]
 """Runs after a step that ends the model's turn; yields chunks, then one :class:`CheckVerdict`."""
-
-
-class UnsupportedRunStateError(RunstreamError, ValueError):
-    """A saved run state of a version this code cannot read."""
 
 
 @dataclass(slots=True)
@@ -170,7 +172,9 @@ class ToolCall:
     def sent_args(self) -> dict[str, Any]:
         return self.args if self.model_input is None else self.model_input
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SavedToolCall:
+        """The call as saved (not ``provider_executed`` nor ``chunk_metadata``: a pending step's
+        calls are the loop's own, and their chunks were streamed already)."""
         return {
             "toolCallId": self.tool_call_id,
             "toolName": self.tool_name,
@@ -182,15 +186,15 @@ class ToolCall:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ToolCall:
+    def from_json(cls, data: SavedToolCall) -> ToolCall:
         return cls(
             data["toolCallId"],
             data["toolName"],
             data["args"],
-            data.get("argsError"),
-            bool(data.get("argsUnreadable", False)),
-            data.get("providerMetadata"),
-            data.get("modelInput"),
+            data["argsError"],
+            data["argsUnreadable"],
+            data["providerMetadata"],
+            data["modelInput"],
         )
 
 
@@ -218,7 +222,9 @@ class ToolOutcome:
     run_id: str | None = None
     """For a suspension: the delegated run it waits on (``ToolContext.suspend(run_id=)``)."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SavedOutcome:
+        """The outcome as saved (not ``run_id``: a delegated run is saved by its step, in
+        ``suspendedRunIds``)."""
         return {
             "kind": self.kind,
             "value": self.value,
@@ -228,7 +234,7 @@ class ToolOutcome:
         }
 
     @classmethod
-    def from_json(cls, call: ToolCall, data: dict[str, Any]) -> ToolOutcome:
+    def from_json(cls, call: ToolCall, data: SavedOutcome) -> ToolOutcome:
         value = data["value"]
         if data["kind"] == "error" and isinstance(value, dict) and "message" in value:
             value = RestoredError(str(value["message"]), str(value.get("name", "Error")))
@@ -236,9 +242,9 @@ class ToolOutcome:
             call,
             data["kind"],
             value,
-            provider_metadata=data.get("providerMetadata"),
-            model_output=data.get("modelOutput"),
-            resume_schema=data.get("resumeSchema"),
+            provider_metadata=data["providerMetadata"],
+            model_output=data["modelOutput"],
+            resume_schema=data["resumeSchema"],
         )
 
 
@@ -263,7 +269,8 @@ class PendingToolStep:
     """The step's tool-result parts once its tools ran; they join the step's content after its
     ``step-finish`` (as in Mastra)."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, step_index: int | None) -> SavedPendingStep:
+        """The step as saved; ``step_index``: where its record is in the run's steps."""
         return {
             "calls": [call.to_json() for call in self.calls],
             "awaitingApproval": sorted(self.awaiting_approval),
@@ -273,29 +280,29 @@ class PendingToolStep:
             "resumeData": self.resume_data,
             "suspendedRunIds": self.suspended_run_ids,
             "stepRecord": self.step_record,
+            "stepIndex": step_index,
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> PendingToolStep:
+    def from_json(cls, data: SavedPendingStep, steps: list[StepRecord]) -> PendingToolStep:
+        """A saved step; its record is the run's step at its saved position (the same object, so
+        the tool results it gains show in the run's steps), else the saved copy."""
         calls = {c["toolCallId"]: ToolCall.from_json(c) for c in data["calls"]}
-        record = dict(data["stepRecord"])
-        # Version 1 kept the step's control keys in its record.
-        approved: list[str] = record.pop("approved", [])
-        resume_data: dict[str, Any] = record.pop("resume_data", {})
-        approved = data.get("approved", approved)
-        resume_data = data.get("resumeData", resume_data)
+        index = data["stepIndex"]
+        record = steps[index] if index is not None and 0 <= index < len(steps) else data["stepRecord"]
         return cls(
             calls=list(calls.values()),
-            step_record=record,  # type: ignore[arg-type]  # a StepRecord, as written
+            step_record=record,
             awaiting_approval=set(data["awaitingApproval"]),
             suspended=data["suspended"],
             done={
                 call_id: ToolOutcome.from_json(calls[call_id], outcome)
                 for call_id, outcome in data["done"].items()
             },
-            approved=list(approved),
-            resume_data=dict(resume_data),
-            suspended_run_ids=dict(data.get("suspendedRunIds", {})),
+            approved=list(data["approved"]),
+            resume_data=dict(data["resumeData"]),
+            suspended_run_ids=dict(data["suspendedRunIds"]),
+            results=[],
         )
 
 
@@ -391,112 +398,95 @@ class RunState:
             for message in responses
         ]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SavedRunState:
         """The state as JSON (``stateVersion`` :data:`STATE_VERSION`). What is not data is not
-        saved: the error object (a saved run has not failed) and the tracing span."""
-        continued = self.continued
-        data: dict[str, Any] = to_jsonable(
-            {
-                "stateVersion": STATE_VERSION,
-                "runId": self.run_id,
-                "messageId": self.message_id,
-                "messages": self.messages,
-                "inputCount": self.input_count,
-                "historyCount": self.history_count,
-                "steps": self.steps,
-                "usage": self.usage,
-                "finishReason": self.finish_reason,
-                "status": self.status,
-                "tripwire": self.tripwire,
-                "object": self.object,
-                "stepNumber": self.step_number,
-                "processorRetryCount": self.processor_retry_count,
-                "backgroundTaskIds": self.background_task_ids,
-                "waitedTaskIds": sorted(self.waited_task_ids),
-                "endsAfterStep": self.ends_after_step,
-                "reasoning": self.reasoning,
-                "toolCalls": [c.to_wire() for c in self.tool_calls],
-                "toolResults": [c.to_wire() for c in self.tool_results],
-                "sources": [c.to_wire() for c in self.sources],
-                "files": [c.to_wire() for c in self.files],
-                "suspendPayload": self.suspend_payload,
-                "checkCounts": self.check_counts,
-                "messageSegments": [list(segment) for segment in self.message_segments],
-                "hiddenToolErrors": self.hidden_tool_errors,
-                "continued": None
-                if continued is None
-                else {
-                    "id": continued.id,
-                    "parts": continued.parts,
-                    "metadata": continued.metadata,
-                    "promptCount": continued.prompt_count,
-                },
-                "pending": None if self.pending is None else self.pending.to_json(),
+        saved: the error object (a saved run has not failed), the tracing span, whether memory
+        has the messages (a restored run saves them again) and the public-steps cache."""
+        continued, pending = self.continued, self.pending
+        saved_continued: SavedContinuedMessage | None = None
+        if continued is not None:
+            saved_continued = {
+                "id": continued.id,
+                "parts": continued.parts,
+                "metadata": continued.metadata,
+                "promptCount": continued.prompt_count,
             }
-        )
-        if self.pending is not None:  # its record is one of the steps: saved once, by position
-            index = next((i for i, s in enumerate(self.steps) if s is self.pending.step_record), None)
-            data["pending"]["stepIndex"] = index
-        return data
+        saved: SavedRunState = {
+            "stateVersion": STATE_VERSION,
+            "runId": self.run_id,
+            "messageId": self.message_id,
+            "messages": self.messages,
+            "inputCount": self.input_count,
+            "historyCount": self.history_count,
+            "steps": self.steps,
+            "usage": self.usage,
+            "finishReason": self.finish_reason,
+            "status": self.status,
+            "tripwire": self.tripwire,
+            "object": self.object,
+            "stepNumber": self.step_number,
+            "processorRetryCount": self.processor_retry_count,
+            "backgroundTaskIds": self.background_task_ids,
+            "waitedTaskIds": sorted(self.waited_task_ids),
+            "endsAfterStep": self.ends_after_step,
+            "reasoning": self.reasoning,
+            "toolCalls": [c.to_wire() for c in self.tool_calls],
+            "toolResults": [c.to_wire() for c in self.tool_results],
+            "sources": [c.to_wire() for c in self.sources],
+            "files": [c.to_wire() for c in self.files],
+            "suspendPayload": self.suspend_payload,
+            "checkCounts": self.check_counts,
+            "messageSegments": self.message_segments,
+            "hiddenToolErrors": self.hidden_tool_errors,
+            "continued": saved_continued,
+            "pending": None if pending is None else pending.to_json(self._step_index(pending.step_record)),
+        }
+        jsonable: SavedRunState = to_jsonable(saved)
+        return jsonable
+
+    def _step_index(self, record: StepRecord) -> int | None:
+        """Where ``record`` (the object) is in ``steps``: a pending step's record is saved once."""
+        return next((i for i, step in enumerate(self.steps) if step is record), None)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunState:
+    def from_json(cls, data: Mapping[str, Any]) -> RunState:
         """A state saved by :meth:`to_json` (any version up to :data:`STATE_VERSION`)."""
-        version = data.get("stateVersion", 1)
-        if not isinstance(version, int) or not 1 <= version <= STATE_VERSION:
-            raise UnsupportedRunStateError(
-                f"saved run {data.get('runId')!r} has state version {version!r}; this runstream "
-                f"reads versions 1 to {STATE_VERSION} (a newer runstream wrote it?)"
-            )
-        continued = data.get("continued")
-        pending = data.get("pending")
-        state = cls(
-            run_id=data["runId"],
-            message_id=data["messageId"],
-            messages=data["messages"],
-            input_count=data["inputCount"],
-            history_count=data["historyCount"],
-            steps=data["steps"],
-            usage=data["usage"],
-            finish_reason=data.get("finishReason"),
-            status=data.get("status", "suspended"),
-            tripwire=data.get("tripwire"),
-            object=data.get("object"),
-            step_number=data["stepNumber"],
-            processor_retry_count=data["processorRetryCount"],
-            background_task_ids=data["backgroundTaskIds"],
-            waited_task_ids=set(data.get("waitedTaskIds", [])),
-            ends_after_step=data.get("endsAfterStep"),
-            reasoning=data["reasoning"],
-            tool_calls=[chunk_from_wire(c) for c in data["toolCalls"]],
-            tool_results=[chunk_from_wire(c) for c in data["toolResults"]],
-            sources=[chunk_from_wire(c) for c in data.get("sources", [])],
-            files=[chunk_from_wire(c) for c in data.get("files", [])],
-            suspend_payload=data["suspendPayload"],
-            check_counts=dict(data.get("checkCounts", {})),
-            message_segments=[(str(i), int(n)) for i, n in data.get("messageSegments", [])],
-            hidden_tool_errors=dict(data.get("hiddenToolErrors", {})),
+        saved = read_snapshot(data)
+        continued, pending = saved["continued"], saved["pending"]
+        steps: list[StepRecord] = saved["steps"]
+        return cls(
+            run_id=saved["runId"],
+            message_id=saved["messageId"],
+            messages=saved["messages"],
+            input_count=saved["inputCount"],
+            history_count=saved["historyCount"],
+            steps=steps,
+            usage=saved["usage"],
+            finish_reason=saved["finishReason"],
+            status=saved["status"],
+            tripwire=saved["tripwire"],
+            object=saved["object"],
+            step_number=saved["stepNumber"],
+            processor_retry_count=saved["processorRetryCount"],
+            background_task_ids=saved["backgroundTaskIds"],
+            waited_task_ids=set(saved["waitedTaskIds"]),
+            ends_after_step=saved["endsAfterStep"],
+            reasoning=saved["reasoning"],
+            tool_calls=[chunk_from_wire(c) for c in saved["toolCalls"]],
+            tool_results=[chunk_from_wire(c) for c in saved["toolResults"]],
+            sources=[chunk_from_wire(c) for c in saved["sources"]],
+            files=[chunk_from_wire(c) for c in saved["files"]],
+            suspend_payload=saved["suspendPayload"],
+            check_counts=saved["checkCounts"],
+            message_segments=saved["messageSegments"],
+            hidden_tool_errors=saved["hiddenToolErrors"],
             continued=None
             if continued is None
             else ContinuedMessage(
                 continued["id"], continued["parts"], continued["metadata"], continued["promptCount"]
             ),
-            pending=None if pending is None else PendingToolStep.from_json(pending),
+            pending=None if pending is None else PendingToolStep.from_json(pending, steps),
         )
-        if pending is not None and state.pending is not None:
-            state.pending.step_record = state._pending_record(pending, state.pending.step_record)
-        return state
-
-    def _pending_record(self, saved: dict[str, Any], record: StepRecord) -> StepRecord:
-        """The pending step's record is the step's entry in ``steps`` (the same object, so the
-        tool results it gains show in the run's steps), found by its saved position; version 1
-        saved no position, but its last step was that same record."""
-        index = saved.get("stepIndex")
-        if isinstance(index, int) and 0 <= index < len(self.steps):
-            return self.steps[index]
-        if "stepIndex" not in saved and self.steps and _without_control_keys(self.steps[-1]) == record:
-            self.steps[-1] = record
-        return record
 
 
 def _with_hidden_errors(message: ToolMessage, hidden: dict[str, str]) -> ToolMessage:
@@ -507,11 +497,6 @@ def _with_hidden_errors(message: ToolMessage, hidden: dict[str, str]) -> ToolMes
         for part in message["content"]
     ]
     return {**message, "content": parts}
-
-
-def _without_control_keys(record: StepRecord) -> dict[str, Any]:
-    """A version 1 step record without the tool step's control keys it used to carry."""
-    return {k: v for k, v in record.items() if k not in ("approved", "resume_data", "pendingResults")}
 
 
 # -- how a step ended (the loop dispatches on these) ---------------------------------------------

@@ -20,7 +20,8 @@ from typing_extensions import TypeIs
 
 from runstream._callbacks import Callback, RunCallbacks
 from runstream._config_mapping import ConfigKeyError, camel, one_of, positive_int, read_config
-from runstream._run_state import LoopConfig, UnsupportedRunStateError
+from runstream._run_snapshot import UnsupportedRunStateError
+from runstream._run_state import LoopConfig
 from runstream.abort import AbortSignal
 from runstream.delegation import DelegationConfig, DelegationRun
 from runstream.errors import ConfigurationTypeError, InvalidInputError
