@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, Self, TypedDict, TypeVar
 
 from opentelemetry import trace
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
@@ -64,6 +64,83 @@ class RetryPolicy:
 
 
 DEFAULT_RETRY_POLICY = RetryPolicy()
+
+
+class ClientOptions(TypedDict, total=False):
+    """The keywords every provider model takes besides its id and ``client``."""
+
+    api_key: str | None
+    base_url: str | None
+    timeout: float | None
+    """Seconds, for each request of the SDK's client."""
+    max_retries: int
+    """Retries of a call whose settings name none (runstream's; the SDK's own are off)."""
+    headers: Mapping[str, str] | None
+    retry: RetryPolicy
+
+
+ClientT = TypeVar("ClientT")
+
+
+class ProviderModel(Generic[ClientT]):
+    """What the vendors' models share: the model id and provider, runstream's retries, and the
+    vendor SDK's client, made from :class:`ClientOptions` unless one is given (its own retries off)."""
+
+    specification_version = "v2"
+
+    def __init__(self, model_id: str, provider: str, client: ClientT | None, options: ClientOptions) -> None:
+        self.model_id = model_id
+        self.provider = provider
+        self.max_retries = options.get("max_retries", DEFAULT_MAX_RETRIES)
+        self.retry = options.get("retry", DEFAULT_RETRY_POLICY)
+        self.client = self._new_client(options) if client is None else self._without_sdk_retries(client)
+
+    def _new_client(self, options: ClientOptions) -> ClientT:
+        raise NotImplementedError
+
+    def _without_sdk_retries(self, client: ClientT) -> ClientT:
+        return client
+
+
+class _RetryingClient(Protocol):
+    """OpenAI's and Anthropic's SDK clients, as far as their retries go."""
+
+    @property
+    def max_retries(self) -> int: ...
+
+    def with_options(self, *, max_retries: int) -> Self: ...
+
+
+RetryingClient = TypeVar("RetryingClient", bound=_RetryingClient)
+
+
+def without_sdk_retries(client: RetryingClient) -> RetryingClient:
+    """OpenAI's or Anthropic's client with its own retries off (runstream's retry instead)."""
+    return client.with_options(max_retries=0) if client.max_retries else client
+
+
+class SdkClientArguments(TypedDict, total=False):
+    """The keywords OpenAI's and Anthropic's SDK clients take alike."""
+
+    api_key: str | None
+    base_url: str | None
+    max_retries: int
+    default_headers: Mapping[str, str] | None
+    timeout: float
+
+
+def sdk_client_arguments(options: ClientOptions) -> SdkClientArguments:
+    """An OpenAI or Anthropic SDK client's arguments from a model's options (its retries off)."""
+    arguments: SdkClientArguments = {
+        "api_key": options.get("api_key"),
+        "base_url": options.get("base_url"),
+        "max_retries": 0,
+        "default_headers": options.get("headers"),
+    }
+    timeout = options.get("timeout")
+    if timeout is not None:
+        arguments["timeout"] = timeout
+    return arguments
 
 
 def is_retryable(error: BaseException) -> bool:

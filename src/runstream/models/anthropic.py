@@ -15,21 +15,24 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import Unpack
+
 from runstream.models._anthropic_prompt import CacheControl, anthropic_messages
 from runstream.models._anthropic_stream import AnthropicMapper
 from runstream.models._common import (
-    DEFAULT_MAX_RETRIES,
-    DEFAULT_RETRY_POLICY,
     AbortScope,
-    RetryPolicy,
+    ClientOptions,
+    ProviderModel,
     call_error,
     connection_error,
     merge_options,
     open_stream,
     retries_for,
+    sdk_client_arguments,
     stream_parts,
     unsupported,
     vendor_message,
+    without_sdk_retries,
 )
 from runstream.models.base import ModelCallError, ModelRequest, ModelStream
 from runstream.models.parts import CallWarning
@@ -95,37 +98,21 @@ def model_capabilities(model_id: str) -> tuple[int, bool, bool]:
     return 4096, False, False
 
 
-class AnthropicModel:
+class AnthropicModel(ProviderModel["AsyncAnthropic"]):
     """``POST /v1/messages`` with ``stream=True`` (what ``anthropic/<model>`` resolves to)."""
 
-    specification_version = "v2"
-
     def __init__(
-        self,
-        model_id: str,
-        *,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        timeout: float | None = None,
-        max_retries: int = DEFAULT_MAX_RETRIES,
-        headers: Mapping[str, str] | None = None,
-        client: AsyncAnthropic | None = None,
-        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
+        self, model_id: str, *, client: AsyncAnthropic | None = None, **options: Unpack[ClientOptions]
     ) -> None:
-        self.model_id = model_id
-        self.provider = "anthropic"
-        self.max_retries = max_retries  # runstream's retries (_common); the SDK's are off
-        self.retry = retry
-        if client is None:
-            from anthropic import AsyncAnthropic
+        super().__init__(model_id, "anthropic", client, options)
 
-            extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-            client = AsyncAnthropic(
-                api_key=api_key, base_url=base_url, max_retries=0, default_headers=headers, **extra
-            )
-        elif client.max_retries:
-            client = client.with_options(max_retries=0)
-        self.client = client
+    def _new_client(self, options: ClientOptions) -> AsyncAnthropic:
+        from anthropic import AsyncAnthropic
+
+        return AsyncAnthropic(**sdk_client_arguments(options))
+
+    def _without_sdk_retries(self, client: AsyncAnthropic) -> AsyncAnthropic:
+        return without_sdk_retries(client)
 
     async def stream(self, request: ModelRequest) -> ModelStream:
         body, warnings, betas = self._body(request)

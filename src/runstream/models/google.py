@@ -23,11 +23,12 @@ import string
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import Unpack
+
 from runstream.models._common import (
-    DEFAULT_MAX_RETRIES,
-    DEFAULT_RETRY_POLICY,
     AbortScope,
-    RetryPolicy,
+    ClientOptions,
+    ProviderModel,
     call_error,
     connection_error,
     open_stream,
@@ -81,37 +82,24 @@ def split_base_url(base_url: str) -> tuple[str, str]:
     return base_url.rstrip("/"), "v1beta"
 
 
-class GoogleModel:
+class GoogleModel(ProviderModel["Client"]):
     """Gemini ``streamGenerateContent`` (what ``google/<model>`` resolves to)."""
 
-    specification_version = "v2"
-
     def __init__(
-        self,
-        model_id: str,
-        *,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        timeout: float | None = None,
-        max_retries: int = DEFAULT_MAX_RETRIES,
-        headers: Mapping[str, str] | None = None,
-        client: Client | None = None,
-        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
+        self, model_id: str, *, client: Client | None = None, **options: Unpack[ClientOptions]
     ) -> None:
-        self.model_id = model_id
-        self.provider = "google"
-        self.max_retries = max_retries  # runstream's retries (_common); the SDK's are off
-        self.retry = retry
-        if client is None:
-            from google import genai
+        super().__init__(model_id, "google", client, options)
 
-            host, version = split_base_url(base_url or DEFAULT_BASE_URL)
-            options = _http_options(headers)
-            options.base_url, options.api_version = host, version
-            if timeout is not None:
-                options.timeout = int(timeout * 1000)
-            client = genai.Client(api_key=api_key, http_options=options)
-        self.client = client
+    def _new_client(self, options: ClientOptions) -> Client:
+        from google import genai
+
+        host, version = split_base_url(options.get("base_url") or DEFAULT_BASE_URL)
+        http = _http_options(options.get("headers"))
+        http.base_url, http.api_version = host, version
+        timeout = options.get("timeout")
+        if timeout is not None:
+            http.timeout = int(timeout * 1000)
+        return genai.Client(api_key=options.get("api_key"), http_options=http)
 
     async def stream(self, request: ModelRequest) -> ModelStream:
         from google.genai import types

@@ -10,16 +10,17 @@ compatible server's is dropped). The SDK is imported when a model is built, so i
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import Unpack
+
 from runstream.errors import InvalidInputError
 from runstream.models._common import (
-    DEFAULT_MAX_RETRIES,
-    DEFAULT_RETRY_POLICY,
     AbortScope,
-    RetryPolicy,
+    ClientOptions,
+    ProviderModel,
     call_error,
     connection_error,
     data_url,
@@ -27,9 +28,11 @@ from runstream.models._common import (
     merge_options,
     open_stream,
     retries_for,
+    sdk_client_arguments,
     stream_parts,
     unsupported,
     vendor_message,
+    without_sdk_retries,
 )
 from runstream.models._openai_responses import ResponsesMapper, check_start, responses_input
 from runstream.models.base import ModelCallError, ModelRequest, ModelStream, PromptMessage, StreamPart
@@ -51,39 +54,26 @@ if TYPE_CHECKING:
 _RESPONSES_UNSUPPORTED = ("top_k", "seed", "presence_penalty", "frequency_penalty", "stop_sequences")
 
 
-class _OpenAIModel:
+class _OpenAIModel(ProviderModel["AsyncOpenAI"]):
     """Client handling shared by both APIs."""
-
-    specification_version = "v2"
 
     def __init__(
         self,
         model_id: str,
         *,
         provider: str = "openai",
-        api_key: str | None = None,
-        base_url: str | None = None,
-        timeout: float | None = None,
-        max_retries: int = DEFAULT_MAX_RETRIES,
-        headers: Mapping[str, str] | None = None,
         client: AsyncOpenAI | None = None,
-        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
+        **options: Unpack[ClientOptions],
     ) -> None:
-        self.model_id = model_id
-        self.provider = provider
-        self.max_retries = max_retries
-        """Retries of a call whose settings name none (runstream retries; the SDK's are off)."""
-        self.retry = retry
-        if client is None:
-            from openai import AsyncOpenAI
+        super().__init__(model_id, provider, client, options)
 
-            extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-            client = AsyncOpenAI(
-                api_key=api_key, base_url=base_url, max_retries=0, default_headers=headers, **extra
-            )
-        elif client.max_retries:
-            client = client.with_options(max_retries=0)
-        self.client = client
+    def _new_client(self, options: ClientOptions) -> AsyncOpenAI:
+        from openai import AsyncOpenAI
+
+        return AsyncOpenAI(**sdk_client_arguments(options))
+
+    def _without_sdk_retries(self, client: AsyncOpenAI) -> AsyncOpenAI:
+        return without_sdk_retries(client)
 
     def _reasoning_model(self) -> bool:
         """OpenAI's reasoning models take ``developer`` messages and no sampling settings."""
