@@ -43,11 +43,15 @@ def candidate(temporal_server: TemporalDevServer, tmp_path_factory: pytest.TempP
     env = {**os.environ, TEMPORAL_ENV: temporal_server.address, REDIS_ENV: REDIS_URL}
 
     def run(name: str) -> tuple[str, int, str]:
+        """One scenario; a runner that outlasts its timeout fails that scenario's test only."""
         with (out_dir / f"{name}.jsonl").open("w") as out:
-            proc = subprocess.run(
-                [sys.executable, "-m", "runstream.conformance", str(SCENARIOS[name])],
-                stdout=out, stderr=subprocess.PIPE, text=True, timeout=120, check=False, env=env,
-            )  # fmt: skip
+            try:
+                proc = subprocess.run(
+                    [sys.executable, "-m", "runstream.conformance", str(SCENARIOS[name])],
+                    stdout=out, stderr=subprocess.PIPE, text=True, timeout=120, check=False, env=env,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired as exc:
+                return name, -1, f"timed out after 120 s: {exc.stderr!r}"
         return name, proc.returncode, proc.stderr
 
     with ThreadPoolExecutor(max_workers=2) as pool:

@@ -38,7 +38,9 @@ class ToolExecutionLog:
     executions: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _select_steps(behavior: Any, facts: Mapping[str, Any]) -> list[dict[str, Any]]:
+def select_steps(behavior: Any, facts: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The steps of a ``behavior``: the list itself, or the first case whose ``when`` holds for
+    ``facts`` (a tool's or a workflow step's), else ``default``."""
     if isinstance(behavior, list):
         return behavior
     for case in behavior.get("cases", []):
@@ -51,6 +53,8 @@ def _select_steps(behavior: Any, facts: Mapping[str, Any]) -> list[dict[str, Any
 
 
 def _holds(key: str, expected: Any, facts: Mapping[str, Any]) -> bool:
+    """Structured facts (a tool's ``args``, a step's data and state) match as subsets; the
+    others (``attempt``, ``resumed`` …) by equality."""
     if key in ("args", "inputData", "resumeData", "state"):
         return contains(facts.get(key), expected)
     return bool(facts.get(key) == expected)
@@ -76,7 +80,7 @@ def build_tool(spec: Mapping[str, Any], log: ToolExecutionLog) -> Tool:
             "resumed": ctx.resume_data is not None,
         }
         log.executions.append({"tool": name, **facts, "resumeData": ctx.resume_data})
-        for step in _select_steps(behavior, facts):
+        for step in select_steps(behavior, facts):
             if "sleep" in step:
                 await abortable_sleep(step["sleep"], ctx.abort_signal, "Tool execution aborted")
             elif "write" in step:

@@ -21,7 +21,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from runstream.agent import Agent
-from runstream.conformance.behavior import StreamWriter, ToolExecutionLog, abortable_sleep, contains
+from runstream.conformance.behavior import (
+    StreamWriter,
+    ToolExecutionLog,
+    abortable_sleep,
+    contains,
+    select_steps,
+)
 from runstream.errors import InvalidInputError
 from runstream.storage import InMemoryStorage, SqliteStorage, Storage
 from runstream.testing.scripted import ScriptedError, ScriptedModel
@@ -103,7 +109,7 @@ def _behaviour_step(spec: Mapping[str, Any], log: ToolExecutionLog) -> Step:
             "execution": log.attempts[key],
         }
         log.executions.append({"step": step_id, **facts})
-        for action in _select(spec["behavior"], facts):
+        for action in select_steps(spec["behavior"], facts):
             if "sleep" in action:
                 await abortable_sleep(action["sleep"], ctx.abort_signal, "Step execution aborted")
             elif "write" in action:
@@ -135,23 +141,6 @@ def _behaviour_step(spec: Mapping[str, Any], log: ToolExecutionLog) -> Step:
         state_schema=spec.get("stateSchema"),
         retries=spec.get("retries"),
     )
-
-
-def _select(behavior: Any, facts: Mapping[str, Any]) -> list[dict[str, Any]]:
-    if isinstance(behavior, list):
-        return behavior
-    for case in behavior.get("cases", []):
-        if all(_holds(key, value, facts) for key, value in case.get("when", {}).items()):
-            return list(case["steps"])
-    if "default" in behavior:
-        return list(behavior["default"])
-    raise InvalidInputError(f"no behaviour case matches {dict(facts)!r} and there is no default")
-
-
-def _holds(key: str, expected: Any, facts: Mapping[str, Any]) -> bool:
-    if key in ("inputData", "resumeData", "state"):
-        return contains(facts.get(key), expected)
-    return bool(facts.get(key) == expected)
 
 
 def _storage(scenario: Mapping[str, Any], tmp_dir: str) -> Storage:

@@ -15,6 +15,13 @@ const transport = process.env.MCP_URL
       stderr: "ignore",
     });
 
+// The SDK hands a notification to its handler a microtask later but settles a response at once,
+// so progress that reaches it in the same read as the call's response is dropped (more often the
+// busier the machine). What the server sent is recorded here, in wire order, before the SDK sees it.
+const sent = [];
+transport.onmessage = (message) => {
+  if (message.method === "notifications/progress") sent.push([message.params.progress, message.params.message]);
+};
 const client = new Client({ name: "runstream-js-test", version: "1.0.0" });
 await client.connect(transport);
 const { tools } = await client.listTools();
@@ -31,6 +38,7 @@ console.log(
     tools: tools.map((t) => ({ name: t.name, required: t.inputSchema.required ?? [] })),
     asked: { text: asked.content.map((c) => c.text).join(""), isError: asked.isError ?? false },
     progress,
+    sent,
     divided: { text: divided.content.map((c) => c.text).join(""), isError: divided.isError ?? false },
   }),
 );

@@ -144,6 +144,13 @@ try {
 
   // Let the page settle so retry loops would show up in the counts.
   await page.waitForTimeout(1500);
+  // Requests still unanswered (Studio polls) get their answer before the browser closes, so a
+  // status 0 means the server never answered (streams answer with their headers at once).
+  const unanswered = [...entries].filter(([, entry]) => entry.status === 0 && !entry.failure);
+  await Promise.race([
+    Promise.all(unanswered.map(([request]) => request.response().catch(() => null))),
+    page.waitForTimeout(TIMEOUT),
+  ]);
 } catch (error) {
   steps.failure = String(error);
 } finally {
