@@ -10,6 +10,7 @@ import pytest
 from runstream._config_mapping import ConfigKeyError, read_dataclass
 from runstream.delegation import DelegationConfig
 from runstream.errors import InvalidInputError, InvalidTypeError
+from runstream.memory.semantic import SemanticRecall
 from runstream.memory.titles import TitleGeneration
 from runstream.scoring import TaskCompletion
 from runstream.tasks.config import BackgroundTaskConfig, CleanupConfig, RetryConfig
@@ -67,8 +68,23 @@ def test_an_error_in_a_nested_config_names_its_path() -> None:
 
 def test_a_value_of_none_of_an_options_types_names_them() -> None:
     with pytest.raises(
-        InvalidTypeError, match=r"generateTitle.instructions must be str or callable, got int"
+        InvalidTypeError, match=r"generateTitle.instructions must be a string or a function, got int"
     ):
         TitleGeneration.coerce({"instructions": 3}, where="generateTitle")
     with pytest.raises(InvalidInputError, match=r"is_task_complete needs 'scorers'"):
         TaskCompletion.coerce({"strategy": "any"})
+
+
+def test_a_union_option_reports_the_error_of_the_type_the_value_has() -> None:
+    with pytest.raises(
+        InvalidInputError, match=r"semantic_recall.messageRange.before must be at most 100, got 200"
+    ):
+        SemanticRecall.coerce({"messageRange": {"before": 200}})
+    with pytest.raises(
+        ConfigKeyError, match=r"semantic_recall.messageRange: unknown option 'befor'; did you mean"
+    ):
+        SemanticRecall.coerce({"messageRange": {"befor": 2}})
+    with pytest.raises(InvalidTypeError, match=r"messageRange must be a whole number or a mapping, got str"):
+        SemanticRecall.coerce({"messageRange": "x"})
+    made = SemanticRecall.coerce({"topK": 3, "messageRange": {"before": 2, "after": 1}, "index_name": "i"})
+    assert made == SemanticRecall(top_k=3, before=2, after=1, index_name="i")

@@ -99,15 +99,19 @@ def _config_error(
 ) -> RunstreamError:
     """pydantic's first error in runstream's words: ``where.option`` (nested options too)."""
     error = errors[0]
-    path, tags = _option_path(value, error["loc"])
-    if tags:  # a value of none of a union's types: pydantic tried each (its loc names the type)
-        accepted = [
-            str(e["loc"][len(path)]) for e in errors if e["loc"][: len(path)] == error["loc"][: len(path)]
-        ]
-        spelt = ".".join(_spelt_path(value, path))
-        return InvalidTypeError(
-            f"{where}.{spelt} must be {' or '.join(accepted)}, got {type(error['input']).__name__}"
-        )
+    path, tags = _option_path(value, error["loc"], missing=error["type"] == "missing")
+    if tags:  # pydantic tried each of a union's types (its loc names the type)
+        tried = [e for e in errors if e["loc"][: len(path)] == error["loc"][: len(path)]]
+        fitting = next((e for e in tried if not e["type"].endswith("_type")), None)
+        if fitting is None:  # of none of the types
+            accepted = [_KINDS.get(e["type"], str(e["loc"][len(path)])) for e in tried]
+            spelt = ".".join(_spelt_path(value, path))
+            return InvalidTypeError(
+                f"{where}.{spelt} must be {' or '.join(accepted)}, got {type(error['input']).__name__}"
+            )
+        error = fitting  # of the right type, wrong otherwise: that type's error, without its name
+        error["loc"] = (*path, *fitting["loc"][len(path) + 1 :])
+        path = error["loc"]
     *outer, last = path
     inner: object = value
     for key in outer:  # down to the mapping (and dataclass) the error is in
@@ -126,11 +130,13 @@ def _config_error(
     ge = ctx.get("ge")
     if kind == "greater_than_equal" and ge == 1:
         return InvalidInputError(f"{where} must be at least 1, got {got!r}")
+    if kind == "less_than_equal":
+        return InvalidInputError(f"{where} must be at most {ctx.get('le')}, got {got!r}")
     if kind in ("greater_than_equal", "finite_number") or (kind == "int_type" and not _is_number(got)):
         return InvalidInputError(f"{where} must be a number >= 0, got {got!r}")
     messages: dict[str, tuple[type[RunstreamError], str]] = {
         "int_type": (InvalidInputError, f"must be a whole number, got {got!r}"),
-        "float_type": (InvalidInputError, f"must be a number >= 0, got {got!r}"),
+        "float_type": (InvalidInputError, f"must be a number, got {got!r}"),
         "bool_type": (InvalidTypeError, f"must be true or false, got {got!r}"),
         "callable_type": (InvalidTypeError, f"must be a function, got {type(got).__name__}"),
         "literal_error": (
@@ -150,17 +156,19 @@ def _config_error(
     return kind_of_error(f"{where} {text}")
 
 
-def _option_path(value: object, loc: tuple[int | str, ...]) -> tuple[tuple[int | str, ...], bool]:
-    """The part of ``loc`` that names options (keys and indexes into ``value``), and whether more
-    follows (the names of a union's types)."""
+def _option_path(
+    value: object, loc: tuple[int | str, ...], *, missing: bool
+) -> tuple[tuple[int | str, ...], bool]:
+    """The part of ``loc`` that names options (keys and indexes into ``value``; a ``missing``
+    one's name last), and whether more follows (the names of a union's types)."""
     inner = value
     for depth, key in enumerate(loc):
         if isinstance(inner, Mapping) and isinstance(key, str) and _spelt(inner, key) in inner:
             inner = inner[_spelt(inner, key)]
         elif isinstance(inner, list | tuple) and isinstance(key, int) and 0 <= key < len(inner):
             inner = inner[key]
-        elif depth == len(loc) - 1 and isinstance(inner, Mapping):
-            return loc, False  # a missing option
+        elif missing and depth == len(loc) - 1:
+            return loc, False
         else:
             return loc[:depth], True
     return loc, False
@@ -172,6 +180,18 @@ def _spelt_path(value: object, path: tuple[int | str, ...]) -> list[str]:
         spelt.append(_spelt(value, key))
         value = value.get(spelt[-1]) if isinstance(value, Mapping) else None
     return spelt
+
+
+_KINDS = {
+    "int_type": "a whole number",
+    "float_type": "a number",
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "callable_type": "a function",
+    "dict_type": "a mapping",
+    "dataclass_type": "a mapping",
+}
+"""What a value of the wrong type should have been, by pydantic's error type."""
 
 
 def _is_number(value: object) -> bool:

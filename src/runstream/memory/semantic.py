@@ -26,9 +26,12 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from runstream.errors import ConfigurationError, InvalidInputError, InvalidTypeError
+from pydantic import Field, StrictStr
+
+from runstream._config_mapping import CONFIG, read_dataclass
+from runstream.errors import ConfigurationError, InvalidTypeError
 from runstream.models.base import PromptMessage
 from runstream.storage import Storage, StoredMessage
 from runstream.vector.base import IndexConfig, VectorIndexNotFoundError, VectorStore
@@ -68,42 +71,37 @@ class SemanticRecall:
             raise InvalidTypeError(
                 f"{where} must be True or a mapping such as {{'topK': 3, 'messageRange': 2}}"
             )
-        known = {
-            "topK",
-            "top_k",
-            "messageRange",
-            "message_range",
-            "scope",
-            "threshold",
-            "indexName",
-            "index_name",
-        }
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise InvalidInputError(f"{where}: unknown option(s) {unknown}")
-        top_k = _count(value.get("topK", value.get("top_k", DEFAULT_TOP_K)), f"{where}.topK", minimum=1)
-        span = value.get("messageRange", value.get("message_range", DEFAULT_MESSAGE_RANGE))
-        if isinstance(span, Mapping):
-            before = _count(span.get("before", 0), f"{where}.messageRange.before")
-            after = _count(span.get("after", 0), f"{where}.messageRange.after")
-        else:
-            before = after = _count(span, f"{where}.messageRange")
-        scope = value.get("scope", "resource")
-        if scope not in ("thread", "resource"):
-            raise InvalidInputError(f"{where}.scope must be 'thread' or 'resource', got {scope!r}")
-        threshold = value.get("threshold")
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int | float)):
-            raise InvalidTypeError(f"{where}.threshold must be a number")
-        index = value.get("indexName", value.get("index_name"))
-        if index is not None and not isinstance(index, str):
-            raise InvalidTypeError(f"{where}.indexName must be a string")
-        return cls(top_k, before, after, scope, None if threshold is None else float(threshold), index)
+        options = read_dataclass(_SemanticRecallOptions, value, where=where)
+        span = options.message_range
+        before, after = (span, span) if isinstance(span, int) else (span.before, span.after)
+        threshold = None if options.threshold is None else float(options.threshold)
+        return cls(options.top_k, before, after, options.scope, threshold, options.index_name)
 
 
-def _count(value: Any, where: str, *, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= 100:
-        raise InvalidInputError(f"{where} must be an integer from {minimum} to 100, got {value!r}")
-    return value
+_Range = Annotated[int, Field(ge=0, le=100, strict=True)]
+
+
+@dataclass(frozen=True, slots=True)
+class _MessageRange:
+    """Mastra's ``messageRange: {before, after}``."""
+
+    __pydantic_config__ = CONFIG
+
+    before: _Range = 0
+    after: _Range = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _SemanticRecallOptions:
+    """The mapping form of :class:`SemanticRecall` (Mastra's ``semanticRecall``)."""
+
+    __pydantic_config__ = CONFIG
+
+    top_k: Annotated[int, Field(ge=1, le=100, strict=True)] = DEFAULT_TOP_K
+    message_range: _Range | _MessageRange = DEFAULT_MESSAGE_RANGE
+    scope: Literal["thread", "resource"] = "resource"
+    threshold: Annotated[float, Field(strict=True)] | None = None
+    index_name: StrictStr | None = None
 
 
 def index_name(config: SemanticRecall, embedder: Embedder) -> str:
