@@ -99,6 +99,9 @@ def _config_error(
 ) -> RunstreamError:
     """pydantic's first error in runstream's words: ``where.option`` (nested options too)."""
     error = errors[0]
+    own = (error.get("ctx") or {}).get("error")
+    if isinstance(own, RunstreamError):  # the class's own check (its __post_init__), in its words
+        return own
     path, tags = _option_path(value, error["loc"], missing=error["type"] == "missing")
     if tags:  # pydantic tried each of a union's types (its loc names the type)
         tried = [e for e in errors if e["loc"][: len(path)] == error["loc"][: len(path)]]
@@ -120,13 +123,13 @@ def _config_error(
         inner = inner.get(spelt) if isinstance(inner, Mapping) else None
         cls = _nested_dataclass(cls, key)
     kind, got = error["type"], error["input"]
+    ctx = error.get("ctx") or {}
     if kind in ("unexpected_keyword_argument", "extra_forbidden"):
         known = [spec.name for spec in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else []
         return ConfigKeyError(_unknown_key_message(last, where, known, unsupported))
     if kind == "missing":
         return InvalidInputError(f"{where} needs {last!r}")
     where = f"{where}.{_spelt(inner, last)}"
-    ctx = error.get("ctx") or {}
     ge = ctx.get("ge")
     if kind == "greater_than_equal" and ge == 1:
         return InvalidInputError(f"{where} must be at least 1, got {got!r}")

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
 from typing import Any, Literal, Protocol
 
 import jsonschema
-from pydantic import BaseModel
+from pydantic import BaseModel, SkipValidation
 
-from runstream._config_mapping import Check, boolean, one_of, read_config
+from runstream._config_mapping import CONFIG, Flag, camel, read_dataclass
 from runstream.errors import InvalidInputError, InvalidTypeError
 from runstream.tools import Tool, ToolContext
 
@@ -58,11 +58,14 @@ class WorkingMemory:
     semantics. ``agent_managed=False``: the model sees the memory read-only and gets no tool.
     """
 
-    enabled: bool = True
+    __pydantic_config__ = CONFIG
+
+    enabled: Flag = True
     scope: Scope = "resource"
     template: str | None = None
-    schema: Mapping[str, Any] | type[BaseModel] | None = None
-    agent_managed: bool = True
+    schema: SkipValidation[Mapping[str, Any] | type[BaseModel] | None] = None
+    """(Checked by ``__post_init__``: a JSON Schema mapping or a pydantic model class.)"""
+    agent_managed: Flag = True
 
     def __post_init__(self) -> None:
         if self.template is not None and self.schema is not None:
@@ -92,9 +95,9 @@ class WorkingMemory:
             return cls()
         if isinstance(value, WorkingMemory):
             return value if value.enabled else None
-        options = read_config(value, _FIELDS, where="workingMemory", unsupported=_UNSUPPORTED)
-        options.setdefault("enabled", False)
-        config = cls(**options)
+        config = read_dataclass(
+            cls, {"enabled": False, **value}, where="workingMemory", unsupported=_UNSUPPORTED
+        )
         return config if config.enabled else None
 
     def merged(self, update: Mapping[str, Any]) -> WorkingMemory | None:
@@ -105,7 +108,13 @@ class WorkingMemory:
             "scope": self.scope,
             "agent_managed": self.agent_managed,
         }
-        changes = read_config(update, _FIELDS, where="memory.options.workingMemory", unsupported=_UNSUPPORTED)
+        read = read_dataclass(
+            WorkingMemory, update, where="memory.options.workingMemory", unsupported=_UNSUPPORTED
+        )
+        given = {camel(name) for name in update} | set(update)
+        changes = {
+            spec.name: getattr(read, spec.name) for spec in fields(WorkingMemory) if spec.name in given
+        }
         if "schema" not in changes and "template" not in changes:
             base["template"], base["schema"] = self.template, self.schema
         return WorkingMemory.coerce({**base, **changes})
@@ -160,13 +169,6 @@ class WorkingMemory:
         )
 
 
-_FIELDS: dict[str, Check | None] = {
-    "enabled": boolean,
-    "scope": one_of("thread", "resource"),
-    "template": None,
-    "schema": None,
-    "agent_managed": boolean,
-}
 _UNSUPPORTED = {
     "version": "only the stable template mode is implemented (not 'vnext')",
     "useStateSignals": "working memory is always delivered in the system message",
