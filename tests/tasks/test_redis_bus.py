@@ -275,3 +275,32 @@ async def test_a_reconciled_subscriber_gets_what_its_gap_lost_once(prefix: str) 
         assert len(asked) == 1
     finally:
         await here.close()
+
+
+async def test_a_threads_events_replay_from_where_a_reader_stopped_each_once(make_bus: MakeBus) -> None:
+    """Every event of a thread also goes to the thread's replay stream: a reader that stopped
+    (a lost worker) is taken up after the last event it used, through a killed connection,
+    and gets the events published meanwhile (non-terminal ones too), each once."""
+    here, there = make_bus(), make_bus()
+    on_thread = record("task-a", thread_id="thread-1", resource_id="user-1")
+    elsewhere = record("task-b", thread_id="thread-2", resource_id="user-1")
+    wanted = TaskEventFilter(agent_id="agent-1", thread_id="thread-1", resource_id="user-1")
+    first = there.thread_events(wanted)
+    await first.start()
+    for seq in range(3):
+        here.publish(output(on_thread, seq))
+        here.publish(output(elsewhere, 100 + seq))
+    assert seqs(await take(first, 2)) == [0, 1]
+    resume_at = first.position(2)
+    await first.close()
+    for seq in range(3, 5):  # while no reader listens
+        here.publish(output(on_thread, seq))
+    later = there.thread_events(wanted, resume_at)
+    assert seqs(await take(later, 2)) == [2, 3]
+    assert await kill_connections(client_name(there)) >= 1
+    here.publish(output(on_thread, 5))
+    assert seqs(await take(later, 2)) == [4, 5]
+    await later.close()
+    rest = there.thread_events(wanted, later.position(3))  # a reader after 4 takes up at 5
+    assert seqs(await take(rest, 1)) == [5] and later.position(0) == resume_at
+    await rest.close()

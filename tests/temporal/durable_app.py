@@ -15,6 +15,7 @@ that wants a title.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from redis.asyncio import Redis
@@ -100,9 +101,11 @@ def build_agent() -> Agent:
         return {"sent": amount}
 
     @tool(background={"enabled": True, "maxRetries": 1})
-    async def research(topic: str) -> dict[str, Any]:
-        """Research a topic in the background (waits for the test's gate)."""
+    async def research(topic: str, ctx: ToolContext) -> dict[str, Any]:
+        """Research a topic in the background (says so in its output, then waits for the
+        test's gate)."""
         say(event="started", tool="research", topic=topic)
+        await ctx.writer.write({"researching": topic, "pid": os.getpid()})
         await gate(f"research-{topic}")
         return {"topic": topic, "summary": f"{topic} is fast"}
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import socket
 import sys
 import time
@@ -121,11 +122,17 @@ async def rest(client: httpx.AsyncClient, url: str, seen: list[Event]) -> list[E
         return [event async for event in events(response)]
 
 
-def assert_whole(stream: list[Event]) -> None:
-    """Each chunk once, in order; the first turn, the task's completion, the continuation."""
+def assert_whole(stream: list[Event], rerun_on: WorkerProcess | None = None) -> None:
+    """Each chunk once, in order; the first turn, the task's completion, the continuation; the
+    output of the task's attempt, or with ``rerun_on``, of its attempt that ran again there,
+    published maybe while no attempt of the flow listened (read from the thread's replay
+    stream; a killed attempt's own output may not have left its process)."""
     ids = [int(str(event_id).rpartition(":")[2]) for event_id, data in stream if data != "[DONE]"]
     assert ids == list(range(1, len(ids) + 1)), ids
     seen = kinds(stream)
+    outputs = [int(m[1]) for _, data in stream if (m := re.search(r'"pid": ?(\d+)', data))]
+    assert len(outputs) == len(set(outputs)) == seen.count("background-task-output"), seen
+    assert rerun_on.pid in outputs if rerun_on is not None else len(outputs) == 1, (outputs, seen)
     assert seen.count("start") == 2 and seen.count("finish") == 2, seen
     assert seen.count("background-task-completed") == 1, seen
     last_start = len(seen) - 1 - seen[::-1].index("start")
@@ -241,10 +248,10 @@ async def test_until_idle_streams_and_tasks_survive_process_temporal_and_connect
             await doomed.kill()
             workers.remove(doomed)
             workers.append(await cluster.start_worker(WORKER))
-            await started_on(workers, topic)  # the attempt Temporal runs again after the loss
+            rerun = await started_on(workers, topic)  # the attempt Temporal runs again after the loss
             await cluster.open_gate(f"research-{topic}")
             head = await head_task
-            assert_whole(head + await rest(client, api_b.url, head))
+            assert_whole(head + await rest(client, api_b.url, head), rerun)
             await settled_once(cluster, topic)
 
             # 2b. Every worker dies during a wait (the stream's flow with them): new ones go on.
@@ -254,9 +261,9 @@ async def test_until_idle_streams_and_tasks_survive_process_temporal_and_connect
             for worker in workers:
                 await worker.kill()
             workers = [await cluster.start_worker(WORKER), await cluster.start_worker(WORKER)]
-            await started_on(workers, topic)
+            rerun = await started_on(workers, topic)
             await cluster.open_gate(f"research-{topic}")
-            assert_whole(head + await rest(client, api_a.url, head))
+            assert_whole(head + await rest(client, api_a.url, head), rerun)
             await settled_once(cluster, topic)
 
             # 3. The Temporal server is killed and started again during a wait.

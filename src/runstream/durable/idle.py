@@ -16,8 +16,10 @@ runs with ids and log segments fixed by the flow (the first turn's id, then
 ``<run id>-c<n>``), so a later attempt finds them again. Each item's chunks go to the segment
 with the driver's state after it (:meth:`IdleDriver.snapshot`), in one atomic write; a worker
 lost mid-flow costs an attempt, and the next one (another worker) restores the driver, reads
-the turn in flight after its last chunk taken in, and re-reads the thread's unsettled tasks
-from storage, so no chunk is lost or written twice and no outcome is missed. A flow whose
+the turn in flight after its last chunk taken in, reads the thread's task events from the
+thread's replay stream after the last one taken in (:class:`~runstream.tasks.redis_bus.ThreadEvents`,
+with a Redis event bus) and re-reads the thread's unsettled tasks from storage, so no chunk or
+event is lost or written twice and no outcome is missed. A flow whose
 attempts run out ends its stream with an ``error`` and a ``finish`` chunk.
 """
 
@@ -41,14 +43,17 @@ from runstream.durable.log import RunLog
 from runstream.durable.workflow import FOLLOW_IDLE, IdlePlan
 from runstream.models.base import PromptMessage
 from runstream.output import RunOutput
-from runstream.tasks.coordination import SETTLED_STATUSES
+from runstream.tasks.bus import TaskEventFilter, TaskSubscription
+from runstream.tasks.coordination import SETTLED_STATUSES, TaskManager
 from runstream.tasks.lifecycle import lifecycle_chunk
+from runstream.tasks.redis_bus import RedisEventBus, ThreadEvents
 from runstream.tasks.temporal.settlements import is_announced
 from runstream.tasks.until_idle import IdleDriver, IdleOptions
 
 if TYPE_CHECKING:
     from runstream._run_state import RunState
     from runstream.agent import Agent
+    from runstream.memory import MemoryScope
     from runstream.run_options import RunOptions
 
 
@@ -66,6 +71,8 @@ class FlowRuns(Protocol):
     def attach(self, run_id: str, after: int, segment: str | None = None) -> RunOutput: ...
 
 
+EVENTS_AFTER = "eventsAfter"
+"""The checkpoint's key of the thread's replay stream entry after which the next attempt reads."""
 RECONCILE_INTERVAL_S = 1.0
 """How often the flow re-reads its unsettled tasks from storage (an event lost on the way)."""
 
@@ -111,12 +118,17 @@ class IdleActivities:
         assert scope is not None
         runs = self.runs
         checkpoint = await self.log.checkpoint(plan.segment)
-        subscription = manager.subscribe(
-            agent_id=agent.id,
-            thread_id=scope.thread_id,
-            resource_id=scope.resource_id,
-            include_existing=False,
-        )
+        replay = _replay(manager, agent.id, scope, checkpoint)
+        if replay is not None:
+            await replay.start()
+            subscription = TaskSubscription(replay)
+        else:
+            subscription = manager.subscribe(
+                agent_id=agent.id,
+                thread_id=scope.thread_id,
+                resource_id=scope.resource_id,
+                include_existing=False,
+            )
         turns: list[RunOutput] = []
         controller.signal.add_listener(lambda reason: turns[-1].abort(reason) if turns else None)
 
@@ -145,14 +157,19 @@ class IdleActivities:
                     segment = plan.first_segment if run_id == plan.run_id else None
                     turns.append(runs.attach(run_id, checkpoint["turnChunks"], segment))
                     driver.resume_turn(turns[-1], checkpoint["turnChunks"])
-            await self._publish(driver, plan, manager.storage.get_task)
+            await self._publish(driver, plan, manager.storage.get_task, replay)
         finally:
             await driver.close()
 
     async def _publish(
-        self, driver: IdleDriver, plan: IdlePlan, get_task: Callable[[str], Awaitable[Any]]
+        self,
+        driver: IdleDriver,
+        plan: IdlePlan,
+        get_task: Callable[[str], Awaitable[Any]],
+        replay: ThreadEvents | None,
     ) -> None:
-        """Write each item's chunks with the driver's state after it, until the stream ends."""
+        """Write each item's chunks with the driver's state after it (and where the thread's
+        events are taken up again), until the stream ends."""
         fence = activity.info().attempt
         seq = await self.log.last_seq(plan.segment)
         publisher = _Publisher(self.log, plan.segment, seq, fence)
@@ -161,7 +178,10 @@ class IdleActivities:
             async for outputs in driver.steps():
                 if outputs:
                     data = [dumps(chunk.to_wire()) for chunk in outputs]
-                    await publisher.put_all(data, dumps(driver.snapshot()))
+                    checkpoint = driver.snapshot()
+                    if replay is not None:
+                        checkpoint[EVENTS_AFTER] = replay.position(driver.events_taken)
+                    await publisher.put_all(data, dumps(checkpoint))
             await publisher.close()
         except BaseException:
             await publisher.cancel()
@@ -171,6 +191,19 @@ class IdleActivities:
             with contextlib.suppress(asyncio.CancelledError):
                 await reconcile
         await self.log.end(plan.segment, {})
+
+
+def _replay(
+    manager: TaskManager, agent_id: str, scope: MemoryScope, checkpoint: Mapping[str, Any] | None
+) -> ThreadEvents | None:
+    """The thread's events from its replay stream (with a Redis event bus), after where the
+    checkpoint's attempt took them up to: the events published while no attempt listened
+    (``running``, ``output`` too) are taken in, each once."""
+    bus = getattr(manager, "bus", None)
+    if not isinstance(bus, RedisEventBus):
+        return None
+    wanted = TaskEventFilter(agent_id=agent_id, thread_id=scope.thread_id, resource_id=scope.resource_id)
+    return bus.thread_events(wanted, None if checkpoint is None else checkpoint.get(EVENTS_AFTER))
 
 
 async def _reconcile(driver: IdleDriver, get_task: Callable[[str], Awaitable[Any]]) -> None:

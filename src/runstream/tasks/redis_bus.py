@@ -19,7 +19,11 @@ Delivery guarantee:
   :meth:`RedisEventBus.reconcile`, which hands every subscriber here the settled states
   (terminal, suspended) stored since the last message heard before the gap, each once
   (``TemporalTaskManager`` does, in any process, for every subscriber). Non-terminal events
-  (``running``, ``output``, progress) published during a gap stay lost.
+  (``running``, ``output``) published during a gap are lost to pub/sub subscribers.
+* An event of a task on a thread also goes, in the same round trip, to the thread's replay
+  stream (a Redis stream, about :data:`THREAD_EVENTS_KEPT` entries): a
+  :class:`ThreadEvents` reader (a durable until-idle flow) reads it after a known entry, so
+  one that stopped is taken up where it stopped, every event once, gaps or not.
 
 Events from other processes are handled one at a time, in arrival order; ``before_delivery``
 (if given) is awaited before each reaches this process's subscribers, and may drop it. That is
@@ -65,6 +69,14 @@ _TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
 GAP_MARGIN_S = 2.0
 """How far before the last message heard a gap is taken to start: a message may be lost in a
 dying connection's buffers, and another process's clock stamps the records read back."""
+THREAD_EVENTS_KEPT = 10_000
+"""About how many events of one thread its replay stream keeps (:class:`ThreadEvents`)."""
+THREAD_EVENTS_TTL_S = 86_400
+"""How long a thread's replay stream lives after its last event (an until-idle flow's limit)."""
+REPLAY_BLOCK_MS = 1000
+REPLAY_SEEN = 1000
+"""How many events a replay remembers by publisher and number (a send retried after a dropped
+connection may have written the stream twice)."""
 RETRY_FOR_S = 30.0
 """How long :func:`retrying` calls Redis again after dropped connections before giving up."""
 T = TypeVar("T")
@@ -133,7 +145,7 @@ class RedisChannel:
         self._on_message = on_message
         self._on_reconnect = on_reconnect
         self._max_backlog = max_backlog
-        self._backlog: deque[str] = deque()
+        self._backlog: deque[tuple[str, str | None]] = deque()
         self._queued = asyncio.Event()
         self._drained = asyncio.Event()
         self._subscribed = asyncio.Event()
@@ -158,13 +170,15 @@ class RedisChannel:
             asyncio.create_task(self._read_loop(), name=f"redis reader {self.name}"),
         ]
 
-    def send(self, payload: str) -> None:
+    def send(self, payload: str, stream_key: str | None = None) -> None:
+        """Queue ``payload`` for the channel (and, with ``stream_key``, for that Redis stream too:
+        :class:`ThreadEvents` replays it)."""
         if self._closed:
             return
         if len(self._backlog) >= self._max_backlog:
             self._backlog.popleft()
             logger.warning("Redis channel %s: backlog full, dropped the oldest message", self.name)
-        self._backlog.append(payload)
+        self._backlog.append((payload, stream_key))
         self._drained.clear()
         self._queued.set()
         self.start()
@@ -205,7 +219,7 @@ class RedisChannel:
                 self._queued.clear()
                 await self._queued.wait()
             try:
-                await self.client.publish(self.name, self._backlog[0])
+                await self._send(*self._backlog[0])
             except _TRANSIENT as exc:
                 logger.warning("Redis channel %s: send failed (%s), retrying", self.name, exc)
                 await backoff.sleep()
@@ -216,6 +230,16 @@ class RedisChannel:
             if not self._backlog:
                 self._drained.set()
             backoff.reset()
+
+    async def _send(self, payload: str, stream_key: str | None) -> None:
+        if stream_key is None:
+            await self.client.publish(self.name, payload)
+            return
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.xadd(stream_key, {"m": payload}, maxlen=THREAD_EVENTS_KEPT, approximate=True)
+            pipe.expire(stream_key, THREAD_EVENTS_TTL_S)
+            pipe.publish(self.name, payload)
+            await pipe.execute()
 
     async def _read_loop(self) -> None:
         backoff = _Backoff()
@@ -277,6 +301,8 @@ class RedisEventBus:
         on_reconnect: Callable[[], None] | None = None,
     ) -> None:
         self._origin = uuid.uuid4().hex
+        self._sent = 0
+        self.channel_prefix = channel_prefix
         self.client = redis_client(url, f"{channel_prefix}:bus:{self._origin[:8]}")
         self._local = InProcessEventBus()
         self._before_delivery = before_delivery
@@ -297,14 +323,34 @@ class RedisEventBus:
 
     def publish(self, event: TaskEvent) -> None:
         self._local.publish(event)
+        self._sent += 1
+        record = event.record
         try:
             payload = dumps(
-                {"origin": self._origin, "chunk": event.chunk.to_wire(), "record": event.record.to_wire()}
+                {
+                    "origin": self._origin,
+                    "n": self._sent,
+                    "chunk": event.chunk.to_wire(),
+                    "record": record.to_wire(),
+                }
             )
         except (TypeError, ValueError):
-            logger.exception("task %s: event is not JSON, not sent to other processes", event.record.id)
+            logger.exception("task %s: event is not JSON, not sent to other processes", record.id)
             return
-        self._channel.send(payload)
+        key = None if record.thread_id is None else self.thread_key(record.thread_id, record.resource_id)
+        self._channel.send(payload, key)
+
+    def thread_key(self, thread_id: str, resource_id: str | None) -> str:
+        """The Redis stream that keeps a thread's task events for replays (:class:`ThreadEvents`)."""
+        return f"{self.channel_prefix}:thread-events:{json.dumps([resource_id, thread_id])}"
+
+    def thread_events(self, wanted: TaskEventFilter, after: str | None = None) -> ThreadEvents:
+        """The events of ``wanted.thread_id`` matching ``wanted``, read from the thread's replay
+        stream after the entry ``after`` (``None``: from the time of :meth:`ThreadEvents.start`),
+        live, each once, whichever process published them, gaps or not."""
+        if wanted.thread_id is None:
+            raise ValueError("a replay follows one thread: thread_id is required")
+        return ThreadEvents(self.client, self.thread_key(wanted.thread_id, wanted.resource_id), wanted, after)
 
     async def reconcile(self, missed: MissedEvents) -> bool:
         """After a gap in the subscription: hand this process's subscribers the settled states
@@ -342,6 +388,72 @@ class RedisEventBus:
         event = TaskEvent(chunk_from_wire(message["chunk"]), record_from_wire(message["record"]))
         if self._before_delivery is None or await self._before_delivery(event):
             self._local.publish(event)
+
+
+class ThreadEvents:
+    """A :class:`BusSubscription` over a thread's replay stream (a Redis stream written with
+    each event's pub/sub message): it reads after a known entry, so a reader that stopped (a
+    lost worker) goes on where it stopped, with no event lost or repeated, through dropped
+    connections. :meth:`position` says where a later reader goes on."""
+
+    def __init__(self, client: Redis, key: str, wanted: TaskEventFilter, after: str | None) -> None:
+        self.client = client
+        self.key = key
+        self.wanted = wanted
+        self._start = after
+        self._cursor = after
+        """The last entry read from Redis."""
+        self._yielded: list[str] = []
+        """The entries of the events yielded, in order."""
+        self._ready: deque[tuple[str, TaskEvent]] = deque()
+        self._seen: deque[tuple[str, int]] = deque(maxlen=REPLAY_SEEN)
+        self._closed = False
+
+    async def start(self) -> None:
+        """Fix where reading starts: after ``after``, or after the stream's last entry now."""
+        if self._start is None:
+            last = await retrying(self.client.xrevrange, self.key, count=1)
+            self._start = self._cursor = str(last[0][0]) if last else "0-0"
+
+    def position(self, taken: int) -> str:
+        """The entry after which a later reader goes on once the first ``taken`` events this one
+        yielded are used."""
+        assert self._start is not None, "start() first"
+        return self._yielded[taken - 1] if taken else self._start
+
+    def __aiter__(self) -> ThreadEvents:
+        return self
+
+    async def __anext__(self) -> TaskEvent:
+        await self.start()
+        while not self._ready:
+            if self._closed:
+                raise StopAsyncIteration
+            assert self._cursor is not None
+            streams: dict[Any, Any] = {self.key: self._cursor}
+            read: list[tuple[str, list[tuple[str, dict[str, str]]]]] = cast(
+                Any, await retrying(self.client.xread, streams, count=100, block=REPLAY_BLOCK_MS)
+            )
+            for _, entries in read or []:
+                for entry_id, fields in entries:
+                    self._cursor = str(entry_id)
+                    self._take(self._cursor, fields["m"])
+        entry_id, event = self._ready.popleft()
+        self._yielded.append(entry_id)
+        return event
+
+    def _take(self, entry_id: str, data: str) -> None:
+        message = json.loads(data)
+        mark = (str(message.get("origin")), int(message.get("n") or 0))
+        if mark in self._seen:  # written twice by a send retried after a dropped connection
+            return
+        self._seen.append(mark)
+        record = record_from_wire(message["record"])
+        if self.wanted.matches(record):
+            self._ready.append((entry_id, TaskEvent(chunk_from_wire(message["chunk"]), record)))
+
+    async def close(self) -> None:
+        self._closed = True
 
 
 def record_from_wire(wire: Mapping[str, Any]) -> TaskRecord:

@@ -308,6 +308,9 @@ class IdleDriver:
         self.waiting_since = 0.0
         self.continuations = 0
         self.run_id = ""
+        self.events_taken = 0
+        """Events of the subscription taken in so far (not counting :meth:`inject`'s): where a
+        replayable subscription is taken up again."""
 
     def start(self, out: RunOutput) -> None:
         """Follow ``out``, the first turn."""
@@ -322,7 +325,7 @@ class IdleDriver:
 
     def inject(self, event: AnyChunk) -> None:
         """A task event found some other way than the subscription (e.g. re-read from storage)."""
-        self.pumps.queue.put_nowait(("task", event))
+        self.pumps.queue.put_nowait(("injected", event))
 
     async def steps(self) -> AsyncIterator[list[AnyChunk]]:
         """The chunks made of each item taken, until the stream ends."""
@@ -375,7 +378,8 @@ class IdleDriver:
                 self.turn_chunks += 1
                 yield ledger.turn_chunk(item)
                 continue
-            if kind == "task":
+            if kind in ("task", "injected"):
+                self.events_taken += kind == "task"
                 events = ledger.task_event(item)
                 if events:
                     self.idle_deadline = None  # every manager event re-arms the idle window
@@ -467,7 +471,8 @@ def _wait_s(
 
 class _Pumps:
     """Feeds the manager's task events and each turn's chunks into one queue, which the
-    until-idle stream reads: ``("task", event)``, ``("turn", chunk)``, ``("turn-end", out)``."""
+    until-idle stream reads: ``("task", event)``, ``("turn", chunk)``, ``("turn-end", out)``
+    (and :meth:`IdleDriver.inject`'s ``("injected", event)``)."""
 
     def __init__(self, subscription: TaskSubscription) -> None:
         self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -515,6 +520,6 @@ def _already_queued_task_events(queue: asyncio.Queue[tuple[str, Any]]) -> list[A
     events = []
     while not queue.empty():
         kind, item = queue.get_nowait()
-        if kind == "task":
+        if kind in ("task", "injected"):
             events.append(item)
     return events
