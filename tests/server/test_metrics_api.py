@@ -62,6 +62,16 @@ def test_metrics_and_logs_are_confined_and_checked(observed: Secured) -> None:
         {"name": ["mastra_tool_duration_ms"], "groupBy": ["entityName"], "aggregation": "count"},
     )
     assert [(g["dimensions"], g["value"]) for g in tools["groups"]] == [({"entityName": "get_weather"}, 1)]
+    # Studio's Trace Volume chart: counts by entity and status (Mastra's labels ok / error).
+    volume = {
+        "name": ["mastra_agent_duration_ms"],
+        "groupBy": ["entityName", "status"],
+        "aggregation": "count",
+    }
+    assert [(g["dimensions"], g["value"]) for g in metric(s, "breakdown", volume)["groups"]] == [
+        ({"entityName": "Assistant", "status": "ok"}, 1)
+    ]
+    assert metric(s, "aggregate", {**runs, "filters": {"status": "error"}})["value"] == 0
     series = metric(
         s, "timeseries", {"name": ["mastra_model_duration_ms"], "interval": "1h", "aggregation": "count"}
     )["series"]

@@ -124,6 +124,30 @@ def test_scores_and_feedback(observed: Secured) -> None:
     assert score["scoreId"] and score["timestamp"].endswith("Z")
     assert listed["pagination"] == {"total": 1, "page": 0, "perPage": 10, "hasMore": False}
     assert s.a.get(f"{OBS}/scores", params={"scorerId": "other"}).json()["scores"] == []
+    # A span's scores, as Studio's Scores tab asks for them (Mastra's scores-domain rows).
+    root = next(x for x in s.a.get(f"{OBS}/traces/{trace_id}").json()["spans"] if x["parentSpanId"] is None)
+    on_span = {
+        "scorerId": "tone",
+        "score": 1,
+        "traceId": trace_id,
+        "spanId": root["spanId"],
+        "reason": "kind",
+    }
+    assert s.a.post(f"{OBS}/scores", json={"score": on_span}).status_code == 200
+    by_span = s.a.get(f"{OBS}/traces/{trace_id}/{root['spanId']}/scores").json()
+    (row,) = by_span["scores"]
+    assert (row["scorerId"], row["score"], row["reason"], row["scorer"]["name"]) == (
+        "tone",
+        1,
+        "kind",
+        "tone",
+    )
+    assert row["id"] and row["createdAt"] and by_span["pagination"]["total"] == 1
+    assert s.b.get(f"{OBS}/traces/{trace_id}/{root['spanId']}/scores").status_code == 404
+    assert (
+        s.a.get(f"{OBS}/traces/{trace_id}/{root['spanId']}/scores", params={"perPage": "0"}).status_code
+        == 400
+    )
     feedback = {"feedback": {"feedbackType": "thumbs", "value": 1, "traceId": trace_id, "comment": "good"}}
     assert s.a.post(f"{OBS}/feedback", json=feedback).json() == {"success": True}
     assert [f["value"] for f in s.a.get(f"{OBS}/feedback").json()["feedback"]] == [1]

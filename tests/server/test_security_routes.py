@@ -536,7 +536,13 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/api/observability/traces/query"): "test_trace_query.py::test_bounds_and_malformed_bodies",
     **{
         (method, f"/api/observability/{path}"): "test_observability_api.py::test_scores_and_feedback"
-        for method, path in (("GET", "scores"), ("POST", "scores"), ("GET", "feedback"), ("POST", "feedback"))
+        for method, path in (
+            ("GET", "scores"),
+            ("POST", "scores"),
+            ("GET", "feedback"),
+            ("POST", "feedback"),
+            ("GET", "traces/{id}/{id}/scores"),
+        )
     },
     **{
         (

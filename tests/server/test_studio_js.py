@@ -1,5 +1,7 @@
 """The real Mastra Studio (npm ``mastra`` 1.31.0, pinned in tests/js) in headless Chromium,
-served by ``mastra studio`` on its own origin, driving the shared server as a user would.
+served by ``mastra studio`` on its own origin, driving a server as a user would: chats, then the
+runs as Studio's Traces, Metrics and Logs pages and an agent's Traces tab show them (the server
+keeps its spans in a span store).
 
 Needs node, tests/js/node_modules and chromium; skips without them, except under ``CI=true``.
 """
@@ -17,8 +19,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from opentelemetry import trace
 
-from tests.server.conftest import Live
+from runstream.observability import SpanStore
+from runstream.server.app import create_app
+from runstream.server.auth import open_access
+from runstream.storage import SqliteStorage
+from tests.otel_testkit import PROVIDER
+from tests.server.agents import Gates, build_runstream
+from tests.server.conftest import serve
 from tests.server.test_js_interop import CI, JS, node
 
 STUDIO_CLI = JS / "node_modules" / "mastra" / "dist" / "index.js"
@@ -31,8 +40,7 @@ STREAMS = {"POST /api/agents/:id/threads/subscribe", "GET /api/background-tasks/
 # 4xx a Mastra server gives too: Studio asks for a new chat's thread before it exists.
 MASTRA_ALSO_ANSWERS = {
     ("GET /api/memory/threads/:id", 404),
-    # Mastra's own observability store without trace queries answers 501 too.
-    ("POST /api/observability/traces/query", 501),
+    # Mastra's own observability store without trace-query discovery answers 501 too.
     ("POST /api/observability/traces/query/fields", 501),
 }
 
@@ -57,9 +65,21 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def studio(live: Live) -> Iterator[str]:
-    """``mastra studio`` on its own port (another origin than the server), pointed at ``live``."""
-    port, server = _free_port(), urlsplit(live.url)
+def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The test agents served (open access) with their spans and logs kept in a span store; the
+    runtime feeds it from the tests' one global SDK provider."""
+    trace.set_tracer_provider(PROVIDER)
+    folder = tmp_path_factory.mktemp("studio")
+    runtime = build_runstream(Gates(), SqliteStorage(folder / "runstream.db"))
+    runtime.observability = SpanStore(str(folder / "runstream.db"))
+    with serve(create_app(runtime, auth=open_access, heartbeat_s=0.5)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def studio(observed: str) -> Iterator[str]:
+    """``mastra studio`` on its own port (another origin than the server), pointed at it."""
+    port, server = _free_port(), urlsplit(observed)
     process = subprocess.Popen(
         [
             "node",
@@ -107,10 +127,12 @@ def _left_behind(request: dict[str, Any]) -> bool:
     )
 
 
-def test_studio_drives_runstream(live: Live, studio: str) -> None:
+def test_studio_drives_runstream(observed: str, studio: str) -> None:
     shots = os.environ.get("STUDIO_SHOTS")  # set to a folder to refresh the docs' screenshots
     # The script runs in tests/js: a relative folder is the caller's.
-    out: dict[str, Any] = node(live, "studio", studio, os.path.abspath(shots) if shots else "", timeout=240)
+    out: dict[str, Any] = node(
+        observed, "studio", studio, os.path.abspath(shots) if shots else "", timeout=300
+    )
     steps = out["steps"]
     assert "failure" not in steps, steps.get("failure")
     assert out["pageErrors"] == [] and out["corsErrors"] == []
@@ -137,6 +159,31 @@ def test_studio_drives_runstream(live: Live, studio: str) -> None:
     assert steps["approval"]["text"].count("delete the report") == 1
     assert "Hello from runstream!" in steps["plain"]["text"]
     assert "draft" in steps["workflow"] and "publish" in steps["workflow"]
+
+    # Observability: every stored trace listed; the background run one trace (its tool call and
+    # the continuation turn under it), a span's attributes, scores, feedback left in Studio.
+    traces = steps["traces"]
+    assert len(traces["rows"]) == traces["stored"] >= 5
+    assert {row[2] for row in traces["rows"]} == {"invoke_agent Assistant", "invoke_agent plain"}
+    assert {row[4] for row in traces["rows"] if row[2] == "invoke_agent plain"} == {"ERR", "OK"}
+    trace = steps["trace"]
+    assert trace["spanTree"] == [
+        "invoke_agent Assistant",
+        "chat prompt-model",
+        "chat prompt-model",
+        "execute_tool research",
+        "invoke_agent Assistant",  # the until-idle continuation turn
+        "chat prompt-model",
+    ]
+    assert '"backgroundTaskId"' in trace["spanPanel"] and '"outcome": "result"' in trace["spanPanel"]
+    assert trace["scores"] == "Scores (1)" and "0.75" in trace["scoresText"]
+    assert "Answered and followed up." in trace["scoresText"]
+    assert trace["feedback"] == [["comment", "Clear and quick."]]
+    agent = steps["agentTraces"]
+    assert agent["rows"] == agent["assistantRuns"] >= 3
+    runs = re.search(r"Total Agent Runs\n(\d+)\n", steps["metrics"]["text"])
+    assert runs is not None and int(runs.group(1)) == steps["metrics"]["agentRuns"] > len(traces["rows"])
+    assert "model exploded" in steps["logs"]["text"]
 
     counts = Counter(route_of(r["method"], r["url"]) for r in out["requests"])
     assert counts["POST /api/agents/:id/send-message"] == 3

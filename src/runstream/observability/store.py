@@ -101,8 +101,10 @@ METRIC_DIMENSIONS = {
     "environment": "environment",
     "provider": "provider",
     "model": "model",
+    "status": "CASE WHEN has_error = 1 THEN 'error' ELSE 'ok' END",
 }
-"""Metric filters and group-by fields (Mastra's name → column)."""
+"""Metric filters and group-by fields (Mastra's name → column or expression; ``status`` is
+``ok``/``error`` as Mastra's metric label, what Studio's Trace Volume chart groups by)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,6 +92,26 @@ def _page(key: str, items: Sequence[Mapping[str, Any]], total: int, page: int, p
     return json_response({key: items, "pagination": pagination})
 
 
+def _score_row(score: Mapping[str, Any]) -> dict[str, object]:
+    """An observability score record in the scores domain's row shape (``scoreRowDataSchema``)."""
+    return {
+        "id": score["scoreId"],
+        "scorerId": score["scorerId"],
+        "entityId": score.get("spanId") or score.get("traceId") or "",
+        "runId": score.get("traceId") or "",
+        "score": score["score"],
+        "reason": score.get("reason"),
+        "scorer": {"id": score["scorerId"], "name": score.get("scorerName") or score["scorerId"]},
+        "source": score.get("scoreSource") or score.get("source") or "LIVE",
+        "entity": {},
+        "metadata": score.get("metadata"),
+        "traceId": score.get("traceId"),
+        "spanId": score.get("spanId"),
+        "createdAt": score["timestamp"],
+        "updatedAt": score["timestamp"],
+    }
+
+
 class ObservabilityRoutes:
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
@@ -104,6 +124,7 @@ class ObservabilityRoutes:
             Route("/observability/traces/{trace_id}", self.trace),
             Route("/observability/traces/{trace_id}/light", self.trace_light),
             Route("/observability/traces/{trace_id}/spans/{span_id}", self.span),
+            Route("/observability/traces/{trace_id}/{span_id}/scores", self.span_scores),
             Route("/observability/scores", self.scores, methods=["GET", "POST"]),
             Route("/observability/feedback", self.feedback, methods=["GET", "POST"]),
             Route("/observability/discovery/entity-types", self.entity_types),
@@ -214,6 +235,21 @@ class ObservabilityRoutes:
         if span is None:
             raise ApiError(404, f"Span with id {span_id} not found in trace {trace_id}")
         return json_response({"span": span})
+
+    async def span_scores(self, request: Request) -> Response:
+        """A span's scores as Mastra's scores domain lists them (Studio's Scores tab of a trace)."""
+        trace_id, span_id = request.path_params["trace_id"], request.path_params["span_id"]
+        store = await self._owned_trace(request, trace_id)
+        page = query_int(request, "page", 0) or 0
+        per_page = query_int(request, "perPage", 10, minimum=1, maximum=MAX_PER_PAGE) or 10
+        scores, total = await asyncio.to_thread(
+            store.list_signals,
+            "score",
+            filters={"traceId": trace_id, "spanId": span_id},
+            page=page,
+            per_page=per_page,
+        )
+        return _page("scores", [_score_row(score) for score in scores], total, page, per_page)
 
     # -- scores and feedback ----------------------------------------------------------------------
     async def scores(self, request: Request) -> Response:

@@ -134,14 +134,28 @@ class StudioRoutes:
         )
 
     async def packages(self, request: Request) -> Response:
+        store = self.ctx.runstream.observability
         return json_response(
             {
                 "packages": [],
                 "isDev": False,
                 "cmsEnabled": False,
                 "liveKitConnectionRouteEnabled": False,
-                "observabilityEnabled": self.ctx.runstream.observability is not None,
+                "observabilityEnabled": store is not None,
                 "storageType": type(self.ctx.runstream.storage).__name__,
+                # What Studio's Metrics and Logs pages check before asking for them.
+                **(
+                    {
+                        "observabilityStorageType": type(store).__name__,
+                        "observabilityStorageCapabilities": {
+                            "metrics": True,
+                            "logs": True,
+                            "traceQueryDiscovery": False,
+                        },
+                    }
+                    if store is not None
+                    else {}
+                ),
             }
         )
 

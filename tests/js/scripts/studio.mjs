@@ -1,13 +1,36 @@
 // Mastra Studio (npm `mastra`, served by `mastra studio` on its own origin) driving a runstream
 // server in headless Chromium with normal web security, as a user would: the agent list, a chat
 // with a tool call, a background task and its follow-up turn, an approval, a thread reopened
-// from memory, and an agent without memory. Every request to the server is recorded.
+// from memory, and an agent without memory; then those runs on the Traces page (a trace's spans,
+// a span, its scores, feedback left in Studio), an agent's Traces tab, Metrics and Logs. Every
+// request to the server is recorded; the script waits on pages and answers, never on the clock.
 // Env: BASE (the server). Arguments: Studio's URL, then (optional) a folder for screenshots.
 import { BASE, emit, launchChromium } from "./lib.mjs";
 
 const [STUDIO, SHOTS] = process.argv.slice(2);
 if (!STUDIO) throw new Error("usage: node scripts/studio.mjs <studio url> [screenshot folder]");
 const TIMEOUT = 30000;
+const STREAMS = [/\/threads\/subscribe$/, /\/background-tasks\/stream/];
+
+/** Calls the server's API directly (as a Mastra client would; not recorded as Studio's). */
+async function api(path, body) {
+  const init = body === undefined ? {} : { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) };
+  const response = await fetch(`${BASE}/api${path}`, init);
+  return response.headers.get("content-type")?.includes("json") ? response.json() : response.text();
+}
+
+/** The first truthy value of `check(seen)`, asked again after each 100 ms until TIMEOUT; what
+ * the check last put in `seen` goes into the timeout's error. */
+async function until(what, check) {
+  const deadline = Date.now() + TIMEOUT;
+  const seen = {};
+  for (;;) {
+    const value = await check(seen);
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}: ${JSON.stringify(seen)}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
 
 const browser = await launchChromium();
 const requests = [];
@@ -26,20 +49,35 @@ try {
   // Every request to the server, with its status once the response arrives (0: none, e.g. a
   // subscription still open when the test ends).
   const entries = new Map();
+  // Requests still waiting for their answer (subscriptions, which stay open, aside).
+  const pending = new Set();
+  let onSettled = () => {};
+  const settle = (request) => {
+    pending.delete(request);
+    if (pending.size === 0) onSettled();
+  };
   page.on("request", (request) => {
     if (!request.url().startsWith(BASE)) return;
     const entry = { method: request.method(), url: request.url().slice(BASE.length), status: 0, at: Date.now() };
     entries.set(request, entry);
     requests.push(entry);
+    if (!STREAMS.some((stream) => stream.test(entry.url.split("?")[0]))) pending.add(request);
   });
   page.on("response", (response) => {
     const entry = entries.get(response.request());
     if (entry) entry.status = response.status();
   });
+  page.on("requestfinished", settle);
   page.on("requestfailed", (request) => {
     const entry = entries.get(request);
     if (entry) entry.failure = request.failure()?.errorText ?? "failed";
+    settle(request);
   });
+  /** Resolves once no request to the server waits for its answer (none left behind at the end). */
+  const allAnswered = () =>
+    pending.size === 0 ? Promise.resolve() : new Promise((resolve) => { onSettled = resolve; });
+  /** Two animation frames: React has committed what the last answer changed. */
+  const painted = () => page.evaluate(() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve))));
   // (after Studio's fade-in animations)
   const shot = async (name) => { if (SHOTS) { await page.waitForTimeout(800); await page.screenshot({ path: `${SHOTS}/${name}.png` }); } };
   const thread = page.locator('[data-testid="thread-wrapper"]');
@@ -83,7 +121,7 @@ try {
   const badge = thread.locator('[data-testid="tool-badge"]', { hasText: "Get weather" }).first();
   await badge.waitFor({ timeout: TIMEOUT });
   const refetched = await storedTurn;
-  await page.waitForTimeout(300); // the merge renders after the response
+  await painted(); // the merge renders after the response
   steps.toolChat = {
     badge: (await badge.textContent()).trim(),
     text: await thread.innerText(),
@@ -99,6 +137,7 @@ try {
   await thread.getByText("Working on it.").waitFor({ timeout: TIMEOUT });
   await thread.locator('[data-testid="tool-badge"]', { hasText: "Research" }).waitFor({ timeout: TIMEOUT });
   await page.getByRole("button", { name: "Show background task information" }).waitFor({ timeout: TIMEOUT });
+  steps.backgroundThread = page.url().split("/threads/")[1];
   steps.background = {
     text: await thread.innerText(),
     badges: (await thread.locator('[data-testid="tool-badge"]').allTextContents()).map((t) => t.trim()),
@@ -142,15 +181,85 @@ try {
     return await page.evaluate(() => document.body.innerText);
   });
 
-  // Let the page settle so retry loops would show up in the counts.
-  await page.waitForTimeout(1500);
-  // Requests still unanswered (Studio polls) get their answer before the browser closes, so a
-  // status 0 means the server never answered (streams answer with their headers at once).
-  const unanswered = [...entries].filter(([, entry]) => entry.status === 0 && !entry.failure);
-  await Promise.race([
-    Promise.all(unanswered.map(([request]) => request.response().catch(() => null))),
-    page.waitForTimeout(TIMEOUT),
-  ]);
+  // 7. Observability. A run that fails (over the API) leaves an error log; the background run is
+  // one stored trace: the agent run, its tool call and the continuation turn.
+  await api("/agents/plain/stream", { messages: "fail now" });
+  const tree = await until("the background run's trace in the span store", async () => {
+    const { spans } = await api(`/observability/traces?threadId=${steps.backgroundThread}`);
+    if (spans.length !== 1) return null;
+    const trace = await api(`/observability/traces/${spans[0].traceId}`);
+    const runs = trace.spans.filter((span) => span.spanType === "agent_run").length;
+    return runs === 2 && trace.spans.some((span) => span.name === "execute_tool research") ? trace : null;
+  });
+  const traceId = tree.traceId;
+  const root = tree.spans.find((span) => span.parentSpanId === null);
+  await api("/observability/scores", { score: { scorerId: "helpfulness", score: 0.75, traceId, spanId: root.spanId, reason: "Answered and followed up." } });
+  // The failed run ended last: once its trace and log are stored, every run's are.
+  await until("the failed run's trace and log", async () => {
+    const failed = await api("/observability/traces?entityId=plain&status=error&perPage=1");
+    const logs = await api("/observability/logs?perPage=1&level=error");
+    return failed.pagination.total === 1 && logs.logs.length === 1;
+  });
+  const stored = (await api("/observability/traces?perPage=1")).pagination.total;
+
+  // The Traces page lists every stored trace.
+  // (a row is a button whose text starts with the trace's start, "Dec 6 10:31:09")
+  const rows = page.getByRole("button").filter({ hasText: /^[A-Z][a-z]{2} \d+ \d\d:\d\d:\d\d/ });
+  await page.goto(`${STUDIO}/traces`);
+  await until("the Traces page's rows", async (seen) => {
+    seen.stored = stored;
+    seen.rows = await rows.allInnerTexts();
+    return (await rows.count()) === stored;
+  });
+  steps.traces = { rows: (await rows.allInnerTexts()).map((text) => text.split("\n").map((t) => t.trim()).filter(Boolean)), stored };
+
+  // The background run's trace opens with its span tree; a span opens with its attributes.
+  await page.goto(`${STUDIO}/traces?traceId=${traceId}`);
+  const spanButtons = page.getByRole("button", { name: /^(invoke_agent|chat|execute_tool) / });
+  await spanButtons.getByText("execute_tool research").waitFor({ timeout: TIMEOUT });
+  await until("the whole span tree", async () => (await spanButtons.count()) === tree.spans.length);
+  const spanTree = (await spanButtons.allInnerTexts()).map((text) => text.split("\n")[0].trim());
+  await spanButtons.filter({ hasText: "execute_tool research" }).click();
+  await page.getByText(/"backgroundTaskId"/).waitFor({ timeout: TIMEOUT });
+  const spanPanel = await page.evaluate(() => document.body.innerText);
+  // Its scores; feedback left in Studio is stored and listed.
+  await page.getByRole("tab", { name: /^Scores/ }).first().click();
+  await page.getByText("helpfulness").waitFor({ timeout: TIMEOUT });
+  const scores = (await page.getByRole("tab", { name: /^Scores/ }).first().innerText()).trim();
+  const scoresText = await page.evaluate(() => document.body.innerText);
+  await page.getByRole("tab", { name: /^Feedback/ }).first().click();
+  await page.getByPlaceholder("Leave feedback...").first().fill("Clear and quick.");
+  await page.getByRole("button", { name: "Send feedback" }).first().click();
+  await page.getByRole("tab", { name: "Feedback (1)" }).first().waitFor({ timeout: TIMEOUT });
+  await page.getByText("Clear and quick.").first().waitFor({ timeout: TIMEOUT });
+  const feedback = (await api(`/observability/feedback?traceId=${traceId}`)).feedback.map((f) => [f.feedbackType, f.value]);
+  steps.trace = { traceId, spanTree, spanPanel, scores, scoresText, feedback };
+  await shot("studio-trace");
+
+  // An agent's Traces tab: that agent's runs only.
+  const assistantRuns = (await api("/observability/traces?entityId=assistant&perPage=1")).pagination.total;
+  await page.goto(`${STUDIO}/agents/assistant/traces`);
+  await until("the agent's rows", async () => {
+    const texts = await rows.allInnerTexts();
+    return texts.length === assistantRuns && texts.every((text) => text.includes("invoke_agent Assistant"));
+  });
+  steps.agentTraces = { rows: await rows.count(), assistantRuns };
+
+  // Metrics from the stored spans; the failed run's log.
+  const agentRuns = (await api("/observability/metrics/aggregate", { name: ["mastra_agent_duration_ms"], aggregation: "count" })).value;
+  await page.goto(`${STUDIO}/metrics`);
+  await page.getByText("Total Agent Runs").waitFor({ timeout: TIMEOUT });
+  await until("the agent-run count", async () => (await page.evaluate(() => document.body.innerText)).includes(`Total Agent Runs\n${agentRuns}\n`));
+  steps.metrics = { text: await page.evaluate(() => document.body.innerText), agentRuns };
+  await page.goto(`${STUDIO}/logs`);
+  await page.getByText(/model exploded/).first().waitFor({ timeout: TIMEOUT });
+  steps.logs = { text: await page.evaluate(() => document.body.innerText) };
+  await shot("studio-logs");
+
+  // Nothing left unanswered when the test ends (a request still in flight would be "left behind"),
+  // and no poll starts after that: the page leaves Studio.
+  await allAnswered();
+  await page.goto("about:blank");
 } catch (error) {
   steps.failure = String(error);
 } finally {
