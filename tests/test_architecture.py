@@ -17,37 +17,71 @@ PACKAGE = SRC / "runstream"
 MAX_FUNCTION_LINES = 100
 MAX_MODULE_LINES = 800
 
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # the core: errors, chunks, abort, ids, config reading, schemas, the values every layer shares
+    (
+        "runstream.errors",
+        "runstream._payloads",
+        "runstream._clock",
+        "runstream._ids",
+        "runstream._tracing",
+        "runstream._telemetry",
+        "runstream._config_mapping",
+        "runstream._schema",
+        "runstream.abort",
+        "runstream.request_context",
+        "runstream.stop_conditions",
+        "runstream.delegation",
+        "runstream.api_routes",
+        "runstream.chunks",
+        "runstream.processors",
+    ),
+    # providers and persistence, and what speaks to them: tools, structured output, message formats
+    (
+        "runstream.models",
+        "runstream.storage",
+        "runstream.vector",
+        "runstream.observability",
+        "runstream.testing",
+        "runstream.tools",
+        "runstream.structured",
+        "runstream._messages",
+    ),
+    ("runstream.memory",),
+    # one run: its data, the loop, its output (``runstream.output`` is its public path); checks on runs
+    ("runstream.run", "runstream.output", "runstream.scoring", "runstream.goals", "runstream.console"),
+    ("runstream.tasks",),
+    ("runstream.agent", "runstream.trust", "runstream.agui"),
+    ("runstream.workflows", "runstream.durable"),
+    ("runstream.runtime", "runstream._worker_cli", "runstream.conformance", "runstream.demo"),
+    ("runstream.server", "runstream.mcp", "runstream.cli", "runstream.__main__"),
+)
+"""The packages (and root modules) from the bottom up: each imports only its own layer and those
+below it (core → models, storage → memory → run → tasks → agent → workflows, durable → runtime →
+server). A new package or root module joins a layer here, or ``test_every_module_has_a_layer`` fails."""
+
 FORBIDDEN: dict[str, tuple[str, ...]] = {
-    # module (or package prefix) -> what it must never import (module or package prefixes)
+    # within a layer: module (or package prefix) -> what it must never import (module or package prefixes)
     "runstream.errors": ("runstream",),
-    "runstream.chunks": ("runstream.models", "runstream._loop", "runstream.agent", "runstream._run_state"),
     "runstream._payloads": ("runstream",),
     "runstream._clock": ("runstream",),
-    "runstream.models": ("runstream.chunks", "runstream._loop", "runstream.agent", "runstream._run_state"),
-    "runstream._messages": ("runstream.memory", "runstream.agent", "runstream._loop", "runstream.tasks"),
-    "runstream._run_state": (
-        "runstream._loop",
-        "runstream._model_step",
-        "runstream._tool_step",
-        "runstream.agent",
+    "runstream.models": ("runstream.chunks",),
+    # the run's data sits below its algorithm; the output drives a run without knowing the loop
+    "runstream.run._run_state": (
+        "runstream.run._loop",
+        "runstream.run._model_step",
+        "runstream.run._tool_step",
     ),
-    "runstream.output": ("runstream._loop", "runstream.agent", "runstream.memory", "runstream.tasks"),
-    "runstream._loop": ("runstream.agent", "runstream.runtime", "runstream.memory", "runstream.tasks"),
-    "runstream._model_step": ("runstream.agent", "runstream.runtime", "runstream.memory", "runstream._loop"),
-    "runstream._tool_step": ("runstream.agent", "runstream.runtime", "runstream.memory", "runstream._loop"),
-    "runstream._step_results": ("runstream.agent", "runstream.memory", "runstream._loop"),
-    "runstream.memory": ("runstream.agent", "runstream.runtime", "runstream._loop", "runstream.tasks"),
-    "runstream.storage": ("runstream.agent", "runstream.runtime", "runstream._loop", "runstream.memory"),
-    "runstream.tasks": ("runstream.agent", "runstream.runtime", "runstream._loop"),
-    "runstream.agent": ("runstream.runtime", "runstream.workflows"),
-    # the agent's parts sit below it: a run's options, the suspended/durable run tables, until-idle
-    "runstream.run_options": ("runstream.agent", "runstream.runtime", "runstream._loop", "runstream.tasks"),
-    "runstream._suspension": ("runstream.agent", "runstream.runtime", "runstream._loop", "runstream.tasks"),
-    "runstream._idle_stream": ("runstream.agent", "runstream.runtime", "runstream._loop"),
-    "runstream._plain_runs": ("runstream.agent", "runstream.runtime", "runstream._loop", "runstream.memory"),
+    "runstream.run._run_snapshot": (
+        "runstream.run._loop",
+        "runstream.run._model_step",
+        "runstream.run._tool_step",
+    ),
+    "runstream.run.output": ("runstream.run._loop", "runstream.run._model_step", "runstream.run._tool_step"),
+    "runstream.run._model_step": ("runstream.run._loop",),
+    "runstream.run._tool_step": ("runstream.run._loop",),
+    "runstream.run._step_results": ("runstream.run._loop",),
 }
-"""Besides: nothing outside ``runstream.server`` imports it (see ``test_the_core_never_imports_the_server``)."""
-
 SERVER_USERS = ("runstream.server", "runstream.cli", "runstream.__main__", "runstream.mcp.cli")
 """The server's own package and the commands that start a server."""
 
@@ -86,6 +120,33 @@ def imported(name: str) -> set[str]:
 
 def within(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
+
+
+def unit(name: str) -> str:
+    """The package (``runstream.tasks``) or root module (``runstream.chunks``) a module belongs to."""
+    return ".".join(name.split(".")[:2])
+
+
+def layer_of(name: str) -> int:
+    return next(index for index, layer in enumerate(LAYERS) if unit(name) in layer)
+
+
+def test_every_module_has_a_layer() -> None:
+    placed = [name for layer in LAYERS for name in layer]
+    assert len(placed) == len(set(placed)), "a package sits in one layer"
+    unplaced = sorted({unit(name) for name in modules() if name != "runstream"} - set(placed))
+    assert unplaced == [], "give each a place in LAYERS (and docs/architecture.md)"
+
+
+def test_packages_import_only_their_layer_and_below() -> None:
+    wrong = [
+        f"{name} imports {target}"
+        for name in modules()
+        if name != "runstream"
+        for target in sorted(imported(name))
+        if layer_of(target) > layer_of(name)
+    ]
+    assert not wrong, "\n".join(wrong)
 
 
 @pytest.mark.parametrize("layer", sorted(FORBIDDEN))
@@ -152,9 +213,6 @@ def test_no_import_cycles() -> None:
 
 def test_no_import_cycles_between_packages() -> None:
     """Counting a package (``runstream.tasks``, ``runstream.workflows`` ...) as one node."""
-
-    def unit(name: str) -> str:
-        return ".".join(name.split(".")[:2])
 
     graph: dict[str, set[str]] = {}
     for name in modules():

@@ -153,7 +153,7 @@ async def test_recover_active_runs_reports_a_failure_and_goes_on(tmp_path: Path)
 
 
 async def test_observe_gives_up_on_a_silent_run() -> None:
-    from runstream._durable_api import RunLog, observe
+    from runstream.agent._durable_api import RunLog, observe
 
     log = RunLog()
     alive = [True, False]

@@ -19,6 +19,7 @@ import pytest
 from runstream import Agent, Memory, MemoryScope, Runstream, StructuredOutput, Tool, tool
 from runstream._config_mapping import read_config
 from runstream.abort import AbortController
+from runstream.agent.run_options import InvalidOptionError
 from runstream.chunks import DataChunk
 from runstream.errors import (
     ConfigurationError,
@@ -32,7 +33,6 @@ from runstream.errors import (
 from runstream.memory import MissingStorageError, WorkingMemory
 from runstream.models.fallback import FallbackModel
 from runstream.models.registry import resolve_model
-from runstream.run_options import InvalidOptionError
 from runstream.runtime import AgentNotFoundError
 from runstream.tasks import (
     AdoptionError,

@@ -11,7 +11,7 @@ import pytest
 from runstream._clock import iso_datetime, iso_now, now_utc
 from runstream._ids import new_id
 from runstream._messages import copy_json
-from runstream._step_results import content_blocks as _content_blocks
+from runstream.run._step_results import content_blocks as _content_blocks
 
 
 def test_new_id_is_a_version_4_uuid_string_and_unique() -> None:

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from runstream import AbortController, Agent
-from runstream._run_state import RunState
 from runstream.chunks import AnyChunk, DataChunk, StartChunk, TextDeltaChunk, chunk_from_wire
 from runstream.models.base import ModelRequest, ModelStream, StreamPart
 from runstream.output import RunOutput
+from runstream.run._run_state import RunState
 from runstream.testing import ScriptedModel
 
 USAGE = {"inputTokens": 1, "outputTokens": 2, "totalTokens": 3}

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from runstream import Agent, tool
-from runstream._run_state import RunState
 from runstream.abort import AbortController
 from runstream.chunks import AnyChunk, StartChunk
 from runstream.models.base import StreamPart
 from runstream.output import RunOutput
+from runstream.run._run_state import RunState
 from runstream.testing import ScriptedModel
 
 START: StreamPart = {"type": "stream-start", "warnings": []}

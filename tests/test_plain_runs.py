@@ -1,5 +1,5 @@
 """A run called with no options copies its agent's template configuration; the template follows
-every change to the agent (``runstream._plain_runs``)."""
+every change to the agent (``runstream.agent._plain_runs``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from dataclasses import fields
 from typing import Any
 
 from runstream import Agent, tool
-from runstream._run_state import LoopConfig
 from runstream.abort import AbortController
-from runstream.run_options import RunOptions
+from runstream.agent.run_options import RunOptions
+from runstream.run._run_state import LoopConfig
 from runstream.testing import ScriptedModel
 
 PER_RUN = {"abort_signal", "request_context"}

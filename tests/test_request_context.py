@@ -10,10 +10,10 @@ import httpx2 as httpx
 import pytest
 
 from runstream import Agent, ToolContext, tool
+from runstream.agent.run_options import RequestPolicy
 from runstream.chunks import AnyChunk
 from runstream.memory import Memory
 from runstream.request_context import RequestContext
-from runstream.run_options import RequestPolicy
 from runstream.runtime import Runstream
 from runstream.server import create_app
 from runstream.server.auth import open_access

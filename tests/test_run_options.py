@@ -12,10 +12,10 @@ import pytest
 
 from runstream import Agent, tool
 from runstream._config_mapping import ConfigKeyError
-from runstream._run_snapshot import UnsupportedRunStateError
+from runstream.agent.run_options import OPTIONS_VERSION, RunOptions, StreamOptions, client_tool
 from runstream.memory import Memory, MemoryScope
 from runstream.models.base import ModelSettings
-from runstream.run_options import OPTIONS_VERSION, RunOptions, StreamOptions, client_tool
+from runstream.run._run_snapshot import UnsupportedRunStateError
 from runstream.runtime import Runstream
 from runstream.storage import SqliteStorage
 from runstream.testing import RecordedCall, ScriptedModel

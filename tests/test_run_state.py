@@ -18,8 +18,13 @@ from hypothesis import strategies as st
 
 from runstream import Agent, ToolContext, tool
 from runstream._config_mapping import camel
-from runstream._loop import run_output
-from runstream._run_snapshot import (
+from runstream.abort import AbortController, AbortSignal
+from runstream.agent import client_tool
+from runstream.chunks import AnyChunk
+from runstream.goals import GoalConfig
+from runstream.memory import Memory
+from runstream.run._loop import run_output
+from runstream.run._run_snapshot import (
     STATE_VERSION,
     SavedOutcome,
     SavedPendingStep,
@@ -27,12 +32,14 @@ from runstream._run_snapshot import (
     SavedToolCall,
     UnsupportedRunStateError,
 )
-from runstream._run_state import LoopConfig, PendingToolStep, ResumeAction, RunState, ToolCall, ToolOutcome
-from runstream.abort import AbortController, AbortSignal
-from runstream.agent import client_tool
-from runstream.chunks import AnyChunk
-from runstream.goals import GoalConfig
-from runstream.memory import Memory
+from runstream.run._run_state import (
+    LoopConfig,
+    PendingToolStep,
+    ResumeAction,
+    RunState,
+    ToolCall,
+    ToolOutcome,
+)
 from runstream.runtime import Runstream
 from runstream.storage import SqliteStorage
 from runstream.structured import StructuredOutput

@@ -18,6 +18,7 @@ import pytest
 from pydantic import BaseModel
 
 from runstream import Agent, RequestContext, tool
+from runstream.agent.run_options import RunOptions
 from runstream.conformance.runner import ScenarioRunner
 from runstream.memory import Memory, MemoryScope
 from runstream.memory.titles import DEFAULT_INSTRUCTIONS
@@ -28,7 +29,6 @@ from runstream.memory.working import (
     merge_working_memory,
     strip_optional_nulls,
 )
-from runstream.run_options import RunOptions
 from runstream.runtime import Runstream
 from runstream.storage import InMemoryStorage, SqliteStorage, Storage
 from runstream.testing import ScriptedModel, Text, ToolCall

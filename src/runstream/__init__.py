@@ -3,7 +3,7 @@
 The names here are the public surface: everything the quick start and a typical application
 needs. Deeper modules hold more specialised parts (``runstream.storage``, ``runstream.tasks``,
 ``runstream.workflows``, ``runstream.server``, ``runstream.testing``). Modules whose name starts
-with an underscore (``runstream._loop``, ``runstream._run_state``, ...) are internal, as in httpx:
+with an underscore (``runstream.run._loop``, ``runstream.run._run_state``, ...) are internal, as in httpx:
 they may change in any release.
 """
 
@@ -13,6 +13,7 @@ from importlib.metadata import version as _version
 
 from runstream.abort import AbortController, AbortError, AbortSignal
 from runstream.agent import Agent, RunNotFoundError, client_tool
+from runstream.agent.run_options import RunOptions, StreamOptions
 from runstream.chunks import AgentChunk, Chunk, DataChunk, StreamChunk, UnknownChunk, chunk_from_wire, dumps
 from runstream.console import ConsoleRenderer
 from runstream.errors import (
@@ -28,10 +29,9 @@ from runstream.errors import (
 )
 from runstream.memory import Memory, MemoryScope
 from runstream.models.base import LanguageModel, ModelRequest, ModelSettings, ModelStream
-from runstream.output import RunOutput
 from runstream.processors import ProcessorContext, StepView, TripWire
 from runstream.request_context import RequestContext
-from runstream.run_options import RunOptions, StreamOptions
+from runstream.run.output import RunOutput
 from runstream.runtime import Runstream
 from runstream.storage import InMemoryStorage, SqliteStorage, Storage
 from runstream.structured import StructuredOutput, StructuredOutputError

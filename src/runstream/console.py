@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.text import Text
 
 from runstream.chunks import AnyChunk
-from runstream.output import RunOutput
+from runstream.run.output import RunOutput
 
 __all__ = ["ConsoleRenderer", "render"]
 

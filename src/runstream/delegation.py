@@ -17,7 +17,7 @@ The hooks get Mastra's context objects as dicts with Mastra's keys (``primitiveI
 ``rejectionReason``, ``modifiedPrompt``, ``modifiedInstructions``, ``modifiedMaxSteps``;
 ``resultText``, ``feedback``), sync or async. A hook that raises is logged and recorded on the
 run's request context under ``__mastra_delegationHookErrors`` (``hook_error_strategy="warn"``,
-the default) or fails the delegation (``"throw"``). See ``runstream._sub_agent`` for the run.
+the default) or fails the delegation (``"throw"``). See ``runstream.agent._sub_agent`` for the run.
 """
 
 from __future__ import annotations

@@ -22,11 +22,11 @@ from typing import Any, Literal
 from pydantic_core import from_json
 
 from runstream._clock import now_utc
-from runstream._run_state import CheckVerdict, LoopConfig, RunState
 from runstream._schema import UNDEFINED, Schema
 from runstream.chunks import AnyChunk, DataChunk, GoalChunk
 from runstream.errors import InvalidInputError
 from runstream.models.base import LanguageModel, ModelRequest, PromptMessage
+from runstream.run._run_state import CheckVerdict, LoopConfig, RunState
 from runstream.storage import Storage
 from runstream.structured import StructuredOutputError
 

@@ -8,8 +8,8 @@ from types import TracebackType
 from typing import Any
 
 from runstream._config_mapping import one_of, read_config
-from runstream._services import DurableRunner, RuntimeServices, Toolset
 from runstream.agent import Agent
+from runstream.agent._services import DurableRunner, RuntimeServices, Toolset
 from runstream.api_routes import ApiRoute, check_api_routes
 from runstream.errors import ConfigurationError, NotFoundError
 from runstream.observability.store import SpanStore

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from runstream._config_mapping import CONFIG, Amount, Flag, read_dataclass
-from runstream._run_state import CheckVerdict, LoopConfig, RunState
 from runstream.chunks import AnyChunk, IsTaskCompleteChunk
 from runstream.models.base import PromptMessage
+from runstream.run._run_state import CheckVerdict, LoopConfig, RunState
 
 
 @dataclass(slots=True)

@@ -55,7 +55,7 @@ class StructuredOutput:
     fallback_value: Any = None
     structuring_model: Any = None
     """Mastra's ``structuredOutput.model``: a second model turns the agent's answer into the
-    object (the agent's model answers in prose; see ``runstream._structuring``)."""
+    object (the agent's model answers in prose; see ``runstream.run._structuring``)."""
     instructions: str | None = None
     """With ``structuring_model``: the structuring model's system prompt (default: one made from
     the schema). Without it, under ``json_prompt_injection``: used instead of the schema dump."""

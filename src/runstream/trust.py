@@ -29,10 +29,15 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from runstream.agent.run_options import (
+    DEFAULT_POLICY,
+    InvalidOptionError,
+    RequestPolicy,
+    read_default_options,
+)
 from runstream.memory import MemoryScope
 from runstream.models.base import ModelSettings
 from runstream.request_context import RequestContext, resolve
-from runstream.run_options import DEFAULT_POLICY, InvalidOptionError, RequestPolicy, read_default_options
 
 __all__ = ["DEFAULT_POLICY", "RequestPolicy", "needs_approval", "request_options", "trusted_context"]
 
@@ -81,7 +86,7 @@ async def request_options(
     agent: Agent, given: Mapping[str, Any], *, reserved: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """``given`` (``stream()``'s options, as a request gave them) tightened against what the
-    agent's author set; raises :class:`~runstream.run_options.InvalidOptionError` (a 400 over
+    agent's author set; raises :class:`~runstream.agent.run_options.InvalidOptionError` (a 400 over
     HTTP) for what a request may not set at all."""
     out = {key: value for key, value in given.items() if value is not None}
     if "model" in out:

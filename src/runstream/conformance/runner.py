@@ -25,7 +25,7 @@ from runstream.conformance.workflow_runner import build_workflow, run_workflow_s
 from runstream.errors import RunstreamError
 from runstream.goals import DEFAULT_MAX_RUNS, GoalConfig
 from runstream.memory import Memory, memory_options
-from runstream.output import RunOutput
+from runstream.run.output import RunOutput
 from runstream.runtime import Runstream
 from runstream.scoring import ScoreInput, Scorer, TaskCompletion
 from runstream.stop_conditions import StopCondition, has_tool_call, step_count_is

@@ -3,7 +3,7 @@ end of a log segment.
 
 ``run_step`` restores the run from the workflow's JSON, builds the loop configuration from the
 agent (as a run restored from a snapshot does, :meth:`Agent._configure`), and drives
-:func:`runstream._loop.run_output` as in-process, step after step, with no round trip through
+:func:`runstream.run._loop.run_output` as in-process, step after step, with no round trip through
 Temporal between them: the loop's ``on_step_end`` hook (called after a step's tool calls, where
 an in-process durable run saves its snapshot) stores the state in the log with the chunks
 before it, and a later attempt (after a lost worker) goes on from there. When the run ends or
@@ -26,15 +26,15 @@ from typing import TYPE_CHECKING
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from runstream import _suspension as suspension
 from runstream._clock import iso_now
-from runstream._loop import run_output
-from runstream._run_state import LoopConfig, ResumeAction, RunState
 from runstream.abort import AbortController
+from runstream.agent import _suspension as suspension
+from runstream.agent.run_options import RunOptions
 from runstream.chunks import dumps
 from runstream.durable.log import RunLog
 from runstream.durable.workflow import END_SEGMENT, RUN_STEP, Action, SegmentEnd, StepInput, StepOutput
-from runstream.run_options import RunOptions
+from runstream.run._loop import run_output
+from runstream.run._run_state import LoopConfig, ResumeAction, RunState
 from runstream.storage import TaskFilter
 
 if TYPE_CHECKING:

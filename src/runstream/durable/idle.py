@@ -35,14 +35,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from runstream import _suspension as suspension
 from runstream.abort import AbortController
+from runstream.agent import _suspension as suspension
 from runstream.chunks import dumps
 from runstream.durable.activities import _Publisher, watched_step
 from runstream.durable.log import RunLog
 from runstream.durable.workflow import FOLLOW_IDLE, IdlePlan
 from runstream.models.base import PromptMessage
-from runstream.output import RunOutput
+from runstream.run.output import RunOutput
 from runstream.tasks.bus import TaskEventFilter, TaskSubscription
 from runstream.tasks.coordination import SETTLED_STATUSES, TaskManager
 from runstream.tasks.lifecycle import lifecycle_chunk
@@ -51,10 +51,10 @@ from runstream.tasks.temporal.settlements import is_announced
 from runstream.tasks.until_idle import IdleDriver, IdleOptions
 
 if TYPE_CHECKING:
-    from runstream._run_state import RunState
     from runstream.agent import Agent
+    from runstream.agent.run_options import RunOptions
     from runstream.memory import MemoryScope
-    from runstream.run_options import RunOptions
+    from runstream.run._run_state import RunState
 
 
 class FlowRuns(Protocol):

@@ -29,11 +29,11 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from runstream import _suspension as suspension
-from runstream._idle_stream import durable_flow
-from runstream._run_state import ResumeAction, RunState
 from runstream.abort import AbortController, AbortSignal
 from runstream.agent import Agent, RunNotFoundError
+from runstream.agent import _suspension as suspension
+from runstream.agent._idle_stream import durable_flow
+from runstream.agent.run_options import RunOptions
 from runstream.chunks import AnyChunk, chunk_from_wire
 from runstream.durable.activities import RunActivities
 from runstream.durable.idle import IdleActivities, flow_segment, turn_segment
@@ -48,8 +48,8 @@ from runstream.durable.workflow import (
     UntilIdleWorkflow,
 )
 from runstream.errors import ConfigurationError, RunstreamError, StateConflictError
-from runstream.output import RunOutput
-from runstream.run_options import RunOptions
+from runstream.run._run_state import ResumeAction, RunState
+from runstream.run.output import RunOutput
 from runstream.storage import Storage
 from runstream.tasks.coordination import TaskManager
 from runstream.tasks.temporal.manager import TemporalSettings, TemporalTaskManager

@@ -5,7 +5,7 @@ workflow only orders activities by name and holds the run as data.
 
 A run's life as a workflow:
 
-* The workflow holds the run's state as JSON (a :func:`runstream._suspension.snapshot`: the
+* The workflow holds the run's state as JSON (a :func:`runstream.agent._suspension.snapshot`: the
   versioned :meth:`RunState.to_json` plus the restorable options) and runs it in a ``run_step``
   activity until it ends or stops for a human: the activity restores the state, runs the loop's
   steps one after another, publishes their chunks to the run's log, stores the state at each

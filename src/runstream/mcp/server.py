@@ -23,9 +23,9 @@ from mcp.server.context import ServerRequestContext
 
 from runstream.abort import AbortController
 from runstream.agent import Agent
+from runstream.agent.run_options import read_default_options
 from runstream.chunks import AnyChunk
 from runstream.errors import ConfigurationError
-from runstream.run_options import read_default_options
 from runstream.runtime import Runstream
 from runstream.tools import Tool, ToolArgumentsError, ToolContext, ToolWriter
 from runstream.trust import needs_approval

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
+from runstream.agent.run_options import StreamOptions, client_tool
 from runstream.errors import InvalidInputError
 from runstream.memory import MemoryScope, memory_options
 from runstream.memory.working import WorkingMemory
 from runstream.models.base import ModelSettings, PromptMessage
-from runstream.run_options import StreamOptions, client_tool
 from runstream.server.auth import Principal
 from runstream.server.errors import ApiError
 from runstream.server.limits import (

@@ -24,9 +24,9 @@ from runstream.abort import AbortController
 from runstream.agent import Agent
 from runstream.errors import InvalidInputError
 from runstream.memory import MemoryScope
-from runstream.output import RunOutput
-from runstream.output import full_output as output_full_output
 from runstream.request_context import RequestContext
+from runstream.run.output import RunOutput
+from runstream.run.output import full_output as output_full_output
 from runstream.server.auth import Principal, principal_of
 from runstream.server.body import StreamRequest, parse_stream_body, resume_options, trusted_options
 from runstream.server.context import ServerContext, has_memory, json_body, json_response

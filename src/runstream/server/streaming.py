@@ -22,7 +22,7 @@ from starlette.requests import Request
 from runstream.agent import Agent
 from runstream.chunks import AgentChunk
 from runstream.memory import MemoryScope
-from runstream.output import RunOutput
+from runstream.run.output import RunOutput
 from runstream.server.auth import Principal
 from runstream.server.context import ServerContext
 from runstream.server.errors import ApiError

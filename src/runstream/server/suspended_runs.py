@@ -17,7 +17,7 @@ from runstream.server.context import ServerContext, json_response, query_date, q
 
 
 def suspended_run_json(data: Mapping[str, Any]) -> dict[str, Any]:
-    """One stored snapshot (see ``runstream._suspension``) as a listing item."""
+    """One stored snapshot (see ``runstream.agent._suspension``) as a listing item."""
     pending = data.get("pending") or {}
     awaiting = set(pending.get("awaitingApproval") or [])
     suspended = pending.get("suspended") or {}

@@ -34,7 +34,7 @@ from starlette.routing import Route
 from runstream._clock import iso_datetime
 from runstream.agent import Agent
 from runstream.memory import MemoryScope
-from runstream.output import RunOutput
+from runstream.run.output import RunOutput
 from runstream.server.auth import Principal, principal_of
 from runstream.server.body import parse_stream_body
 from runstream.server.context import ServerContext, json_body, json_response

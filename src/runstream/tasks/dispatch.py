@@ -9,7 +9,6 @@ from typing import Any
 
 from runstream import _tracing as tracing
 from runstream._messages import rewrite_prompt_result
-from runstream._run_state import LoopConfig, RunState, ToolCall, ToolOutcome
 from runstream.abort import AbortError, AbortSignal
 from runstream.chunks import (
     AnyChunk,
@@ -18,6 +17,7 @@ from runstream.chunks import (
     ToolErrorChunk,
     ToolResultChunk,
 )
+from runstream.run._run_state import LoopConfig, RunState, ToolCall, ToolOutcome
 from runstream.storage import TaskRecord
 from runstream.tasks.config import BackgroundTaskError, TaskHook, TaskRequest, TerminalHook
 from runstream.tasks.coordination import TaskManager

@@ -37,7 +37,7 @@ from runstream.abort import AbortController
 from runstream.chunks import AnyChunk, BackgroundTaskProgressChunk, ErrorChunk, chunk_from_wire
 from runstream.errors import InvalidInputError, RunstreamError
 from runstream.models.base import PromptMessage
-from runstream.output import RunOutput
+from runstream.run.output import RunOutput
 from runstream.tasks.bus import TaskSubscription
 
 DEFAULT_MAX_IDLE_MS = 300_000

@@ -25,14 +25,14 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from runstream._run_state import LoopConfig
+from runstream.agent.run_options import normalize_messages
 from runstream.chunks import AnyChunk, TextDeltaChunk
 from runstream.delegation import DelegationRun, hook_result
 from runstream.errors import InvalidInputError, RunstreamError
 from runstream.memory import Memory, MemoryScope
 from runstream.models.base import PromptMessage
 from runstream.request_context import RequestContext
-from runstream.run_options import normalize_messages
+from runstream.run._run_state import LoopConfig
 from runstream.tools import Tool, ToolContext
 
 logger = logging.getLogger(__name__)

@@ -1,9 +1,9 @@
 """The run as data: its configuration, its state, its tool calls and their outcomes.
 
-Everything the loop (``runstream._loop``) works on lives here, so the modules that only need a
+Everything the loop (``runstream.run._loop``) works on lives here, so the modules that only need a
 run's types (output, goals, scoring, step results, tasks) do not import the algorithm. A
 :class:`RunState` saves and restores itself (:meth:`RunState.to_json` /
-:meth:`RunState.from_json`) in the shape ``runstream._run_snapshot`` declares, versioned, with
+:meth:`RunState.from_json`) in the shape ``runstream.run._run_snapshot`` declares, versioned, with
 one migration per older version.
 
 The loop reports how each step ended as a value, one of :data:`StepOutcome`.
@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 from runstream._messages import ContinuedMessage
-from runstream._run_snapshot import (
+from runstream.abort import AbortSignal
+from runstream.chunks import AnyChunk, TripwirePayload, chunk_from_wire, to_jsonable
+from runstream.errors import RunstreamError
+from runstream.models.base import LanguageModel, ModelSettings, PromptMessage, ToolChoice
+from runstream.models.parts import ProviderMetadata
+from runstream.models.prompt import ToolApprovalResponsePart, ToolMessage, ToolResultOutput, ToolResultPart
+from runstream.run._run_snapshot import (
     STATE_VERSION,
     SavedContinuedMessage,
     SavedOutcome,
@@ -25,12 +31,6 @@ from runstream._run_snapshot import (
     SavedToolCall,
     read_snapshot,
 )
-from runstream.abort import AbortSignal
-from runstream.chunks import AnyChunk, TripwirePayload, chunk_from_wire, to_jsonable
-from runstream.errors import RunstreamError
-from runstream.models.base import LanguageModel, ModelSettings, PromptMessage, ToolChoice
-from runstream.models.parts import ProviderMetadata
-from runstream.models.prompt import ToolApprovalResponsePart, ToolMessage, ToolResultOutput, ToolResultPart
 from runstream.structured import StructuredOutput
 from runstream.tools import Tool
 
@@ -117,7 +117,7 @@ class LoopConfig:
     stop_when: list[Callable[[dict[str, Any]], bool | Awaitable[bool]]] = field(default_factory=list)
     """Conditions that end the run after a step (``runstream.stop_conditions``)."""
     prepare_step: Callable[[dict[str, Any]], Any] | None = None
-    """Changes each step before the model is called (``runstream._prepare_step``)."""
+    """Changes each step before the model is called (``runstream.run._prepare_step``)."""
     approval_policy: Callable[[dict[str, Any]], bool | Awaitable[bool]] | None = None
     """Decides per call whether it waits for approval (Mastra's ``requireToolApproval`` as a
     function): gets ``{"toolName", "args", "requestContext"}``."""
@@ -369,7 +369,7 @@ class RunState:
     public_steps: list[dict[str, Any]] = field(default_factory=list, repr=False, compare=False)
     """The public form (``output.steps`` of ``step-finish``/``finish``) of the first steps, as
     last built: later payloads share it instead of copying every earlier step again. A cache,
-    not saved (``runstream._step_results``)."""
+    not saved (``runstream.run._step_results``)."""
 
     @property
     def new_input_messages(self) -> list[PromptMessage]:

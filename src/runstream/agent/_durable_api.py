@@ -1,6 +1,6 @@
 """Mastra's durable-agent API on runstream's durable agents (``Agent(durable=True)``).
 
-A durable agent saves its run after every step (``runstream._suspension.DURABLE_NAMESPACE``);
+A durable agent saves its run after every step (``runstream.agent._suspension.DURABLE_NAMESPACE``);
 a run whose process died leaves its last snapshot behind. As Mastra's ``DurableAgent``:
 
 - ``list_active_runs(thread_id=, resource_id=, from_date=, to_date=, per_page=, page=)``: those
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from runstream import _suspension as suspension
+from runstream.agent import _suspension as suspension
 from runstream.chunks import AnyChunk, ErrorChunk
 from runstream.errors import InvalidInputError, InvalidTypeError, NotFoundError
 from runstream.storage import Storage
@@ -210,7 +210,7 @@ class RunLogs:
             log.watchers.clear()
 
     def observer(self, run_id: str) -> RunLogObserver:
-        """An observer (``runstream.output.Observer``) that logs each chunk of the run for
+        """An observer (``runstream.run.output.Observer``) that logs each chunk of the run for
         :func:`observe` (observable from now on); :meth:`RunLogObserver.close` when it ends."""
         return RunLogObserver(self.open(run_id))
 

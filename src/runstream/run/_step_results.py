@@ -18,7 +18,7 @@ from runstream.models.base import ModelCallError, PromptMessage
 from runstream.models.prompt import AssistantPart, ReasoningPart, TextPart, ToolCallPart
 
 if TYPE_CHECKING:
-    from runstream._run_state import LoopConfig, RunState, StepRecord
+    from runstream.run._run_state import LoopConfig, RunState, StepRecord
 
 _USAGE_KEYS = ("inputTokens", "outputTokens", "totalTokens")
 _PER_STEP = frozenset({"cacheCreationInputTokens5m", "cacheCreationInputTokens1h"})

@@ -1,11 +1,8 @@
 """``Agent``: configuration plus ``stream()`` / ``generate()`` and the human-in-the-loop calls.
 
-An agent wires a model, tools, processors and defaults into a :class:`~runstream._run_state.LoopConfig`
-per run (from the run's :class:`~runstream.run_options.RunOptions`) and returns a
-:class:`~runstream.output.RunOutput`. Runs that stop for a human (an approval, a suspended
-tool) are kept by run id (``runstream._suspension``) so ``approve_tool_call``,
-``decline_tool_call`` and ``resume_stream`` can continue them; until-idle streams are wired in
-``runstream._idle_stream``.
+An agent wires a model, tools and defaults into a run's ``LoopConfig`` (from its ``RunOptions``) and
+returns its ``RunOutput``. Runs that stop for a human are kept by run id (``_suspension.py``) for
+``approve_tool_call``, ``decline_tool_call``, ``resume_stream``; until-idle streams: ``_idle_stream.py``.
 """
 
 from __future__ import annotations
@@ -17,38 +14,30 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Unpack
 
 from runstream import _tracing as tracing
-from runstream._callbacks import CallbackObserver
-from runstream._durable_api import RunLogs, list_active_runs, observe, recover_active_runs, recover_options
-from runstream._idle_stream import IdleStreams, UntilIdle, check_idle_options
 from runstream._ids import new_id
-from runstream._loop import run_output
 from runstream._messages import ContinuedMessage, rewrite_prompt_result
-from runstream._plain_runs import PlainRuns
-from runstream._run_state import LoopConfig, ResumeAction, RunState
-from runstream._step_results import model_label, run_metadata
-from runstream._sub_agent import AgentToolError as AgentToolError  # public here since before the move
-from runstream._sub_agent import agent_tool, offer_result_references, with_full_results
-from runstream._suspension import (
+from runstream.abort import AbortController, AbortSignal
+from runstream.agent._durable_api import (
+    RunLogs,
+    list_active_runs,
+    observe,
+    recover_active_runs,
+    recover_options,
+)
+from runstream.agent._idle_stream import IdleStreams, UntilIdle, check_idle_options
+from runstream.agent._plain_runs import PlainRuns
+from runstream.agent._sub_agent import agent_tool, offer_result_references, with_full_results
+from runstream.agent._suspension import (
     DURABLE_NAMESPACE,
     NAMESPACE,
     DurableRuns,
+    RunNotFoundError,
     Stopped,
     SuspendedRun,
     SuspendedRuns,
     describe,
 )
-from runstream._suspension import RunNotFoundError as RunNotFoundError
-from runstream.abort import AbortController, AbortSignal
-from runstream.chunks import AnyChunk
-from runstream.errors import ConfigurationError, ConfigurationTypeError
-from runstream.goals import GoalConfig, Goals, GoalStatus, Objective, attach_goal
-from runstream.memory import Memory, MemoryInput, MemoryScope, run_memory
-from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
-from runstream.models.fallback import FallbackModel, ModelChoice
-from runstream.models.registry import as_model, ready_model
-from runstream.output import Observer, RunOutput, full_output
-from runstream.request_context import Dynamic, RequestContext, resolve
-from runstream.run_options import (
+from runstream.agent.run_options import (
     DEFAULT_POLICY,
     MessagesInput,
     RequestPolicy,
@@ -59,12 +48,24 @@ from runstream.run_options import (
     is_function,
     is_model,
     normalize_messages,
-    normalize_tool_choice,
     read_default_options,
     resolve_instructions,
     resolve_model,
 )
-from runstream.run_options import client_tool as client_tool  # public here since before the move
+from runstream.chunks import AnyChunk
+from runstream.errors import ConfigurationError, ConfigurationTypeError
+from runstream.goals import GoalConfig, Goals, GoalStatus, Objective, attach_goal
+from runstream.memory import Memory, MemoryInput, MemoryScope, run_memory
+from runstream.models.base import LanguageModel, ModelSettings, PromptMessage
+from runstream.models.fallback import FallbackModel, ModelChoice
+from runstream.models.registry import as_model, ready_model
+from runstream.request_context import Dynamic, RequestContext, resolve
+from runstream.run._callbacks import CallbackObserver
+from runstream.run._loop import run_output
+from runstream.run._prepare_step import normalize_tool_choice
+from runstream.run._run_state import LoopConfig, ResumeAction, RunState
+from runstream.run._step_results import model_label, run_metadata
+from runstream.run.output import Observer, RunOutput, full_output
 from runstream.scoring import TaskCompletion
 from runstream.storage import Storage, TaskRecord
 from runstream.structured import StructuredOutput
@@ -72,7 +73,7 @@ from runstream.tasks.policy import system_prompt_section, tool_schema_with_overr
 from runstream.tools import OffersTool, Tool, resume_schema_of
 
 if TYPE_CHECKING:
-    from runstream._services import RuntimeServices, Toolset
+    from runstream.agent._services import RuntimeServices, Toolset
     from runstream.tasks.coordination import TaskManager
     from runstream.tasks.policy import AgentBackgroundConfig
 
@@ -221,16 +222,16 @@ class Agent:
     ) -> RunOutput:
         """Start a run; iterate ``out.full_stream`` for its chunks.
 
-        The options (:class:`~runstream.run_options.StreamOptions`) are Mastra's by their Python
+        The options (:class:`~runstream.agent.run_options.StreamOptions`) are Mastra's by their Python
         names (docs/porting-from-mastra.md): ``max_steps``, ``tool_choice``, ``structured_output``,
         ``model_settings``, processors, ``abort_signal``, ``context``, ``request_context`` (tools
         read it as ``ctx.request_context``; instructions, model and tools may be functions of
-        it), the callbacks ``on_chunk`` ... ``on_abort`` (``runstream._callbacks``),
+        it), the callbacks ``on_chunk`` ... ``on_abort`` (``runstream.run._callbacks``),
         ``instructions``/``model`` (replace the agent's), ``system`` (added system messages),
         ``active_tools``, ``require_tool_approval`` (``True`` or a function of the call),
         ``tool_call_concurrency`` (``n`` or ``{"limit", "strategy"}``), ``stop_when``
-        (``runstream.stop_conditions``) and ``prepare_step`` (``runstream._prepare_step``). They
-        are read once into a frozen :class:`~runstream.run_options.RunOptions`, over the agent's
+        (``runstream.stop_conditions``) and ``prepare_step`` (``runstream.run._prepare_step``). They
+        are read once into a frozen :class:`~runstream.agent.run_options.RunOptions`, over the agent's
         ``default_options``; an unknown option is an error naming it.
 
         ``memory={"thread": ..., "resource": ...}`` loads the thread's history and saves the new
@@ -344,7 +345,7 @@ class Agent:
         cfg = self._plain_runs.config(self, options, controller.signal) if plain else None
         if cfg is None:
             cfg = await self._configure(options, state, controller, memory)
-            if plain:  # the next plain runs copy it (runstream._plain_runs)
+            if plain:  # the next plain runs copy it (runstream.agent._plain_runs)
                 self._plain_runs.keep(self, cfg)
         return self._output(cfg, state, controller, None, options)
 
@@ -391,7 +392,7 @@ class Agent:
         if not isinstance(instructions, str):
             instructions = await resolve_instructions(instructions, context, f"agent {self.id!r}")
         storage = self._run_storage() if self.durable else None
-        if storage is not None:  # a durable run is saved after every step (runstream._durable_api)
+        if storage is not None:  # a durable run is saved after every step (runstream.agent._durable_api)
             cfg.on_step_end = partial(self._durable_runs.save, storage, options)
         services = self.services
         if services is not None and services.task_manager is not None:
@@ -521,7 +522,7 @@ class Agent:
     async def list_active_runs(self, **filters: Any) -> dict[str, Any]:
         """Mastra's ``listActiveRuns``: this agent's durable runs no one drives in this process,
         with ``thread_id``, ``resource_id``, ``from_date``, ``to_date``, ``per_page``, ``page``
-        (see ``runstream._durable_api``)."""
+        (see ``runstream.agent._durable_api``)."""
         return await list_active_runs(self._run_storage(), self.id, self._durable_runs.live, **filters)
 
     async def recover(self, run_id: str, **options: Any) -> RunOutput:
@@ -749,7 +750,7 @@ class Agent:
         return await (await self.decline_tool_call(run_id=run_id, **options)).get_full_output()
 
     async def suspended_runs(self) -> list[dict[str, Any]]:
-        """The stored snapshots (see :func:`runstream._suspension.snapshot`, plus ``suspendedAt``)
+        """The stored snapshots (see :func:`runstream.agent._suspension.snapshot`, plus ``suspendedAt``)
         of this agent's runs that wait for a human, for listings."""
         return await self._stopped.listing(self._run_storage())
 
@@ -795,5 +796,5 @@ class Agent:
     def as_tool(self, name: str | None = None) -> Tool:
         """This agent as a tool ``agent-<name>`` (default: its id) taking Mastra's delegation
         input ``{"prompt", "threadId"?, "resourceId"?, "instructions"?, "maxSteps"?}``; its
-        chunks stream as tool output (see ``runstream._sub_agent``)."""
+        chunks stream as tool output (see ``runstream.agent._sub_agent``)."""
         return agent_tool(self, name or self.id, None)

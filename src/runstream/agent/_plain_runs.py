@@ -21,12 +21,12 @@ from dataclasses import fields
 from types import UnionType
 from typing import Any, Protocol, Union, get_args, get_origin, get_type_hints, is_typeddict
 
-from runstream._run_state import LoopConfig
 from runstream.abort import AbortSignal
+from runstream.agent.run_options import RunOptions, is_model
 from runstream.models.base import ToolChoice
 from runstream.models.registry import ModelString
 from runstream.request_context import RequestContext
-from runstream.run_options import RunOptions, is_model
+from runstream.run._run_state import LoopConfig
 from runstream.tasks.policy import warn_without_manager
 from runstream.tools import Tool
 

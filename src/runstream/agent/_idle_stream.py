@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from runstream import _tracing as tracing
 from runstream.abort import AbortController
+from runstream.agent.run_options import InvalidOptionError, RunOptions
 from runstream.models.base import PromptMessage
-from runstream.output import RunOutput
-from runstream.run_options import InvalidOptionError, RunOptions
+from runstream.run.output import RunOutput
 from runstream.tasks.until_idle import IdleOptions, until_idle_stream
 
 if TYPE_CHECKING:

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from runstream._clock import iso_now
-from runstream._run_state import LoopConfig, ResumeAction, RunState
+from runstream.agent.run_options import RunOptions
 from runstream.errors import NotFoundError, StateConflictError
 from runstream.memory import MemoryScope
-from runstream.run_options import RunOptions
+from runstream.run._run_state import LoopConfig, ResumeAction, RunState
 from runstream.storage import Storage
 
 NAMESPACE = "agent-runs"
@@ -73,7 +73,7 @@ def snapshot(agent_id: str, state: RunState, options: RunOptions) -> dict[str, A
 
 def restore(data: dict[str, Any]) -> tuple[RunState, RunOptions]:
     """The :class:`RunState` and :class:`RunOptions` of a snapshot, ready to be continued (its
-    messages are already in memory). Raises :class:`~runstream._run_state.UnsupportedRunStateError`
+    messages are already in memory). Raises :class:`~runstream.run._run_state.UnsupportedRunStateError`
     for a snapshot of a version this code does not read."""
     state = RunState.from_json(data)
     state.saved = True

@@ -18,16 +18,18 @@ from typing import Any, Literal, Protocol, TypedDict, cast
 
 from typing_extensions import TypeIs
 
-from runstream._callbacks import Callback, RunCallbacks
 from runstream._config_mapping import ConfigKeyError, camel, one_of, positive_int, read_config
-from runstream._run_snapshot import UnsupportedRunStateError
-from runstream._run_state import LoopConfig
 from runstream.abort import AbortSignal
 from runstream.delegation import DelegationConfig, DelegationRun
-from runstream.errors import ConfigurationTypeError, InvalidInputError
+from runstream.errors import ConfigurationTypeError
 from runstream.memory import MemoryScope
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage, ToolChoice
 from runstream.request_context import Dynamic, RequestContext, resolve
+from runstream.run._callbacks import Callback, RunCallbacks
+from runstream.run._prepare_step import InvalidOptionError as InvalidOptionError
+from runstream.run._prepare_step import normalize_tool_choice
+from runstream.run._run_snapshot import UnsupportedRunStateError
+from runstream.run._run_state import LoopConfig
 from runstream.scoring import TaskCompletion
 from runstream.stop_conditions import StopCondition
 from runstream.structured import StructuredOutput
@@ -115,11 +117,6 @@ class RequestPolicy:
 
 
 DEFAULT_POLICY = RequestPolicy()
-
-
-class InvalidOptionError(InvalidInputError, TypeError):
-    """A run option whose value cannot be used. Also a ``TypeError``: the checks it reports
-    raised either builtin before the error tree, and code may catch those."""
 
 
 OPTIONS_VERSION = 2
@@ -332,7 +329,7 @@ class RunOptions:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunOptions:
         """Options saved by :meth:`to_json`, of this version or an older one. An unknown
-        version or key fails (:class:`~runstream._run_state.UnsupportedRunStateError`) rather
+        version or key fails (:class:`~runstream.run._run_state.UnsupportedRunStateError`) rather
         than continuing a run with an option dropped."""
         version = data.get("optionsVersion", 1)
         if version not in (1, OPTIONS_VERSION) or isinstance(version, bool):
@@ -415,26 +412,6 @@ def normalize_messages(messages: MessagesInput | None) -> list[PromptMessage]:
             )
             out.append(cast(PromptMessage, {"role": role, "content": parts}))
     return out
-
-
-_NAMED_CHOICES: dict[str, ToolChoice] = {
-    "auto": {"type": "auto"},
-    "none": {"type": "none"},
-    "required": {"type": "required"},
-}
-
-
-def normalize_tool_choice(choice: str | Mapping[str, Any] | None) -> ToolChoice | None:
-    if choice is None:
-        return None
-    if isinstance(choice, str):
-        named = _NAMED_CHOICES.get(choice)
-        if named is None:
-            raise InvalidOptionError(
-                f"tool_choice must be 'auto', 'none', 'required' or a tool, not {choice!r}"
-            )
-        return named.copy()
-    return cast(ToolChoice, dict(choice))  # the caller's, as given
 
 
 def _runs_on_the_client(args: dict[str, Any], ctx: ToolContext) -> None:

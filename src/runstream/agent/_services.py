@@ -16,10 +16,10 @@ from runstream.tasks.coordination import TaskManager
 from runstream.tools import Tool
 
 if TYPE_CHECKING:
-    from runstream._run_state import ResumeAction, RunState
     from runstream.abort import AbortController
-    from runstream.output import RunOutput
-    from runstream.run_options import RunOptions
+    from runstream.agent.run_options import RunOptions
+    from runstream.run._run_state import ResumeAction, RunState
+    from runstream.run.output import RunOutput
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +50,7 @@ class DurableRunner(Protocol):
     async def start_run(
         self, agent_id: str, state: RunState, options: RunOptions, controller: AbortController
     ) -> RunOutput:
-        """A run (or, asked by ``runstream._idle_stream.durable_flow``, an until-idle stream
+        """A run (or, asked by ``runstream.agent._idle_stream.durable_flow``, an until-idle stream
         whose first turn it is, driven where the runs run)."""
         ...
 

@@ -1,7 +1,7 @@
 """A saved run's JSON: its shape (``TypedDict``s that pydantic checks) and one migration per
 older version.
 
-:meth:`RunState.to_json <runstream._run_state.RunState.to_json>` writes a :class:`SavedRunState`
+:meth:`RunState.to_json <runstream.run._run_state.RunState.to_json>` writes a :class:`SavedRunState`
 (mypy makes it name every key); :func:`read_snapshot` brings a saved state of any version up to
 :data:`STATE_VERSION` one migration at a time, then checks it against :class:`SavedRunState`, in
 which every key is required: a field the writer leaves out fails on load (and in the tests),

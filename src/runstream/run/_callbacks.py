@@ -26,8 +26,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runstream._run_state import LoopConfig, RunState
 from runstream.chunks import AnyChunk
+from runstream.run._run_state import LoopConfig, RunState
 
 Callback = Callable[[Any], Awaitable[None] | None]
 
@@ -59,7 +59,7 @@ class RunCallbacks:
 
 
 class CallbackObserver:
-    """The callbacks as an observer of a run's chunks (``runstream.output.Observer``): called as
+    """The callbacks as an observer of a run's chunks (``runstream.run.output.Observer``): called as
     each chunk passes, before the consumers get it."""
 
     __slots__ = ("callbacks", "full_output", "model", "state", "step_text")

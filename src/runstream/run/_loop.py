@@ -10,7 +10,7 @@ model step the loop decides what comes next and gets it as a value (:data:`StepO
 
 A run that needs a human (a tool awaiting approval, a tool that suspended) ends its stream after
 the ``tool-call-approval`` / ``tool-call-suspended`` chunk and leaves a
-:class:`~runstream._run_state.PendingToolStep` in the :class:`~runstream._run_state.RunState`;
+:class:`~runstream.run._run_state.PendingToolStep` in the :class:`~runstream.run._run_state.RunState`;
 ``run_output(..., resume=...)`` continues it.
 """
 
@@ -21,9 +21,21 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from runstream._ids import new_id
-from runstream._model_step import ModelStep, Turn, default_response_metadata
-from runstream._prepare_step import prepared_step
-from runstream._run_state import (
+from runstream.abort import AbortController
+from runstream.chunks import (
+    AbortChunk,
+    AnyChunk,
+    Chunk,
+    ErrorChunk,
+    ObjectResultChunk,
+    StartChunk,
+    TripwireChunk,
+)
+from runstream.models.prompt import AssistantPart
+from runstream.processors import ProcessorContext, StepView, TripWire, run_step_processors
+from runstream.run._model_step import ModelStep, Turn, default_response_metadata
+from runstream.run._prepare_step import prepared_step
+from runstream.run._run_state import (
     Abort,
     CheckVerdict,
     Continue,
@@ -37,34 +49,22 @@ from runstream._run_state import (
     Suspend,
     Tripwire,
 )
-from runstream._step_results import (
+from runstream.run._step_results import (
     add_feedback,
     add_tool_results,
     finish_chunk,
     step_finish_chunk,
     step_record,
 )
-from runstream._structuring import Structured, structure, structuring_tripwire
-from runstream._tool_step import (
+from runstream.run._structuring import Structured, structure, structuring_tripwire
+from runstream.run._tool_step import (
     answer_pending,
     calls_client_tools,
     finished_tool_step,
     run_tool_step,
     wait_for_background,
 )
-from runstream.abort import AbortController
-from runstream.chunks import (
-    AbortChunk,
-    AnyChunk,
-    Chunk,
-    ErrorChunk,
-    ObjectResultChunk,
-    StartChunk,
-    TripwireChunk,
-)
-from runstream.models.prompt import AssistantPart
-from runstream.output import Observer, PartSource, RunOutput, SubStream
-from runstream.processors import ProcessorContext, StepView, TripWire, run_step_processors
+from runstream.run.output import Observer, PartSource, RunOutput, SubStream
 from runstream.stop_conditions import should_stop
 from runstream.structured import NO_OBJECT, StructuredOutput
 
@@ -88,7 +88,7 @@ def run_output(
     observers: Sequence[Observer] = (),
     on_close: Callable[[], Awaitable[None]] | None = None,
 ) -> RunOutput:
-    """The run, driven by its :class:`~runstream.output.RunOutput` (every run's one driver: it
+    """The run, driven by its :class:`~runstream.run.output.RunOutput` (every run's one driver: it
     pulls each model step's provider parts and has the step translate them, then goes on here);
     ``observers`` see each chunk before the consumers do (callbacks, title events, a durable
     run's log). A new run's start chunk waits in the output, so the first read does not enter
@@ -106,7 +106,7 @@ def start_chunk(cfg: LoopConfig, state: RunState) -> StartChunk:
 async def run_chunks(
     cfg: LoopConfig, state: RunState, resume: ResumeAction | None = None, *, started: bool = False
 ) -> AsyncIterator[AnyChunk | SubStream | PartSource]:
-    """The run's chunks; each model step comes as a :class:`~runstream.output.PartSource` whose
+    """The run's chunks; each model step comes as a :class:`~runstream.run.output.PartSource` whose
     provider parts the consumer (``RunOutput``) pulls and translates itself until they end, then
     goes on here: no generator of the loop or the step per token (async generators have no
     ``yield from``). One pull-through chain, no task or queue. ``started``: the new run's

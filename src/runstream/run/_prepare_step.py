@@ -14,13 +14,12 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from runstream._config_mapping import read_config
-from runstream._run_state import LoopConfig, RunState
-from runstream.errors import ConfigurationError, ConfigurationTypeError
-from runstream.models.base import LanguageModel, PromptMessage
-from runstream.run_options import normalize_tool_choice
+from runstream.errors import ConfigurationError, ConfigurationTypeError, InvalidInputError
+from runstream.models.base import LanguageModel, PromptMessage, ToolChoice
+from runstream.run._run_state import LoopConfig, RunState
 
 PrepareStep = Callable[[dict[str, Any]], Mapping[str, Any] | Awaitable[Mapping[str, Any] | None] | None]
 
@@ -73,3 +72,28 @@ def _active(cfg: LoopConfig, names: Any) -> dict[str, Any]:
             f"prepare_step result activeTools names no tool: {', '.join(map(repr, unknown))}"
         )
     return {name: cfg.tools[name] for name in names}
+
+
+class InvalidOptionError(InvalidInputError, TypeError):
+    """A run option whose value cannot be used. Also a ``TypeError``: the checks it reports
+    raised either builtin before the error tree, and code may catch those."""
+
+
+_NAMED_CHOICES: dict[str, ToolChoice] = {
+    "auto": {"type": "auto"},
+    "none": {"type": "none"},
+    "required": {"type": "required"},
+}
+
+
+def normalize_tool_choice(choice: str | Mapping[str, Any] | None) -> ToolChoice | None:
+    if choice is None:
+        return None
+    if isinstance(choice, str):
+        named = _NAMED_CHOICES.get(choice)
+        if named is None:
+            raise InvalidOptionError(
+                f"tool_choice must be 'auto', 'none', 'required' or a tool, not {choice!r}"
+            )
+        return named.copy()
+    return cast(ToolChoice, dict(choice))  # the caller's, as given

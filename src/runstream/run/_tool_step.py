@@ -18,7 +18,6 @@ from itertools import islice
 from typing import Any, cast
 
 from runstream import _tracing as tracing
-from runstream._run_state import LoopConfig, PendingToolStep, ResumeAction, RunState, ToolCall, ToolOutcome
 from runstream.abort import AbortError
 from runstream.chunks import (
     AnyChunk,
@@ -35,6 +34,14 @@ from runstream.errors import StateConflictError
 from runstream.models.base import PromptMessage, tool_result_output
 from runstream.models.parts import ProviderMetadata
 from runstream.models.prompt import ToolApprovalResponsePart, ToolMessage, ToolResultOutput, ToolResultPart
+from runstream.run._run_state import (
+    LoopConfig,
+    PendingToolStep,
+    ResumeAction,
+    RunState,
+    ToolCall,
+    ToolOutcome,
+)
 from runstream.tools import (
     APPROVAL_RESUME_SCHEMA,
     Tool,

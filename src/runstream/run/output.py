@@ -1,0 +1,603 @@
+"""``RunOutput``: what ``agent.stream()`` returns.
+
+The run's chunks come from one async generator (the loop). ``full_stream`` can be iterated by
+any number of consumers, each from the first chunk, whenever they start: chunks are kept in a
+buffer, and whichever consumer is ahead pulls the next chunk from the generator (the others wait
+for it). With one consumer that is a plain pull-through, no task and no queue. Text and
+reasoning deltas are buffered as plain strings, so a late consumer gets equal (not identical)
+delta chunks; that keeps a long reply at a few bytes per token.
+
+Aggregates (``await out.text``, ``await out.usage`` …) drive the stream to its end if nobody
+else does, then read the run's state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import warnings
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
+from types import AsyncGeneratorType
+from typing import Any, Generic, TypeVar, cast
+
+from runstream.abort import AbortController, AbortSignal
+from runstream.chunks import (
+    AgentChunk,
+    AnyChunk,
+    ChunkFrom,
+    FileChunk,
+    ObjectChunk,
+    ReasoningDeltaChunk,
+    SourceChunk,
+    TextDeltaChunk,
+    ToolCallChunk,
+    ToolResultChunk,
+    TripwirePayload,
+    Usage,
+)
+from runstream.errors import RunFailedError
+from runstream.models.base import PromptMessage
+from runstream.run._run_state import RunState
+from runstream.run._run_state import StepRecord as StepRecord
+
+logger = logging.getLogger("runstream.run")
+T = TypeVar("T")
+
+SubStream = AsyncGenerator[AnyChunk, None]
+"""A part of a stream handed over whole, as one of its items: ``RunOutput`` pulls from it until
+it ends, then from the source again. The loop hands over each model step's chunks this way
+(``runstream.run._loop.run_chunks``): a generator layer less per token."""
+
+
+SUB_STREAM: Any = AsyncGeneratorType
+"""The type of a sub-stream (what a stream's item is compared with)."""
+
+
+class PartSource:
+    """A model step's provider stream, handed over as one item of a stream, like a sub-stream:
+    its consumer pulls the provider's parts itself and turns each into chunks with
+    :meth:`translate`, so a token costs a function call rather than a generator layer.
+    ``RunOutput`` drives it inline."""
+
+    __slots__ = ()
+
+    parts: AsyncIterator[Any]
+    signal: AbortSignal
+    stopped: bool
+    """Set by a part's sub-stream when the part ended the stream (an error part, a tripwire): no
+    further part is pulled, as none is once ``signal`` is aborted."""
+    continues: bool
+    """Set by :meth:`translate` when its chunk is a plain text delta (two payload keys, the
+    run's id, from ``AGENT``) of the same block as the chunk it made just before, with
+    nothing in between: the consumer adds it to the delta run it keeps without checking."""
+
+    def translate(self, part: Any) -> AnyChunk | SubStream | None:
+        """A part's chunk; for a part with more to do than one chunk, a sub-stream of its chunks
+        (then :attr:`stopped` is read again); ``None`` when the part streams nothing."""
+        raise NotImplementedError
+
+    def end(self, error: Exception | None) -> SubStream:
+        """The last chunks once the parts ran out, stopped, or failed with ``error``; closes the
+        parts first."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Close the provider's stream (a no-op once it ended)."""
+        aclose = getattr(self.parts, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+Observer = Callable[[AnyChunk], Awaitable[Sequence[AnyChunk]]]
+"""Sees each chunk of a run before any consumer does (run callbacks, a thread's title event, a
+durable run's log): ``RunOutput`` awaits it, and streams the chunks it returns (usually none)
+just before that chunk. A run without observers takes the same path with no per-chunk cost."""
+
+
+class _DeltaRun:
+    """Consecutive deltas of one text or reasoning block, as kept in the replay buffer."""
+
+    __slots__ = ("cls", "from_", "id", "run_id", "texts")
+
+    def __init__(self, cls: type[AnyChunk], run_id: str, from_: ChunkFrom, id: str, first: str) -> None:
+        self.cls = cls
+        self.run_id = run_id
+        self.from_ = from_
+        self.id = id
+        self.texts = [first]
+
+    def takes(self, chunk: AnyChunk) -> bool:
+        """Whether ``chunk`` (of this run's class) is a plain delta that continues this run."""
+        payload = chunk.payload
+        return (
+            len(payload) == 2
+            and payload["id"] == self.id
+            and chunk.run_id == self.run_id
+            and chunk.from_ == self.from_
+        )
+
+    def chunk(self, index: int) -> AnyChunk:
+        return self.cls(self.run_id, {"id": self.id, "text": self.texts[index]}, self.from_)
+
+
+class RunOutput:
+    """A run's streams and aggregates (Mastra's ``MastraModelOutput``)."""
+
+    def __init__(
+        self,
+        source: AsyncIterator[AnyChunk | SubStream | PartSource],
+        state: RunState,
+        controller: AbortController,
+        *,
+        on_close: Callable[[], Awaitable[None]] | None = None,
+        first: AnyChunk | None = None,
+        observers: Sequence[Observer] = (),
+    ) -> None:
+        """``first``: the run's first chunk, when it is known before ``source`` runs (a new
+        run's ``start``): a consumer gets it without entering the source (a run with
+        ``observers`` has its source yield it, so that they see it too). ``observers``: see
+        :data:`Observer`, called in order (each sees the chunks the earlier ones added)."""
+        # Typed as chunks for the hot path; a sub-stream among them is spotted by its type.
+        self._pull: Callable[[], Awaitable[Any]] = source.__anext__
+        self._source: PartSource | None = None
+        """The part source ``_pull`` pulls parts from (``None``: it pulls chunks)."""
+        self._outer: list[tuple[Callable[[], Awaitable[Any]], PartSource | None]] = []
+        """Where to pull from once the current sub-stream ends (innermost last)."""
+        self._buffer: list[AnyChunk | _DeltaRun] = []
+        self._done = False
+        self._pulling = False
+        self._waiters: list[asyncio.Future[None]] = []
+        self._kept = 0  # chunks pulled so far (a consumer that sees it move was overtaken)
+        self._open_run: _DeltaRun | None = None  # the delta run at the buffer's end, if any
+        self._open_index = 0
+        self._on_close = on_close
+        self._observers = tuple(observers)
+        self.state = state
+        self._controller = controller
+        if first is not None:
+            assert not observers, "an observed run's source yields its first chunk"
+            self._keep(first)
+
+    # -- identity -------------------------------------------------------------------------------
+    @property
+    def run_id(self) -> str:
+        return self.state.run_id
+
+    @property
+    def message_id(self) -> str:
+        return self.state.message_id
+
+    # -- streams --------------------------------------------------------------------------------
+    @property
+    def full_stream(self) -> AsyncIterator[AgentChunk]:
+        """Every chunk of the run, from the first one.
+
+        Typed as the closed union :data:`runstream.chunks.AgentChunk`, so that
+        ``if chunk.type == "text-delta":`` narrows ``chunk.payload`` to a ``TextDeltaPayload``.
+        A tool's custom ``data-*`` chunks (``ctx.writer.custom``) are its
+        :class:`runstream.chunks.DataChunk` members: pick them out with ``isinstance`` or
+        ``case DataChunk(data)``."""
+        return cast("AsyncIterator[AgentChunk]", self._iterate())
+
+    async def _iterate(self) -> AsyncIterator[AnyChunk]:
+        buffer = self._buffer
+        i = 0  # position: entry i of the buffer, and j texts into it when it is a delta run
+        j = 0
+        while True:
+            if i < len(buffer):  # behind the furthest consumer: replay the buffer
+                entry = buffer[i]
+                if type(entry) is not _DeltaRun:
+                    yield entry  # type: ignore[misc]
+                    i += 1
+                    continue
+                if j < len(entry.texts):
+                    yield entry.chunk(j)
+                    j += 1
+                    continue
+                if i + 1 < len(buffer) or self._done:
+                    i += 1
+                    j = 0
+                    continue
+            if self._done:
+                return
+            if self._pulling:
+                waiter = asyncio.get_running_loop().create_future()
+                self._waiters.append(waiter)
+                await waiter
+                continue
+            # This consumer is the furthest ahead: it pulls the next chunks for everyone for as
+            # long as nobody else pulls in between (with one consumer, a plain pull-through).
+            observed = self._observers
+            run = self._open_run
+            texts: list[str] = run.texts if run is not None else []
+            kept = self._kept
+            while True:
+                source = self._source  # a model step's parts being pulled (else chunks)
+                if source is not None and source.signal.aborted:  # (stopped: see _pop)
+                    self._end_parts(source, None)
+                    continue
+                self._pulling = True
+                try:
+                    chunk = await self._pull()
+                    if source is not None:
+                        chunk = source.translate(chunk)
+                except StopAsyncIteration:
+                    self._pulling = False
+                    if self._pop():
+                        continue
+                    self._wake_waiters()
+                    await self._close()
+                    return
+                except (asyncio.CancelledError, GeneratorExit):
+                    await self._cancelled(source)
+                    raise
+                except Exception as exc:
+                    self._stop_pulling()
+                    if source is None:
+                        await self._failed(exc)
+                        raise
+                    self._end_parts(source, exc)  # the provider's stream failed: the step records it
+                    continue
+                self._pulling = False  # (inline: the hot path)
+                if self._waiters:
+                    self._wake_waiters()
+                if observed and (added := await self._observe(chunk, source)):
+                    i, j = self._keep_all([*added, chunk])  # replayed from the first one added
+                    break
+                if (source is not None and source.continues) or (
+                    run is not None
+                    and type(chunk) is run.cls
+                    and len(payload := chunk.payload) == 2
+                    and payload["id"] == run.id
+                    and chunk.run_id == run.run_id
+                    and chunk.from_ == run.from_
+                ):  # the hot path: one more delta of the open run (a part source vouches for its own)
+                    texts.append(chunk.payload["text"])
+                    kept += 1
+                    self._kept = kept
+                    yield chunk
+                    if self._kept != kept:  # another consumer pulled meanwhile: replay
+                        i, j = self._open_index, len(texts)
+                        break
+                    continue
+                if chunk is None:  # a part that streams nothing
+                    continue
+                kind = type(chunk)
+                if kind is SUB_STREAM:  # a sub-stream: pulled from directly
+                    self._push(cast(Any, chunk).__anext__, None)
+                    continue
+                if isinstance(chunk, PartSource):  # a model step's parts: translated here
+                    self._push(chunk.parts.__anext__, chunk)
+                    continue
+                i, j = self._keep(chunk)
+                kept = self._kept
+                run = self._open_run
+                if run is not None:
+                    texts = run.texts
+                yield chunk
+                if self._kept != kept:  # another consumer pulled meanwhile: replay from i, j
+                    break
+
+    async def _observe(self, chunk: Any, source: PartSource | None) -> Sequence[AnyChunk]:
+        """Hand ``chunk`` (if a chunk: not nothing, a sub-stream or a part source) to the
+        observers; returns what they add before it (each observer sees what the earlier ones
+        added, then ``chunk``). An observer that raises ends the run with its error (as a run
+        callback does in Mastra)."""
+        if chunk is None or type(chunk) is SUB_STREAM or isinstance(chunk, PartSource):
+            return ()
+        added: Sequence[AnyChunk] = ()
+        try:
+            for observer in self._observers:
+                if not added:
+                    added = await observer(chunk)
+                    continue
+                seen: list[AnyChunk] = []
+                for each in added:
+                    seen.extend(await observer(each))
+                    seen.append(each)
+                seen.extend(await observer(chunk))
+                added = seen
+        except (asyncio.CancelledError, GeneratorExit):
+            await self._cancelled(source)
+            raise
+        except Exception as exc:
+            self._stop_pulling()
+            await self._close_part_sources(source)
+            await self._failed(exc)
+            raise
+        return added
+
+    def _keep_all(self, chunks: list[AnyChunk]) -> tuple[int, int]:
+        """Keep ``chunks``; returns the position of the first one."""
+        run = self._open_run
+        position = (self._open_index, len(run.texts)) if run is not None else (len(self._buffer), 0)
+        for each in chunks:
+            self._keep(each)
+        return position
+
+    async def _close_part_sources(self, source: PartSource | None) -> None:
+        for part_source in (source, *(outer for _, outer in self._outer)):
+            if part_source is not None:  # (one whose part's sub-stream was being pulled too)
+                await part_source.aclose()
+
+    async def _cancelled(self, source: PartSource | None) -> None:
+        """A consumer was cancelled mid-pull: that ends the run (reader cancel = abort)."""
+        self._stop_pulling()
+        await self._close_part_sources(source)
+        self._controller.abort("stream consumer cancelled")
+        if self.state.status == "running":
+            self.state.status = "aborted"
+        await self._close()
+
+    async def _failed(self, exc: Exception) -> None:
+        """A bug below the loop must still end the stream."""
+        self.state.error = exc
+        self.state.status = "failed"
+        await self._close()
+
+    def _push(self, pull: Callable[[], Awaitable[Any]], source: PartSource | None) -> None:
+        """Pull from a handed-over sub-stream or part source until it ends, then go back."""
+        self._outer.append((self._pull, self._source))
+        self._pull = pull
+        self._source = source
+
+    def _pop(self) -> bool:
+        """The current stream ended: a part source goes on with its last chunks, a sub-stream
+        back to the stream that handed it over. ``False`` when the run's own stream ended."""
+        source = self._source
+        if source is not None:
+            self._end_parts(source, None)
+            return True
+        if not self._outer:
+            return False
+        self._pull, source = self._outer.pop()
+        self._source = source
+        if source is not None and source.stopped:  # (only a part's sub-stream stops its source)
+            self._end_parts(source, None)
+        return True
+
+    def _end_parts(self, source: PartSource, error: Exception | None) -> None:
+        """The part source is done: its last chunks come in its place."""
+        self._pull = source.end(error).__anext__
+        self._source = None
+
+    def _keep(self, chunk: AnyChunk) -> tuple[int, int]:
+        """Buffer a chunk for later consumers; returns the position just after it.
+
+        Runs of plain text/reasoning deltas are kept as one list of strings (a few bytes per
+        token instead of a chunk object and a dict): later consumers get equal, fresh chunks.
+        """
+        self._kept += 1
+        buffer = self._buffer
+        kind = type(chunk)
+        if kind is TextDeltaChunk or kind is ReasoningDeltaChunk:
+            payload = chunk.payload
+            if len(payload) == 2:
+                run = self._open_run
+                if run is not None and run.cls is kind and run.takes(chunk):
+                    texts = run.texts
+                    texts.append(payload["text"])
+                    return self._open_index, len(texts)
+                self._open_run = _DeltaRun(kind, chunk.run_id, chunk.from_, payload["id"], payload["text"])
+                self._open_index = len(buffer)
+                buffer.append(self._open_run)
+                return self._open_index, 1
+        self._open_run = None
+        buffer.append(chunk)
+        return len(buffer), 0
+
+    def _stop_pulling(self) -> None:
+        self._pulling = False
+        self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _close(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        if self._on_close is not None:
+            on_close, self._on_close = self._on_close, None
+            await on_close()
+
+    @property
+    def text_stream(self) -> AsyncIterator[str]:
+        """Only the text deltas."""
+
+        async def texts() -> AsyncIterator[str]:
+            async for chunk in self._iterate():
+                if chunk.type == "text-delta":
+                    yield chunk.payload["text"]
+            self.raise_if_failed()
+
+        return texts()
+
+    @property
+    def object_stream(self) -> AsyncIterator[Any]:
+        """The partial objects of a structured-output run."""
+
+        async def objects() -> AsyncIterator[Any]:
+            async for chunk in self._iterate():
+                if isinstance(chunk, ObjectChunk):
+                    yield chunk.object
+
+        return objects()
+
+    # -- control --------------------------------------------------------------------------------
+    def abort(self, reason: object = None) -> None:
+        """Abort the run: the stream ends with ``abort`` and ``finish``."""
+        self._controller.abort(reason)
+
+    async def consume(self) -> None:
+        """Drive the stream to its end (without keeping a reference to the chunks)."""
+        async for _ in self._iterate():
+            pass
+
+    def raise_if_failed(self) -> None:
+        """Raise :class:`RunFailedError` (its cause: the run's error) if the run failed."""
+        state = self.state
+        if state.status == "failed" and state.error is not None:
+            raise RunFailedError(state.run_id, state.error)
+
+    def _after(self, read: Callable[[], T], name: str) -> Aggregate[T]:
+        async def wait() -> T:
+            await self.consume()
+            self.raise_if_failed()
+            return read()
+
+        return Aggregate(wait, name)
+
+    # -- aggregates (awaitables, like Mastra's promise getters) -----------------------------------
+    @property
+    def text(self) -> Aggregate[str]:
+        return self._after(lambda: self.state.text, "text")
+
+    @property
+    def reasoning_text(self) -> Aggregate[str]:
+        return self._after(lambda: "".join(self.state.reasoning), "reasoning_text")
+
+    @property
+    def tool_calls(self) -> Aggregate[list[ToolCallChunk]]:
+        """The model's tool calls, every step."""
+        return self._after(lambda: cast("list[ToolCallChunk]", list(self.state.tool_calls)), "tool_calls")
+
+    @property
+    def tool_results(self) -> Aggregate[list[ToolResultChunk]]:
+        """The tools' results (a failed call is a ``tool-error`` chunk of the stream, not here)."""
+        return self._after(
+            lambda: cast("list[ToolResultChunk]", list(self.state.tool_results)), "tool_results"
+        )
+
+    @property
+    def sources(self) -> Aggregate[list[SourceChunk]]:
+        return self._after(lambda: cast("list[SourceChunk]", list(self.state.sources)), "sources")
+
+    @property
+    def files(self) -> Aggregate[list[FileChunk]]:
+        return self._after(lambda: cast("list[FileChunk]", list(self.state.files)), "files")
+
+    @property
+    def finish_reason(self) -> Aggregate[str | None]:
+        return self._after(lambda: self.state.finish_reason, "finish_reason")
+
+    @property
+    def usage(self) -> Aggregate[Usage]:
+        """Token usage summed over all steps (``totalUsage`` in Mastra)."""
+        return self._after(self._usage, "usage")
+
+    total_usage = usage
+
+    @property
+    def steps(self) -> Aggregate[list[StepRecord]]:
+        return self._after(lambda: list(self.state.steps), "steps")
+
+    @property
+    def object(self) -> Aggregate[Any]:
+        return self._after(lambda: self.state.object, "object")
+
+    @property
+    def messages(self) -> Aggregate[list[PromptMessage]]:
+        """The response messages of this run (assistant and tool messages)."""
+        return self._after(lambda: list(self.state.response_messages), "messages")
+
+    @property
+    def suspend_payload(self) -> Aggregate[Any]:
+        return self._after(lambda: self.state.suspend_payload, "suspend_payload")
+
+    def _usage(self) -> Usage:
+        return cast(Usage, total_usage(self.state))
+
+    async def get_full_output(self) -> dict[str, Any]:
+        """Everything at once, after the run ends; a failed run raises :class:`RunFailedError`
+        (as Mastra's ``getFullOutput()`` rejects)."""
+        await self.consume()
+        self.raise_if_failed()
+        return full_output(self.state)
+
+    # -- synchronous state ------------------------------------------------------------------------
+    @property
+    def status(self) -> str:
+        return self.state.status
+
+    @property
+    def error(self) -> BaseException | None:
+        return self.state.error
+
+    @property
+    def tripwire(self) -> TripwirePayload | None:
+        return self.state.tripwire
+
+
+class Aggregate(Coroutine[Any, Any, T], Generic[T]):
+    """An awaitable aggregate of a run (``out.text``, ``out.usage`` …): a coroutine made when
+    awaited. Printed without ``await`` it says so (and warns) instead of showing
+    ``<coroutine object ...>``; never awaited, it does not warn at garbage collection."""
+
+    __slots__ = ("_coro", "_make", "_name")
+
+    def __init__(self, make: Callable[[], Coroutine[Any, Any, T]], name: str) -> None:
+        self._make = make
+        self._name = name
+        self._coro: Coroutine[Any, Any, T] | None = None
+
+    def _inner(self) -> Coroutine[Any, Any, T]:
+        if self._coro is None:
+            self._coro = self._make()
+        return self._coro
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._inner().__await__()
+
+    def send(self, value: Any) -> Any:
+        return self._inner().send(value)
+
+    def throw(self, *args: Any) -> Any:
+        return self._inner().throw(*args)
+
+    def close(self) -> None:
+        if self._coro is not None:
+            self._coro.close()
+
+    def __repr__(self) -> str:
+        warnings.warn(
+            f"out.{self._name} is awaitable: use `await out.{self._name}` to get its value",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return f"<runstream aggregate out.{self._name}: not awaited, use `await out.{self._name}`>"
+
+    __str__ = __repr__
+
+
+def total_usage(state: RunState) -> dict[str, Any]:
+    usage = {k: v for k, v in state.usage.items() if k != "raw"}
+    for key in ("inputTokens", "outputTokens", "totalTokens"):
+        usage.setdefault(key, 0)
+    return usage
+
+
+def full_output(state: RunState) -> dict[str, Any]:
+    """A run's aggregates in one mapping (``get_full_output``, and what ``on_finish`` gets)."""
+    return {
+        "runId": state.run_id,
+        "text": state.text,
+        "reasoningText": "".join(state.reasoning),
+        "usage": total_usage(state),
+        "totalUsage": total_usage(state),
+        "steps": list(state.steps),
+        "finishReason": state.finish_reason,
+        "toolCalls": [c.payload for c in state.tool_calls],
+        "toolResults": [c.payload for c in state.tool_results],
+        "sources": [c.payload for c in state.sources],
+        "files": [c.payload for c in state.files],
+        "object": state.object,
+        "error": state.error,
+        "tripwire": state.tripwire,
+        "suspendPayload": state.suspend_payload,
+        "messages": list(state.response_messages),
+        "status": state.status,
+    }
