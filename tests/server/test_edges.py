@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from typing import Any
 from urllib.parse import quote
 
@@ -48,11 +49,15 @@ def test_sse_ids_cannot_break_the_frame() -> None:
 
 
 def test_another_tenants_workflow_run_id_is_not_revealed(secured: Secured) -> None:
+    """Run ids are per tenant: B's create-run of A's id makes B's own run, as for an unused id
+    (it was a 404, where an unused id is a 200: that told B the id exists)."""
     s = secured
     run_id = s.a.post("/api/workflows/approval/create-run", json={}).json()["runId"]
-    taken = s.b.post("/api/workflows/gated/create-run", params={"runId": run_id}, json={})
-    missing = s.b.get(f"/api/workflows/approval/runs/{run_id}")
-    assert taken.status_code == missing.status_code == 404 and run_id not in taken.text
+    for chosen in (run_id, str(uuid.uuid4())):
+        made = s.b.post("/api/workflows/gated/create-run", params={"runId": chosen}, json={})
+        assert (made.status_code, made.json()) == (200, {"runId": chosen})
+    assert s.a.get(f"/api/workflows/gated/runs/{run_id}").status_code == 404  # A's is elsewhere
+    assert s.a.get(f"/api/workflows/approval/runs/{run_id}").json()["resourceId"] == "user-a"
     mine = s.a.post("/api/workflows/gated/create-run", params={"runId": run_id}, json={})
     assert mine.status_code == 409  # the owner is told why
 

@@ -45,8 +45,6 @@ def test_a_run_cannot_be_taken_over_by_its_run_id(secured: Secured) -> None:
     deleted_before = len(DELETED)
     before = messages(s, thread)
 
-    hijack = s.b.post(STREAM, json={"messages": "hello", "runId": run_id})
-    assert hijack.status_code == 409 and "already in use" in hijack.json()["error"]
     listed = s.b.get("/api/agents/assistant/suspended-runs").json()
     assert listed == {"runs": [], "total": 0}
     for route in ("approve-tool-call", "decline-tool-call"):
@@ -66,6 +64,73 @@ def test_a_run_cannot_be_taken_over_by_its_run_id(secured: Secured) -> None:
     )
     assert any(c["type"] == "tool-result" for c in approved)  # A is not locked out
     assert len(DELETED) == deleted_before + 1
+
+
+def _shape(chunks: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(chunk["type"], chunk["runId"]) for chunk in chunks]
+
+
+def test_another_tenants_run_id_answers_like_an_unused_one(secured: Secured) -> None:
+    """Issue 25: a runId another tenant uses was a 409 ("already in use"), which told B that the
+    id exists. Run ids are per tenant now (server/run_ids.py): B's run of A's id is B's own —
+    streamed, suspended, observed, approved, aborted under the id B chose — and A's run of the
+    same id is untouched, before and after. So are workflow runs (create-run, start)."""
+    s, thread = secured, thread_id()
+    run_id, call_id = start_gated_run(s, thread)
+    unused = str(uuid.uuid4())
+    before = messages(s, thread)
+    for route in ("stream", "stream?resumable=true", "generate"):
+        answers = [
+            s.b.post(f"/api/agents/assistant/{route}", json={"messages": "hi", "runId": chosen})
+            for chosen in (run_id, unused)
+        ]
+        assert [a.status_code for a in answers] == [200, 200]
+        if route == "generate":
+            assert [a.json()["runId"] for a in answers] == [run_id, unused]
+        else:
+            mine, fresh = (_shape(sse_chunks(a)) for a in answers)
+            assert mine == [(kind, run_id) for kind, _ in fresh]  # B sees the id it chose
+        unused = str(uuid.uuid4())
+    observed = s.b.post("/api/agents/assistant/observe", json={"runId": run_id})
+    assert {c["runId"] for c in sse_chunks(observed)} == {run_id}  # B's resumable run
+    assert s.b.get(f"/api/runs/{run_id}/stream").status_code == 200
+    assert s.b.post(f"/api/runs/{run_id}/abort").json() == {"runId": run_id, "aborted": False}
+
+    # B's own approval under A's id: both tenants list "their" run, each approves its own.
+    b_thread = thread_id()
+    b_body = {"messages": "delete it", "runId": run_id, "memory": {"thread": b_thread}}
+    b_chunks = sse_chunks(s.b.post(STREAM, json=b_body))
+    b_call = next(c for c in b_chunks if c["type"] == "tool-call-approval")["payload"]["toolCallId"]
+    for client in (s.a, s.b):
+        listed = client.get("/api/agents/assistant/suspended-runs").json()["runs"]
+        assert [r["runId"] for r in listed] == [run_id]
+    deleted_before = len(DELETED)
+    b_approved = s.b.post(
+        "/api/agents/assistant/approve-tool-call", json={"runId": run_id, "toolCallId": b_call}
+    )
+    assert {c["runId"] for c in sse_chunks(b_approved)} == {run_id}
+    assert len(DELETED) == deleted_before + 1
+    assert messages(s, thread) == before  # A's thread and run are as they were
+    assert [r["runId"] for r in s.a.get("/api/agents/assistant/suspended-runs").json()["runs"]] == [run_id]
+    body = {"runId": run_id, "toolCallId": call_id}
+    a_approved = sse_chunks(s.a.post("/api/agents/assistant/approve-tool-call", json=body))
+    assert any(c["type"] == "tool-result" for c in a_approved)
+
+    # Workflow runs: B's create-run and start of A's run id answer as for an unused id.
+    workflow = "/api/workflows/approval"
+    a_run = str(uuid.uuid4())
+    started = s.a.post(f"{workflow}/start-async?runId={a_run}", json={"inputData": {"topic": "x"}})
+    assert started.json()["status"] == "suspended"
+    a_view = s.a.get(f"{workflow}/runs/{a_run}").json()
+    fresh = str(uuid.uuid4())
+    for chosen in (a_run, fresh):
+        created = s.b.post(f"{workflow}/create-run?runId={chosen}", json={})
+        assert (created.status_code, created.json()) == (200, {"runId": chosen})
+        b_started = s.b.post(f"{workflow}/start-async?runId={chosen}", json={"inputData": {"topic": "x"}})
+        assert b_started.json()["status"] == "suspended"
+    assert s.a.get(f"{workflow}/runs/{a_run}").json() == a_view
+    b_runs = [r["runId"] for r in s.b.get(f"{workflow}/runs").json()["runs"]]
+    assert sorted(b_runs) == sorted([a_run, fresh])
 
 
 def test_run_ownership_survives_a_restart(tmp_path: Any) -> None:

@@ -14,6 +14,11 @@ tool call, background task or workflow run on every route that takes one. After 
 
 Bounded and reproducible: ``derandomize=True`` (the same examples on every run, CI included),
 ``MAX_EXAMPLES`` examples of at most ``STEPS`` steps.
+
+Run ids are per tenant: an attack that starts a run under the other tenant's run id (``stream``,
+``generate``, ``?resumable=true``, a workflow's ``create-run`` and ``start``) must answer as with
+an unused id and name the run by the id the attacker chose; the id is then the attacker's own
+too, and no later attack of that tenant names it.
 """
 
 from __future__ import annotations
@@ -75,6 +80,9 @@ class Probe:
     path: str
     body: dict[str, Any] | None = None
     like_missing: bool = True
+    claims: bool = False
+    """The attacker starts (or makes) a run of its own under the victim's id: the answer must be
+    the one for an unused id, the id the attacker chose in it (run ids are per tenant)."""
 
 
 def probes() -> list[Probe]:
@@ -134,6 +142,11 @@ def probes() -> list[Probe]:
         Probe(run, "GET", "/api/runs/{id}/stream"),
         Probe(run, "POST", "/api/runs/{id}/abort"),
         Probe(run, "POST", f"{AGENT}/stream?resumable=true", None),  # Last-Event-ID: see _send
+        Probe(run, "POST", f"{AGENT}/stream", {"messages": "hi", "runId": "{id}"}, claims=True),
+        Probe(run, "POST", f"{AGENT}/generate", {"messages": "hi", "runId": "{id}"}, claims=True),
+        Probe(
+            run, "POST", f"{AGENT}/stream?resumable=true", {"messages": "hi", "runId": "{id}"}, claims=True
+        ),
         Probe(task, "GET", "/api/background-tasks/{id}"),
         Probe(task, "POST", "/api/background-tasks/{id}/cancel"),
         Probe(task, "POST", "/api/background-tasks/{id}/resume", {"resumeData": {}}),
@@ -145,14 +158,16 @@ def probes() -> list[Probe]:
         Probe(workflow, "POST", WORKFLOW + "/resume-stream?runId={id}", {"resumeData": {"approved": True}}),
         Probe(workflow, "POST", WORKFLOW + "/resume-no-wait?runId={id}", {"resumeData": {"approved": True}}),
         Probe(workflow, "POST", WORKFLOW + "/observe?runId={id}"),
-        Probe(workflow, "POST", WORKFLOW + "/start?runId={id}", {"inputData": {"topic": "x"}}, False),
-        Probe(workflow, "POST", WORKFLOW + "/create-run?runId={id}", {}, False),
+        Probe(workflow, "POST", WORKFLOW + "/start?runId={id}", {"inputData": {"topic": "x"}}, claims=True),
+        Probe(workflow, "POST", WORKFLOW + "/create-run?runId={id}", {}, claims=True),
     ]
 
 
 PROBES = probes()
 TRIED: dict[str, int] = {}
 """Attacks tried per backend (for the figures in docs/security.md)."""
+CLAIMED: dict[str, int] = {}
+"""Of them, runs started under the other tenant's run id, per backend."""
 
 
 def _fill(value: Any, ids: dict[str, str]) -> Any:
@@ -176,6 +191,8 @@ class TwoTenants(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.owned = {tenant: Owned() for tenant in TENANTS}
+        self.claimed: dict[str, set[str]] = {tenant: set() for tenant in TENANTS}
+        """The other tenant's ids a tenant has started runs of its own under."""
 
     # -- requests ------------------------------------------------------------------------------
     def client(self, tenant: str) -> httpx.Client:
@@ -296,14 +313,17 @@ class TwoTenants(RuleBasedStateMachine):
 
     # -- attacks -------------------------------------------------------------------------------
     def targets(self, victim: str, kind: str) -> list[tuple[str, str]]:
-        owned = self.owned[victim]
+        """The victim's ids of ``kind``, but those the attacker has made its own (a claim)."""
+        owned, own = self.owned[victim], self.claimed["b" if victim == "a" else "a"]
         if kind == "thread":
-            return [(thread, NO_CALL) for thread in owned.threads]
-        if kind == "run":
-            return owned.approvals + [(run, NO_CALL) for run in owned.runs]
-        if kind == "task":
-            return [(task, NO_CALL) for task in owned.tasks]
-        return [(run, NO_CALL) for run in owned.workflow_runs]
+            found = [(thread, NO_CALL) for thread in owned.threads]
+        elif kind == "run":
+            found = owned.approvals + [(run, NO_CALL) for run in owned.runs]
+        elif kind == "task":
+            found = [(task, NO_CALL) for task in owned.tasks]
+        else:
+            found = [(run, NO_CALL) for run in owned.workflow_runs]
+        return [(target, call) for target, call in found if target not in own]
 
     def view(self, victim: str, kind: str, target: str) -> Any:
         """What the owner reads of the object (what no attack may change)."""
@@ -341,6 +361,15 @@ class TwoTenants(RuleBasedStateMachine):
     def attack_once(self, attacker: str, victim: str, probe: Probe, target: str, call: str) -> None:
         before = self.view(victim, probe.kind, target)
         TRIED[self.backend] = TRIED.get(self.backend, 0) + 1
+        if probe.claims:
+            CLAIMED[self.backend] = CLAIMED.get(self.backend, 0) + 1
+            self.claimed[attacker].add(target)
+            self.settle(attacker)  # (so that the tenant's live-run cap answers both alike)
+            assert self.claim(attacker, probe, target) == self.claim(attacker, probe, str(uuid.uuid4())), (
+                probe
+            )
+            assert self.view(victim, probe.kind, target) == before, probe
+            return
         status, text = self.attempt(attacker, probe, target, call)
         if probe.like_missing:
             missing = (
@@ -350,6 +379,19 @@ class TwoTenants(RuleBasedStateMachine):
         else:
             assert status == 404, (probe, status, text)
         assert self.view(victim, probe.kind, target) == before, probe
+
+    def claim(self, attacker: str, probe: Probe, run_id: str) -> tuple[int, Any]:
+        """A run started under ``run_id``, as the attacker sees it: the status, and the chunk
+        types with whether each names ``run_id`` (SSE), or the body's keys and whether its
+        ``runId`` is ``run_id`` (JSON)."""
+        ids = {"id": run_id, "me": f"user-{attacker}"}
+        response = self.send(attacker, probe.method, _fill(probe.path, ids), _fill(probe.body, ids))
+        if response.headers.get("content-type", "").startswith("text/event-stream"):
+            return response.status_code, [
+                (c["type"], c.get("runId") == run_id) for c in self.chunks(response)
+            ]
+        body = response.json()
+        return response.status_code, (sorted(body), body.get("runId") == run_id)
 
     @rule()
     def lists_hold_only_own_objects(self) -> None:
@@ -361,14 +403,14 @@ class TwoTenants(RuleBasedStateMachine):
             tasks = json.dumps(self.send(tenant, "GET", "/api/background-tasks").json())
             assert not any(task in tasks for task in other.tasks)
             runs = json.dumps(self.send(tenant, "GET", f"{WORKFLOW}/runs").json())
-            assert not any(run in runs for run in other.workflow_runs)
+            assert not any(run in runs for run in other.workflow_runs if run not in self.claimed[tenant])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_no_tenant_reaches_another_in_any_interleaving(backend: str, tmp_path: Path) -> None:
     with secured_server(backend, tmp_path) as server:
         TwoTenants.server, TwoTenants.backend = server, backend
-        TRIED[backend] = 0
+        TRIED[backend] = CLAIMED[backend] = 0
         run_state_machine_as_test(
             TwoTenants,
             settings=settings(
@@ -381,5 +423,8 @@ def test_no_tenant_reaches_another_in_any_interleaving(backend: str, tmp_path: P
                 suppress_health_check=list(HealthCheck),
             ),
         )
-        assert TRIED[backend] > 0
-        print(f"\n{backend}: {TRIED[backend]} attacks in {MAX_EXAMPLES} examples of up to {STEPS} steps")
+        assert TRIED[backend] > 0 and CLAIMED[backend] > 0
+        print(
+            f"\n{backend}: {TRIED[backend]} attacks ({CLAIMED[backend]} runs under the other's run id)"
+            f" in {MAX_EXAMPLES} examples of up to {STEPS} steps"
+        )

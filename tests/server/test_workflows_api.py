@@ -13,7 +13,8 @@ import httpx2 as httpx
 
 from runstream.runtime import Runstream
 from runstream.server import create_app
-from runstream.server.auth import open_access
+from runstream.server.auth import Principal, open_access
+from runstream.server.run_ids import run_key
 from runstream.storage import SqliteStorage, Storage
 from tests.server.agents import Gates, build_workflows
 from tests.server.conftest import Live, serve
@@ -215,7 +216,11 @@ def test_runs_belong_to_their_resource(backend_store: Storage, app_factory: Call
         assert bob.get(f"{W}/runs").json() == {"runs": [], "total": 0}
         assert bob.get(f"{W}/runs?resourceId=alice").status_code == 403
         assert bob.post(f"{W}/create-run", json={"resourceId": "alice"}).status_code == 403
-        assert [r["runId"] for r in admin.get(f"{W}/runs").json()["runs"]] == [run_id]
+        # An unconfined caller (an operator) sees the id alice's run is stored under: run ids
+        # are per tenant (server/run_ids.py), and this one names it among every tenant's.
+        stored = run_key(Principal("alice", "alice"), run_id)
+        assert [r["runId"] for r in admin.get(f"{W}/runs").json()["runs"]] == [stored]
+        assert admin.get(f"{W}/runs/{stored}").json()["resourceId"] == "alice"
         assert (
             alice.post(f"{W}/resume-async?runId={run_id}", json={"resumeData": {"approved": True}}).json()[
                 "status"

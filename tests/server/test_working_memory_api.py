@@ -103,7 +103,15 @@ def test_another_resources_thread_is_not_found(server: Server) -> None:
     alice, bob = server.client("alice"), server.client("bob")
     alice.post("/memory/threads", json={"threadId": "t-alice", "resourceId": "alice"}).raise_for_status()
     params = {"agentId": "notes"}
-    assert bob.get("/memory/threads/t-alice/working-memory", params=params).status_code == 404
+    alice.post(
+        "/memory/threads/t-alice/working-memory", params=params, json={"workingMemory": "alice's notes"}
+    ).raise_for_status()
+    # As a thread that does not exist (it was a 404, where a missing thread is a 200: issue 25's
+    # property test found it); nothing of alice's thread is read.
+    foreign = bob.get("/memory/threads/t-alice/working-memory", params=params)
+    missing = bob.get("/memory/threads/t-nobody/working-memory", params=params)
+    assert foreign.status_code == missing.status_code == 200
+    assert foreign.json() == missing.json() and foreign.json()["threadExists"] is False
     sneaky = bob.post(
         "/memory/threads/t-alice/working-memory", params=params, json={"workingMemory": "pwned"}
     )

@@ -31,6 +31,7 @@ from runstream.server.observability_api import ObservabilityRoutes
 from runstream.server.playground import PLAYGROUND_PATH, playground_route
 from runstream.server.rate_limit import DEFAULT_RATE, RateLimitMiddleware
 from runstream.server.resumable import InMemoryReplayLog, ReplayLog, RunRegistry
+from runstream.server.run_ids import RunIdMiddleware
 from runstream.server.studio import ROOT_PATH, StudioRoutes, root_route
 from runstream.server.tasks_api import TaskRoutes
 from runstream.server.threads import ThreadRoutes
@@ -115,6 +116,7 @@ def create_app(
                 public_paths=public_paths,
                 is_public=public_matcher(runstream.api_routes) if runstream.api_routes else None,
             ),
+            Middleware(RunIdMiddleware),
             *(
                 [Middleware(RateLimitMiddleware, rate=rate_limit, exempt_paths=public_paths)]
                 if rate_limit

@@ -33,6 +33,7 @@ from runstream.server.context import ServerContext, has_memory, json_body, json_
 from runstream.server.errors import ApiError
 from runstream.server.limits import MAX_OFFSET, bounded_int, check_id, check_reason, continuation_start
 from runstream.server.overrides import Originals, absorb_tool_results, restore_messages
+from runstream.server.run_ids import run_key
 from runstream.server.streaming import (
     Run,
     owned_run,
@@ -136,7 +137,7 @@ async def start_stream(ctx: ServerContext, agent: Agent, request: StreamRequest,
     In this order, so a refused request changes nothing: the memory thread must be the caller's
     resource's (another resource's thread is a 404, as a missing one), the run takes a place
     under the live-run caps (429 when the process or the resource is full), the run id is claimed
-    for the caller (409 if another caller owns it), and only then are client tool results
+    for the caller in its namespace (409 if another caller of it owns the id; see run_ids.py), and only then are client tool results
     written into the thread and the run started. Caller mistakes are 4xx.
     """
     if request.memory is not None and not has_memory(agent):
@@ -271,7 +272,7 @@ class MastraRoutes:
     async def _continue(self, request: Request, body: dict[str, Any], start: Continuation) -> Response:
         principal = principal_of(request)
         agent = self.ctx.agent(request.path_params["agent_id"])
-        run_id = check_id(body.get("runId"), "runId")
+        run_id = run_key(principal, check_id(body.get("runId"), "runId"))
         if body.get("toolCallId") is not None:
             check_id(body["toolCallId"], "toolCallId")
         check_reason(body.get("reason"))
@@ -305,8 +306,9 @@ class MastraRoutes:
         agent = self.ctx.agent(request.path_params["agent_id"])
         run_id, call_id = body.get("runId"), body.get("toolCallId")
         if isinstance(run_id, str) and isinstance(call_id, str):
+            principal = principal_of(request)
             task_stream = await resume_task_stream(
-                self.ctx, principal_of(request), agent.id, run_id, call_id, body.get("resumeData")
+                self.ctx, principal, agent.id, run_key(principal, run_id), call_id, body.get("resumeData")
             )
             if task_stream is not None:
                 return task_stream
@@ -327,26 +329,30 @@ class MastraRoutes:
         """Mastra's ``observe``: the run's events from index ``offset`` (no SSE ids: client-js)."""
         self.ctx.agent(request.path_params["agent_id"])
         body = await json_body(request)
-        run_id = check_id(body.get("runId"), "runId")
+        principal = principal_of(request)
+        run_id = run_key(principal, check_id(body.get("runId"), "runId"))
         offset = bounded_int(body.get("offset", 0), "offset", minimum=0, maximum=MAX_OFFSET)
-        await owned_run(self.ctx, run_id, principal_of(request))
+        await owned_run(self.ctx, run_id, principal)
         return replay(self.ctx, run_id, offset, ids=False)
 
     async def run_stream(self, request: Request) -> Response:
         """Our resumable replay: ``Last-Event-ID`` or ``?after=<seq>``; events carry ``id:``."""
-        run_id = request.path_params["run_id"]
-        await owned_run(self.ctx, run_id, principal_of(request))
+        named_run = request.path_params["run_id"]
+        principal = principal_of(request)
+        run_id = run_key(principal, named_run)
+        await owned_run(self.ctx, run_id, principal)
         after = 0
         header = request.headers.get("last-event-id") or request.query_params.get("after")
         if header:
             named, after = parse_event_id(header)
-            if named not in (None, run_id):
+            if named not in (None, named_run):
                 raise ApiError(400, f"Last-Event-ID {header!r} belongs to another run")
         return replay(self.ctx, run_id, after, ids=True)
 
     async def abort_run(self, request: Request) -> Response:
-        run_id = request.path_params["run_id"]
-        await owned_run(self.ctx, run_id, principal_of(request))
+        principal = principal_of(request)
+        run_id = run_key(principal, request.path_params["run_id"])
+        await owned_run(self.ctx, run_id, principal)
         return json_response({"runId": run_id, "aborted": self.ctx.registry.abort(run_id)})
 
     # -- tools -------------------------------------------------------------------------------------------
@@ -411,7 +417,7 @@ class MastraRoutes:
             if await needs_approval(owner, tool, args, principal.context):
                 raise ApiError(403, f"Tool {tool.name} requires approval: run it through agent {owner.id}")
         run_id = request.query_params.get("runId") or body.get("runId") or str(uuid.uuid4())
-        run_id = check_id(run_id, "runId")
+        run_id = run_key(principal, check_id(run_id, "runId"))
         call_id = str(uuid.uuid4())
         ctx = ToolContext(
             tool_call_id=call_id,

@@ -269,7 +269,7 @@ class MemoryRoutes:
         if thread is not None and (
             not principal.owns(thread.resource_id) or resource not in (None, thread.resource_id)
         ):
-            raise ApiError(404, "Thread not found")
+            thread = None  # another resource's thread answers as a missing one (nothing of it read)
         if memory is None:
             return JSONResponse(
                 {
@@ -288,7 +288,8 @@ class MemoryRoutes:
                 raise ApiError(
                     400, "Query parameter 'resourceId' is required for resource-scoped working memory"
                 )
-            text = await memory.get_working_memory(request.path_params["thread_id"], resource)
+            if thread is not None or scope != "thread":  # (a missing thread has no text of its own)
+                text = await memory.get_working_memory(request.path_params["thread_id"], resource)
         return JSONResponse(
             {
                 "workingMemory": text,

@@ -2,7 +2,9 @@
 
 A run id is claimed before the run starts (``Storage.claim_snapshot``: of racing claims exactly
 one wins), so a caller who learns another caller's run id (it is in every chunk) cannot take the
-run over by starting a run with the same id: that request is refused with 409 and nothing runs.
+run over by starting a run with the same id. Ids are claimed as stored: a confined caller's
+in its own namespace (:mod:`runstream.server.run_ids`), where another tenant's id is simply
+another run; a clash within a namespace is refused with 409 and nothing runs.
 The record lives in the runtime's storage, so it survives a restart and every process sharing the
 storage sees it. Every route that acts on a run (approve, decline, resume, suspended-run
 listings) asks :meth:`RunOwners.check` first; another resource's run is a 404, like a missing one.
@@ -17,6 +19,7 @@ from typing import Any
 from runstream._clock import iso_datetime
 from runstream.server.auth import Principal
 from runstream.server.errors import ApiError
+from runstream.server.run_ids import run_key
 from runstream.storage import Storage
 from runstream.storage.records import utc_now
 
@@ -42,8 +45,11 @@ class RunOwners:
 
     async def claim(self, run_id: str | None, principal: Principal, resource_id: str | None) -> str:
         """Record ``principal`` (confined to ``resource_id``) as the owner of a new run and return
-        its id (a fresh one when the client sent none). 409 when another owner has the id."""
-        run_id = run_id or str(uuid.uuid4())
+        the id it is stored under (:func:`~runstream.server.run_ids.run_key`: a confined
+        caller's ids are its own; a fresh one when the client sent none). 409 when another
+        owner of the same namespace (an unconfined caller, or a principal of the same
+        resource) has the id."""
+        run_id = run_key(principal, run_id or str(uuid.uuid4()))
         owner = RunOwner(principal.id, resource_id)
         record = {**owner.to_json(), "createdAt": iso_datetime(utc_now())}
         stored = RunOwner.from_json(await self.storage.claim_snapshot(NAMESPACE, run_id, record))

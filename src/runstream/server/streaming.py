@@ -33,6 +33,7 @@ from runstream.server.resumable import (
     RunInfo,
     TooManyRunsError,
 )
+from runstream.server.run_ids import run_key
 from runstream.server.sse import DONE, SSEResponse, data_frame
 from runstream.server.wire import FrameEncoder, encode_json, failure_json, redact, run_events
 
@@ -190,9 +191,10 @@ async def reconnect(ctx: ServerContext, request: Request, principal: Principal) 
     header = request.headers.get("last-event-id")
     if not header:
         return None
-    run_id, seq = parse_event_id(header)
-    if run_id is None:
+    named, seq = parse_event_id(header)
+    if named is None:
         raise ApiError(400, "Last-Event-ID must name the run ('<runId>:<seq>') on this route")
+    run_id = run_key(principal, named)
     await owned_run(ctx, run_id, principal)
     return replay(ctx, run_id, seq, ids=True)
 

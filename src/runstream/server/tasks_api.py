@@ -18,6 +18,7 @@ from starlette.routing import Route
 from runstream.server.auth import Principal, principal_of
 from runstream.server.context import ServerContext, json_body, query_date, query_page
 from runstream.server.errors import ApiError
+from runstream.server.run_ids import run_key
 from runstream.server.sse import DONE, SSEResponse, data_frame
 from runstream.server.wire import chunk_json, encode_json, redact
 from runstream.storage import TaskDateField, TaskFilter, TaskRecord, TaskStatus
@@ -56,7 +57,7 @@ def task_filter(request: Request, principal: Principal) -> TaskFilter:
     return TaskFilter(
         status=cast(TaskStatus | None, status),
         agent_id=q.get("agentId") or None,
-        run_id=q.get("runId") or None,
+        run_id=_run(q.get("runId"), principal),
         thread_id=q.get("threadId") or None,
         resource_id=principal.resource(q.get("resourceId") or None),
         tool_call_id=q.get("toolCallId") or None,
@@ -179,7 +180,7 @@ class TaskRoutes:
         # Subscribe before answering, so events right after the response starts are not missed.
         subscription = manager.subscribe(
             agent_id=q.get("agentId") or None,
-            run_id=q.get("runId") or None,
+            run_id=_run(q.get("runId"), principal_of(request)),
             thread_id=q.get("threadId") or None,
             resource_id=resource,
             task_id=q.get("taskId") or None,
@@ -209,6 +210,11 @@ class TaskRoutes:
         body = await json_body(request)
         resumed = await _resume(manager, task.id, body.get("resumeData"))
         return JSONResponse(task_json(resumed))
+
+
+def _run(run_id: str | None, principal: Principal) -> str | None:
+    """A ``runId`` filter: the caller's run of that id (:func:`run_key`), or none."""
+    return run_key(principal, run_id) if run_id else None
 
 
 def _flag(value: str | None, name: str, *, default: bool) -> bool:

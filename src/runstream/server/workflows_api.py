@@ -35,6 +35,7 @@ from runstream.server.context import ServerContext, json_body, json_response, qu
 from runstream.server.errors import ApiError
 from runstream.server.limits import MAX_OFFSET, MAX_PER_PAGE
 from runstream.server.resumable import LiveSlot, ReplayGapError, RunInfo
+from runstream.server.run_ids import run_key
 from runstream.server.sse import SSE_HEADERS, SSEResponse
 from runstream.server.streaming import reserve
 from runstream.server.wire import chunk_json
@@ -68,6 +69,11 @@ MAX_LIVE_RUNS = 1_000
 RUN_STATUSES = frozenset(
     {"running", "waiting", "suspended", "success", "failed", "canceled", "pending", "tripwire"}
 )
+
+
+def _path_run(request: Request) -> str:
+    """The run the path's ``:runId`` names, as the caller's (:func:`run_key`)."""
+    return run_key(principal_of(request), request.path_params["run_id"])
 
 
 def log_key(workflow_id: str, run_id: str) -> str:
@@ -181,7 +187,7 @@ class WorkflowRoutes:
         run_id = request.query_params.get("runId")
         if not run_id:
             raise ApiError(400, f"runId required to {action}")
-        return run_id
+        return run_key(principal_of(request), run_id)
 
     @staticmethod
     async def _new_run_id(workflow: Workflow, run_id: str, principal: Principal) -> None:
@@ -244,7 +250,7 @@ class WorkflowRoutes:
         principal = principal_of(request)
         body = await json_body(request)
         start = parse_start(body)
-        run_id = request.query_params.get("runId") or str(uuid.uuid4())
+        run_id = run_key(principal, request.query_params.get("runId") or str(uuid.uuid4()))
         record = await load_record(workflow, run_id)
         if record is not None:  # Mastra hands back the existing run
             if not principal.owns(record.resource_id):
@@ -364,7 +370,8 @@ class WorkflowRoutes:
         return json_response({"message": "Workflow run started"})
 
     async def start_async(self, request: Request) -> Response:
-        _, out = await self._start(request, request.query_params.get("runId") or str(uuid.uuid4()))
+        run_id = request.query_params.get("runId") or str(uuid.uuid4())
+        _, out = await self._start(request, run_key(principal_of(request), run_id))
         return json_response(await _outcome(out))
 
     async def resume_stream(self, request: Request) -> Response:
@@ -396,7 +403,7 @@ class WorkflowRoutes:
 
     async def cancel(self, request: Request) -> Response:
         workflow = self._workflow(request)
-        run_id = request.path_params["run_id"]
+        run_id = _path_run(request)
         await self._owned(workflow, run_id, principal_of(request))
         run = await self._run_object(workflow, run_id)
         await run.cancel()
@@ -429,14 +436,14 @@ class WorkflowRoutes:
 
     async def get_run(self, request: Request) -> Response:
         workflow = self._workflow(request)
-        record = await self._owned(workflow, request.path_params["run_id"], principal_of(request))
+        record = await self._owned(workflow, _path_run(request), principal_of(request))
         fields = request.query_params.get("fields")
         wanted = frozenset(f.strip() for f in fields.split(",")) & RUN_FIELDS if fields else None
         return json_response(record.details(wanted))
 
     async def delete_run(self, request: Request) -> Response:
         workflow = self._workflow(request)
-        run_id = request.path_params["run_id"]
+        run_id = _path_run(request)
         await self._owned(workflow, run_id, principal_of(request))
         live = self._live_run(workflow, run_id)
         if live is not None and live.status == "running":
