@@ -55,6 +55,8 @@ def stored(s: Secured, thread: str, *, updated_at: bool = True) -> tuple[Any, ..
 
 
 def test_working_memory_of_another_resources_thread_is_a_404(secured: Secured) -> None:
+    """Another resource's thread is a missing one: a write is a 404, a read answers as for a
+    thread that does not exist (Mastra's 200 with ``threadExists: false``), nothing of it read."""
     s = secured
     thread = a_thread(s)
     assert s.a.post(WM.format(thread), params={"agentId": "notes"}, json={"workingMemory": "A's"}).json() == {
@@ -63,9 +65,10 @@ def test_working_memory_of_another_resources_thread_is_a_404(secured: Secured) -
     before = stored(s, thread)
     read = s.b.get(WM.format(thread), params={"agentId": "notes"})
     written = s.b.post(WM.format(thread), params={"agentId": "notes"}, json={"workingMemory": "B's"})
-    missing = s.b.get(f"/api/memory/threads/{thread}x")
-    assert read.status_code == written.status_code == missing.status_code == 404
-    assert "A's" not in read.text
+    missing = s.b.get(WM.format(f"{thread}x"), params={"agentId": "notes"})
+    assert written.status_code == 404
+    assert (read.status_code, read.json()) == (missing.status_code, missing.json())
+    assert read.json()["threadExists"] is False and "A's" not in read.text
     named = s.b.get(WM.format(thread), params={"agentId": "notes", "resourceId": "user-a"})
     assert named.status_code == 403
     assert stored(s, thread) == before
