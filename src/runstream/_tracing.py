@@ -104,8 +104,9 @@ def _record_error(span: Span, error: BaseException | str | None) -> None:
 
 
 # -- workflow runs -------------------------------------------------------------------------------
-def start_workflow_span(workflow_id: str, run_id: str) -> Span:
-    """A workflow run's span (a start, or a resume): its steps' spans go under it."""
+def start_workflow_span(workflow_id: str, run_id: str, resource_id: str | None = None) -> Span:
+    """A workflow run's span (a start, or a resume): its steps' spans go under it; it carries
+    the run's resource (a confined caller's trace lists show its own workflow runs)."""
     untraced = _untraced_child(None)
     if untraced is not None:
         return untraced
@@ -114,6 +115,8 @@ def start_workflow_span(workflow_id: str, run_id: str) -> Span:
         "runstream.workflow.id": workflow_id,
         "runstream.run.id": run_id,
     }
+    if resource_id is not None:
+        attributes["runstream.resource.id"] = resource_id
     return _tracer.start_span(f"invoke_workflow {workflow_id}", kind=SpanKind.INTERNAL, attributes=attributes)
 
 

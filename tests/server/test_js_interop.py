@@ -102,7 +102,8 @@ def test_memory(live: Live) -> None:
     assert out["roles"] == ["user", "assistant", "user", "assistant"]
     assert out["userTexts"] == ["hi", "hello again"]
     # As Mastra stores it, a reply's first step has no step-start part.
-    assert out["uiParts"] == [["text"], ["text"], ["text"], ["text"]]
+    assert out["parts"] == [["text"], ["text"], ["text"], ["text"]]
+    assert out["page"] == {"perPage": 40, "uiMessages": None}  # Mastra's default page, no UI messages
     assert out["updated"] == {"title": "renamed", "metadata": {"topic": "greetings"}}
     assert out["fetchedTitle"] == "renamed" and out["deleted"] == {"result": "Thread deleted"}
     assert out["afterDelete"]["status"] == 404

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx2 as httpx
@@ -14,6 +15,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from runstream.observability import SpanStore
+from runstream.observability.store import iso
 from runstream.storage import SqliteStorage
 from tests.otel_testkit import spans
 from tests.server.agents import Gates, build_runstream
@@ -258,3 +260,29 @@ def test_save_messages_into_owned_threads(observed: Secured) -> None:
         refused = s.b.post("/api/memory/save-messages", json=body)
         assert refused.status_code == 400 and field in refused.json()["error"], (body, refused.text)
     assert s.b.post("/api/memory/save-messages", params={"agentId": "nope"}, json={}).status_code == 404
+
+
+def test_workflow_traces_carry_their_runs_resource(observed: Secured) -> None:
+    """A confined caller's workflow run is its trace (the run's resource on its spans), invisible
+    to another resource."""
+    s = observed
+    started = s.a.post("/api/workflows/approval/start-async", json={"inputData": {"topic": "moss"}})
+    assert started.status_code == 200 and started.json()["status"] == "suspended"
+    processor = s.context.runstream._span_processor
+    assert processor is not None and processor.force_flush()
+    workflows = {"entityType": "workflow_run"}
+    (root,) = s.a.get(f"{OBS}/traces", params=workflows).json()["spans"]
+    assert (root["entityId"], root["resourceId"]) == ("approval", "user-a")
+    assert s.b.get(f"{OBS}/traces", params=workflows).json()["spans"] == []
+    assert s.b.get(f"{OBS}/traces/{root['traceId']}").status_code == 404
+    week = {
+        "from": iso(datetime.now(UTC) - timedelta(days=1)),
+        "to": iso(datetime.now(UTC) + timedelta(days=1)),
+    }
+    by_type = {"op": "eq", "left": {"path": "entityType"}, "right": {"literal": "workflow_run"}}
+    seen = [
+        t["traceId"]
+        for t in s.a.post(f"{OBS}/traces/query", json={"timeRange": week, "where": by_type}).json()["traces"]
+    ]
+    assert seen == [root["traceId"]]
+    assert s.b.post(f"{OBS}/traces/query", json={"timeRange": week, "where": by_type}).json()["traces"] == []

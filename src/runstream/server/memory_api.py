@@ -25,8 +25,10 @@ from runstream.server.body import memory_call_options
 from runstream.server.context import ServerContext, has_memory, json_body, query_page
 from runstream.server.errors import ApiError
 from runstream.server.limits import MAX_WORKING_MEMORY, check_id, check_metadata, check_title
-from runstream.server.messages import to_ui_message
 from runstream.storage import NotFoundError, Page, Storage, StoredMessage, Thread
+
+MESSAGES_PER_PAGE = 40
+"""Mastra's default page of a thread's messages (``GET /memory/threads/:id/messages``)."""
 
 
 def thread_wire(thread: Thread) -> dict[str, Any]:
@@ -161,10 +163,14 @@ class MemoryRoutes:
         return JSONResponse({"result": "Thread deleted"})
 
     async def list_messages(self, request: Request) -> Response:
+        """A page of a thread's messages as Mastra's memory route answers: ``perPage`` 40 unless
+        asked, and ``uiMessages: null`` (Mastra's memory recall gives none; clients build them
+        from ``messages``)."""
         thread = await self._owned(request)
-        page, per_page = query_page(request)
+        page, asked = query_page(request)
+        per_page = asked if asked is not None else MESSAGES_PER_PAGE
         try:
-            if _newest_first(request) and per_page is not None:
+            if _newest_first(request):
                 found = await newest_page(self.storage, thread, page, per_page)
             else:
                 found = await self.storage.list_messages(
@@ -175,10 +181,10 @@ class MemoryRoutes:
         return JSONResponse(
             {
                 "messages": [message_wire(m) for m in found.items],
-                "uiMessages": [to_ui_message(m) for m in found.items],
+                "uiMessages": None,
                 "total": found.total,
                 "page": found.page,
-                "perPage": found.per_page if found.per_page is not None else False,
+                "perPage": per_page,
                 "hasMore": found.has_more,
             }
         )

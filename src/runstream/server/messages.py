@@ -12,10 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
-from runstream._messages import ui_tool_part
 from runstream.models.base import PromptMessage
 from runstream.server.errors import ApiError
-from runstream.storage import StoredMessage
 
 _Draft = dict[str, Any]
 """A prompt message being read from a request body (unchecked until ``_check_prompt``)."""
@@ -245,22 +243,3 @@ def _from_ui(message: Mapping[str, Any]) -> list[_Draft]:
         step.content.append({"type": "text", "text": message["content"]})
     out.extend(step.messages())
     return out
-
-
-# -- stored messages as AI SDK v5 UI messages ------------------------------------------------------
-
-
-def to_ui_message(message: StoredMessage) -> dict[str, Any]:
-    parts: list[dict[str, Any]] = []
-    for part in message.content.get("parts", []):
-        kind = part.get("type")
-        if kind in ("text", "step-start"):
-            parts.append(dict(part))
-        elif kind == "reasoning":
-            details = "".join(d.get("text", "") for d in part.get("details", []))
-            parts.append({"type": "reasoning", "text": details or part.get("reasoning", "")})
-        elif kind == "tool-invocation":
-            parts.append(ui_tool_part(part))
-        elif kind == "file":
-            parts.append({"type": "file", "mediaType": part.get("mediaType"), "url": part.get("data")})
-    return {"id": message.id, "role": message.role, "parts": parts}

@@ -290,6 +290,7 @@ class WorkflowRoutes:
                     meta = RunMeta(workflow.id, owner, now_ms())
                     await save_meta(workflow.storage, run_id, meta)
                 run = await self._run_object(workflow, run_id)
+                run.resource_id = meta.resource_id
                 out = await run.stream(input_data=start.input_data, initial_state=start.initial_state)
             except BaseException:
                 slot.release()
@@ -318,6 +319,7 @@ class WorkflowRoutes:
             slot = reserve(self.ctx, record.resource_id)
             try:
                 run = await self._run_object(workflow, run_id)
+                run.resource_id = record.resource_id
                 out = await run.resume_stream(
                     resume_data=resume.resume_data, step=resume.step, foreach_index=resume.foreach_index
                 )

@@ -33,6 +33,8 @@ class WorkflowRun:
         self.status = "pending"
         """``pending``, ``running``, ``suspended``, ``success``, ``failed`` or ``canceled``."""
         self.store = RunStore(workflow.storage, run_id)
+        self.resource_id: str | None = None
+        """The resource the run belongs to (set by the server for its caller): its spans carry it."""
         self._controller = AbortController()
         self._task: asyncio.Task[None] | None = None
         self._execution: Execution | None = None
@@ -119,7 +121,7 @@ class WorkflowRun:
     async def _drive(
         self, out: WorkflowRunOutput, body: Executor, execution: Execution, on_error: str
     ) -> None:
-        execution.span = tracing.start_workflow_span(self.workflow.id, self.run_id)
+        execution.span = tracing.start_workflow_span(self.workflow.id, self.run_id, self.resource_id)
         try:
             result = await body(execution)
         except Exception as exc:
