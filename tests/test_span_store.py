@@ -341,3 +341,70 @@ def test_trace_queries_read_fields_columns_and_json_alike(new_store: NewStore) -
         "groups": [{"threadId": "th-a"}, {"threadId": "th-b"}],
         "page": {"next": None},
     }
+
+
+async def test_the_sql_span_rows_match_the_records(stored: tuple[SpanStore, StoreSpanProcessor]) -> None:
+    """``ai_span_rows`` (what the trace query's ``spans`` clauses read) derives a span's columns in
+    SQL as the read path does in Python, for the processor's spans and for given records."""
+    store, processor = stored
+    agent = calculator()
+    async with Runstream(agents=[agent]):
+        await agent.generate("divide", memory=None)
+    assert processor.force_flush()
+    (root,), _ = store.list_traces(TraceQuery())
+    started = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    given = {**record("given", "g", started), "endedAt": iso(started + timedelta(seconds=1.5))}
+    store.write_spans([{**given, "entityType": "agent", "attributes": {"model": "m", "provider": "p"}}])
+    for trace_id in (root["traceId"], "given"):
+        rows = store._rows(
+            "SELECT name, span_type, entity_type, entity_id, entity_name, has_error, started_at, ended_at, "
+            "duration_ms, provider, model FROM ai_span_rows WHERE trace_id = ?",
+            (trace_id,),
+        )
+        expected = sorted(
+            (
+                s["name"],
+                s["spanType"],
+                s.get("entityType"),
+                s.get("entityId"),
+                s.get("entityName"),
+                int(s.get("error") is not None),
+                s["startedAt"],
+                s["endedAt"],
+                s["attributes"].get("provider"),
+                s["attributes"].get("model"),
+            )
+            for s in store.get_trace(trace_id)
+        )
+        columns = ("name", "span_type", "entity_type", "entity_id", "entity_name", "has_error")
+        assert (
+            sorted(
+                (*(r[c] for c in columns), r["started_at"], r["ended_at"], r["provider"], r["model"])
+                for r in rows
+            )
+            == expected
+        )
+        assert rows and all(float(r["duration_ms"]) >= 0 for r in rows)
+    (given_row,) = store._rows("SELECT duration_ms FROM ai_span_rows WHERE trace_id = 'given'")
+    assert round(float(given_row["duration_ms"])) == 1500
+
+
+async def test_a_full_queue_drops_spans_and_never_blocks(
+    spans: InMemorySpanExporter, new_store: NewStore
+) -> None:
+    store = new_store()
+    processor = StoreSpanProcessor(store, max_queue_size=2, schedule_delay_millis=3_600_000)
+    PROVIDER.add_span_processor(processor)
+    agent = calculator()
+    try:
+        async with Runstream(agents=[agent]):
+            await agent.generate("divide", memory=None)
+        ended = spans.get_finished_spans()
+        assert processor.dropped == len(ended) - 2
+        assert processor.force_flush()
+        kept = store.get_trace(f"{ended[0].context.trace_id:032x}")  # the first two that ended
+        assert sorted(span["spanId"] for span in kept) == sorted(
+            f"{s.context.span_id:016x}" for s in ended[:2]
+        )
+    finally:
+        processor.shutdown()

@@ -17,11 +17,12 @@ Row: TypeAlias = Mapping[str, Any]
 """A row: column (or alias) → value."""
 
 _TABLES = (
-    """CREATE TABLE IF NOT EXISTS ai_spans (
+    # A row per stored trace's root span: the trace list's filters and order, and its record.
+    """CREATE TABLE IF NOT EXISTS ai_traces (
         seq {serial} PRIMARY KEY,
+        upto BIGINT NOT NULL,
         trace_id TEXT NOT NULL,
         span_id TEXT NOT NULL,
-        parent_span_id TEXT,
         name TEXT NOT NULL,
         span_type TEXT NOT NULL,
         entity_type TEXT,
@@ -35,17 +36,25 @@ _TABLES = (
         has_error INTEGER NOT NULL,
         started_at TEXT NOT NULL,
         ended_at TEXT,
-        record TEXT NOT NULL,
-        duration_ms {real},
-        input_tokens BIGINT,
-        output_tokens BIGINT,
-        provider TEXT,
-        model TEXT,
-        UNIQUE (trace_id, span_id)
+        record TEXT NOT NULL
     )""",
-    "CREATE INDEX IF NOT EXISTS ai_spans_started ON ai_spans (started_at)",
-    # Only root spans in the trace-list index: a child span's insert updates one b-tree fewer.
-    "CREATE INDEX IF NOT EXISTS ai_spans_roots ON ai_spans (started_at) WHERE parent_span_id IS NULL",
+    "CREATE INDEX IF NOT EXISTS ai_traces_started ON ai_traces (started_at)",
+    "CREATE INDEX IF NOT EXISTS ai_traces_trace ON ai_traces (trace_id)",
+    "CREATE INDEX IF NOT EXISTS ai_traces_upto ON ai_traces (upto)",
+    # A row per trace per written batch: all its spans (roots too) in one JSON document, so a
+    # span costs its encoding and a share of one insert (store.py: ``upto`` numbers the spans).
+    """CREATE TABLE IF NOT EXISTS ai_span_batches (
+        seq {serial} PRIMARY KEY,
+        upto BIGINT NOT NULL,
+        trace_id TEXT NOT NULL,
+        resource_id TEXT,
+        first_started TEXT NOT NULL,
+        last_started TEXT NOT NULL,
+        spans TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS ai_span_batches_trace ON ai_span_batches (trace_id)",
+    "CREATE INDEX IF NOT EXISTS ai_span_batches_upto ON ai_span_batches (upto)",
+    "CREATE INDEX IF NOT EXISTS ai_span_batches_started ON ai_span_batches (last_started)",
     """CREATE TABLE IF NOT EXISTS ai_signals (
         seq {serial} PRIMARY KEY,
         kind TEXT NOT NULL,
@@ -69,26 +78,130 @@ _TABLES = (
     )""",
     "CREATE INDEX IF NOT EXISTS ai_logs_time ON ai_logs (timestamp)",
 )
-_ADDED_COLUMNS = (
-    ("ai_spans", "duration_ms", "{real}"),
-    ("ai_spans", "input_tokens", "BIGINT"),
-    ("ai_spans", "output_tokens", "BIGINT"),
-    ("ai_spans", "provider", "TEXT"),
-    ("ai_spans", "model", "TEXT"),
-)
-"""Columns added after the first tables shipped (a store file from then gains them at open)."""
+_OPERATION = {
+    "invoke_agent": "agent_run",
+    "chat": "model_generation",
+    "execute_tool": "tool_call",
+    "invoke_workflow": "workflow_run",
+    "workflow_step": "workflow_step",
+}
+_ENTITY = {
+    "tool_call": ("tool", "gen_ai.tool.name"),
+    "workflow_run": ("workflow_run", "runstream.workflow.id"),
+    "workflow_step": ("workflow_step", "runstream.workflow.step.id"),
+}
+
+
+def _span_rows_view(dialect: str) -> str:
+    """``ai_span_rows``: every stored span as a row of the columns a query compares (the trace
+    query's ``spans`` clauses), derived in SQL from the batches as
+    :func:`~runstream.observability.records.span_columns` derives them in Python (an entry ``s``
+    of a processor's batch: ``[spanId, parentSpanId, name, startNs, endNs, error, attributes,
+    links]``; ``r``, a record given to ``write_spans``)."""
+    if dialect == "sqlite":
+        spans = "ai_span_batches b, json_each(b.spans, '$.spans') e"
+        records = "ai_span_batches b, json_each(b.spans, '$.records') e"
+
+        def item(index: int) -> str:
+            return f"json_extract(e.value, '$[{index}]')"
+
+        def attribute(name: str) -> str:
+            return f"json_extract(e.value, '$[6].\"{name}\"')"
+
+        def trace(key: str) -> str:
+            return f"json_extract(b.spans, '$.trace.{key}')"
+
+        def iso(ns: str) -> str:
+            return (
+                f"strftime('%Y-%m-%dT%H:%M:%S', {ns} / 1000000000, 'unixepoch') || '.' || "
+                f"printf('%03d', ({ns} / 1000000) % 1000) || 'Z'"
+            )
+
+        def field(path: str) -> str:
+            return f"json_extract(e.value, '$.{path}')"
+
+        duration = f"(julianday({field('endedAt')}) - julianday({field('startedAt')})) * 86400000.0"
+    else:
+        spans = "ai_span_batches b, jsonb_array_elements(b.spans::jsonb -> 'spans') e(value)"
+        records = "ai_span_batches b, jsonb_array_elements(b.spans::jsonb -> 'records') e(value)"
+
+        def item(index: int) -> str:
+            return f"(e.value ->> {index})"
+
+        def attribute(name: str) -> str:
+            return f"(e.value -> 6 ->> '{name}')"
+
+        def trace(key: str) -> str:
+            return f"(b.spans::jsonb -> 'trace' ->> '{key}')"
+
+        def iso(ns: str) -> str:
+            return (
+                f"to_char(to_timestamp({ns}::bigint / 1000000000) AT TIME ZONE 'UTC', "
+                f"'YYYY-MM-DD\"T\"HH24:MI:SS') || '.' || lpad((({ns}::bigint / 1000000) % 1000)::text, 3, '0') || 'Z'"
+            )
+
+        def field(path: str) -> str:
+            keys = ", ".join(path.split("."))
+            return f"(e.value #>> '{{{keys}}}')"
+
+        duration = f"EXTRACT(EPOCH FROM ({field('endedAt')}::timestamptz - {field('startedAt')}::timestamptz)) * 1000"
+    start, end = item(3), item(4)
+    span_type = (
+        "CASE "
+        + " ".join(
+            f"WHEN {attribute('gen_ai.operation.name')} = '{op}' THEN '{kind}'"
+            for op, kind in _OPERATION.items()
+        )
+        + " ELSE 'generic' END"
+    )
+
+    def entity(column: str) -> str:
+        if column == "entity_type":
+            whens = " ".join(f"WHEN '{kind}' THEN '{name}'" for kind, (name, _) in _ENTITY.items())
+            otherwise = "CASE WHEN agent_id IS NOT NULL THEN 'agent' END"
+        else:
+            whens = " ".join(f"WHEN '{kind}' THEN {kind}_name" for kind in _ENTITY)
+            otherwise = "agent_id" if column == "entity_id" else "agent_name"
+        return f"CASE span_type {whens} ELSE {otherwise} END AS {column}"
+
+    numeric = "" if dialect == "sqlite" else "::bigint"
+    return f"""CREATE VIEW ai_span_rows AS
+        SELECT trace_id, name, span_type, {entity("entity_type")}, {entity("entity_id")},
+            {entity("entity_name")}, has_error, started_at, ended_at, duration_ms, provider, model
+        FROM (
+            SELECT b.trace_id, {item(2)} AS name, {span_type} AS span_type,
+                {trace("agentId")} AS agent_id, {trace("agentName")} AS agent_name,
+                {", ".join(f"{attribute(key)} AS {kind}_name" for kind, (_, key) in _ENTITY.items())},
+                CASE WHEN {item(5)} IS NULL THEN 0 ELSE 1 END AS has_error,
+                {iso(start)} AS started_at,
+                CASE WHEN {end} IS NULL THEN NULL ELSE {iso(end)} END AS ended_at,
+                ({end}{numeric} - {start}{numeric}) / 1000000.0 AS duration_ms,
+                {attribute("gen_ai.provider.name")} AS provider,
+                {attribute("gen_ai.request.model")} AS model
+            FROM {spans}
+        ) kept
+        UNION ALL
+        SELECT b.trace_id, {field("name")}, {field("spanType")}, {field("entityType")}, {field("entityId")},
+            {field("entityName")}, CASE WHEN {field("error")} IS NULL THEN 0 ELSE 1 END,
+            {field("startedAt")}, {field("endedAt")}, {duration},
+            {field("attributes.provider")}, {field("attributes.model")}
+        FROM {records}"""
+
+
+_RETIRED = "DROP TABLE IF EXISTS ai_spans"
+"""The first stores kept a row per span (``ai_spans``); that telemetry is dropped at open."""
 
 
 def tables(dialect: str) -> list[str]:
-    kinds = (
-        {"serial": "INTEGER", "real": "REAL"}
-        if dialect == "sqlite"
-        else {
-            "serial": "BIGSERIAL",
-            "real": "DOUBLE PRECISION",
-        }
-    )
-    return [statement.format(**kinds) for statement in _TABLES]
+    """The statements making the store's tables and view (``sqlite`` or ``postgres``), run at
+    open: the view is made anew each time, so it follows this code's version."""
+    serial = "INTEGER" if dialect == "sqlite" else "BIGSERIAL"
+    return [
+        _RETIRED,
+        *(statement.format(serial=serial) for statement in _TABLES),
+        "DROP VIEW IF EXISTS ai_span_rows",
+        _span_rows_view(dialect),
+    ]
 
 
 class Backend(Protocol):
@@ -114,12 +227,8 @@ class SqliteBackend:
             self._db.execute("PRAGMA journal_mode=WAL")
             # Spans are telemetry: a power cut may lose the last batches, never corrupt the file.
             self._db.execute("PRAGMA synchronous=NORMAL")
-        for statement in tables("sqlite"):
-            self._db.execute(statement)
-        for table, column, kind in _ADDED_COLUMNS:
-            present = {row["name"] for row in self._db.execute(f"PRAGMA table_info({table})")}
-            if column not in present:
-                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind.format(real='REAL')}")
+        # In one transaction: another process opening the file at once waits for the view.
+        self.write([(statement, (), False) for statement in tables("sqlite")])
 
     def write(self, steps: Sequence[tuple[str, Sequence[Any] | Sequence[Sequence[Any]], bool]]) -> None:
         with self._lock:
@@ -168,11 +277,6 @@ class PostgresBackend:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('runstream.span_store'))")
             for statement in tables("postgres"):
                 conn.execute(statement)
-            for table, column, kind in _ADDED_COLUMNS:
-                conn.execute(
-                    f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} "
-                    f"{kind.format(real='DOUBLE PRECISION')}"
-                )
 
     @staticmethod
     def _sql(sql: str) -> str:

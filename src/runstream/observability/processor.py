@@ -1,9 +1,14 @@
 """An OpenTelemetry span processor that keeps runstream's spans in a :class:`SpanStore`.
 
-The same spans the OTLP exporter sees (one instrumentation, two observers, each optional): the
-SDK's :class:`BatchSpanProcessor` queues finished spans (bounded queue, periodic flush, flushed at
-shutdown, a full queue drops rather than blocks a run) and its worker thread converts each batch
-to Mastra's AI-tracing records and writes them.
+The same spans the OTLP exporter sees (one instrumentation, two observers, each optional). A
+finished span is queued as a flat tuple of what it holds (bounded queue, periodic flush, flushed
+at shutdown, a full queue drops rather than blocks a run) and a worker thread writes each batch:
+a row per trace, its spans as they are (ids, name, times, error, attributes, links) in one JSON
+document with the trace's context once, and a trace's root span once more for the trace list.
+Mastra's records are built when read (:mod:`.records`). On the run's own thread the processor
+does little: a dictionary look-up when a trace or an agent run starts, a tuple queued when a
+span ends (queuing the SDK's span object itself cost more: its dozen containers kept alive until
+the write made the cyclic collector's passes on the run's thread longer).
 
 Background task spans have an OTel trace of their own, linked to the run that started them, and a
 continuation turn of an until-idle stream is linked to the tasks that woke it (docs/otel.md). The
@@ -14,26 +19,29 @@ the turns they woke are one trace with one span tree.
 
 from __future__ import annotations
 
-import functools
+import logging
+import os
 import random
-import time
-from collections import OrderedDict
-from collections.abc import Sequence
+import threading
+import weakref
+from collections import OrderedDict, deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import orjson
 from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, Span, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.trace import INVALID_SPAN_CONTEXT, StatusCode
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, Context, attach, detach, set_value
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.trace import StatusCode
 
 from runstream.errors import ConfigurationError
-from runstream.observability.records import ENTITY_ATTRIBUTES, ENTITY_TYPES, SPAN_TYPES
-from runstream.observability.store import SpanStore
+from runstream.observability.records import iso_ns, span_columns
+from runstream.observability.store import SpanBatch, SpanStore
 
 _MAX_TRACES = 10_000
+_log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -48,18 +56,6 @@ class _Trace:
     run_id: str | None = None
     agent_id: str | None = None
     agent_name: str | None = None
-
-
-@functools.lru_cache(maxsize=64)
-def _second(seconds: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-
-
-def iso_ns(nanoseconds: int) -> str:
-    """Epoch nanoseconds as the store's UTC ISO 8601 text (milliseconds, ``Z``): the same text
-    as :func:`~runstream.observability.store.iso`, made per span without a ``datetime``."""
-    seconds, rest = divmod(nanoseconds, 1_000_000_000)
-    return f"{_second(seconds)}.{rest // 1_000_000:03d}Z"
 
 
 def _hex_trace(value: int) -> str:
@@ -77,6 +73,10 @@ def _trace_of(span: ReadableSpan) -> int:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+_FILLED_BY = ("invoke_agent", "invoke_workflow")
+"""The spans whose attributes fill in their trace's context (agent, resource, thread, run)."""
 
 
 class _Traces:
@@ -106,15 +106,19 @@ class _Traces:
         return self._known.get(trace_id)
 
     def started(self, span: Span) -> None:
+        attributes = _attributes(span)
+        operation = attributes.get("gen_ai.operation.name")
+        parent = span.parent
+        if operation not in _FILLED_BY and parent is not None and not parent.is_remote:
+            return  # a model or tool call under a span of this process: nothing to learn (most spans)
         context = span.get_span_context()
-        attributes = span.attributes or {}
         known = self._known.get(context.trace_id)
         if known is None:
             known = self._root(span)
             self._known[context.trace_id] = known
             while len(self._known) > _MAX_TRACES:
                 self._known.popitem(last=False)
-        if attributes.get("gen_ai.operation.name") == "invoke_agent" and known.agent_id is None:
+        if operation == "invoke_agent" and known.agent_id is None:
             known.agent_id = _text(attributes.get("gen_ai.agent.id"))
             known.agent_name = _text(attributes.get("gen_ai.agent.name"))
         for key, name in (
@@ -125,7 +129,7 @@ class _Traces:
             if getattr(known, key) is None and isinstance(attributes.get(name), str):
                 setattr(known, key, attributes[name])
         run_id = attributes.get("runstream.run.id")
-        if attributes.get("gen_ai.operation.name") == "invoke_agent" and isinstance(run_id, str):
+        if operation == "invoke_agent" and isinstance(run_id, str):
             self._runs[run_id] = (known, _hex_span(context.span_id))
             while len(self._runs) > _MAX_TRACES:
                 self._runs.popitem(last=False)
@@ -156,78 +160,63 @@ class _Traces:
         return self.sample_rate >= 1.0 or random.random() < self.sample_rate
 
 
-def span_row(span: ReadableSpan, known: _Trace | None, service_name: str | None) -> tuple[Any, ...]:
-    """A finished OTel span as the store's row: the columns, and the span's own attributes,
-    status and links as they are (JSON). Mastra's record is built from them when read
-    (:func:`~runstream.observability.records.mastra_span`), so a write does no more than this."""
-    context = span.get_span_context() or INVALID_SPAN_CONTEXT
-    attributes = dict(span.attributes or {})
-    get = attributes.get
-    span_type = SPAN_TYPES.get(str(get("gen_ai.operation.name")), "generic")
-    parent = _hex_span(span.parent.span_id) if span.parent is not None else None
-    if parent is None and known is not None:
-        parent = known.root_parent
-    entity: tuple[str | None, str | None, str | None] = (None, None, None)
-    if span_type in ENTITY_ATTRIBUTES:
-        name = _text(get(ENTITY_ATTRIBUTES[span_type]))
-        entity = (ENTITY_TYPES[span_type], name, name)
-    elif known is not None and known.agent_id is not None:
-        entity = ("agent", known.agent_id, known.agent_name)
-    error = span.status.description or "Error" if span.status.status_code is StatusCode.ERROR else None
-    raw = {
-        "attributes": attributes,
-        "error": error,
-        "links": [
-            [_hex_trace(link.context.trace_id), _hex_span(link.context.span_id)] for link in span.links
-        ],
-        "otelTraceId": _hex_trace(context.trace_id),
+def _context(trace_id: int, known: _Trace | None, service_name: str | None) -> dict[str, str | None]:
+    """A trace's :data:`~runstream.observability.records.TRACE_CONTEXT` for its stored batch."""
+    otel = _hex_trace(trace_id)
+    if known is None:
+        known = _Trace(otel, None, True)
+    return {
+        "traceId": known.trace_id,
+        "otelTraceId": otel,
+        "rootParent": known.root_parent,
+        "resourceId": known.resource_id,
+        "threadId": known.thread_id,
+        "runId": known.run_id,
+        "agentId": known.agent_id,
+        "agentName": known.agent_name,
+        "serviceName": service_name,
     }
-    start, end = span.start_time or 0, span.end_time
-    run_id = _text(get("runstream.run.id")) or (known.run_id if known else None)
-    return (
-        known.trace_id if known is not None else _hex_trace(context.trace_id),
-        _hex_span(context.span_id),
-        parent,
-        span.name,
-        span_type,
-        *entity,
-        known.resource_id if known is not None else None,
-        known.thread_id if known is not None else None,
-        run_id,
-        service_name,
-        None,
-        0 if error is None else 1,
-        iso_ns(start),
-        iso_ns(end) if end else None,
-        orjson.dumps({"otel": raw}, default=str).decode(),
-        (end - start) / 1e6 if end else None,
-        get("gen_ai.usage.input_tokens"),
-        get("gen_ai.usage.output_tokens"),
-        get("gen_ai.provider.name"),
-        get("gen_ai.request.model"),
-    )
 
 
-class _StoreExporter(SpanExporter):
-    def __init__(self, store: SpanStore, traces: _Traces) -> None:
-        self.store = store
-        self.traces = traces
+def _json_default(value: object) -> object:
+    """A mapping as a dict (attributes of a span of another SDK); anything else as text."""
+    return dict(value) if isinstance(value, Mapping) else str(value)
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        rows = []
-        for span in spans:
-            service = span.resource.attributes.get("service.name") if span.resource is not None else None
-            known = self.traces.get(_trace_of(span))
-            rows.append(span_row(span, known, service if isinstance(service, str) else None))
-        self.store.write_rows(rows)
-        return SpanExportResult.SUCCESS
 
-    def shutdown(self) -> None:
+def _attributes(span: ReadableSpan) -> Mapping[str, object]:
+    """The span's attributes: the SDK's bounded mapping keeps them in a dict, read as it is
+    (its mapping protocol is a Python call per key, and a look-up of a missing key raises);
+    another SDK's mapping as it comes (:func:`_json_default` copies it for JSON)."""
+    held = getattr(span._attributes, "_dict", None)
+    return held if isinstance(held, dict) else (span.attributes or {})
+
+
+def _links(span: ReadableSpan) -> tuple[tuple[str, str], ...] | None:
+    """The span's links as ``(traceId, spanId)`` hex pairs, ``None`` without any (most spans:
+    the SDK's list is asked its length before it is copied)."""
+    if not span._links:
         return None
+    return tuple((_hex_trace(link.context.trace_id), _hex_span(link.context.span_id)) for link in span.links)
 
 
-class StoreSpanProcessor(BatchSpanProcessor):
-    """Keeps finished spans in ``store``; ``sample_rate`` (0 to 1) of the traces are kept, whole."""
+_Queued: TypeAlias = tuple[int, int, str | None, bool, bytes]
+"""A finished span as queued: its OTel trace id, start (epoch ns), service name, whether it is
+its OTel trace's root, and what the store keeps of it already as JSON (span id, parent span id,
+name, start, end, error text, attributes, links:
+:func:`~runstream.observability.records.span_columns`). Only plain values: the collector has
+nothing to follow while it waits (the SDK's span object, queued as it is, kept a dozen
+containers each alive until the write, and the cyclic collector's passes on the run's thread
+cost more than encoding it there)."""
+
+
+class StoreSpanProcessor(SpanProcessor):
+    """Keeps finished spans in ``store``; ``sample_rate`` (0 to 1) of the traces are kept, whole.
+
+    Batched off the run's path like the SDK's batch processor: a finished span is a tuple
+    appended to a bounded queue (full: the span is dropped, a run never waits), written by a
+    worker thread every ``schedule_delay_millis``, as soon as ``max_export_batch_size`` are
+    waiting, at :meth:`force_flush` and at :meth:`shutdown`, ``max_export_batch_size`` spans a
+    transaction."""
 
     def __init__(
         self,
@@ -240,29 +229,170 @@ class StoreSpanProcessor(BatchSpanProcessor):
     ) -> None:
         if not 0.0 <= sample_rate <= 1.0:
             raise ConfigurationError("sample_rate must be from 0 to 1")
+        if max_queue_size < 1 or max_export_batch_size < 1 or schedule_delay_millis <= 0:
+            raise ConfigurationError("queue and batch sizes must be at least 1, the delay above 0")
+        self.store = store
         self.traces = _Traces(sample_rate)
+        self._sampling = sample_rate < 1.0
         self.stopped = False
+        self.dropped = 0
+        """Spans dropped because the queue was full."""
         store.fed = True
         store.run_context = self.traces.run_context
-        super().__init__(
-            _StoreExporter(store, self.traces),
-            max_queue_size=max_queue_size,
-            schedule_delay_millis=schedule_delay_millis,
-            max_export_batch_size=max_export_batch_size,
-        )
+        self._queue: deque[_Queued] = deque()
+        self._resource: object = None
+        self._service: str | None = None
+        self._max_queue = max_queue_size
+        self._batch = max_export_batch_size
+        self._delay = schedule_delay_millis / 1000
+        self._wake = threading.Event()
+        self._writing = threading.Lock()
+        self._worker = self._start_worker()
+        if hasattr(os, "register_at_fork"):
+            restart = weakref.WeakMethod(self._after_fork)
+            os.register_at_fork(after_in_child=lambda: (method := restart()) and method())
+
+    def _start_worker(self) -> threading.Thread:
+        worker = threading.Thread(target=self._work, name="runstream-span-store", daemon=True)
+        worker.start()
+        return worker
+
+    def _after_fork(self) -> None:
+        """A forked child has the queue but not the thread: its own spans only, its own worker."""
+        self._queue.clear()
+        self._wake = threading.Event()
+        self._writing = threading.Lock()
+        self._worker = self._start_worker()
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         if not self.stopped:
             self.traces.started(span)
 
-    def shutdown(self) -> None:
-        self.stopped = True
-        super().shutdown()  # type: ignore[no-untyped-call]
-
     def on_end(self, span: ReadableSpan) -> None:
-        known = self.traces.get(_trace_of(span))
-        if known is None or known.sampled:
-            super().on_end(span)
+        try:  # the SDK's fields read directly: its properties are a Python call each
+            context, parent, name, start, end = (
+                span._context,
+                span._parent,
+                span._name,
+                span._start_time,
+                span._end_time,
+            )
+            status, resource = span._status, span._resource
+        except AttributeError:  # a span of another SDK
+            context, parent, name, start, end = (
+                span.context,
+                span.parent,
+                span.name,
+                span.start_time,
+                span.end_time,
+            )
+            status, resource = span.status, span.resource
+        if context is None or self.stopped:
+            return
+        if self._sampling:
+            known = self.traces.get(context.trace_id)
+            if known is not None and not known.sampled:
+                return
+        queue = self._queue
+        if len(queue) >= self._max_queue:
+            self.dropped += 1
+            return
+        if resource is not self._resource:  # one provider, one resource: looked up once
+            self._resource, self._service = resource, _service(resource)
+        entry = (
+            context.span_id,
+            parent.span_id if parent is not None else None,
+            name,
+            start or 0,
+            end,
+            (status.description or "Error") if status.status_code is StatusCode.ERROR else None,
+            _attributes(span),
+            _links(span),
+        )
+        encoded = orjson.dumps(entry, default=_json_default)
+        queue.append((context.trace_id, start or 0, self._service, parent is None, encoded))
+        if len(queue) >= self._batch and not self._wake.is_set():
+            self._wake.set()
+
+    def _work(self) -> None:
+        while not self.stopped:
+            self._wake.wait(self._delay)
+            self._wake.clear()
+            self._write_waiting()
+        self._write_waiting()
+
+    def _write_waiting(self) -> None:
+        """Write what waits in the queue, a batch at a time (instrumentation suppressed: a
+        traced database driver would otherwise add spans for the store's own writes)."""
+        with self._writing:
+            while self._queue:
+                batch = [self._queue.popleft() for _ in range(min(self._batch, len(self._queue)))]
+                token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+                try:
+                    self.store.write_batches(_batches(batch, self.traces))
+                except Exception:  # a write failure loses the batch, never the worker
+                    _log.exception("Could not write %d spans to the span store", len(batch))
+                finally:
+                    detach(token)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Write every waiting span now (on the calling thread)."""
+        self._write_waiting()
+        return True
+
+    def shutdown(self) -> None:
+        """Write what waits and stop the worker; spans that end afterwards are not kept."""
+        if self.stopped:
+            return
+        self.stopped = True
+        self._wake.set()
+        self._worker.join()
+
+
+def _batches(queued: Sequence[_Queued], traces: _Traces) -> list[SpanBatch]:
+    """Queued spans as one :class:`SpanBatch` per trace: its spans' JSON as encoded when they
+    ended, the trace's context once, and its root spans' columns for the trace list."""
+    spans: dict[int, list[bytes]] = {}
+    starts: dict[int, list[int]] = {}
+    services: dict[int, str | None] = {}
+    roots_of: dict[int, list[bytes]] = {}
+    for trace_id, start, service, root, encoded in queued:
+        same_trace = spans.get(trace_id)
+        if same_trace is None:
+            spans[trace_id] = [encoded]
+            starts[trace_id] = [start]
+            services[trace_id] = service
+        else:
+            same_trace.append(encoded)
+            starts[trace_id].append(start)
+        if root:
+            roots_of.setdefault(trace_id, []).append(encoded)
+    batches = []
+    for trace_id, of_trace in spans.items():
+        trace = _context(trace_id, traces.get(trace_id), services[trace_id])
+        roots = []
+        if trace["rootParent"] is None:  # (a task's trace hangs under the run's span: no root)
+            for encoded in roots_of.get(trace_id, ()):
+                columns = span_columns(trace, orjson.loads(encoded))
+                roots.append((columns, orjson.dumps({"otel": columns["raw"]}).decode()))
+        document = b'{"trace":%b,"spans":[%b]}' % (orjson.dumps(trace), b",".join(of_trace))
+        batches.append(
+            SpanBatch(
+                trace_id=str(trace["traceId"]),
+                resource_id=trace["resourceId"],
+                first_started=iso_ns(min(starts[trace_id])),
+                last_started=iso_ns(max(starts[trace_id])),
+                count=len(of_trace),
+                spans=document.decode(),
+                roots=roots,
+            )
+        )
+    return batches
+
+
+def _service(resource: object) -> str | None:
+    name = resource.attributes.get("service.name") if isinstance(resource, Resource) else None
+    return name if isinstance(name, str) else None
 
 
 def install_span_store(

@@ -1,14 +1,18 @@
 """Mastra's AI-tracing span record, built from a stored span when it is read.
 
-The processor stores a span's columns and its OpenTelemetry attributes, status and links as
-they are; the translation into Mastra's record (``attributes`` with model, usage, finish
-reason, tool outcome…; ``input``/``output``; ``error``; ``links``) happens here, on the read
-path, so writing a span costs no more than encoding what it already holds.
+The processor stores each span as it is (ids, name, times in nanoseconds, error text, its
+OpenTelemetry attributes and links) with its trace's context (stored trace id, resource, thread,
+run, agent, service) once per batch; everything else — the span's type, entity, run, ISO times,
+duration, and Mastra's record (``attributes`` with model, usage, finish reason, tool outcome…;
+``input``/``output``; ``error``; ``links``) — is derived here, on the read path, so writing a
+span costs no more than encoding what it already holds.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -44,6 +48,84 @@ _DETAILS = {
     "attempt": "runstream.background_task.attempt",
     "workflowId": "runstream.workflow.id",
 }
+
+
+TRACE_CONTEXT = (
+    "traceId",
+    "otelTraceId",
+    "rootParent",
+    "resourceId",
+    "threadId",
+    "runId",
+    "agentId",
+    "agentName",
+    "serviceName",
+)
+"""What a stored batch says once about its OTel trace's spans (the processor's ``_Trace``):
+the stored trace id, the OTel one, the parent of its root span (a task's trace hangs under the
+run's span), and what its spans inherit."""
+
+
+@functools.lru_cache(maxsize=64)
+def _second(seconds: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+
+
+def iso_ns(nanoseconds: int) -> str:
+    """Epoch nanoseconds as the store's UTC ISO 8601 text (milliseconds, ``Z``): the same text
+    as :func:`~runstream.observability.store.iso`, made without a ``datetime``."""
+    seconds, rest = divmod(nanoseconds, 1_000_000_000)
+    return f"{_second(seconds)}.{rest // 1_000_000:03d}Z"
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def span_columns(trace: Mapping[str, Any], entry: Sequence[Any]) -> Mapping[str, Any]:
+    """A span stored by the processor as its columns (the names the store's queries and metrics
+    use) and ``raw`` (what :func:`mastra_span` reads). ``entry``: span id and parent span id
+    (ints; ``None`` for the OTel root), name, start and end (epoch ns), error text, attributes,
+    links (``[traceId, spanId]`` hex pairs); ``trace``: its :data:`TRACE_CONTEXT`."""
+    span_id, parent, name, start, end, error, attributes, links = entry
+    get = attributes.get
+    span_type = SPAN_TYPES.get(str(get("gen_ai.operation.name")), "generic")
+    entity: tuple[str | None, str | None, str | None] = (None, None, None)
+    if span_type in ENTITY_ATTRIBUTES:
+        entity_name = _text(get(ENTITY_ATTRIBUTES[span_type]))
+        entity = (ENTITY_TYPES[span_type], entity_name, entity_name)
+    elif trace["agentId"] is not None:
+        entity = ("agent", trace["agentId"], trace["agentName"])
+    return {
+        "trace_id": trace["traceId"],
+        "span_id": f"{span_id:016x}",
+        "parent_span_id": f"{parent:016x}" if parent is not None else trace["rootParent"],
+        "name": name,
+        "span_type": span_type,
+        "entity_type": entity[0],
+        "entity_id": entity[1],
+        "entity_name": entity[2],
+        "resource_id": trace["resourceId"],
+        "thread_id": trace["threadId"],
+        "run_id": _text(get("runstream.run.id")) or trace["runId"],
+        "service_name": trace["serviceName"],
+        "environment": None,
+        "has_error": 0 if error is None else 1,
+        "status": "ok" if error is None else "error",
+        "started_at": iso_ns(start),
+        "ended_at": iso_ns(end) if end else None,
+        "duration_ms": (end - start) / 1e6 if end else None,
+        "input_tokens": get("gen_ai.usage.input_tokens"),
+        "output_tokens": get("gen_ai.usage.output_tokens"),
+        "provider": get("gen_ai.provider.name"),
+        "model": get("gen_ai.request.model"),
+        "raw": {
+            "attributes": attributes,
+            "error": error,
+            "links": links,
+            "otelTraceId": trace["otelTraceId"],
+        },
+    }
 
 
 def _loads(value: Any) -> Any:

@@ -6,15 +6,23 @@ Written by :class:`~runstream.observability.processor.StoreSpanProcessor` from i
 ``/api/observability`` routes through :func:`asyncio.to_thread`. ``path`` may be the file of a
 :class:`~runstream.storage.SqliteStorage` (WAL lets both connections work) or ``":memory:"``.
 
+Spans are kept a row per trace per written batch (``ai_span_batches``: the trace's spans of that
+batch in one JSON document), and each trace's root span once more in ``ai_traces``, the trace
+list's index: a span costs its encoding and a share of one insert instead of a row with its
+indexes. Reads decode the batches of a trace (its tree, a span) or of a time range (metrics,
+discovery) and filter them exactly; the records are built then (:mod:`.records`).
+
 Retention is bounded: spans older than ``max_age`` and all but the newest ``max_spans`` are
-deleted after each write (scores and feedback: the newest ``max_signals``; logs: ``max_age`` and
-the newest ``max_logs``).
+deleted after each write, a batch at a time (``upto``, the number of a batch's last span among
+all spans written, is what the count is kept by; a batch goes when its last span is older than
+the newest ``max_spans``, and a trace's root with its batch). Scores and feedback: the newest
+``max_signals``; logs: ``max_age`` and the newest ``max_logs``.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias
@@ -23,13 +31,12 @@ import orjson
 
 from runstream.errors import ConfigurationError
 from runstream.observability._sql import Backend, PostgresBackend, Row, SqliteBackend
-from runstream.observability.records import mastra_span
+from runstream.observability.records import mastra_span, span_columns
 from runstream.observability.trace_query import TraceQueryPlan, encode_cursor, trace_row
 
-_SPAN_COLUMNS = (
+_TRACE_COLUMNS = (
     "trace_id",
     "span_id",
-    "parent_span_id",
     "name",
     "span_type",
     "entity_type",
@@ -43,21 +50,18 @@ _SPAN_COLUMNS = (
     "has_error",
     "started_at",
     "ended_at",
-    "record",
-    "duration_ms",
-    "input_tokens",
-    "output_tokens",
-    "provider",
-    "model",
 )
-_UPSERT_SPAN = (
-    f"INSERT INTO ai_spans ({', '.join(_SPAN_COLUMNS)}) VALUES ({', '.join('?' for _ in _SPAN_COLUMNS)}) "
-    "ON CONFLICT (trace_id, span_id) DO UPDATE SET "
-    + ", ".join(f"{column} = excluded.{column}" for column in _SPAN_COLUMNS[2:])
+"""A root span's columns in ``ai_traces`` (its ``record`` besides)."""
+_INSERT_BATCH = (
+    "INSERT INTO ai_span_batches (upto, trace_id, resource_id, first_started, last_started, spans) "
+    "VALUES ((SELECT COALESCE(MAX(upto), 0) FROM ai_span_batches) + ?, ?, ?, ?, ?, ?)"
 )
-SPAN_COLUMNS = _SPAN_COLUMNS
-_READ = ", ".join(column for column in _SPAN_COLUMNS if column not in ("has_error", "duration_ms"))
-_READ_ROOT = ", ".join(f"r.{column}" for column in _READ.split(", "))
+_INSERT_ROOT = (
+    f"INSERT INTO ai_traces (upto, {', '.join(_TRACE_COLUMNS)}, record) "
+    "VALUES ((SELECT MAX(upto) FROM ai_span_batches WHERE trace_id = ?), "
+    f"{', '.join('?' for _ in _TRACE_COLUMNS)}, ?)"
+)
+_READ_ROOT = f"NULL AS parent_span_id, {', '.join(_TRACE_COLUMNS)}, record"
 _LOG_COLUMNS = ("timestamp", "level", "trace_id", "run_id", "resource_id", "record")
 TRACE_FILTERS = {
     "traceId": "trace_id",
@@ -101,9 +105,9 @@ METRIC_DIMENSIONS = {
     "environment": "environment",
     "provider": "provider",
     "model": "model",
-    "status": "CASE WHEN has_error = 1 THEN 'error' ELSE 'ok' END",
+    "status": "status",
 }
-"""Metric filters and group-by fields (Mastra's name → column or expression; ``status`` is
+"""Metric filters and group-by fields (Mastra's name → a span's column; ``status`` is
 ``ok``/``error`` as Mastra's metric label, what Studio's Trace Volume chart groups by)."""
 
 
@@ -123,6 +127,69 @@ class TraceQuery:
     per_page: int = 10
     resource_id: str | None = None
     """Confine to one resource's traces (a confined caller)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpanBatch:
+    """One trace's spans from one written batch: a row of ``ai_span_batches``, and its root
+    spans' rows of ``ai_traces``."""
+
+    trace_id: str
+    resource_id: str | None
+    first_started: str
+    last_started: str
+    """The earliest and the latest ``startedAt`` of its spans (ISO text)."""
+    count: int
+    spans: str
+    """JSON: ``{"trace": TRACE_CONTEXT, "spans": [entry, ...]}`` as the processor wrote it
+    (:func:`~runstream.observability.records.span_columns`), or ``{"records": [record]}``."""
+    roots: Sequence[tuple[Mapping[str, Any], str]] = ()
+    """Its root spans: their columns and their record (JSON) for ``ai_traces``."""
+
+
+class _Where:
+    """A WHERE clause and its parameters, built a condition at a time: the one builder of the
+    store's filtered queries (traces, signals, logs, span batches)."""
+
+    def __init__(self, *conditions: str, params: Iterable[Any] = ()) -> None:
+        self.conditions = list(conditions)
+        self.params = list(params)
+
+    def equal(self, columns: Mapping[str, str], filters: Mapping[str, str]) -> _Where:
+        """``column = value`` for each filter (its key → column through ``columns``)."""
+        for key, value in filters.items():
+            self.conditions.append(f"{columns[key]} = ?")
+            self.params.append(value)
+        return self
+
+    def within(
+        self, start: datetime | None, end: datetime | None, column: str, end_column: str | None = None
+    ) -> _Where:
+        """``column >= start`` and ``end_column <= end`` (the same column unless a row spans a
+        range: a batch is in a window when its last span starts after it opens and its first
+        before it closes)."""
+        for bound, operator, name in ((start, ">=", column), (end, "<=", end_column or column)):
+            if bound is not None:
+                self.conditions.append(f"{name} {operator} ?")
+                self.params.append(_text(bound))
+        return self
+
+    def resource(self, resource_id: str | None) -> _Where:
+        """Confined to one resource (``None``: any)."""
+        if resource_id is not None:
+            self.conditions.append("resource_id = ?")
+            self.params.append(resource_id)
+        return self
+
+    def one_of(self, column: str, values: Sequence[str]) -> _Where:
+        if values:
+            self.conditions.append(f"{column} IN ({', '.join('?' for _ in values)})")
+            self.params.extend(values)
+        return self
+
+    @property
+    def sql(self) -> str:
+        return " AND ".join(self.conditions) or "1 = 1"
 
 
 class SpanStore:
@@ -162,24 +229,41 @@ class SpanStore:
 
     # -- writes -----------------------------------------------------------------------------------
     def write_spans(self, records: Sequence[Mapping[str, Any]], *, now: datetime | None = None) -> None:
-        """Insert (or replace) Mastra span records in one transaction, then apply retention."""
-        self.write_rows([_span_row(record) for record in records], now=now)
-
-    def write_rows(self, rows: Sequence[Sequence[Any]], *, now: datetime | None = None) -> None:
-        """Insert (or replace) span rows (:data:`SPAN_COLUMNS` order; the processor's
-        :func:`~runstream.observability.processor.span_row`) in one transaction, then apply
+        """Append Mastra span records (each a batch of its own) in one transaction, then apply
         retention."""
-        if not rows:
+        self.write_batches([_record_batch(record) for record in records], now=now)
+
+    def write_batches(self, batches: Sequence[SpanBatch], *, now: datetime | None = None) -> None:
+        """Append span batches (the processor's, one per trace of its batch) and their roots in
+        one transaction, then apply retention."""
+        if not batches:
             return
         cutoff = _text((now or datetime.now(UTC)) - self.max_age)
+        roots = [
+            (batch.trace_id, *(columns[name] for name in _TRACE_COLUMNS), record)
+            for batch in batches
+            for columns, record in batch.roots
+        ]
         self._backend.write(
             [
-                (_UPSERT_SPAN, rows, True),
-                ("DELETE FROM ai_spans WHERE started_at < ?", (cutoff,), False),
                 (
-                    "DELETE FROM ai_spans WHERE seq <= (SELECT MAX(seq) FROM ai_spans) - ?",
-                    (self.max_spans,),
-                    False,
+                    _INSERT_BATCH,
+                    [
+                        (b.count, b.trace_id, b.resource_id, b.first_started, b.last_started, b.spans)
+                        for b in batches
+                    ],
+                    True,
+                ),
+                *([(_INSERT_ROOT, roots, True)] if roots else []),
+                ("DELETE FROM ai_span_batches WHERE last_started < ?", (cutoff,), False),
+                ("DELETE FROM ai_traces WHERE started_at < ?", (cutoff,), False),
+                *(
+                    (
+                        f"DELETE FROM {table} WHERE upto <= (SELECT MAX(upto) FROM ai_span_batches) - ?",
+                        (self.max_spans,),
+                        False,
+                    )
+                    for table in ("ai_span_batches", "ai_traces")
                 ),
             ]
         )
@@ -254,56 +338,51 @@ class SpanStore:
     def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
         return self._backend.rows(sql, params)
 
+    def _batches(self, where: _Where) -> Iterator[Mapping[str, Any]]:
+        """The spans of the batches matching ``where``, oldest batch first, as their columns
+        (:func:`_batch_spans`)."""
+        rows = self._rows(f"SELECT spans FROM ai_span_batches WHERE {where.sql} ORDER BY seq", where.params)
+        for row in rows:
+            yield from _batch_spans(row["spans"])
+
     def list_traces(self, query: TraceQuery) -> tuple[list[Record], int]:
         """A page of root spans and the number of matching traces."""
-        where = ["parent_span_id IS NULL"]
-        params: list[Any] = []
-        for key, value in query.filters.items():
-            where.append(f"{TRACE_FILTERS[key]} = ?")
-            params.append(value)
-        if query.status == "error":
-            where.append("has_error = 1")
-        elif query.status == "success":
-            where.append("has_error = 0")
-        if query.start is not None:
-            where.append("started_at >= ?")
-            params.append(_text(query.start))
-        if query.end is not None:
-            where.append("started_at <= ?")
-            params.append(_text(query.end))
-        if query.resource_id is not None:
-            where.append("resource_id = ?")
-            params.append(query.resource_id)
-        clause = " AND ".join(where)
-        total = int(self._rows(f"SELECT COUNT(*) AS n FROM ai_spans WHERE {clause}", params)[0]["n"])
+        where = _Where().equal(TRACE_FILTERS, query.filters)
+        if query.status is not None:
+            where.conditions.append("has_error = 1" if query.status == "error" else "has_error = 0")
+        where.within(query.start, query.end, "started_at").resource(query.resource_id)
+        total = int(
+            self._rows(f"SELECT COUNT(*) AS n FROM ai_traces WHERE {where.sql}", where.params)[0]["n"]
+        )
         direction = "ASC" if query.ascending else "DESC"
         rows = self._rows(
-            f"SELECT {_READ} FROM ai_spans WHERE {clause} "
+            f"SELECT {_READ_ROOT} FROM ai_traces WHERE {where.sql} "
             f"ORDER BY {TRACE_ORDER[query.order_by]} {direction}, seq {direction} LIMIT ? OFFSET ?",
-            [*params, query.per_page, query.page * query.per_page],
+            [*where.params, query.per_page, query.page * query.per_page],
         )
-        return [_span_record(row) for row in rows], total
+        return [_root_record(row) for row in rows], total
 
     def trace_owner(self, trace_id: str) -> tuple[bool, str | None]:
-        """Whether the trace exists, and the resource it belongs to."""
-        rows = self._rows(
-            "SELECT resource_id FROM ai_spans WHERE trace_id = ? "
-            "ORDER BY CASE WHEN parent_span_id IS NULL THEN 0 ELSE 1 END, seq LIMIT 1",
-            (trace_id,),
-        )
-        return (True, rows[0]["resource_id"]) if rows else (False, None)
+        """Whether the trace exists, and the resource it belongs to (its root's, else its first
+        batch's)."""
+        for table in ("ai_traces", "ai_span_batches"):
+            rows = self._rows(
+                f"SELECT resource_id FROM {table} WHERE trace_id = ? ORDER BY seq LIMIT 1", (trace_id,)
+            )
+            if rows:
+                return True, rows[0]["resource_id"]
+        return False, None
 
     def get_trace(self, trace_id: str) -> list[Record]:
-        rows = self._rows(
-            f"SELECT {_READ} FROM ai_spans WHERE trace_id = ? ORDER BY started_at, seq", (trace_id,)
-        )
-        return [_span_record(row) for row in rows]
+        """The trace's spans, by start (then as written)."""
+        spans = sorted(self._batches(_Where("trace_id = ?", params=(trace_id,))), key=_started)
+        return [_span_record(columns) for columns in spans]
 
     def get_span(self, trace_id: str, span_id: str) -> Record | None:
-        rows = self._rows(
-            f"SELECT {_READ} FROM ai_spans WHERE trace_id = ? AND span_id = ?", (trace_id, span_id)
-        )
-        return _span_record(rows[0]) if rows else None
+        for columns in self._batches(_Where("trace_id = ?", params=(trace_id,))):
+            if columns["span_id"] == span_id:
+                return _span_record(columns)
+        return None
 
     @property
     def dialect(self) -> str:
@@ -315,7 +394,6 @@ class SpanStore:
         query's range and matching its predicate, a keyset or numbered page of them, or the
         distinct thread ids of such traces."""
         where = [
-            "r.parent_span_id IS NULL",
             "r.ended_at IS NOT NULL",
             "r.started_at >= ?",
             "r.started_at <= ?",
@@ -333,7 +411,7 @@ class SpanStore:
                 where.append("r.thread_id > ?")
                 params.append(query.after[1])
             rows = self._rows(
-                f"SELECT DISTINCT r.thread_id AS thread_id FROM ai_spans r WHERE {' AND '.join(where)} "
+                f"SELECT DISTINCT r.thread_id AS thread_id FROM ai_traces r WHERE {' AND '.join(where)} "
                 "ORDER BY r.thread_id LIMIT ?",
                 [*params, query.limit + 1],
             )
@@ -347,9 +425,9 @@ class SpanStore:
         direction = "DESC" if query.descending else "ASC"
         if query.page is not None:
             clause = " AND ".join(where)
-            total = int(self._rows(f"SELECT COUNT(*) AS n FROM ai_spans r WHERE {clause}", params)[0]["n"])
+            total = int(self._rows(f"SELECT COUNT(*) AS n FROM ai_traces r WHERE {clause}", params)[0]["n"])
             rows = self._rows(
-                f"SELECT {_READ_ROOT} FROM ai_spans r WHERE {clause} ORDER BY {sort} {direction}, r.trace_id "
+                f"SELECT {_READ_ROOT} FROM ai_traces r WHERE {clause} ORDER BY {sort} {direction}, r.trace_id "
                 "LIMIT ? OFFSET ?",
                 [*params, query.limit, query.page * query.limit],
             )
@@ -359,16 +437,16 @@ class SpanStore:
                 "perPage": query.limit,
                 "hasMore": (query.page + 1) * query.limit < total,
             }
-            return {"traces": [trace_row(_span_record(row)) for row in rows], "pagination": pagination}
+            return {"traces": [trace_row(_root_record(row)) for row in rows], "pagination": pagination}
         if query.after is not None:
             where.append(f"({sort} {'<' if query.descending else '>'} ? OR ({sort} = ? AND r.trace_id > ?))")
             params.extend([query.after[0], query.after[0], query.after[1]])
         rows = self._rows(
-            f"SELECT {_READ_ROOT} FROM ai_spans r WHERE {' AND '.join(where)} "
+            f"SELECT {_READ_ROOT} FROM ai_traces r WHERE {' AND '.join(where)} "
             f"ORDER BY {sort} {direction}, r.trace_id LIMIT ?",
             [*params, query.limit + 1],
         )
-        traces = [trace_row(_span_record(row)) for row in rows[: query.limit]]
+        traces = [trace_row(_root_record(row)) for row in rows[: query.limit]]
         next_cursor = None
         if len(rows) > query.limit:
             last = rows[query.limit - 1]
@@ -387,15 +465,8 @@ class SpanStore:
     ) -> tuple[list[Record], int]:
         """Scores or feedback, filtered by ``traceId`` / ``spanId`` / ``name`` (scorer or type)."""
         columns = {"traceId": "trace_id", "spanId": "span_id", "name": "name"}
-        where = ["kind = ?"]
-        params: list[Any] = [kind]
-        for key, value in filters.items():
-            where.append(f"{columns[key]} = ?")
-            params.append(value)
-        if resource_id is not None:
-            where.append("resource_id = ?")
-            params.append(resource_id)
-        return self._page("ai_signals", where, params, page, per_page, ascending)
+        where = _Where("kind = ?", params=(kind,)).equal(columns, filters).resource(resource_id)
+        return self._page("ai_signals", where, page, per_page, ascending)
 
     def list_logs(
         self,
@@ -411,33 +482,18 @@ class SpanStore:
     ) -> tuple[list[Record], int]:
         """Log records, filtered by ``traceId`` / ``runId`` / ``resourceId``, levels and time."""
         columns = {"traceId": "trace_id", "runId": "run_id", "resourceId": "resource_id"}
-        where = ["1 = 1"]
-        params: list[Any] = []
-        for key, value in filters.items():
-            where.append(f"{columns[key]} = ?")
-            params.append(value)
-        if levels:
-            where.append(f"level IN ({', '.join('?' for _ in levels)})")
-            params.extend(levels)
-        for bound, operator in ((start, ">="), (end, "<=")):
-            if bound is not None:
-                where.append(f"timestamp {operator} ?")
-                params.append(_text(bound))
-        if resource_id is not None:
-            where.append("resource_id = ?")
-            params.append(resource_id)
-        return self._page("ai_logs", where, params, page, per_page, ascending)
+        where = _Where().equal(columns, filters).one_of("level", levels).within(start, end, "timestamp")
+        return self._page("ai_logs", where.resource(resource_id), page, per_page, ascending)
 
     def _page(
-        self, table: str, where: list[str], params: list[Any], page: int, per_page: int, ascending: bool
+        self, table: str, where: _Where, page: int, per_page: int, ascending: bool
     ) -> tuple[list[Record], int]:
-        clause = " AND ".join(where)
-        total = int(self._rows(f"SELECT COUNT(*) AS n FROM {table} WHERE {clause}", params)[0]["n"])
+        total = int(self._rows(f"SELECT COUNT(*) AS n FROM {table} WHERE {where.sql}", where.params)[0]["n"])
         direction = "ASC" if ascending else "DESC"
         rows = self._rows(
-            f"SELECT record FROM {table} WHERE {clause} ORDER BY timestamp {direction}, seq {direction} "
+            f"SELECT record FROM {table} WHERE {where.sql} ORDER BY timestamp {direction}, seq {direction} "
             "LIMIT ? OFFSET ?",
-            [*params, per_page, page * per_page],
+            [*where.params, per_page, page * per_page],
         )
         return [orjson.loads(row["record"]) for row in rows], total
 
@@ -453,44 +509,40 @@ class SpanStore:
         limit: int = 100_000,
     ) -> list[Row]:
         """The spans of ``span_type`` with a value in ``column`` (a :data:`METRIC_COLUMNS` name),
-        oldest first: ``timestamp``, ``value`` and the dimensions metrics group and filter by."""
-        where = ["span_type = ?", f"{METRIC_COLUMNS[column]} IS NOT NULL"]
-        params: list[Any] = [span_type]
-        for key, value in filters.items():
-            where.append(f"{METRIC_DIMENSIONS[key]} = ?")
-            params.append(value)
-        for bound, operator in ((start, ">="), (end, "<=")):
-            if bound is not None:
-                where.append(f"started_at {operator} ?")
-                params.append(_text(bound))
-        if resource_id is not None:
-            where.append("resource_id = ?")
-            params.append(resource_id)
-        dimensions = ", ".join(f'{name} AS "{key}"' for key, name in METRIC_DIMENSIONS.items())
-        return self._rows(
-            f"SELECT started_at AS timestamp, {METRIC_COLUMNS[column]} AS value, {dimensions} "
-            f"FROM ai_spans WHERE {' AND '.join(where)} ORDER BY started_at, seq LIMIT ?",
-            [*params, limit],
-        )
+        oldest first: ``timestamp``, ``value`` and the dimensions metrics group and filter by.
+        The batches in the window and the resource are read (a batch's spans share its
+        resource), their spans filtered exactly."""
+        since, until = (_text(bound) if bound is not None else None for bound in (start, end))
+        wanted = [(METRIC_DIMENSIONS[key], value) for key, value in filters.items()]
+        value_column = METRIC_COLUMNS[column]
+        where = _Where().within(start, end, "last_started", "first_started").resource(resource_id)
+        points: list[Mapping[str, object]] = [
+            {
+                "timestamp": span["started_at"],
+                "value": span[value_column],
+                **{key: span[name] for key, name in METRIC_DIMENSIONS.items()},
+            }
+            for span in self._batches(where)
+            if span["span_type"] == span_type
+            and span[value_column] is not None
+            and (since is None or span["started_at"] >= since)
+            and (until is None or span["started_at"] <= until)
+            and all(span[name] == value for name, value in wanted)
+        ]
+        points.sort(key=lambda point: str(point["timestamp"]))
+        return points[:limit]
 
     def distinct(
         self, column: str, *, entity_type: str | None = None, resource_id: str | None = None
     ) -> list[str]:
         """Distinct non-null values of a discovery column (a key of :data:`DISCOVERY`)."""
-        where = [f"{DISCOVERY[column]} IS NOT NULL"]
-        params: list[Any] = []
-        if entity_type is not None:
-            where.append("entity_type = ?")
-            params.append(entity_type)
-        if resource_id is not None:
-            where.append("resource_id = ?")
-            params.append(resource_id)
-        rows = self._rows(
-            f"SELECT DISTINCT {DISCOVERY[column]} AS value FROM ai_spans WHERE {' AND '.join(where)} "
-            "ORDER BY value LIMIT 1000",
-            params,
-        )
-        return [str(row["value"]) for row in rows]
+        name = DISCOVERY[column]
+        values = {
+            str(span[name])
+            for span in self._batches(_Where().resource(resource_id))
+            if span[name] is not None and (entity_type is None or span["entity_type"] == entity_type)
+        }
+        return sorted(values)[:1000]
 
 
 class PostgresSpanStore(SpanStore):
@@ -512,14 +564,51 @@ class PostgresSpanStore(SpanStore):
         self._setup(PostgresBackend(dsn, schema), max_age, max_spans, max_signals, max_logs)
 
 
-def _span_record(row: Row) -> Record:
-    """A stored span as Mastra's record (built from its columns and raw OTel data when the
-    processor stored it, as given when it came as a record)."""
+def _root_record(row: Row) -> Record:
+    """A root span of ``ai_traces`` as Mastra's record (built from its columns and raw OTel data
+    when the processor stored it, as given when it came as a record)."""
     stored = orjson.loads(row["record"])
     return mastra_span(row, stored["otel"]) if "otel" in stored else stored
 
 
-def _span_row(record: Mapping[str, Any]) -> tuple[Any, ...]:
+def _span_record(columns: Mapping[str, Any]) -> Record:
+    """A span of a batch (:func:`_batch_spans`) as Mastra's record."""
+    given = columns.get("record")
+    return given if given is not None else mastra_span(columns, columns["raw"])
+
+
+def _started(columns: Mapping[str, Any]) -> str:
+    return str(columns["started_at"])
+
+
+def _batch_spans(document: str) -> Sequence[Mapping[str, Any]]:
+    """A stored batch's spans as their columns: ``raw`` besides for the processor's, ``record``
+    (as given) for records."""
+    batch = orjson.loads(document)
+    if "records" in batch:
+        return [{**_record_columns(record), "record": record} for record in batch["records"]]
+    trace = batch["trace"]
+    return [span_columns(trace, entry) for entry in batch["spans"]]
+
+
+def _record_batch(record: Mapping[str, Any]) -> SpanBatch:
+    columns = _record_columns(record)
+    started = str(columns["started_at"])
+    root = columns["parent_span_id"] is None
+    return SpanBatch(
+        trace_id=str(columns["trace_id"]),
+        resource_id=columns["resource_id"],
+        first_started=started,
+        last_started=started,
+        count=1,
+        spans=orjson.dumps({"records": [record]}, default=str).decode(),
+        roots=[(columns, orjson.dumps(record, default=str).decode())] if root else (),
+    )
+
+
+def _record_columns(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A Mastra span record's columns (as :func:`~runstream.observability.records.span_columns`
+    gives a processor's span's)."""
     attributes = record.get("attributes") or {}
     usage = attributes.get("usage") or {}
     started, ended = record.get("startedAt"), record.get("endedAt")
@@ -528,30 +617,30 @@ def _span_row(record: Mapping[str, Any]) -> tuple[Any, ...]:
         delta = datetime.fromisoformat(ended) - datetime.fromisoformat(started)
         duration = delta.total_seconds() * 1000
     get = record.get
-    return (
-        get("traceId"),
-        get("spanId"),
-        get("parentSpanId"),
-        get("name"),
-        get("spanType"),
-        get("entityType"),
-        get("entityId"),
-        get("entityName"),
-        get("resourceId"),
-        get("threadId"),
-        get("runId"),
-        get("serviceName"),
-        get("environment"),
-        1 if get("error") else 0,
-        started,
-        ended,
-        orjson.dumps(record, default=str).decode(),
-        duration,
-        usage.get("inputTokens"),
-        usage.get("outputTokens"),
-        attributes.get("provider"),
-        attributes.get("model"),
-    )
+    return {
+        "trace_id": get("traceId"),
+        "span_id": get("spanId"),
+        "parent_span_id": get("parentSpanId"),
+        "name": get("name"),
+        "span_type": get("spanType"),
+        "entity_type": get("entityType"),
+        "entity_id": get("entityId"),
+        "entity_name": get("entityName"),
+        "resource_id": get("resourceId"),
+        "thread_id": get("threadId"),
+        "run_id": get("runId"),
+        "service_name": get("serviceName"),
+        "environment": get("environment"),
+        "has_error": 1 if get("error") else 0,
+        "status": "error" if get("error") else "ok",
+        "started_at": started,
+        "ended_at": ended,
+        "duration_ms": duration,
+        "input_tokens": usage.get("inputTokens"),
+        "output_tokens": usage.get("outputTokens"),
+        "provider": attributes.get("provider"),
+        "model": attributes.get("model"),
+    }
 
 
 def _text(moment: datetime) -> str:

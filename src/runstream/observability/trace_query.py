@@ -134,7 +134,7 @@ FIELDS: dict[str, dict[str, Column]] = {
 _METADATA_COLUMNS = {"runId": "run_id"}
 """Root-span metadata runstream keeps in a column (the rest is read from the stored record)."""
 _RELATED = {
-    "spans": "SELECT 1 FROM ai_spans {t} WHERE {t}.trace_id = r.trace_id",
+    "spans": "SELECT 1 FROM ai_span_rows {t} WHERE {t}.trace_id = r.trace_id",
     "scores": "SELECT 1 FROM ai_signals {t} WHERE {t}.kind = 'score' AND {t}.trace_id = r.trace_id",
     "feedback": "SELECT 1 FROM ai_signals {t} WHERE {t}.kind = 'feedback' AND {t}.trace_id = r.trace_id",
 }

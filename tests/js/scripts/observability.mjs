@@ -6,11 +6,13 @@ const threadId = unique("thread");
 await collect(await agent.stream("weather", { memory: { thread: threadId, resource: "res-obs" } }));
 await collect(await agent.stream("fail", { memory: { thread: unique("thread"), resource: "res-obs" } }));
 
-// The store writes in batches (every second): wait for the run's trace to be listed.
+// The store writes in batches (every second): wait for both runs' traces to be listed (the two
+// may be written in different batches).
 let listed;
 for (let attempt = 0; attempt < 100; attempt++) {
+  const all = await client.listTraces({ pagination: { page: 0, perPage: 10 } });
   listed = await client.listTraces({ filters: { threadId }, pagination: { page: 0, perPage: 10 } });
-  if (listed.spans.length) break;
+  if (listed.spans.length && all.spans.length >= 2) break;
   await new Promise((resolve) => setTimeout(resolve, 100));
 }
 const root = listed.spans[0];
