@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 import redis
+from starlette.applications import Starlette
 
 from runstream import Agent
 from runstream.runtime import Runstream
@@ -19,11 +20,10 @@ from runstream.server import create_app
 from runstream.server.auth import open_access
 from runstream.server.redis_replay import RedisReplayLog
 from runstream.server.resumable import MIB, InMemoryReplayLog, ReplayGapError, RunInfo, split_large
-from runstream.storage import SqliteStorage
 from runstream.testing import ScriptedModel
 from tests.conftest import REDIS_URL
 from tests.server.agents import Gates, build_runstream
-from tests.server.conftest import serve
+from tests.server.conftest import BACKENDS, backend_storage, serve
 from tests.server.security_kit import by_token
 from tests.storage.postgres_testkit import IN_CI
 
@@ -209,12 +209,26 @@ def test_a_resumable_run_with_a_large_prompt_keeps_it_about_once() -> None:
     assert len(prompt) < log.size < 1.2 * len(prompt)  # ... the log keeps it once
 
 
-def test_workflow_runs_count_with_the_live_run_caps(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_workflow_runs_count_with_the_live_run_caps(backend: str, tmp_path: Path) -> None:
     """Finding 3: one tenant started 1,030 long workflow runs, then another tenant got 429."""
     gates = Gates()
-    runtime = build_runstream(gates, SqliteStorage(tmp_path / "runs.db"))
-    app = create_app(runtime, auth=by_token, heartbeat_s=None, max_live_runs=3, max_live_runs_per_resource=2)
     gate = f"g-{uuid.uuid4().hex[:8]}"
+    with backend_storage(backend, tmp_path) as storage:
+        _workflow_caps(
+            create_app(
+                build_runstream(gates, storage),
+                auth=by_token,
+                heartbeat_s=None,
+                max_live_runs=3,
+                max_live_runs_per_resource=2,
+            ),
+            gates,
+            gate,
+        )
+
+
+def _workflow_caps(app: Starlette, gates: Gates, gate: str) -> None:
     with serve(app) as url:
         a = httpx.Client(base_url=url, headers={"Authorization": "Bearer user-a"}, timeout=20)
         b = httpx.Client(base_url=url, headers={"Authorization": "Bearer user-b"}, timeout=20)

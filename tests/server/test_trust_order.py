@@ -9,6 +9,7 @@ import base64
 import json
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
@@ -29,7 +30,7 @@ from runstream.trust import RequestPolicy
 from runstream.workflows import Workflow
 from runstream.workflows.agent_step import agent_step
 from tests.server.agents import call_tool, say
-from tests.server.conftest import serve
+from tests.server.conftest import BACKENDS, backend_storage, serve
 from tests.server.security_kit import sse_chunks
 
 WIPED: list[str] = []
@@ -100,15 +101,17 @@ async def by_token(request: Request) -> Principal | None:
     return PRINCIPALS.get(request.headers.get("authorization", "").removeprefix("Bearer "))
 
 
-@pytest.fixture
-def client() -> Iterator[httpx.Client]:
-    runtime = Runstream(agents=[gated_agent(), gated_agent("durable", durable=True)])
-    app = create_app(runtime, auth=by_token, heartbeat_s=None)
-    with (
-        serve(app) as url,
-        httpx.Client(base_url=url, headers={"Authorization": "Bearer a"}, timeout=20) as c,
-    ):
-        yield c
+@pytest.fixture(params=BACKENDS)
+def client(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[httpx.Client]:
+    """Tenant A's client of a server on SQLite or PostgreSQL (issue 25: every finding on both)."""
+    with backend_storage(request.param, tmp_path) as storage:
+        runtime = Runstream(agents=[gated_agent(), gated_agent("durable", durable=True)], storage=storage)
+        app = create_app(runtime, auth=by_token, heartbeat_s=None)
+        with (
+            serve(app) as url,
+            httpx.Client(base_url=url, headers={"Authorization": "Bearer a"}, timeout=20) as c,
+        ):
+            yield c
 
 
 def thread() -> dict[str, Any]:
