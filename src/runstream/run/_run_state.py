@@ -6,7 +6,7 @@ run's types (output, goals, scoring, step results, tasks) do not import the algo
 :meth:`RunState.from_json`) in the shape ``runstream.run._run_snapshot`` declares, versioned, with
 one migration per older version.
 
-The loop reports how each step ended as a value, one of :data:`StepOutcome`.
+The loop's nodes report how the run ended as a value, one of :data:`End`.
 """
 
 from __future__ import annotations
@@ -499,12 +499,7 @@ def _with_hidden_errors(message: ToolMessage, hidden: dict[str, str]) -> ToolMes
     return {**message, "content": parts}
 
 
-# -- how a step ended (the loop dispatches on these) ---------------------------------------------
-
-
-@dataclass(slots=True, frozen=True)
-class Continue:
-    """Run another model step."""
+# -- how a run ended (the last of the loop's nodes returns one) --------------------------------------
 
 
 @dataclass(slots=True, frozen=True)
@@ -549,4 +544,5 @@ class Failed:
     step_result: dict[str, Any] | None = None
 
 
-StepOutcome = Continue | Finish | Suspend | Abort | Tripwire | Failed
+End = Finish | Suspend | Abort | Tripwire | Failed
+"""How a run ended (a suspension: it waits for a human)."""

@@ -12,7 +12,7 @@ import asyncio
 import inspect
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Collection, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Coroutine
 from functools import partial
 from itertools import islice
 from typing import Any, cast
@@ -129,7 +129,7 @@ class EagerTools:
 
 async def run_tool_step(
     cfg: LoopConfig, state: RunState, pending: PendingToolStep, eager: EagerTools | None = None
-) -> AsyncIterator[AnyChunk]:
+) -> AsyncGenerator[AnyChunk, None]:
     """Execute the step's tool calls, streaming their output; stop for approvals/suspensions.
 
     A step that stopped leaves ``state.pending`` set (status ``suspended``); one that ran its
@@ -450,7 +450,7 @@ def answer_pending(state: RunState, pending: PendingToolStep, resume: ResumeActi
     return chunks
 
 
-async def wait_for_background(cfg: LoopConfig, state: RunState) -> AsyncIterator[AnyChunk]:
+async def wait_for_background(cfg: LoopConfig, state: RunState) -> AsyncGenerator[AnyChunk, None]:
     """Durable mode: wait for the tasks the run dispatched and has not waited for yet (the
     waiter adds those that settled to ``state.waited_task_ids``)."""
     dispatched = [t for t in state.background_task_ids if t not in state.waited_task_ids]
