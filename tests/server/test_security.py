@@ -288,7 +288,13 @@ def test_a_tools_own_error_text_is_not_stored_nor_served(
     with caplog.at_level(logging.WARNING):
         for name, route in (("prod", "stream"), ("public", "generate")):
             body = {"messages": name, "memory": {"thread": thread}}
-            assert s.a.post(f"/api/agents/configs/{route}", json=body).status_code == 200
+            answer = s.a.post(f"/api/agents/configs/{route}", json=body)
+            assert answer.status_code == 200 and "hunter2" not in answer.text
+            if route == "stream":  # finding 8's first paths: the tool-error chunk and the 422
+                [failed] = [c for c in sse_chunks(answer) if c["type"] == "tool-error"]
+                assert failed["payload"]["error"] == {"message": "Tool read_config failed", "name": "Error"}
+        direct = s.a.post("/api/tools/read_config/execute", json={"data": {"name": "prod"}})
+        assert direct.status_code == 422 and direct.json() == {"error": "Tool read_config failed"}
     assert [output["value"] for output in model.seen[-2:]] == [
         f"cannot open {SECRET}",  # the model got the exception's text
         "there is no config named public",
