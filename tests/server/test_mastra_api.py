@@ -55,6 +55,8 @@ def test_tools(client: httpx.Client) -> None:
     assert "city" in json.dumps(bad.json()["validationErrors"])
     run = client.post("/api/agents/assistant/tools/get_weather/execute", json={"data": {"city": "Rome"}})
     assert run.json()["city"] == "Rome"
+    for missing in ("/api/tools/nope", "/api/agents/assistant/tools/nope"):  # Mastra's 404 body
+        assert client.get(missing).json() == {"error": "Tool not found"}
 
 
 def test_thread_routes(client: httpx.Client) -> None:

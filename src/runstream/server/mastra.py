@@ -364,7 +364,7 @@ class MastraRoutes:
     def _tool(self, tools: dict[str, Tool], tool_id: str) -> Tool:
         tool = tools.get(tool_id)
         if tool is None:
-            raise ApiError(404, f"Tool {tool_id} not found")
+            raise ApiError(404, "Tool not found")  # Mastra's answer
         return tool
 
     async def list_tools(self, request: Request) -> Response:
