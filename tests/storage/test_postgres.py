@@ -335,3 +335,30 @@ async def test_a_call_on_a_dropped_connection_is_made_again_on_a_fresh_one(schem
         assert got is not None and got.resource_id == "r-1"
     finally:
         await storage.close()
+
+
+async def test_a_call_after_every_pooled_connection_was_killed_is_made_again_on_a_fresh_one(
+    schema: str,
+) -> None:
+    """Every idle connection of the pool ended by the server (a kill, a restart): the next call
+    meets one of them, and is made again on a fresh connection, not on another dead one."""
+    storage = PostgresStorage(POSTGRES_URL, schema=schema, min_size=3, max_size=3)
+    try:
+        await storage.save_thread(thread("t-1", "r-1"))
+        pool = await storage._get_pool()
+        held = [await pool.acquire() for _ in range(3)]
+        pids = [await conn.fetchval("SELECT pg_backend_pid()") for conn in held]
+        for conn in held:
+            await pool.release(conn)
+        admin = await asyncpg.connect(POSTGRES_URL)
+        try:
+            await admin.execute("SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid", pids)
+        finally:
+            await admin.close()
+        for _ in range(3):  # each call finds its answer, whichever dead connection it met first
+            got = await storage.get_thread("t-1")
+            assert got is not None and got.resource_id == "r-1"
+        async with storage._connection() as conn:
+            assert await conn.fetchval("SELECT pg_backend_pid()") not in pids
+    finally:
+        await storage.close()

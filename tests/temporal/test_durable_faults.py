@@ -275,11 +275,16 @@ async def test_until_idle_streams_and_tasks_survive_process_temporal_and_connect
             assert_whole(head + await rest(client, api_a.url, head))
             await settled_once(cluster, topic)
 
-            # 4. Every Redis and PostgreSQL connection is killed during a wait.
+            # 4. Every Redis and PostgreSQL connection is killed during a wait; the API processes
+            #    answer the next storage call.
             topic = f"conns-{tag}"
             head = await first_turn(client, api_a.url, topic)
             pids = [p.process.pid for p in (*workers, api_a, api_b)]
             redis_kills, postgres_kills = await kill_connections(cluster, pids)
+            for api in (api_a, api_b):  # a storage call on a dropped connection: once more, no 5xx
+                url = f"{api.url}/api/memory/threads/{topic}"
+                answer = await client.get(url, params={"resourceId": "u1"})
+                assert answer.status_code == 200, answer.text
             await cluster.open_gate(f"research-{topic}")
             assert_whole(head + await rest(client, api_b.url, head))
             await settled_once(cluster, topic)

@@ -96,7 +96,7 @@ _MAX_IDENTIFIER_BYTES = 63
 def _translate_errors() -> Iterator[None]:
     try:
         yield
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError, OSError) as exc:
         raise StorageError(f"PostgreSQL error: {exc}") from exc
 
 
@@ -105,8 +105,12 @@ _CONNECTION_LOST = (
     asyncpg.PostgresConnectionError,
     asyncpg.AdminShutdownError,
     asyncpg.CannotConnectNowError,
+    asyncpg.InternalClientError,
     ConnectionError,
 )
+"""A call failed for its connection, not for what it asked. ``InternalClientError`` ("cannot
+switch to state ...; another operation is in progress") is what asyncpg raises on a pooled
+connection whose server ended it while it was idle (``pg_terminate_backend``)."""
 
 
 def _connection_lost(exc: BaseException) -> bool:
@@ -116,7 +120,8 @@ def _connection_lost(exc: BaseException) -> bool:
 
 def _retried_once(method: Any) -> Any:
     """``method``, called once more, on a fresh pooled connection, if its connection dropped
-    (the pool replaces a closed connection), so a dropped connection is not a failed call."""
+    (the pool then replaces every connection it holds), so a dropped connection is not a
+    failed call."""
 
     @functools.wraps(method)
     async def call(self: PostgresStorage, *args: Any, **kwargs: Any) -> Any:
@@ -207,7 +212,13 @@ class PostgresStorage:
         with _translate_errors():
             pool = await self._get_pool()
             async with pool.acquire() as conn:
-                yield conn
+                try:
+                    yield conn
+                except _CONNECTION_LOST:
+                    # The server likely ended the pool's other connections too (a kill, a
+                    # restart): replace them all, so the call made again gets a fresh one.
+                    await pool.expire_connections()
+                    raise
 
     @asynccontextmanager
     async def _transaction(self, *, read_only: bool) -> AsyncIterator[Connection]:
