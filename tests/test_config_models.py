@@ -10,6 +10,7 @@ import pytest
 from runstream._config_mapping import ConfigKeyError, read_dataclass
 from runstream.delegation import DelegationConfig
 from runstream.errors import InvalidInputError, InvalidTypeError
+from runstream.memory import MemoryScope
 from runstream.memory.semantic import SemanticRecall
 from runstream.memory.titles import TitleGeneration
 from runstream.scoring import TaskCompletion
@@ -88,3 +89,14 @@ def test_a_union_option_reports_the_error_of_the_type_the_value_has() -> None:
         SemanticRecall.coerce({"messageRange": "x"})
     made = SemanticRecall.coerce({"topK": 3, "messageRange": {"before": 2, "after": 1}, "index_name": "i"})
     assert made == SemanticRecall(top_k=3, before=2, after=1, index_name="i")
+
+
+def test_a_memory_scope_reads_its_thread_as_an_id_or_a_mapping() -> None:
+    scope = MemoryScope.coerce({"thread": {"id": "t", "title": "T"}, "resourceId": "r"})
+    assert scope is not None and (scope.thread_id, scope.resource_id, scope.title) == ("t", "r", "T")
+    with pytest.raises(ConfigKeyError, match=r"memory.thread: unknown option 'titel'; did you mean 'title'"):
+        MemoryScope.coerce({"thread": {"id": "t", "titel": "T"}, "resource": "r"})
+    with pytest.raises(InvalidTypeError, match=r"memory.thread.title must be a string, got int"):
+        MemoryScope.coerce({"thread": {"id": "t", "title": 5}, "resource": "r"})
+    with pytest.raises(InvalidTypeError, match=r"memory.thread must be a string or a mapping, got int"):
+        MemoryScope.coerce({"thread": 5, "resource": "r"})

@@ -105,7 +105,9 @@ def _config_error(
     path, tags = _option_path(value, error["loc"], missing=error["type"] == "missing")
     if tags:  # pydantic tried each of a union's types (its loc names the type)
         tried = [e for e in errors if e["loc"][: len(path)] == error["loc"][: len(path)]]
-        fitting = next((e for e in tried if not e["type"].endswith("_type")), None)
+        fitting = next(  # the type the value has: an error inside it, or of its constraints
+            (e for e in tried if len(e["loc"]) > len(path) + 1 or not e["type"].endswith("_type")), None
+        )
         if fitting is None:  # of none of the types
             accepted = [_KINDS.get(e["type"], str(e["loc"][len(path)])) for e in tried]
             spelt = ".".join(_spelt_path(value, path))

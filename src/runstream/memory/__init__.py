@@ -36,7 +36,17 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runstream._config_mapping import Check, boolean, callback, camel, mapping, non_negative_int, read_config
+from pydantic import SkipValidation
+
+from runstream._config_mapping import (
+    CONFIG,
+    Check,
+    boolean,
+    camel,
+    non_negative_int,
+    read_config,
+    read_dataclass,
+)
 from runstream._messages import (
     ContinuedMessage,
     db_to_prompt,
@@ -109,28 +119,21 @@ class MemoryScope:
     def coerce(cls, value: MemoryScope | Mapping[str, Any] | None) -> MemoryScope | None:
         if value is None or isinstance(value, MemoryScope):
             return value
-        options = read_config(value, _SCOPE_FIELDS, where="memory")
-        thread = options.get("thread", options.get("thread_id"))
-        extras: dict[str, Any] = {}
-        if isinstance(thread, Mapping):
-            extras = read_config(thread, _THREAD_FIELDS, where="memory.thread")
-            thread = extras.pop("id", None)
-        resource = options.get("resource", options.get("resource_id"))
-        if not isinstance(thread, str) or not thread:
+        given = read_dataclass(_ScopeOptions, value, where="memory")
+        thread = given.thread if given.thread is not None else given.thread_id
+        details = thread if isinstance(thread, _ThreadOptions) else _ThreadOptions(id=thread)
+        resource = given.resource if given.resource is not None else given.resource_id
+        if not details.id:
             raise InvalidInputError("memory needs a thread id: memory={'thread': ..., 'resource': ...}")
-        if not isinstance(resource, str) or not resource:
+        if not resource:
             raise InvalidInputError("memory needs a resource id: memory={'thread': ..., 'resource': ...}")
-        title = extras.get("title")
-        if title is not None and not isinstance(title, str):
-            raise InvalidTypeError("memory.thread.title must be a string")
-        call_options = memory_options(options.get("options") or {}, where="memory.options")
         return cls(
-            thread,
+            details.id,
             resource,
-            title=title,
-            metadata=extras.get("metadata"),
-            options=call_options,
-            on_title_generated=options.get("on_title_generated"),
+            title=details.title,
+            metadata=details.metadata,
+            options=memory_options(given.options or {}, where="memory.options"),
+            on_title_generated=given.on_title_generated,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -147,22 +150,34 @@ class MemoryScope:
         return data
 
 
-_SCOPE_FIELDS: dict[str, Check | None] = {
-    "thread": None,
-    "resource": None,
-    "thread_id": None,
-    "resource_id": None,
-    "options": mapping,
-    "on_title_generated": callback,
-}
-_THREAD_FIELDS: dict[str, Check | None] = {
-    "id": None,
-    "title": None,
-    "metadata": mapping,
-    "resource_id": None,
-    "created_at": None,
-    "updated_at": None,
-}
+@dataclass(frozen=True, slots=True)
+class _ThreadOptions:
+    """Mastra's ``memory.thread`` given as a mapping (the thread's stored fields are ignored)."""
+
+    __pydantic_config__ = CONFIG
+
+    id: str | None = None
+    title: str | None = None
+    metadata: Mapping[str, Any] | None = None
+    resource_id: SkipValidation[object] = None
+    created_at: SkipValidation[object] = None
+    updated_at: SkipValidation[object] = None
+
+
+@dataclass(frozen=True, slots=True)
+class _ScopeOptions:
+    """The mapping form of :class:`MemoryScope` (Mastra's names, and ours)."""
+
+    __pydantic_config__ = CONFIG
+
+    thread: str | _ThreadOptions | None = None
+    resource: str | None = None
+    thread_id: str | None = None
+    resource_id: str | None = None
+    options: Mapping[str, Any] | None = None
+    on_title_generated: Callable[[str], Any] | None = None
+
+
 _UNSUPPORTED_MEMORY = {
     "messageHistory": "only lastMessages is implemented",
     "observationalMemory": "observational memory is not implemented",
