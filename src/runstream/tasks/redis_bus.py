@@ -52,6 +52,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
 
 from runstream.chunks import chunk_from_wire, dumps
+from runstream.errors import InvalidInputError
 from runstream.storage import TaskRecord
 from runstream.tasks.bus import BusSubscription, InProcessEventBus, MissedEvents, TaskEvent, TaskEventFilter
 
@@ -349,7 +350,7 @@ class RedisEventBus:
         stream after the entry ``after`` (``None``: from the time of :meth:`ThreadEvents.start`),
         live, each once, whichever process published them, gaps or not."""
         if wanted.thread_id is None:
-            raise ValueError("a replay follows one thread: thread_id is required")
+            raise InvalidInputError("a replay follows one thread: thread_id is required")
         return ThreadEvents(self.client, self.thread_key(wanted.thread_id, wanted.resource_id), wanted, after)
 
     async def reconcile(self, missed: MissedEvents) -> bool:
