@@ -26,6 +26,7 @@ from runstream._ids import new_id
 from runstream.abort import AbortController
 from runstream.chunks import (
     AbortChunk,
+    AgentChunk,
     AnyChunk,
     ErrorChunk,
     ObjectResultChunk,
@@ -313,7 +314,7 @@ def _next_node(cfg: LoopConfig, state: RunState, step: ModelStep, content: list[
     return ToolCalls(cfg, pending, step, step.step_result)
 
 
-def _end(cfg: LoopConfig, state: RunState, outcome: End) -> list[AnyChunk]:
+def _end(cfg: LoopConfig, state: RunState, outcome: End) -> list[AgentChunk]:
     """The chunks that end the run the way ``outcome`` says (none for a suspension)."""
     match outcome:
         case Finish(reason, step_result, payload_extra):
@@ -329,7 +330,7 @@ def _end(cfg: LoopConfig, state: RunState, outcome: End) -> list[AnyChunk]:
         case Tripwire(payload, record, announced):
             state.tripwire = payload
             state.status = "tripwire" if announced else "success"
-            chunks: list[AnyChunk] = [TripwireChunk(state.run_id, payload)] if announced else []
+            chunks: list[AgentChunk] = [TripwireChunk(state.run_id, payload)] if announced else []
             if record is not None:
                 chunks.append(step_finish_chunk(cfg, state, record, "tripwire", continued=False))
             return [*chunks, finish_chunk(cfg, state, "tripwire")]

@@ -22,6 +22,7 @@ from runstream._clock import iso_now
 from runstream._ids import new_id
 from runstream.abort import AbortError
 from runstream.chunks import (
+    AgentChunk,
     AnyChunk,
     FileChunk,
     ObjectChunk,
@@ -460,7 +461,7 @@ class ModelStep(PartSource):
 
     # -- one translator per provider part type (error is handled inline) ------------------------
 
-    def _text_delta(self, part: parts.TextDeltaPart) -> AnyChunk | None:
+    def _text_delta(self, part: parts.TextDeltaPart) -> AgentChunk | None:
         delta = part["delta"]
         pm = part.get("providerMetadata")
         if pm:  # as Mastra: streamed even when empty, and the block's metadata from now on
@@ -475,11 +476,11 @@ class ModelStep(PartSource):
         )
         return TextDeltaChunk(self.run_id, payload)
 
-    def _stream_start(self, part: parts.StreamStartPart) -> AnyChunk | None:
+    def _stream_start(self, part: parts.StreamStartPart) -> AgentChunk | None:
         self.warnings = part.get("warnings") or []
         return None if self.started_emitted else self._step_start()
 
-    def _reasoning_delta(self, part: parts.ReasoningDeltaPart) -> AnyChunk:
+    def _reasoning_delta(self, part: parts.ReasoningDeltaPart) -> AgentChunk:
         self._block_metadata("reasoning", part, self.reasoning)
         self.reasoning.append(part["delta"])
         pm = part.get("providerMetadata")
@@ -490,7 +491,7 @@ class ModelStep(PartSource):
         )
         return ReasoningDeltaChunk(self.state.run_id, payload)
 
-    def _text_start(self, part: parts.TextStartPart) -> AnyChunk:
+    def _text_start(self, part: parts.TextStartPart) -> AgentChunk:
         block = part["id"]
         if type(block) is str and block.isdigit():  # see _RenumberedStep
             fresh = self.text_ids[block] = new_id()
@@ -500,20 +501,20 @@ class ModelStep(PartSource):
         self._block_metadata("text", part, self.text_deltas)
         return TextStartChunk(self.state.run_id, _with_pm({"id": part["id"]}, part))
 
-    def _text_end(self, part: parts.TextEndPart) -> AnyChunk:
+    def _text_end(self, part: parts.TextEndPart) -> AgentChunk:
         self._block_metadata("text", part, self.text_deltas)
         return TextEndChunk(self.state.run_id, _with_pm({"type": "text-end", "id": part["id"]}, part))
 
-    def _reasoning_start(self, part: parts.ReasoningStartPart) -> AnyChunk:
+    def _reasoning_start(self, part: parts.ReasoningStartPart) -> AgentChunk:
         self._block("reasoning", part, self.reasoning)
         self._block_metadata("reasoning", part, self.reasoning)
         return ReasoningStartChunk(self.state.run_id, _with_pm({"id": part["id"]}, part))
 
-    def _reasoning_end(self, part: parts.ReasoningEndPart) -> AnyChunk:
+    def _reasoning_end(self, part: parts.ReasoningEndPart) -> AgentChunk:
         self._block_metadata("reasoning", part, self.reasoning)
         return ReasoningEndChunk(self.state.run_id, _with_pm({"id": part["id"]}, part))
 
-    def _tool_input_start(self, part: parts.ToolInputStartPart) -> AnyChunk:
+    def _tool_input_start(self, part: parts.ToolInputStartPart) -> AgentChunk:
         self.tool_names[part["id"]] = part["toolName"]
         if part.get("providerMetadata"):
             self.input_metadata[part["id"]] = part["providerMetadata"]
@@ -523,7 +524,7 @@ class ModelStep(PartSource):
                 payload[key] = part[key]
         return ToolCallInputStreamingStartChunk(self.state.run_id, payload)
 
-    def _tool_input_delta(self, part: parts.ToolInputDeltaPart) -> AnyChunk:
+    def _tool_input_delta(self, part: parts.ToolInputDeltaPart) -> AgentChunk:
         self.streamed_args.setdefault(part["id"], []).append(part["delta"])
         payload: dict[str, Any] = {
             "argsTextDelta": part["delta"],
@@ -532,10 +533,10 @@ class ModelStep(PartSource):
         }
         return ToolCallDeltaChunk(self.state.run_id, _with_pm(payload, part))
 
-    def _tool_input_end(self, part: parts.ToolInputEndPart) -> AnyChunk:
+    def _tool_input_end(self, part: parts.ToolInputEndPart) -> AgentChunk:
         return ToolCallInputStreamingEndChunk(self.state.run_id, _with_pm({"toolCallId": part["id"]}, part))
 
-    def _tool_call(self, part: parts.ToolCallPart) -> AnyChunk:
+    def _tool_call(self, part: parts.ToolCallPart) -> AgentChunk:
         cfg, state = self.cfg, self.state
         call = _parse_tool_call(part, "".join(self.streamed_args.get(part["toolCallId"], ())))
         self.placed.append((len(self.block_starts), call))
@@ -568,7 +569,7 @@ class ModelStep(PartSource):
             self.fast = False  # what the tool emits goes out between the following parts
         return chunk
 
-    def _tool_result(self, part: parts.ToolResultPart) -> AnyChunk:
+    def _tool_result(self, part: parts.ToolResultPart) -> AgentChunk:
         """The result of a tool the provider executed (web search, code execution ...)."""
         payload: Any = {
             "toolCallId": part.get("toolCallId", ""),
@@ -591,12 +592,12 @@ class ModelStep(PartSource):
         self.placed.append((len(self.block_starts), result))
         return chunk
 
-    def _source(self, part: parts.SourcePart) -> AnyChunk:
+    def _source(self, part: parts.SourcePart) -> AgentChunk:
         chunk = SourceChunk(self.state.run_id, _source_payload(part))
         self.state.sources.append(chunk)
         return chunk
 
-    def _file(self, part: parts.FileStreamPart) -> AnyChunk:
+    def _file(self, part: parts.FileStreamPart) -> AgentChunk:
         chunk = FileChunk(self.state.run_id, _file_payload(part))
         self.state.files.append(chunk)
         file = _file_content(chunk.payload)
@@ -604,10 +605,10 @@ class ModelStep(PartSource):
         self.placed.append((len(self.block_starts), file))
         return chunk
 
-    def _raw(self, part: parts.RawPart) -> AnyChunk | None:
+    def _raw(self, part: parts.RawPart) -> AgentChunk | None:
         return RawChunk(self.state.run_id, part.get("rawValue")) if self.cfg.include_raw_chunks else None
 
-    def _response_metadata(self, part: parts.ResponseMetadataPart) -> AnyChunk | None:
+    def _response_metadata(self, part: parts.ResponseMetadataPart) -> AgentChunk | None:
         self.response = {k: v for k, v in part.items() if k != "type"}
         if self.cfg.wait_for_background is None:
             return None

@@ -20,6 +20,7 @@ from typing import Any, cast
 from runstream import _tracing as tracing
 from runstream.abort import AbortError
 from runstream.chunks import (
+    AgentChunk,
     AnyChunk,
     ToolCallApprovalChunk,
     ToolCallSuspendedChunk,
@@ -196,7 +197,7 @@ def finished_tool_step(
     return chunks
 
 
-def _end_of_calls(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> list[AnyChunk]:
+def _end_of_calls(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> list[AgentChunk]:
     """Once the step's calls ran: their suspensions (the step stops), else their results."""
     chunks = _suspensions(cfg, state, pending)
     if pending.suspended:
@@ -325,9 +326,9 @@ async def _limited(slots: asyncio.Semaphore, work: Coroutine[Any, Any, ToolOutco
         work.close()  # a call cancelled while it queued never started: no "never awaited" warning
 
 
-def _suspensions(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> list[AnyChunk]:
+def _suspensions(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> list[AgentChunk]:
     """Calls whose tool suspended move from ``done`` to ``suspended``; their chunks."""
-    chunks: list[AnyChunk] = []
+    chunks: list[AgentChunk] = []
     for call in pending.calls:
         outcome = pending.done.get(call.tool_call_id)
         if outcome is None or call.tool_call_id in pending.suspended or outcome.kind != "suspended":
@@ -351,13 +352,13 @@ def _suspensions(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> 
     return chunks
 
 
-def _results(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> list[AnyChunk]:
+def _results(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> list[AgentChunk]:
     """The step's tool errors then results (each in call order, as in Mastra); the tool
     message joins the conversation and ``pending.results`` gets its parts."""
     run_id = state.run_id
     tool_parts: list[ToolResultPart] = []
-    errors: list[AnyChunk] = []
-    results: list[AnyChunk] = []
+    errors: list[AgentChunk] = []
+    results: list[AgentChunk] = []
     for call in pending.calls:
         outcome = pending.done.get(call.tool_call_id)
         if outcome is None:  # a client tool: its result comes with the client's next request
@@ -410,11 +411,11 @@ def _results(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> list
     return [*errors, *results]
 
 
-def answer_pending(state: RunState, pending: PendingToolStep, resume: ResumeAction) -> list[AnyChunk]:
+def answer_pending(state: RunState, pending: PendingToolStep, resume: ResumeAction) -> list[AgentChunk]:
     """Apply an approval, decline or resume to the stopped step (the tool step then goes on).
     Raises :class:`~runstream.errors.StateConflictError` for a call that does not wait for it."""
     target = resume.tool_call_id
-    chunks: list[AnyChunk] = []
+    chunks: list[AgentChunk] = []
     if resume.kind in ("approve", "decline"):
         ids = [target] if target else sorted(pending.awaiting_approval)
         for call_id in ids:
