@@ -18,7 +18,7 @@ install = if [ -x $(BIN)/uv ]; then $(BIN)/uv pip install -q --python $(BIN)/pyt
 	else $(BIN)/python -m pip install -q $(1); fi
 endif
 
-.PHONY: demo test lint typecheck docs unit conformance bench clean dist
+.PHONY: demo test lint typecheck docs unit js conformance bench clean dist
 
 $(BIN)/python:
 	$(NEW_VENV)
@@ -46,13 +46,18 @@ typecheck: $(STAMP)
 # pytest-xdist: two workers by default (the 2-core machine: a whole run in ~8 min instead of ~16);
 # a test file stays on one worker, so module-scoped servers (Studio, a Temporal cluster, a vendor
 # kit) start once, and each worker has its own session servers. PYTEST_WORKERS=0 runs one process.
-# (One fresh-clone run under heavy load, load average 19, had 58 setup errors in one block; on a
-# quiet machine the parallel runs are clean.)
+# Files are handed out in collection order, which tests/conftest.py starts with the longest files
+# (--no-loadscope-reorder: xdist would otherwise order them by their number of tests), so that no
+# worker is left alone with a two-minute file at the end.
 PYTEST_WORKERS ?= 2
 
-unit: $(STAMP)
+unit: $(STAMP) js
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
+# The JavaScript clients of the interop tests (npm ci, about a minute on a fresh clone): its own
+# target, so that under -j it runs while .venv is installed.
+js:
 	sh tests/js/setup.sh
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 # The documentation site (mkdocs.yml) into site/: --strict fails on a broken link, anchor or
 # cross-reference, and on a page of docs/ missing from the nav (add new pages to mkdocs.yml).
@@ -62,7 +67,7 @@ docs: $(STAMP)
 # All parts at once: ruff, mypy and mkdocs use the CPU while pytest waits on its subprocesses
 # and servers. Any part that fails fails `make test` (once the others have finished). Output
 # is not synced, so pytest's progress shows as it goes (--output-sync would hold it to the end).
-test: $(STAMP)
+test:
 	$(MAKE) --no-print-directory -j4 lint typecheck docs unit
 
 # The wheel and the sdist, into dist/ (uv's build frontend; hatchling is the backend).

@@ -1,7 +1,8 @@
 """Differential conformance: every public scenario against the golden traces of real Mastra.
 
-Each scenario runs through the real command (``python -m runstream.conformance``), two at a
-time, and is compared with ``compare.py`` at level 2 (and level 3, reported). Scenarios that need
+Each scenario runs as the command ``python -m runstream.conformance`` runs it (in a process
+forked from one that imported runstream once: ``conformance_replay.py``), two at a time, and the
+command itself runs one; each is compared with ``compare.py`` at level 2 (and level 3, reported). Scenarios that need
 features of later issues are expected failures with the reason; a strict xfail turns into a
 failure as soon as such a scenario passes, so this list stays honest.
 """
@@ -17,6 +18,7 @@ from typing import Any
 import compare  # type: ignore[import-not-found]
 import pytest
 
+from tests.conformance_replay import replay
 from tests.conftest import CONFORMANCE
 
 SCENARIOS = sorted(p.stem for p in (CONFORMANCE / "scenarios").glob("*.json"))
@@ -32,25 +34,9 @@ SCENARIO_TIMEOUT_S = 90
 
 def _run(name: str, out_dir: Path) -> tuple[str, int, str]:
     """Replay one scenario; a runner that outlasts its timeout fails that scenario's test only."""
-    out = out_dir / f"{name}.jsonl"
-    with out.open("w") as fh:
-        try:
-            proc = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "runstream.conformance",
-                    str(CONFORMANCE / "scenarios" / f"{name}.json"),
-                ],
-                stdout=fh,
-                stderr=subprocess.PIPE,
-                text=True,
-                timeout=SCENARIO_TIMEOUT_S,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            return name, -1, f"timed out after {SCENARIO_TIMEOUT_S} s: {exc.stderr!r}"
-    return name, proc.returncode, proc.stderr
+    path = CONFORMANCE / "scenarios" / f"{name}.json"
+    code, stderr = replay(path, out_dir / f"{name}.jsonl", SCENARIO_TIMEOUT_S)
+    return name, code, stderr
 
 
 @pytest.fixture(scope="session")
@@ -88,3 +74,17 @@ def test_report_pass_counts_per_level(candidate: dict[str, Any], capsys: pytest.
     with capsys.disabled():
         print(f"\nconformance: level 2 {level2}/{len(SCENARIOS)}, level 3 {level3}/{len(SCENARIOS)}")
     assert level2 == len(SCENARIOS)
+
+
+def test_the_command_replays_a_scenario(tmp_path: Path) -> None:
+    """``python -m runstream.conformance`` itself, as the Mastra comparison scripts call it."""
+    out = tmp_path / "c-tool-call.jsonl"
+    with out.open("w") as fh:
+        proc = subprocess.run(
+            [sys.executable, "-m", "runstream.conformance", str(CONFORMANCE / "scenarios" / "c-tool-call.json")],
+            stdout=fh, stderr=subprocess.PIPE, text=True, timeout=SCENARIO_TIMEOUT_S, check=False,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    golden = str(CONFORMANCE / "golden" / "c-tool-call.jsonl")
+    result = compare.compare(golden, str(out), level=3, devs=DEVIATIONS, scenario="c-tool-call")
+    assert result["passed"], compare.format_divergence(result["divergence"])

@@ -15,15 +15,18 @@ keep more information (an error's class name), or in details not matched yet."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import compare  # type: ignore[import-not-found]
 import pytest
 
+from tests.conformance_replay import replay
+
 EXTRA = Path(__file__).parent / "conformance_extra"
 SCENARIOS = sorted(p.stem for p in (EXTRA / "scenarios").glob("*.json"))
+Replays = dict[str, tuple[Path, "Future[tuple[int, str]]"]]
 LEVEL_3 = {
     "x-n01-empty-reasoning-delta",
     "x-n02-reasoning-only",
@@ -116,16 +119,34 @@ LEVEL_3 = {
 }
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
-def test_matches_mastra(name: str, tmp_path: Path) -> None:
-    out = tmp_path / f"{name}.jsonl"
-    with out.open("w") as fh:
-        subprocess.run(
-            [sys.executable, "-m", "runstream.conformance", str(EXTRA / "scenarios" / f"{name}.json")],
-            stdout=fh,
-            check=True,
-            timeout=60,
+REPLAYS_AT_ONCE = 3
+"""Replays mostly wait (on their scripted sleeps and settle times), so several run at once."""
+
+
+@pytest.fixture(scope="module")
+def replays(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replays]:
+    """The selected scenarios' replays, started in the tests' order, ``REPLAYS_AT_ONCE`` at a
+    time; each test waits for its own (its output file, exit code and stderr)."""
+    out_dir = tmp_path_factory.mktemp("conformance-extra")
+    selected = [
+        item.callspec.params["name"] for item in request.session.items if item.module is request.module
+    ]
+    pool = ThreadPoolExecutor(max_workers=REPLAYS_AT_ONCE)
+    yield {
+        name: (
+            out_dir / f"{name}.jsonl",
+            pool.submit(replay, EXTRA / "scenarios" / f"{name}.json", out_dir / f"{name}.jsonl", 60),
         )
+        for name in selected
+    }
+    pool.shutdown(cancel_futures=True)
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_matches_mastra(name: str, replays: Replays) -> None:
+    out, replayed = replays[name]
+    code, stderr = replayed.result()
+    assert code == 0, f"runner exited {code}: {stderr[-2000:]}"
     level = 3 if name in LEVEL_3 else 2
     deviations = compare.load_deviations(str(EXTRA.parent / "conformance_data" / "deviations.json"))
     result = compare.compare(

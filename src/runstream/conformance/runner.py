@@ -304,8 +304,7 @@ class ScenarioRunner:
             await self._consume(follow, do, [], follow.abort, None)
             return
         operation = self._task_action(action.spec, action.chunk)
-        if do == "resumeTask":
-            await self._until_settled(await self._task_id(action.spec, action.chunk))
+        await self._until_settled(await self._task_id(action.spec, action.chunk))
         if action.spec.get("watchMs") is not None:
             await self._watch(operation, action.spec["watchMs"])
         else:
@@ -391,9 +390,12 @@ class ScenarioRunner:
         return str(task_id)
 
     async def _until_settled(self, task_id: str) -> None:
-        """A task runs elsewhere on Temporal: its attempt may not have reached its suspension yet
-        when the stream ends (in-process it has); a resume waits for that, before anything
-        watches the task manager's events."""
+        """A task runs elsewhere on Temporal: its attempt may not have reached its suspension or
+        its end yet when the stream ends and ``settleMs`` has passed (in-process it has, as in the
+        reference's recording: the settle time outlasts the task), so a task action after the
+        stream (``resumeTask``, ``cancelTask`` on ``end``) waits for that, before anything
+        watches the task manager's events. Under load, a wall-clock settle alone left a cancel
+        landing on a task still running (x-p07-watch-cancel on Temporal)."""
         manager = self.runtime.task_manager
         assert manager is not None
         record = await manager.get_task(task_id)
