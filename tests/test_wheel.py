@@ -1,6 +1,7 @@
-"""The wheel works outside the repository (issue 26): built, installed into a fresh venv with
-uv (the local wheel plus dependencies from uv's cache, so it works offline once ``make`` has run;
-with the index as a fallback), and the README's first example runs there."""
+"""The wheel works outside the repository (issue 26): built as ``make dist`` builds it (the sdist,
+then the wheel from the sdist), installed into a fresh venv with uv (the local wheel plus
+dependencies from uv's cache, so it works offline once ``make`` has run; with the index as a
+fallback), and the README's first example runs there."""
 
 from __future__ import annotations
 
@@ -35,8 +36,10 @@ def run(*argv: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProc
 def test_the_wheel_installs_in_a_fresh_venv_and_runs_the_quick_start(tmp_path: Path) -> None:
     if not Path(UV).exists():
         pytest.fail("uv is needed (make installs it into .venv)")
-    built = run(UV, "build", "-q", "--wheel", "--out-dir", str(tmp_path / "dist"), str(ROOT), cwd=tmp_path)
+    # As `make dist` builds: the sdist, and the wheel built from it (so the sdist holds it all).
+    built = run(UV, "build", "-q", "--out-dir", str(tmp_path / "dist"), str(ROOT), cwd=tmp_path)
     assert built.returncode == 0, built.stderr
+    [_sdist] = (tmp_path / "dist").glob("runstream-*.tar.gz")
     [wheel] = (tmp_path / "dist").glob("runstream-*.whl")
     venv = tmp_path / "venv"
     made = run(UV, "venv", "-q", "--python", sys.executable, str(venv), cwd=tmp_path)
