@@ -62,6 +62,21 @@ def test_another_tenants_workflow_run_id_is_not_revealed(secured: Secured) -> No
     assert mine.status_code == 409  # the owner is told why
 
 
+def test_ids_the_server_makes_are_random(secured: Secured) -> None:
+    """A thread, workflow run or agent run the caller does not name gets a random (version 4)
+    UUID: nothing in one id tells another caller the next one."""
+    s = secured
+    made = [
+        s.a.post("/api/memory/threads", json={"resourceId": "user-a"}).json()["id"],
+        s.a.post("/api/memory/threads", json={"resourceId": "user-a"}).json()["id"],
+        s.a.post("/api/workflows/gated/create-run", json={}).json()["runId"],
+        s.a.post("/api/workflows/gated/create-run", json={}).json()["runId"],
+        *{chunk["runId"] for chunk in sse_chunks(s.a.post(STREAM, json={"messages": "hi"}))},
+    ]
+    assert len(made) == len(set(made)) == 5
+    assert all(uuid.UUID(made_id).version == 4 for made_id in made), made
+
+
 @tool
 async def leaky(path: str) -> str:
     """Fails with a secret in its message."""
