@@ -2,6 +2,7 @@
 as ``agent.stream()`` returns it. It lives with the run (``runstream.run.output``); this is its
 public import path."""
 
-from runstream.run.output import Aggregate, Observer, RunOutput, StepRecord
+from runstream.run._sources import Observer
+from runstream.run.output import Aggregate, RunOutput, StepRecord
 
 __all__ = ["Aggregate", "Observer", "RunOutput", "StepRecord"]

@@ -210,7 +210,7 @@ class RunLogs:
             log.watchers.clear()
 
     def observer(self, run_id: str) -> RunLogObserver:
-        """An observer (``runstream.run.output.Observer``) that logs each chunk of the run for
+        """An observer (``runstream.run._sources.Observer``) that logs each chunk of the run for
         :func:`observe` (observable from now on); :meth:`RunLogObserver.close` when it ends."""
         return RunLogObserver(self.open(run_id))
 

@@ -1,8 +1,6 @@
-"""``Agent``: configuration plus ``stream()`` / ``generate()`` and the human-in-the-loop calls.
-
-An agent wires a model, tools and defaults into a run's ``LoopConfig`` (from its ``RunOptions``) and
-returns its ``RunOutput``. Runs that stop for a human are kept by run id (``_suspension.py``) for
-``approve_tool_call``, ``decline_tool_call``, ``resume_stream``; until-idle streams: ``_idle_stream.py``.
+"""``Agent``: configuration plus ``stream()`` / ``generate()`` and the human-in-the-loop calls: a
+run's ``LoopConfig`` from its ``RunOptions`` and its ``RunOutput``; runs that stop for a human kept by
+run id (``_suspension.py``) for ``approve_tool_call`` ...; until-idle streams (``_idle_stream.py``).
 """
 
 from __future__ import annotations
@@ -64,8 +62,9 @@ from runstream.run._callbacks import CallbackObserver
 from runstream.run._loop import run_output
 from runstream.run._prepare_step import normalize_tool_choice
 from runstream.run._run_state import LoopConfig, ResumeAction, RunState
+from runstream.run._sources import Observer
 from runstream.run._step_results import model_label, run_metadata
-from runstream.run.output import Observer, RunOutput, full_output
+from runstream.run.output import RunOutput, full_output
 from runstream.scoring import TaskCompletion
 from runstream.storage import Storage, TaskRecord
 from runstream.structured import StructuredOutput

@@ -102,7 +102,7 @@ async def generate_title(
 class TitleObserver:
     """Titles the thread (if it has no title) when a run's ``finish`` passes: the title is
     stored and a transient ``data-thread-title`` chunk streams just before ``finish`` (Mastra's
-    ``emitEvent``); a ``runstream.run.output.Observer``. ``conversation`` gives the thread's
+    ``emitEvent``); a ``runstream.run._sources.Observer``. ``conversation`` gives the thread's
     messages as the run sees them (not saved yet)."""
 
     __slots__ = (

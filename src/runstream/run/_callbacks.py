@@ -59,7 +59,7 @@ class RunCallbacks:
 
 
 class CallbackObserver:
-    """The callbacks as an observer of a run's chunks (``runstream.run.output.Observer``): called as
+    """The callbacks as an observer of a run's chunks (``runstream.run._sources.Observer``): called as
     each chunk passes, before the consumers get it."""
 
     __slots__ = ("callbacks", "full_output", "model", "state", "step_text")

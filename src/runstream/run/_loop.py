@@ -51,6 +51,7 @@ from runstream.run._run_state import (
     Suspend,
     Tripwire,
 )
+from runstream.run._sources import Observer, PartSource, SubStream
 from runstream.run._step_results import (
     add_feedback,
     add_tool_results,
@@ -66,7 +67,7 @@ from runstream.run._tool_step import (
     run_tool_step,
     wait_for_background,
 )
-from runstream.run.output import Observer, PartSource, RunOutput, SubStream
+from runstream.run.output import RunOutput
 from runstream.stop_conditions import should_stop
 from runstream.structured import NO_OBJECT, StructuredOutput
 
@@ -130,7 +131,7 @@ async def run_chunks(
 ) -> AsyncIterator[AnyChunk | SubStream | PartSource]:
     """The run's chunks: its nodes run one after the other, each returning the next, and what
     each emitted goes to the consumer (``RunOutput``) before the next runs. A model step comes
-    as a :class:`~runstream.run.output.PartSource` whose provider parts the consumer pulls and
+    as a :class:`~runstream.run._sources.PartSource` whose provider parts the consumer pulls and
     translates itself until they end, the running tools as a sub-stream: no generator of the
     loop or the step per token, one pull-through chain, no task or queue. ``started``: the new
     run's :func:`start_chunk` is out already (the caller sent it)."""

@@ -1,6 +1,6 @@
 """The model step: one model call, its provider stream parts turned into chunks.
 
-:class:`ModelStep` calls the model and is then a :class:`~runstream.run.output.PartSource`: its
+:class:`ModelStep` calls the model and is then a :class:`~runstream.run._sources.PartSource`: its
 consumer pulls the provider's parts and has the step translate each into chunks (no task, queue
 or generator of ours on the token path). When the parts ran out, the step's text, content, tool
 calls, usage, error or tripwire are on the object for the loop to decide what comes next.
@@ -55,9 +55,9 @@ from runstream.models.base import (
 from runstream.models.prompt import AssistantPart, FilePart, ToolCallPart, ToolResultOutput
 from runstream.processors import ProcessorContext, TripWire, run_stream_processors
 from runstream.run._run_state import LoopConfig, RunState, ToolCall
+from runstream.run._sources import PartSource, SubStream
 from runstream.run._step_results import content_blocks, empty_end, normalize_usage
 from runstream.run._tool_step import EagerTools, model_view, shows_model_output, tool_call_limit, with_run_id
-from runstream.run.output import PartSource, SubStream
 from runstream.structured import StructuredOutput, partial_object
 
 DURABLE_STEP_ID = "durable-llm-execution"
