@@ -13,6 +13,7 @@ from runstream.agent._services import DurableRunner, RuntimeServices, Toolset
 from runstream.api_routes import ApiRoute, check_api_routes
 from runstream.errors import ConfigurationError, NotFoundError
 from runstream.observability.store import SpanStore
+from runstream.scoring import Scorer
 from runstream.storage import InMemoryStorage, Storage
 from runstream.tasks.config import BackgroundTaskConfig
 from runstream.tasks.coordination import TaskManager
@@ -50,6 +51,7 @@ class Runstream:
         vectors: Mapping[str, VectorStore] | None = None,
         observability: SpanStore | None = None,
         api_routes: Iterable[ApiRoute] = (),
+        scorers: Iterable[Scorer] = (),
     ) -> None:
         self.storage: Storage = storage if storage is not None else InMemoryStorage()
         self.vectors: dict[str, VectorStore] = dict(vectors or {})
@@ -63,6 +65,13 @@ class Runstream:
         self.api_routes: list[ApiRoute] = check_api_routes(list(api_routes))
         """The app's own HTTP routes (Mastra's ``server.apiRoutes``), made by
         :func:`runstream.api_routes.register_api_route`; ``runstream serve`` serves them."""
+        self.scorers: dict[str, Scorer] = {}
+        """Registered scorers by id (Mastra's ``scorers``): Studio lists them and scores a stored
+        trace with one (``POST /api/observability/traces/score``)."""
+        for scorer in scorers:
+            if scorer.id in self.scorers:
+                raise ConfigurationError(f"a scorer with id {scorer.id!r} is already registered")
+            self.scorers[scorer.id] = scorer
         config = BackgroundTaskConfig.coerce(background_tasks)
         if task_manager is None and config is not None and config.mode == "producer":
             raise ConfigurationError(

@@ -537,6 +537,15 @@ ROUTES: dict[tuple[str, str], str] = {
         )
     },
     ("POST", "/api/observability/traces/query"): "test_trace_query.py::test_bounds_and_malformed_bodies",
+    (
+        "POST",
+        "/api/observability/traces/score",
+    ): "test_trace_scoring.py::test_a_trace_scored_by_a_registered_scorer_is_listed",
+    (
+        "GET",
+        "/api/scores/scorers",
+    ): "public: the app's registered scorers (code it was given), no caller data",
+    ("GET", "/api/scores/scorers/{id}"): "public: one registered scorer's config, no caller data",
     **{
         (method, f"/api/observability/{path}"): "test_observability_api.py::test_scores_and_feedback"
         for method, path in (

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,8 +27,11 @@ from runstream.server.auth import principal_of
 from runstream.server.context import ServerContext, json_body, json_response, query_date, query_int
 from runstream.server.errors import ApiError
 from runstream.server.limits import MAX_METADATA_BYTES, MAX_PAGE, bounded_number, check_id, parse_json
+from runstream.server.trace_scoring import score_input, score_record, target_span
 
 MAX_PER_PAGE = 100
+MAX_SCORE_TARGETS = 20
+"""Traces one ``traces/score`` request may score (each runs the scorer once, in the request)."""
 MAX_TRACE_QUERY_BYTES = 256 * 1024
 """Mastra's body limit for a trace query (413 above it)."""
 _HEAVY = frozenset({"input", "output", "attributes", "metadata", "tags", "links"})
@@ -121,6 +125,7 @@ class ObservabilityRoutes:
             Route("/observability/traces", self.traces),
             Route("/observability/traces/light", self.traces),
             Route("/observability/traces/query", self.query_traces, methods=["POST"]),
+            Route("/observability/traces/score", self.score_traces, methods=["POST"]),
             Route("/observability/traces/{trace_id}", self.trace),
             Route("/observability/traces/{trace_id}/light", self.trace_light),
             Route("/observability/traces/{trace_id}/spans/{span_id}", self.span),
@@ -250,6 +255,65 @@ class ObservabilityRoutes:
             per_page=per_page,
         )
         return _page("scores", [_score_row(score) for score in scores], total, page, per_page)
+
+    async def score_traces(self, request: Request) -> Response:
+        """Mastra's ``score`` (Studio's "Score trace"): a registered scorer run over each target
+        span's input and output as stored, its score kept on the span. Mastra starts this in the
+        background; here it runs in the request, so a bad target or a failing scorer is answered."""
+        body = await json_body(request)
+        name = check_id(body.get("scorerName"), "scorerName")
+        targets = body.get("targets")
+        if not isinstance(targets, list) or not 1 <= len(targets) <= MAX_SCORE_TARGETS:
+            raise ApiError(
+                400, f"Invalid request body: 'targets' must be a list of 1 to {MAX_SCORE_TARGETS} targets"
+            )
+        scorer = self.ctx.runstream.scorers.get(name)
+        if scorer is None:
+            raise ApiError(404, f"Scorer '{name}' not found")
+        principal = principal_of(request)
+        work = []
+        for index, target in enumerate(targets):
+            if not isinstance(target, dict):
+                raise ApiError(400, f"Invalid request body: 'targets.{index}' must be an object")
+            trace_id = check_id(target.get("traceId"), f"targets.{index}.traceId")
+            span_id = target.get("spanId")
+            if span_id is not None:
+                span_id = check_id(span_id, f"targets.{index}.spanId")
+            store = self.store
+            exists, owner = (
+                await asyncio.to_thread(store.trace_owner, trace_id) if store is not None else (False, None)
+            )
+            if store is None or not exists or not principal.owns(owner):
+                raise ApiError(404, f"Trace with id {trace_id} not found")
+            spans = await asyncio.to_thread(store.get_trace, trace_id)
+            span = target_span(spans, span_id)
+            if span is None:
+                raise ApiError(404, f"Span with id {span_id} not found in trace {trace_id}")
+            data = score_input(spans, span)
+            if data is None:
+                raise ApiError(
+                    400,
+                    f"Trace {trace_id} has no stored output to score: spans keep message content "
+                    "only when it is captured (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true)",
+                )
+            work.append((store, span, data, owner))
+        for store, span, data, owner in work:
+            try:
+                result = await scorer.run(data)
+            except Exception as exc:  # the app's scorer: its failure is the answer, not a 500
+                raise ApiError(422, f"Scorer '{name}' failed: {type(exc).__name__}: {exc}") from exc
+            score = result["score"]
+            if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
+                raise ApiError(422, f"Scorer '{name}' returned a score that is not a finite number")
+            await asyncio.to_thread(store.add_signal, "score", score_record(scorer, result, span), owner)
+        noun = "trace" if len(targets) == 1 else "traces"
+        return json_response(
+            {
+                "status": "success",
+                "message": f"Scoring started for {len(targets)} {noun}",
+                "traceCount": len(targets),
+            }
+        )
 
     # -- scores and feedback ----------------------------------------------------------------------
     async def scores(self, request: Request) -> Response:

@@ -4,7 +4,7 @@ Studio (the ``mastra`` CLI's prebuilt UI, 1.31) loads these on its agents, tools
 memory and observability pages. Each answer below was recorded from a real Mastra server
 (``createHonoServer``, what ``mastra dev`` runs) over the same agents: features runstream has
 (providers of the agents' models, memory config, working memory of a thread) get their real
-answer; features it lacks (the agent builder, processors, scorers, workspaces, MCP registry,
+answer; features it lacks (the agent builder, processors, workspaces, MCP registry,
 voice, datasets, logs and metrics storage) get the empty or disabled answer Mastra gives when
 they are not configured, so Studio shows an empty panel instead of an error or a retry loop.
 
@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from runstream.scoring import Scorer
 from runstream.server.context import ServerContext, json_body, json_response
 
 STUDIO_VERSION = "1.31.0"
@@ -69,7 +70,6 @@ EMPTY_GET: dict[str, Any] = {
     "/editor/builder/settings": {"enabled": False, "modelPolicy": {"active": False}},
     "/editor/builder/models/available": {"providers": []},
     "/processors": {},
-    "/scores/scorers": {},
     "/workspaces": {"workspaces": []},
     "/mcp/v0/servers": {"servers": [], "total_count": 0, "next": None},
     "/channels/platforms": [],
@@ -89,6 +89,20 @@ EMPTY_PAGED: dict[str, tuple[str, int]] = {
 }
 
 
+def scorer_entry(scorer: Scorer) -> dict[str, object]:
+    """Mastra's scorer entry: the scorer's config, the agents and workflows using it (none: a
+    runstream scorer is registered on the app), and that it is registered."""
+    config = {"id": scorer.id, "name": scorer.name or scorer.id, "description": scorer.description}
+    return {
+        "scorer": {**config, "config": config},
+        "agentIds": [],
+        "agentNames": [],
+        "workflowIds": [],
+        "isRegistered": True,
+        "source": "code",
+    }
+
+
 class StudioRoutes:
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
@@ -102,6 +116,8 @@ class StudioRoutes:
             Route("/agents/providers", self.providers),
             Route("/system/packages", self.packages),
             Route("/agents/{agent_id}/voice/speakers", self.speakers),
+            Route("/scores/scorers", self.scorers),
+            Route("/scores/scorers/{scorer_id}", self.scorer),
         ]
         routes += [Route(path, _constant(value)) for path, value in EMPTY_GET.items()]
         routes += [Route(path, _paged(*spec)) for path, spec in EMPTY_PAGED.items()]
@@ -158,6 +174,16 @@ class StudioRoutes:
                 ),
             }
         )
+
+    async def scorers(self, request: Request) -> Response:
+        """The app's registered scorers (``Runstream(scorers=...)``) in Mastra's entries: Studio
+        offers them in "Score trace"."""
+        return json_response({id: scorer_entry(s) for id, s in self.ctx.runstream.scorers.items()})
+
+    async def scorer(self, request: Request) -> Response:
+        """One registered scorer's entry; ``null`` for an unknown id, as Mastra answers."""
+        scorer = self.ctx.runstream.scorers.get(request.path_params["scorer_id"])
+        return json_response(None if scorer is None else scorer_entry(scorer))
 
     async def speakers(self, request: Request) -> Response:
         self.ctx.agent(request.path_params["agent_id"])

@@ -1,0 +1,95 @@
+"""What a registered scorer sees of a stored trace, and the score it leaves (Mastra's trace
+scoring, ``POST /api/observability/traces/score``).
+
+The target is a span (the trace's root when none is named). Its scorer input is read from the
+span store, not written anew: a span's own ``input``/``output`` when it has them (model and tool
+spans, with message content captured), else, for an agent run, its model calls' — the first
+one's input messages and the last one's answer, what the run was asked and what it said. The
+run's span itself stores no copy, so scoring costs the hot path nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+from runstream.models.base import PromptMessage
+from runstream.scoring import ScoreInput, Scorer
+
+Span = Mapping[str, object]
+MAX_REASON = 10_000
+"""A scorer's reason is kept up to this many characters."""
+
+
+def target_span(spans: Sequence[Span], span_id: str | None) -> Span | None:
+    """The span ``span_id`` of the trace, or its root when no span is named."""
+    for span in spans:
+        if span["spanId"] == span_id if span_id else span["parentSpanId"] is None:
+            return span
+    return None
+
+
+def score_input(spans: Sequence[Span], target: Span) -> ScoreInput | None:
+    """The target's input messages and output text; ``None`` when the store kept no output for
+    it (message content is captured only on request, see docs/otel.md)."""
+    input_value, output_value = target.get("input"), target.get("output")
+    if output_value is None:
+        calls = [
+            span
+            for span in spans
+            if span["parentSpanId"] == target["spanId"] and span["spanType"] == "model_generation"
+        ]
+        if calls:
+            input_value, output_value = calls[0].get("input"), calls[-1].get("output")
+    if output_value is None:
+        return None
+    return ScoreInput(text=_text(output_value), messages=_messages(input_value), iteration=1)
+
+
+def score_record(scorer: Scorer, result: Mapping[str, object], target: Span) -> dict[str, object]:
+    """The stored score in Mastra's shape for a trace-scoring run (``source: "TEST"``)."""
+    return {
+        "scorerId": scorer.id,
+        "scorerName": scorer.name or scorer.id,
+        "score": result["score"],
+        "reason": None if result["reason"] is None else str(result["reason"])[:MAX_REASON],
+        "traceId": target["traceId"],
+        "spanId": target["spanId"],
+        "source": "TEST",
+        "metadata": {"entityType": target.get("spanType"), "entityId": target.get("entityId")},
+    }
+
+
+def _parts_text(message: Mapping[str, object]) -> str:
+    parts = message.get("parts")
+    if not isinstance(parts, list):
+        return ""
+    return "".join(
+        str(part.get("content", ""))
+        for part in parts
+        if isinstance(part, dict) and part.get("type") == "text"
+    )
+
+
+def _text(value: object) -> str:
+    """Stored messages' text parts (the last message's), a string, or anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(m, dict) and "parts" in m for m in value):
+        return _parts_text(value[-1])
+    return json.dumps(value)
+
+
+def _messages(value: object) -> list[PromptMessage]:
+    """Stored messages (role + typed parts) as prompt messages holding their text."""
+    if isinstance(value, str):
+        return [{"role": "user", "content": [{"type": "text", "text": value}]}]
+    if not isinstance(value, list):
+        return []
+    messages: list[PromptMessage] = []
+    for message in value:
+        if isinstance(message, dict) and message.get("role") in ("user", "assistant"):
+            messages.append(
+                {"role": message["role"], "content": [{"type": "text", "text": _parts_text(message)}]}
+            )
+    return messages
