@@ -21,7 +21,9 @@ from urllib.parse import urlsplit
 import pytest
 from opentelemetry import trace
 
+from runstream import _tracing as tracing
 from runstream.observability import SpanStore
+from runstream.scoring import ScoreInput, Scorer
 from runstream.server.app import create_app
 from runstream.server.auth import open_access
 from runstream.storage import SqliteStorage
@@ -72,8 +74,20 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     folder = tmp_path_factory.mktemp("studio")
     runtime = build_runstream(Gates(), SqliteStorage(folder / "runstream.db"))
     runtime.observability = SpanStore(str(folder / "runstream.db"))
-    with serve(create_app(runtime, auth=open_access, heartbeat_s=0.5)) as url:
-        yield url
+    runtime.scorers = {"helpfulness": Scorer(id="helpfulness", name="Helpfulness", score=helpfulness)}
+    tracing.configure(capture_content=True)  # what a scorer reads of a stored trace
+    try:
+        with serve(create_app(runtime, auth=open_access, heartbeat_s=0.5)) as url:
+            yield url
+    finally:
+        tracing.configure(capture_content=None)
+
+
+def helpfulness(data: ScoreInput) -> tuple[float, str]:
+    """The scorer Studio runs on a trace: it reads what the run was asked and what it said."""
+    if not data.text or not data.messages:
+        return 0.0, "No answer."
+    return 0.75, f"Answered {len(data.messages)} message(s) and followed up."
 
 
 @pytest.fixture(scope="module")
@@ -176,8 +190,10 @@ def test_studio_drives_runstream(observed: str, studio: str) -> None:
         "chat prompt-model",
     ]
     assert '"backgroundTaskId"' in trace["spanPanel"] and '"outcome": "result"' in trace["spanPanel"]
-    assert trace["scores"] == "Scores (1)" and "0.75" in trace["scoresText"]
-    assert "Answered and followed up." in trace["scoresText"]
+    # The score added in Studio with the registered scorer, listed where Studio shows it.
+    assert "Helpfulness" in trace["scored"] and "0.75" in trace["scored"]
+    assert re.search(r"Answered \d+ message\(s\) and followed up\.", trace["scored"])
+    assert trace["scores"] == "Scores (0)"  # scores are a span's: the tool call has none
     assert trace["feedback"] == [["comment", "Clear and quick."]]
     agent = steps["agentTraces"]
     assert agent["rows"] == agent["assistantRuns"] >= 3
@@ -188,6 +204,7 @@ def test_studio_drives_runstream(observed: str, studio: str) -> None:
     counts = Counter(route_of(r["method"], r["url"]) for r in out["requests"])
     assert counts["POST /api/agents/:id/send-message"] == 3
     assert counts["POST /api/agents/:id/send-tool-approval"] == 1
+    assert counts["POST /api/observability/traces/score"] == 1  # the score was Studio's
     assert counts["POST /api/agents/:id/stream"] == 1  # the agent without memory
     looping = busiest_windows(out["requests"])
     assert looping == {}, f"routes asked for more than {MAX_REQUESTS_PER_ROUTE} times in 10 s: {looping}"

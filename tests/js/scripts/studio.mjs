@@ -2,7 +2,7 @@
 // server in headless Chromium with normal web security, as a user would: the agent list, a chat
 // with a tool call, a background task and its follow-up turn, an approval, a thread reopened
 // from memory, and an agent without memory; then those runs on the Traces page (a trace's spans,
-// a span, its scores, feedback left in Studio), an agent's Traces tab, Metrics and Logs. Every
+// a span, a score added in Studio, feedback left in Studio), an agent's Traces tab, Metrics and Logs. Every
 // request to the server is recorded; the script waits on pages and answers, never on the clock.
 // Env: BASE (the server). Arguments: Studio's URL, then (optional) a folder for screenshots.
 import { BASE, emit, launchChromium } from "./lib.mjs";
@@ -193,7 +193,6 @@ try {
   });
   const traceId = tree.traceId;
   const root = tree.spans.find((span) => span.parentSpanId === null);
-  await api("/observability/scores", { score: { scorerId: "helpfulness", score: 0.75, traceId, spanId: root.spanId, reason: "Answered and followed up." } });
   // The failed run ended last: once its trace and log are stored, every run's are.
   await until("the failed run's trace and log", async () => {
     const failed = await api("/observability/traces?entityId=plain&status=error&perPage=1");
@@ -219,21 +218,30 @@ try {
   await spanButtons.getByText("execute_tool research").waitFor({ timeout: TIMEOUT });
   await until("the whole span tree", async () => (await spanButtons.count()) === tree.spans.length);
   const spanTree = (await spanButtons.allInnerTexts()).map((text) => text.split("\n")[0].trim());
+  // Scored in Studio with the app's registered scorer; the score is stored on the root span.
+  await page.getByRole("button", { name: "Score trace" }).click();
+  await page.getByRole("combobox", { name: "Select scorer" }).click();
+  await page.getByRole("option", { name: "Helpfulness" }).click();
+  await page.getByRole("button", { name: "Start Scoring" }).click();
+  await until("the score Studio asked for", async () =>
+    (await api(`/observability/scores?traceId=${traceId}&spanId=${root.spanId}`)).scores.length === 1);
+  // Studio then opens the trace's scores: the new one is listed with its reason.
+  await page.getByText(/Answered \d+ message/).first().waitFor({ timeout: TIMEOUT });
+  const scored = await page.evaluate(() => document.body.innerText);
   await spanButtons.filter({ hasText: "execute_tool research" }).click();
   await page.getByText(/"backgroundTaskId"/).waitFor({ timeout: TIMEOUT });
   const spanPanel = await page.evaluate(() => document.body.innerText);
-  // Its scores; feedback left in Studio is stored and listed.
+  // Its scores (the tool call's own: none); feedback left in Studio is stored and listed.
   await page.getByRole("tab", { name: /^Scores/ }).first().click();
-  await page.getByText("helpfulness").waitFor({ timeout: TIMEOUT });
+  await page.getByRole("tab", { name: /^Scores \(\d+\)$/ }).first().waitFor({ timeout: TIMEOUT });
   const scores = (await page.getByRole("tab", { name: /^Scores/ }).first().innerText()).trim();
-  const scoresText = await page.evaluate(() => document.body.innerText);
   await page.getByRole("tab", { name: /^Feedback/ }).first().click();
   await page.getByPlaceholder("Leave feedback...").first().fill("Clear and quick.");
   await page.getByRole("button", { name: "Send feedback" }).first().click();
   await page.getByRole("tab", { name: "Feedback (1)" }).first().waitFor({ timeout: TIMEOUT });
   await page.getByText("Clear and quick.").first().waitFor({ timeout: TIMEOUT });
   const feedback = (await api(`/observability/feedback?traceId=${traceId}`)).feedback.map((f) => [f.feedbackType, f.value]);
-  steps.trace = { traceId, spanTree, spanPanel, scores, scoresText, feedback };
+  steps.trace = { traceId, spanTree, spanPanel, scored, scores, feedback };
   await shot("studio-trace");
 
   // An agent's Traces tab: that agent's runs only.
