@@ -5,32 +5,15 @@ its resource's metrics and logs."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-import pytest
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-from runstream.observability import SpanStore
-from runstream.storage import SqliteStorage
 from tests.otel_testkit import spans
-from tests.server.agents import Gates, build_runstream
-from tests.server.security_kit import Secured, serve_secured, sse_chunks
-from tests.server.test_observability_api import a_traced_run
+from tests.server.security_kit import Secured, sse_chunks
+from tests.server.test_observability_api import a_traced_run, observed
 
 OBS = "/api/observability"
-__all__ = ["spans"]
-
-
-@pytest.fixture
-def observed(tmp_path: Path, spans: InMemorySpanExporter) -> Iterator[Secured]:
-    """A server whose runtime feeds a span store from the tests' one global SDK provider."""
-    runtime = build_runstream(Gates(), SqliteStorage(tmp_path / "runstream.db"))
-    runtime.observability = SpanStore(str(tmp_path / "runstream.db"))
-    with serve_secured(runtime) as server:
-        yield server
+__all__ = ["observed", "spans"]  # fixtures, re-exported for pytest
 
 
 def metric(s: Secured, kind: str, body: dict[str, Any], caller: str = "a") -> Any:

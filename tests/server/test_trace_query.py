@@ -6,31 +6,18 @@ sees only its resource's traces (another's cursor or filter never reaches them).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
 import pytest
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from runstream.observability import SpanStore
-from runstream.storage import SqliteStorage
 from tests.otel_testkit import spans
-from tests.server.agents import Gates, build_runstream
-from tests.server.security_kit import Secured, serve_secured, sse_chunks
+from tests.server.security_kit import Secured, sse_chunks
+from tests.server.test_observability_api import observed
 
 QUERY = "/api/observability/traces/query"
-__all__ = ["spans"]
-
-
-@pytest.fixture
-def observed(tmp_path: Path, spans: InMemorySpanExporter) -> Iterator[Secured]:
-    runtime = build_runstream(Gates(), SqliteStorage(tmp_path / "runstream.db"))
-    runtime.observability = SpanStore(str(tmp_path / "runstream.db"))
-    with serve_secured(runtime) as server:
-        yield server
+__all__ = ["observed", "spans"]  # fixtures, re-exported for pytest
 
 
 _NOW = datetime.now(UTC)
