@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "runstream.errors",
         "runstream._payloads",
+        "runstream._json",
         "runstream._clock",
         "runstream._ids",
         "runstream._tracing",
