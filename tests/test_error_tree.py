@@ -20,6 +20,7 @@ from runstream import Agent, Memory, MemoryScope, Runstream, StructuredOutput, T
 from runstream._config_mapping import read_config
 from runstream.abort import AbortController
 from runstream.agent.run_options import InvalidOptionError
+from runstream.agent.until_idle import IdleOptions
 from runstream.chunks import DataChunk
 from runstream.errors import (
     ConfigurationError,
@@ -41,7 +42,6 @@ from runstream.tasks import (
     BackgroundTaskOperation,
 )
 from runstream.tasks.config import TaskStateError
-from runstream.tasks.until_idle import IdleOptions
 from runstream.testing import ScriptedModel
 from runstream.workflows import Workflow
 from runstream.workflows.mapping import validate_template
@@ -178,11 +178,11 @@ def test_the_errors_that_joined_the_tree_answer_as_before() -> None:
 
 def test_the_new_classes_keep_the_builtins_callers_caught() -> None:
     from runstream.agent import RunNotFoundError
+    from runstream.agent.until_idle import ContinuationLimitError
     from runstream.durable.log import FencedOffError
     from runstream.mcp.client import MCPConnectionError
     from runstream.models.fallback import FallbackExhaustedError
     from runstream.structured import StructuredOutputError
-    from runstream.tasks.until_idle import ContinuationLimitError
 
     assert issubclass(FencedOffError, StateConflictError) and issubclass(FencedOffError, RuntimeError)
     assert issubclass(ContinuationLimitError, RuntimeError) and issubclass(

@@ -1,6 +1,6 @@
 """An agent's until-idle streams (``stream(..., until_idle=True)``): the first turn, then a
 continuation turn for each batch of background results, merged into one stream per thread
-(``runstream.tasks.until_idle`` is the merge itself; this is the agent's side of it)."""
+(``runstream.agent.until_idle`` is the merge itself; this is the agent's side of it)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 from runstream import _tracing as tracing
 from runstream.abort import AbortController
 from runstream.agent.run_options import InvalidOptionError, RunOptions
+from runstream.agent.until_idle import IdleOptions, until_idle_stream
 from runstream.models.base import PromptMessage
 from runstream.run.output import RunOutput
-from runstream.tasks.until_idle import IdleOptions, until_idle_stream
 
 if TYPE_CHECKING:
     from runstream.tasks.coordination import TaskManager

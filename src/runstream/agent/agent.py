@@ -236,7 +236,7 @@ class Agent:
         ``memory={"thread": ..., "resource": ...}`` loads the thread's history and saves the new
         messages. ``until_idle=True`` (or ``{"max_idle_ms": n, "resume_window_ms": n}``) keeps the
         stream open while the run's background tasks work and adds a continuation turn when they
-        finish (see ``runstream.tasks.until_idle``). ``client_tools`` (see :func:`client_tool`) are
+        finish (see ``runstream.agent.until_idle``). ``client_tools`` (see :func:`client_tool`) are
         offered to the model but executed by the caller: a step that calls one ends the run with
         reason ``tool-calls`` after its ``tool-call`` chunks; send the results in the next run.
         """

@@ -11,7 +11,7 @@ a decline, a resume with ``until_idle``) is a flow too: the API process hands th
 answer, and the flow's first turn follows that continuation's segment (``IdlePlan.first_segment``).
 
 The workflow runs :meth:`IdleActivities.follow_until_idle` on a worker: the until-idle merge
-itself (:class:`runstream.tasks.until_idle.IdleDriver`, as in-process), whose turns are durable
+itself (:class:`runstream.agent.until_idle.IdleDriver`, as in-process), whose turns are durable
 runs with ids and log segments fixed by the flow (the first turn's id, then
 ``<run id>-c<n>``), so a later attempt finds them again. Each item's chunks go to the segment
 with the driver's state after it (:meth:`IdleDriver.snapshot`), in one atomic write; a worker
@@ -37,6 +37,7 @@ from temporalio.exceptions import ApplicationError
 
 from runstream.abort import AbortController
 from runstream.agent import _suspension as suspension
+from runstream.agent.until_idle import IdleDriver, IdleOptions
 from runstream.chunks import dumps
 from runstream.durable.activities import _Publisher, watched_step
 from runstream.durable.log import RunLog
@@ -48,7 +49,6 @@ from runstream.tasks.coordination import SETTLED_STATUSES, TaskManager
 from runstream.tasks.lifecycle import lifecycle_chunk
 from runstream.tasks.redis_bus import RedisEventBus, ThreadEvents
 from runstream.tasks.temporal.settlements import is_announced
-from runstream.tasks.until_idle import IdleDriver, IdleOptions
 
 if TYPE_CHECKING:
     from runstream.agent import Agent

@@ -4,7 +4,7 @@ Field names are exactly those client-js sends (``messages``, ``memory``, ``runId
 ``toolChoice``, ``modelSettings``, ``providerOptions``, ``structuredOutput``, ``untilIdle``,
 ``maxIdleMs``, ``context``, ``clientTools``, ``activeTools``, ``instructions``,
 ``requireToolApproval``, ``requestContext``), plus runstream's ``resumeWindowMs`` and ``maxContinuations`` (see
-``tasks/until_idle.py``). Fields client-js may send that runstream has no use for are listed in
+``agent/until_idle.py``). Fields client-js may send that runstream has no use for are listed in
 :data:`IGNORED_FIELDS`; any other field is a 400 naming it (Mastra's schema lets unknown keys
 through, so a misspelled option would silently do nothing). Every mistake is a 400 with a
 message naming the field, raised before any run starts; every number is finite and bounded

@@ -1,4 +1,4 @@
-"""Background tasks: the manager, its configuration, dispatch from the loop, until-idle streams."""
+"""Background tasks: the manager, its configuration, dispatch from the loop, the lifecycle events."""
 
 from runstream.tasks.adoption import AdoptionError, BackgroundTaskAdoption, BackgroundTaskOperation
 from runstream.tasks.config import (
