@@ -49,6 +49,7 @@ from runstream._config_mapping import (
 )
 from runstream._messages import (
     ContinuedMessage,
+    StoredPart,
     db_to_prompt,
     input_parts,
     is_task_part,
@@ -663,7 +664,7 @@ class Memory:
         def append(message: StoredMessage) -> StoredMessage:
             content = message.content
             content["parts"] = merge_parts(content.get("parts", []), new_parts)
-            content["metadata"] = merge_metadata(content.get("metadata") or {}, metadata)
+            content["metadata"] = merge_metadata(content.get("metadata") or {}, dict(metadata))
             return message
 
         async with self._lock(scope.thread_id):
@@ -727,13 +728,13 @@ async def run_memory(
     return resolved.with_options(scope.options)
 
 
-def _without_working_memory_calls(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _without_working_memory_calls(parts: list[StoredPart]) -> list[StoredPart]:
     """The parts without the ``updateWorkingMemory`` calls: Mastra does not store them (the
     memory they wrote is shown in the system message instead)."""
     return [
         part
         for part in parts
-        if not (part.get("type") == "tool-invocation" and part["toolInvocation"].get("toolName") == TOOL_NAME)
+        if not (part["type"] == "tool-invocation" and part["toolInvocation"].get("toolName") == TOOL_NAME)
     ]
 
 

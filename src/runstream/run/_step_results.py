@@ -12,7 +12,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from runstream._clock import iso_now, now_utc
-from runstream._messages import merge_metadata, parts_to_steps, parts_to_ui, responses_to_parts
+from runstream._messages import StoredPart, merge_metadata, parts_to_steps, parts_to_ui, responses_to_parts
 from runstream.chunks import FinishChunk, StepFinishChunk
 from runstream.models.base import ModelCallError, PromptMessage
 from runstream.models.prompt import AssistantPart, ReasoningPart, TextPart, ToolCallPart
@@ -323,7 +323,7 @@ def _continues(state: RunState) -> bool:
     return state.continued is not None
 
 
-def _merged_parts(state: RunState, model: str | None = None) -> list[dict[str, Any]]:
+def _merged_parts(state: RunState, model: str | None = None) -> list[StoredPart]:
     assert state.continued is not None
     return state.continued.merged_parts(state.response_messages, model)
 
@@ -349,7 +349,7 @@ def _own_messages(messages: list[PromptMessage]) -> list[PromptMessage]:
     return [m for m in messages if m["role"] != "user"]
 
 
-def _nth_step_content(parts: list[dict[str, Any]], number: int) -> list[Mapping[str, Any]]:
+def _nth_step_content(parts: list[StoredPart], number: int) -> list[Mapping[str, Any]]:
     steps = parts_to_steps(parts)
     if number > len(steps):
         return []
@@ -562,7 +562,7 @@ def _after_tool_results(messages: list[PromptMessage], start: int) -> int:
 
 
 def _ui_message(
-    cfg: LoopConfig, message_id: str, parts: list[dict[str, Any]], metadata: dict[str, Any]
+    cfg: LoopConfig, message_id: str, parts: list[StoredPart], metadata: dict[str, Any]
 ) -> dict[str, Any]:
     metadata["createdAt"] = now_utc()
     if cfg.thread_id is not None:
