@@ -9,18 +9,26 @@ An assistant UI message becomes one assistant (and tool) message per step.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, cast
+from collections.abc import Sequence
+from typing import TypedDict, cast
 
+from runstream._json import JsonObject, JsonValue
 from runstream.models.base import PromptMessage
 from runstream.server.errors import ApiError
 
-_Draft = dict[str, Any]
-"""A prompt message being read from a request body (unchecked until ``_check_prompt``)."""
+
+class _Draft(TypedDict):
+    """A prompt message being read from a request body: its parts unchecked until
+    ``_check_prompt`` (text content only for a system message)."""
+
+    role: str
+    content: str | list[JsonObject]
+
+
 ROLES = ("user", "assistant", "system", "tool")
 
 
-def to_prompt(messages: Any, field: str = "messages") -> list[PromptMessage]:
+def to_prompt(messages: JsonValue, field: str = "messages") -> list[PromptMessage]:
     """Any accepted ``messages`` value as prompt messages (400 on a malformed one)."""
     if isinstance(messages, str):
         messages = [messages]
@@ -30,16 +38,19 @@ def to_prompt(messages: Any, field: str = "messages") -> list[PromptMessage]:
     for index, message in enumerate(messages):
         if isinstance(message, str):
             out.append(_user_text(message))
-        elif not isinstance(message, Mapping) or message.get("role") not in ROLES:
+            continue
+        role = message.get("role") if isinstance(message, dict) else None
+        if not isinstance(message, dict) or not isinstance(role, str) or role not in ROLES:
             raise ApiError(
                 400,
                 f"Invalid request body: {field}[{index}] must be a string or a message with a role "
                 f"({', '.join(ROLES)})",
             )
-        elif isinstance(message.get("parts"), list):
-            out.extend(_from_ui(message))
+        parts = message.get("parts")
+        if isinstance(parts, list):
+            out.extend(_from_ui(message, role, parts))
         else:
-            out.extend(_from_model(message))
+            out.extend(_from_model(message, role))
     for index, prompt in enumerate(out):
         _check_prompt(prompt, f"{field}[{index}]")
     return cast(list[PromptMessage], _dedupe_results(out))  # checked: the shapes the run can use
@@ -59,9 +70,7 @@ def _check_prompt(prompt: _Draft, where: str) -> None:
     """Refuse content the run could not use, before the run starts (a malformed part used to
     fail in the memory save after the run had happened, so the turn was lost)."""
     content = prompt["content"]
-    if prompt["role"] == "system":
-        if not isinstance(content, str):
-            raise ApiError(400, f"Invalid request body: {where}: system content must be text")
+    if isinstance(content, str):  # a system message's (its text is all it holds)
         return
     for part in content:
         kind = part.get("type")
@@ -82,7 +91,7 @@ def _dedupe_results(messages: list[_Draft]) -> list[_Draft]:
     seen: set[str] = set()
     out: list[_Draft] = []
     for message in messages:
-        if message["role"] == "tool":
+        if message["role"] == "tool" and not isinstance(message["content"], str):
             content = [p for p in message["content"] if p.get("toolCallId") not in seen]
             seen.update(str(p.get("toolCallId")) for p in content)
             if not content:
@@ -96,20 +105,22 @@ def _user_text(text: str) -> _Draft:
     return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
-def _text_of(content: Any) -> str:
+def _text_of(content: JsonValue | Sequence[JsonValue]) -> str:
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
+    if isinstance(content, Sequence):
         return "".join(
-            p.get("text", "") for p in content if isinstance(p, Mapping) and p.get("type") == "text"
+            text
+            for p in content
+            if isinstance(p, dict) and p.get("type") == "text" and isinstance(text := p.get("text", ""), str)
         )
     return ""
 
 
 def _tool_result(
-    call_id: str, tool_name: str, *, value: Any, error: bool, args: Any = None
-) -> dict[str, Any]:
-    part: dict[str, Any] = {
+    call_id: str, tool_name: str, *, value: JsonValue, error: bool, args: JsonValue = None
+) -> JsonObject:
+    part: JsonObject = {
         "type": "tool-result",
         "toolCallId": call_id,
         "toolName": tool_name,
@@ -120,8 +131,8 @@ def _tool_result(
     return part
 
 
-def _model_part(part: Any) -> dict[str, Any] | None:
-    if not isinstance(part, Mapping):
+def _model_part(part: JsonValue) -> JsonObject | None:
+    if not isinstance(part, dict):
         return None
     kind = part.get("type")
     if kind == "tool-call":
@@ -133,7 +144,7 @@ def _model_part(part: Any) -> dict[str, Any] | None:
         }
     if kind == "tool-result":
         output = part.get("output")
-        if isinstance(output, Mapping) and "type" in output:
+        if isinstance(output, dict) and "type" in output:
             return {**part, "output": dict(output)}
         return _tool_result(
             str(part.get("toolCallId", "")),
@@ -145,21 +156,21 @@ def _model_part(part: Any) -> dict[str, Any] | None:
     return dict(part)
 
 
-def _from_model(message: Mapping[str, Any]) -> list[_Draft]:
-    role = message["role"]
+def _from_model(message: JsonObject, role: str) -> list[_Draft]:
     content = message.get("content", "")
     if role == "system":
         return [{"role": "system", "content": _text_of(content)}]
-    parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
-    if not isinstance(parts, list) or not all(isinstance(p, Mapping) for p in parts):
+    parts: JsonValue = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
         raise ApiError(
             400, "Invalid request body: message content must be a string or an array of part objects"
         )
     converted = [p for p in (_model_part(p) for p in parts) if p is not None]
-    if role == "assistant" and isinstance(message.get("toolInvocations"), list):
+    invocations = message.get("toolInvocations")
+    if role == "assistant" and isinstance(invocations, list):
         step = _Step()
-        step.content.extend(p for p in converted if not (p["type"] == "text" and not p.get("text")))
-        for invocation in message["toolInvocations"]:
+        step.content.extend(p for p in converted if not (p.get("type") == "text" and not p.get("text")))
+        for invocation in invocations:
             step.invocation(invocation)
         return step.messages()
     return [{"role": role, "content": converted}]
@@ -169,12 +180,12 @@ class _Step:
     """The assistant content and tool results of one step of an assistant UI message."""
 
     def __init__(self) -> None:
-        self.content: list[dict[str, Any]] = []
-        self.results: list[dict[str, Any]] = []
+        self.content: list[JsonObject] = []
+        self.results: list[JsonObject] = []
 
-    def invocation(self, inv: Any) -> None:
+    def invocation(self, inv: JsonValue) -> None:
         """An AI SDK v4 ``toolInvocation``."""
-        if not isinstance(inv, Mapping):
+        if not isinstance(inv, dict):
             return
         call_id, name, args = (
             str(inv.get("toolCallId", "")),
@@ -185,7 +196,7 @@ class _Step:
         if inv.get("state") == "result":
             self.results.append(_tool_result(call_id, name, value=inv.get("result"), error=False, args=args))
 
-    def tool_part(self, part: Mapping[str, Any], name: str) -> None:
+    def tool_part(self, part: JsonObject, name: str) -> None:
         """An AI SDK v5 ``tool-<name>`` / ``dynamic-tool`` part."""
         call_id, args = str(part.get("toolCallId", "")), part.get("input", {})
         self.content.append({"type": "tool-call", "toolCallId": call_id, "toolName": name, "input": args})
@@ -205,13 +216,12 @@ class _Step:
         return out
 
 
-def _from_ui(message: Mapping[str, Any]) -> list[_Draft]:
-    role = message["role"]
-    parts = [p for p in message["parts"] if isinstance(p, Mapping)]
+def _from_ui(message: JsonObject, role: str, ui_parts: list[JsonValue]) -> list[_Draft]:
+    parts = [p for p in ui_parts if isinstance(p, dict)]
     if role == "system":
         return [{"role": "system", "content": _text_of(parts)}]
     if role != "assistant":
-        content: list[dict[str, Any]] = []
+        content: list[JsonObject] = []
         for part in parts:
             if part.get("type") == "text":
                 content.append({"type": "text", "text": str(part.get("text", ""))})
@@ -239,7 +249,7 @@ def _from_ui(message: Mapping[str, Any]) -> list[_Draft]:
             step.tool_part(part, str(part.get("toolName", "")))
         elif kind.startswith("tool-"):
             step.tool_part(part, kind[len("tool-") :])
-    if not message["parts"] and isinstance(message.get("content"), str):
-        step.content.append({"type": "text", "text": message["content"]})
+    if not ui_parts and isinstance(text := message.get("content"), str):
+        step.content.append({"type": "text", "text": text})
     out.extend(step.messages())
     return out

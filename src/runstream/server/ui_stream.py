@@ -24,12 +24,13 @@ import logging
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, TypedDict
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from runstream._json import JsonObject, JsonValue
 from runstream.server.auth import principal_of
 from runstream.server.body import parse_stream_body
 from runstream.server.context import MAX_REMEMBERED_RUNS, ServerContext, json_body
@@ -51,6 +52,27 @@ _TOOL_PARTS = {
     "tool-error": "tool-output-error",
 }
 
+WireChunk = TypedDict(
+    "WireChunk",
+    {
+        "type": str,
+        "runId": str,
+        "from": str,
+        "payload": JsonObject,
+        "object": JsonValue,
+        "data": JsonValue,
+        "id": str,
+        "transient": bool,
+    },
+    total=False,
+)
+"""A chunk's wire JSON as decoded (see ``Chunk.to_wire``): the envelope and payload, or the
+top-level fields of ``object-result`` and ``data-*`` chunks."""
+_DATA_KEYS: tuple[Literal["type", "data", "id", "transient"], ...] = ("type", "data", "id", "transient")
+
+UIChunk = JsonObject
+"""A UI message chunk (``UIMessageChunk`` of the AI SDK), as ``useChat`` reads it."""
+
 
 class UIStreamEncoder:
     """Turns Mastra wire chunks into UI message chunks (stateful: one per response)."""
@@ -61,9 +83,9 @@ class UIStreamEncoder:
         self.started = False
         self.finish_reason: str | None = None
 
-    def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+    def feed(self, chunk: WireChunk) -> list[UIChunk]:
         kind = str(chunk.get("type"))
-        p: dict[str, Any] = chunk.get("payload") or {}
+        p = chunk.get("payload") or {}
         if kind == "step-start":
             return [*self._start(p.get("messageId")), {"type": "start-step"}]
         if kind == "step-finish":
@@ -96,12 +118,15 @@ class UIStreamEncoder:
         if kind == "tool-output-denied":
             if self.version >= 6:
                 return [{"type": "tool-output-denied", "toolCallId": p.get("toolCallId")}]
-            reason = (p.get("approval") or {}).get("reason") or "Tool call was not approved by the user"
+            approval = p.get("approval")
+            reason = (
+                isinstance(approval, dict) and approval.get("reason")
+            ) or "Tool call was not approved by the user"
             return [{"type": "tool-output-error", "toolCallId": p.get("toolCallId"), "errorText": reason}]
         if kind.startswith("background-task-"):
             return [self._background(kind, chunk, p)]
         if kind.startswith("data-"):
-            return [{k: chunk[k] for k in ("type", "data", "id", "transient") if k in chunk}]
+            return [{k: chunk[k] for k in _DATA_KEYS if k in chunk}]
         if kind == "object-result":
             return [{"type": "data-structured-output", "data": {"object": chunk.get("object")}}]
         if kind == "tripwire":
@@ -113,18 +138,21 @@ class UIStreamEncoder:
         if kind == "abort":
             return [{"type": "abort"}]
         if kind == "finish":
-            reason = (p.get("stepResult") or {}).get("reason")
-            self.finish_reason = reason if reason in FINISH_REASONS else "other"
+            step_result = p.get("stepResult")
+            finished = step_result.get("reason") if isinstance(step_result, dict) else None
+            self.finish_reason = (
+                finished if isinstance(finished, str) and finished in FINISH_REASONS else "other"
+            )
         return []  # start (held until step-start), reasoning, sources, raw, progress metadata ...
 
-    def _start(self, message_id: Any) -> list[dict[str, Any]]:
+    def _start(self, message_id: JsonValue) -> list[UIChunk]:
         if self.started:
             return []
         self.started = True
         return [{"type": "start", "messageId": self.message_id or message_id}]
 
-    def _tool(self, kind: str, p: dict[str, Any]) -> dict[str, Any]:
-        part: dict[str, Any] = {"type": _TOOL_PARTS[kind], "toolCallId": p.get("toolCallId")}
+    def _tool(self, kind: str, p: JsonObject) -> UIChunk:
+        part: UIChunk = {"type": _TOOL_PARTS[kind], "toolCallId": p.get("toolCallId")}
         if kind == "tool-call-input-streaming-start":
             part.update(toolName=p.get("toolName"), dynamic=False)
         elif kind == "tool-call-delta":
@@ -137,14 +165,14 @@ class UIStreamEncoder:
             part["errorText"] = _error_text(p.get("error"))
         return part
 
-    def _approval(self, chunk: dict[str, Any], p: dict[str, Any]) -> list[dict[str, Any]]:
+    def _approval(self, chunk: WireChunk, p: JsonObject) -> list[UIChunk]:
         run_id, call_id = chunk.get("runId"), p.get("toolCallId")
-        data = {
+        data: JsonObject = {
             "state": "data-tool-call-approval",
             "runId": run_id,
             **{k: p.get(k) for k in ("toolCallId", "toolName", "args", "resumeSchema")},
         }
-        parts = [{"type": "data-tool-call-approval", "id": call_id, "data": data}]
+        parts: list[UIChunk] = [{"type": "data-tool-call-approval", "id": call_id, "data": data}]
         if self.version >= 6:
             parts.insert(
                 0,
@@ -156,22 +184,22 @@ class UIStreamEncoder:
             )
         return parts
 
-    def _background(self, kind: str, chunk: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
+    def _background(self, kind: str, chunk: WireChunk, p: JsonObject) -> UIChunk:
         name = f"data-{kind}"
-        part: dict[str, Any] = {"type": name, "data": {**p, "state": name, "runId": chunk.get("runId")}}
+        part: UIChunk = {"type": name, "data": {**p, "state": name, "runId": chunk.get("runId")}}
         part_id = p.get("taskId") or p.get("toolCallId")
         if part_id:
             part["id"] = part_id
         return part
 
-    def close(self) -> list[dict[str, Any]]:
+    def close(self) -> list[UIChunk]:
         """The closing chunks: one ``finish`` for the whole response (if the run got that far)."""
         if self.finish_reason is None:
             return []
         return [*self._start(None), {"type": "finish", "finishReason": self.finish_reason}]
 
 
-def _error_text(error: Any) -> str:
+def _error_text(error: JsonValue) -> str:
     if isinstance(error, dict):
         return str(error.get("message") or encode_json(error))
     return str(error)
@@ -188,7 +216,7 @@ async def ui_frames(events: AsyncIterator[str], encoder: UIStreamEncoder) -> Asy
     yield DONE
 
 
-def _new_messages(messages: Any, with_memory: bool) -> Any:
+def _new_messages(messages: JsonValue, with_memory: bool) -> JsonValue:
     """With memory, only what follows the last assistant message is new (memory has the rest);
     a trailing assistant message carries client tool results and is kept."""
     if not with_memory or not isinstance(messages, list):
@@ -288,10 +316,10 @@ class ChatRoutes:
         )
 
 
-def _continued_message_id(messages: Any) -> str | None:
+def _continued_message_id(messages: JsonValue) -> str | None:
     """A request ending with an assistant message continues it (client tool results)."""
     if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
         last = messages[-1]
-        if last.get("role") == "assistant" and isinstance(last.get("id"), str):
-            return str(last["id"])
+        if last.get("role") == "assistant" and isinstance(message_id := last.get("id"), str):
+            return message_id
     return None

@@ -10,12 +10,12 @@ to a run it created — who owns it and when it was created — lives beside the
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Literal, NotRequired, TypeAlias, TypedDict
 
 from runstream._clock import iso_datetime
+from runstream._json import JsonMapping, JsonObject, JsonValue
 from runstream._schema import Schema
 from runstream.storage import Storage
 from runstream.workflows import Step, Workflow
@@ -35,11 +35,97 @@ META_NAMESPACE = "workflow-run-meta"
 RUN_FIELDS = frozenset({"result", "error", "payload", "steps", "activeStepsPath", "serializedStepGraph"})
 
 
+WorkflowSchemaKey: TypeAlias = Literal["inputSchema", "outputSchema", "stateSchema"]
+SchemaKey: TypeAlias = Literal["inputSchema", "outputSchema", "stateSchema", "resumeSchema", "suspendSchema"]
+
+
+class StepInfo(TypedDict):
+    """A step of ``GET /workflows/:id`` (``steps`` / ``allSteps``); schemas as :func:`superjson`."""
+
+    id: str
+    description: str
+    component: NotRequired[Literal["WORKFLOW"]]
+    isWorkflow: NotRequired[bool]
+    inputSchema: NotRequired[str]
+    outputSchema: NotRequired[str]
+    resumeSchema: NotRequired[str]
+    suspendSchema: NotRequired[str]
+    stateSchema: NotRequired[str]
+
+
+class SerializedStep(TypedDict):
+    id: str
+    description: str
+    component: NotRequired[Literal["WORKFLOW"]]
+    serializedStepFlow: NotRequired[list[GraphEntry]]
+
+
+class SerializedCondition(TypedDict):
+    id: str
+    fn: str
+
+
+class GraphStep(TypedDict):
+    type: Literal["step"]
+    step: SerializedStep
+
+
+class GraphSleep(TypedDict):
+    type: Literal["sleep"]
+    id: str
+    duration: float | None
+
+
+class GraphLoop(TypedDict):
+    type: Literal["loop"]
+    step: SerializedStep
+    serializedCondition: SerializedCondition
+    loopType: str
+
+
+class ForeachOptions(TypedDict):
+    concurrency: int
+
+
+class GraphForeach(TypedDict):
+    type: Literal["foreach"]
+    step: SerializedStep
+    opts: ForeachOptions
+
+
+class GraphParallel(TypedDict):
+    type: Literal["parallel"]
+    steps: list[GraphStep]
+
+
+class GraphConditional(TypedDict):
+    type: Literal["conditional"]
+    steps: list[GraphStep]
+    serializedConditions: list[SerializedCondition]
+
+
+GraphEntry: TypeAlias = GraphStep | GraphSleep | GraphLoop | GraphForeach | GraphParallel | GraphConditional
+"""An entry of Mastra's ``serializedStepGraph``."""
+
+
+class WorkflowInfo(TypedDict):
+    """``GET /workflows/:id`` (and an item of ``GET /workflows``)."""
+
+    name: str
+    description: str
+    steps: dict[str, StepInfo]
+    allSteps: dict[str, StepInfo]
+    stepGraph: list[GraphEntry]
+    inputSchema: NotRequired[str]
+    outputSchema: NotRequired[str]
+    stateSchema: NotRequired[str]
+
+
 def superjson(schema: Schema | None) -> str | None:
     return None if schema is None else json.dumps({"json": schema.json_schema}, separators=(",", ":"))
 
 
-_STEP_SCHEMAS = (
+_STEP_SCHEMAS: tuple[tuple[SchemaKey, str], ...] = (
     ("inputSchema", "input_schema"),
     ("outputSchema", "output_schema"),
     ("resumeSchema", "resume_schema"),
@@ -48,10 +134,10 @@ _STEP_SCHEMAS = (
 )
 
 
-def _step_info(step: Step, nested: Workflow | None, *, partial: bool) -> dict[str, Any]:
-    info: dict[str, Any] = {"id": step.id, "description": step.description}
+def _step_info(step: Step, nested: Workflow | None, *, partial: bool) -> StepInfo:
+    info: StepInfo = {"id": step.id, "description": step.description}
     if nested is not None:
-        info.update(component="WORKFLOW", isWorkflow=True)
+        info["component"], info["isWorkflow"] = "WORKFLOW", True
     if not partial:
         for key, attribute in _STEP_SCHEMAS:
             text = superjson(getattr(step, attribute))
@@ -60,9 +146,9 @@ def _step_info(step: Step, nested: Workflow | None, *, partial: bool) -> dict[st
     return info
 
 
-def _all_steps(workflow: Workflow, *, partial: bool, prefix: str = "") -> dict[str, Any]:
+def _all_steps(workflow: Workflow, *, partial: bool, prefix: str = "") -> dict[str, StepInfo]:
     """Every step, nested workflows' steps included as ``<nested id>.<step id>``."""
-    out: dict[str, Any] = {}
+    out: dict[str, StepInfo] = {}
     for step_id, step in workflow.steps.items():
         key = f"{prefix}{step_id}"
         nested = workflow.nested.get(step_id)
@@ -72,18 +158,18 @@ def _all_steps(workflow: Workflow, *, partial: bool, prefix: str = "") -> dict[s
     return out
 
 
-def _graph_step(entry: StepEntry) -> dict[str, Any]:
-    step: dict[str, Any] = {"id": entry.id, "description": entry.step.description}
+def _graph_step(entry: StepEntry) -> GraphStep:
+    step: SerializedStep = {"id": entry.id, "description": entry.step.description}
     if entry.workflow is not None:
-        step.update(component="WORKFLOW", serializedStepFlow=step_graph(entry.workflow))
+        step["component"], step["serializedStepFlow"] = "WORKFLOW", step_graph(entry.workflow)
     return {"type": "step", "step": step}
 
 
-def _condition(index: int) -> dict[str, str]:
+def _condition(index: int) -> SerializedCondition:
     return {"id": f"condition-{index}", "fn": ""}
 
 
-def _graph_entry(entry: Entry) -> dict[str, Any]:
+def _graph_entry(entry: Entry) -> GraphEntry:
     if isinstance(entry, StepEntry):
         return _graph_step(entry)
     if isinstance(entry, SleepEntry):
@@ -109,15 +195,15 @@ def _graph_entry(entry: Entry) -> dict[str, Any]:
     return {"type": "conditional", "steps": steps, "serializedConditions": conditions}
 
 
-def step_graph(workflow: WorkflowSpec) -> list[dict[str, Any]]:
+def step_graph(workflow: WorkflowSpec) -> list[GraphEntry]:
     """Mastra's ``serializedStepGraph``: one entry per builder call (conditions are not code here,
     so their ``fn`` is empty)."""
     return [_graph_entry(entry) for entry in workflow.entries]
 
 
-def workflow_info(workflow: Workflow, *, partial: bool = False) -> dict[str, Any]:
+def workflow_info(workflow: Workflow, *, partial: bool = False) -> WorkflowInfo:
     """``partial``: without schemas (``GET /workflows?partial=true``)."""
-    info: dict[str, Any] = {
+    info: WorkflowInfo = {
         "name": workflow.id,
         "description": workflow.description,
         "steps": {
@@ -128,11 +214,12 @@ def workflow_info(workflow: Workflow, *, partial: bool = False) -> dict[str, Any
         "stepGraph": step_graph(workflow),
     }
     if not partial:
-        for key, schema in (
+        schemas: tuple[tuple[WorkflowSchemaKey, Schema | None], ...] = (
             ("inputSchema", workflow.input_schema),
             ("outputSchema", workflow.output_schema),
             ("stateSchema", workflow.state_schema),
-        ):
+        )
+        for key, schema in schemas:
             text = superjson(schema)
             if text is not None:
                 info[key] = text
@@ -148,6 +235,63 @@ def now_ms() -> float:
     return datetime.now(UTC).timestamp() * 1000
 
 
+class RunMetaJson(TypedDict):
+    workflowId: str
+    resourceId: str | None
+    createdAt: float
+
+
+class MastraSnapshot(TypedDict):
+    """Mastra's ``WorkflowRunState``: a run's snapshot as the run listings show it."""
+
+    runId: str
+    status: str
+    value: JsonValue
+    context: JsonObject
+    activePaths: JsonValue
+    stepExecutionPath: JsonValue
+    activeStepsPath: JsonObject
+    suspendedPaths: JsonValue
+    waitingPaths: JsonObject
+    serializedStepGraph: list[GraphEntry]
+    timestamp: float
+    result: NotRequired[JsonValue]
+    error: NotRequired[JsonValue]
+
+
+class RunListing(TypedDict):
+    """An item of ``GET /workflows/:id/runs``."""
+
+    workflowName: str
+    runId: str
+    snapshot: MastraSnapshot
+    createdAt: str
+    updatedAt: str
+    resourceId: NotRequired[str]
+
+
+class RunDetails(TypedDict):
+    """``GET /workflows/:id/runs/:runId``: the keys after ``status`` only as ``fields`` asks."""
+
+    runId: str
+    workflowName: str
+    createdAt: str
+    updatedAt: str
+    status: str
+    resourceId: NotRequired[str]
+    payload: NotRequired[JsonValue]
+    steps: NotRequired[JsonObject]
+    activeStepsPath: NotRequired[JsonObject]
+    serializedStepGraph: NotRequired[list[GraphEntry]]
+    result: NotRequired[JsonValue]
+    error: NotRequired[JsonValue]
+
+
+def _object(value: JsonValue | None) -> JsonObject:
+    """``value`` if it is a JSON object, else an empty one (a snapshot's optional sections)."""
+    return value if isinstance(value, dict) else {}
+
+
 @dataclass(frozen=True, slots=True)
 class RunMeta:
     """What the server knows of a run beyond its snapshot."""
@@ -156,12 +300,18 @@ class RunMeta:
     resource_id: str | None
     created_at: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RunMetaJson:
         return {"workflowId": self.workflow_id, "resourceId": self.resource_id, "createdAt": self.created_at}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunMeta:
-        return cls(str(data["workflowId"]), data.get("resourceId"), float(data["createdAt"]))
+    def from_json(cls, data: JsonMapping) -> RunMeta:
+        """A record :meth:`to_json` wrote (so ``createdAt`` is a number)."""
+        resource, created = data.get("resourceId"), data["createdAt"]
+        return cls(
+            str(data["workflowId"]),
+            resource if isinstance(resource, str) else None,
+            float(created) if isinstance(created, int | float) else 0.0,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +320,7 @@ class RunRecord:
 
     workflow: Workflow
     run_id: str
-    snapshot: dict[str, Any] | None
+    snapshot: JsonObject | None
     meta: RunMeta | None
 
     @property
@@ -183,8 +333,8 @@ class RunRecord:
 
     @property
     def updated_at(self) -> float:
-        if self.snapshot is not None and isinstance(self.snapshot.get("updatedAt"), int | float):
-            return float(self.snapshot["updatedAt"])
+        if self.snapshot is not None and isinstance(stamp := self.snapshot.get("updatedAt"), int | float):
+            return float(stamp)
         return self.created_at
 
     @property
@@ -192,22 +342,22 @@ class RunRecord:
         """When the server created the run; for a run started elsewhere, its first step's start."""
         if self.meta is not None:
             return self.meta.created_at
-        context = (self.snapshot or {}).get("context") or {}
+        context = _object((self.snapshot or {}).get("context"))
         starts = [
-            float(result["startedAt"])
+            float(started)
             for result in context.values()
-            if isinstance(result, Mapping) and isinstance(result.get("startedAt"), int | float)
+            if isinstance(result, dict) and isinstance(started := result.get("startedAt"), int | float)
         ]
         return min(starts) if starts else self.updated_at
 
-    def mastra_snapshot(self) -> dict[str, Any]:
+    def mastra_snapshot(self) -> MastraSnapshot:
         """The snapshot in Mastra's ``WorkflowRunState`` field names."""
         snapshot = self.snapshot or {}
-        out: dict[str, Any] = {
+        out: MastraSnapshot = {
             "runId": self.run_id,
             "status": self.status,
             "value": snapshot.get("state") or {},
-            "context": snapshot.get("context") or {},
+            "context": _object(snapshot.get("context")),
             "activePaths": snapshot.get("activePaths") or [],
             "stepExecutionPath": snapshot.get("stepExecutionPath") or [],
             "activeStepsPath": {},
@@ -216,14 +366,15 @@ class RunRecord:
             "serializedStepGraph": step_graph(self.workflow),
             "timestamp": self.updated_at,
         }
-        for key in ("result", "error"):
-            if key in snapshot:
-                out[key] = snapshot[key]
+        if "result" in snapshot:
+            out["result"] = snapshot["result"]
+        if "error" in snapshot:
+            out["error"] = snapshot["error"]
         return out
 
-    def listing(self) -> dict[str, Any]:
+    def listing(self) -> RunListing:
         """An item of ``GET /workflows/:id/runs``."""
-        out: dict[str, Any] = {
+        out: RunListing = {
             "workflowName": self.workflow.id,
             "runId": self.run_id,
             "snapshot": self.mastra_snapshot(),
@@ -234,11 +385,11 @@ class RunRecord:
             out["resourceId"] = self.resource_id
         return out
 
-    def details(self, fields: frozenset[str] | None = None) -> dict[str, Any]:
+    def details(self, fields: frozenset[str] | None = None) -> RunDetails:
         """``GET /workflows/:id/runs/:runId``: metadata and status always, the rest by ``fields``."""
         snapshot = self.snapshot or {}
-        context = snapshot.get("context") or {}
-        out: dict[str, Any] = {
+        context = _object(snapshot.get("context"))
+        out: RunDetails = {
             "runId": self.run_id,
             "workflowName": self.workflow.id,
             "createdAt": iso(self.created_at),
@@ -247,16 +398,19 @@ class RunRecord:
         }
         if self.resource_id is not None:
             out["resourceId"] = self.resource_id
-        extra: dict[str, Any] = {
-            "payload": context.get("input"),
-            "steps": {k: v for k, v in context.items() if k != "input"},
-            "activeStepsPath": {},
-            "serializedStepGraph": step_graph(self.workflow),
-        }
-        for key in ("result", "error"):
-            if key in snapshot:
-                extra[key] = snapshot[key]
-        out.update({k: v for k, v in extra.items() if fields is None or k in fields})
+        every = RUN_FIELDS if fields is None else fields
+        if "payload" in every:
+            out["payload"] = context.get("input")
+        if "steps" in every:
+            out["steps"] = {k: v for k, v in context.items() if k != "input"}
+        if "activeStepsPath" in every:
+            out["activeStepsPath"] = {}
+        if "serializedStepGraph" in every:
+            out["serializedStepGraph"] = step_graph(self.workflow)
+        if "result" in every and "result" in snapshot:
+            out["result"] = snapshot["result"]
+        if "error" in every and "error" in snapshot:
+            out["error"] = snapshot["error"]
         return out
 
 
@@ -287,7 +441,8 @@ async def used_elsewhere(workflow: Workflow, run_id: str) -> tuple[bool, str | N
         data = await workflow.storage.load_snapshot(namespace, run_id)
         if data is not None and data.get("workflowId") != workflow.id:
             used = True
-            owner = owner or (data.get("resourceId") if namespace == META_NAMESPACE else None)
+            resource = data.get("resourceId") if namespace == META_NAMESPACE else None
+            owner = owner or (resource if isinstance(resource, str) else None)
     return used, owner
 
 
