@@ -21,6 +21,10 @@ STREAM = "/api/agents/assistant/stream"
         (b'{"messages": ""}', "Invalid request body: 'messages' is required"),
         (b'{"messages": 7}', "'messages' must be a string or an array of messages"),
         (b'{"messages": [{"role": "robot"}]}', "messages[0] must be a string or a message with a role"),
+        (
+            b'{"messages": [{"role": "assistant", "content": [{}], "toolInvocations": []}]}',
+            "messages[0]: unsupported content part type None",
+        ),
         (b'{"messages": "hi", "memory": "t1"}', "'memory' must be an object"),
         (b'{"messages": "hi", "memory": {"thread": "t1"}}', "A resource ID is required when using memory"),
         (b'{"messages": "hi", "maxSteps": 0}', "'maxSteps' must be an integer from 1 to 1000"),
