@@ -20,6 +20,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
+from runstream._json import JsonObject
 from runstream.errors import InvalidTypeError
 
 T = TypeVar("T")
@@ -32,7 +33,7 @@ class RequestContext(dict[str, Any]):
     """A ``dict`` of per-request values, with the method names of Mastra's ``RequestContext``
     (``set``, ``has``, ``delete``) for code ported from TypeScript."""
 
-    def set(self, key: str, value: Any) -> None:
+    def set(self, key: str, value: object) -> None:
         self[key] = value
 
     def has(self, key: str) -> bool:
@@ -42,7 +43,7 @@ class RequestContext(dict[str, Any]):
         return self.pop(key, _MISSING) is not _MISSING
 
     @classmethod
-    def coerce(cls, value: RequestContext | Mapping[str, Any] | None) -> RequestContext:
+    def coerce(cls, value: RequestContext | Mapping[str, object] | None) -> RequestContext:
         """The given context itself (so tools and the caller share it), a copy of a mapping,
         or a new empty one."""
         if isinstance(value, RequestContext):
@@ -53,9 +54,9 @@ class RequestContext(dict[str, Any]):
             raise InvalidTypeError(f"request_context must be a mapping, not {type(value).__name__}")
         return cls(value)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The JSON-representable entries (what a run saved for a later process keeps)."""
-        kept = {}
+        kept: JsonObject = {}
         for key, value in self.items():
             try:
                 json.dumps(value)

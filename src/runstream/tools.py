@@ -14,13 +14,25 @@ import json
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, NoReturn, Protocol, get_type_hints, overload
+from typing import (
+    Any,
+    Literal,
+    NoReturn,
+    NotRequired,
+    Protocol,
+    TypeAlias,
+    TypedDict,
+    cast,
+    get_type_hints,
+    overload,
+)
 
 import docstring_parser
 import jsonschema
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from runstream._config_mapping import CONFIG, Count, Flag, read_dataclass
+from runstream._json import JsonObject, JsonValue
 from runstream._schema import Schema
 from runstream.abort import AbortSignal
 from runstream.chunks import AnyChunk, DataChunk, ToolOutputChunk
@@ -32,8 +44,26 @@ from runstream.errors import (
     RunstreamError,
 )
 from runstream.models.base import FunctionToolSpec, PromptMessage
+from runstream.storage.records import TaskRecord
 
 Emit = Callable[[AnyChunk], None]
+
+ToolArgs: TypeAlias = dict[str, object]
+"""A call's arguments once validated: the model's JSON, or a typed function's parameters."""
+
+ModelOutput: TypeAlias = Callable[[Any], Mapping[str, object]]
+"""Mastra's ``toModelOutput``: what the model reads of a tool's result (the tool's own value)."""
+
+
+class CustomData(TypedDict):
+    """A tool's custom chunk: ``type`` is ``data-<name>``; ``transient`` ones are not saved."""
+
+    type: str
+    data: object
+    id: NotRequired[str | None]
+    transient: NotRequired[bool | None]
+
+
 """Where a tool's writer puts the chunks it makes (the loop's live output queue)."""
 
 
@@ -46,17 +76,31 @@ class ToolArgumentsError(RunstreamError, ValueError):
 
     name = "ToolArgumentsError"
 
-    def __init__(self, message: str, validation_errors: dict[str, Any] | None = None) -> None:
+    def __init__(self, message: str, validation_errors: ErrorTree | None = None) -> None:
         super().__init__(message)
-        self.validation_errors = validation_errors or {"errors": [], "fields": {}}
+        self.validation_errors: ErrorTree = validation_errors or {"errors": [], "fields": {}}
 
-    def as_result(self) -> dict[str, Any]:
+    def as_result(self) -> ValidationFailure:
         return {"error": True, "message": str(self), "validationErrors": self.validation_errors}
 
 
-def _error_tree(issues: list[tuple[str, str]]) -> dict[str, Any]:
+class ErrorTree(TypedDict):
     """zod's ``treeifyError`` shape: ``{errors: [...], fields: {name: {errors, fields}}}``."""
-    tree: dict[str, Any] = {"errors": [], "fields": {}}
+
+    errors: list[str]
+    fields: dict[str, ErrorTree]
+
+
+class ValidationFailure(TypedDict):
+    """What the model gets back for a call (or a result) that fails its schema, as Mastra's."""
+
+    error: bool
+    message: str
+    validationErrors: ErrorTree
+
+
+def _error_tree(issues: list[tuple[str, str]]) -> ErrorTree:
+    tree: ErrorTree = {"errors": [], "fields": {}}
     for path, message in issues:
         node = tree
         for part in [p for p in path.split(".") if p]:
@@ -119,7 +163,7 @@ class ToolNotFoundError(NotFoundError):
 class ToolSuspended(Exception):
     """Raised by :meth:`ToolContext.suspend` to end the tool's execution without a result."""
 
-    def __init__(self, payload: Any) -> None:
+    def __init__(self, payload: object) -> None:
         super().__init__("tool execution suspended")
         self.payload = payload
 
@@ -135,7 +179,7 @@ class ToolWriter:
         self.tool_call_id = tool_call_id
         self.tool_name = tool_name
 
-    async def write(self, value: Any) -> None:
+    async def write(self, value: object) -> None:
         self._emit(
             ToolOutputChunk(
                 self.run_id,
@@ -144,7 +188,7 @@ class ToolWriter:
             )
         )
 
-    async def custom(self, chunk: Mapping[str, Any]) -> None:
+    async def custom(self, chunk: CustomData) -> None:
         """Emit a custom ``data-<name>`` chunk: ``{"type": "data-x", "data": ..., "transient"?}``."""
         self._emit(
             DataChunk(
@@ -176,7 +220,7 @@ class ToolContext:
     attempt: int = 1
     suspended: bool = False
     suspended_with: Any = None
-    suspend_resume_schema: dict[str, Any] | None = None
+    suspend_resume_schema: JsonObject | None = None
     request_context: dict[str, Any] = field(default_factory=dict)
     """The run's :class:`~runstream.request_context.RequestContext` (Mastra's
     ``context.requestContext``): per-request values such as the user or the tenant."""
@@ -193,9 +237,9 @@ class ToolContext:
 
     async def suspend(
         self,
-        payload: Any = None,
+        payload: object = None,
         *,
-        resume_schema: Mapping[str, Any] | None = None,
+        resume_schema: Mapping[str, JsonValue] | None = None,
         run_id: str | None = None,
     ) -> None:
         """Suspend this execution: nothing after this call runs; resuming runs the tool again.
@@ -229,8 +273,8 @@ class BackgroundToolConfig:
     max_retries: Count | None = None
     default_disposition: Literal["foreground", "deferred"] = "deferred"
     wait_timeout_ms: Count | None = None
-    on_complete: Callable[[Any], Awaitable[None] | None] | None = None
-    on_failed: Callable[[Any], Awaitable[None] | None] | None = None
+    on_complete: Callable[[TaskRecord], Awaitable[None] | None] | None = None
+    on_failed: Callable[[TaskRecord], Awaitable[None] | None] | None = None
 
     def __post_init__(self) -> None:
         if self.wait_timeout_ms is not None:
@@ -243,7 +287,7 @@ class BackgroundToolConfig:
 
     @classmethod
     def coerce(
-        cls, value: BackgroundToolConfig | bool | Mapping[str, Any] | None
+        cls, value: BackgroundToolConfig | bool | Mapping[str, object] | None
     ) -> BackgroundToolConfig | None:
         """Accept ``True``, a config, or Mastra's camelCase mapping."""
         if value is None or value is False:
@@ -255,9 +299,10 @@ class BackgroundToolConfig:
         return read_dataclass(cls, value, where="background")
 
 
-Execute = Callable[[dict[str, Any], ToolContext], Awaitable[Any] | Any]
+Execute = Callable[[ToolArgs, ToolContext], Awaitable[Any] | Any]
+"""A tool's function of its (validated) arguments and context; its result is the tool's own value."""
 
-APPROVAL_RESUME_SCHEMA: dict[str, Any] = {
+APPROVAL_RESUME_SCHEMA: JsonObject = {
     "$schema": "http://json-schema.org/draft-07/schema#",
     "type": "object",
     "properties": {
@@ -295,14 +340,14 @@ class Tool:
         execute: Execute,
         *,
         description: str = "",
-        input_schema: Mapping[str, Any] | None = None,
-        output_schema: Mapping[str, Any] | None = None,
-        suspend_schema: Mapping[str, Any] | None = None,
-        resume_schema: Mapping[str, Any] | None = None,
+        input_schema: Mapping[str, JsonValue] | None = None,
+        output_schema: Mapping[str, JsonValue] | None = None,
+        suspend_schema: Mapping[str, JsonValue] | None = None,
+        resume_schema: Mapping[str, JsonValue] | None = None,
         require_approval: bool = False,
-        background: BackgroundToolConfig | bool | Mapping[str, Any] | None = None,
+        background: BackgroundToolConfig | bool | Mapping[str, object] | None = None,
         args_model: type[BaseModel] | None = None,
-        to_model_output: Callable[[Any], Mapping[str, Any]] | None = None,
+        to_model_output: ModelOutput | None = None,
     ) -> None:
         if not name:
             raise ConfigurationError("a tool needs a name")
@@ -313,7 +358,7 @@ class Tool:
         "value": ...}``) instead of the whole result; the stream and memory keep the result."""
         self.name = name
         self.description = description
-        self.input_schema: dict[str, Any] = dict(input_schema or {"type": "object", "properties": {}})
+        self.input_schema: JsonObject = dict(input_schema or {"type": "object", "properties": {}})
         self.output_schema = dict(output_schema) if output_schema else None
         self.suspend_schema = dict(suspend_schema) if suspend_schema else None
         self.resume_schema = dict(resume_schema) if resume_schema else None
@@ -329,7 +374,7 @@ class Tool:
             _check_schema(self.output_schema)
         self._output_schema = Schema(self.output_schema) if self.output_schema is not None else None
 
-    def spec(self, input_schema: dict[str, Any] | None = None) -> FunctionToolSpec:
+    def spec(self, input_schema: JsonObject | None = None) -> FunctionToolSpec:
         """The tool as offered to the model."""
         return {
             "type": "function",
@@ -338,7 +383,7 @@ class Tool:
             "inputSchema": input_schema or self.input_schema,
         }
 
-    def validate_args(self, args: Any) -> dict[str, Any]:
+    def validate_args(self, args: object) -> ToolArgs:
         """Return the validated arguments or raise :class:`ToolArgumentsError`.
 
         JSON-schema tools report problems in zod's words, as Mastra does; typed-function tools
@@ -355,9 +400,9 @@ class Tool:
         issues = self._schema.issues(args)
         if issues:
             self._reject(args, issues)
-        return dict(args)
+        return dict(cast("Mapping[str, object]", args))  # what the schema accepted
 
-    def _reject(self, args: Any, issues: list[tuple[str, str]]) -> NoReturn:
+    def _reject(self, args: object, issues: list[tuple[str, str]]) -> NoReturn:
         problems = "\n".join(f"- {path or 'root'}: {message}" for path, message in issues)
         provided = json.dumps(args, indent=2, ensure_ascii=False, default=str)
         raise ToolArgumentsError(
@@ -366,13 +411,13 @@ class Tool:
             _error_tree(issues),
         )
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+    async def execute(self, args: ToolArgs, ctx: ToolContext) -> Any:
         result = self._execute(args, ctx)
         if inspect.isawaitable(result):
             result = await result
         return self._checked_output(result)
 
-    def _checked_output(self, result: Any) -> Any:
+    def _checked_output(self, result: object) -> object:
         """A result the output schema rejects becomes, as in Mastra, an error result that tells
         the model what was wrong (the tool did run; its output is not passed on as valid)."""
         if self._output_schema is None:
@@ -393,20 +438,20 @@ class Tool:
         return f"Tool({self.name!r})"
 
 
-def _check_schema(schema: Mapping[str, Any]) -> None:
+def _check_schema(schema: Mapping[str, JsonValue]) -> None:
     try:
         jsonschema.validators.validator_for(schema).check_schema(dict(schema))
     except jsonschema.SchemaError as exc:
         raise InvalidInputError(f"invalid JSON schema: {exc.message}") from exc
 
 
-def _strip_titles(schema: Any) -> Any:
+def _strip_titles(schema: JsonValue) -> JsonValue:
     """Drop pydantic's generated ``title`` annotations (noise for a model), not properties named so."""
     if isinstance(schema, list):
         return [_strip_titles(v) for v in schema]
     if not isinstance(schema, dict):
         return schema
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for key, value in schema.items():
         if key == "title" and isinstance(value, str):
             continue
@@ -423,16 +468,16 @@ def _from_function(
     name: str | None,
     description: str | None,
     require_approval: bool,
-    background: BackgroundToolConfig | bool | Mapping[str, Any] | None,
-    output_schema: Mapping[str, Any] | None,
-    resume_schema: Mapping[str, Any] | None,
-    suspend_schema: Mapping[str, Any] | None,
+    background: BackgroundToolConfig | bool | Mapping[str, object] | None,
+    output_schema: Mapping[str, JsonValue] | None,
+    resume_schema: Mapping[str, JsonValue] | None,
+    suspend_schema: Mapping[str, JsonValue] | None,
 ) -> Tool:
     # ToolContext resolves even where the tool's module imported it locally (string annotations).
     hints = get_type_hints(fn, localns={"ToolContext": ToolContext})
     doc = docstring_parser.parse(inspect.getdoc(fn) or "")
     param_docs = {p.arg_name: p.description for p in doc.params}
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = {}  # create_model's field definitions
     ctx_param: str | None = None
     for param in inspect.signature(fn).parameters.values():
         if param.name not in hints:  # the model would get an empty schema and guess
@@ -452,12 +497,13 @@ def _from_function(
 
         fields[param.name] = (annotation, Field(default, description=param_docs.get(param.name)))
     args_model = create_model(f"{fn.__name__}_args", __config__=ConfigDict(extra="forbid"), **fields)
-    schema = _strip_titles(args_model.model_json_schema())
+    stripped = _strip_titles(args_model.model_json_schema())
+    schema: JsonObject = stripped if isinstance(stripped, dict) else {}
     schema.setdefault("properties", {})
     summary = " ".join(p for p in (doc.short_description, doc.long_description) if p)
 
-    async def execute(args: dict[str, Any], ctx: ToolContext) -> Any:
-        call_args = dict(args)
+    async def execute(args: ToolArgs, ctx: ToolContext) -> Any:
+        call_args: dict[str, object] = dict(args)
         if ctx_param is not None:
             call_args[ctx_param] = ctx
         result = fn(**call_args)
@@ -487,11 +533,11 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     require_approval: bool = False,
-    background: BackgroundToolConfig | bool | Mapping[str, Any] | None = None,
-    output_schema: Mapping[str, Any] | None = None,
-    resume_schema: Mapping[str, Any] | None = None,
-    suspend_schema: Mapping[str, Any] | None = None,
-    to_model_output: Callable[[Any], Mapping[str, Any]] | None = None,
+    background: BackgroundToolConfig | bool | Mapping[str, object] | None = None,
+    output_schema: Mapping[str, JsonValue] | None = None,
+    resume_schema: Mapping[str, JsonValue] | None = None,
+    suspend_schema: Mapping[str, JsonValue] | None = None,
+    to_model_output: ModelOutput | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -502,11 +548,11 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     require_approval: bool = False,
-    background: BackgroundToolConfig | bool | Mapping[str, Any] | None = None,
-    output_schema: Mapping[str, Any] | None = None,
-    resume_schema: Mapping[str, Any] | None = None,
-    suspend_schema: Mapping[str, Any] | None = None,
-    to_model_output: Callable[[Any], Mapping[str, Any]] | None = None,
+    background: BackgroundToolConfig | bool | Mapping[str, object] | None = None,
+    output_schema: Mapping[str, JsonValue] | None = None,
+    resume_schema: Mapping[str, JsonValue] | None = None,
+    suspend_schema: Mapping[str, JsonValue] | None = None,
+    to_model_output: ModelOutput | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a :class:`Tool` from a typed function (sync or async).
 
@@ -539,7 +585,7 @@ def tool(
     return build(fn) if fn is not None else build
 
 
-def resume_schema_json(schema: Mapping[str, Any] | None) -> str:
+def resume_schema_json(schema: Mapping[str, JsonValue] | None) -> str:
     """A resume schema as the JSON string Mastra puts in approval/suspension chunks."""
     return json.dumps(schema or {}, separators=(",", ":"))
 
@@ -550,6 +596,6 @@ def resume_schema_of(tool: Tool | None) -> str | None:
     return draft07_schema_json(schema) if schema else None
 
 
-def draft07_schema_json(schema: Mapping[str, Any]) -> str:
+def draft07_schema_json(schema: Mapping[str, JsonValue]) -> str:
     """A resume schema as Mastra sends it: a JSON Schema draft-07 string naming its ``$schema``."""
     return resume_schema_json({"$schema": "http://json-schema.org/draft-07/schema#", **schema})

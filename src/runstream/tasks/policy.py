@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from runstream._config_mapping import CONFIG, Count, Flag, PositiveCount, read_dataclass
+from runstream._json import JsonObject
 from runstream.errors import ConfigurationTypeError
 from runstream.tasks.config import TaskHook
 from runstream.tools import Tool, ToolArgumentsError
@@ -175,10 +176,12 @@ def resolve(entry: ToolBackgroundEntry, override: Any) -> Resolved:
     )
 
 
-def tool_schema_with_override(tool: Tool) -> dict[str, Any]:
+def tool_schema_with_override(tool: Tool) -> JsonObject:
     """An eligible tool's input schema, with the optional ``_background`` argument added."""
     schema = copy.deepcopy(tool.input_schema)
-    schema.setdefault("properties", {})[BACKGROUND_ARG] = BACKGROUND_ARG_SCHEMA
+    properties = schema.setdefault("properties", {})
+    if isinstance(properties, dict):  # (an object schema's)
+        properties[BACKGROUND_ARG] = BACKGROUND_ARG_SCHEMA
     return schema
 
 
