@@ -23,7 +23,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "runstream"
 
 MAX_DICT_STR_ANY = 628
-MAX_PUBLIC_ANY_SHARE = 0.306
+MAX_PUBLIC_ANY_SHARE = 0.305
 
 
 def is_any(node: ast.expr, any_names: frozenset[str] = frozenset({"Any"})) -> bool:

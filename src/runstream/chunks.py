@@ -753,7 +753,7 @@ def _payload_adapter(payload_type: Any) -> TypeAdapter[Any]:
     return TypeAdapter(payload_type)
 
 
-def chunk_from_wire(raw: dict[str, Any] | str) -> AnyChunk:
+def chunk_from_wire(raw: dict[str, Any] | str) -> StreamChunk:
     """Build a chunk from its wire JSON (a dict or a JSON string), validating the payload.
 
     Unknown types become :class:`UnknownChunk` (kept, not dropped).
@@ -795,4 +795,4 @@ def chunk_from_wire(raw: dict[str, Any] | str) -> AnyChunk:
         payload = _payload_adapter(chunk_cls.PAYLOAD).validate_python(payload)
     except ValidationError as exc:
         raise ChunkDecodeError(f"invalid payload for chunk type {type_!r}: {exc}") from exc
-    return chunk_cls(run_id, payload, from_)
+    return cast(AgentChunk, chunk_cls(run_id, payload, from_))  # (every registered class is one)

@@ -23,7 +23,7 @@ from pydantic_core import from_json
 
 from runstream._clock import now_utc
 from runstream._schema import UNDEFINED, Schema
-from runstream.chunks import AnyChunk, DataChunk, GoalChunk
+from runstream.chunks import AgentChunk, DataChunk, GoalChunk
 from runstream.errors import InvalidInputError
 from runstream.models.base import LanguageModel, ModelRequest, PromptMessage
 from runstream.run._run_state import CheckVerdict, LoopConfig, RunState
@@ -246,7 +246,7 @@ class GoalCheck:
 
     async def __call__(
         self, cfg: LoopConfig, state: RunState, text: str
-    ) -> AsyncIterator[AnyChunk | CheckVerdict]:
+    ) -> AsyncIterator[AgentChunk | CheckVerdict]:
         record = await self.goals.get(self.thread_id)
         if record is None or record.status != "active":
             return

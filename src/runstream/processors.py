@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol, runtime_checkable
 
-from runstream.chunks import AnyChunk, TripwirePayload
+from runstream.chunks import AgentChunk, TripwirePayload
 from runstream.errors import RunstreamError
 
 
@@ -55,7 +55,7 @@ class ProcessorContext:
     run_id: str
     retry_count: int = 0
     state: dict[str, Any] = field(default_factory=dict)
-    stream_parts: list[AnyChunk] = field(default_factory=list)
+    stream_parts: list[AgentChunk] = field(default_factory=list)
 
     def abort(
         self, reason: str = "Processor aborted", *, retry: bool = False, metadata: Any = None
@@ -82,10 +82,10 @@ class Processor(Protocol):
 
 
 async def run_stream_processors(
-    processors: Sequence[Any], chunk: AnyChunk, contexts: dict[str, ProcessorContext]
-) -> AnyChunk | None:
+    processors: Sequence[Any], chunk: AgentChunk, contexts: dict[str, ProcessorContext]
+) -> AgentChunk | None:
     """Pass ``chunk`` through every processor's ``process_output_stream``; ``None`` = dropped."""
-    current: AnyChunk | None = chunk
+    current: AgentChunk | None = chunk
     for processor in processors:
         hook = getattr(processor, "process_output_stream", None)
         if hook is None or current is None:

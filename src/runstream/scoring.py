@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from runstream._config_mapping import CONFIG, Amount, Flag, read_dataclass
-from runstream.chunks import AnyChunk, IsTaskCompleteChunk
+from runstream.chunks import AgentChunk, IsTaskCompleteChunk
 from runstream.models.base import PromptMessage
 from runstream.run._run_state import CheckVerdict, LoopConfig, RunState
 
@@ -80,7 +80,7 @@ class TaskCompletion:
 
     async def check(
         self, cfg: LoopConfig, state: RunState, text: str
-    ) -> AsyncIterator[AnyChunk | CheckVerdict]:
+    ) -> AsyncIterator[AgentChunk | CheckVerdict]:
         """The loop's completion check: one ``is-task-complete`` chunk and a verdict."""
         iteration = state.check_counts["is-task-complete"] = state.check_counts.get("is-task-complete", 0) + 1
         data = ScoreInput(text=text, messages=list(state.messages), iteration=iteration)

@@ -35,7 +35,7 @@ from runstream._config_mapping import CONFIG, Count, Flag, read_dataclass
 from runstream._json import JsonObject, JsonValue
 from runstream._schema import Schema
 from runstream.abort import AbortSignal
-from runstream.chunks import AnyChunk, DataChunk, ToolOutputChunk
+from runstream.chunks import AgentChunk, DataChunk, ToolOutputChunk
 from runstream.errors import (
     ConfigurationError,
     ConfigurationTypeError,
@@ -46,7 +46,9 @@ from runstream.errors import (
 from runstream.models.base import FunctionToolSpec, PromptMessage
 from runstream.storage.records import TaskRecord
 
-Emit = Callable[[AnyChunk], None]
+Emit = Callable[[AgentChunk], None]
+"""Where a tool's writer puts the chunks it makes (the loop's live output queue)."""
+
 
 ToolArgs: TypeAlias = dict[str, object]
 """A call's arguments once validated: the model's JSON, or a typed function's parameters."""
@@ -62,9 +64,6 @@ class CustomData(TypedDict):
     data: object
     id: NotRequired[str | None]
     transient: NotRequired[bool | None]
-
-
-"""Where a tool's writer puts the chunks it makes (the loop's live output queue)."""
 
 
 class ToolArgumentsError(RunstreamError, ValueError):

@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from runstream.agent import _suspension as suspension
-from runstream.chunks import AnyChunk, ErrorChunk
+from runstream.chunks import AgentChunk, ErrorChunk
 from runstream.errors import InvalidInputError, InvalidTypeError, NotFoundError
 from runstream.storage import Storage
 
@@ -102,7 +102,7 @@ RECOVER_OPTIONS = frozenset(
 )
 
 
-def recover_options(options: dict[str, Any]) -> tuple[dict[str, Any], Callable[[AnyChunk], Any] | None]:
+def recover_options(options: dict[str, Any]) -> tuple[dict[str, Any], Callable[[AgentChunk], Any] | None]:
     """``recover()``'s run options, and a watcher for ``on_suspended`` (Mastra's
     ``onSuspended``, called with ``{toolCallId, toolName, args, suspendPayload?, resumeSchema?,
     type}`` when the recovered run stops for a human)."""
@@ -116,7 +116,7 @@ def recover_options(options: dict[str, Any]) -> tuple[dict[str, Any], Callable[[
     if not callable(on_suspended):
         raise InvalidTypeError("on_suspended must be a function")
 
-    async def watch(chunk: AnyChunk) -> None:
+    async def watch(chunk: AgentChunk) -> None:
         if chunk.type in ("tool-call-approval", "tool-call-suspended"):
             payload = dict(chunk.payload)
             keys = ("toolCallId", "toolName", "args", "suspendPayload", "resumeSchema")
@@ -160,13 +160,13 @@ async def recover_active_runs(
 class RunLog:
     """The chunks of one durable run streaming in this process, for :func:`observe`."""
 
-    chunks: list[AnyChunk] = field(default_factory=list)
+    chunks: list[AgentChunk] = field(default_factory=list)
     done: bool = False
     changed: asyncio.Event = field(default_factory=asyncio.Event)
-    watchers: list[Callable[[AnyChunk], Any]] = field(default_factory=list)
+    watchers: list[Callable[[AgentChunk], Any]] = field(default_factory=list)
     """Called with each chunk as it passes (``recover(on_suspended=)``)."""
 
-    def append(self, chunk: AnyChunk) -> None:
+    def append(self, chunk: AgentChunk) -> None:
         self.chunks.append(chunk)
         self._wake()
 
@@ -197,7 +197,7 @@ class RunLogs:
     def get(self, run_id: str) -> RunLog | None:
         return self._logs.get(run_id)
 
-    def watch(self, run_id: str, watcher: Callable[[AnyChunk], Any]) -> None:
+    def watch(self, run_id: str, watcher: Callable[[AgentChunk], Any]) -> None:
         """Call ``watcher`` with each chunk of the run's next stream."""
         self._logs.setdefault(run_id, RunLog()).watchers.append(watcher)
 
@@ -223,7 +223,7 @@ class RunLogObserver:
     def __init__(self, log: RunLog) -> None:
         self.log = log
 
-    async def __call__(self, chunk: AnyChunk) -> Sequence[AnyChunk]:
+    async def __call__(self, chunk: AgentChunk) -> Sequence[AgentChunk]:
         log = self.log
         log.append(chunk)
         for watcher in log.watchers:
@@ -245,7 +245,7 @@ async def observe(
     offset: int = 0,
     idle_timeout_ms: float | None = None,
     is_alive: Callable[[], Any] | None = None,
-) -> AsyncIterator[AnyChunk]:
+) -> AsyncIterator[AgentChunk]:
     """The run's chunks from ``offset`` on, following it live until it ends. After
     ``idle_timeout_ms`` without a chunk, ``is_alive()`` (sync or async) decides whether to keep
     waiting; otherwise the stream ends with an ``error`` chunk, as Mastra's."""

@@ -4,15 +4,16 @@ continuation turn for each batch of background results, merged into one stream p
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from runstream import _tracing as tracing
 from runstream.abort import AbortController
 from runstream.agent.run_options import InvalidOptionError, RunOptions
 from runstream.agent.until_idle import IdleOptions, until_idle_stream
+from runstream.chunks import StreamChunk
 from runstream.models.base import PromptMessage
 from runstream.run.output import RunOutput
 
@@ -114,4 +115,6 @@ class IdleStreams:
             if self._open.get(key) is controller:
                 del self._open[key]
 
-        return RunOutput(source, first.state, controller, on_close=forget)
+        # (the merge's task events are typed as any chunk until agent/until_idle.py is typed)
+        chunks = cast("AsyncIterator[StreamChunk]", source)
+        return RunOutput(chunks, first.state, controller, on_close=forget)

@@ -34,7 +34,7 @@ from runstream.agent import Agent, RunNotFoundError
 from runstream.agent import _suspension as suspension
 from runstream.agent._idle_stream import durable_flow
 from runstream.agent.run_options import RunOptions
-from runstream.chunks import AnyChunk, chunk_from_wire
+from runstream.chunks import StreamChunk, chunk_from_wire
 from runstream.durable.activities import RunActivities
 from runstream.durable.idle import IdleActivities, flow_segment, turn_segment
 from runstream.durable.log import RunLog
@@ -362,7 +362,7 @@ class TemporalRuns:
         log = self.log
         run_id = state.run_id
 
-        async def source() -> AsyncIterator[AnyChunk]:
+        async def source() -> AsyncIterator[StreamChunk]:
             async for _, data in log.read(segment, after):
                 yield chunk_from_wire(json.loads(data))
             ended = await log.final_state(segment) if final else None

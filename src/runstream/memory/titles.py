@@ -23,7 +23,7 @@ from pydantic import SkipValidation
 
 from runstream._config_mapping import CONFIG, Flag, PositiveCount, read_dataclass
 from runstream._messages import input_parts, responses_to_parts
-from runstream.chunks import AnyChunk, DataChunk
+from runstream.chunks import AgentChunk, DataChunk
 from runstream.errors import InvalidTypeError
 from runstream.models.base import LanguageModel, ModelRequest, PromptMessage
 from runstream.models.registry import as_model, ready_model
@@ -133,7 +133,7 @@ class TitleObserver:
         self.conversation = conversation
         self.on_title_generated = on_title_generated
 
-    async def __call__(self, chunk: AnyChunk) -> Sequence[AnyChunk]:
+    async def __call__(self, chunk: AgentChunk) -> Sequence[AgentChunk]:
         if chunk.type != "finish":
             return ()
         title = await _title_now(

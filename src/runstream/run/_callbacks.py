@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runstream.chunks import AnyChunk
+from runstream.chunks import AgentChunk
 from runstream.run._run_state import LoopConfig, RunState
 
 Callback = Callable[[Any], Awaitable[None] | None]
@@ -77,12 +77,12 @@ class CallbackObserver:
         self.model = {"modelId": cfg.model.model_id, "provider": cfg.model.provider}
         self.step_text: list[str] = []  # the text of the step in flight, for on_abort
 
-    async def __call__(self, chunk: AnyChunk) -> Sequence[AnyChunk]:
+    async def __call__(self, chunk: AgentChunk) -> Sequence[AgentChunk]:
         callbacks, kind = self.callbacks, chunk.type
         if callbacks.on_abort is not None:
             if kind == "step-start":
                 self.step_text.clear()
-            elif kind == "text-delta":
+            elif chunk.type == "text-delta":
                 self.step_text.append(chunk.payload["text"])
         if callbacks.on_chunk is not None and kind in ON_CHUNK_TYPES:
             await _call(callbacks.on_chunk, chunk)
@@ -90,7 +90,7 @@ class CallbackObserver:
             await _call(callbacks.on_step_finish, _step_event(self.state, self.model))
         elif kind == "finish" and callbacks.on_finish is not None:
             await _call(callbacks.on_finish, {**self.full_output(), "model": self.model})
-        elif kind == "error" and callbacks.on_error is not None:
+        elif chunk.type == "error" and callbacks.on_error is not None:
             await _call(callbacks.on_error, {"error": chunk.payload.get("error")})
         elif kind == "abort" and callbacks.on_abort is not None:
             steps = list(self.state.steps)

@@ -27,7 +27,7 @@ from runstream.abort import AbortController
 from runstream.chunks import (
     AbortChunk,
     AgentChunk,
-    AnyChunk,
+    DataChunk,
     ErrorChunk,
     ObjectResultChunk,
     StartChunk,
@@ -88,7 +88,7 @@ class Run:
         self.cfg = cfg
         self.state = state
         self.turn = Turn.of(cfg, state.run_id)
-        self.out: list[AnyChunk | SubStream | PartSource] = []
+        self.out: list[AgentChunk | SubStream | PartSource] = []
 
 
 class Node:
@@ -128,7 +128,7 @@ def start_chunk(cfg: LoopConfig, state: RunState) -> StartChunk:
 
 async def run_chunks(
     cfg: LoopConfig, state: RunState, resume: ResumeAction | None = None, *, started: bool = False
-) -> AsyncIterator[AnyChunk | SubStream | PartSource]:
+) -> AsyncIterator[AgentChunk | SubStream | PartSource]:
     """The run's chunks: its nodes run one after the other, each returning the next, and what
     each emitted goes to the consumer (``RunOutput``) before the next runs. A model step comes
     as a :class:`~runstream.run._sources.PartSource` whose provider parts the consumer pulls and
@@ -724,10 +724,10 @@ def _should_continue(cfg: LoopConfig, state: RunState) -> bool:
     return state.step_number < cfg.max_steps and not cfg.abort_signal.aborted
 
 
-def _open_message_after_signal(state: RunState, chunk: AnyChunk) -> None:
+def _open_message_after_signal(state: RunState, chunk: AgentChunk) -> None:
     """A signal (``data-signal``) joins the conversation as a message of its own, so the
     response goes on in a new message, as in Mastra."""
-    if chunk.type == "data-signal":
+    if isinstance(chunk, DataChunk) and chunk.name == "signal":
         open_new_message(state)
 
 

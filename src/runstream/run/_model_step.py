@@ -23,7 +23,6 @@ from runstream._ids import new_id
 from runstream.abort import AbortError
 from runstream.chunks import (
     AgentChunk,
-    AnyChunk,
     FileChunk,
     ObjectChunk,
     RawChunk,
@@ -246,7 +245,7 @@ class ModelStep(PartSource):
         self.step_result["warnings"] = []
         self._close(self.span)
 
-    def translate(self, part: parts.StreamPart) -> AnyChunk | SubStream | None:
+    def translate(self, part: parts.StreamPart) -> AgentChunk | SubStream | None:
         """A provider part's chunk. A plain step under way (no structured output or stream
         processors) with no output of eager tools to interleave makes it with a function call,
         text deltas first (``fast``: no eager tool started); any other part is a sub-stream of
@@ -328,13 +327,13 @@ class ModelStep(PartSource):
         except Exception as exc:
             self._failed(exc)
 
-    async def _processed(self, chunk: AnyChunk, kind: str) -> AnyChunk | None:
+    async def _processed(self, chunk: AgentChunk, kind: str) -> AgentChunk | None:
         processed = await run_stream_processors(
             self.turn.stream_processors, chunk, self.turn.processor_contexts
         )
         if kind == "text-delta":  # the step's text is what the processors let through
             self.text_deltas.pop()
-            if processed is not None:
+            if isinstance(processed, TextDeltaChunk):  # (a processor may make it another chunk)
                 self.text_deltas.append(processed.payload["text"])
         return processed
 
@@ -637,7 +636,7 @@ class _RenumberedStep(ModelStep):
 
     __slots__ = ()
 
-    def translate(self, part: parts.StreamPart) -> AnyChunk | SubStream | None:
+    def translate(self, part: parts.StreamPart) -> AgentChunk | SubStream | None:
         if part["type"] == "text-delta" or part["type"] == "text-end":
             fresh = self.text_ids.get(part["id"])
             if fresh is not None:
@@ -647,7 +646,7 @@ class _RenumberedStep(ModelStep):
         return ModelStep.translate(self, part)
 
 
-_TRANSLATORS: dict[str, Callable[[ModelStep, Any], AnyChunk | None]] = {
+_TRANSLATORS: dict[str, Callable[[ModelStep, Any], AgentChunk | None]] = {
     # (each translator takes the part class its key names)
     "stream-start": ModelStep._stream_start,
     "text-delta": ModelStep._text_delta,  # (translate makes it inline on the hot path)

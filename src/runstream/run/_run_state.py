@@ -13,11 +13,23 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, TypeVar
 
+from runstream._json import JsonObject
 from runstream._messages import ContinuedMessage
 from runstream.abort import AbortSignal
-from runstream.chunks import AnyChunk, TripwirePayload, chunk_from_wire, to_jsonable
+from runstream.chunks import (
+    AgentChunk,
+    Chunk,
+    ChunkDecodeError,
+    FileChunk,
+    SourceChunk,
+    ToolCallChunk,
+    ToolResultChunk,
+    TripwirePayload,
+    chunk_from_wire,
+    to_jsonable,
+)
 from runstream.errors import RunstreamError
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage, ToolChoice
 from runstream.models.parts import ProviderMetadata
@@ -41,16 +53,17 @@ Status = Literal["running", "success", "failed", "suspended", "aborted", "tripwi
 
 
 ToolDispatcher = Callable[
-    ["ToolCall", Tool, "LoopConfig", "RunState", Callable[[AnyChunk], None]], Awaitable["ToolOutcome | None"]
+    ["ToolCall", Tool, "LoopConfig", "RunState", Callable[[AgentChunk], None]],
+    Awaitable["ToolOutcome | None"],
 ]
 """Hook that may take a tool call away from inline execution (background tasks). Returning
 ``None`` means "run it inline"."""
 
-BackgroundWaiter = Callable[["RunState", list[str], AbortSignal], AsyncIterator[AnyChunk]]
+BackgroundWaiter = Callable[["RunState", list[str], AbortSignal], AsyncIterator[AgentChunk]]
 """Waits for background tasks inside the loop (until they end or the run is aborted); yields
 progress chunks and their final results."""
 
-CompletionCheck = Callable[["LoopConfig", "RunState", str], AsyncIterator["AnyChunk | CheckVerdict"]]
+CompletionCheck = Callable[["LoopConfig", "RunState", str], AsyncIterator["AgentChunk | CheckVerdict"]]
 """Runs after a step that ends the model's turn; yields chunks, then one :class:`CheckVerdict`."""
 
 
@@ -100,7 +113,7 @@ class LoopConfig:
     completion_checks: list[CompletionCheck] = field(default_factory=list)
     after_input: list[PromptMessage] = field(default_factory=list)
     """Messages shown to the model right after the run's input (state signals), not saved."""
-    start_chunks: list[AnyChunk] = field(default_factory=list)
+    start_chunks: list[AgentChunk] = field(default_factory=list)
     """Chunks streamed right after ``start`` (e.g. the current-objective signal)."""
     on_step_end: Callable[[RunState], Awaitable[None]] | None = None
     """Called after each finished step (durable agents save a snapshot there)."""
@@ -333,10 +346,10 @@ class RunState:
     error: BaseException | None = None
     tripwire: TripwirePayload | None = None
     object: Any = None
-    tool_calls: list[AnyChunk] = field(default_factory=list)
-    tool_results: list[AnyChunk] = field(default_factory=list)
-    sources: list[AnyChunk] = field(default_factory=list)
-    files: list[AnyChunk] = field(default_factory=list)
+    tool_calls: list[ToolCallChunk] = field(default_factory=list)
+    tool_results: list[ToolResultChunk] = field(default_factory=list)
+    sources: list[SourceChunk] = field(default_factory=list)
+    files: list[FileChunk] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     pending: PendingToolStep | None = None
     processor_retry_count: int = 0
@@ -472,10 +485,10 @@ class RunState:
             waited_task_ids=set(saved["waitedTaskIds"]),
             ends_after_step=saved["endsAfterStep"],
             reasoning=saved["reasoning"],
-            tool_calls=[chunk_from_wire(c) for c in saved["toolCalls"]],
-            tool_results=[chunk_from_wire(c) for c in saved["toolResults"]],
-            sources=[chunk_from_wire(c) for c in saved["sources"]],
-            files=[chunk_from_wire(c) for c in saved["files"]],
+            tool_calls=_saved_chunks(ToolCallChunk, saved["toolCalls"]),
+            tool_results=_saved_chunks(ToolResultChunk, saved["toolResults"]),
+            sources=_saved_chunks(SourceChunk, saved["sources"]),
+            files=_saved_chunks(FileChunk, saved["files"]),
             suspend_payload=saved["suspendPayload"],
             check_counts=saved["checkCounts"],
             message_segments=saved["messageSegments"],
@@ -487,6 +500,20 @@ class RunState:
             ),
             pending=None if pending is None else PendingToolStep.from_json(pending, steps),
         )
+
+
+_SavedChunk = TypeVar("_SavedChunk", bound=Chunk[Any])
+
+
+def _saved_chunks(cls: type[_SavedChunk], saved: list[JsonObject]) -> list[_SavedChunk]:
+    """A saved list of one chunk type (:meth:`RunState.to_json` writes no other there)."""
+    chunks: list[_SavedChunk] = []
+    for wire in saved:
+        chunk = chunk_from_wire(wire)
+        if not isinstance(chunk, cls):
+            raise ChunkDecodeError(f"a saved run's {cls.TYPE} chunks hold a {chunk.type!r} chunk")
+        chunks.append(chunk)
+    return chunks
 
 
 def _with_hidden_errors(message: ToolMessage, hidden: dict[str, str]) -> ToolMessage:

@@ -11,9 +11,9 @@ from types import AsyncGeneratorType
 from typing import Any
 
 from runstream.abort import AbortSignal
-from runstream.chunks import AnyChunk
+from runstream.chunks import AgentChunk
 
-SubStream = AsyncGenerator[AnyChunk, None]
+SubStream = AsyncGenerator[AgentChunk, None]
 """A part of a stream handed over whole, as one of its items: ``RunOutput`` pulls from it until
 it ends, then from the source again. The loop hands over each model step's chunks this way
 (``runstream.run._loop.run_chunks``): a generator layer less per token."""
@@ -41,7 +41,7 @@ class PartSource:
     run's id, from ``AGENT``) of the same block as the chunk it made just before, with
     nothing in between: the consumer adds it to the delta run it keeps without checking."""
 
-    def translate(self, part: Any) -> AnyChunk | SubStream | None:
+    def translate(self, part: Any) -> AgentChunk | SubStream | None:
         """A part's chunk; for a part with more to do than one chunk, a sub-stream of its chunks
         (then :attr:`stopped` is read again); ``None`` when the part streams nothing."""
         raise NotImplementedError
@@ -58,7 +58,7 @@ class PartSource:
             await aclose()
 
 
-Observer = Callable[[AnyChunk], Awaitable[Sequence[AnyChunk]]]
+Observer = Callable[[AgentChunk], Awaitable[Sequence[AgentChunk]]]
 """Sees each chunk of a run before any consumer does (run callbacks, a thread's title event, a
 durable run's log): ``RunOutput`` awaits it, and streams the chunks it returns (usually none)
 just before that chunk. A run without observers takes the same path with no per-chunk cost."""

@@ -19,7 +19,7 @@ from typing import Any
 
 from runstream._payloads import TripwirePayload
 from runstream.abort import AbortSignal
-from runstream.chunks import AnyChunk, ObjectChunk, ObjectResultChunk
+from runstream.chunks import AgentChunk, ObjectChunk, ObjectResultChunk
 from runstream.models.base import ModelRequest, ModelSettings
 from runstream.models.registry import ready_model
 from runstream.structured import NO_OBJECT, StructuredOutput, StructuredOutputError, partial_object
@@ -83,7 +83,7 @@ def structuring_prompt(reasoning: str, text: str) -> str:
 
 async def structure(
     structured: StructuredOutput, text: str, reasoning: str, signal: AbortSignal, outcome: Structured
-) -> AsyncIterator[AnyChunk]:
+) -> AsyncIterator[AgentChunk]:
     """Run the structuring model on the answer; yields its ``object``/``object-result`` chunks
     and leaves the object (or a strict failure) in ``outcome``."""
     run_id = str(uuid.uuid4())  # the structuring agent's own run, as in Mastra

@@ -21,7 +21,6 @@ from runstream import _tracing as tracing
 from runstream.abort import AbortError
 from runstream.chunks import (
     AgentChunk,
-    AnyChunk,
     ToolCallApprovalChunk,
     ToolCallSuspendedChunk,
     ToolCallSuspendedPayload,
@@ -72,16 +71,16 @@ class Outbox:
     __slots__ = ("_waiter", "items")
 
     def __init__(self) -> None:
-        self.items: deque[AnyChunk | None] = deque()
+        self.items: deque[AgentChunk | None] = deque()
         self._waiter: asyncio.Future[None] | None = None
 
-    def put(self, item: AnyChunk | None) -> None:
+    def put(self, item: AgentChunk | None) -> None:
         self.items.append(item)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def get(self) -> AnyChunk | None:
+    async def get(self) -> AgentChunk | None:
         """The next item, once there is one."""
         while not self.items:
             self._waiter = asyncio.get_running_loop().create_future()
@@ -113,7 +112,7 @@ class EagerTools:
             _limited(self.slots, execute_call(cfg, state, call, self.outbox.put, None))
         )
 
-    def emitted(self) -> list[AnyChunk]:
+    def emitted(self) -> list[AgentChunk]:
         """What the started tools emitted so far (never waits)."""
         items = self.outbox.items
         chunks = [chunk for chunk in items if chunk is not None]
@@ -130,7 +129,7 @@ class EagerTools:
 
 async def run_tool_step(
     cfg: LoopConfig, state: RunState, pending: PendingToolStep, eager: EagerTools | None = None
-) -> AsyncGenerator[AnyChunk, None]:
+) -> AsyncGenerator[AgentChunk, None]:
     """Execute the step's tool calls, streaming their output; stop for approvals/suspensions.
 
     A step that stopped leaves ``state.pending`` set (status ``suspended``); one that ran its
@@ -174,7 +173,7 @@ async def run_tool_step(
 
 def finished_tool_step(
     cfg: LoopConfig, state: RunState, pending: PendingToolStep, eager: EagerTools | None
-) -> list[AnyChunk] | None:
+) -> list[AgentChunk] | None:
     """The whole tool step at once, when every call it runs started while the model streamed
     and has ended already (the usual case for a quick tool): what they emitted, then their
     suspensions or results, as :func:`run_tool_step` would stream them, without a generator,
@@ -221,7 +220,7 @@ async def _run_calls(
     pending: PendingToolStep,
     to_run: list[ToolCall],
     eager: EagerTools | None,
-) -> AsyncIterator[AnyChunk]:
+) -> AsyncIterator[AgentChunk]:
     """Run the calls concurrently (collecting those the model step started), streaming what
     they write; each call's outcome lands in ``pending.done``."""
     run_id = state.run_id
@@ -451,7 +450,7 @@ def answer_pending(state: RunState, pending: PendingToolStep, resume: ResumeActi
     return chunks
 
 
-async def wait_for_background(cfg: LoopConfig, state: RunState) -> AsyncGenerator[AnyChunk, None]:
+async def wait_for_background(cfg: LoopConfig, state: RunState) -> AsyncGenerator[AgentChunk, None]:
     """Durable mode: wait for the tasks the run dispatched and has not waited for yet (the
     waiter adds those that settled to ``state.waited_task_ids``)."""
     dispatched = [t for t in state.background_task_ids if t not in state.waited_task_ids]
@@ -474,7 +473,7 @@ def calls_client_tools(cfg: LoopConfig, pending: PendingToolStep) -> bool:
 
 
 async def execute_call(
-    cfg: LoopConfig, state: RunState, call: ToolCall, emit: Callable[[AnyChunk], None], resume_data: Any
+    cfg: LoopConfig, state: RunState, call: ToolCall, emit: Callable[[AgentChunk], None], resume_data: Any
 ) -> ToolOutcome:
     tool = cfg.tools.get(call.tool_name)
     if tool is None:
@@ -625,7 +624,7 @@ def _cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
             task.cancel()
 
 
-def with_run_id(chunk: AnyChunk, run_id: str) -> AnyChunk:
+def with_run_id(chunk: AgentChunk, run_id: str) -> AgentChunk:
     """Tools emit chunks without knowing the run; they get its id on the way out."""
     if not chunk.run_id:
         chunk.run_id = run_id

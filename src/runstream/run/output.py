@@ -22,12 +22,12 @@ from typing import Any, Generic, TypeVar, cast
 from runstream.abort import AbortController
 from runstream.chunks import (
     AgentChunk,
-    AnyChunk,
     ChunkFrom,
     FileChunk,
     ObjectChunk,
     ReasoningDeltaChunk,
     SourceChunk,
+    StreamChunk,
     TextDeltaChunk,
     ToolCallChunk,
     ToolResultChunk,
@@ -44,19 +44,25 @@ logger = logging.getLogger("runstream.run")
 T = TypeVar("T")
 
 
+_DeltaChunk = TextDeltaChunk | ReasoningDeltaChunk
+"""The chunks the replay buffer keeps as runs of plain strings."""
+
+_DELTA_CLASSES = (TextDeltaChunk, ReasoningDeltaChunk)
+
+
 class _DeltaRun:
     """Consecutive deltas of one text or reasoning block, as kept in the replay buffer."""
 
     __slots__ = ("cls", "from_", "id", "run_id", "texts")
 
-    def __init__(self, cls: type[AnyChunk], run_id: str, from_: ChunkFrom, id: str, first: str) -> None:
+    def __init__(self, cls: type[_DeltaChunk], run_id: str, from_: ChunkFrom, id: str, first: str) -> None:
         self.cls = cls
         self.run_id = run_id
         self.from_ = from_
         self.id = id
         self.texts = [first]
 
-    def takes(self, chunk: AnyChunk) -> bool:
+    def takes(self, chunk: _DeltaChunk) -> bool:
         """Whether ``chunk`` (of this run's class) is a plain delta that continues this run."""
         payload = chunk.payload
         return (
@@ -66,7 +72,7 @@ class _DeltaRun:
             and chunk.from_ == self.from_
         )
 
-    def chunk(self, index: int) -> AnyChunk:
+    def chunk(self, index: int) -> _DeltaChunk:
         return self.cls(self.run_id, {"id": self.id, "text": self.texts[index]}, self.from_)
 
 
@@ -75,12 +81,12 @@ class RunOutput:
 
     def __init__(
         self,
-        source: AsyncIterator[AnyChunk | SubStream | PartSource],
+        source: AsyncIterator[StreamChunk | SubStream | PartSource],
         state: RunState,
         controller: AbortController,
         *,
         on_close: Callable[[], Awaitable[None]] | None = None,
-        first: AnyChunk | None = None,
+        first: AgentChunk | None = None,
         observers: Sequence[Observer] = (),
     ) -> None:
         """``first``: the run's first chunk, when it is known before ``source`` runs (a new
@@ -93,7 +99,7 @@ class RunOutput:
         """The part source ``_pull`` pulls parts from (``None``: it pulls chunks)."""
         self._outer: list[tuple[Callable[[], Awaitable[Any]], PartSource | None]] = []
         """Where to pull from once the current sub-stream ends (innermost last)."""
-        self._buffer: list[AnyChunk | _DeltaRun] = []
+        self._buffer: list[StreamChunk | _DeltaRun] = []
         self._done = False
         self._pulling = False
         self._waiters: list[asyncio.Future[None]] = []
@@ -126,10 +132,12 @@ class RunOutput:
         ``if chunk.type == "text-delta":`` narrows ``chunk.payload`` to a ``TextDeltaPayload``.
         A tool's custom ``data-*`` chunks (``ctx.writer.custom``) are its
         :class:`runstream.chunks.DataChunk` members: pick them out with ``isinstance`` or
-        ``case DataChunk(data)``."""
+        ``case DataChunk(data)``. (A run's own chunks are all of it; a stream read back from the
+        wire, a durable run's log or an until-idle stream's task events, may hold a chunk of a
+        type this version does not know, streamed as it came: :class:`~runstream.chunks.UnknownChunk`.)"""
         return cast("AsyncIterator[AgentChunk]", self._iterate())
 
-    async def _iterate(self) -> AsyncIterator[AnyChunk]:
+    async def _iterate(self) -> AsyncIterator[StreamChunk]:
         buffer = self._buffer
         i = 0  # position: entry i of the buffer, and j texts into it when it is a delta run
         j = 0
@@ -159,6 +167,8 @@ class RunOutput:
             # long as nobody else pulls in between (with one consumer, a plain pull-through).
             observed = self._observers
             run = self._open_run
+            chunk: Any  # a chunk, a sub-stream, a part source, or a provider part while a part
+            # source is pulled: told apart by their classes below, with no call per token
             texts: list[str] = run.texts if run is not None else []
             kept = self._kept
             while True:
@@ -214,7 +224,7 @@ class RunOutput:
                     continue
                 kind = type(chunk)
                 if kind is SUB_STREAM:  # a sub-stream: pulled from directly
-                    self._push(cast(Any, chunk).__anext__, None)
+                    self._push(chunk.__anext__, None)
                     continue
                 if isinstance(chunk, PartSource):  # a model step's parts: translated here
                     self._push(chunk.parts.__anext__, chunk)
@@ -228,20 +238,20 @@ class RunOutput:
                 if self._kept != kept:  # another consumer pulled meanwhile: replay from i, j
                     break
 
-    async def _observe(self, chunk: Any, source: PartSource | None) -> Sequence[AnyChunk]:
+    async def _observe(self, chunk: Any, source: PartSource | None) -> Sequence[AgentChunk]:
         """Hand ``chunk`` (if a chunk: not nothing, a sub-stream or a part source) to the
         observers; returns what they add before it (each observer sees what the earlier ones
         added, then ``chunk``). An observer that raises ends the run with its error (as a run
         callback does in Mastra)."""
         if chunk is None or type(chunk) is SUB_STREAM or isinstance(chunk, PartSource):
             return ()
-        added: Sequence[AnyChunk] = ()
+        added: Sequence[AgentChunk] = ()
         try:
             for observer in self._observers:
                 if not added:
                     added = await observer(chunk)
                     continue
-                seen: list[AnyChunk] = []
+                seen: list[AgentChunk] = []
                 for each in added:
                     seen.extend(await observer(each))
                     seen.append(each)
@@ -257,7 +267,7 @@ class RunOutput:
             raise
         return added
 
-    def _keep_all(self, chunks: list[AnyChunk]) -> tuple[int, int]:
+    def _keep_all(self, chunks: list[StreamChunk]) -> tuple[int, int]:
         """Keep ``chunks``; returns the position of the first one."""
         run = self._open_run
         position = (self._open_index, len(run.texts)) if run is not None else (len(self._buffer), 0)
@@ -311,7 +321,7 @@ class RunOutput:
         self._pull = source.end(error).__anext__
         self._source = None
 
-    def _keep(self, chunk: AnyChunk) -> tuple[int, int]:
+    def _keep(self, chunk: StreamChunk) -> tuple[int, int]:
         """Buffer a chunk for later consumers; returns the position just after it.
 
         Runs of plain text/reasoning deltas are kept as one list of strings (a few bytes per
@@ -319,11 +329,11 @@ class RunOutput:
         """
         self._kept += 1
         buffer = self._buffer
-        kind = type(chunk)
-        if kind is TextDeltaChunk or kind is ReasoningDeltaChunk:
+        if isinstance(chunk, _DELTA_CLASSES):
             payload = chunk.payload
             if len(payload) == 2:
                 run = self._open_run
+                kind = type(chunk)
                 if run is not None and run.cls is kind and run.takes(chunk):
                     texts = run.texts
                     texts.append(payload["text"])
@@ -360,7 +370,7 @@ class RunOutput:
 
         async def texts() -> AsyncIterator[str]:
             async for chunk in self._iterate():
-                if chunk.type == "text-delta":
+                if isinstance(chunk, TextDeltaChunk):
                     yield chunk.payload["text"]
             self.raise_if_failed()
 
@@ -413,22 +423,20 @@ class RunOutput:
     @property
     def tool_calls(self) -> Aggregate[list[ToolCallChunk]]:
         """The model's tool calls, every step."""
-        return self._after(lambda: cast("list[ToolCallChunk]", list(self.state.tool_calls)), "tool_calls")
+        return self._after(lambda: list(self.state.tool_calls), "tool_calls")
 
     @property
     def tool_results(self) -> Aggregate[list[ToolResultChunk]]:
         """The tools' results (a failed call is a ``tool-error`` chunk of the stream, not here)."""
-        return self._after(
-            lambda: cast("list[ToolResultChunk]", list(self.state.tool_results)), "tool_results"
-        )
+        return self._after(lambda: list(self.state.tool_results), "tool_results")
 
     @property
     def sources(self) -> Aggregate[list[SourceChunk]]:
-        return self._after(lambda: cast("list[SourceChunk]", list(self.state.sources)), "sources")
+        return self._after(lambda: list(self.state.sources), "sources")
 
     @property
     def files(self) -> Aggregate[list[FileChunk]]:
-        return self._after(lambda: cast("list[FileChunk]", list(self.state.files)), "files")
+        return self._after(lambda: list(self.state.files), "files")
 
     @property
     def finish_reason(self) -> Aggregate[str | None]:

@@ -11,7 +11,7 @@ from runstream import _tracing as tracing
 from runstream._messages import rewrite_prompt_result
 from runstream.abort import AbortError, AbortSignal
 from runstream.chunks import (
-    AnyChunk,
+    AgentChunk,
     BackgroundTaskProgressChunk,
     BackgroundTaskStartedChunk,
     ToolErrorChunk,
@@ -48,7 +48,7 @@ class BackgroundDispatcher:
         return [name for name, tool in tools.items() if eligibility(tool, self.config) is not None]
 
     async def __call__(
-        self, call: ToolCall, tool: Tool, cfg: LoopConfig, state: RunState, emit: Callable[[AnyChunk], None]
+        self, call: ToolCall, tool: Tool, cfg: LoopConfig, state: RunState, emit: Callable[[AgentChunk], None]
     ) -> ToolOutcome | None:
         override = call.args.get(BACKGROUND_ARG)
         if BACKGROUND_ARG in call.args:  # the tool never sees it; the conversation keeps it
@@ -138,7 +138,7 @@ async def wait_in_loop(
     abort_signal: AbortSignal,
     *,
     wait_timeout_ms: int | None = None,
-) -> AsyncIterator[AnyChunk]:
+) -> AsyncIterator[AgentChunk]:
     """Durable agents wait for their background tasks inside the loop, as Mastra's durable loop.
 
     While none of ``task_ids`` has settled: a ``background-task-progress`` snapshot at once and
@@ -191,7 +191,7 @@ def _settled(wait: asyncio.Future[TaskRecord]) -> bool:
     return wait.done() and not wait.cancelled() and wait.exception() is None
 
 
-def _outcome_chunk(state: RunState, record: TaskRecord) -> AnyChunk | None:
+def _outcome_chunk(state: RunState, record: TaskRecord) -> ToolResultChunk | ToolErrorChunk | None:
     """A settled task's outcome as the loop reports it (none for a suspension)."""
     payload: dict[str, Any] = {
         "toolCallId": record.tool_call_id,
@@ -199,7 +199,7 @@ def _outcome_chunk(state: RunState, record: TaskRecord) -> AnyChunk | None:
         "args": record.args,
     }
     if record.status == "completed":
-        chunk: AnyChunk = ToolResultChunk(state.run_id, {**payload, "result": record.result})  # type: ignore[typeddict-item]
+        chunk = ToolResultChunk(state.run_id, {**payload, "result": record.result})  # type: ignore[typeddict-item]
         state.tool_results.append(chunk)
         return chunk
     if record.status in ("failed", "timed_out", "cancelled"):
