@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from runstream._json import JsonObject
 from runstream.agent import Agent
 from runstream.runtime import Runstream
 from runstream.server.errors import ApiError
@@ -43,7 +43,7 @@ class ServerContext:
         return self.runstream.task_manager
 
 
-async def json_body(request: Request) -> dict[str, Any]:
+async def json_body(request: Request) -> JsonObject:
     """The request's JSON object body (400 if it is not one; an empty body is ``{}``), parsed
     strictly and checked as :mod:`runstream.server.limits` says."""
     raw = await request.body()
@@ -88,7 +88,7 @@ def query_date(request: Request, name: str) -> datetime | None:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
-def json_response(value: Any, status: int = 200) -> Response:
+def json_response(value: object, status: int = 200) -> Response:
     text = encode_json(value)
     if text is None:
         raise ApiError(500, "The response could not be encoded as JSON")

@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 from urllib.parse import parse_qsl, unquote_to_bytes
 
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from runstream._json import JsonObject, JsonValue
 from runstream.agent import RunNotFoundError
 from runstream.errors import StateConflictError
 from runstream.server.errors import ApiError, error_response
@@ -66,20 +66,20 @@ def continuation_start(slot: LiveSlot) -> Iterator[None]:
         raise
 
 
-def parse_json(raw: bytes) -> Any:
+def parse_json(raw: bytes) -> JsonValue:
     """Strict JSON, checked for depth and NUL characters (400 on any problem)."""
     try:
-        value = orjson.loads(raw)
+        value: JsonValue = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise ApiError(400, f"Invalid JSON body: {exc}") from None
     check_json(value)
     return value
 
 
-def check_json(value: Any) -> None:
+def check_json(value: JsonValue) -> None:
     """Refuse nesting deeper than :data:`MAX_JSON_DEPTH` and strings holding NUL (iteratively,
     so a hostile body cannot exhaust the stack here)."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
+    stack: list[tuple[JsonValue, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, str):
@@ -95,7 +95,7 @@ def check_json(value: Any) -> None:
                 stack.append((child, depth + 1))
 
 
-def bounded_int(value: Any, field: str, *, minimum: int, maximum: int) -> int:
+def bounded_int(value: object, field: str, *, minimum: int, maximum: int) -> int:
     """An integer in ``[minimum, maximum]`` (booleans and floats with a fraction are refused)."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
@@ -105,26 +105,25 @@ def bounded_int(value: Any, field: str, *, minimum: int, maximum: int) -> int:
 
 
 def bounded_number(
-    value: Any, field: str, *, minimum: float, maximum: float, exclusive_min: bool = False
+    value: object, field: str, *, minimum: float, maximum: float, exclusive_min: bool = False
 ) -> float:
     """A finite number in range (``exclusive_min``: strictly above ``minimum``)."""
-    low_ok = isinstance(value, int | float) and (value > minimum if exclusive_min else value >= minimum)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        low_ok = False
-    if not low_ok or value > maximum:
-        low = "above" if exclusive_min else "from"
-        raise ApiError(
-            400,
-            f"Invalid request body: '{field}' must be a number {low} {_plain(minimum)} up to {_plain(maximum)}",
-        )
-    return float(value)
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        low_ok = value > minimum if exclusive_min else value >= minimum
+        if low_ok and value <= maximum:
+            return float(value)
+    low = "above" if exclusive_min else "from"
+    raise ApiError(
+        400,
+        f"Invalid request body: '{field}' must be a number {low} {_plain(minimum)} up to {_plain(maximum)}",
+    )
 
 
 def _plain(number: float) -> str:
     return str(int(number)) if float(number).is_integer() else str(number)
 
 
-def check_id(value: Any, field: str) -> str:
+def check_id(value: object, field: str) -> str:
     """A non-empty identifier of at most :data:`MAX_ID_LENGTH` characters."""
     if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
         raise ApiError(
@@ -139,7 +138,7 @@ def check_id(value: Any, field: str) -> str:
     return value
 
 
-def check_title(value: Any, field: str) -> str | None:
+def check_title(value: object, field: str) -> str | None:
     """``None`` or a string of at most :data:`MAX_TITLE_LENGTH` characters."""
     if value is not None and (not isinstance(value, str) or len(value) > MAX_TITLE_LENGTH):
         raise ApiError(
@@ -148,7 +147,7 @@ def check_title(value: Any, field: str) -> str | None:
     return value
 
 
-def check_reason(value: Any) -> str | None:
+def check_reason(value: object) -> str | None:
     """``None`` or a decline reason of at most :data:`MAX_REASON_LENGTH` characters."""
     if value is not None and (not isinstance(value, str) or len(value) > MAX_REASON_LENGTH):
         raise ApiError(
@@ -157,7 +156,7 @@ def check_reason(value: Any) -> str | None:
     return value
 
 
-def check_metadata(value: Any, field: str) -> dict[str, Any] | None:
+def check_metadata(value: JsonValue, field: str) -> JsonObject | None:
     """``None`` or an object of at most :data:`MAX_METADATA_BYTES` as JSON (it is stored with the
     thread or message and sent back on every listing)."""
     if value is None:

@@ -25,7 +25,7 @@ from runstream.server.body import memory_call_options
 from runstream.server.context import ServerContext, has_memory, json_body, query_page
 from runstream.server.errors import ApiError
 from runstream.server.limits import MAX_WORKING_MEMORY, check_id, check_metadata, check_title
-from runstream.storage import NotFoundError, Page, Storage, StoredMessage, Thread
+from runstream.storage import MessageRole, NotFoundError, Page, Storage, StoredMessage, Thread
 
 MESSAGES_PER_PAGE = 40
 """Mastra's default page of a thread's messages (``GET /memory/threads/:id/messages``)."""
@@ -226,9 +226,11 @@ class MemoryRoutes:
                 raise ApiError(
                     400, f"Invalid request body: '{field}.resourceId' must be the thread's resource"
                 )
-            role = item.get("role")
-            if role not in ("user", "assistant", "system"):
+            named_role = item.get("role")
+            role = _SAVED_ROLES.get(named_role) if isinstance(named_role, str) else None
+            if role is None:
                 raise ApiError(400, f"Invalid request body: '{field}.role' must be user, assistant or system")
+            kind = item.get("type")
             messages.append(
                 StoredMessage(
                     id=check_id(item["id"], f"{field}.id")
@@ -239,9 +241,7 @@ class MemoryRoutes:
                     role=role,
                     content=_saved_content(item.get("content"), f"{field}.content"),
                     created_at=_saved_date(item.get("createdAt"), f"{field}.createdAt"),
-                    type=item["type"]
-                    if isinstance(item.get("type"), str) and len(item["type"]) <= 32
-                    else "v2",
+                    type=kind if isinstance(kind, str) and len(kind) <= 32 else "v2",
                 )
             )
         existing = await self.storage.get_messages([m.id for m in messages])
@@ -400,6 +400,7 @@ async def newest_page(storage: Storage, thread: Thread, page: int, per_page: int
 
 
 MAX_SAVED_MESSAGES = 100
+_SAVED_ROLES: dict[str, MessageRole] = {"user": "user", "assistant": "assistant", "system": "system"}
 
 
 def _saved_content(value: Any, field: str) -> dict[str, Any]:

@@ -234,31 +234,33 @@ class ThreadRoutes:
         if agent.memory is None:
             raise ApiError(400, f"Agent {agent.id} has no memory: thread messages need one")
         message = body.get("message")
-        if not isinstance(message, dict) or not isinstance(message.get("contents"), str | list):
+        contents = message.get("contents") if isinstance(message, dict) else None
+        if not isinstance(message, dict) or not isinstance(contents, str | list):
             raise ApiError(400, "Invalid request body: 'message.contents' must be a string or parts")
         metadata = check_metadata(message.get("metadata"), "message.metadata")
         if_idle = body.get("ifIdle") or {}
         if not isinstance(if_idle, dict):
             raise ApiError(400, "Invalid request body: 'ifIdle' must be an object")
-        options = if_idle.get("streamOptions")
-        if not isinstance(options or {}, dict):
+        options = if_idle.get("streamOptions") or {}
+        if not isinstance(options, dict):
             raise ApiError(400, "Invalid request body: 'ifIdle.streamOptions' must be an object")
         run_id = str(uuid.uuid4())
         stream_body = {
-            **(options or {}),
+            **options,
             "memory": {"thread": key[2], "resource": key[1]},
             "runId": run_id,
         }
         principal = principal_of(request)
         parsed = parse_stream_body(stream_body, principal, until_idle=True, need_messages=False)
-        user_message = to_prompt([{"role": "user", "content": message["contents"]}])[0]
+        user_message = to_prompt([{"role": "user", "content": contents}])[0]
         accepted = utc_now()
+        signal_id = str(uuid.uuid4())
         signal = {
-            "contents": message["contents"],
+            "contents": contents,
             "metadata": metadata or {},
             "type": "user",
             "tagName": "user",
-            "id": str(uuid.uuid4()),
+            "id": signal_id,
             "acceptedAt": iso_datetime(accepted),
             "createdAt": iso_datetime(accepted),
         }
@@ -272,11 +274,11 @@ class ThreadRoutes:
             # does: Studio matches the message it showed with the stored one by that id.
             storage = self.ctx.runstream.storage
             existed = await storage.get_thread(scope.thread_id) is not None
-            await memory.save_message(scope, signal["id"], user_message)
+            await memory.save_message(scope, signal_id, user_message)
             try:
                 run = await start_stream(self.ctx, agent, parsed, principal)
             except ApiError:  # refused: the message was not accepted, so it is not kept either
-                await storage.delete_messages([signal["id"]])
+                await storage.delete_messages([signal_id])
                 if not existed:
                     await forget_new_thread(storage, scope)
                 raise
@@ -355,10 +357,9 @@ class ThreadRoutes:
         agent, key = await self._thread(request, body, foreign=_no_waiting_run)
         call_id = _text_field(body, "toolCallId")
         approved = body.get("approved")
-        reason = body.get("reason")
         if not isinstance(approved, bool):
             raise ApiError(400, "Invalid request body: 'approved' must be a boolean")
-        check_reason(reason)
+        reason = check_reason(body.get("reason"))
         messages = body.get("messages")
         if isinstance(messages, list) and len(messages) > MAX_TOOL_RESULT_MESSAGES:
             raise ApiError(

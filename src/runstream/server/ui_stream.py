@@ -257,8 +257,8 @@ class ChatRoutes:
         if version not in ("5", "6", "7"):
             raise ApiError(400, "Query parameter 'v' must be 5, 6 or 7")
         body = await json_body(request)
-        if body.get("trigger") == "regenerate-message" and isinstance(body.get("messages"), list):
-            messages = list(body["messages"])
+        if body.get("trigger") == "regenerate-message" and isinstance(given := body.get("messages"), list):
+            messages = list(given)
             if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
                 messages.pop()
             body["messages"] = messages

@@ -24,20 +24,22 @@ Sizes are bounded: a dimension of at most ``MAX_DIMENSION``, ``topK`` of at most
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import cast, get_args
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from runstream._json import JsonValue
 from runstream.server.auth import principal_of
 from runstream.server.context import ServerContext, json_body
 from runstream.server.errors import ApiError
 from runstream.vector.base import (
     MAX_DIMENSION,
     MAX_TOP_K,
+    Metric,
     VectorIndexExistsError,
     VectorIndexNotFoundError,
     VectorStore,
@@ -50,6 +52,7 @@ _NAME_LIMIT = 63
 _TENANT_PREFIX_LENGTH = len("r0123456789abcdef_")
 MAX_TENANT_NAME = _NAME_LIMIT - _TENANT_PREFIX_LENGTH
 MAX_INDEXES_PER_RESOURCE = 32
+_METRICS: dict[str, Metric] = {metric: metric for metric in get_args(Metric)}
 
 
 def tenant_prefix(resource_id: str) -> str:
@@ -104,7 +107,7 @@ class VectorRoutes:
         return store, "" if resource is None else tenant_prefix(resource)
 
     @staticmethod
-    def _index(value: Any, prefix: str) -> str:
+    def _index(value: JsonValue, prefix: str) -> str:
         """The stored name of the caller's index ``value``."""
         if not isinstance(value, str) or not value:
             raise ApiError(400, "Invalid request: 'indexName' is required")
@@ -152,15 +155,17 @@ class VectorRoutes:
                 400,
                 f"Invalid request index, indexName and a dimension from 1 to {MAX_DIMENSION} are required.",
             )
-        metric = body.get("metric", "cosine")
-        if metric not in ("cosine", "euclidean", "dotproduct"):
+        named = body.get("metric", "cosine")
+        metric = _METRICS.get(named) if isinstance(named, str) else None
+        if metric is None:
             raise ApiError(400, "Invalid metric. Must be one of: cosine, euclidean, dotproduct")
         if prefix:
             own = [n for n in await store.list_indexes() if n.startswith(prefix)]
             if index not in own and len(own) >= MAX_INDEXES_PER_RESOURCE:
                 raise ApiError(400, f"At most {MAX_INDEXES_PER_RESOURCE} indexes per resource in a store")
-        with _as_named(body["indexName"]):
-            await store.create_index(index, dimension, metric, index_config=body.get("indexConfig"))
+        config = cast("Mapping[str, JsonValue] | None", body.get("indexConfig"))  # the store checks it
+        with _as_named(index.removeprefix(prefix)):
+            await store.create_index(index, dimension, metric, index_config=config)
         return JSONResponse({"success": True})
 
     async def upsert(self, request: Request) -> Response:
@@ -177,8 +182,16 @@ class VectorRoutes:
             raise ApiError(400, "Invalid request: 'metadata' must be an array of objects")
         if ids is not None and not isinstance(ids, list):
             raise ApiError(400, "Invalid request: 'ids' must be an array of strings")
-        with _as_named(body["indexName"]):
-            return JSONResponse({"ids": await store.upsert(index, vectors, metadata, ids)})
+        # the store checks each vector, metadata object and id (a bad one is a 400)
+        checked = cast("list[Sequence[float]]", vectors)
+        with _as_named(index.removeprefix(prefix)):
+            stored = await store.upsert(
+                index,
+                checked,
+                cast("list[Mapping[str, JsonValue]] | None", metadata),
+                cast("list[str] | None", ids),
+            )
+            return JSONResponse({"ids": stored})
 
     async def query(self, request: Request) -> Response:
         store, prefix = self._store(request)
@@ -196,10 +209,10 @@ class VectorRoutes:
         min_score = body.get("minScore")
         if min_score is not None and (isinstance(min_score, bool) or not isinstance(min_score, int | float)):
             raise ApiError(400, "Invalid request query: 'minScore' must be a number")
-        with _as_named(body["indexName"]):
+        with _as_named(index.removeprefix(prefix)):
             hits = await store.query(
                 index,
-                vector,
+                cast("list[float]", vector),  # the store checks it
                 top_k=top_k,
                 filter=flt,
                 include_vector=body.get("includeVector") is True,

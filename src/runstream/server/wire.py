@@ -31,7 +31,7 @@ REDACTED_TYPES = frozenset({"step-start", "step-finish", "finish", "tool-error",
 changes)."""
 
 
-def encode_json(value: Any) -> str | None:
+def encode_json(value: object) -> str | None:
     """Compact one-line JSON (dates, bytes, errors converted); ``None`` if it has no JSON form."""
     try:
         return dumps(value)
@@ -40,7 +40,7 @@ def encode_json(value: Any) -> str | None:
         return None
 
 
-def encode_json_bytes(value: Any) -> bytes | None:
+def encode_json_bytes(value: object) -> bytes | None:
     """:func:`encode_json` as UTF-8 bytes (a lone surrogate becomes ``?``), for the socket."""
     try:
         return dumps_bytes(value)
