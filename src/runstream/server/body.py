@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast
 
 import jsonschema
 
+from runstream._json import JsonObject, JsonValue
 from runstream.agent.run_options import StreamOptions, client_tool
 from runstream.errors import InvalidInputError
 from runstream.memory import MemoryScope, memory_options
@@ -78,6 +79,17 @@ IGNORED_FIELDS = frozenset(
 )  # fmt: skip
 
 
+T = TypeVar("T")
+
+
+class IdleRequest(TypedDict, total=False):
+    """The until-idle options a request chose (``Agent.stream``'s ``until_idle`` mapping)."""
+
+    max_idle_ms: float
+    resume_window_ms: float
+    max_continuations: int
+
+
 def invalid(message: str) -> ApiError:
     return ApiError(400, f"Invalid request body: {message}")
 
@@ -91,18 +103,18 @@ class StreamRequest:
     messages: list[PromptMessage]
     memory: MemoryScope | None = None
     run_id: str | None = None
-    until_idle: bool | dict[str, Any] = False
+    until_idle: bool | IdleRequest = False
     options: StreamOptions = field(default_factory=lambda: StreamOptions())
 
 
-def _optional(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
+def _optional(body: JsonObject, key: str, kind: type[T], what: str) -> T | None:
     value = body.get(key)
     if value is not None and (not isinstance(value, kind) or (isinstance(value, bool) and kind is int)):
         raise invalid(f"'{key}' must be {what}")
     return value
 
 
-def memory_scope(value: Any, principal: Principal) -> MemoryScope | None:
+def memory_scope(value: JsonValue, principal: Principal) -> MemoryScope | None:
     """``memory: {thread, resource, options?}`` with the resource forced to the principal's; the
     thread may be ``{id, title?, metadata?}`` (used when the run creates it)."""
     if value is None:
@@ -122,9 +134,7 @@ def memory_scope(value: Any, principal: Principal) -> MemoryScope | None:
         raise invalid("'memory.thread' must be a thread id (or an object with an 'id')")
     check_id(thread, "memory.thread")
     requested = value.get("resource")
-    if requested is not None:
-        check_id(requested, "memory.resource")
-    resource = principal.resource(requested)
+    resource = principal.resource(None if requested is None else check_id(requested, "memory.resource"))
     if resource is None:
         raise ApiError(400, "A resource ID is required when using memory: pass memory.resource")
     return MemoryScope(
@@ -136,7 +146,7 @@ MAX_LAST_MESSAGES = 10_000
 _HTTP_MEMORY_OPTIONS = ("lastMessages", "readOnly", "workingMemory", "generateTitle")
 
 
-def memory_call_options(value: Any, where: str = "memory.options") -> dict[str, Any]:
+def memory_call_options(value: JsonValue, where: str = "memory.options") -> dict[str, Any]:
     """A request's memory options: Mastra's JSON-valued ones, bounded and fully checked here, so
     a mistake is a 400 before anything runs (a title model, its instructions and a working-memory
     schema are the server's to choose, so ``generateTitle`` is a boolean here and ``schema`` is
@@ -173,7 +183,7 @@ def memory_call_options(value: Any, where: str = "memory.options") -> dict[str, 
     return options
 
 
-def _tool_choice(value: Any) -> str | dict[str, Any] | None:
+def _tool_choice(value: JsonValue) -> str | JsonObject | None:
     if value is None or value in ("auto", "none", "required"):
         return None if value is None else str(value)
     if isinstance(value, Mapping) and value.get("type") == "tool" and isinstance(value.get("toolName"), str):
@@ -181,9 +191,9 @@ def _tool_choice(value: Any) -> str | dict[str, Any] | None:
     raise invalid("'toolChoice' must be 'auto', 'none', 'required' or {type: 'tool', toolName}")
 
 
-def _model_settings(body: Mapping[str, Any]) -> ModelSettings | None:
-    settings = _optional(body, "modelSettings", Mapping, "an object")
-    provider_options = _optional(body, "providerOptions", Mapping, "an object")
+def _model_settings(body: JsonObject) -> ModelSettings | None:
+    settings = _optional(body, "modelSettings", dict, "an object")
+    provider_options = _optional(body, "providerOptions", dict, "an object")
     if settings is None and provider_options is None:
         return None
     out = ModelSettings(provider_options=dict(provider_options or {}))
@@ -222,7 +232,7 @@ _IDLE_OPTIONS = {
 }
 
 
-def _until_idle(body: Mapping[str, Any], forced: bool) -> bool | dict[str, Any]:
+def _until_idle(body: JsonObject, forced: bool) -> bool | IdleRequest:
     value = body.get("untilIdle")
     options = {key: body.get(key) for key in _IDLE_OPTIONS}
     if isinstance(value, Mapping):
@@ -233,7 +243,7 @@ def _until_idle(body: Mapping[str, Any], forced: bool) -> bool | dict[str, Any]:
         value = True
     elif value is not None and not isinstance(value, bool):
         raise invalid("'untilIdle' must be a boolean or {maxIdleMs, resumeWindowMs, maxContinuations}")
-    chosen: dict[str, Any] = {}
+    chosen: IdleRequest = {}
     if options["maxIdleMs"] is not None:
         chosen["max_idle_ms"] = bounded_number(
             options["maxIdleMs"], "maxIdleMs", minimum=0, maximum=MAX_IDLE_MS, exclusive_min=True
@@ -251,7 +261,7 @@ def _until_idle(body: Mapping[str, Any], forced: bool) -> bool | dict[str, Any]:
     return chosen or True
 
 
-def _structured(value: Mapping[str, Any] | None) -> StructuredOutput | None:
+def _structured(value: JsonObject | None) -> StructuredOutput | None:
     if value is None:
         return None
     if "schema" not in value:
@@ -267,15 +277,21 @@ def _structured(value: Mapping[str, Any] | None) -> StructuredOutput | None:
         raise invalid(f"'structuredOutput.schema' is not a valid JSON Schema: {message}") from None
 
 
-def _client_tools(value: Any) -> dict[str, Tool]:
+def _client_tools(value: JsonValue) -> dict[str, Tool]:
     """``clientTools: {name: {description, inputSchema | parameters}}`` as tools the client runs."""
     if value is None:
         return {}
-    if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
+    specs = (
+        {name: spec for name, spec in value.items() if isinstance(spec, dict)}
+        if isinstance(value, dict)
+        else {}
+    )
+    if not isinstance(value, dict) or len(specs) != len(value):
         raise invalid("'clientTools' must map tool names to tool definitions")
     tools: dict[str, Tool] = {}
-    for name, spec in value.items():
-        schema = spec.get("inputSchema") or spec.get("parameters")
+    for name, spec in specs.items():
+        # a schema that is not a JSON Schema object fails in client_tool (a 400 below)
+        schema = cast("Mapping[str, JsonValue] | None", spec.get("inputSchema") or spec.get("parameters"))
         try:
             tools[str(name)] = client_tool(
                 str(name), description=str(spec.get("description") or ""), input_schema=schema
@@ -289,7 +305,9 @@ CONTINUE_FIELDS = frozenset({"toolCallId", "reason", "resumeData"})
 """What approve/decline/resume bodies carry besides a stream body's options."""
 
 
-async def trusted_options(agent: Agent, options: Mapping[str, Any], principal: Principal) -> dict[str, Any]:
+async def trusted_options(
+    agent: Agent, options: Mapping[str, object], principal: Principal
+) -> dict[str, Any]:
     """A request's run options tightened against what the agent's author set, with the
     caller's reserved request context (:func:`runstream.trust.request_options`); 400 for what a
     request may not set."""
@@ -299,7 +317,7 @@ async def trusted_options(agent: Agent, options: Mapping[str, Any], principal: P
         raise invalid(str(exc)) from None
 
 
-async def resume_options(agent: Agent, body: Mapping[str, Any], principal: Principal) -> dict[str, Any]:
+async def resume_options(agent: Agent, body: JsonObject, principal: Principal) -> dict[str, Any]:
     """The ``stream()`` options an approve/decline/resume body gives for the continued run
     (Mastra's client-js sends them next to ``runId``), validated as a stream body's and
     tightened as a new run's; the run keeps its memory scope and its untilIdle setting."""
@@ -317,7 +335,7 @@ async def resume_options(agent: Agent, body: Mapping[str, Any], principal: Princ
 
 
 def parse_stream_body(
-    body: Mapping[str, Any], principal: Principal, *, until_idle: bool = False, need_messages: bool = True
+    body: JsonObject, principal: Principal, *, until_idle: bool = False, need_messages: bool = True
 ) -> StreamRequest:
     """Validate a generate/stream body (``until_idle`` forces until-idle, as the route does)."""
     unknown = sorted(set(body) - FIELDS - IGNORED_FIELDS)
@@ -329,7 +347,7 @@ def parse_stream_body(
     active = _optional(body, "activeTools", list, "an array of tool names")
     if active is not None and not all(isinstance(name, str) for name in active):
         raise invalid("'activeTools' must be an array of tool names")
-    structured = _optional(body, "structuredOutput", Mapping, "an object with a 'schema'")
+    structured = _optional(body, "structuredOutput", dict, "an object with a 'schema'")
     max_steps = body.get("maxSteps")
     if max_steps is not None:
         max_steps = bounded_int(max_steps, "maxSteps", minimum=1, maximum=MAX_STEPS)
@@ -346,7 +364,7 @@ def parse_stream_body(
         client_tools=_client_tools(body.get("clientTools")),
         active_tools=active,
         instructions=_optional(body, "instructions", str, "a string"),
-        request_context=_optional(body, "requestContext", Mapping, "an object"),
+        request_context=_optional(body, "requestContext", dict, "an object"),
     )
     if _optional(body, "requireToolApproval", bool, "a boolean"):
         # only when the request asks for approval: an explicit False would override the agent's

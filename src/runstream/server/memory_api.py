@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from runstream._clock import iso_datetime
+from runstream._json import JsonObject, JsonValue
 from runstream.memory import DEFAULT_LAST_MESSAGES, Memory
 from runstream.memory.working import DEFAULT_TEMPLATE
 from runstream.server.auth import principal_of
@@ -31,9 +33,57 @@ MESSAGES_PER_PAGE = 40
 """Mastra's default page of a thread's messages (``GET /memory/threads/:id/messages``)."""
 
 
-def thread_wire(thread: Thread) -> dict[str, Any]:
+class ThreadWire(TypedDict):
+    id: str
+    title: str | None
+    resourceId: str
+    createdAt: str
+    updatedAt: str
+    metadata: NotRequired[Mapping[str, object]]
+
+
+class MessageWire(TypedDict):
+    """A stored message (DB format 2) as Mastra's memory routes send it."""
+
+    id: str
+    role: str
+    createdAt: str
+    threadId: str
+    resourceId: str
+    type: str
+    content: Mapping[str, object]
+
+
+class WorkingMemoryWire(TypedDict):
+    enabled: bool
+    scope: NotRequired[str]
+    schema: NotRequired[JsonObject | None]
+    template: NotRequired[str]
+    agentManaged: NotRequired[bool]
+
+
+class TitleWire(TypedDict):
+    minMessages: int
+
+
+class EnabledWire(TypedDict):
+    enabled: bool
+
+
+class MemoryConfigWire(TypedDict):
+    """Mastra's merged memory config of a thread (``GET /memory/config``)."""
+
+    lastMessages: int
+    semanticRecall: bool
+    generateTitle: bool | TitleWire
+    workingMemory: WorkingMemoryWire
+    observationalMemory: EnabledWire
+    readOnly: NotRequired[bool]
+
+
+def thread_wire(thread: Thread) -> ThreadWire:
     """A thread as Mastra sends it: no ``metadata`` key for a thread that has none."""
-    wire: dict[str, Any] = {
+    wire: ThreadWire = {
         "id": thread.id,
         "title": thread.title,
         "resourceId": thread.resource_id,
@@ -45,7 +95,7 @@ def thread_wire(thread: Thread) -> dict[str, Any]:
     return wire
 
 
-def message_wire(message: StoredMessage) -> dict[str, Any]:
+def message_wire(message: StoredMessage) -> MessageWire:
     return {
         "id": message.id,
         "role": message.role,
@@ -333,9 +383,9 @@ class MemoryRoutes:
         return JSONResponse({"success": True})
 
 
-def memory_config_wire(memory: Memory) -> dict[str, Any]:
+def memory_config_wire(memory: Memory) -> MemoryConfigWire:
     """Mastra's merged thread config for Studio (functions, e.g. a title model, are left out)."""
-    working: dict[str, Any] = {"enabled": False}
+    working: WorkingMemoryWire = {"enabled": False}
     config = memory.working_memory
     if config is not None:
         working = {"enabled": True, "scope": config.scope}
@@ -346,7 +396,7 @@ def memory_config_wire(memory: Memory) -> dict[str, Any]:
         if not config.agent_managed:
             working["agentManaged"] = False
     title = memory.generate_title
-    wire: dict[str, Any] = {
+    wire: MemoryConfigWire = {
         "lastMessages": memory.last_messages if memory.last_messages is not None else DEFAULT_LAST_MESSAGES,
         "semanticRecall": False,
         "generateTitle": False
@@ -403,7 +453,7 @@ MAX_SAVED_MESSAGES = 100
 _SAVED_ROLES: dict[str, MessageRole] = {"user": "user", "assistant": "assistant", "system": "system"}
 
 
-def _saved_content(value: Any, field: str) -> dict[str, Any]:
+def _saved_content(value: JsonValue, field: str) -> JsonObject:
     """A saved message's content: Mastra's format 2 object, or text."""
     if isinstance(value, str):
         return {"format": 2, "parts": [{"type": "text", "text": value}], "content": value}
@@ -415,11 +465,11 @@ def _saved_content(value: Any, field: str) -> dict[str, Any]:
     )
 
 
-def _typed(part: Any) -> bool:
+def _typed(part: JsonValue) -> bool:
     return isinstance(part, dict) and isinstance(part.get("type"), str)
 
 
-def _saved_date(value: Any, field: str) -> datetime:
+def _saved_date(value: JsonValue, field: str) -> datetime:
     if value is None:
         return datetime.now(UTC)
     try:
@@ -431,7 +481,7 @@ def _saved_date(value: Any, field: str) -> datetime:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
-def _message_ids(value: Any) -> list[str]:
+def _message_ids(value: JsonValue) -> list[str]:
     items = value if isinstance(value, list) else [value]
     ids = [item.get("id") if isinstance(item, dict) else item for item in items]
     if not ids or not all(isinstance(i, str) and i for i in ids):

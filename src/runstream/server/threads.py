@@ -25,13 +25,13 @@ import logging
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from runstream._clock import iso_datetime
+from runstream._json import JsonObject, JsonValue
 from runstream.agent import Agent
 from runstream.memory import MemoryScope
 from runstream.run.output import RunOutput
@@ -96,7 +96,7 @@ class _Channel:
         return self.tail is not None and not self.tail.done()
 
 
-def _text_field(body: dict[str, Any], key: str) -> str:
+def _text_field(body: JsonObject, key: str) -> str:
     value = body.get(key)
     if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
         raise ApiError(400, f"Invalid request body: '{key}' must be a non-empty string (at most 256)")
@@ -126,20 +126,26 @@ def _as_run(data: str, run_id: str) -> str:
     return encode_json(chunk) or data
 
 
-def _as_tool_messages(messages: Any) -> Any:
+def _as_tool_messages(messages: JsonValue) -> JsonValue:
     """client-js sends each client tool's outcome as an assistant message holding the call and
     its ``tool-result``; the call is already stored in the thread, so keep only the result, as a
     ``tool`` message (Mastra's message list merges them the same way)."""
     if not isinstance(messages, list):
         return messages
-    out: list[Any] = []
+    out: list[JsonValue] = []
     for message in messages:
         content = message.get("content") if isinstance(message, dict) else None
-        if not isinstance(content, list) or message.get("role") != "assistant":
+        if (
+            not isinstance(message, dict)
+            or not isinstance(content, list)
+            or message.get("role") != "assistant"
+        ):
             out.append(message)
             continue
-        results = [p for p in content if isinstance(p, dict) and p.get("type") == "tool-result"]
-        answered = {p.get("toolCallId") for p in results}
+        results: list[JsonValue] = [
+            p for p in content if isinstance(p, dict) and p.get("type") == "tool-result"
+        ]
+        answered = [p.get("toolCallId") for p in results if isinstance(p, dict)]
         rest = [
             p
             for p in content
@@ -172,7 +178,7 @@ class ThreadRoutes:
     async def _thread(
         self,
         request: Request,
-        body: dict[str, Any],
+        body: JsonObject,
         *,
         foreign: Callable[[Agent, str], ApiError] | None = None,
     ) -> tuple[Agent, ThreadKey]:
@@ -245,7 +251,7 @@ class ThreadRoutes:
         if not isinstance(options, dict):
             raise ApiError(400, "Invalid request body: 'ifIdle.streamOptions' must be an object")
         run_id = str(uuid.uuid4())
-        stream_body = {
+        stream_body: JsonObject = {
             **options,
             "memory": {"thread": key[2], "resource": key[1]},
             "runId": run_id,
@@ -386,7 +392,7 @@ class ThreadRoutes:
         return json_response({"accepted": True, "runId": run_id, "toolCallId": call_id})
 
     async def _continue_with_messages(
-        self, agent: Agent, key: ThreadKey, body: dict[str, Any], principal: Principal
+        self, agent: Agent, key: ThreadKey, body: JsonObject, principal: Principal
     ) -> str:
         """Client-side tool results (``messages``): a new until-idle run on the thread that
         continues from them, after the thread's current run, as Mastra's ``continueWithMessages``.
@@ -400,7 +406,7 @@ class ThreadRoutes:
         if not isinstance(options, dict):
             raise ApiError(400, "Invalid request body: 'streamOptions' must be an object")
         run_id = str(uuid.uuid4())
-        stream_body = {
+        stream_body: JsonObject = {
             **{k: v for k, v in options.items() if k not in CLIENT_ONLY_OPTIONS},
             "messages": _as_tool_messages(body["messages"]),
             "memory": {"thread": key[2], "resource": key[1]},
