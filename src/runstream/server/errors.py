@@ -25,7 +25,7 @@ class ApiError(RunstreamError):
     """An error answered as ``{"error": message, ...extra}`` with ``status``."""
 
     def __init__(
-        self, status: int, message: str, *, headers: Mapping[str, str] | None = None, **extra: Any
+        self, status: int, message: str, *, headers: Mapping[str, str] | None = None, **extra: object
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -39,7 +39,7 @@ def not_found(what: str) -> ApiError:
 
 
 def error_response(
-    status: int, message: str, headers: Mapping[str, str] | None = None, **extra: Any
+    status: int, message: str, headers: Mapping[str, str] | None = None, **extra: object
 ) -> Response:
     return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
 

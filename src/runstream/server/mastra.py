@@ -14,12 +14,13 @@ import binascii
 import json
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from runstream._json import JsonObject
 from runstream.abort import AbortController
 from runstream.agent import Agent
 from runstream.errors import InvalidInputError
@@ -46,7 +47,7 @@ from runstream.server.streaming import (
 from runstream.server.suspended_runs import list_suspended_runs
 from runstream.server.tasks_api import resume_task_stream
 from runstream.server.wire import public_error
-from runstream.server.workflow_info import workflow_info
+from runstream.server.workflow_info import WorkflowInfo, workflow_info
 from runstream.storage import Storage, ThreadResourceMismatchError
 from runstream.tools import Tool, ToolArgumentsError, ToolContext, ToolWriter
 from runstream.trust import needs_approval, trusted_context
@@ -78,9 +79,60 @@ def caller_context(agent: Agent, request: Request) -> RequestContext:
         raise ApiError(400, f"Invalid requestContext query parameter: {exc}") from None
 
 
-def serialize_tool(tool: Tool) -> dict[str, Any]:
+class ToolWire(TypedDict):
+    """Mastra's tool shape: schemas as superjson strings (``{"json": <schema>}``)."""
+
+    id: str
+    description: str
+    inputSchema: str
+    requireApproval: bool
+    outputSchema: NotRequired[str]
+
+
+class AgentRef(TypedDict):
+    id: str
+    name: str
+
+
+class DefaultOptions(TypedDict):
+    maxSteps: int
+
+
+class StudioAgentFields(TypedDict):
+    """What Mastra's agent details also carry, for features runstream has none of (Studio reads them)."""
+
+    skills: list[JsonObject]
+    workspaceTools: list[JsonObject]
+    browserTools: list[JsonObject]
+    hasBrowser: bool
+    inputProcessors: list[JsonObject]
+    outputProcessors: list[JsonObject]
+    defaultGenerateOptionsLegacy: JsonObject
+    defaultStreamOptionsLegacy: JsonObject
+    source: Literal["code"]
+
+
+class AgentWire(StudioAgentFields):
+    """An agent's details (``GET /agents/:agentId``, and each entry of ``GET /agents``)."""
+
+    id: str
+    name: str
+    description: str
+    instructions: str
+    tools: dict[str, ToolWire]
+    agents: dict[str, AgentRef]
+    workflows: dict[str, WorkflowInfo]
+    provider: str
+    modelId: str
+    defaultOptions: DefaultOptions
+    hasMemory: bool
+    modelVersion: str
+    supportsMemory: bool
+
+
+def serialize_tool(tool: Tool) -> ToolWire:
     """Mastra's tool shape: schemas as superjson strings (``{"json": <schema>}``), as Mastra sends."""
-    out: dict[str, Any] = {
+    out: ToolWire = {
         "id": tool.name,
         "description": tool.description,
         "inputSchema": json.dumps({"json": tool.input_schema}),
@@ -91,8 +143,7 @@ def serialize_tool(tool: Tool) -> dict[str, Any]:
     return out
 
 
-# What Mastra's agent details also carry, for features runstream has none of (Studio reads them).
-STUDIO_AGENT_FIELDS: dict[str, Any] = {
+STUDIO_AGENT_FIELDS: StudioAgentFields = {
     "skills": [],
     "workspaceTools": [],
     "browserTools": [],
@@ -105,7 +156,7 @@ STUDIO_AGENT_FIELDS: dict[str, Any] = {
 }
 
 
-async def serialize_agent(agent: Agent, context: RequestContext | None = None) -> dict[str, Any]:
+async def serialize_agent(agent: Agent, context: RequestContext | None = None) -> AgentWire:
     """An agent's details; dynamic instructions, model and tools as they resolve for the
     request context client-js sends in the query (empty without one)."""
     model = await agent.get_model(context)
@@ -195,7 +246,7 @@ async def full_output(run: Run) -> dict[str, Any]:
     return full
 
 
-Continuation = Callable[[Agent, str, dict[str, Any]], Awaitable[RunOutput]]
+Continuation = Callable[[Agent, str, JsonObject], Awaitable[RunOutput]]
 
 
 class MastraRoutes:
@@ -269,12 +320,11 @@ class MastraRoutes:
         return await respond(self.ctx, request, run, principal, detach=detach)
 
     # -- continuations of a run that stopped for a human ---------------------------------------------
-    async def _continue(self, request: Request, body: dict[str, Any], start: Continuation) -> Response:
+    async def _continue(self, request: Request, body: JsonObject, start: Continuation) -> Response:
         principal = principal_of(request)
         agent = self.ctx.agent(request.path_params["agent_id"])
         run_id = run_key(principal, check_id(body.get("runId"), "runId"))
-        if body.get("toolCallId") is not None:
-            check_id(body["toolCallId"], "toolCallId")
+        _optional_id(body, "toolCallId")
         check_reason(body.get("reason"))
         owner = await self.ctx.owners.check(run_id, principal)
         slot = reserve(self.ctx, owner.resource_id if owner is not None else principal.resource_id)
@@ -283,19 +333,22 @@ class MastraRoutes:
         return await respond(self.ctx, request, Run(out, agent, slot), principal)
 
     async def approve(self, request: Request) -> Response:
-        async def start(agent: Agent, run_id: str, body: dict[str, Any]) -> RunOutput:
+        async def start(agent: Agent, run_id: str, body: JsonObject) -> RunOutput:
             options = await resume_options(agent, body, principal_of(request))
             return await agent.approve_tool_call(
-                run_id=run_id, tool_call_id=body.get("toolCallId"), **options
+                run_id=run_id, tool_call_id=_optional_id(body, "toolCallId"), **options
             )
 
         return await self._continue(request, await json_body(request), start)
 
     async def decline(self, request: Request) -> Response:
-        async def start(agent: Agent, run_id: str, body: dict[str, Any]) -> RunOutput:
+        async def start(agent: Agent, run_id: str, body: JsonObject) -> RunOutput:
             options = await resume_options(agent, body, principal_of(request))
             return await agent.decline_tool_call(
-                run_id=run_id, tool_call_id=body.get("toolCallId"), reason=body.get("reason"), **options
+                run_id=run_id,
+                tool_call_id=_optional_id(body, "toolCallId"),
+                reason=check_reason(body.get("reason")),
+                **options,
             )
 
         return await self._continue(request, await json_body(request), start)
@@ -313,10 +366,13 @@ class MastraRoutes:
             if task_stream is not None:
                 return task_stream
 
-        async def start(agent: Agent, run_id: str, body: dict[str, Any]) -> RunOutput:
+        async def start(agent: Agent, run_id: str, body: JsonObject) -> RunOutput:
             options = await resume_options(agent, body, principal_of(request))
             return await agent.resume_stream(
-                body.get("resumeData"), run_id=run_id, tool_call_id=body.get("toolCallId"), **options
+                body.get("resumeData"),
+                run_id=run_id,
+                tool_call_id=_optional_id(body, "toolCallId"),
+                **options,
             )
 
         return await self._continue(request, body, start)
@@ -433,11 +489,11 @@ class MastraRoutes:
             result = await tool.execute(args, ctx)
         except Exception as exc:
             public = public_error(exc, tool.name, run_id)  # (the whole error goes to the log)
-            message = str(public) if public is exc else public["message"]
+            message = str(public["message"] if isinstance(public, dict) else public)
             raise ApiError(422, f"Tool {tool.name} failed: {message}" if public is exc else message) from exc
         return json_response(result)
 
 
-def _optional_id(body: dict[str, Any], field: str) -> str | None:
+def _optional_id(body: JsonObject, field: str) -> str | None:
     value = body.get(field)
     return None if value is None else check_id(value, field)

@@ -13,14 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from runstream._json import JsonObject
 from runstream.observability.store import TRACE_FILTERS, TRACE_ORDER, SpanStore, TraceQuery
 from runstream.observability.trace_query import TraceQueryError, plan_trace_query
 from runstream.server.auth import principal_of
@@ -49,7 +49,7 @@ _SCORE_TEXT = (
 _FEEDBACK_TEXT = ("feedbackSource", "source", "comment", "experimentId", "feedbackUserId", "userId")
 
 
-def _json_param(request: Request, name: str) -> dict[str, Any]:
+def _json_param(request: Request, name: str) -> JsonObject:
     """A query parameter holding a JSON object (how Mastra's client sends ``filters`` and
     ``pagination``); 400 naming it when it is not one."""
     raw = request.query_params.get(name)
@@ -64,7 +64,7 @@ def _json_param(request: Request, name: str) -> dict[str, Any]:
     return value
 
 
-def _param(request: Request, nested: Mapping[str, Any], name: str) -> str | None:
+def _param(request: Request, nested: JsonObject, name: str) -> str | None:
     value = request.query_params.get(name, nested.get(name))
     if value is None or value == "":
         return None
@@ -75,15 +75,17 @@ def _param(request: Request, nested: Mapping[str, Any], name: str) -> str | None
 
 def _paging(request: Request) -> tuple[int, int]:
     nested = _json_param(request, "pagination")
+    given = {"page": 0, "perPage": 10}
     for name in ("page", "perPage"):
         if name in nested and name not in request.query_params:
             value = nested[name]
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ApiError(400, f"Query parameter 'pagination.{name}' must be an integer")
+            given[name] = value
     page = query_int(request, "page", None, maximum=MAX_PAGE)
     per_page = query_int(request, "perPage", None, minimum=1, maximum=MAX_PER_PAGE)
-    page = page if page is not None else int(nested.get("page", 0))
-    per_page = per_page if per_page is not None else int(nested.get("perPage", 10))
+    page = page if page is not None else given["page"]
+    per_page = per_page if per_page is not None else given["perPage"]
     if not 0 <= page <= MAX_PAGE or not 1 <= per_page <= MAX_PER_PAGE:
         raise ApiError(
             400, f"Pagination must have page from 0 to {MAX_PAGE} and perPage from 1 to {MAX_PER_PAGE}"
@@ -91,12 +93,12 @@ def _paging(request: Request) -> tuple[int, int]:
     return page, per_page
 
 
-def _page(key: str, items: Sequence[Mapping[str, Any]], total: int, page: int, per_page: int) -> Response:
+def _page(key: str, items: Sequence[Mapping[str, object]], total: int, page: int, per_page: int) -> Response:
     pagination = {"total": total, "page": page, "perPage": per_page, "hasMore": (page + 1) * per_page < total}
     return json_response({key: items, "pagination": pagination})
 
 
-def _score_row(score: Mapping[str, Any]) -> dict[str, object]:
+def _score_row(score: Mapping[str, object]) -> dict[str, object]:
     """An observability score record in the scores domain's row shape (``scoreRowDataSchema``)."""
     return {
         "id": score["scoreId"],
@@ -362,13 +364,13 @@ class ObservabilityRoutes:
         return _page(key, items, total, page, per_page)
 
     @staticmethod
-    async def _signal_body(request: Request, kind: str) -> dict[str, Any]:
+    async def _signal_body(request: Request, kind: str) -> JsonObject:
         """Mastra's ``{"score": {...}}`` / ``{"feedback": {...}}`` body, checked field by field."""
         body = await json_body(request)
         record = body.get(kind)
         if not isinstance(record, dict):
             raise ApiError(400, f"Invalid request body: '{kind}' must be an object")
-        checked: dict[str, Any] = {}
+        checked: JsonObject = {}
         if kind == "score":
             checked["scorerId"] = check_id(record.get("scorerId"), "score.scorerId")
             checked["score"] = bounded_number(record.get("score"), "score.score", minimum=-1e12, maximum=1e12)
@@ -425,7 +427,7 @@ class ObservabilityRoutes:
         entity_type = _param(request, {}, "entityType")
         return json_response({"names": await self._distinct(request, "entity_name", entity_type)})
 
-    def discovery(self, column: str, key: str) -> Any:
+    def discovery(self, column: str, key: str) -> Callable[[Request], Awaitable[Response]]:
         async def answer(request: Request) -> Response:
             return json_response({key: await self._distinct(request, column)})
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from runstream._clock import iso_datetime
+from runstream._json import JsonMapping
 from runstream.server.auth import Principal
 from runstream.server.errors import ApiError
 from runstream.server.run_ids import run_key
@@ -26,17 +27,23 @@ from runstream.storage.records import utc_now
 NAMESPACE = "server-run-owners"
 
 
+class RunOwnerJson(TypedDict):
+    principalId: str
+    resourceId: str | None
+
+
 @dataclass(frozen=True, slots=True)
 class RunOwner:
     principal_id: str
     resource_id: str | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RunOwnerJson:
         return {"principalId": self.principal_id, "resourceId": self.resource_id}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunOwner:
-        return cls(str(data.get("principalId")), data.get("resourceId"))
+    def from_json(cls, data: JsonMapping) -> RunOwner:
+        resource = data.get("resourceId")
+        return cls(str(data.get("principalId")), resource if isinstance(resource, str) else None)
 
 
 class RunOwners:

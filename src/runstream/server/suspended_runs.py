@@ -4,44 +4,83 @@ so they survive a restart. Each lists only the calls it waits for."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Literal, NotRequired, TypedDict
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from runstream._json import JsonObject, JsonValue
 from runstream.agent import Agent
 from runstream.server.auth import principal_of
 from runstream.server.context import ServerContext, json_response, query_date, query_page
 
 
-def suspended_run_json(data: Mapping[str, Any]) -> dict[str, Any]:
+class SuspendedToolCall(TypedDict):
+    toolCallId: str
+    toolName: JsonValue
+    args: JsonValue
+    requiresApproval: bool
+    suspendPayload: NotRequired[JsonValue]
+
+
+class SuspendedRunWire(TypedDict):
+    """An item of ``GET /agents/:agentId/suspended-runs``."""
+
+    runId: JsonValue
+    status: Literal["suspended"]
+    suspendedAt: JsonValue
+    toolCalls: list[SuspendedToolCall]
+    threadId: NotRequired[JsonValue]
+    resourceId: NotRequired[JsonValue]
+
+
+def _object(value: JsonValue) -> JsonObject:
+    return value if isinstance(value, dict) else {}
+
+
+def suspended_run_json(data: JsonObject) -> SuspendedRunWire:
     """One stored snapshot (see ``runstream.agent._suspension``) as a listing item."""
-    pending = data.get("pending") or {}
-    awaiting = set(pending.get("awaitingApproval") or [])
-    suspended = pending.get("suspended") or {}
-    calls = []
-    for call in pending.get("calls") or []:
-        call_id = call.get("toolCallId")
-        item = {"toolCallId": call_id, "toolName": call.get("toolName"), "args": call.get("args")}
+    pending = _object(data.get("pending"))
+    approvals = pending.get("awaitingApproval")
+    awaiting = (
+        {call_id for call_id in approvals if isinstance(call_id, str)}
+        if isinstance(approvals, list)
+        else set()
+    )
+    suspended = _object(pending.get("suspended"))
+    calls: list[SuspendedToolCall] = []
+    stored_calls = pending.get("calls")
+    for call in stored_calls if isinstance(stored_calls, list) else []:
+        call_id = call.get("toolCallId") if isinstance(call, dict) else None
+        if not isinstance(call, dict) or not isinstance(call_id, str):
+            continue
+        name, args = call.get("toolName"), call.get("args")
         if call_id in awaiting:
-            calls.append({**item, "requiresApproval": True})
+            calls.append({"toolCallId": call_id, "toolName": name, "args": args, "requiresApproval": True})
         elif call_id in suspended:
-            calls.append({**item, "requiresApproval": False, "suspendPayload": suspended[call_id]})
-    out: dict[str, Any] = {
+            calls.append(
+                {
+                    "toolCallId": call_id,
+                    "toolName": name,
+                    "args": args,
+                    "requiresApproval": False,
+                    "suspendPayload": suspended[call_id],
+                }
+            )
+    out: SuspendedRunWire = {
         "runId": data.get("runId"),
         "status": "suspended",
         "suspendedAt": data.get("suspendedAt"),
         "toolCalls": calls,
     }
-    memory = (data.get("options") or {}).get("memory") or {}
+    memory = _object(_object(data.get("options")).get("memory"))
     if memory.get("thread"):
-        out.update(threadId=memory["thread"], resourceId=memory.get("resource"))
+        out["threadId"], out["resourceId"] = memory["thread"], memory.get("resource")
     return out
 
 
-def _within(stamp: Any, after: datetime | None, before: datetime | None) -> bool:
+def _within(stamp: JsonValue, after: datetime | None, before: datetime | None) -> bool:
     if after is None and before is None:
         return True
     if not isinstance(stamp, str):

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Mapping
-from typing import Any, cast
+from typing import cast
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from runstream._json import JsonValue
 from runstream.server.auth import Principal, principal_of
 from runstream.server.context import ServerContext, json_body, query_date, query_page
 from runstream.server.errors import ApiError
@@ -94,7 +95,7 @@ def _manager(ctx: ServerContext) -> TaskManager:
 
 
 async def resume_task_stream(
-    ctx: ServerContext, principal: Principal, agent_id: str, run_id: str, call_id: str, data: Any
+    ctx: ServerContext, principal: Principal, agent_id: str, run_id: str, call_id: str, data: JsonValue
 ) -> SSEResponse | None:
     """Resume the suspended background task of that tool call; stream its events until it settles.
 
@@ -131,7 +132,7 @@ async def resume_task_stream(
     return SSEResponse(frames(), heartbeat_s=ctx.heartbeat_s)
 
 
-async def _resume(manager: TaskManager, task_id: str, data: Any) -> TaskRecord:
+async def _resume(manager: TaskManager, task_id: str, data: JsonValue) -> TaskRecord:
     try:
         return await manager.resume(task_id, data)
     except TaskNotFoundError:

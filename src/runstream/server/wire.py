@@ -9,8 +9,8 @@ becomes an in-band ``error`` chunk followed by ``finish`` (reason ``error``).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar, cast
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import TypeVar
 
 from runstream._payloads import ToolErrorPayload
 from runstream.chunks import (
@@ -49,7 +49,7 @@ def encode_json_bytes(value: object) -> bytes | None:
         return None
 
 
-def public_error(error: Any, tool_name: str, run_id: str = "") -> Any:
+def public_error(error: object, tool_name: str, run_id: str = "") -> object:
     """What a caller may see of a tool's error: runstream's own errors (an unknown tool, bad
     arguments, an abort) and a :class:`~runstream.errors.ToolError` the tool raised as they
     are; any other exception the tool raised as "Tool <name> failed" (logged whole here: its
@@ -86,14 +86,14 @@ def public_chunk(chunk: AnyChunk) -> AnyChunk:
         )
     if chunk.type != "tool-error":
         return chunk
-    payload: dict[str, Any] = dict(chunk.payload)
+    payload: ToolErrorPayload = chunk.payload
     error = public_error(payload.get("error"), str(payload.get("toolName")), chunk.run_id)
     if error is payload.get("error"):
         return chunk
-    return ToolErrorChunk(chunk.run_id, cast(ToolErrorPayload, {**payload, "error": error}))
+    return ToolErrorChunk(chunk.run_id, {**payload, "error": error})
 
 
-def redact(wire: dict[str, Any]) -> dict[str, Any]:
+def redact(wire: Mapping[str, object]) -> Mapping[str, object]:
     """The wire dict without the model request (a shallow copy when something is removed), and a
     tool's error as :func:`public_error` has it."""
     kind = wire.get("type")
@@ -125,7 +125,7 @@ def redact(wire: dict[str, Any]) -> dict[str, Any]:
     return {**wire, "payload": _hide_tool_errors(clean)}
 
 
-def _hide_tool_errors(value: Any) -> Any:
+def _hide_tool_errors(value: object) -> object:
     """``value`` with the text of every failed tool result in its messages and steps replaced by
     "Tool <name> failed" (a copy where something changed): the conversation a ``step-finish``
     or ``finish`` carries holds what the model was told of a tool's error."""
@@ -151,10 +151,10 @@ def _hide_tool_errors(value: Any) -> Any:
     return {**value, **changed} if changed else value
 
 
-def _without_request(value: dict[str, Any]) -> dict[str, Any]:
+def _without_request(value: Mapping[str, object]) -> dict[str, object]:
     """A copy of ``value`` without its ``request`` key (dict copies run in C; a comprehension
     over the keys costs several times as much on the per-step chunks)."""
-    clean = value.copy()
+    clean = dict(value)
     clean.pop("request", None)
     return clean
 

@@ -20,14 +20,14 @@ import asyncio
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from runstream._json import JsonObject, JsonValue
 from runstream._schema import SchemaValidationError
 from runstream.chunks import error_to_wire, to_jsonable
 from runstream.server.auth import Principal, principal_of
@@ -80,9 +80,9 @@ def log_key(workflow_id: str, run_id: str) -> str:
     return f"workflow:{workflow_id}:{run_id}"
 
 
-def result_json(result: WorkflowResult) -> dict[str, Any]:
+def result_json(result: WorkflowResult) -> JsonObject:
     """Mastra's ``WorkflowResult`` (what ``start-async`` / ``resume-async`` answer)."""
-    out: dict[str, Any] = {"status": result.status, "steps": result.steps, "input": result.input}
+    out: dict[str, object] = {"status": result.status, "steps": result.steps, "input": result.input}
     if result.state:
         out["state"] = result.state
     if result.status == "success":
@@ -93,7 +93,8 @@ def result_json(result: WorkflowResult) -> dict[str, Any]:
         out["tripwire"] = result.tripwire
     if result.error is not None:
         out["error"] = result.error
-    return to_jsonable(out)  # type: ignore[no-any-return]
+    wire: JsonObject = to_jsonable(out)
+    return wire
 
 
 async def _records(out: WorkflowRunOutput) -> AsyncIterator[str]:
@@ -106,24 +107,24 @@ async def _records(out: WorkflowRunOutput) -> AsyncIterator[str]:
 # -- request bodies ----------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class StartRequest:
-    input_data: Any
-    initial_state: Any
+    input_data: JsonValue
+    initial_state: JsonValue
     resource_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
 class ResumeRequest:
-    resume_data: Any
+    resume_data: JsonValue
     step: str | list[str] | None
     foreach_index: int | None
 
 
-def _no_per_step(body: Mapping[str, Any]) -> None:
+def _no_per_step(body: JsonObject) -> None:
     if body.get("perStep"):
         raise ApiError(400, "Invalid request body: 'perStep' is not supported")
 
 
-def parse_start(body: Mapping[str, Any]) -> StartRequest:
+def parse_start(body: JsonObject) -> StartRequest:
     _no_per_step(body)
     resource = body.get("resourceId")
     if resource is not None and (not isinstance(resource, str) or not resource):
@@ -131,14 +132,21 @@ def parse_start(body: Mapping[str, Any]) -> StartRequest:
     return StartRequest(body.get("inputData"), body.get("initialState"), resource)
 
 
-def parse_resume(body: Mapping[str, Any]) -> ResumeRequest:
+def _step(value: JsonValue) -> str | list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, list) and value:
+        names = [name for name in value if isinstance(name, str) and name]
+        if len(names) == len(value):
+            return names
+    raise ApiError(400, "Invalid request body: 'step' must be a step id or an array of step ids")
+
+
+def parse_resume(body: JsonObject) -> ResumeRequest:
     _no_per_step(body)
-    step = body.get("step")
-    if step is not None and not (
-        (isinstance(step, str) and step)
-        or (isinstance(step, list) and step and all(isinstance(s, str) and s for s in step))
-    ):
-        raise ApiError(400, "Invalid request body: 'step' must be a step id or an array of step ids")
+    step = _step(body.get("step"))
     index = body.get("forEachIndex")
     if index is not None and (not isinstance(index, int) or isinstance(index, bool) or index < 0):
         raise ApiError(400, "Invalid request body: 'forEachIndex' must be an integer >= 0")
@@ -455,7 +463,7 @@ class WorkflowRoutes:
         return json_response({"message": "Workflow run deleted"})
 
 
-async def _outcome(out: WorkflowRunOutput) -> dict[str, Any]:
+async def _outcome(out: WorkflowRunOutput) -> JsonObject:
     """The execution's result; one that ended in an exception is a ``failed`` result."""
     try:
         return result_json(await out.result)
