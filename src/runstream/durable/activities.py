@@ -32,6 +32,7 @@ from runstream.agent import _suspension as suspension
 from runstream.agent.run_options import RunOptions
 from runstream.chunks import dumps
 from runstream.durable.log import RunLog
+from runstream.durable.slots import RunSlots, RunSlotsBusyError
 from runstream.durable.workflow import END_SEGMENT, RUN_STEP, Action, SegmentEnd, StepInput, StepOutput
 from runstream.run._loop import run_output
 from runstream.run._run_state import LoopConfig, ResumeAction, RunState
@@ -46,16 +47,33 @@ SETTLED_TASK_STATUSES = frozenset({"completed", "failed", "cancelled", "timed_ou
 class RunActivities:
     """The activities of the runs of ``agents`` (by id), publishing to ``log``."""
 
-    def __init__(self, agents: Mapping[str, Agent], log: RunLog, heartbeat_timeout_ms: int) -> None:
+    def __init__(
+        self,
+        agents: Mapping[str, Agent],
+        log: RunLog,
+        heartbeat_timeout_ms: int,
+        slots: RunSlots | None = None,
+    ) -> None:
         self.agents = agents
         self.log = log
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
+        self.slots = slots
 
     @activity.defn(name=RUN_STEP)
     async def run_step(self, step: StepInput) -> StepOutput:
+        """The run until it ends or stops for a human; with ``slots``, while it holds one
+        (waiting its turn first, heartbeating)."""
         watched = watched_step(self.agents, step.agent_id, self.log, step.run_id, self.heartbeat_timeout_ms)
         async with watched as (agent, controller):
-            return await self._run(agent, step, controller)
+            if self.slots is None:
+                return await self._run(agent, step, controller)
+            info = activity.info()
+            token = f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}"
+            try:
+                async with self.slots.held(step.run_id, token, controller.signal):
+                    return await self._run(agent, step, controller)
+            except RunSlotsBusyError as exc:  # ends the run with an error chunk, not retried
+                raise ApplicationError(str(exc), type="RunSlotsBusy", non_retryable=True) from None
 
     @activity.defn(name=END_SEGMENT)
     async def end_segment(self, end: SegmentEnd) -> None:

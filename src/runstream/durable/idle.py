@@ -36,12 +36,14 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from runstream.abort import AbortController
+from runstream.agent import RunNotFoundError
 from runstream.agent import _suspension as suspension
 from runstream.agent.until_idle import IdleDriver, IdleOptions
 from runstream.chunks import dumps
 from runstream.durable.activities import _Publisher, watched_step
 from runstream.durable.log import RunLog
-from runstream.durable.workflow import FOLLOW_IDLE, IdlePlan
+from runstream.durable.workflow import FOLLOW_IDLE, Continuation, IdlePlan
+from runstream.errors import StateConflictError
 from runstream.models.base import PromptMessage
 from runstream.run.output import RunOutput
 from runstream.tasks.bus import TaskEventFilter, TaskSubscription
@@ -69,6 +71,8 @@ class FlowRuns(Protocol):
     async def flow_first_turn(self, agent_id: str, state: RunState, options: RunOptions) -> RunOutput: ...
 
     def attach(self, run_id: str, after: int, segment: str | None = None) -> RunOutput: ...
+
+    async def hand_answer(self, run_id: str, answer: Continuation) -> None: ...
 
 
 EVENTS_AFTER = "eventsAfter"
@@ -144,7 +148,9 @@ class IdleActivities:
         driver = IdleDriver(continuation, subscription, options=idle, controller=controller, running=set())
         try:
             if checkpoint is None:
-                if plan.first_segment is not None:  # a continuation the API process started
+                if plan.first_segment is not None:  # a continuation
+                    if plan.answer is not None:  # the run takes it once, from here or the API
+                        await _hand_answer(runs, plan.run_id, plan.answer)
                     turns.append(runs.attach(plan.run_id, 0, plan.first_segment))
                 else:
                     state.saved = False
@@ -191,6 +197,15 @@ class IdleActivities:
             with contextlib.suppress(asyncio.CancelledError):
                 await reconcile
         await self.log.end(plan.segment, {})
+
+
+async def _hand_answer(runs: FlowRuns, run_id: str, answer: Continuation) -> None:
+    """Hand the run the answer the flow continues (the API process that started the flow may
+    have died before it did); a run that refuses it ends the flow's stream with an error."""
+    try:
+        await runs.hand_answer(run_id, answer)
+    except (StateConflictError, RunNotFoundError) as exc:
+        raise ApplicationError(str(exc), type="AnswerRefused", non_retryable=True) from None
 
 
 def _replay(

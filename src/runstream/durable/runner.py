@@ -38,6 +38,7 @@ from runstream.chunks import StreamChunk, chunk_from_wire
 from runstream.durable.activities import RunActivities
 from runstream.durable.idle import IdleActivities, flow_segment, turn_segment
 from runstream.durable.log import RunLog
+from runstream.durable.slots import RunSlots
 from runstream.durable.workflow import (
     CONTINUE_UPDATE,
     Action,
@@ -80,6 +81,13 @@ class TemporalRuns:
     that Temporal suggests to) goes on as a new run of its workflow (continue-as-new) when its
     next human answer arrives. ``run_worker=True`` (set by
     ``runstream worker``) runs the workflows and steps in this process too.
+
+    ``max_concurrent_runs`` caps the durable runs that execute at once in the whole cluster
+    (default: no cap): a run over the cap waits its turn on its worker, in start order,
+    heartbeating, and holds no slot while it waits for a human; one that waits longer than
+    ``slot_wait_ms`` ends with an ``error`` chunk. A slot comes back when its run's activity
+    ends however it ends, a dead worker's within ``heartbeat_timeout_ms`` (its lease); see
+    :mod:`runstream.durable.slots`. The workers enforce the cap: set it in their ``Runstream``.
     """
 
     def __init__(
@@ -93,12 +101,25 @@ class TemporalRuns:
         log_prefix: str = "runstream:durable",
         run_worker: bool = False,
         max_history_events: int = 2_000,
+        max_concurrent_runs: int | None = None,
+        slot_wait_ms: int = 600_000,
     ) -> None:
         if heartbeat_timeout_ms < 100 or step_timeout_ms < heartbeat_timeout_ms:
             raise ConfigurationError(
                 "heartbeat_timeout_ms must be >= 100 and step_timeout_ms >= heartbeat_timeout_ms"
             )
         self.log = RunLog(redis_url, prefix=log_prefix)
+        self.slots = (
+            None
+            if max_concurrent_runs is None
+            else RunSlots(
+                self.log.client,
+                log_prefix,
+                limit=max_concurrent_runs,
+                lease_ms=heartbeat_timeout_ms,
+                wait_ms=slot_wait_ms,
+            )
+        )
         self.temporal = temporal
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.step_timeout_ms = step_timeout_ms
@@ -150,7 +171,7 @@ class TemporalRuns:
                     raise DurableRunError(f"Cannot reach Temporal at {settings.address}: {exc}") from exc
         if self.run_worker and self._worker is None:
             throttle = timedelta(milliseconds=self.heartbeat_timeout_ms / 4)
-            activities = RunActivities(self.agents, self.log, self.heartbeat_timeout_ms)
+            activities = RunActivities(self.agents, self.log, self.heartbeat_timeout_ms, self.slots)
             self._worker = Worker(
                 self._client,
                 task_queue=self.task_queue,
@@ -249,12 +270,12 @@ class TemporalRuns:
         options: RunOptions,
         controller: AbortController,
         until_idle: Any,
-        first_segment: str | None = None,
+        answer: Continuation | None = None,
     ) -> RunOutput:
-        """Start the until-idle flow whose first turn is ``state`` (``first_segment``: a
-        continuation already streaming there); its stream is read from the flow's segment, here
-        and by any API process a client reconnects to. The segment of an earlier flow of the
-        same run, ended, is replaced."""
+        """Start the until-idle flow whose first turn is ``state`` (with ``answer``: the run's
+        continuation, streaming to the answer's segment); its stream is read from the flow's
+        segment, here and by any API process a client reconnects to. The segment of an earlier
+        flow of the same run, ended, is replaced."""
         scope = options.memory
         segment = flow_segment(state.run_id)
         owner = {"agentId": agent_id, "resourceId": scope.resource_id if scope is not None else None}
@@ -269,7 +290,8 @@ class TemporalRuns:
             segment=segment,
             activity_queue=self.task_queue,
             heartbeat_timeout_ms=self.heartbeat_timeout_ms,
-            first_segment=first_segment,
+            first_segment=None if answer is None else answer.segment,
+            answer=answer,
         )
         try:
             await self.client.start_workflow(
@@ -321,31 +343,53 @@ class TemporalRuns:
         """Hand a human's answer to the waiting run; its continuation streams as a new segment.
         The first turn of an until-idle stream (``durable_flow`` set) is the first turn of an
         until-idle flow that follows that segment, as :meth:`start_run`'s (if a flow of the run
-        still runs, the stream merges here instead)."""
+        still runs, the stream merges here instead). The flow starts first, with the answer,
+        and hands it to the run too (:attr:`IdlePlan.answer`): a process lost right after
+        starting it leaves the continuation with its flow."""
         segment = _segment(state.run_id)
         await self.log.open(segment)
         await self.log.clear_abort(state.run_id)
         answer = Continuation(segment, Action(action.kind, action.tool_call_id, action.data, action.reason))
-        handle = self.client.get_workflow_handle(self.workflow_id(state.run_id))
+        flow = durable_flow.get()
+        if flow is not None and not _flow_turn.get():
+            try:
+                out = await self._start_flow(
+                    agent_id, state, options, AbortController(), flow.until_idle, answer=answer
+                )
+            except StateConflictError:
+                pass  # an earlier flow of the run still runs: the stream merges here
+            else:
+                flow.started = True
+                try:
+                    await self.hand_answer(state.run_id, answer)
+                except (StateConflictError, RunNotFoundError):
+                    await self._drop_flow(state.run_id)
+                    raise
+                state.status = "running"
+                return out
+        await self.hand_answer(state.run_id, answer)
+        state.status = "running"
+        return self._output(state, segment, AbortController(), options.abort_signal)
+
+    async def hand_answer(self, run_id: str, answer: Continuation) -> None:
+        """Send the waiting run its answer (the ``continue_run`` update, idempotent by the
+        answer's segment). Raises :class:`StateConflictError` if the run does not wait for it,
+        :class:`RunNotFoundError` if Temporal has no such run."""
+        handle = self.client.get_workflow_handle(self.workflow_id(run_id))
         try:
-            await handle.execute_update(CONTINUE_UPDATE, answer, result_type=str)
+            await handle.execute_update(CONTINUE_UPDATE, answer, id=answer.segment, result_type=str)
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
             message = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
-            raise StateConflictError(f"run {state.run_id!r}: {message}") from None
+            raise StateConflictError(f"run {run_id!r}: {message}") from None
         except RPCError as exc:
-            raise RunNotFoundError(f"no durable run {state.run_id!r} waiting on Temporal: {exc}") from None
-        state.status = "running"
-        flow = durable_flow.get()
-        if flow is not None and not _flow_turn.get():
-            controller = AbortController()
-            with contextlib.suppress(StateConflictError):
-                out = await self._start_flow(
-                    agent_id, state, options, controller, flow.until_idle, first_segment=segment
-                )
-                flow.started = True
-                return out
-        return self._output(state, segment, AbortController(), options.abort_signal)
+            raise RunNotFoundError(f"no durable run {run_id!r} waiting on Temporal: {exc}") from None
+
+    async def _drop_flow(self, run_id: str) -> None:
+        """The answer was refused: end the flow started for it, and its stream's log."""
+        with contextlib.suppress(RPCError):
+            await self.client.get_workflow_handle(f"runstream-idle-{run_id}").terminate("answer refused")
+        await self.log.end(flow_segment(run_id), {})
 
     def _output(
         self,

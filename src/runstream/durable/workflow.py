@@ -62,6 +62,8 @@ class RunPlan:
     next step's action (``None``: the run's start)."""
     steps: int = 0
     action: Action | None = None
+    answered: list[str] = field(default_factory=list)
+    """The segments of the last answers taken (see :meth:`AgentRunWorkflow.continue_run`)."""
 
 
 @dataclass
@@ -121,20 +123,32 @@ class _Waiting:
     suspended: list[str] = field(default_factory=list)
 
 
+ANSWERS_KEPT = 8
+"""How many answered segments a run remembers (and carries through continue-as-new)."""
+
+
 @workflow.defn(name=WORKFLOW_NAME)
 class AgentRunWorkflow:
     def __init__(self) -> None:
         self._waiting: _Waiting | None = None
         self._answers: list[Continuation] = []
+        self._answered: list[str] = []
 
     @workflow.update(name=CONTINUE_UPDATE)
     def continue_run(self, answer: Continuation) -> str:
-        self._answers.append(answer)
-        self._waiting = None
+        """Take a human's answer. The same answer sent twice (its segment names it: an
+        until-idle flow hands the answer too, in case the API process that started it died
+        before it did) is taken once, even after the run continued as new."""
+        if answer.segment not in self._answered:
+            self._answers.append(answer)
+            self._answered = [*self._answered, answer.segment][-ANSWERS_KEPT:]
+            self._waiting = None
         return answer.segment
 
     @continue_run.validator
     def _check_answer(self, answer: Continuation) -> None:
+        if answer.segment in self._answered:
+            return
         waiting = self._waiting
         if waiting is None:
             raise ApplicationError("the run is not waiting for a human", type="RunNotWaiting")
@@ -152,6 +166,7 @@ class AgentRunWorkflow:
     async def run(self, plan: RunPlan) -> str:
         snapshot, segment, seq, step = plan.snapshot, plan.segment, plan.seq, plan.steps
         action = plan.action or Action("start")
+        self._answered = list(plan.answered)
         while True:
             step += 1
             try:
@@ -186,7 +201,15 @@ class AgentRunWorkflow:
                 info.is_continue_as_new_suggested()
                 or info.get_current_history_length() > plan.max_history_events
             ):
-                more = replace(plan, snapshot=snapshot, segment=segment, seq=seq, steps=step, action=action)
+                more = replace(
+                    plan,
+                    snapshot=snapshot,
+                    segment=segment,
+                    seq=seq,
+                    steps=step,
+                    action=action,
+                    answered=self._answered,
+                )
                 workflow.continue_as_new(more)
 
     async def _step(self, plan: RunPlan, step: StepInput) -> StepOutput:
@@ -238,8 +261,12 @@ class IdlePlan:
     activity_queue: str
     heartbeat_timeout_ms: int
     first_segment: str | None = None
-    """Set when the first turn is a run's continuation (an approval, a decline, a resume) the
-    API process already handed the run: the segment it streams to, which the flow follows."""
+    """Set when the first turn is a run's continuation (an approval, a decline, a resume): the
+    segment it streams to, which the flow follows."""
+    answer: Continuation | None = None
+    """That continuation's answer: the API process starts the flow, then hands the run the
+    answer, and the flow hands it too (the run takes it once), so a process lost between the
+    two leaves no continuation without its flow, nor a flow without its continuation."""
 
 
 @workflow.defn(name=IDLE_WORKFLOW_NAME)
