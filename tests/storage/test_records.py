@@ -88,3 +88,17 @@ def test_to_wire_returns_copies() -> None:
     wire["result"]["rows"].append(2)
 
     assert record.args == {"query": "k1"} and record.result == {"rows": [1]}
+
+
+def test_the_typed_shapes_name_every_field_of_a_task_record() -> None:
+    """A field added to TaskRecord must reach its row and its wire shape (both written out key
+    by key, so a field left out would be silently dropped from storage or from the wire)."""
+    from dataclasses import fields
+
+    from runstream.storage import TaskRecord, TaskWire
+    from runstream.storage._rows import TaskRow
+
+    names = [field.name for field in fields(TaskRecord)]
+    assert list(TaskRow.__annotations__) == names
+    camel = {name: name.split("_")[0] + "".join(w.title() for w in name.split("_")[1:]) for name in names}
+    assert set(TaskWire.__annotations__) == set(camel.values())

@@ -71,7 +71,9 @@ async def list_active_runs(
         data = await storage.load_snapshot(suspension.DURABLE_NAMESPACE, run_id) if storage else None
         if data is None or data.get("agentId") != agent_id or run_id in live:
             continue
-        memory = (data.get("options") or {}).get("memory") or {}
+        options = data.get("options")
+        memory = options.get("memory") if isinstance(options, dict) else None
+        memory = memory if isinstance(memory, dict) else {}
         created = _date(data.get("createdAt"), "createdAt")
         if thread_id is not None and memory.get("thread") != thread_id:
             continue

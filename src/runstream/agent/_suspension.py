@@ -171,6 +171,7 @@ class DurableRuns:
         state, options = restore(data)
         state.status = "running"
         state.saved = False
-        if isinstance(data.get("createdAt"), str):
-            self.created.setdefault(run_id, data["createdAt"])
+        created = data.get("createdAt")
+        if isinstance(created, str):
+            self.created.setdefault(run_id, created)
         return state, options

@@ -70,11 +70,12 @@ from runstream.memory.semantic import (
     recall,
 )
 from runstream.memory.titles import TitleGeneration, TitleObserver, generate_title
-from runstream.memory.working import TOOL_NAME, Change, WorkingMemory, WorkingMemoryTool
+from runstream.memory.working import TOOL_NAME, Change, UpdateResult, WorkingMemory, WorkingMemoryTool
 from runstream.models.base import LanguageModel, PromptMessage
 from runstream.request_context import RequestContext, resolve
 from runstream.storage import (
     InMemoryStorage,
+    MessageContent,
     SqliteStorage,
     Storage,
     StoredMessage,
@@ -355,7 +356,7 @@ class Memory:
 
     async def change_working_memory(
         self, thread_id: str | None, resource_id: str | None, change: Change
-    ) -> dict[str, Any]:
+    ) -> UpdateResult:
         """Read, change and store the working memory as one step for its thread or resource
         (the tool's merge in schema mode must not lose a concurrent update)."""
         config = self.working_memory
@@ -567,7 +568,7 @@ class Memory:
         responses: Sequence[PromptMessage],
         response_id: str,
         *,
-        metadata: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, object] | None = None,
         model: str | None = None,
         continued: ContinuedMessage | None = None,
     ) -> None:
@@ -595,7 +596,7 @@ class Memory:
         ]
         parts = _without_working_memory_calls(responses_to_parts(responses, model))
         if parts:
-            content: dict[str, Any] = {"format": 2, "parts": parts}
+            content: MessageContent = {"format": 2, "parts": parts}
             if metadata:
                 content["metadata"] = copy.deepcopy(dict(metadata))
             messages.append(
@@ -654,7 +655,7 @@ class Memory:
         scope: MemoryScope,
         message_id: str,
         responses: Sequence[PromptMessage],
-        metadata: Mapping[str, Any],
+        metadata: Mapping[str, object],
         model: str | None,
     ) -> None:
         """Append a run's response to a stored message (re-read under the lock: a task may have

@@ -80,7 +80,7 @@ async def generate_title(
     agent_model: LanguageModel,
     request_context: RequestContext,
     last_messages: int | None,
-    on_title_generated: Callable[[str], Any] | None = None,
+    on_title_generated: Callable[[str], object] | None = None,
 ) -> None:
     """Title the thread if it has none yet (the background half of a saved turn)."""
     try:
@@ -123,7 +123,7 @@ class TitleObserver:
         agent_model: LanguageModel,
         request_context: RequestContext,
         conversation: Callable[[], Sequence[PromptMessage]],
-        on_title_generated: Callable[[str], Any] | None = None,
+        on_title_generated: Callable[[str], object] | None = None,
     ) -> None:
         self.storage = storage
         self.thread_id = thread_id
@@ -174,7 +174,7 @@ async def _title_now(
         return None
 
 
-async def _notify(callback: Callable[[str], Any] | None, title: str) -> None:
+async def _notify(callback: Callable[[str], object] | None, title: str) -> None:
     if callback is None:
         return
     try:
@@ -194,7 +194,7 @@ def prompt_to_stored(messages: Sequence[PromptMessage]) -> list[StoredMessage]:
     def flush() -> None:
         if group:
             parts = responses_to_parts(group)
-            stored.append(StoredMessage("", "", "", "assistant", {"parts": parts}))
+            stored.append(StoredMessage("", "", "", "assistant", {"format": 2, "parts": parts}))
             group.clear()
 
     for message in messages:
@@ -202,7 +202,7 @@ def prompt_to_stored(messages: Sequence[PromptMessage]) -> list[StoredMessage]:
             group.append(message)
         elif message["role"] == "user":
             flush()
-            stored.append(StoredMessage("", "", "", "user", {"parts": input_parts(message)}))
+            stored.append(StoredMessage("", "", "", "user", {"format": 2, "parts": input_parts(message)}))
     flush()
     return stored
 

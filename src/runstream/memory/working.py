@@ -17,15 +17,16 @@ for word, so prompts and chunks match a Mastra app's.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import partial
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NotRequired, Protocol, TypedDict
 
 import jsonschema
 from pydantic import BaseModel, SkipValidation
 
 from runstream._config_mapping import CONFIG, Flag, camel, read_dataclass
+from runstream._json import JsonInput, JsonMapping, JsonObject, JsonValue
 from runstream.errors import InvalidInputError, InvalidTypeError
 from runstream.tools import Tool, ToolContext
 
@@ -124,7 +125,7 @@ class WorkingMemory:
     def format(self) -> Literal["markdown", "json"]:
         return "json" if self.schema is not None else "markdown"
 
-    def json_schema(self) -> dict[str, Any] | None:
+    def json_schema(self) -> JsonMapping | None:
         """The schema as JSON Schema (a pydantic model's ``model_json_schema()``)."""
         if self.schema is None:
             return None
@@ -140,7 +141,7 @@ class WorkingMemory:
             return json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
         return (self.template or DEFAULT_TEMPLATE).strip()
 
-    def empty_document(self) -> dict[str, Any]:
+    def empty_document(self) -> JsonObject:
         """Mastra's ``generateEmptyFromSchema``: the schema's properties with empty values."""
         return empty_from_schema(self.json_schema() or {})
 
@@ -224,14 +225,15 @@ Notes:
 - The user will not see the working memory data directly"""
 
 
-def empty_from_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+def empty_from_schema(schema: JsonMapping) -> JsonObject:
     """Mastra's ``generateEmptyFromSchema``: each property's default, or an empty value of its
     type (nested objects recursively)."""
-    if schema.get("type") != "object" or not isinstance(schema.get("properties"), Mapping):
+    properties = schema.get("properties")
+    if schema.get("type") != "object" or not isinstance(properties, Mapping):
         return {}
-    empty: dict[str, Any] = {}
-    blanks: dict[str, Any] = {"string": "", "array": [], "number": 0, "integer": 0, "boolean": False}
-    for key, prop in schema["properties"].items():
+    empty: JsonObject = {}
+    blanks: JsonObject = {"string": "", "array": [], "number": 0, "integer": 0, "boolean": False}
+    for key, prop in properties.items():
         prop = prop if isinstance(prop, Mapping) else {}
         if "default" in prop:
             empty[key] = json.loads(json.dumps(prop["default"]))
@@ -245,10 +247,10 @@ def empty_from_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     return empty
 
 
-def merge_working_memory(existing: Any, update: Any) -> dict[str, Any]:
+def merge_working_memory(existing: object, update: object) -> JsonObject:
     """Mastra's ``deepMergeWorkingMemory``: objects merge recursively, ``None`` deletes a key,
     lists and scalars replace; the result never aliases ``update``."""
-    base = dict(existing) if isinstance(existing, Mapping) else {}
+    base: JsonObject = dict(existing) if isinstance(existing, Mapping) else {}
     if not isinstance(update, Mapping) or not update:
         return base
     for key, value in update.items():
@@ -265,7 +267,7 @@ def merge_working_memory(existing: Any, update: Any) -> dict[str, Any]:
     return base
 
 
-def strip_optional_nulls(value: Any, schema: Mapping[str, Any]) -> Any:
+def strip_optional_nulls(value: object, schema: JsonMapping) -> object:
     """Mastra's ``stripNullsFromOptional``: drop ``null`` values of properties the schema does
     not require (a model often pads an update with them), before validation."""
     if isinstance(value, list):
@@ -273,14 +275,18 @@ def strip_optional_nulls(value: Any, schema: Mapping[str, Any]) -> Any:
         return [strip_optional_nulls(v, items if isinstance(items, Mapping) else {}) for v in value]
     if isinstance(value, Mapping):
         found_properties, found_required = schema.get("properties"), schema.get("required")
-        properties: Mapping[str, Any] = found_properties if isinstance(found_properties, Mapping) else {}
-        required: list[Any] = found_required if isinstance(found_required, list) else []
+        properties: JsonMapping = found_properties if isinstance(found_properties, Mapping) else {}
+        required: Sequence[JsonInput] = found_required if isinstance(found_required, list) else []
         return {
-            key: strip_optional_nulls(item, properties.get(key) or {})
+            key: strip_optional_nulls(item, _mapping(properties.get(key)))
             for key, item in value.items()
             if not (item is None and key not in required)
         }
     return value
+
+
+def _mapping(value: JsonInput | None) -> JsonMapping:
+    return value if isinstance(value, Mapping) else {}
 
 
 class WorkingMemoryStore(Protocol):
@@ -288,13 +294,20 @@ class WorkingMemoryStore(Protocol):
 
     async def change_working_memory(
         self, thread_id: str | None, resource_id: str | None, change: Change
-    ) -> dict[str, Any]:
+    ) -> UpdateResult:
         """Read the stored text, call ``change`` with it and store the text it returns (if
         any), as one step for this thread or resource; returns ``change``'s result."""
         ...
 
 
-Change = Callable[[str | None], tuple[str | None, dict[str, Any]]]
+class UpdateResult(TypedDict):
+    """What the ``updateWorkingMemory`` tool returns to the model (Mastra's words)."""
+
+    success: bool
+    message: NotRequired[str]
+
+
+Change = Callable[[str | None], tuple[str | None, UpdateResult]]
 """Stored text -> (the text to store or ``None`` to keep it, the tool's result)."""
 
 
@@ -321,7 +334,7 @@ class WorkingMemoryTool(Tool):
         schema = config.json_schema()
         self._memory_schema = {k: v for k, v in (schema or {}).items() if k != "$schema"}
         if schema is None:
-            input_schema: dict[str, Any] = {
+            input_schema: Mapping[str, object] = {
                 "$schema": "http://json-schema.org/draft-07/schema#",
                 "type": "object",
                 "properties": {
@@ -354,7 +367,7 @@ class WorkingMemoryTool(Tool):
             args = {**args, "memory": strip_optional_nulls(args["memory"], self._memory_schema)}
         return super().validate_args(args)
 
-    async def _update(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    async def _update(self, args: Mapping[str, object], ctx: ToolContext) -> UpdateResult:
         thread_id, resource_id = ctx.thread_id, ctx.resource_id
         if self.config.scope == "thread" and not thread_id:
             raise InvalidInputError("Thread ID is required for thread-scoped working memory updates")
@@ -373,7 +386,7 @@ class WorkingMemoryTool(Tool):
         )
 
 
-def _merged(update: Any, existing: str | None) -> tuple[str | None, dict[str, Any]]:
+def _merged(update: object, existing: str | None) -> tuple[str | None, UpdateResult]:
     """Schema mode: the update merged into the stored JSON (unreadable JSON counts as none)."""
     try:
         current = json.loads(existing) if existing else None
@@ -383,7 +396,7 @@ def _merged(update: Any, existing: str | None) -> tuple[str | None, dict[str, An
     return json.dumps(merged, separators=(",", ":"), ensure_ascii=False), {"success": True}
 
 
-def _replaced(text: str, template: str, existing: str | None) -> tuple[str | None, dict[str, Any]]:
+def _replaced(text: str, template: str, existing: str | None) -> tuple[str | None, UpdateResult]:
     """Markdown mode: the new text, unless it is the bare template written over real data."""
     if existing and _blank(text) == _blank(template) != _blank(existing):
         return None, {"success": False, "message": _SKIPPED_TEMPLATE}
@@ -395,11 +408,12 @@ def _blank(text: str) -> str:
     return " ".join(text.split())
 
 
-def _parse_json_input(text: str) -> Any:
+def _parse_json_input(text: str) -> JsonValue:
     try:
-        return json.loads(text)
+        parsed: JsonValue = json.loads(text)
     except ValueError as exc:
         raw = text if len(text) <= 500 else text[:500] + "..."
         raise InvalidInputError(
             f"Failed to parse working memory input as JSON: {exc}. Raw input: {raw}"
         ) from None
+    return parsed

@@ -12,7 +12,7 @@ import json
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import NotRequired, TypedDict
+from typing import NotRequired, TypedDict, TypeGuard
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -27,7 +27,7 @@ from runstream.server.body import memory_call_options
 from runstream.server.context import ServerContext, has_memory, json_body, query_page
 from runstream.server.errors import ApiError
 from runstream.server.limits import MAX_WORKING_MEMORY, check_id, check_metadata, check_title
-from runstream.storage import MessageRole, NotFoundError, Page, Storage, StoredMessage, Thread
+from runstream.storage import MessageContent, MessageRole, NotFoundError, Page, Storage, StoredMessage, Thread
 
 MESSAGES_PER_PAGE = 40
 """Mastra's default page of a thread's messages (``GET /memory/threads/:id/messages``)."""
@@ -453,16 +453,23 @@ MAX_SAVED_MESSAGES = 100
 _SAVED_ROLES: dict[str, MessageRole] = {"user": "user", "assistant": "assistant", "system": "system"}
 
 
-def _saved_content(value: JsonValue, field: str) -> JsonObject:
+def _saved_content(value: JsonValue, field: str) -> MessageContent:
     """A saved message's content: Mastra's format 2 object, or text."""
     if isinstance(value, str):
         return {"format": 2, "parts": [{"type": "text", "text": value}], "content": value}
-    parts = value.get("parts") if isinstance(value, dict) and value.get("format") == 2 else None
-    if isinstance(value, dict) and isinstance(parts, list) and all(_typed(part) for part in parts):
+    if _is_format_2(value):
         return value
     raise ApiError(
         400, f"Invalid request body: '{field}' must be text or a format 2 content object with parts"
     )
+
+
+def _is_format_2(value: JsonValue) -> TypeGuard[MessageContent]:
+    """Mastra's format 2 object: ``format: 2`` and a list of typed parts (other keys are kept)."""
+    if not isinstance(value, dict) or value.get("format") != 2:
+        return False
+    parts = value.get("parts")
+    return isinstance(parts, list) and all(_typed(part) for part in parts)
 
 
 def _typed(part: JsonValue) -> bool:

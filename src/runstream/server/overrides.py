@@ -19,9 +19,9 @@ from runstream.agent import Agent
 from runstream.memory import MemoryScope
 from runstream.models.base import PromptMessage
 from runstream.models.prompt import ToolResultPart
-from runstream.storage import Storage, StoredMessage
+from runstream.storage import MessageContent, Storage, StoredMessage
 
-Originals = list[tuple[str, dict[str, Any]]]
+Originals = list[tuple[str, MessageContent]]
 """The stored messages :func:`absorb_tool_results` changed: (id, content before)."""
 
 
@@ -92,5 +92,5 @@ async def restore_messages(storage: Storage, originals: Originals) -> None:
         await storage.update_message(message_id, partial(_with_content, content=content))
 
 
-def _with_content(message: StoredMessage, content: dict[str, Any]) -> StoredMessage:
+def _with_content(message: StoredMessage, content: MessageContent) -> StoredMessage:
     return dataclasses.replace(message, content=content)

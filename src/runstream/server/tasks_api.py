@@ -75,7 +75,7 @@ def task_filter(request: Request, principal: Principal) -> TaskFilter:
 def task_json(task: TaskRecord) -> Mapping[str, object]:
     """A task as callers see it: a failed task's error as :func:`public_task_error` has it
     (a tool's own exception text and stack stay in the server's log)."""
-    wire = task.to_wire()
+    wire: dict[str, object] = dict(task.to_wire())
     if task.error is not None:
         wire["error"] = public_task_error(task.error, task.tool_name)
     return wire

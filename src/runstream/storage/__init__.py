@@ -6,7 +6,7 @@ extra; imported on first access, so this package imports without ``asyncpg``). A
 the :class:`Storage` protocol.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from runstream.storage.base import MessageMutator, Storage
 from runstream.storage.errors import (
@@ -20,6 +20,7 @@ from runstream.storage.errors import (
 from runstream.storage.memory import InMemoryStorage
 from runstream.storage.records import (
     DEFAULT_TASK_TIMEOUT_MS,
+    MessageContent,
     MessageRole,
     Page,
     Resource,
@@ -31,6 +32,7 @@ from runstream.storage.records import (
     TaskRecord,
     TaskStatus,
     TaskUpdate,
+    TaskWire,
     Thread,
     ThreadOrderField,
 )
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from runstream.storage.postgres import PostgresStorage
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "type[PostgresStorage]":
     if name == "PostgresStorage":
         from runstream.storage.postgres import PostgresStorage
 
@@ -52,6 +54,7 @@ __all__ = [
     "DEFAULT_TASK_TIMEOUT_MS",
     "InMemoryStorage",
     "InvalidArgumentError",
+    "MessageContent",
     "MessageMutator",
     "MessageRole",
     "NotFoundError",
@@ -71,6 +74,7 @@ __all__ = [
     "TaskRecord",
     "TaskStatus",
     "TaskUpdate",
+    "TaskWire",
     "Thread",
     "ThreadOrderField",
     "ThreadResourceMismatchError",

@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal, TypeVar, cast, get_args
+from typing import Literal, TypeVar, cast, get_args
 
-from runstream.storage._rows import MESSAGE_COLUMNS, Row, to_utc
+from runstream._json import JsonValue
+from runstream.storage._rows import MESSAGE_COLUMNS, to_utc
 from runstream.storage.errors import InvalidArgumentError
 from runstream.storage.records import (
     TASK_STATUSES,
@@ -111,7 +112,7 @@ def check_expected_metadata(expected: Mapping[str, str | None] | None) -> dict[s
     return dict(expected)
 
 
-def metadata_matches(metadata: Mapping[str, Any], expected: Mapping[str, str | None]) -> bool:
+def metadata_matches(metadata: Mapping[str, JsonValue], expected: Mapping[str, str | None]) -> bool:
     return all(metadata.get(key) == value for key, value in expected.items())
 
 
@@ -138,13 +139,13 @@ class SqlParams:
 
     def __init__(self, style: Literal["qmark", "numeric"]) -> None:
         self.style = style
-        self.values: list[Any] = []
+        self.values: list[object] = []
 
-    def add(self, value: Any) -> str:
+    def add(self, value: object) -> str:
         self.values.append(value)
         return "?" if self.style == "qmark" else f"${len(self.values)}"
 
-    def add_all(self, values: Sequence[Any]) -> str:
+    def add_all(self, values: Sequence[object]) -> str:
         """Comma-separated placeholders for ``values`` (for ``IN (...)``)."""
         return ", ".join(self.add(value) for value in values)
 
@@ -168,7 +169,9 @@ def task_where(task_filter: TaskFilter, params: SqlParams) -> str:
     return f" WHERE {' AND '.join(clauses)}" if clauses else ""
 
 
-def upsert_sql(table: str, row: Row, conflict_columns: Sequence[str], params: SqlParams) -> str:
+def upsert_sql(
+    table: str, row: Mapping[str, object], conflict_columns: Sequence[str], params: SqlParams
+) -> str:
     """``INSERT ... ON CONFLICT DO UPDATE`` replacing every non-key column of ``row``.
 
     An update keeps the existing row's identity (its ``seq``), so a re-saved record keeps its

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol, Unpack, runtime_checkable
+from typing import Protocol, Unpack, runtime_checkable
 
+from runstream._json import JsonMapping, JsonObject, JsonValue
 from runstream.storage.records import (
     Page,
     Resource,
@@ -74,7 +75,7 @@ class Storage(Protocol):
         ...
 
     async def update_thread(
-        self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
+        self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, JsonValue] | None = None
     ) -> Thread:
         """Set the title and/or shallow-merge ``metadata`` into the thread's metadata (Mastra's
         ``updateThread`` semantics); bumps ``updated_at``. Raises ``NotFoundError``."""
@@ -97,7 +98,7 @@ class Storage(Protocol):
         resource_id: str,
         *,
         working_memory: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
     ) -> Resource:
         """Create or update a resource record (Mastra's ``updateResource``): ``working_memory``
         replaces the stored one when given, ``metadata`` is shallow-merged; bumps ``updated_at``."""
@@ -215,9 +216,9 @@ class Storage(Protocol):
 
     # -- thread state ----------------------------------------------------------------------
 
-    async def get_thread_state(self, thread_id: str, key: str) -> dict[str, Any] | None: ...
+    async def get_thread_state(self, thread_id: str, key: str) -> JsonObject | None: ...
 
-    async def set_thread_state(self, thread_id: str, key: str, value: Mapping[str, Any]) -> None:
+    async def set_thread_state(self, thread_id: str, key: str, value: JsonMapping) -> None:
         """Replace the value under (thread, key). The thread need not exist; deleting the
         thread deletes its state."""
         ...
@@ -226,13 +227,11 @@ class Storage(Protocol):
 
     # -- snapshots -------------------------------------------------------------------------
 
-    async def save_snapshot(self, namespace: str, snapshot_id: str, data: Mapping[str, Any]) -> None: ...
+    async def save_snapshot(self, namespace: str, snapshot_id: str, data: JsonMapping) -> None: ...
 
-    async def load_snapshot(self, namespace: str, snapshot_id: str) -> dict[str, Any] | None: ...
+    async def load_snapshot(self, namespace: str, snapshot_id: str) -> JsonObject | None: ...
 
-    async def claim_snapshot(
-        self, namespace: str, snapshot_id: str, data: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    async def claim_snapshot(self, namespace: str, snapshot_id: str, data: JsonMapping) -> JsonObject:
         """Store ``data`` unless a snapshot with this id exists; return the stored one (``data``
         if this call created it). One atomic step, so of racing claims exactly one wins: the
         server records who owns a run this way."""

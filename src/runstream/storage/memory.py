@@ -8,10 +8,11 @@ Dict insertion order stands in for the SQL ``seq`` column (save order, kept on r
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Unpack
+from typing import TypeVar, Unpack
 
+from runstream._json import JsonMapping, JsonObject, JsonValue
 from runstream.storage._query import (
     check_expected_metadata,
     check_last,
@@ -27,7 +28,10 @@ from runstream.storage._query import (
     task_matches,
 )
 from runstream.storage._rows import (
-    Row,
+    MessageRow,
+    ResourceRow,
+    TaskRow,
+    ThreadRow,
     apply_task_update,
     check_task_update,
     decode_json,
@@ -65,29 +69,35 @@ from runstream.storage.records import (
     utc_now,
 )
 
+R = TypeVar("R", ThreadRow, MessageRow, TaskRow)
 
-def _ordered(rows: Iterable[Row], column: str, order: SortOrder) -> list[Row]:
-    """Sort by ``column``; ties in save order (reversed for ``desc``, like ``seq DESC``)."""
-    indexed = sorted(enumerate(rows), key=lambda pair: (pair[1][column], pair[0]), reverse=order == "desc")
+
+def _ordered(rows: Iterable[R], stamp: Callable[[R], datetime], order: SortOrder) -> list[R]:
+    """Sort by ``stamp``; ties in save order (reversed for ``desc``, like ``seq DESC``)."""
+    indexed = sorted(enumerate(rows), key=lambda pair: (stamp(pair[1]), pair[0]), reverse=order == "desc")
     return [row for _, row in indexed]
 
 
-def _slice(rows: list[Row], page: int, per_page: int | None) -> list[Row]:
+def _created(row: MessageRow | TaskRow) -> datetime:
+    return row["created_at"]
+
+
+def _slice(rows: list[R], page: int, per_page: int | None) -> list[R]:
     offset, limit = page_bounds(page, per_page)
     return rows[offset:] if limit is None else rows[offset : offset + limit]
 
 
 class InMemoryStorage:
     def __init__(self) -> None:
-        self._threads: dict[str, Row] = {}
-        self._messages: dict[str, Row] = {}
+        self._threads: dict[str, ThreadRow] = {}
+        self._messages: dict[str, MessageRow] = {}
         self._tool_calls: dict[tuple[str, str], str] = {}
         """(thread id, tool call id) -> the id of the message holding the call"""
-        self._tasks: dict[str, Row] = {}
+        self._tasks: dict[str, TaskRow] = {}
         # Decoded twins of the task rows, for filtering without decoding every row (never handed out).
         self._task_view: dict[str, TaskRecord] = {}
         self._thread_state: dict[tuple[str, str], str] = {}
-        self._resources: dict[str, Row] = {}
+        self._resources: dict[str, ResourceRow] = {}
         self._snapshots: dict[tuple[str, str], str] = {}
         self._closed = False
 
@@ -128,18 +138,19 @@ class InMemoryStorage:
         self._check_open()
         check_paging(page, per_page)
         rows = [row for row in self._threads.values() if row["resource_id"] == resource_id]
-        rows = _ordered(rows, check_thread_order_field(order_by), check_order(order))
+        column = check_thread_order_field(order_by)
+        rows = _ordered(rows, lambda row: row[column], check_order(order))
         items = [thread_from_row(row) for row in _slice(rows, page, per_page)]
         return make_page(items, len(rows), page, per_page)
 
     async def update_thread(
-        self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
+        self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, JsonValue] | None = None
     ) -> Thread:
         self._check_open()
         row = self._threads.get(thread_id)
         if row is None:
             raise NotFoundError("Thread", thread_id)
-        updated = dict(row, updated_at=utc_now())
+        updated: ThreadRow = {**row, "updated_at": utc_now()}
         if title is not None:
             updated["title"] = title
         if metadata is not None:
@@ -170,7 +181,7 @@ class InMemoryStorage:
         resource_id: str,
         *,
         working_memory: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
     ) -> Resource:
         self._check_open()
         row = self._resources.get(resource_id)
@@ -181,7 +192,7 @@ class InMemoryStorage:
 
     # -- messages --------------------------------------------------------------------------
 
-    def _owned_thread(self, thread_id: str, resource_id: str) -> Row:
+    def _owned_thread(self, thread_id: str, resource_id: str) -> ThreadRow:
         thread = self._threads.get(thread_id)
         if thread is None:
             raise NotFoundError("Thread", thread_id)
@@ -189,7 +200,7 @@ class InMemoryStorage:
             raise ThreadResourceMismatchError(thread_id, thread["resource_id"], resource_id)
         return thread
 
-    def _store_messages(self, rows: Sequence[Row]) -> None:
+    def _store_messages(self, rows: Sequence[MessageRow]) -> None:
         """Validate every row against its thread first, then write: all or nothing."""
         for row in rows:
             self._owned_thread(row["thread_id"], row["resource_id"])
@@ -199,7 +210,7 @@ class InMemoryStorage:
                 self._tool_calls[(row["thread_id"], call_id)] = row["id"]
         now = utc_now()
         for thread_id in {row["thread_id"] for row in rows}:
-            self._threads[thread_id] = dict(self._threads[thread_id], updated_at=now)
+            self._threads[thread_id] = {**self._threads[thread_id], "updated_at": now}
 
     async def save_messages(self, messages: Sequence[StoredMessage]) -> None:
         self._check_open()
@@ -218,9 +229,7 @@ class InMemoryStorage:
         check_last(last, page, per_page)
         if resource_id is not None:
             self._owned_thread(thread_id, resource_id)
-        rows = _ordered(
-            (m for m in self._messages.values() if m["thread_id"] == thread_id), "created_at", "asc"
-        )
+        rows = _ordered((m for m in self._messages.values() if m["thread_id"] == thread_id), _created, "asc")
         if last is not None:
             selected = rows[len(rows) - last :] if last else []
             return make_page([message_from_row(row) for row in selected], len(rows), 0, last)
@@ -234,7 +243,7 @@ class InMemoryStorage:
         self._check_open()
         wanted = set(message_ids)
         rows = (row for row in self._messages.values() if row["id"] in wanted)
-        return [message_from_row(row) for row in _ordered(rows, "created_at", "asc")]
+        return [message_from_row(row) for row in _ordered(rows, _created, "asc")]
 
     async def messages_around(
         self, message_ids: Collection[str], *, before: int = 0, after: int = 0
@@ -242,8 +251,8 @@ class InMemoryStorage:
         self._check_open()
         if before < 0 or after < 0:
             raise InvalidArgumentError("before and after must be >= 0")
-        chosen: dict[str, Row] = {}
-        threads: dict[str, list[Row]] = {}
+        chosen: dict[str, MessageRow] = {}
+        threads: dict[str, list[MessageRow]] = {}
         for message_id in message_ids:
             row = self._messages.get(message_id)
             if row is None:
@@ -251,7 +260,7 @@ class InMemoryStorage:
             thread = threads.get(row["thread_id"])
             if thread is None:
                 members = (m for m in self._messages.values() if m["thread_id"] == row["thread_id"])
-                thread = threads[row["thread_id"]] = _ordered(members, "created_at", "asc")
+                thread = threads[row["thread_id"]] = _ordered(members, _created, "asc")
             at = next(i for i, m in enumerate(thread) if m["id"] == message_id)
             chosen.update((m["id"], m) for m in thread[max(0, at - before) : at + after + 1])
         order = {message_id: i for i, message_id in enumerate(self._messages)}
@@ -297,10 +306,10 @@ class InMemoryStorage:
         row = self._tasks.get(task_id)
         return None if row is None else task_from_row(row)
 
-    def _matching_rows(self, task_filter: TaskFilter) -> list[Row]:
+    def _matching_rows(self, task_filter: TaskFilter) -> list[TaskRow]:
         check_task_filter(task_filter)
         rows = (self._tasks[i] for i, view in self._task_view.items() if task_matches(task_filter, view))
-        return _ordered(rows, "created_at", task_filter.order)
+        return _ordered(rows, _created, task_filter.order)
 
     async def list_tasks(self, task_filter: TaskFilter | None = None) -> Page[TaskRecord]:
         self._check_open()
@@ -364,12 +373,12 @@ class InMemoryStorage:
 
     # -- thread state ----------------------------------------------------------------------
 
-    async def get_thread_state(self, thread_id: str, key: str) -> dict[str, Any] | None:
+    async def get_thread_state(self, thread_id: str, key: str) -> JsonObject | None:
         self._check_open()
         value = self._thread_state.get((thread_id, key))
         return None if value is None else dict(decode_json(value))
 
-    async def set_thread_state(self, thread_id: str, key: str, value: Mapping[str, Any]) -> None:
+    async def set_thread_state(self, thread_id: str, key: str, value: JsonMapping) -> None:
         self._check_open()
         self._thread_state[(thread_id, key)] = encode_json_object(value, what=f"thread state {key!r}")
 
@@ -379,20 +388,18 @@ class InMemoryStorage:
 
     # -- snapshots -------------------------------------------------------------------------
 
-    async def save_snapshot(self, namespace: str, snapshot_id: str, data: Mapping[str, Any]) -> None:
+    async def save_snapshot(self, namespace: str, snapshot_id: str, data: JsonMapping) -> None:
         self._check_open()
         self._snapshots[(namespace, snapshot_id)] = encode_json_object(
             data, what=f"snapshot {namespace}/{snapshot_id}"
         )
 
-    async def load_snapshot(self, namespace: str, snapshot_id: str) -> dict[str, Any] | None:
+    async def load_snapshot(self, namespace: str, snapshot_id: str) -> JsonObject | None:
         self._check_open()
         data = self._snapshots.get((namespace, snapshot_id))
         return None if data is None else dict(decode_json(data))
 
-    async def claim_snapshot(
-        self, namespace: str, snapshot_id: str, data: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    async def claim_snapshot(self, namespace: str, snapshot_id: str, data: JsonMapping) -> JsonObject:
         self._check_open()
         encoded = encode_json_object(data, what=f"snapshot {namespace}/{snapshot_id}")
         return dict(decode_json(self._snapshots.setdefault((namespace, snapshot_id), encoded)))

@@ -27,6 +27,7 @@ from typing import Any, Unpack
 import asyncpg
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
+from runstream._json import JsonMapping, JsonObject, JsonValue
 from runstream.storage import _postgres_schema as _schema
 from runstream.storage._postgres_schema import Connection
 from runstream.storage._query import (
@@ -50,7 +51,8 @@ from runstream.storage._rows import (
     RESOURCE_COLUMNS,
     TASK_COLUMNS,
     THREAD_COLUMNS,
-    Row,
+    FetchedRow,
+    MessageRow,
     decode_json,
     encode_json_object,
     message_from_row,
@@ -135,11 +137,11 @@ def _retried_once(method: Any) -> Any:
     return call
 
 
-def _row(record: asyncpg.Record | None) -> Row | None:
+def _row(record: asyncpg.Record | None) -> FetchedRow | None:
     return None if record is None else dict(record.items())
 
 
-def _rows(records: Sequence[asyncpg.Record]) -> list[Row]:
+def _rows(records: Sequence[asyncpg.Record]) -> list[FetchedRow]:
     return [dict(record.items()) for record in records]
 
 
@@ -148,7 +150,9 @@ def _affected(status: str) -> int:
     return int(status.rsplit(" ", 1)[-1])
 
 
-def _upsert(table: str, row: Row, conflict_columns: Sequence[str] = ("id",)) -> tuple[str, list[Any]]:
+def _upsert(
+    table: str, row: Mapping[str, object], conflict_columns: Sequence[str] = ("id",)
+) -> tuple[str, list[object]]:
     params = SqlParams("numeric")
     return upsert_sql(table, row, conflict_columns, params), params.values
 
@@ -223,8 +227,12 @@ class PostgresStorage:
     @asynccontextmanager
     async def _transaction(self, *, read_only: bool) -> AsyncIterator[Connection]:
         async with self._connection() as conn:
-            options: dict[str, Any] = {"isolation": "repeatable_read", "readonly": True} if read_only else {}
-            async with conn.transaction(**options):
+            transaction = (
+                conn.transaction(isolation="repeatable_read", readonly=True)
+                if read_only
+                else conn.transaction()
+            )
+            async with transaction:
                 yield conn
 
     def _read(self) -> AbstractAsyncContextManager[Connection]:
@@ -233,11 +241,11 @@ class PostgresStorage:
     def _write(self) -> AbstractAsyncContextManager[Connection]:
         return self._transaction(read_only=False)
 
-    async def _fetchrow(self, sql: str, *args: Any) -> Row | None:
+    async def _fetchrow(self, sql: str, *args: object) -> FetchedRow | None:
         async with self._connection() as conn:
             return _row(await conn.fetchrow(sql, *args))
 
-    async def _execute(self, sql: str, *args: Any) -> int:
+    async def _execute(self, sql: str, *args: object) -> int:
         async with self._connection() as conn:
             return _affected(await conn.execute(sql, *args))
 
@@ -292,7 +300,7 @@ class PostgresStorage:
         return make_page([thread_from_row(row) for row in rows], total, page, per_page)
 
     async def update_thread(
-        self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
+        self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, JsonValue] | None = None
     ) -> Thread:
         async with self._write() as conn:
             row = _row(await conn.fetchrow(f"{self._thread_select} WHERE id = $1 FOR UPDATE", thread_id))
@@ -328,7 +336,7 @@ class PostgresStorage:
         resource_id: str,
         *,
         working_memory: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
     ) -> Resource:
         async with self._write() as conn:
             # Lock the row (or, for a first write, the id's advisory lock) so that concurrent
@@ -350,7 +358,7 @@ class PostgresStorage:
         if owner != resource_id:
             raise ThreadResourceMismatchError(thread_id, owner, resource_id)
 
-    async def _store_messages(self, conn: Connection, rows: Sequence[Row]) -> None:
+    async def _store_messages(self, conn: Connection, rows: Sequence[MessageRow]) -> None:
         """Lock the target threads (sorted), check their owners, upsert, bump ``updated_at``."""
         pairs = dict.fromkeys((row["thread_id"], row["resource_id"]) for row in rows)
         thread_ids = sorted({thread_id for thread_id, _ in pairs})
@@ -365,7 +373,7 @@ class PostgresStorage:
             if owners[thread_id] != resource_id:
                 raise ThreadResourceMismatchError(thread_id, owners[thread_id], resource_id)
         sql, _ = _upsert(self._messages, rows[0])
-        await conn.executemany(sql, [[row[column] for column in rows[0]] for row in rows])
+        await conn.executemany(sql, [list(row.values()) for row in rows])
         await conn.execute(
             f"DELETE FROM {self._tool_calls} WHERE message_id = ANY($1::text[])", [row["id"] for row in rows]
         )
@@ -427,7 +435,7 @@ class PostgresStorage:
     async def messages_around(
         self, message_ids: Collection[str], *, before: int = 0, after: int = 0
     ) -> list[StoredMessage]:
-        found: dict[str, Row] = {}
+        found: dict[str, FetchedRow] = {}
         columns = ", ".join(MESSAGE_COLUMNS)
         async with self._read() as conn:
             sql = f"SELECT {columns}, seq FROM {self._messages} WHERE id = ANY($1::text[])"
@@ -554,12 +562,12 @@ class PostgresStorage:
 
     # -- thread state ----------------------------------------------------------------------
 
-    async def get_thread_state(self, thread_id: str, key: str) -> dict[str, Any] | None:
+    async def get_thread_state(self, thread_id: str, key: str) -> JsonObject | None:
         sql = f"SELECT value FROM {self._state} WHERE thread_id = $1 AND state_key = $2"
         row = await self._fetchrow(sql, thread_id, key)
         return None if row is None else dict(decode_json(row["value"]))
 
-    async def set_thread_state(self, thread_id: str, key: str, value: Mapping[str, Any]) -> None:
+    async def set_thread_state(self, thread_id: str, key: str, value: JsonMapping) -> None:
         row = {
             "thread_id": thread_id,
             "state_key": key,
@@ -575,7 +583,7 @@ class PostgresStorage:
 
     # -- snapshots -------------------------------------------------------------------------
 
-    async def save_snapshot(self, namespace: str, snapshot_id: str, data: Mapping[str, Any]) -> None:
+    async def save_snapshot(self, namespace: str, snapshot_id: str, data: JsonMapping) -> None:
         row = {
             "namespace": namespace,
             "id": snapshot_id,
@@ -585,14 +593,12 @@ class PostgresStorage:
         sql, values = _upsert(self._snapshots, row, ("namespace", "id"))
         await self._execute(sql, *values)
 
-    async def load_snapshot(self, namespace: str, snapshot_id: str) -> dict[str, Any] | None:
+    async def load_snapshot(self, namespace: str, snapshot_id: str) -> JsonObject | None:
         sql = f"SELECT data FROM {self._snapshots} WHERE namespace = $1 AND id = $2"
         row = await self._fetchrow(sql, namespace, snapshot_id)
         return None if row is None else dict(decode_json(row["data"]))
 
-    async def claim_snapshot(
-        self, namespace: str, snapshot_id: str, data: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    async def claim_snapshot(self, namespace: str, snapshot_id: str, data: JsonMapping) -> JsonObject:
         encoded = encode_json_object(data, what=f"snapshot {namespace}/{snapshot_id}")
         insert = (
             f"INSERT INTO {self._snapshots} (namespace, id, data, updated_at) VALUES ($1, $2, $3, $4) "

@@ -11,9 +11,10 @@ import copy
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Generic, Literal, TypedDict, TypeVar
+from typing import Any, Generic, Literal, NotRequired, TypedDict, TypeVar
 
 from runstream._clock import iso_datetime
+from runstream._json import JsonObject
 
 MessageRole = Literal["user", "assistant", "system", "tool"]
 MESSAGE_ROLES: frozenset[str] = frozenset({"user", "assistant", "system", "tool"})
@@ -44,7 +45,7 @@ class Thread:
     id: str
     resource_id: str
     title: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: JsonObject = field(default_factory=dict)
     created_at: datetime = field(default_factory=utc_now)
     updated_at: datetime = field(default_factory=utc_now)
 
@@ -56,24 +57,33 @@ class Resource:
 
     id: str
     working_memory: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: JsonObject = field(default_factory=dict)
     created_at: datetime = field(default_factory=utc_now)
     updated_at: datetime = field(default_factory=utc_now)
 
 
+class MessageContent(TypedDict):
+    """A stored message's content, Mastra's DB format 2: its parts (``text``, ``reasoning``,
+    ``tool-invocation``, ``step-start``, ``file``, ``source``: see :mod:`runstream._messages`),
+    the plain text of an input message, and the message's metadata (background-task links).
+    Storage keeps it as one JSON document; a client's saved message may carry more keys. The
+    parts' and metadata's own shapes are :mod:`runstream._messages`' to type."""
+
+    format: Literal[2]
+    parts: list[dict[str, Any]]
+    content: NotRequired[str]
+    metadata: NotRequired[dict[str, Any]]
+
+
 @dataclass(slots=True)
 class StoredMessage:
-    """One message in Mastra's DB format 2.
-
-    ``content`` is the ``{"format": 2, "parts": [...], "content"?: str, "metadata"?: {...}}``
-    dict; storage treats it as an opaque JSON document.
-    """
+    """One message in Mastra's DB format 2 (see :class:`MessageContent`)."""
 
     id: str
     thread_id: str
     resource_id: str
     role: MessageRole
-    content: dict[str, Any]
+    content: MessageContent
     created_at: datetime = field(default_factory=utc_now)
     type: str = "text"
 
@@ -87,19 +97,46 @@ class TaskError(TypedDict, total=False):
     name: str
 
 
+class TaskWire(TypedDict):
+    """A task record as Mastra's ``BackgroundTask`` JSON (:meth:`TaskRecord.to_wire`)."""
+
+    id: str
+    status: TaskStatus
+    toolName: str
+    toolCallId: str
+    args: JsonObject
+    agentId: str
+    runId: str
+    createdAt: str
+    retryCount: int
+    maxRetries: int
+    timeoutMs: int
+    threadId: NotRequired[str]
+    resourceId: NotRequired[str]
+    result: NotRequired[Any]
+    error: NotRequired[TaskError]
+    startedAt: NotRequired[str]
+    suspendedAt: NotRequired[str]
+    completedAt: NotRequired[str]
+    suspendPayload: NotRequired[Any]
+    resumeData: NotRequired[Any]
+    metadata: NotRequired[JsonObject]
+
+
 @dataclass(slots=True)
 class TaskRecord:
     """A background-task record with Mastra's ``BackgroundTask`` fields.
 
     ``resume_data`` and ``metadata`` are runstream additions: the data passed to a resume, and a
-    free dict for the manager's own bookkeeping.
+    free dict for the manager's own bookkeeping. ``result``, ``suspend_payload`` and
+    ``resume_data`` are the tool's own values (stored as JSON).
     """
 
     id: str
     status: TaskStatus
     tool_name: str
     tool_call_id: str
-    args: dict[str, Any]
+    args: JsonObject
     agent_id: str
     run_id: str
     thread_id: str | None = None
@@ -115,15 +152,15 @@ class TaskRecord:
     timeout_ms: int = DEFAULT_TASK_TIMEOUT_MS
     suspend_payload: Any = None
     resume_data: Any = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: JsonObject = field(default_factory=dict)
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> TaskWire:
         """Mastra's camelCase JSON shape; optional fields that are ``None`` (or empty) are omitted.
 
         Dates are ISO 8601 UTC strings with milliseconds and a ``Z`` suffix, as JavaScript's
         ``Date.prototype.toJSON`` writes them.
         """
-        wire: dict[str, Any] = {
+        wire: TaskWire = {
             "id": self.id,
             "status": self.status,
             "toolName": self.tool_name,
@@ -136,19 +173,26 @@ class TaskRecord:
             "maxRetries": self.max_retries,
             "timeoutMs": self.timeout_ms,
         }
-        optional: dict[str, Any] = {
-            "threadId": self.thread_id,
-            "resourceId": self.resource_id,
-            "result": copy.deepcopy(self.result),
-            "error": copy.deepcopy(self.error),
-            "startedAt": iso_datetime(self.started_at) if self.started_at else None,
-            "suspendedAt": iso_datetime(self.suspended_at) if self.suspended_at else None,
-            "completedAt": iso_datetime(self.completed_at) if self.completed_at else None,
-            "suspendPayload": copy.deepcopy(self.suspend_payload),
-            "resumeData": copy.deepcopy(self.resume_data),
-            "metadata": copy.deepcopy(self.metadata) or None,
-        }
-        wire.update({key: value for key, value in optional.items() if value is not None})
+        if self.thread_id is not None:
+            wire["threadId"] = self.thread_id
+        if self.resource_id is not None:
+            wire["resourceId"] = self.resource_id
+        if self.result is not None:
+            wire["result"] = copy.deepcopy(self.result)
+        if self.error is not None:
+            wire["error"] = copy.deepcopy(self.error)
+        if self.started_at:
+            wire["startedAt"] = iso_datetime(self.started_at)
+        if self.suspended_at:
+            wire["suspendedAt"] = iso_datetime(self.suspended_at)
+        if self.completed_at:
+            wire["completedAt"] = iso_datetime(self.completed_at)
+        if self.suspend_payload is not None:
+            wire["suspendPayload"] = copy.deepcopy(self.suspend_payload)
+        if self.resume_data is not None:
+            wire["resumeData"] = copy.deepcopy(self.resume_data)
+        if self.metadata:
+            wire["metadata"] = copy.deepcopy(self.metadata)
         return wire
 
 
@@ -158,7 +202,7 @@ class TaskUpdate(TypedDict, total=False):
     status: TaskStatus
     tool_name: str
     tool_call_id: str
-    args: dict[str, Any]
+    args: JsonObject
     agent_id: str
     run_id: str
     thread_id: str | None
@@ -174,7 +218,7 @@ class TaskUpdate(TypedDict, total=False):
     timeout_ms: int
     suspend_payload: Any
     resume_data: Any
-    metadata: dict[str, Any]
+    metadata: JsonObject
 
 
 @dataclass(slots=True, frozen=True)

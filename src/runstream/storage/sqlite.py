@@ -25,6 +25,7 @@ from typing import Any, Unpack
 
 import aiosqlite
 
+from runstream._json import JsonMapping, JsonObject, JsonValue
 from runstream.storage import _sqlite_driver as _driver
 from runstream.storage import _sqlite_schema as schema
 from runstream.storage._query import (
@@ -48,7 +49,8 @@ from runstream.storage._rows import (
     RESOURCE_COLUMNS,
     TASK_COLUMNS,
     THREAD_COLUMNS,
-    Row,
+    FetchedRow,
+    MessageRow,
     datetime_to_text,
     decode_json,
     encode_json,
@@ -99,7 +101,7 @@ _CLAIM_ATTEMPTS = 3
 """Binds a whole id list as one JSON array, so no list outgrows SQLite's variable limit."""
 
 
-def _bind(value: Any) -> Any:
+def _bind(value: object) -> object:
     return datetime_to_text(value) if isinstance(value, datetime) else value
 
 
@@ -148,24 +150,26 @@ class _Tx:
     def __init__(self, db: aiosqlite.Connection) -> None:
         self._db = db
 
-    async def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+    async def run(self, sql: str, params: Sequence[object] = ()) -> int:
         async with self._db.execute(sql, [_bind(p) for p in params]) as cursor:
             return cursor.rowcount
 
-    async def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+    async def rows(self, sql: str, params: Sequence[object] = ()) -> list[FetchedRow]:
         async with self._db.execute(sql, [_bind(p) for p in params]) as cursor:
             names = [column[0] for column in cursor.description]
             return [dict(zip(names, values, strict=True)) for values in await cursor.fetchall()]
 
-    async def row(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+    async def row(self, sql: str, params: Sequence[object] = ()) -> FetchedRow | None:
         found = await self.rows(sql, params)
         return found[0] if found else None
 
-    async def count(self, sql: str, params: Sequence[Any] = ()) -> int:
+    async def count(self, sql: str, params: Sequence[object] = ()) -> int:
         found = await self.row(sql, params)
         return int(next(iter(found.values()))) if found else 0
 
-    async def upsert(self, table: str, row: Row, conflict_columns: Sequence[str] = ("id",)) -> None:
+    async def upsert(
+        self, table: str, row: Mapping[str, object], conflict_columns: Sequence[str] = ("id",)
+    ) -> None:
         params = SqlParams("qmark")
         await self.run(upsert_sql(table, row, conflict_columns, params), params.values)
 
@@ -306,7 +310,7 @@ class SqliteStorage:
         return make_page([thread_from_row(row) for row in rows], total, page, per_page)
 
     async def update_thread(
-        self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
+        self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, JsonValue] | None = None
     ) -> Thread:
         async with self._write() as tx:
             row = await tx.row(f"{_THREAD_SELECT} WHERE id = ?", [thread_id])
@@ -341,7 +345,7 @@ class SqliteStorage:
         resource_id: str,
         *,
         working_memory: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
     ) -> Resource:
         async with self._write() as tx:
             row = await tx.row(f"{_RESOURCE_SELECT} WHERE id = ?", [resource_id])
@@ -360,7 +364,7 @@ class SqliteStorage:
         if thread["resource_id"] != resource_id:
             raise ThreadResourceMismatchError(thread_id, thread["resource_id"], resource_id)
 
-    async def _store_messages(self, tx: _Tx, rows: Sequence[Row]) -> None:
+    async def _store_messages(self, tx: _Tx, rows: Sequence[MessageRow]) -> None:
         for thread_id, resource_id in dict.fromkeys((r["thread_id"], r["resource_id"]) for r in rows):
             await self._check_owner(tx, thread_id, resource_id)
         for row in rows:
@@ -426,7 +430,7 @@ class SqliteStorage:
     async def messages_around(
         self, message_ids: Collection[str], *, before: int = 0, after: int = 0
     ) -> list[StoredMessage]:
-        found: dict[str, Row] = {}
+        found: dict[str, FetchedRow] = {}
         async with self._read() as tx:
             for row in await tx.rows(
                 f"SELECT {', '.join(MESSAGE_COLUMNS)}, seq FROM messages WHERE id IN {_IDS_PARAM}",
@@ -551,14 +555,14 @@ class SqliteStorage:
 
     # -- thread state ----------------------------------------------------------------------
 
-    async def get_thread_state(self, thread_id: str, key: str) -> dict[str, Any] | None:
+    async def get_thread_state(self, thread_id: str, key: str) -> JsonObject | None:
         async with self._read() as tx:
             row = await tx.row(
                 "SELECT value FROM thread_state WHERE thread_id = ? AND state_key = ?", [thread_id, key]
             )
         return None if row is None else dict(decode_json(row["value"]))
 
-    async def set_thread_state(self, thread_id: str, key: str, value: Mapping[str, Any]) -> None:
+    async def set_thread_state(self, thread_id: str, key: str, value: JsonMapping) -> None:
         row = {
             "thread_id": thread_id,
             "state_key": key,
@@ -575,7 +579,7 @@ class SqliteStorage:
 
     # -- snapshots -------------------------------------------------------------------------
 
-    async def save_snapshot(self, namespace: str, snapshot_id: str, data: Mapping[str, Any]) -> None:
+    async def save_snapshot(self, namespace: str, snapshot_id: str, data: JsonMapping) -> None:
         row = {
             "namespace": namespace,
             "id": snapshot_id,
@@ -585,16 +589,14 @@ class SqliteStorage:
         async with self._write() as tx:
             await tx.upsert("snapshots", row, ("namespace", "id"))
 
-    async def load_snapshot(self, namespace: str, snapshot_id: str) -> dict[str, Any] | None:
+    async def load_snapshot(self, namespace: str, snapshot_id: str) -> JsonObject | None:
         async with self._read() as tx:
             row = await tx.row(
                 "SELECT data FROM snapshots WHERE namespace = ? AND id = ?", [namespace, snapshot_id]
             )
         return None if row is None else dict(decode_json(row["data"]))
 
-    async def claim_snapshot(
-        self, namespace: str, snapshot_id: str, data: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    async def claim_snapshot(self, namespace: str, snapshot_id: str, data: JsonMapping) -> JsonObject:
         encoded = encode_json_object(data, what=f"snapshot {namespace}/{snapshot_id}")
         # Statements in autocommit, as update_task's: a new claim is one round trip to the
         # connection's thread, not a transaction of three (every new run claims its id, and

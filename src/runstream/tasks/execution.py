@@ -113,6 +113,7 @@ async def run_attempt(
             last_output = now
         publish(record, output_chunk(record, chunk))
 
+    suspended_run = record.metadata.get(SUSPENDED_RUN_KEY) if record.resume_data is not None else None
     ctx = ToolContext(
         tool_call_id=record.tool_call_id,
         tool_name=record.tool_name,
@@ -126,9 +127,7 @@ async def run_attempt(
         resource_id=record.resource_id,
         is_background_task=True,
         attempt=record.retry_count + 1,
-        suspended_tool_run_id=record.metadata.get(SUSPENDED_RUN_KEY)
-        if record.resume_data is not None
-        else None,
+        suspended_tool_run_id=suspended_run if isinstance(suspended_run, str) else None,
     )
     disposition = request.disposition if request is not None else "deferred"
     ctx.background = BackgroundTaskAdoption(record.id, disposition, ex.controller.signal)

@@ -18,12 +18,14 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, get_args, runtime_checkable
+from typing import Literal, NotRequired, Protocol, TypedDict, get_args, runtime_checkable
 
+from runstream._json import JsonMapping, JsonObject
 from runstream.errors import InvalidInputError, InvalidTypeError, NotFoundError, StateConflictError
 from runstream.vector.filter import Node, parse_filter
 
 Metric = Literal["cosine", "euclidean", "dotproduct"]
+_METRICS: tuple[Metric, ...] = get_args(Metric)
 MAX_DIMENSION = 4096
 """The largest vector a store accepts (OpenAI's largest model has 3072 dimensions)."""
 MAX_TOP_K = 1000
@@ -47,6 +49,19 @@ class VectorDimensionError(InvalidInputError):
     """A vector whose length is not the index's dimension."""
 
 
+class IndexStatsJson(TypedDict):
+    dimension: int
+    count: int
+    metric: Metric
+
+
+class QueryResultJson(TypedDict):
+    id: str
+    score: float
+    metadata: JsonObject
+    vector: NotRequired[list[float]]
+
+
 @dataclass(frozen=True, slots=True)
 class IndexStats:
     """Mastra's ``describeIndex`` answer: ``{dimension, count, metric}``."""
@@ -55,7 +70,7 @@ class IndexStats:
     count: int
     metric: Metric
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> IndexStatsJson:
         return {"dimension": self.dimension, "count": self.count, "metric": self.metric}
 
 
@@ -65,11 +80,11 @@ class QueryResult:
 
     id: str
     score: float
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: JsonObject = field(default_factory=dict)
     vector: list[float] | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"id": self.id, "score": self.score, "metadata": self.metadata}
+    def to_json(self) -> QueryResultJson:
+        data: QueryResultJson = {"id": self.id, "score": self.score, "metadata": self.metadata}
         if self.vector is not None:
             data["vector"] = self.vector
         return data
@@ -97,7 +112,7 @@ class IndexConfig:
     filter_keys: tuple[str, ...] = ()
 
     @classmethod
-    def coerce(cls, value: IndexConfig | Mapping[str, Any] | None) -> IndexConfig:
+    def coerce(cls, value: IndexConfig | Mapping[str, object] | None) -> IndexConfig:
         if value is None:
             return cls()
         if isinstance(value, IndexConfig):
@@ -107,21 +122,29 @@ class IndexConfig:
         kind = value.get("type", "hnsw")
         if kind not in ("hnsw", "ivfflat", "flat"):
             raise InvalidInputError(f"index type must be 'hnsw', 'ivfflat' or 'flat', got {kind!r}")
-        hnsw = value.get("hnsw") or {}
-        ivf = value.get("ivf") or {}
-        numbers: dict[str, Any] = {
-            "m": hnsw.get("m", value.get("m", 16)),
-            "ef_construction": hnsw.get("efConstruction", value.get("ef_construction", 64)),
-            "lists": ivf.get("lists", value.get("lists", 100)),
-        }
-        for name, number in numbers.items():
-            if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 10_000:
-                raise InvalidInputError(f"index_config {name} must be an integer from 1 to 10000")
+        hnsw, ivf = _section(value, "hnsw"), _section(value, "ivf")
+        m = _setting("m", hnsw.get("m", value.get("m", 16)))
+        ef_construction = _setting(
+            "ef_construction", hnsw.get("efConstruction", value.get("ef_construction", 64))
+        )
+        lists = _setting("lists", ivf.get("lists", value.get("lists", 100)))
         keys = _filter_keys(value.get("filterKeys", value.get("filter_keys", ())))
-        return cls(kind, int(numbers["m"]), int(numbers["ef_construction"]), int(numbers["lists"]), keys)
+        return cls(kind, m, ef_construction, lists, keys)
 
 
-def _filter_keys(value: Any) -> tuple[str, ...]:
+def _section(value: Mapping[str, object], name: str) -> Mapping[str, object]:
+    """Mastra's nested ``hnsw``/``ivf`` settings (absent: none)."""
+    found = value.get(name)
+    return found if isinstance(found, Mapping) else {}
+
+
+def _setting(name: str, number: object) -> int:
+    if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 10_000:
+        raise InvalidInputError(f"index_config {name} must be an integer from 1 to 10000")
+    return number
+
+
+def _filter_keys(value: object) -> tuple[str, ...]:
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
         raise InvalidTypeError("index_config filter_keys must be a list of metadata field names")
     keys = tuple(dict.fromkeys(value))
@@ -143,7 +166,7 @@ class VectorStore(Protocol):
         dimension: int,
         metric: Metric = "cosine",
         *,
-        index_config: IndexConfig | Mapping[str, Any] | None = None,
+        index_config: IndexConfig | Mapping[str, object] | None = None,
     ) -> None:
         """Create the index; the same name again with the same dimension and metric is a no-op,
         with another raises :class:`VectorIndexExistsError`."""
@@ -153,7 +176,7 @@ class VectorStore(Protocol):
         self,
         index: str,
         vectors: Sequence[Sequence[float]],
-        metadata: Sequence[Mapping[str, Any]] | None = None,
+        metadata: Sequence[JsonMapping] | None = None,
         ids: Sequence[str] | None = None,
     ) -> list[str]:
         """Insert or replace vectors (ids generated when not given); returns the ids."""
@@ -164,7 +187,7 @@ class VectorStore(Protocol):
         index: str,
         vector: Sequence[float],
         top_k: int = 10,
-        filter: Mapping[str, Any] | None = None,
+        filter: JsonMapping | None = None,
         include_vector: bool = False,
         min_score: float | None = None,
     ) -> list[QueryResult]:
@@ -181,7 +204,7 @@ class VectorStore(Protocol):
         vector_id: str,
         *,
         vector: Sequence[float] | None = None,
-        metadata: Mapping[str, Any] | None = None,
+        metadata: JsonMapping | None = None,
     ) -> None:
         """Replace a vector and/or its metadata. Raises :class:`VectorNotFoundError`."""
         ...
@@ -194,7 +217,7 @@ class VectorStore(Protocol):
         self,
         index: str,
         ids: Sequence[str] | None = None,
-        filter: Mapping[str, Any] | None = None,
+        filter: JsonMapping | None = None,
     ) -> int:
         """Delete by ids or by metadata filter (exactly one of them); returns how many went."""
         ...
@@ -209,7 +232,7 @@ class VectorStore(Protocol):
 # -- checks every backend shares -------------------------------------------------------------------
 
 
-def check_name(name: Any) -> str:
+def check_name(name: object) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidInputError(
             f"invalid index name {name!r}: letters, digits and underscores, starting with a letter "
@@ -218,25 +241,26 @@ def check_name(name: Any) -> str:
     return name
 
 
-def check_metric(metric: Any) -> Metric:
-    if metric not in get_args(Metric):
-        raise InvalidInputError(f"metric must be 'cosine', 'euclidean' or 'dotproduct', got {metric!r}")
-    return metric  # type: ignore[no-any-return]
+def check_metric(metric: object) -> Metric:
+    for known in _METRICS:
+        if metric == known:
+            return known
+    raise InvalidInputError(f"metric must be 'cosine', 'euclidean' or 'dotproduct', got {metric!r}")
 
 
-def check_dimension(dimension: Any) -> int:
+def check_dimension(dimension: object) -> int:
     if isinstance(dimension, bool) or not isinstance(dimension, int) or not 1 <= dimension <= MAX_DIMENSION:
         raise InvalidInputError(f"dimension must be an integer from 1 to {MAX_DIMENSION}, got {dimension!r}")
     return dimension
 
 
-def check_top_k(top_k: Any) -> int:
+def check_top_k(top_k: object) -> int:
     if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_TOP_K:
         raise InvalidInputError(f"topK must be an integer from 1 to {MAX_TOP_K}, got {top_k!r}")
     return top_k
 
 
-def check_vector(vector: Any, dimension: int) -> list[float]:
+def check_vector(vector: object, dimension: int) -> list[float]:
     if isinstance(vector, str | bytes) or not isinstance(vector, Sequence):
         raise InvalidTypeError("a vector must be a list of numbers")
     if len(vector) != dimension:
@@ -249,7 +273,7 @@ def check_vector(vector: Any, dimension: int) -> list[float]:
     return out
 
 
-def check_metadata(value: Any) -> dict[str, Any]:
+def check_metadata(value: object) -> JsonObject:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -295,10 +319,10 @@ def check_delete(ids: Sequence[str] | None, filter: Mapping[str, object] | None)
 
 def prepare_upsert(
     vectors: Sequence[Sequence[float]],
-    metadata: Sequence[Mapping[str, Any]] | None,
+    metadata: Sequence[JsonMapping] | None,
     ids: Sequence[str] | None,
     dimension: int,
-) -> list[tuple[str, list[float], dict[str, Any]]]:
+) -> list[tuple[str, list[float], JsonObject]]:
     """Checked ``(id, vector, metadata)`` rows (Mastra's ``validateUpsertInput``); a later row
     with the same id wins."""
     if isinstance(vectors, str | bytes) or not isinstance(vectors, Sequence):
@@ -309,7 +333,7 @@ def prepare_upsert(
         raise InvalidInputError("metadata must have one entry per vector")
     if ids is not None and len(ids) != len(vectors):
         raise InvalidInputError("ids must have one entry per vector")
-    rows: dict[str, tuple[str, list[float], dict[str, Any]]] = {}
+    rows: dict[str, tuple[str, list[float], JsonObject]] = {}
     for i, vector in enumerate(vectors):
         vector_id = ids[i] if ids is not None else str(uuid.uuid4())
         if not isinstance(vector_id, str) or not vector_id or len(vector_id) > 512:
@@ -335,8 +359,10 @@ __all__ = [
     "MAX_UPSERT_BATCH",
     "IndexConfig",
     "IndexStats",
+    "IndexStatsJson",
     "Metric",
     "QueryResult",
+    "QueryResultJson",
     "VectorDimensionError",
     "VectorIndexExistsError",
     "VectorIndexNotFoundError",

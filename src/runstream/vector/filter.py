@@ -101,7 +101,7 @@ _COMPARISON: dict[str, ComparisonOp] = {
 _KNOWN = set(_COMPARISON) | set(_LOGICAL) | {"$elemMatch"}
 
 
-def parse_filter(value: Mapping[str, Any] | None) -> Node | None:
+def parse_filter(value: Mapping[str, object] | None) -> Node | None:
     """The filter as a tree, or ``None`` for no filter (``None`` or ``{}``)."""
     if value is None:
         return None

@@ -22,11 +22,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
 
 import asyncpg
 import orjson
 
+from runstream._json import JsonMapping, JsonObject
 from runstream.errors import InvalidInputError, InvalidTypeError
 from runstream.storage._postgres_schema import Connection, quote_ident
 from runstream.storage._query import SqlParams
@@ -67,7 +67,7 @@ def _parse_vector(text: str) -> list[float]:
     return [float(x) for x in text.strip("[]").split(",")] if text.strip("[]") else []
 
 
-def _json(metadata: dict[str, Any]) -> str:
+def _json(metadata: JsonObject) -> str:
     try:
         return orjson.dumps(metadata).decode()
     except TypeError as exc:
@@ -156,7 +156,7 @@ class PgVector:
         dimension: int,
         metric: Metric = "cosine",
         *,
-        index_config: IndexConfig | Mapping[str, Any] | None = None,
+        index_config: IndexConfig | Mapping[str, object] | None = None,
     ) -> None:
         config = check_new_index(name, dimension, metric, index_config)
         if config.type != "flat" and dimension > _HNSW_MAX_DIMENSION:
@@ -220,7 +220,7 @@ class PgVector:
         self,
         index: str,
         vectors: Sequence[Sequence[float]],
-        metadata: Sequence[Mapping[str, Any]] | None = None,
+        metadata: Sequence[JsonMapping] | None = None,
         ids: Sequence[str] | None = None,
     ) -> list[str]:
         async with self._connection(transaction=True) as conn:
@@ -238,7 +238,7 @@ class PgVector:
         index: str,
         vector: Sequence[float],
         top_k: int = 10,
-        filter: Mapping[str, Any] | None = None,
+        filter: JsonMapping | None = None,
         include_vector: bool = False,
         min_score: float | None = None,
     ) -> list[QueryResult]:
@@ -282,7 +282,7 @@ class PgVector:
         vector_id: str,
         *,
         vector: Sequence[float] | None = None,
-        metadata: Mapping[str, Any] | None = None,
+        metadata: JsonMapping | None = None,
     ) -> None:
         check_update(vector, metadata)
         async with self._connection() as conn:
@@ -307,7 +307,7 @@ class PgVector:
         self,
         index: str,
         ids: Sequence[str] | None = None,
-        filter: Mapping[str, Any] | None = None,
+        filter: JsonMapping | None = None,
     ) -> int:
         node = check_delete(ids, filter)
         async with self._connection() as conn:

@@ -35,6 +35,7 @@ import aiosqlite
 import orjson
 import sqlite_vec  # type: ignore[import-untyped]
 
+from runstream._json import JsonMapping, JsonObject
 from runstream.storage import _sqlite_driver as _driver
 from runstream.storage.errors import StorageClosedError, StorageError
 from runstream.storage.sqlite import SqliteStorage
@@ -97,7 +98,7 @@ def _norm2(vector: list[float]) -> float:
     return sum(x * x for x in vector)
 
 
-def _encode(metadata: dict[str, Any]) -> str:
+def _encode(metadata: JsonObject) -> str:
     try:
         return orjson.dumps(metadata, option=orjson.OPT_SORT_KEYS).decode()
     except TypeError as exc:
@@ -204,7 +205,7 @@ class SqliteVector:
         dimension: int,
         metric: Metric = "cosine",
         *,
-        index_config: IndexConfig | Mapping[str, Any] | None = None,
+        index_config: IndexConfig | Mapping[str, object] | None = None,
     ) -> None:
         keys = check_new_index(name, dimension, metric, index_config).filter_keys
         async with self._session(write=True) as db:
@@ -274,7 +275,7 @@ class SqliteVector:
         self,
         index: str,
         vectors: Sequence[Sequence[float]],
-        metadata: Sequence[Mapping[str, Any]] | None = None,
+        metadata: Sequence[JsonMapping] | None = None,
         ids: Sequence[str] | None = None,
     ) -> list[str]:
         async with self._session(write=True) as db:
@@ -326,7 +327,7 @@ class SqliteVector:
         index: str,
         vector: Sequence[float],
         top_k: int = 10,
-        filter: Mapping[str, Any] | None = None,
+        filter: JsonMapping | None = None,
         include_vector: bool = False,
         min_score: float | None = None,
     ) -> list[QueryResult]:
@@ -357,7 +358,7 @@ class SqliteVector:
         top_k: int,
         node: Node | None,
         include_vector: bool,
-    ) -> list[tuple[Any, dict[str, object]]] | None:
+    ) -> list[tuple[Any, JsonObject]] | None:
         """The answer from the ``vec0`` table, or ``None`` when the filter cannot be pushed
         there (or a hash collision let a wrong row in): then the exact scan answers."""
         wanted = keyed.pushable(node, info.keys) if info.keys else None
@@ -381,7 +382,7 @@ class SqliteVector:
         top_k: int,
         node: Node | None,
         include_vector: bool,
-    ) -> list[tuple[Any, dict[str, object]]]:
+    ) -> list[tuple[Any, JsonObject]]:
         """Every row passing the filter, compared exactly."""
         params = SqliteParams()
         blob = _blob(query)
@@ -408,7 +409,7 @@ class SqliteVector:
         vector_id: str,
         *,
         vector: Sequence[float] | None = None,
-        metadata: Mapping[str, Any] | None = None,
+        metadata: JsonMapping | None = None,
     ) -> None:
         check_update(vector, metadata)
         async with self._session(write=True) as db:
@@ -447,7 +448,7 @@ class SqliteVector:
         self,
         index: str,
         ids: Sequence[str] | None = None,
-        filter: Mapping[str, Any] | None = None,
+        filter: JsonMapping | None = None,
     ) -> int:
         node = check_delete(ids, filter)
         async with self._session(write=True) as db:
