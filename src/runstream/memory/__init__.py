@@ -47,6 +47,7 @@ from runstream._config_mapping import (
     read_config,
     read_dataclass,
 )
+from runstream._json import JsonValue
 from runstream._messages import (
     ContinuedMessage,
     StoredPart,
@@ -568,7 +569,7 @@ class Memory:
         responses: Sequence[PromptMessage],
         response_id: str,
         *,
-        metadata: Mapping[str, object] | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
         model: str | None = None,
         continued: ContinuedMessage | None = None,
     ) -> None:
@@ -655,7 +656,7 @@ class Memory:
         scope: MemoryScope,
         message_id: str,
         responses: Sequence[PromptMessage],
-        metadata: Mapping[str, object],
+        metadata: Mapping[str, JsonValue],
         model: str | None,
     ) -> None:
         """Append a run's response to a stored message (re-read under the lock: a task may have

@@ -125,7 +125,7 @@ class WorkingMemory:
     def format(self) -> Literal["markdown", "json"]:
         return "json" if self.schema is not None else "markdown"
 
-    def json_schema(self) -> JsonMapping | None:
+    def json_schema(self) -> JsonObject | None:
         """The schema as JSON Schema (a pydantic model's ``model_json_schema()``)."""
         if self.schema is None:
             return None
@@ -334,7 +334,7 @@ class WorkingMemoryTool(Tool):
         schema = config.json_schema()
         self._memory_schema = {k: v for k, v in (schema or {}).items() if k != "$schema"}
         if schema is None:
-            input_schema: Mapping[str, object] = {
+            input_schema: JsonObject = {
                 "$schema": "http://json-schema.org/draft-07/schema#",
                 "type": "object",
                 "properties": {

@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol, Unpack, runtime_checkable
 
-from runstream._json import JsonMapping, JsonObject, JsonValue
+from runstream._json import JsonObject, JsonValue
 from runstream.storage.records import (
     Page,
     Resource,
@@ -218,7 +218,7 @@ class Storage(Protocol):
 
     async def get_thread_state(self, thread_id: str, key: str) -> JsonObject | None: ...
 
-    async def set_thread_state(self, thread_id: str, key: str, value: JsonMapping) -> None:
+    async def set_thread_state(self, thread_id: str, key: str, value: Mapping[str, object]) -> None:
         """Replace the value under (thread, key). The thread need not exist; deleting the
         thread deletes its state."""
         ...
@@ -227,11 +227,13 @@ class Storage(Protocol):
 
     # -- snapshots -------------------------------------------------------------------------
 
-    async def save_snapshot(self, namespace: str, snapshot_id: str, data: JsonMapping) -> None: ...
+    async def save_snapshot(self, namespace: str, snapshot_id: str, data: Mapping[str, object]) -> None: ...
 
     async def load_snapshot(self, namespace: str, snapshot_id: str) -> JsonObject | None: ...
 
-    async def claim_snapshot(self, namespace: str, snapshot_id: str, data: JsonMapping) -> JsonObject:
+    async def claim_snapshot(
+        self, namespace: str, snapshot_id: str, data: Mapping[str, object]
+    ) -> JsonObject:
         """Store ``data`` unless a snapshot with this id exists; return the stored one (``data``
         if this call created it). One atomic step, so of racing claims exactly one wins: the
         server records who owns a run this way."""

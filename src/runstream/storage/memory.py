@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TypeVar, Unpack
 
-from runstream._json import JsonMapping, JsonObject, JsonValue
+from runstream._json import JsonObject, JsonValue
 from runstream.storage._query import (
     check_expected_metadata,
     check_last,
@@ -378,7 +378,7 @@ class InMemoryStorage:
         value = self._thread_state.get((thread_id, key))
         return None if value is None else dict(decode_json(value))
 
-    async def set_thread_state(self, thread_id: str, key: str, value: JsonMapping) -> None:
+    async def set_thread_state(self, thread_id: str, key: str, value: Mapping[str, object]) -> None:
         self._check_open()
         self._thread_state[(thread_id, key)] = encode_json_object(value, what=f"thread state {key!r}")
 
@@ -388,7 +388,7 @@ class InMemoryStorage:
 
     # -- snapshots -------------------------------------------------------------------------
 
-    async def save_snapshot(self, namespace: str, snapshot_id: str, data: JsonMapping) -> None:
+    async def save_snapshot(self, namespace: str, snapshot_id: str, data: Mapping[str, object]) -> None:
         self._check_open()
         self._snapshots[(namespace, snapshot_id)] = encode_json_object(
             data, what=f"snapshot {namespace}/{snapshot_id}"
@@ -399,7 +399,9 @@ class InMemoryStorage:
         data = self._snapshots.get((namespace, snapshot_id))
         return None if data is None else dict(decode_json(data))
 
-    async def claim_snapshot(self, namespace: str, snapshot_id: str, data: JsonMapping) -> JsonObject:
+    async def claim_snapshot(
+        self, namespace: str, snapshot_id: str, data: Mapping[str, object]
+    ) -> JsonObject:
         self._check_open()
         encoded = encode_json_object(data, what=f"snapshot {namespace}/{snapshot_id}")
         return dict(decode_json(self._snapshots.setdefault((namespace, snapshot_id), encoded)))

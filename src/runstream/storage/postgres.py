@@ -27,7 +27,7 @@ from typing import Any, Unpack
 import asyncpg
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
-from runstream._json import JsonMapping, JsonObject, JsonValue
+from runstream._json import JsonObject, JsonValue
 from runstream.storage import _postgres_schema as _schema
 from runstream.storage._postgres_schema import Connection
 from runstream.storage._query import (
@@ -567,7 +567,7 @@ class PostgresStorage:
         row = await self._fetchrow(sql, thread_id, key)
         return None if row is None else dict(decode_json(row["value"]))
 
-    async def set_thread_state(self, thread_id: str, key: str, value: JsonMapping) -> None:
+    async def set_thread_state(self, thread_id: str, key: str, value: Mapping[str, object]) -> None:
         row = {
             "thread_id": thread_id,
             "state_key": key,
@@ -583,7 +583,7 @@ class PostgresStorage:
 
     # -- snapshots -------------------------------------------------------------------------
 
-    async def save_snapshot(self, namespace: str, snapshot_id: str, data: JsonMapping) -> None:
+    async def save_snapshot(self, namespace: str, snapshot_id: str, data: Mapping[str, object]) -> None:
         row = {
             "namespace": namespace,
             "id": snapshot_id,
@@ -598,7 +598,9 @@ class PostgresStorage:
         row = await self._fetchrow(sql, namespace, snapshot_id)
         return None if row is None else dict(decode_json(row["data"]))
 
-    async def claim_snapshot(self, namespace: str, snapshot_id: str, data: JsonMapping) -> JsonObject:
+    async def claim_snapshot(
+        self, namespace: str, snapshot_id: str, data: Mapping[str, object]
+    ) -> JsonObject:
         encoded = encode_json_object(data, what=f"snapshot {namespace}/{snapshot_id}")
         insert = (
             f"INSERT INTO {self._snapshots} (namespace, id, data, updated_at) VALUES ($1, $2, $3, $4) "

@@ -66,13 +66,15 @@ class MessageContent(TypedDict):
     """A stored message's content, Mastra's DB format 2: its parts (``text``, ``reasoning``,
     ``tool-invocation``, ``step-start``, ``file``, ``source``: see :mod:`runstream._messages`),
     the plain text of an input message, and the message's metadata (background-task links).
-    Storage keeps it as one JSON document; a client's saved message may carry more keys. The
-    parts' and metadata's own shapes are :mod:`runstream._messages`' to type."""
+    Storage keeps it as one JSON document; a client's saved message may carry more keys."""
 
     format: Literal[2]
-    parts: list[dict[str, Any]]
+    parts: list[Any]
+    """Each a :data:`runstream._messages.StoredPart` (a layer above storage), or a part a client saved."""
     content: NotRequired[str]
     metadata: NotRequired[dict[str, Any]]
+    """Background-task links (``backgroundTasks``, ``suspendedTools``: :mod:`runstream._messages`)
+    and a run's metadata."""
 
 
 @dataclass(slots=True)

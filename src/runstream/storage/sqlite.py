@@ -25,7 +25,7 @@ from typing import Any, Unpack
 
 import aiosqlite
 
-from runstream._json import JsonMapping, JsonObject, JsonValue
+from runstream._json import JsonObject, JsonValue
 from runstream.storage import _sqlite_driver as _driver
 from runstream.storage import _sqlite_schema as schema
 from runstream.storage._query import (
@@ -562,7 +562,7 @@ class SqliteStorage:
             )
         return None if row is None else dict(decode_json(row["value"]))
 
-    async def set_thread_state(self, thread_id: str, key: str, value: JsonMapping) -> None:
+    async def set_thread_state(self, thread_id: str, key: str, value: Mapping[str, object]) -> None:
         row = {
             "thread_id": thread_id,
             "state_key": key,
@@ -579,7 +579,7 @@ class SqliteStorage:
 
     # -- snapshots -------------------------------------------------------------------------
 
-    async def save_snapshot(self, namespace: str, snapshot_id: str, data: JsonMapping) -> None:
+    async def save_snapshot(self, namespace: str, snapshot_id: str, data: Mapping[str, object]) -> None:
         row = {
             "namespace": namespace,
             "id": snapshot_id,
@@ -596,7 +596,9 @@ class SqliteStorage:
             )
         return None if row is None else dict(decode_json(row["data"]))
 
-    async def claim_snapshot(self, namespace: str, snapshot_id: str, data: JsonMapping) -> JsonObject:
+    async def claim_snapshot(
+        self, namespace: str, snapshot_id: str, data: Mapping[str, object]
+    ) -> JsonObject:
         encoded = encode_json_object(data, what=f"snapshot {namespace}/{snapshot_id}")
         # Statements in autocommit, as update_task's: a new claim is one round trip to the
         # connection's thread, not a transaction of three (every new run claims its id, and
