@@ -15,6 +15,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from runstream import Agent
+from runstream import _tracing as tracing
 from runstream.observability import PostgresSpanStore, SpanStore, TraceQuery
 from runstream.observability.processor import StoreSpanProcessor, install_span_store
 from runstream.observability.store import iso
@@ -110,6 +111,36 @@ async def test_a_run_is_stored_as_mastra_span_records(stored: tuple[SpanStore, S
     assert store.get_span(root["traceId"], generation["spanId"]) == generation
     assert store.distinct("entity_type") == ["agent", "tool"]
     assert store.distinct("entity_name", entity_type="tool") == ["divide"]
+
+
+@pytest.mark.parametrize("captured", [True, False])
+async def test_an_agent_runs_input_and_output_are_its_root_spans_when_content_is_captured(
+    stored: tuple[SpanStore, StoreSpanProcessor], captured: bool
+) -> None:
+    """Studio's Traces page shows a trace's input from its root span: the run's new input and
+    its answer are kept there when content capture is on, and nothing when it is off."""
+    store, processor = stored
+    agent = calculator()
+    tracing.configure(capture_content=captured)
+    try:
+        async with Runstream(agents=[agent]):
+            await agent.generate("six by three", memory=None)
+    finally:
+        tracing.configure(capture_content=None)
+    assert processor.force_flush()
+    (root,), _ = store.list_traces(TraceQuery())
+    window = {"from": iso(datetime.now(UTC) - timedelta(hours=1)), "to": iso(datetime.now(UTC))}
+    plan = plan_trace_query({"timeRange": window}, dialect=store.dialect, resource_id=None)
+    (row,) = store.query_traces(plan)["traces"]
+    assert store.get_span(root["traceId"], root["spanId"]) == root
+    if not captured:
+        assert (root["input"], root["output"], row["inputPreview"]) == (None, None, None)
+        return
+    assert root["input"] == [{"role": "user", "parts": [{"type": "text", "content": "six by three"}]}]
+    assert root["output"] == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "2"}], "finish_reason": "stop"}
+    ]
+    assert row["inputPreview"] == "six by three"
 
 
 async def test_background_task_and_its_continuation_turn_join_the_runs_trace(

@@ -7,7 +7,8 @@ provider; ``runstream serve`` does when ``OTEL_*`` variables ask for it, see
 context across ``yield``.
 
 * ``invoke_agent {agent}`` — one per run (``gen_ai.operation.name=invoke_agent``, agent id and
-  name, ``gen_ai.conversation.id`` = thread). A continuation turn of an until-idle stream has
+  name, ``gen_ai.conversation.id`` = thread; with content capture, the run's new input and its
+  answer as ``gen_ai.input.messages`` / ``gen_ai.output.messages``). A continuation turn of an until-idle stream has
   span links to the background tasks that triggered it.
 * ``chat {model}`` — one per model call: provider, request model and settings, response id and
   model, ``gen_ai.usage.input_tokens`` / ``output_tokens``, ``gen_ai.response.finish_reasons``.
@@ -25,8 +26,8 @@ import contextvars
 import json
 import os
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 from opentelemetry import trace
 from opentelemetry.trace import (
@@ -183,22 +184,41 @@ def start_agent_span(
     )
 
 
-def end_agent_span(
-    span: Span,
-    status: str,
-    finish_reason: str | None,
-    error: BaseException | str | None,
-    usage: Mapping[str, Any] | None = None,
-) -> None:
-    """End a run's span; ``usage`` is the run's total over its model calls."""
+class EndedRun(Protocol):
+    """What a run's span records when the run ends (its state)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def finish_reason(self) -> str | None: ...
+    @property
+    def error(self) -> BaseException | None: ...
+    @property
+    def usage(self) -> Mapping[str, Any]: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def new_input_messages(self) -> Sequence[Mapping[str, Any]]: ...
+
+
+def end_agent_span(span: Span, run: EndedRun) -> None:
+    """End a run's span: its status, finish reason, error and usage (its total over its model
+    calls); when content is captured, its new input and (unless it failed) its answer as
+    ``gen_ai.input.messages`` / ``gen_ai.output.messages``, Mastra's agent run input and output."""
     if not span.is_recording():  # no SDK: nothing to compute
         span.end()
         return
-    span.set_attribute("runstream.run.status", status)
-    if finish_reason:
-        span.set_attribute("gen_ai.response.finish_reasons", [finish_reason_of(finish_reason)])
-    _set_usage(span, usage or {})
-    _record_error(span, error)
+    span.set_attribute("runstream.run.status", run.status)
+    reason = finish_reason_of(run.finish_reason) if run.finish_reason else None
+    if reason is not None:
+        span.set_attribute("gen_ai.response.finish_reasons", [reason])
+    _set_usage(span, run.usage)
+    if capture_content():
+        span.set_attribute("gen_ai.input.messages", _json([_message(m) for m in run.new_input_messages]))
+        if run.error is None:
+            message = {"role": "assistant", "parts": output_parts([run.text], ()), "finish_reason": reason}
+            span.set_attribute("gen_ai.output.messages", _json([message]))
+    _record_error(span, run.error)
     span.end()
 
 

@@ -635,7 +635,7 @@ class Agent:
         async def on_close() -> None:
             if run_log is not None:
                 run_log.close()
-            tracing.end_agent_span(state.span, state.status, state.finish_reason, state.error, state.usage)
+            tracing.end_agent_span(state.span, state)
             self._durable_runs.finished(state.run_id)
             storage = self._run_storage()
             if cfg.on_step_end is not None and storage is not None:
