@@ -9,7 +9,6 @@ default (what Claude Desktop and the MCP inspector start); ``--http`` serves str
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 import anyio
 import uvicorn
@@ -46,13 +45,13 @@ def chosen_tools(runtime: Runstream, names: list[str]) -> list[Tool]:
     return tools
 
 
-def http_app(server: Server[Any], host: str) -> Any:
+def http_app(server: Server[None], host: str) -> AuthMiddleware:
     """The server's streamable HTTP app behind runstream's auth (bearer token when configured)."""
     app = server.streamable_http_app(host=host)
     return AuthMiddleware(app, default_auth(), frozenset())
 
 
-async def _serve_stdio(server: Server[Any]) -> None:
+async def _serve_stdio(server: Server[None]) -> None:
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 

@@ -17,11 +17,12 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import anyio
 import mcp_types
 from mcp import Client, StdioServerParameters
+from mcp.client._transport import Transport
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -29,6 +30,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from runstream._json import JsonValue
 from runstream.abort import AbortError
 from runstream.errors import ConfigurationError, RunstreamError
 from runstream.mcp.convert import MCPToolError, input_schema, result_value
@@ -58,7 +60,19 @@ class HttpServer:
 ServerSpec = StdioServer | HttpServer
 
 
-def coerce_server(value: ServerSpec | Mapping[str, Any]) -> ServerSpec:
+class ServerConfig(TypedDict, total=False):
+    """Mastra's shape of a server: ``{"command", "args", "env", "cwd"}`` (stdio) or
+    ``{"url", "headers"}`` (streamable HTTP)."""
+
+    command: str
+    args: Sequence[str]
+    env: Mapping[str, str] | None
+    cwd: str | None
+    url: str
+    headers: Mapping[str, str]
+
+
+def coerce_server(value: ServerSpec | ServerConfig) -> ServerSpec:
     """Accept a spec or Mastra's shape: ``{"command", "args", "env", "cwd"}`` or ``{"url", "headers"}``."""
     if isinstance(value, StdioServer | HttpServer):
         return value
@@ -175,21 +189,22 @@ class MCPConnection:
 
     def _open(self) -> Client:
         spec = self.spec
-        common: dict[str, Any] = {
-            "message_handler": self._on_message,
-            "read_timeout_seconds": self._timeout_s,
-            "mode": self._protocol,
-        }
         if isinstance(spec, StdioServer):
-            params = StdioServerParameters(
+            transport: StdioServerParameters | Transport = StdioServerParameters(
                 command=spec.command,
                 args=list(spec.args),
                 env=dict(spec.env) if spec.env else None,
                 cwd=spec.cwd,
             )
-            return Client(params, **common)
-        http = create_mcp_http_client(headers=dict(spec.headers) or None)
-        return Client(streamable_http_client(spec.url, http_client=http), **common)
+        else:
+            http = create_mcp_http_client(headers=dict(spec.headers) or None)
+            transport = streamable_http_client(spec.url, http_client=http)
+        return Client(
+            transport,
+            message_handler=self._on_message,
+            read_timeout_seconds=self._timeout_s,
+            mode=self._protocol,
+        )
 
     async def _run(self) -> None:
         failures = 0
@@ -278,7 +293,7 @@ class MCPConnection:
             self._connected.clear()
             self._lost.set()
 
-    async def call(self, tool_name: str, args: dict[str, Any], ctx: ToolContext) -> Any:
+    async def call(self, tool_name: str, args: dict[str, object], ctx: ToolContext) -> JsonValue:
         """Call a tool; the run's abort cancels the request, progress becomes tool output.
 
         A request the server cannot have run is sent again on a new connection, once: when the
@@ -302,7 +317,9 @@ class MCPConnection:
         except _SessionExpiredError as exc:
             raise MCPToolError(f"MCP server {self.name!r}: {exc}") from exc
 
-    async def _call_once(self, client: Client, tool_name: str, args: dict[str, Any], ctx: ToolContext) -> Any:
+    async def _call_once(
+        self, client: Client, tool_name: str, args: dict[str, object], ctx: ToolContext
+    ) -> JsonValue:
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             await ctx.writer.write(
                 {
@@ -374,7 +391,7 @@ class MCPClient:
 
     def __init__(
         self,
-        servers: Mapping[str, ServerSpec | Mapping[str, Any]],
+        servers: Mapping[str, ServerSpec | ServerConfig],
         *,
         timeout_s: float = 60.0,
         max_reconnects: int = 5,
@@ -439,7 +456,7 @@ class MCPClient:
         name = f"{connection.name}_{remote.name}"
         remote_name = remote.name
 
-        async def execute(args: dict[str, Any], ctx: ToolContext) -> Any:
+        async def execute(args: dict[str, object], ctx: ToolContext) -> JsonValue:
             return await connection.call(remote_name, args, ctx)
 
         background = self._background.get(name, self._background.get("all"))

@@ -8,10 +8,9 @@ flagged ``isError`` raises :class:`MCPToolError`, which the loop reports as a ``
 
 from __future__ import annotations
 
-from typing import Any
-
 import mcp_types
 
+from runstream._json import JsonObject, JsonValue
 from runstream.errors import RunstreamError
 
 
@@ -22,12 +21,13 @@ class MCPToolError(RunstreamError):
     name = "MCPToolError"
 
 
-def result_value(result: mcp_types.CallToolResult) -> Any:
+def result_value(result: mcp_types.CallToolResult) -> JsonValue:
     """The value a runstream tool returns for an MCP tool result (raises on an error result)."""
     if result.is_error:
         raise MCPToolError(content_text(result.content) or "the MCP tool reported an error")
-    if result.structured_content is not None:
-        return result.structured_content
+    structured: JsonObject | None = result.structured_content
+    if structured is not None:
+        return structured
     if result.content and all(isinstance(block, mcp_types.TextContent) for block in result.content):
         return content_text(result.content)
     return [block.model_dump(by_alias=True, exclude_none=True, mode="json") for block in result.content]
@@ -38,9 +38,9 @@ def content_text(content: list[mcp_types.ContentBlock]) -> str:
     return "\n".join(block.text for block in content if isinstance(block, mcp_types.TextContent))
 
 
-def input_schema(tool: mcp_types.Tool) -> dict[str, Any]:
+def input_schema(tool: mcp_types.Tool) -> JsonObject:
     """The tool's input schema as runstream offers it to a model (an object schema always)."""
-    schema = dict(tool.input_schema)
+    schema: JsonObject = dict(tool.input_schema)
     schema.setdefault("type", "object")
     schema.setdefault("properties", {})
     return schema

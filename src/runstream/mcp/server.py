@@ -21,6 +21,7 @@ import mcp_types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 
+from runstream._json import JsonObject
 from runstream.abort import AbortController
 from runstream.agent import Agent
 from runstream.agent.run_options import read_default_options
@@ -30,13 +31,13 @@ from runstream.runtime import Runstream
 from runstream.tools import Tool, ToolArgumentsError, ToolContext, ToolWriter
 from runstream.trust import needs_approval
 
-AGENT_INPUT_SCHEMA: dict[str, Any] = {
+AGENT_INPUT_SCHEMA: JsonObject = {
     "type": "object",
     "properties": {"message": {"type": "string", "description": "What to ask the agent"}},
     "required": ["message"],
 }
 
-Context = ServerRequestContext[Any, Any]
+Context = ServerRequestContext[None, object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,7 @@ class _Exposed:
 
     name: str
     description: str
-    input_schema: dict[str, Any]
+    input_schema: JsonObject
     agent: Agent | None = None
     tool: Tool | None = None
 
@@ -60,7 +61,7 @@ def build_server(
     tools: Iterable[Tool] | Mapping[str, Tool] = (),
     name: str = "runstream",
     version: str = "",
-) -> Server[Any]:
+) -> Server[None]:
     """An MCP server offering ``runtime``'s agents (all, or those named) and ``tools``.
 
     The runtime starts with the server's lifespan and closes with it.
@@ -86,10 +87,10 @@ def build_server(
         )
 
     @asynccontextmanager
-    async def lifespan(_server: Server[Any]) -> AsyncIterator[dict[str, Any]]:
+    async def lifespan(_server: Server[None]) -> AsyncIterator[None]:
         await runtime.start()
         try:
-            yield {}
+            yield
         finally:
             await runtime.close()
 
@@ -140,7 +141,7 @@ def _error(message: str) -> mcp_types.CallToolResult:
     return mcp_types.CallToolResult(content=[mcp_types.TextContent(text=message)], is_error=True)
 
 
-def _result(value: Any) -> mcp_types.CallToolResult:
+def _result(value: object) -> mcp_types.CallToolResult:
     """A tool's value as MCP content: text as text, anything else as JSON text; an object is also
     the structured content (protocol versions before 2026-07-28 allow only objects there)."""
     if isinstance(value, str):
@@ -167,7 +168,7 @@ _winding_down: set[asyncio.Future[Any]] = set()
 """Runs of cancelled calls, finishing after their abort (their tools see the abort signal)."""
 
 
-async def _ask_agent(ctx: Context, agent: Agent, args: dict[str, Any]) -> mcp_types.CallToolResult:
+async def _ask_agent(ctx: Context, agent: Agent, args: JsonObject) -> mcp_types.CallToolResult:
     message = args.get("message")
     if not isinstance(message, str):
         raise ToolArgumentsError(f"ask_{agent.id}: 'message' must be a string")
@@ -213,8 +214,8 @@ def _progress_note(chunk: AnyChunk) -> str | None:
     return None
 
 
-async def _run_tool(ctx: Context, tool: Tool, args: dict[str, Any]) -> mcp_types.CallToolResult:
-    args = tool.validate_args(args)
+async def _run_tool(ctx: Context, tool: Tool, given: JsonObject) -> mcp_types.CallToolResult:
+    args = tool.validate_args(given)
     progress = _Progress(ctx)
     written: asyncio.Queue[AnyChunk] = asyncio.Queue()
     controller = AbortController()
