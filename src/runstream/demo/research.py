@@ -16,11 +16,12 @@ import asyncio
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from rich.console import Console
 
 from runstream import Agent, ToolContext, tool
+from runstream._json import JsonObject
 from runstream.console import render
 from runstream.memory import Memory
 from runstream.models.base import LanguageModel
@@ -31,8 +32,18 @@ from runstream.testing import ScriptedModel
 RESEARCH_SECONDS = {"solana": 1.2, "ethereum": 2.6}
 
 
+class Price(TypedDict):
+    symbol: str
+    usd: float
+
+
+class Finding(TypedDict):
+    topic: str
+    finding: str
+
+
 @tool
-async def lookup_price(symbol: str, ctx: ToolContext) -> dict[str, Any]:
+async def lookup_price(symbol: str, ctx: ToolContext) -> Price:
     """Look up the latest price of a crypto asset.
 
     Args:
@@ -44,7 +55,7 @@ async def lookup_price(symbol: str, ctx: ToolContext) -> dict[str, Any]:
 
 
 @tool(background=True)
-async def research(topic: str, ctx: ToolContext) -> dict[str, Any]:
+async def research(topic: str, ctx: ToolContext) -> Finding:
     """Research a blockchain in depth (slow: runs in the background).
 
     Args:
@@ -57,7 +68,7 @@ async def research(topic: str, ctx: ToolContext) -> dict[str, Any]:
     return {"topic": topic, "finding": f"{topic} looks healthy; {seconds:.1f}s of research"}
 
 
-def _words(text: str, block: str) -> list[dict[str, Any]]:
+def _words(text: str, block: str) -> list[JsonObject]:
     words = text.split(" ")
     return [
         {"type": "text-delta", "id": block, "delta": w + (" " if i < len(words) - 1 else ""), "delayMs": 35}
@@ -65,7 +76,7 @@ def _words(text: str, block: str) -> list[dict[str, Any]]:
     ]
 
 
-def _reply(text: str, block: str) -> list[dict[str, Any]]:
+def _reply(text: str, block: str) -> list[JsonObject]:
     return [
         {"type": "stream-start", "warnings": []},
         {"type": "text-start", "id": block},
@@ -80,9 +91,9 @@ def _reply(text: str, block: str) -> list[dict[str, Any]]:
 
 
 def scripted_model() -> ScriptedModel:
-    usage = {"inputTokens": 42, "outputTokens": 17, "totalTokens": 59}
+    usage: JsonObject = {"inputTokens": 42, "outputTokens": 17, "totalTokens": 59}
 
-    def call(call_id: str, name: str, args: str) -> list[dict[str, Any]]:
+    def call(call_id: str, name: str, args: str) -> list[JsonObject]:
         return [
             {"type": "tool-input-start", "id": call_id, "toolName": name},
             {"type": "tool-input-delta", "id": call_id, "delta": args, "delayMs": 40},
