@@ -9,6 +9,7 @@ from typing import Any
 
 from runstream._config_mapping import one_of, read_config
 from runstream.agent import Agent
+from runstream.agent._durable_api import RecoveredRuns
 from runstream.agent._services import DurableRunner, RuntimeServices, Toolset
 from runstream.api_routes import ApiRoute, check_api_routes
 from runstream.errors import ConfigurationError, NotFoundError
@@ -89,7 +90,7 @@ class Runstream:
         self.recover_durable_agents = read_recovery(recovery)
         """Mastra's ``recovery: {durableAgents: "auto"}``: at start, each durable agent's
         interrupted runs are recovered in the background (``Agent.recover_active_runs``)."""
-        self.recoveries: list[asyncio.Task[dict[str, Any]]] = []
+        self.recoveries: list[asyncio.Task[RecoveredRuns]] = []
         """The start's recoveries, one per durable agent (await them to know how they went)."""
         self.agents: dict[str, Agent] = {}
         self.workflows: dict[str, Workflow] = {}

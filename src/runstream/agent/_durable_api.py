@@ -24,11 +24,16 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict, Unpack, cast
 
+from runstream._json import JsonValue
+from runstream.abort import AbortSignal
 from runstream.agent import _suspension as suspension
+from runstream.agent.run_options import StreamOptions
 from runstream.chunks import AgentChunk, ErrorChunk
 from runstream.errors import InvalidInputError, InvalidTypeError, NotFoundError
+from runstream.run._callbacks import Callback
+from runstream.run.output import RunOutput
 from runstream.storage import Storage
 
 logger = logging.getLogger(__name__)
@@ -40,7 +45,76 @@ MAX_FINISHED_LOGS = 100
 # -- discovery ------------------------------------------------------------------------------------
 
 
-def _date(value: Any, name: str) -> datetime | None:
+class ActiveRunFilters(TypedDict, total=False):
+    """``list_active_runs()``'s filters (Mastra's ``listActiveRuns`` arguments)."""
+
+    thread_id: str | None
+    resource_id: str | None
+    from_date: datetime | str | None
+    to_date: datetime | str | None
+    per_page: int | None
+    page: int | None
+
+
+class ActiveRun(TypedDict):
+    runId: str
+    status: Literal["running"]
+    threadId: JsonValue
+    resourceId: JsonValue
+    createdAt: JsonValue
+    updatedAt: JsonValue
+
+
+class ActiveRuns(TypedDict):
+    runs: list[ActiveRun]
+    total: int
+
+
+class RecoveredRun(TypedDict):
+    runId: str
+    status: Literal["success", "failed"]
+    error: NotRequired[Exception]
+
+
+class RecoveredRuns(TypedDict):
+    """``recover_active_runs()``'s report (Mastra's ``recoverActiveRuns``)."""
+
+    recovered: list[RecoveredRun]
+    succeeded: int
+    failed: int
+
+
+class RecoverOptions(TypedDict, total=False):
+    """``recover()``'s options: the run's callbacks, ``abort_signal``, and ``on_suspended``."""
+
+    on_chunk: Callback | None
+    on_step_finish: Callback | None
+    on_finish: Callback | None
+    on_error: Callback | None
+    on_suspended: Callable[[SuspendedEvent], object] | None
+    abort_signal: AbortSignal | None
+
+
+class SuspendedEvent(TypedDict):
+    """What ``on_suspended`` is called with when a recovered run stops for a human."""
+
+    toolCallId: NotRequired[str]
+    toolName: NotRequired[str]
+    args: NotRequired[Any]
+    suspendPayload: NotRequired[Any]
+    resumeSchema: NotRequired[str]
+    type: Literal["approval", "suspension"]
+
+
+class ObserveOptions(TypedDict, total=False):
+    """``observe()``'s options: where to start, and how long a quiet run is waited on."""
+
+    offset: int
+    idle_timeout_ms: float | None
+    is_alive: Callable[[], object] | None
+
+
+def _date(value: object, name: str) -> datetime | None:
     if value is None:
         return None
     if isinstance(value, str):
@@ -61,12 +135,12 @@ async def list_active_runs(
     to_date: datetime | str | None = None,
     per_page: int | None = None,
     page: int | None = None,
-) -> dict[str, Any]:
+) -> ActiveRuns:
     """The agent's durable runs no process of this one drives, filtered and paged as Mastra's."""
     since, until = _date(from_date, "from_date"), _date(to_date, "to_date")
     if (per_page is not None and per_page < 1) or (page is not None and page < 0):
         raise InvalidInputError("per_page must be at least 1 and page at least 0")
-    runs: list[dict[str, Any]] = []
+    runs: list[ActiveRun] = []
     for run_id in await storage.list_snapshots(suspension.DURABLE_NAMESPACE) if storage else []:
         data = await storage.load_snapshot(suspension.DURABLE_NAMESPACE, run_id) if storage else None
         if data is None or data.get("agentId") != agent_id or run_id in live:
@@ -104,17 +178,19 @@ RECOVER_OPTIONS = frozenset(
 )
 
 
-def recover_options(options: dict[str, Any]) -> tuple[dict[str, Any], Callable[[AgentChunk], Any] | None]:
+def recover_options(
+    options: RecoverOptions,
+) -> tuple[StreamOptions, Callable[[AgentChunk], Awaitable[None]] | None]:
     """``recover()``'s run options, and a watcher for ``on_suspended`` (Mastra's
     ``onSuspended``, called with ``{toolCallId, toolName, args, suspendPayload?, resumeSchema?,
     type}`` when the recovered run stops for a human)."""
     unknown = set(options) - RECOVER_OPTIONS
     if unknown:
         raise InvalidTypeError(f"recover() got unknown options: {', '.join(sorted(unknown))}")
-    options = dict(options)
-    on_suspended = options.pop("on_suspended", None)
+    run_options = cast(StreamOptions, {key: value for key, value in options.items() if key != "on_suspended"})
+    on_suspended = options.get("on_suspended")
     if on_suspended is None:
-        return options, None
+        return run_options, None
     if not callable(on_suspended):
         raise InvalidTypeError("on_suspended must be a function")
 
@@ -124,24 +200,24 @@ def recover_options(options: dict[str, Any]) -> tuple[dict[str, Any], Callable[[
             keys = ("toolCallId", "toolName", "args", "suspendPayload", "resumeSchema")
             event = {key: payload[key] for key in keys if key in payload}
             event["type"] = "approval" if chunk.type == "tool-call-approval" else "suspension"
-            result = on_suspended(event)
+            result = on_suspended(cast(SuspendedEvent, event))
             if inspect.isawaitable(result):
                 await result
 
-    return options, watch
+    return run_options, watch
 
 
 async def recover_active_runs(
-    recover: Callable[[str], Awaitable[Any]],
-    listed: Callable[..., Awaitable[dict[str, Any]]],
+    recover: Callable[[str], Awaitable[RunOutput]],
+    listed: Callable[..., Awaitable[ActiveRuns]],
     *,
     run_id: str | None = None,
-    **filters: Any,
-) -> dict[str, Any]:
+    **filters: Unpack[ActiveRunFilters],
+) -> RecoveredRuns:
     """Recover each matching run (or ``run_id`` alone) and drive it to its end; a failure is
     reported per run and does not stop the others (Mastra's ``recoverActiveRuns``)."""
     ids = [run_id] if run_id is not None else [run["runId"] for run in (await listed(**filters))["runs"]]
-    recovered: list[dict[str, Any]] = []
+    recovered: list[RecoveredRun] = []
     for each in ids:
         try:
             out = await recover(each)
@@ -246,7 +322,7 @@ async def observe(
     *,
     offset: int = 0,
     idle_timeout_ms: float | None = None,
-    is_alive: Callable[[], Any] | None = None,
+    is_alive: Callable[[], object] | None = None,
 ) -> AsyncIterator[AgentChunk]:
     """The run's chunks from ``offset`` on, following it live until it ends. After
     ``idle_timeout_ms`` without a chunk, ``is_alive()`` (sync or async) decides whether to keep

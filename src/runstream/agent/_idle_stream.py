@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from runstream import _tracing as tracing
 from runstream.abort import AbortController
@@ -20,7 +20,8 @@ from runstream.run.output import RunOutput
 if TYPE_CHECKING:
     from runstream.tasks.coordination import TaskManager
 
-UntilIdle = bool | Mapping[str, Any]
+UntilIdle = bool | Mapping[str, object]
+"""``until_idle=``: ``True``, or Mastra's options (``{"maxIdleMs", "resumeWindowMs", "maxContinuations"}``)."""
 
 
 @dataclass(slots=True)

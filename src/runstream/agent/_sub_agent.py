@@ -23,49 +23,53 @@ import time
 import uuid
 import weakref
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
+from runstream._json import JsonObject
 from runstream.agent.run_options import normalize_messages
 from runstream.chunks import AnyChunk, TextDeltaChunk
 from runstream.delegation import DelegationRun, hook_result
 from runstream.errors import InvalidInputError, RunstreamError
 from runstream.memory import Memory, MemoryScope
 from runstream.models.base import PromptMessage
+from runstream.models.prompt import TextOutput
 from runstream.request_context import RequestContext
 from runstream.run._run_state import LoopConfig
-from runstream.tools import Tool, ToolContext
+from runstream.tools import Tool, ToolArgs, ToolContext
 
 logger = logging.getLogger(__name__)
 
-INPUT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "prompt": {"type": "string", "description": "The prompt to send to the agent"},
-        "threadId": {
-            "type": ["string", "null"],
-            "description": "Thread ID for conversation continuity for memory messages",
-        },
-        "resourceId": {
-            "type": ["string", "null"],
-            "description": "Resource/user identifier for memory messages",
-        },
-        "instructions": {
-            "type": ["string", "null"],
-            "description": "Additional instructions to append to the agent instructions. Only provide if "
-            "you have specific guidance beyond what the agent already knows. Leave empty in most cases.",
-        },
-        "maxSteps": {
-            "anyOf": [{"type": "integer", "minimum": 3}, {"type": "string"}, {"type": "null"}],
-            "description": "Maximum number of execution steps for the sub-agent (integer, minimum 3)",
-        },
+_PROMPT: JsonObject = {"type": "string", "description": "The prompt to send to the agent"}
+_OPTIONS: JsonObject = {
+    "threadId": {
+        "type": ["string", "null"],
+        "description": "Thread ID for conversation continuity for memory messages",
     },
+    "resourceId": {
+        "type": ["string", "null"],
+        "description": "Resource/user identifier for memory messages",
+    },
+    "instructions": {
+        "type": ["string", "null"],
+        "description": "Additional instructions to append to the agent instructions. Only provide if "
+        "you have specific guidance beyond what the agent already knows. Leave empty in most cases.",
+    },
+    "maxSteps": {
+        "anyOf": [{"type": "integer", "minimum": 3}, {"type": "string"}, {"type": "null"}],
+        "description": "Maximum number of execution steps for the sub-agent (integer, minimum 3)",
+    },
+}
+"""The sub-agent tool's arguments besides ``prompt``."""
+INPUT_SCHEMA: JsonObject = {
+    "type": "object",
+    "properties": {"prompt": _PROMPT, **_OPTIONS},
     "required": ["prompt"],
 }
 """What the model is offered (other keys are let through and ignored, as zod strips them)."""
-REFS_SCHEMA: dict[str, Any] = {
+REFS_SCHEMA: JsonObject = {
     **INPUT_SCHEMA,
     "properties": {
-        "prompt": INPUT_SCHEMA["properties"]["prompt"],
+        "prompt": _PROMPT,
         "contextFromRefs": {
             "type": ["array", "null"],
             "items": {
@@ -86,7 +90,7 @@ REFS_SCHEMA: dict[str, Any] = {
             "The full text of each referenced result is inserted before your prompt exactly as it was "
             "produced, so you do not need to restate it.",
         },
-        **{k: v for k, v in INPUT_SCHEMA["properties"].items() if k != "prompt"},
+        **_OPTIONS,
     },
 }
 """Offered with ``delegation.enableResultReferences``."""
@@ -99,10 +103,21 @@ class AgentToolError(RunstreamError):
     name = "Error"
 
 
-def agent_tool(sub: Any, name: str, parent: Any | None) -> Tool:
-    """The tool ``agent-<name>`` running ``sub`` (an ``Agent``) for ``parent`` (its supervisor)."""
+class SubAgentResult(TypedDict):
+    """What a sub-agent tool returns (Mastra's agent-tool result)."""
 
-    async def execute(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    text: str
+    subAgentThreadId: str
+    subAgentResourceId: str
+    subAgentToolResults: NotRequired[list[Any]]
+    ref: NotRequired[str]
+
+
+def agent_tool(sub: Any, name: str, parent: Any | None) -> Tool:
+    """The tool ``agent-<name>`` running ``sub`` (an ``Agent``) for ``parent`` (its supervisor).
+    (Agents are ``Any`` here: ``runstream.agent.agent`` imports this module, not the reverse.)"""
+
+    async def execute(args: ToolArgs, ctx: ToolContext) -> SubAgentResult:
         return await _delegate(sub, name, parent, args, ctx)
 
     made = Tool(
@@ -135,7 +150,7 @@ def with_full_results(tools: dict[str, Tool]) -> dict[str, Tool]:
     return full
 
 
-def _text_only(output: Any) -> dict[str, Any]:
+def _text_only(output: object) -> TextOutput:
     """The supervisor's model sees the sub-agent's text, not its ids and tool results (Mastra's
     default, without ``includeSubAgentToolResultsInModelContext``)."""
     if not isinstance(output, Mapping):
@@ -165,11 +180,11 @@ def _default_max_steps(sub: Any) -> int | None:
 
 
 async def _delegate(
-    sub: Any, name: str, parent: Any | None, args: dict[str, Any], ctx: ToolContext
-) -> dict[str, Any]:
+    sub: Any, name: str, parent: Any | None, args: ToolArgs, ctx: ToolContext
+) -> SubAgentResult:
     run: DelegationRun = ctx.delegation if isinstance(ctx.delegation, DelegationRun) else DelegationRun()
     started_at = time.monotonic()
-    prompt: str = args["prompt"]
+    prompt = str(args["prompt"])  # (the schema requires a string)
     refs_on = run.config is not None and run.config.enable_result_references
     if refs_on and args.get("contextFromRefs"):  # earlier results, verbatim, before the prompt
         prompt, missing = run.expand(args["contextFromRefs"], prompt)
@@ -177,7 +192,7 @@ async def _delegate(
             logger.warning("delegation to %r names unknown result references: %s", name, missing)
     thread_id = f"{ctx.thread_id}-{uuid.uuid4()}" if ctx.thread_id else str(uuid.uuid4())
     resource_id = f"{ctx.resource_id}-{name}" if ctx.resource_id else str(uuid.uuid4())
-    instructions: str | None = args.get("instructions") or None
+    instructions = given if isinstance(given := args.get("instructions"), str) and given else None
     max_steps = _max_steps(args.get("maxSteps"))
     sub_context = RequestContext(ctx.request_context)  # the hooks may add to it, not to the parent's
     base = {
@@ -216,17 +231,18 @@ async def _delegate(
     if filtered is not None:
         context = normalize_messages(filtered)
     complete = {**base, "prompt": prompt, "messages": [], "bail": _bail(run)}
-    resumed = ctx.resume_data is not None and ctx.suspended_tool_run_id is not None
-    if resumed:  # the supervisor resumes: the sub-agent's suspended run goes on (Mastra's resumeStream)
-        out = await _resume(sub, ctx)
+    waiting_run = ctx.suspended_tool_run_id if ctx.resume_data is not None else None
+    resumed = waiting_run is not None  # the supervisor resumes: the sub-agent's suspended run goes on
+    if waiting_run is not None:
+        out = await _resume(sub, ctx, waiting_run)
     else:
         out = await sub.stream(
             prompt,
             abort_signal=ctx.abort_signal,
             context=context,
             request_context=sub_context,
-            **({"instructions": instructions} if instructions else {}),
-            **({"max_steps": max_steps} if max_steps else {}),
+            instructions=instructions or None,  # None: the sub-agent's own
+            max_steps=max_steps or None,
         )
     state, tool_results, stopped = await _relay(out, ctx)
     if memory is not None:
@@ -235,7 +251,7 @@ async def _delegate(
         )
     if state.status == "suspended":  # the supervisor's call waits with the sub-agent (x-pt23)
         await _suspend(ctx, state, stopped)
-    result: dict[str, Any] = {
+    result: SubAgentResult = {
         "text": state.text,
         "subAgentThreadId": thread_id,
         "subAgentResourceId": resource_id,
@@ -312,10 +328,9 @@ async def _suspend(ctx: ToolContext, state: Any, stopped: AnyChunk | None) -> No
     )
 
 
-async def _resume(sub: Any, ctx: ToolContext) -> Any:
+async def _resume(sub: Any, ctx: ToolContext, run_id: str) -> Any:
     """The sub-agent's suspended run, continued with the supervisor's resume data: a tool
     suspension resumes with it; an approval is approved unless the data says ``approved: false``."""
-    run_id = ctx.suspended_tool_run_id
     data = ctx.resume_data
     waiting = await sub.suspended_run(run_id)
     if waiting is not None and waiting.awaiting_approval:
@@ -327,7 +342,7 @@ async def _resume(sub: Any, ctx: ToolContext) -> Any:
 
 async def _reject(
     reason: str, ctx: ToolContext, memory: Memory | None, scope: MemoryScope, prompt: str
-) -> dict[str, Any]:
+) -> SubAgentResult:
     """``onDelegationStart`` said ``proceed: false``: the sub-agent does not run; the rejection
     streams as tool output and is saved on the sub-agent's thread, as in Mastra."""
     text = f"[Delegation Rejected] {reason or 'Delegation rejected by onDelegationStart hook'}"
@@ -353,7 +368,7 @@ async def _save(
     await memory.save_turn(scope, normalize_messages(prompt), responses, message_id)
 
 
-async def _feedback(parent: Any | None, ctx: ToolContext, done: Mapping[str, Any]) -> None:
+async def _feedback(parent: Any | None, ctx: ToolContext, done: Mapping[str, object]) -> None:
     """``onDelegationComplete``'s ``feedback``: an assistant message on the supervisor's thread
     (the model sees it on the next turn, as in Mastra)."""
     feedback = done.get("feedback")

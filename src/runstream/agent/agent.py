@@ -15,13 +15,7 @@ from runstream import _tracing as tracing
 from runstream._ids import new_id
 from runstream._messages import ContinuedMessage, rewrite_prompt_result
 from runstream.abort import AbortController, AbortSignal
-from runstream.agent._durable_api import (
-    RunLogs,
-    list_active_runs,
-    observe,
-    recover_active_runs,
-    recover_options,
-)
+from runstream.agent import _durable_api as durable_api
 from runstream.agent._idle_stream import IdleStreams, UntilIdle, check_idle_options
 from runstream.agent._plain_runs import PlainRuns
 from runstream.agent._sub_agent import agent_tool, offer_result_references, with_full_results
@@ -178,7 +172,7 @@ class Agent:
         """The storage and task manager of the runtime that holds this agent (see :meth:`bind`)."""
         self._stopped = SuspendedRuns(id)
         self._durable_runs = DurableRuns(id)
-        self._run_logs = RunLogs()
+        self._run_logs = durable_api.RunLogs()
         """Durable runs' chunks, for ``observe``."""
         self._idle_streams = IdleStreams(id)
         self._plain_runs = PlainRuns()
@@ -292,7 +286,7 @@ class Agent:
         max_idle_ms: float | None = None,
         resume_window_ms: float | None = None,
         max_continuations: int | None = None,
-        **options: Any,
+        **options: Unpack[StreamOptions],
     ) -> RunOutput:
         """Deprecated: use ``stream(..., until_idle=True)``."""
         warnings.warn(
@@ -441,7 +435,7 @@ class Agent:
         return system_prompt_section(eligible)
 
     async def get_instructions(
-        self, request_context: RequestContext | Mapping[str, Any] | None = None
+        self, request_context: RequestContext | Mapping[str, object] | None = None
     ) -> str:
         """The instructions for a request (Mastra's ``getInstructions``)."""
         return await resolve_instructions(
@@ -449,13 +443,13 @@ class Agent:
         )
 
     async def get_model(
-        self, request_context: RequestContext | Mapping[str, Any] | None = None
+        self, request_context: RequestContext | Mapping[str, object] | None = None
     ) -> LanguageModel:
         """The model for a request (Mastra's ``getModel``)."""
         return await resolve_model(self.model, RequestContext.coerce(request_context), f"agent {self.id!r}")
 
     async def get_tools(
-        self, request_context: RequestContext | Mapping[str, Any] | None = None
+        self, request_context: RequestContext | Mapping[str, object] | None = None
     ) -> dict[str, Tool]:
         """The tools for a request (Mastra's ``getTools``): ``tools`` plus what ``tools=`` as a
         function returns for this request context."""
@@ -466,7 +460,7 @@ class Agent:
         return {**by_name(resolved), **own}
 
     async def get_memory(
-        self, request_context: RequestContext | Mapping[str, Any] | None = None
+        self, request_context: RequestContext | Mapping[str, object] | None = None
     ) -> Memory | None:
         """The memory for a request (Mastra's ``getMemory``): ``memory=``, or what it returns as
         a function of the request context; with the runtime's storage where it has none."""
@@ -518,17 +512,18 @@ class Agent:
         """Ids of this agent's durable runs that did not finish (e.g. cut off by a restart)."""
         return await self._durable_runs.unfinished(self._run_storage())
 
-    async def list_active_runs(self, **filters: Any) -> dict[str, Any]:
+    async def list_active_runs(
+        self, **filters: Unpack[durable_api.ActiveRunFilters]
+    ) -> durable_api.ActiveRuns:
         """Mastra's ``listActiveRuns``: this agent's durable runs no one drives in this process,
-        with ``thread_id``, ``resource_id``, ``from_date``, ``to_date``, ``per_page``, ``page``
-        (see ``runstream.agent._durable_api``)."""
-        return await list_active_runs(self._run_storage(), self.id, self._durable_runs.live, **filters)
+        filtered and paged (``thread_id``, ``resource_id``, ``from_date``, ``to_date``, ``page``...)."""
+        live = self._durable_runs.live
+        return await durable_api.list_active_runs(self._run_storage(), self.id, live, **filters)
 
-    async def recover(self, run_id: str, **options: Any) -> RunOutput:
-        """Mastra's ``recover``: a durable run continued from its last step as a stream, with
-        ``on_chunk``, ``on_step_finish``, ``on_finish``, ``on_error``, ``on_suspended``,
-        ``abort_signal``."""
-        run_options, watcher = recover_options(options)
+    async def recover(self, run_id: str, **options: Unpack[durable_api.RecoverOptions]) -> RunOutput:
+        """Mastra's ``recover``: a durable run continued from its last step as a stream (with its
+        callbacks, ``on_suspended`` and ``abort_signal``: :class:`~runstream.agent._durable_api.RecoverOptions`)."""
+        run_options, watcher = durable_api.recover_options(options)
         if watcher is not None:
             self._run_logs.watch(run_id, watcher)
         try:
@@ -537,20 +532,26 @@ class Agent:
             self._run_logs.unwatch(run_id)
             raise
 
-    async def recover_active_runs(self, *, run_id: str | None = None, **filters: Any) -> dict[str, Any]:
+    async def recover_active_runs(
+        self, *, run_id: str | None = None, **filters: Unpack[durable_api.ActiveRunFilters]
+    ) -> durable_api.RecoveredRuns:
         """Mastra's ``recoverActiveRuns``: recover every matching run (or ``run_id``) and drive
         each to its end here; ``{"recovered", "succeeded", "failed"}``."""
-        return await recover_active_runs(self.recover, self.list_active_runs, run_id=run_id, **filters)
+        return await durable_api.recover_active_runs(
+            self.recover, self.list_active_runs, run_id=run_id, **filters
+        )
 
-    async def observe(self, run_id: str, **options: Any) -> AsyncIterator[AnyChunk]:
+    async def observe(
+        self, run_id: str, **options: Unpack[durable_api.ObserveOptions]
+    ) -> AsyncIterator[AnyChunk]:
         """Mastra's ``observe``: the chunks of a durable run streaming in this process (or
         finished lately), from ``offset``, live until it ends (``idle_timeout_ms``, ``is_alive``)."""
         log = self._run_logs.get(run_id)
         if log is None:
             raise RunNotFoundError(f"no durable run {run_id!r} streams on agent {self.id!r}")
-        return observe(log, run_id, **options)
+        return durable_api.observe(log, run_id, **options)
 
-    async def resume_durable_run(self, run_id: str, **options: Any) -> RunOutput:
+    async def resume_durable_run(self, run_id: str, **options: Unpack[StreamOptions]) -> RunOutput:
         """Continue a durable run from its last finished step (waiting for its tasks first);
         ``options`` (``stream()``'s) replace the run's own."""
         state, saved = await self._durable_runs.load(run_id, self._run_storage())
@@ -724,7 +725,7 @@ class Agent:
 
     async def resume_stream(
         self,
-        data: Any,
+        data: object,
         *,
         run_id: str,
         tool_call_id: str | None = None,

@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol, TypedDict, cast
 from typing_extensions import TypeIs
 
 from runstream._config_mapping import ConfigKeyError, camel, one_of, positive_int, read_config
+from runstream._json import JsonValue
 from runstream.abort import AbortSignal
 from runstream.delegation import DelegationConfig, DelegationRun
 from runstream.errors import ConfigurationTypeError
@@ -33,9 +34,10 @@ from runstream.run._run_state import LoopConfig
 from runstream.scoring import TaskCompletion
 from runstream.stop_conditions import StopCondition
 from runstream.structured import StructuredOutput
-from runstream.tools import Tool, ToolContext
+from runstream.tools import Tool, ToolArgs, ToolContext
 
-MessagesInput = str | Sequence[str] | Sequence[Mapping[str, Any]]
+MessagesInput = str | Sequence[str] | Sequence[Mapping[str, object]]
+"""A prompt, prompts, or ``{"role", "content"}`` messages (content: a string or the parts)."""
 ToolsInput = Iterable[Tool] | Mapping[str, Tool]
 
 
@@ -170,7 +172,7 @@ class RunOptions:
     """Hooks around the run's sub-agent calls (Mastra's ``delegation``, ``runstream.delegation``)."""
 
     @classmethod
-    def of(cls, options: Mapping[str, Any], *, where: str = "stream()") -> RunOptions:
+    def of(cls, options: Mapping[str, object], *, where: str = "stream()") -> RunOptions:
         """Read ``stream()``'s keyword options (Python's names or Mastra's camelCase); ``None``
         leaves an option unset. An unknown option is a ``ConfigKeyError`` naming it."""
         fields: dict[str, Any] = {}
@@ -206,7 +208,7 @@ class RunOptions:
         values.update(fields)
         return options
 
-    def replaced(self, options: Mapping[str, Any], *, where: str = "resume") -> RunOptions:
+    def replaced(self, options: Mapping[str, object], *, where: str = "resume") -> RunOptions:
         """These options with the given ones (``stream()``'s keywords) replacing theirs, one by
         one: Mastra's ``resumeStream(data, options)`` and ``approveToolCall({runId, ...options})``."""
         RunOptions.of(options, where=where)  # an unknown or bad option is an error naming it
@@ -401,7 +403,7 @@ def normalize_messages(messages: MessagesInput | None) -> list[PromptMessage]:
         role = message["role"]
         if role not in ("user", "assistant", "system", "tool"):
             raise InvalidOptionError(f"unknown message role {role!r}")
-        content = message.get("content", "")
+        content: Any = message.get("content", "")  # the caller's: a string or parts (not checked)
         if role == "system":
             out.append({"role": "system", "content": content if isinstance(content, str) else str(content)})
         else:  # the caller's parts, taken as the message they say they are (not checked)
@@ -414,11 +416,13 @@ def normalize_messages(messages: MessagesInput | None) -> list[PromptMessage]:
     return out
 
 
-def _runs_on_the_client(args: dict[str, Any], ctx: ToolContext) -> None:
+def _runs_on_the_client(args: ToolArgs, ctx: ToolContext) -> None:
     raise RuntimeError(f"{ctx.tool_name} is a client tool: the caller executes it, not the loop")
 
 
-def client_tool(name: str, *, description: str = "", input_schema: Mapping[str, Any] | None = None) -> Tool:
+def client_tool(
+    name: str, *, description: str = "", input_schema: Mapping[str, JsonValue] | None = None
+) -> Tool:
     """A tool the caller executes (``stream(client_tools=[...])``): the model only sees its schema."""
     return Tool(name, _runs_on_the_client, description=description, input_schema=input_schema)
 
@@ -440,12 +444,12 @@ def by_name(tools: Iterable[Tool] | Mapping[str, Tool]) -> dict[str, Tool]:
     return {tool.name: tool for tool in items}
 
 
-def is_model(value: Any) -> TypeIs[LanguageModel]:
+def is_model(value: object) -> TypeIs[LanguageModel]:
     """A language model (it streams and names itself)."""
     return hasattr(value, "stream") and hasattr(value, "model_id")
 
 
-def is_function(value: Any) -> TypeIs[Callable[..., Any]]:
+def is_function(value: object) -> TypeIs[Callable[..., object]]:
     """A per-request function rather than the value itself."""
     return callable(value) and not isinstance(value, LanguageModel | Mapping | Tool)
 
