@@ -11,10 +11,19 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias
 
-Row: TypeAlias = Mapping[str, Any]
+SqlValue: TypeAlias = str | int | float | None
+"""A value of the store's columns and queries (text, integers, numbers; ``NULL``)."""
+SqlParam: TypeAlias = SqlValue | list[str]
+"""A query's parameter: a value, or a PostgreSQL text array (a JSON path)."""
+SqlRow: TypeAlias = Mapping[str, SqlValue]
 """A row: column (or alias) → value."""
+SqlStep: TypeAlias = (
+    tuple[str, Sequence[SqlParam], Literal[False]] | tuple[str, Sequence[Sequence[SqlParam]], Literal[True]]
+)
+SqlSteps: TypeAlias = Sequence[SqlStep]
+"""A transaction's ``(sql, params, many)`` steps: ``many`` runs ``sql`` once per parameter row."""
 
 _TABLES = (
     # A row per stored trace's root span: the trace list's filters and order, and its record.
@@ -205,10 +214,10 @@ def tables(dialect: str) -> list[str]:
 
 
 class Backend(Protocol):
-    def write(self, steps: Sequence[tuple[str, Sequence[Any] | Sequence[Sequence[Any]], bool]]) -> None:
+    def write(self, steps: SqlSteps) -> None:
         """Run ``(sql, params, many)`` steps in one transaction."""
 
-    def rows(self, sql: str, params: Iterable[Any] = ()) -> list[Row]: ...
+    def rows(self, sql: str, params: Iterable[SqlParam] = ()) -> list[SqlRow]: ...
 
     def close(self) -> None: ...
 
@@ -230,21 +239,21 @@ class SqliteBackend:
         # In one transaction: another process opening the file at once waits for the view.
         self.write([(statement, (), False) for statement in tables("sqlite")])
 
-    def write(self, steps: Sequence[tuple[str, Sequence[Any] | Sequence[Sequence[Any]], bool]]) -> None:
+    def write(self, steps: SqlSteps) -> None:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                for sql, params, many in steps:
-                    if many:
-                        self._db.executemany(sql, params)
+                for step in steps:
+                    if step[2]:
+                        self._db.executemany(step[0], step[1])
                     else:
-                        self._db.execute(sql, tuple(params))
+                        self._db.execute(step[0], tuple(step[1]))
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
 
-    def rows(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
+    def rows(self, sql: str, params: Iterable[SqlParam] = ()) -> list[SqlRow]:
         with self._lock:
             return list(self._db.execute(sql, tuple(params)).fetchall())
 
@@ -282,15 +291,15 @@ class PostgresBackend:
     def _sql(sql: str) -> str:
         return sql.replace("?", "%s")
 
-    def write(self, steps: Sequence[tuple[str, Sequence[Any] | Sequence[Sequence[Any]], bool]]) -> None:
+    def write(self, steps: SqlSteps) -> None:
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
-            for sql, params, many in steps:
-                if many:
-                    cursor.executemany(self._sql(sql), params)
+            for step in steps:
+                if step[2]:
+                    cursor.executemany(self._sql(step[0]), step[1])
                 else:
-                    cursor.execute(self._sql(sql), tuple(params))
+                    cursor.execute(self._sql(step[0]), tuple(step[1]))
 
-    def rows(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
+    def rows(self, sql: str, params: Iterable[SqlParam] = ()) -> list[SqlRow]:
         with self._pool.connection() as conn:
             return list(conn.execute(self._sql(sql), tuple(params)).fetchall())
 

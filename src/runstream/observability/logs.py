@@ -14,8 +14,8 @@ import queue
 import uuid
 from datetime import UTC, datetime
 from logging.handlers import QueueHandler, QueueListener
-from typing import Any
 
+from runstream.observability.records import LogRecord
 from runstream.observability.store import SpanStore, iso
 
 _LEVELS = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warn", logging.ERROR: "error"}
@@ -45,7 +45,7 @@ class _StoreWriter(logging.Handler):
             self.handleError(record)
 
 
-def log_record(record: logging.LogRecord, store: SpanStore) -> dict[str, Any]:
+def log_record(record: logging.LogRecord, store: SpanStore) -> LogRecord:
     """A logging record as Mastra's log record (``message`` already formatted by the queue handler)."""
     run_id = getattr(record, "runId", None)
     run_id = run_id if isinstance(run_id, str) else None

@@ -27,18 +27,19 @@ import weakref
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import orjson
 from opentelemetry import trace
 from opentelemetry.attributes import BoundedAttributes
-from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, Context, attach, detach, set_value
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
+from opentelemetry.context import Context as OtelContext
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.trace import Link, StatusCode
 
 from runstream.errors import ConfigurationError
-from runstream.observability.records import iso_ns, span_columns
+from runstream.observability.records import SpanEntry, TraceContext, iso_ns, span_columns
 from runstream.observability.store import SpanBatch, SpanStore
 
 _MAX_TRACES = 10_000
@@ -74,7 +75,7 @@ def _trace_of(span: ReadableSpan) -> int:
     return context.trace_id if context is not None else 0
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
@@ -163,7 +164,7 @@ class _Traces:
         return self.sample_rate >= 1.0 or random.random() < self.sample_rate
 
 
-def _context(trace_id: int, known: _Trace | None, service_name: str | None) -> dict[str, str | None]:
+def _context(trace_id: int, known: _Trace | None, service_name: str | None) -> TraceContext:
     """A trace's :data:`~runstream.observability.records.TRACE_CONTEXT` for its stored batch."""
     otel = _hex_trace(trace_id)
     if known is None:
@@ -199,15 +200,9 @@ def _links(links: Sequence[Link]) -> list[tuple[str, str]]:
     return [(_hex_trace(link.context.trace_id), _hex_span(link.context.span_id)) for link in links]
 
 
-_Entry: TypeAlias = tuple[
-    int, int | None, str, int, int | None, str | None, Mapping[str, object], list[tuple[str, str]] | None
-]
-"""What the store keeps of a span (:func:`~runstream.observability.records.span_columns`): span
-id, parent span id, name, start and end (epoch ns), error text, attributes (the SDK's own dict:
-immutable once the span ended), links."""
-_Queued: TypeAlias = tuple[int, str | None, bool, _Entry]
+_Queued: TypeAlias = tuple[int, str | None, bool, SpanEntry]
 """A finished span as queued: its OTel trace id, service name, whether it is its OTel trace's
-root, and its :data:`_Entry`. Encoded by the worker, a trace's spans in one call: encoded one at
+root, and its :data:`~runstream.observability.records.SpanEntry`. Encoded by the worker, a trace's spans in one call: encoded one at
 a time on the run's thread, each span cost ~1.9 µs (a fresh output buffer each, kept until the
 write), five times its share of one encoding of the batch. The queue holds two containers a span
 (the SDK's span object itself, queued as it is, held a dozen until the write, and the cyclic
@@ -269,7 +264,7 @@ class StoreSpanProcessor(SpanProcessor):
         self._writing = threading.Lock()
         self._worker = self._start_worker()
 
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+    def on_start(self, span: Span, parent_context: OtelContext | None = None) -> None:
         if not self.stopped:
             self.traces.started(span)
 

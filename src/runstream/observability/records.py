@@ -14,7 +14,7 @@ import functools
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import NotRequired, TypeAlias, TypedDict
 
 SPAN_TYPES = {
     "invoke_agent": "agent_run",
@@ -66,6 +66,89 @@ the stored trace id, the OTel one, the parent of its root span (a task's trace h
 run's span), and what its spans inherit."""
 
 
+class TraceContext(TypedDict):
+    """:data:`TRACE_CONTEXT`'s values."""
+
+    traceId: str
+    otelTraceId: str
+    rootParent: str | None
+    resourceId: str | None
+    threadId: str | None
+    runId: str | None
+    agentId: str | None
+    agentName: str | None
+    serviceName: str | None
+
+
+SpanEntry: TypeAlias = tuple[
+    int, int | None, str, int, int | None, str | None, Mapping[str, object], Sequence[Sequence[str]] | None
+]
+"""A span as the processor stores it: span id and parent span id (``None`` for the OTel root),
+name, start and end (epoch ns), error text, attributes, links (``[traceId, spanId]`` hex pairs)."""
+
+
+class RawSpan(TypedDict):
+    """What :func:`mastra_span` reads of a stored span besides its columns."""
+
+    attributes: Mapping[str, object]
+    error: str | None
+    links: Sequence[Sequence[str]] | None
+    otelTraceId: str | None
+
+
+class SpanColumns(TypedDict):
+    """A stored span's columns: the names the store's queries, trace list and metrics use."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    span_type: str
+    entity_type: str | None
+    entity_id: str | None
+    entity_name: str | None
+    resource_id: str | None
+    thread_id: str | None
+    run_id: str | None
+    service_name: str | None
+    environment: str | None
+    has_error: int
+    status: str
+    started_at: str
+    ended_at: str | None
+    duration_ms: float | None
+    input_tokens: int | None
+    output_tokens: int | None
+    provider: str | None
+    model: str | None
+    raw: NotRequired[RawSpan]
+    """A processor's span: its OTel data (:func:`span_columns`)."""
+    record: NotRequired[Mapping[str, object]]
+    """A span given as Mastra's record (``SpanStore.write_spans``), as given."""
+
+
+class LogRecord(TypedDict):
+    """Mastra's log record, as the store keeps and lists it."""
+
+    logId: str
+    timestamp: str
+    level: str
+    message: str
+    data: dict[str, str]
+    traceId: str | None
+    spanId: str | None
+    runId: str | None
+    resourceId: str | None
+    threadId: str | None
+    entityType: str | None
+    entityId: str | None
+    entityName: str | None
+    serviceName: str | None
+    environment: str | None
+    source: str | None
+    metadata: None
+
+
 @functools.lru_cache(maxsize=64)
 def _second(seconds: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
@@ -78,15 +161,17 @@ def iso_ns(nanoseconds: int) -> str:
     return f"{_second(seconds)}.{rest // 1_000_000:03d}Z"
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def span_columns(trace: Mapping[str, Any], entry: Sequence[Any]) -> Mapping[str, Any]:
-    """A span stored by the processor as its columns (the names the store's queries and metrics
-    use) and ``raw`` (what :func:`mastra_span` reads). ``entry``: span id and parent span id
-    (ints; ``None`` for the OTel root), name, start and end (epoch ns), error text, attributes,
-    links (``[traceId, spanId]`` hex pairs); ``trace``: its :data:`TRACE_CONTEXT`."""
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def span_columns(trace: TraceContext, entry: SpanEntry) -> SpanColumns:
+    """A span stored by the processor as its columns and ``raw`` (what :func:`mastra_span`
+    reads); ``trace``: its batch's context."""
     span_id, parent, name, start, end, error, attributes, links = entry
     get = attributes.get
     span_type = SPAN_TYPES.get(str(get("gen_ai.operation.name")), "generic")
@@ -115,10 +200,10 @@ def span_columns(trace: Mapping[str, Any], entry: Sequence[Any]) -> Mapping[str,
         "started_at": iso_ns(start),
         "ended_at": iso_ns(end) if end else None,
         "duration_ms": (end - start) / 1e6 if end else None,
-        "input_tokens": get("gen_ai.usage.input_tokens"),
-        "output_tokens": get("gen_ai.usage.output_tokens"),
-        "provider": get("gen_ai.provider.name"),
-        "model": get("gen_ai.request.model"),
+        "input_tokens": _int(get("gen_ai.usage.input_tokens")),
+        "output_tokens": _int(get("gen_ai.usage.output_tokens")),
+        "provider": _text(get("gen_ai.provider.name")),
+        "model": _text(get("gen_ai.request.model")),
         "raw": {
             "attributes": attributes,
             "error": error,
@@ -128,7 +213,7 @@ def span_columns(trace: Mapping[str, Any], entry: Sequence[Any]) -> Mapping[str,
     }
 
 
-def _loads(value: Any) -> Any:
+def _loads(value: object) -> object:
     if not isinstance(value, str):
         return None
     try:
@@ -137,10 +222,10 @@ def _loads(value: Any) -> Any:
         return value
 
 
-def mastra_span(row: Mapping[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
-    """The record of a span stored by the processor: ``row`` holds its columns, ``raw`` its
-    OpenTelemetry ``attributes``, ``error`` (status description), ``links`` and ``otelTraceId``."""
-    attributes: Mapping[str, Any] = raw.get("attributes") or {}
+def mastra_span(row: Mapping[str, object], raw: RawSpan) -> dict[str, object]:
+    """The record of a span stored by the processor: ``row`` holds its columns (a root's row of
+    the trace list, or :class:`SpanColumns`), ``raw`` its OpenTelemetry data."""
+    attributes = raw.get("attributes") or {}
     span_type = row["span_type"]
     error = None
     if raw.get("error") is not None:

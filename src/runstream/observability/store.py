@@ -25,13 +25,21 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import orjson
 
 from runstream.errors import ConfigurationError
-from runstream.observability._sql import Backend, PostgresBackend, Row, SqliteBackend
-from runstream.observability.records import mastra_span, span_columns
+from runstream.observability._sql import (
+    Backend,
+    PostgresBackend,
+    SqliteBackend,
+    SqlParam,
+    SqlRow,
+    SqlStep,
+    SqlValue,
+)
+from runstream.observability.records import LogRecord, SpanColumns, mastra_span, span_columns
 from runstream.observability.trace_query import TraceQueryPlan, encode_cursor, trace_row
 
 _TRACE_COLUMNS = (
@@ -85,7 +93,7 @@ DISCOVERY = {
 }
 
 
-Record: TypeAlias = Mapping[str, Any]
+Record: TypeAlias = Mapping[str, object]
 """A stored record as Mastra's JSON (span, score, feedback or log)."""
 
 METRIC_COLUMNS = {
@@ -143,7 +151,7 @@ class SpanBatch:
     spans: str
     """JSON: ``{"trace": TRACE_CONTEXT, "spans": [entry, ...]}`` as the processor wrote it
     (:func:`~runstream.observability.records.span_columns`), or ``{"records": [record]}``."""
-    roots: Sequence[tuple[Mapping[str, Any], str]] = ()
+    roots: Sequence[tuple[SpanColumns, str]] = ()
     """Its root spans: their columns and their record (JSON) for ``ai_traces``."""
 
 
@@ -151,7 +159,7 @@ class _Where:
     """A WHERE clause and its parameters, built a condition at a time: the one builder of the
     store's filtered queries (traces, signals, logs, span batches)."""
 
-    def __init__(self, *conditions: str, params: Iterable[Any] = ()) -> None:
+    def __init__(self, *conditions: str, params: Iterable[SqlParam] = ()) -> None:
         self.conditions = list(conditions)
         self.params = list(params)
 
@@ -228,7 +236,7 @@ class SpanStore:
         self._backend.close()
 
     # -- writes -----------------------------------------------------------------------------------
-    def write_spans(self, records: Sequence[Mapping[str, Any]], *, now: datetime | None = None) -> None:
+    def write_spans(self, records: Sequence[Record], *, now: datetime | None = None) -> None:
         """Append Mastra span records (each a batch of its own) in one transaction, then apply
         retention."""
         self.write_batches([_record_batch(record) for record in records], now=now)
@@ -240,35 +248,35 @@ class SpanStore:
             return
         cutoff = _text((now or datetime.now(UTC)) - self.max_age)
         roots = [
-            (batch.trace_id, *(columns[name] for name in _TRACE_COLUMNS), record)
+            _trace_row(batch.trace_id, columns, record)
             for batch in batches
             for columns, record in batch.roots
         ]
-        self._backend.write(
-            [
+        steps: list[SqlStep] = [
+            (
+                _INSERT_BATCH,
+                [
+                    (b.count, b.trace_id, b.resource_id, b.first_started, b.last_started, b.spans)
+                    for b in batches
+                ],
+                True,
+            ),
+            ("DELETE FROM ai_span_batches WHERE last_started < ?", (cutoff,), False),
+            ("DELETE FROM ai_traces WHERE started_at < ?", (cutoff,), False),
+            *(
                 (
-                    _INSERT_BATCH,
-                    [
-                        (b.count, b.trace_id, b.resource_id, b.first_started, b.last_started, b.spans)
-                        for b in batches
-                    ],
-                    True,
-                ),
-                *([(_INSERT_ROOT, roots, True)] if roots else []),
-                ("DELETE FROM ai_span_batches WHERE last_started < ?", (cutoff,), False),
-                ("DELETE FROM ai_traces WHERE started_at < ?", (cutoff,), False),
-                *(
-                    (
-                        f"DELETE FROM {table} WHERE upto <= (SELECT MAX(upto) FROM ai_span_batches) - ?",
-                        (self.max_spans,),
-                        False,
-                    )
-                    for table in ("ai_span_batches", "ai_traces")
-                ),
-            ]
-        )
+                    f"DELETE FROM {table} WHERE upto <= (SELECT MAX(upto) FROM ai_span_batches) - ?",
+                    (self.max_spans,),
+                    False,
+                )
+                for table in ("ai_span_batches", "ai_traces")
+            ),
+        ]
+        if roots:
+            steps.insert(1, (_INSERT_ROOT, roots, True))
+        self._backend.write(steps)
 
-    def write_logs(self, records: Sequence[Mapping[str, Any]], *, now: datetime | None = None) -> None:
+    def write_logs(self, records: Sequence[LogRecord], *, now: datetime | None = None) -> None:
         """Append log records (Mastra's log record shape), then apply retention."""
         if not records:
             return
@@ -300,7 +308,7 @@ class SpanStore:
             ]
         )
 
-    def add_signal(self, kind: str, record: Mapping[str, Any], resource_id: str | None) -> str:
+    def add_signal(self, kind: str, record: Record, resource_id: str | None) -> str:
         """Store a score or a feedback record (``kind``: ``score`` / ``feedback``); returns its id."""
         key = "scoreId" if kind == "score" else "feedbackId"
         signal_id = str(record.get(key) or uuid.uuid4())
@@ -310,11 +318,11 @@ class SpanStore:
         row = (
             kind,
             signal_id,
-            stored.get("traceId"),
-            stored.get("spanId"),
-            name,
+            _value(stored.get("traceId")),
+            _value(stored.get("spanId")),
+            _value(name),
             resource_id,
-            stored["timestamp"],
+            _value(stored["timestamp"]),
             orjson.dumps(stored, default=str).decode(),
         )
         self._backend.write(
@@ -335,15 +343,15 @@ class SpanStore:
         return signal_id
 
     # -- reads ------------------------------------------------------------------------------------
-    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
+    def _rows(self, sql: str, params: Iterable[SqlParam] = ()) -> list[SqlRow]:
         return self._backend.rows(sql, params)
 
-    def _batches(self, where: _Where) -> Iterator[Mapping[str, Any]]:
+    def _batches(self, where: _Where) -> Iterator[SpanColumns]:
         """The spans of the batches matching ``where``, oldest batch first, as their columns
         (:func:`_batch_spans`)."""
         rows = self._rows(f"SELECT spans FROM ai_span_batches WHERE {where.sql} ORDER BY seq", where.params)
         for row in rows:
-            yield from _batch_spans(row["spans"])
+            yield from _batch_spans(str(row["spans"]))
 
     def list_traces(self, query: TraceQuery) -> tuple[list[Record], int]:
         """A page of root spans and the number of matching traces."""
@@ -351,9 +359,7 @@ class SpanStore:
         if query.status is not None:
             where.conditions.append("has_error = 1" if query.status == "error" else "has_error = 0")
         where.within(query.start, query.end, "started_at").resource(query.resource_id)
-        total = int(
-            self._rows(f"SELECT COUNT(*) AS n FROM ai_traces WHERE {where.sql}", where.params)[0]["n"]
-        )
+        total = _count(self._rows(f"SELECT COUNT(*) AS n FROM ai_traces WHERE {where.sql}", where.params))
         direction = "ASC" if query.ascending else "DESC"
         rows = self._rows(
             f"SELECT {_READ_ROOT} FROM ai_traces WHERE {where.sql} "
@@ -370,7 +376,7 @@ class SpanStore:
                 f"SELECT resource_id FROM {table} WHERE trace_id = ? ORDER BY seq LIMIT 1", (trace_id,)
             )
             if rows:
-                return True, rows[0]["resource_id"]
+                return True, _optional_text(rows[0]["resource_id"])
         return False, None
 
     def get_trace(self, trace_id: str) -> list[Record]:
@@ -398,7 +404,7 @@ class SpanStore:
             "r.started_at >= ?",
             "r.started_at <= ?",
         ]
-        params: list[Any] = [query.start, query.end]
+        params: list[SqlParam] = [query.start, query.end]
         if query.resource_id is not None:
             where.append("r.resource_id = ?")
             params.append(query.resource_id)
@@ -419,13 +425,13 @@ class SpanStore:
             more = len(rows) > query.limit
             return {
                 "groups": groups,
-                "page": {"next": encode_cursor(query, "", groups[-1]["threadId"]) if more else None},
+                "page": {"next": encode_cursor(query, "", str(groups[-1]["threadId"])) if more else None},
             }
         sort = f"r.{query.order_field}"
         direction = "DESC" if query.descending else "ASC"
         if query.page is not None:
             clause = " AND ".join(where)
-            total = int(self._rows(f"SELECT COUNT(*) AS n FROM ai_traces r WHERE {clause}", params)[0]["n"])
+            total = _count(self._rows(f"SELECT COUNT(*) AS n FROM ai_traces r WHERE {clause}", params))
             rows = self._rows(
                 f"SELECT {_READ_ROOT} FROM ai_traces r WHERE {clause} ORDER BY {sort} {direction}, r.trace_id "
                 "LIMIT ? OFFSET ?",
@@ -450,7 +456,7 @@ class SpanStore:
         next_cursor = None
         if len(rows) > query.limit:
             last = rows[query.limit - 1]
-            next_cursor = encode_cursor(query, last[query.order_field], last["trace_id"])
+            next_cursor = encode_cursor(query, str(last[query.order_field]), str(last["trace_id"]))
         return {"traces": traces, "page": {"next": next_cursor}}
 
     def list_signals(
@@ -488,14 +494,14 @@ class SpanStore:
     def _page(
         self, table: str, where: _Where, page: int, per_page: int, ascending: bool
     ) -> tuple[list[Record], int]:
-        total = int(self._rows(f"SELECT COUNT(*) AS n FROM {table} WHERE {where.sql}", where.params)[0]["n"])
+        total = _count(self._rows(f"SELECT COUNT(*) AS n FROM {table} WHERE {where.sql}", where.params))
         direction = "ASC" if ascending else "DESC"
         rows = self._rows(
             f"SELECT record FROM {table} WHERE {where.sql} ORDER BY timestamp {direction}, seq {direction} "
             "LIMIT ? OFFSET ?",
             [*where.params, per_page, page * per_page],
         )
-        return [orjson.loads(row["record"]) for row in rows], total
+        return [orjson.loads(str(row["record"])) for row in rows], total
 
     def metric_points(
         self,
@@ -507,7 +513,7 @@ class SpanStore:
         end: datetime | None,
         resource_id: str | None,
         limit: int = 100_000,
-    ) -> list[Row]:
+    ) -> list[SqlRow]:
         """The spans of ``span_type`` with a value in ``column`` (a :data:`METRIC_COLUMNS` name),
         oldest first: ``timestamp``, ``value`` and the dimensions metrics group and filter by.
         The batches in the window and the resource are read (a batch's spans share its
@@ -516,18 +522,18 @@ class SpanStore:
         wanted = [(METRIC_DIMENSIONS[key], value) for key, value in filters.items()]
         value_column = METRIC_COLUMNS[column]
         where = _Where().within(start, end, "last_started", "first_started").resource(resource_id)
-        points: list[Mapping[str, object]] = [
+        points: list[SqlRow] = [
             {
                 "timestamp": span["started_at"],
-                "value": span[value_column],
-                **{key: span[name] for key, name in METRIC_DIMENSIONS.items()},
+                "value": _value(span.get(value_column)),
+                **{key: _value(span.get(name)) for key, name in METRIC_DIMENSIONS.items()},
             }
             for span in self._batches(where)
             if span["span_type"] == span_type
-            and span[value_column] is not None
+            and span.get(value_column) is not None
             and (since is None or span["started_at"] >= since)
             and (until is None or span["started_at"] <= until)
-            and all(span[name] == value for name, value in wanted)
+            and all(span.get(name) == value for name, value in wanted)
         ]
         points.sort(key=lambda point: str(point["timestamp"]))
         return points[:limit]
@@ -538,9 +544,9 @@ class SpanStore:
         """Distinct non-null values of a discovery column (a key of :data:`DISCOVERY`)."""
         name = DISCOVERY[column]
         values = {
-            str(span[name])
+            str(span.get(name))
             for span in self._batches(_Where().resource(resource_id))
-            if span[name] is not None and (entity_type is None or span["entity_type"] == entity_type)
+            if span.get(name) is not None and (entity_type is None or span["entity_type"] == entity_type)
         }
         return sorted(values)[:1000]
 
@@ -564,24 +570,24 @@ class PostgresSpanStore(SpanStore):
         self._setup(PostgresBackend(dsn, schema), max_age, max_spans, max_signals, max_logs)
 
 
-def _root_record(row: Row) -> Record:
+def _root_record(row: SqlRow) -> Record:
     """A root span of ``ai_traces`` as Mastra's record (built from its columns and raw OTel data
     when the processor stored it, as given when it came as a record)."""
-    stored = orjson.loads(row["record"])
+    stored = orjson.loads(str(row["record"]))
     return mastra_span(row, stored["otel"]) if "otel" in stored else stored
 
 
-def _span_record(columns: Mapping[str, Any]) -> Record:
+def _span_record(columns: SpanColumns) -> Record:
     """A span of a batch (:func:`_batch_spans`) as Mastra's record."""
     given = columns.get("record")
     return given if given is not None else mastra_span(columns, columns["raw"])
 
 
-def _started(columns: Mapping[str, Any]) -> str:
+def _started(columns: SpanColumns) -> str:
     return str(columns["started_at"])
 
 
-def _batch_spans(document: str) -> Sequence[Mapping[str, Any]]:
+def _batch_spans(document: str) -> Sequence[SpanColumns]:
     """A stored batch's spans as their columns: ``raw`` besides for the processor's, ``record``
     (as given) for records."""
     batch = orjson.loads(document)
@@ -591,7 +597,7 @@ def _batch_spans(document: str) -> Sequence[Mapping[str, Any]]:
     return [span_columns(trace, entry) for entry in batch["spans"]]
 
 
-def _record_batch(record: Mapping[str, Any]) -> SpanBatch:
+def _record_batch(record: Record) -> SpanBatch:
     columns = _record_columns(record)
     started = str(columns["started_at"])
     root = columns["parent_span_id"] is None
@@ -606,11 +612,13 @@ def _record_batch(record: Mapping[str, Any]) -> SpanBatch:
     )
 
 
-def _record_columns(record: Mapping[str, Any]) -> Mapping[str, Any]:
+def _record_columns(record: Record) -> SpanColumns:
     """A Mastra span record's columns (as :func:`~runstream.observability.records.span_columns`
     gives a processor's span's)."""
-    attributes = record.get("attributes") or {}
-    usage = attributes.get("usage") or {}
+    attributes = record.get("attributes")
+    attributes = attributes if isinstance(attributes, Mapping) else {}
+    usage = attributes.get("usage")
+    usage = usage if isinstance(usage, Mapping) else {}
     started, ended = record.get("startedAt"), record.get("endedAt")
     duration = None
     if isinstance(started, str) and isinstance(ended, str):
@@ -618,29 +626,58 @@ def _record_columns(record: Mapping[str, Any]) -> Mapping[str, Any]:
         duration = delta.total_seconds() * 1000
     get = record.get
     return {
-        "trace_id": get("traceId"),
-        "span_id": get("spanId"),
-        "parent_span_id": get("parentSpanId"),
-        "name": get("name"),
-        "span_type": get("spanType"),
-        "entity_type": get("entityType"),
-        "entity_id": get("entityId"),
-        "entity_name": get("entityName"),
-        "resource_id": get("resourceId"),
-        "thread_id": get("threadId"),
-        "run_id": get("runId"),
-        "service_name": get("serviceName"),
-        "environment": get("environment"),
+        "trace_id": str(get("traceId")),
+        "span_id": str(get("spanId")),
+        "parent_span_id": _optional_text(get("parentSpanId")),
+        "name": str(get("name")),
+        "span_type": str(get("spanType")),
+        "entity_type": _optional_text(get("entityType")),
+        "entity_id": _optional_text(get("entityId")),
+        "entity_name": _optional_text(get("entityName")),
+        "resource_id": _optional_text(get("resourceId")),
+        "thread_id": _optional_text(get("threadId")),
+        "run_id": _optional_text(get("runId")),
+        "service_name": _optional_text(get("serviceName")),
+        "environment": _optional_text(get("environment")),
         "has_error": 1 if get("error") else 0,
         "status": "error" if get("error") else "ok",
-        "started_at": started,
-        "ended_at": ended,
+        "started_at": str(started),
+        "ended_at": _optional_text(ended),
         "duration_ms": duration,
-        "input_tokens": usage.get("inputTokens"),
-        "output_tokens": usage.get("outputTokens"),
-        "provider": attributes.get("provider"),
-        "model": attributes.get("model"),
+        "input_tokens": _optional_int(usage.get("inputTokens")),
+        "output_tokens": _optional_int(usage.get("outputTokens")),
+        "provider": _optional_text(attributes.get("provider")),
+        "model": _optional_text(attributes.get("model")),
     }
+
+
+def _trace_row(trace_id: str, columns: SpanColumns, record: str) -> tuple[SqlValue, ...]:
+    """A root span's row of ``ai_traces``: its trace (the batch's, whose ``upto`` it takes), the
+    :data:`_TRACE_COLUMNS` and its record."""
+    c = columns
+    return (
+        *(trace_id, c["trace_id"], c["span_id"], c["name"], c["span_type"], c["entity_type"]),
+        *(c["entity_id"], c["entity_name"], c["resource_id"], c["thread_id"], c["run_id"]),
+        *(c["service_name"], c["environment"], c["has_error"], c["started_at"], c["ended_at"], record),
+    )
+
+
+def _optional_text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _optional_int(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _count(rows: Sequence[SqlRow]) -> int:
+    """``COUNT(*) AS n``'s answer."""
+    return int(rows[0]["n"] or 0)
+
+
+def _value(value: object) -> SqlValue:
+    """A record's value for a column: text, a number or ``NULL`` as it is, anything else as text."""
+    return value if value is None or isinstance(value, str | int | float) else str(value)
 
 
 def _text(moment: datetime) -> str:

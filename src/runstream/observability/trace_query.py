@@ -30,8 +30,9 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from runstream.errors import InvalidInputError
+from runstream.observability._sql import SqlParam
 
-Sql: TypeAlias = tuple[str, list[object]]
+Sql: TypeAlias = tuple[str, list[SqlParam]]
 """A SQL fragment and its parameters (``?`` placeholders)."""
 
 
