@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from runstream import Agent, Memory, MemoryScope, Runstream, StructuredOutput, Tool, tool
-from runstream._config_mapping import read_config
+from runstream._config_mapping import ConfigKeyError, read_config
 from runstream.abort import AbortController
 from runstream.agent.run_options import InvalidOptionError
 from runstream.agent.until_idle import IdleOptions
@@ -311,9 +311,7 @@ def test_models(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_background_tasks() -> None:
-    raised(
-        InvalidInputError, "unknown until_idle option(s): bogus", lambda: IdleOptions.coerce({"bogus": 1}, 0)
-    )
+    raised(ConfigKeyError, "until_idle: unknown option 'bogus'", lambda: IdleOptions.coerce({"bogus": 1}, 0))
     raised(
         InvalidInputError,
         "max_idle_ms must be a positive finite number",

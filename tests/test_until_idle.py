@@ -508,7 +508,7 @@ async def test_without_a_window_the_stream_closes_after_the_suspension_turn() ->
         ({"max_idle_ms": 0}, "max_idle_ms must be a positive finite number"),
         ({"max_idle_ms": float("nan")}, "max_idle_ms must be a positive finite number"),
         ({"max_continuations": -1}, "max_continuations must be an integer >= 0"),
-        ({"max_idle": 10}, "unknown until_idle option"),
+        ({"max_idle": 10}, "until_idle: unknown option 'max_idle'; did you mean 'max_idle_ms'"),
     ],
 )
 async def test_bad_until_idle_options_are_clear_errors(until_idle: dict[str, Any], message: str) -> None:

@@ -28,11 +28,14 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import StrictFloat, StrictInt
+
 from runstream import _tracing as tracing
+from runstream._config_mapping import CONFIG, read_dataclass
 from runstream.abort import AbortController
 from runstream.chunks import AnyChunk, BackgroundTaskProgressChunk, ErrorChunk, chunk_from_wire
 from runstream.errors import InvalidInputError, RunstreamError
@@ -43,15 +46,6 @@ from runstream.tasks.bus import TaskSubscription
 DEFAULT_MAX_IDLE_MS = 300_000
 DEFAULT_RESUME_WINDOW_MS = 500
 DEFAULT_MAX_CONTINUATIONS = 25
-_OPTION_NAMES = {
-    "max_idle_ms": "max_idle_ms",
-    "maxIdleMs": "max_idle_ms",
-    "resume_window_ms": "resume_window_ms",
-    "resumeWindowMs": "resume_window_ms",
-    "max_continuations": "max_continuations",
-    "maxContinuations": "max_continuations",
-}
-
 TERMINAL = {
     "background-task-completed": "completed",
     "background-task-failed": "failed",
@@ -72,34 +66,44 @@ class IdleOptions:
     max_continuations: int = DEFAULT_MAX_CONTINUATIONS
 
     @classmethod
-    def coerce(cls, value: Any, progress_interval_ms: float) -> IdleOptions:
+    def coerce(
+        cls, value: IdleOptions | Mapping[str, object] | bool | None, progress_interval_ms: float
+    ) -> IdleOptions:
+        """The options of ``until_idle=``: Mastra's ``{"maxIdleMs", "resumeWindowMs",
+        "maxContinuations"}`` (or the snake_case names); ``True``/``None``: the defaults."""
         if isinstance(value, IdleOptions):
             return value
-        chosen: dict[str, Any] = {}
-        if isinstance(value, dict):
-            unknown = set(value) - set(_OPTION_NAMES)
-            if unknown:
-                raise InvalidInputError(f"unknown until_idle option(s): {', '.join(sorted(unknown))}")
-            chosen = {_OPTION_NAMES[key]: number for key, number in value.items() if number is not None}
-        max_idle = chosen.get("max_idle_ms", DEFAULT_MAX_IDLE_MS)
-        resume_window = chosen.get("resume_window_ms", DEFAULT_RESUME_WINDOW_MS)
-        turns = chosen.get("max_continuations", DEFAULT_MAX_CONTINUATIONS)
-        if not _finite(max_idle) or max_idle <= 0:
-            raise InvalidInputError(f"max_idle_ms must be a positive finite number, got {max_idle!r}")
-        if not _finite(resume_window) or resume_window < 0:
-            raise InvalidInputError(f"resume_window_ms must be a finite number >= 0, got {resume_window!r}")
-        if isinstance(turns, bool) or not isinstance(turns, int) or turns < 0:
-            raise InvalidInputError(f"max_continuations must be an integer >= 0, got {turns!r}")
+        if not isinstance(value, Mapping):
+            return cls(progress_interval_ms=progress_interval_ms)
+        given = read_dataclass(_IdleChoices, value, where="until_idle")
+        idle, window, turns = given.max_idle_ms, given.resume_window_ms, given.max_continuations
         return cls(
-            max_idle_ms=max_idle,
+            max_idle_ms=DEFAULT_MAX_IDLE_MS if idle is None else idle,
             progress_interval_ms=progress_interval_ms,
-            resume_window_ms=resume_window,
-            max_continuations=turns,
+            resume_window_ms=DEFAULT_RESUME_WINDOW_MS if window is None else window,
+            max_continuations=DEFAULT_MAX_CONTINUATIONS if turns is None else turns,
         )
 
 
-def _finite(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+@dataclass(slots=True)
+class _IdleChoices:
+    """The caller's until-idle options, read by pydantic (``read_dataclass``: either spelling,
+    no other key); a value out of range is an error naming the option."""
+
+    __pydantic_config__ = CONFIG
+
+    max_idle_ms: StrictFloat | None = None
+    resume_window_ms: StrictFloat | None = None
+    max_continuations: StrictInt | None = None
+
+    def __post_init__(self) -> None:
+        idle, window, turns = self.max_idle_ms, self.resume_window_ms, self.max_continuations
+        if idle is not None and (not math.isfinite(idle) or idle <= 0):
+            raise InvalidInputError(f"max_idle_ms must be a positive finite number, got {idle!r}")
+        if window is not None and (not math.isfinite(window) or window < 0):
+            raise InvalidInputError(f"resume_window_ms must be a finite number >= 0, got {window!r}")
+        if turns is not None and turns < 0:
+            raise InvalidInputError(f"max_continuations must be an integer >= 0, got {turns!r}")
 
 
 def continuation_directive(batch: list[AnyChunk]) -> str:
