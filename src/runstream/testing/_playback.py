@@ -9,23 +9,43 @@ import copy
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import NotRequired, TypeAlias, TypedDict, cast
 
 from runstream.abort import AbortError, AbortSignal, sleep
 from runstream.models.base import ModelRequest, PromptMessage, StreamPart, ToolChoice
+
+ScriptPart: TypeAlias = Mapping[str, object]
+"""A provider part as a script writes it (JSON), with an optional ``delayMs`` before it."""
+
+
+class StreamErrorSpec(TypedDict):
+    """The stream fails after ``afterParts`` parts (``delayMs`` later) with ``error``."""
+
+    afterParts: int
+    error: str | Mapping[str, object]
+    delayMs: NotRequired[float]
+
+
+class ScriptedCall(TypedDict, total=False):
+    """A scripted call in the scenario format (a bare list of parts is one too)."""
+
+    parts: Sequence[ScriptPart]
+    delayMs: float
+    throwOnCall: str | Mapping[str, object]
+    streamError: StreamErrorSpec
 
 
 class ScriptedError(Exception):
     """An error built from a scenario ``ErrorSpec`` (message, name and extra properties)."""
 
-    def __init__(self, message: str, name: str = "Error", **props: Any) -> None:
+    def __init__(self, message: str, name: str = "Error", **props: object) -> None:
         super().__init__(message)
         self.name = name
         for key, value in props.items():
             setattr(self, key, value)
 
     @classmethod
-    def from_spec(cls, spec: str | Mapping[str, Any]) -> ScriptedError:
+    def from_spec(cls, spec: str | Mapping[str, object]) -> ScriptedError:
         if isinstance(spec, str):
             return cls(spec)
         props = {k: v for k, v in spec.items() if k not in ("message", "name")}
@@ -40,14 +60,16 @@ class RecordedCall:
     prompt: list[PromptMessage]
     tools: list[str]
     tool_choice: ToolChoice | None
-    response_format: dict[str, Any] | None
+    response_format: Mapping[str, object] | None
     include_raw_chunks: bool
 
 
 @dataclass(slots=True)
 class _Call:
-    parts: list[dict[str, Any]]
+    parts: list[ScriptPart]
     """The scenario's parts as written (JSON, with their ``delayMs``)."""
+    delays: list[float | None]
+    """Each part's ``delayMs`` (``None``: the call's default)."""
     delay_ms: float | None = None
     throw_on_call: ScriptedError | None = None
     stream_error_after: int | None = None
@@ -55,31 +77,38 @@ class _Call:
     stream_error: ScriptedError | None = None
 
 
-def prepare_call(call: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> _Call:
+def prepare_call(call: Sequence[ScriptPart] | ScriptedCall) -> _Call:
     """A scripted call (a list of parts, or the scenario dict format) ready to play."""
     if isinstance(call, Mapping):
         stream_error = call.get("streamError")
+        parts: list[ScriptPart] = [dict(p) for p in call.get("parts", [])]
         return _Call(
-            parts=[dict(p) for p in call.get("parts", [])],
+            parts=parts,
+            delays=_delays(parts),
             delay_ms=call.get("delayMs"),
             throw_on_call=ScriptedError.from_spec(call["throwOnCall"]) if call.get("throwOnCall") else None,
             stream_error_after=stream_error["afterParts"] if stream_error else None,
             stream_error_delay_ms=stream_error.get("delayMs", 0) if stream_error else 0,
             stream_error=ScriptedError.from_spec(stream_error["error"]) if stream_error else None,
         )
-    return _Call(parts=[dict(p) for p in call])
+    plain: list[ScriptPart] = [dict(p) for p in call]
+    return _Call(parts=plain, delays=_delays(plain))
 
 
-def prepare_part(part: Mapping[str, Any]) -> StreamPart:
+def _delays(parts: Sequence[ScriptPart]) -> list[float | None]:
+    return [delay if isinstance(delay := part.get("delayMs"), int | float) else None for part in parts]
+
+
+def prepare_part(part: ScriptPart) -> StreamPart:
     """Convert scenario JSON into the Python values a real provider yields (taken as the part it
     says it is: a script is trusted, as a provider is)."""
     out = dict(part)
     out.pop("delayMs", None)
     kind = out.get("type")
-    if kind == "response-metadata" and isinstance(out.get("timestamp"), str):
-        out["timestamp"] = datetime.fromisoformat(out["timestamp"].replace("Z", "+00:00"))
-    elif kind == "error" and isinstance(out.get("error"), str | dict):
-        out["error"] = ScriptedError.from_spec(out["error"])
+    if kind == "response-metadata" and isinstance(stamp := out.get("timestamp"), str):
+        out["timestamp"] = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    elif kind == "error" and isinstance(error := out.get("error"), str | dict):
+        out["error"] = ScriptedError.from_spec(error)
     return cast(StreamPart, out)
 
 
@@ -102,11 +131,11 @@ def record(recorded: list[RecordedCall], request: ModelRequest) -> int:
 async def play_call(call: _Call, delay_ms: float, signal: AbortSignal | None) -> AsyncIterator[StreamPart]:
     """Yield the call's parts, waiting ``delayMs`` (the part's, the call's, or ``delay_ms``) first."""
     default_delay = call.delay_ms if call.delay_ms is not None else delay_ms
-    for n, raw_part in enumerate(call.parts):
+    for n, (raw_part, delay) in enumerate(zip(call.parts, call.delays, strict=True)):
         if call.stream_error is not None and n == call.stream_error_after:
             await _sleep(call.stream_error_delay_ms, signal)
             raise call.stream_error
-        await _sleep(raw_part.get("delayMs", default_delay), signal)
+        await _sleep(delay if delay is not None else default_delay, signal)
         if signal is not None and signal.aborted:
             raise AbortError(signal.reason)
         yield prepare_part(raw_part)

@@ -15,15 +15,17 @@ raises the abort reason.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from runstream.errors import ConfigurationError
 from runstream.models.base import ModelRequest, ModelStream
 from runstream.testing._playback import (
     RecordedCall,
+    ScriptedCall,
     ScriptedError,
+    ScriptPart,
     play_call,
     prepare_call,
     prepare_part,
@@ -32,6 +34,16 @@ from runstream.testing._playback import (
 from runstream.testing.turns import Text, Turn, compile_turns
 
 __all__ = ["RecordedCall", "ScriptedError", "ScriptedModel", "prepare_part"]
+
+
+class ModelScript(TypedDict):
+    """A conformance ``ModelScript``: the calls to play, and how the model names itself."""
+
+    calls: Sequence[Sequence[ScriptPart] | ScriptedCall]
+    modelId: NotRequired[str]
+    provider: NotRequired[str]
+    specificationVersion: NotRequired[str]
+    delayMs: NotRequired[float]
 
 
 @dataclass
@@ -51,7 +63,7 @@ class ScriptedModel:
         self._calls = [prepare_call(c) for c in self.calls]
 
     @classmethod
-    def from_script(cls, script: Mapping[str, Any]) -> ScriptedModel:
+    def from_script(cls, script: ModelScript) -> ScriptedModel:
         """Build from a conformance ``ModelScript`` object."""
         return cls(
             calls=list(script["calls"]),

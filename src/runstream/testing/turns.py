@@ -27,14 +27,15 @@ from __future__ import annotations
 import copy
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
+from runstream._json import JsonObject
 from runstream.errors import InvalidTypeError
 from runstream.models.base import ModelRequest, ModelStream, PromptMessage, StreamPart, Usage
 from runstream.models.prompt import ToolResultPart
-from runstream.testing._playback import RecordedCall, play_call, prepare_call, record
+from runstream.testing._playback import RecordedCall, ScriptedCall, play_call, prepare_call, record
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +61,7 @@ class ToolCall:
     """
 
     tool_name: str
-    args: dict[str, Any] | str = field(default_factory=dict)
+    args: Mapping[str, object] | str = field(default_factory=dict)
     id: str | None = None
 
 
@@ -101,7 +102,7 @@ Turn: TypeAlias = TurnItem | str | Sequence[TurnItem | str]
 """One model call's answer: an item, a string (short for ``Text``), or a list of them."""
 
 
-def compile_turn(turn: Turn, index: int) -> dict[str, Any]:
+def compile_turn(turn: Turn, index: int) -> ScriptedCall:
     """A turn as a scripted call (``{"parts": [...], "throwOnCall"?: ...}``)."""
     items: list[TurnItem] = [
         Text(item) if isinstance(item, str) else item
@@ -114,11 +115,11 @@ def compile_turn(turn: Turn, index: int) -> dict[str, Any]:
             )
     failure = next((item for item in items if isinstance(item, CallError)), None)
     if failure is not None:
-        spec: dict[str, Any] = {"message": failure.message, "name": failure.name}
+        spec: JsonObject = {"message": failure.message, "name": failure.name}
         if failure.status_code is not None:
             spec["statusCode"] = failure.status_code
         return {"parts": [], "throwOnCall": spec}
-    parts: list[dict[str, Any]] = [{"type": "stream-start", "warnings": []}]
+    parts: list[dict[str, object]] = [{"type": "stream-start", "warnings": []}]
     delay = 0.0
     calls = output_tokens = 0
     finish = Finish()
@@ -129,7 +130,7 @@ def compile_turn(turn: Turn, index: int) -> dict[str, Any]:
         if isinstance(item, Finish):
             finish = item
             continue
-        new: list[dict[str, Any]] = [dict(part) for part in _parts(item, f"{index}-{n}")]
+        new: list[dict[str, object]] = [dict(part) for part in _parts(item, f"{index}-{n}")]
         if delay and new:
             new[0]["delayMs"] = delay
             delay = 0
@@ -144,7 +145,7 @@ def compile_turn(turn: Turn, index: int) -> dict[str, Any]:
         "outputTokens": output_tokens,
         "totalTokens": 10 + output_tokens,
     }
-    end: dict[str, Any] = {"type": "finish", "finishReason": reason, "usage": dict(usage)}
+    end: dict[str, object] = {"type": "finish", "finishReason": reason, "usage": dict(usage)}
     if delay:
         end["delayMs"] = delay
     parts.append(end)
@@ -181,7 +182,7 @@ def _parts(item: TurnItem, block: str) -> list[StreamPart]:
     return []
 
 
-def compile_turns(turns: Iterable[Turn]) -> list[dict[str, Any]]:
+def compile_turns(turns: Iterable[Turn]) -> list[ScriptedCall]:
     return [compile_turn(turn, i) for i, turn in enumerate(turns)]
 
 
