@@ -15,7 +15,7 @@ from runstream.testing.scripted import ScriptedError
 from runstream.tools import Tool, ToolContext
 
 
-def contains(actual: Any, expected: Any) -> bool:
+def contains(actual: object, expected: object) -> bool:
     """Recursive subset match: dicts by key subset, everything else (arrays too) by equality."""
     if isinstance(expected, Mapping):
         return isinstance(actual, Mapping) and all(
@@ -35,10 +35,10 @@ class ToolExecutionLog:
     """Counts executions per tool call id (the ``attempt`` condition) and records them."""
 
     attempts: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
-    executions: list[dict[str, Any]] = field(default_factory=list)
+    executions: list[dict[str, object]] = field(default_factory=list)
 
 
-def select_steps(behavior: Any, facts: Mapping[str, Any]) -> list[dict[str, Any]]:
+def select_steps(behavior: Any, facts: Mapping[str, object]) -> list[dict[str, Any]]:
     """The steps of a ``behavior``: the list itself, or the first case whose ``when`` holds for
     ``facts`` (a tool's or a workflow step's), else ``default``."""
     if isinstance(behavior, list):
@@ -52,7 +52,7 @@ def select_steps(behavior: Any, facts: Mapping[str, Any]) -> list[dict[str, Any]
     raise InvalidInputError(f"no behaviour case matches {dict(facts)!r} and there is no default")
 
 
-def _holds(key: str, expected: Any, facts: Mapping[str, Any]) -> bool:
+def _holds(key: str, expected: object, facts: Mapping[str, object]) -> bool:
     """Structured facts (a tool's ``args``, a step's data and state) match as subsets; the
     others (``attempt``, ``resumed`` …) by equality."""
     if key in ("args", "inputData", "resumeData", "state"):
