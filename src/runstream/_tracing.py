@@ -26,7 +26,7 @@ import contextvars
 import json
 import os
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from opentelemetry import trace
@@ -449,36 +449,28 @@ def task_span_metadata(task_id: str) -> dict[str, str]:
     return {TASK_SPAN_KEY: value} if value else {}
 
 
-def continuation_task_ids(batch: Iterable[Any]) -> contextvars.Token[tuple[Link, ...]]:
+def continuation_task_ids(
+    batch: Iterable[Any], records: Mapping[str, Any]
+) -> contextvars.Token[tuple[Link, ...]]:
     """Mark the turn about to start as the continuation of ``batch``'s tasks (task event chunks):
-    its agent span links to their spans known in this process; :func:`link_stored_tasks` adds
-    those that ran elsewhere. Returns the token for :func:`end_continuation`."""
+    its agent span links to their spans, known in this process or, for a task that ran in
+    another one, stored with its settled record (``records``: task id → ``TaskRecord``, as the
+    tasks' settled events brought them). A task with neither gets no link. Returns the token
+    for :func:`end_continuation`."""
     links = []
     for chunk in batch:
         task_id = (chunk.payload or {}).get("taskId") if isinstance(chunk.payload, dict) else None
         context = _task_spans.get(task_id) if isinstance(task_id, str) else None
-        attributes = {"runstream.link": "continuation_of_task", "runstream.background_task.id": str(task_id)}
-        links.append(Link(context, attributes) if context is not None else Link(_MISSING, attributes))
-    return _continuation_links.set(tuple(links))
-
-
-_MISSING = trace.INVALID_SPAN_CONTEXT
-
-
-async def link_stored_tasks(load: Callable[[str], Awaitable[Any]]) -> None:
-    """Resolve continuation links to tasks that ran in another process from their stored
-    records (``load(task_id)`` → ``TaskRecord | None``); unresolvable ones are dropped."""
-    resolved: list[Link] = []
-    for link in _continuation_links.get():
-        if link.context.is_valid:
-            resolved.append(link)
-            continue
-        task_id = (link.attributes or {}).get("runstream.background_task.id")
-        record = await load(str(task_id)) if task_id else None
-        context = _span_context(record.metadata.get(TASK_SPAN_KEY)) if record is not None else None
+        record = records.get(task_id) if context is None and isinstance(task_id, str) else None
+        if record is not None:
+            context = _span_context(record.metadata.get(TASK_SPAN_KEY))
         if context is not None:
-            resolved.append(Link(context, link.attributes))
-    _continuation_links.set(tuple(resolved))
+            attributes = {
+                "runstream.link": "continuation_of_task",
+                "runstream.background_task.id": str(task_id),
+            }
+            links.append(Link(context, attributes))
+    return _continuation_links.set(tuple(links))
 
 
 def end_continuation(token: contextvars.Token[tuple[Link, ...]]) -> None:

@@ -8,8 +8,9 @@ from typing import Any
 
 from runstream.chunks import AnyChunk
 from runstream.tasks.bus import TaskSubscription
-from runstream.tasks.config import TaskRequest, TerminalHook
+from runstream.tasks.config import TaskRequest
 from runstream.tasks.manager import BackgroundTaskManager
+from runstream.tasks.settling import RunTarget
 from runstream.tools import Tool, ToolContext
 
 Execute = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
@@ -31,7 +32,7 @@ def request(
     tool_call_id: str = "call-1",
     timeout_ms: int | None = None,
     max_retries: int | None = None,
-    on_terminal: TerminalHook | None = None,
+    target: RunTarget | None = None,
 ) -> TaskRequest:
     return TaskRequest(
         tool=tool,
@@ -43,7 +44,7 @@ def request(
         resource_id=resource_id,
         timeout_ms=timeout_ms,
         max_retries=max_retries,
-        on_terminal=on_terminal,
+        target=target,
     )
 
 

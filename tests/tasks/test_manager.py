@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tasks_testkit import Gate, MakeManager, make_tool, read, read_until, request, types
+from tasks_testkit import Gate, MakeManager, make_tool, read, request, types
 
 from runstream.abort import AbortError
 from runstream.chunks import dumps
 from runstream.storage import SqliteStorage, Storage, TaskFilter, TaskRecord, TaskStatus
 from runstream.storage.records import utc_now
+from runstream.tasks.bus import TaskEvent, TaskSettled
 from runstream.tasks.config import (
     BackgroundTaskError,
     CleanupConfig,
@@ -26,6 +27,7 @@ from runstream.tasks.config import (
     TaskStateError,
 )
 from runstream.tools import Tool, ToolContext
+from tests.task_targets import RecordingTarget
 
 
 async def echo(args: dict[str, Any], ctx: ToolContext) -> Any:
@@ -421,67 +423,81 @@ async def test_retry_count_survives_suspend_and_resume(make_manager: MakeManager
     assert done.status == "completed" and done.retry_count == 1 and done.result == 2
 
 
-# -- on_terminal ordering --------------------------------------------------------------------
+# -- the settled event: the outcome written first, then one TaskSettled carrying it -----------
 
 
-async def test_on_terminal_runs_before_the_event_is_published(make_manager: MakeManager) -> None:
-    log: list[str] = []
-
-    async def on_terminal(record: TaskRecord) -> None:
-        log.append(f"hook-start:{record.status}")
-        for _ in range(5):
-            await asyncio.sleep(0)  # give a subscriber every chance to run
-        log.append("hook-end")
-
+async def test_the_outcome_is_written_before_its_settled_event_is_published(
+    make_manager: MakeManager,
+) -> None:
+    target = RecordingTarget.new()
     manager = make_manager()
     events = manager.subscribe()
+    log = target.log
 
-    async def listen() -> None:
-        async for chunk in events:
-            log.append(chunk.type)
-            if chunk.type == "background-task-completed":
-                return
+    async def listen() -> TaskEvent:
+        while True:
+            event = await events.next_event()
+            log.append(event.chunk.type)
+            if event.chunk.type == "background-task-completed":
+                return event
 
     listener = asyncio.create_task(listen())
-    record = await manager.enqueue(request(ECHO, on_terminal=on_terminal))
+    record = await manager.enqueue(request(ECHO, target=target))
     assert record is not None
-    await asyncio.wait_for(listener, 5)
+    settled = await asyncio.wait_for(listener, 5)
     await events.close()
     assert log == [
         "background-task-running",
-        "hook-start:completed",
-        "hook-end",
+        "write-start:completed",
+        "write-end",
         "background-task-completed",
     ]
+    assert isinstance(settled, TaskSettled)
+    assert (settled.written, settled.record.status, settled.record.result) == (
+        "run",
+        "completed",
+        {"echo": None},
+    )
+    assert (settled.record.thread_id, settled.record.resource_id) == ("thread-1", "user-1")
 
 
-async def test_a_failing_on_terminal_hook_does_not_lose_the_event(make_manager: MakeManager) -> None:
-    async def on_terminal(record: TaskRecord) -> None:
-        raise RuntimeError("memory is down")
-
+async def test_a_failing_write_is_told_by_the_event_and_does_not_lose_it(make_manager: MakeManager) -> None:
     manager = make_manager()
     async with manager.subscribe() as events:
-        record = await manager.enqueue(request(ECHO, on_terminal=on_terminal))
+        record = await manager.enqueue(request(ECHO, target=RecordingTarget.new(fails=True)))
         assert record is not None
-        chunks = await read_until(events, "background-task-completed")
-    assert types(chunks)[-1] == "background-task-completed"
+        event = await events.next_event()
+        while event.chunk.type != "background-task-completed":
+            event = await events.next_event()
+    assert isinstance(event, TaskSettled) and event.written == "failed"
 
 
-async def test_on_terminal_sees_suspension_and_cancellation(make_manager: MakeManager) -> None:
-    statuses: list[str] = []
+async def test_without_a_target_nothing_is_written_for_the_request(make_manager: MakeManager) -> None:
+    manager = make_manager()
+    async with manager.subscribe() as events:
+        record = await manager.enqueue(request(ECHO))
+        assert record is not None
+        event = await events.next_event()
+        while not isinstance(event, TaskSettled):
+            event = await events.next_event()
+    assert event.written == "none" and event.chunk.type == "background-task-completed"
 
-    async def on_terminal(record: TaskRecord) -> None:
-        statuses.append(record.status)
+
+async def test_suspension_and_cancellation_are_written_too(make_manager: MakeManager) -> None:
+    target = RecordingTarget.new()
 
     async def ask(args: dict[str, Any], ctx: ToolContext) -> Any:
         await ctx.suspend("wait")
 
     manager = make_manager()
-    record = await manager.enqueue(request(make_tool("ask", ask), on_terminal=on_terminal))
+    record = await manager.enqueue(request(make_tool("ask", ask), target=target))
     assert record is not None
     await manager.wait_for(record.id)
     await manager.cancel(record.id)
-    assert statuses == ["suspended", "cancelled"]
+    assert [entry for entry in target.log if entry.startswith("write-start")] == [
+        "write-start:suspended",
+        "write-start:cancelled",
+    ]
 
 
 # -- backpressure and concurrency ------------------------------------------------------------

@@ -25,6 +25,7 @@ from runstream.tasks.temporal import TemporalSettings, TemporalTaskManager
 from runstream.tasks.temporal.devserver import TemporalDevServer, free_port
 from runstream.tasks.temporal.slots import SlotsState, SlotsWorkflow, slots_workflow_id
 from runstream.tools import Tool, ToolContext
+from tests.task_targets import RecordingTarget
 
 AGENT = "agent-t"
 WAIT_S = 30
@@ -102,17 +103,13 @@ async def test_a_task_runs_as_a_workflow_and_its_result_is_announced_once(make_m
     manager = await make_manager()
     echo_tool = tool("echo", echo)
     await start(manager, echo_tool)
-    hooked: list[TaskRecord] = []
-
-    async def on_terminal(record: TaskRecord) -> None:
-        hooked.append(record)
-
+    target = RecordingTarget.new()
     events = manager.subscribe(agent_id=AGENT)
-    record = await manager.enqueue(request(echo_tool, on_terminal=on_terminal))
+    record = await manager.enqueue(request(echo_tool, target=target))
     final = await settled(manager, record)
     assert final.status == "completed"
     assert final.result == {"echo": "a", "attempt": 1, "background": True}
-    assert [r.status for r in hooked] == ["completed"]
+    assert target.log == ["write-start:completed", "write-end"]
     seen = []
     async with asyncio.timeout(WAIT_S):
         async for chunk in events:
@@ -330,16 +327,12 @@ async def test_an_enqueuer_that_hears_no_event_learns_the_outcome_by_re_reading(
     api = TemporalTaskManager(storage, temporal=settings)
     worker = TemporalTaskManager(storage, temporal=settings, run_worker=True)
     worker.register_tool(AGENT, echo_tool)
-    hooked: list[str] = []
-
-    async def on_terminal(record: TaskRecord) -> None:
-        hooked.append(record.status)
-
+    target = RecordingTarget.new()
     try:
         await worker.start()
         await api.start()
         events = api.subscribe(agent_id=AGENT)
-        record = await api.enqueue(request(echo_tool, on_terminal=on_terminal))
+        record = await api.enqueue(request(echo_tool, target=target))
         final = await settled(api, record)
         assert (final.status, final.result) == ("completed", "a")
         seen = []
@@ -349,7 +342,7 @@ async def test_an_enqueuer_that_hears_no_event_learns_the_outcome_by_re_reading(
                 if chunk.type == "background-task-completed":
                     break
         assert seen == ["background-task-running", "background-task-completed"]
-        assert hooked == ["completed"]
+        assert target.log == ["write-start:completed", "write-end"]
         assert not api.is_active(final.id)
         await events.close()
     finally:

@@ -9,7 +9,6 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, cast
 
-from runstream import _tracing as tracing
 from runstream.abort import AbortController
 from runstream.agent.run_options import InvalidOptionError, RunOptions
 from runstream.agent.until_idle import IdleOptions, until_idle_stream
@@ -100,7 +99,6 @@ class IdleStreams:
         controller.signal.add_listener(first.abort)
 
         async def continuation(context: list[PromptMessage]) -> RunOutput:
-            await tracing.link_stored_tasks(manager.storage.get_task)
             return await next_turn(
                 replace(options, context=(*options.context, *context), abort_signal=controller.signal)
             )

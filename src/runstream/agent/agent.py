@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from runstream import _tracing as tracing
 from runstream._ids import new_id
-from runstream._messages import ContinuedMessage, rewrite_prompt_result
+from runstream._messages import ContinuedMessage
 from runstream.abort import AbortController, AbortSignal
 from runstream.agent import _durable_api as durable_api
 from runstream.agent._idle_stream import IdleStreams, UntilIdle, check_idle_options
@@ -60,10 +60,11 @@ from runstream.run._sources import Observer
 from runstream.run._step_results import model_label, run_metadata
 from runstream.run.output import RunOutput, full_output
 from runstream.scoring import TaskCompletion
-from runstream.storage import Storage, TaskRecord
+from runstream.storage import Storage
 from runstream.structured import StructuredOutput
 from runstream.tasks.policy import system_prompt_section, tool_schema_with_override, warn_without_manager
-from runstream.tools import OffersTool, Tool, resume_schema_of
+from runstream.tasks.settling import save_input_early
+from runstream.tools import OffersTool, Tool
 
 if TYPE_CHECKING:
     from runstream.agent._services import RuntimeServices, Toolset
@@ -416,7 +417,7 @@ class Agent:
         from runstream.tasks.dispatch import BackgroundDispatcher, wait_in_loop
 
         await services.start()
-        dispatcher = BackgroundDispatcher(manager, self.background_config, self._terminal_hook)
+        dispatcher = BackgroundDispatcher(manager, self.background_config)
         tools = {name: tool for name, tool in cfg.tools.items() if name not in cfg.client_tools}
         eligible = dispatcher.eligible_tools(tools)
         if not eligible:
@@ -562,20 +563,6 @@ class Agent:
         cfg = await self._configure(run_options, state, controller)
         return self._output(cfg, state, controller, ResumeAction("continue"), run_options)
 
-    def _terminal_hook(self, state: RunState, cfg: LoopConfig) -> Any:
-        """Writes a background task's outcome into the run (if still live) or into memory."""
-        memory = cfg.memory or self.memory
-
-        async def on_terminal(task: TaskRecord) -> None:
-            if not state.saved:  # the live run holds the call: its result goes there
-                if task.status != "suspended":
-                    rewrite_prompt_result(state.messages, task)
-                    await self._save_input_early(cfg, state)
-            elif memory is not None and cfg.thread_id is not None:
-                await memory.apply_task_outcome(task, resume_schema_of(cfg.tools.get(task.tool_name)))
-
-        return on_terminal
-
     async def _save_turn(self, cfg: LoopConfig, state: RunState, options: RunOptions) -> None:
         """An ended run's turn into its thread (if it has one), then the thread's title."""
         memory = cfg.memory
@@ -595,17 +582,8 @@ class Agent:
             memory.title_after_turn(options.memory, cfg.model, options.request_context)
 
     async def _save_input_early(self, cfg: LoopConfig, state: RunState) -> None:
-        """Save a live run's new input to memory now, as Mastra does when the run pauses for a
-        human or one of its background tasks settles: from then on the input is history (the
-        run's ``messages.user`` is empty) and the turn's save at the end adds the response."""
-        if cfg.memory is None or cfg.thread_id is None or cfg.resource_id is None:
-            return
-        inputs = state.new_input_messages
-        state.history_count = state.input_count
-        if inputs:
-            await cfg.memory.save_turn(
-                MemoryScope(cfg.thread_id, cfg.resource_id), inputs, [], state.message_id
-            )
+        """A paused run's new input into memory now (:func:`runstream.tasks.settling.save_input_early`)."""
+        await save_input_early(cfg.memory, cfg.thread_id, cfg.resource_id, state)
 
     def _output(
         self,

@@ -41,7 +41,8 @@ from runstream.chunks import AnyChunk, BackgroundTaskProgressChunk, ErrorChunk, 
 from runstream.errors import InvalidInputError, RunstreamError
 from runstream.models.base import PromptMessage
 from runstream.run.output import RunOutput
-from runstream.tasks.bus import TaskSubscription
+from runstream.storage import TaskRecord
+from runstream.tasks.bus import TaskSettled, TaskSubscription
 
 DEFAULT_MAX_IDLE_MS = 300_000
 DEFAULT_RESUME_WINDOW_MS = 500
@@ -344,7 +345,7 @@ class IdleDriver:
                     self.continuations += 1
                     self.idle_deadline = None
                     self.turn_active = True
-                    self._follow(await _continue(self.continuation, ledger.take_batch()))
+                    self._follow(await _continue(self.continuation, ledger.take_batch(), self.pumps.settled))
                 elif not ledger.window_open():
                     return
             now = time.monotonic()
@@ -451,9 +452,17 @@ def _chunk_list(wire: list[dict[str, Any]]) -> list[AnyChunk]:
     return [chunk_from_wire(raw) for raw in wire]
 
 
-async def _continue(continuation: StartTurn, batch: list[AnyChunk]) -> RunOutput:
-    """Start the continuation turn that tells the model about ``batch`` (its tasks' outcomes)."""
-    token = tracing.continuation_task_ids(batch)
+async def _continue(
+    continuation: StartTurn, batch: list[AnyChunk], settled: dict[str, TaskRecord]
+) -> RunOutput:
+    """Start the continuation turn that tells the model about ``batch`` (its tasks' outcomes,
+    whose records ``settled`` holds as their events brought them)."""
+    records: dict[str, TaskRecord] = {}
+    for chunk in batch:
+        record = settled.pop(chunk.payload["taskId"], None)
+        if record is not None:
+            records[record.id] = record
+    token = tracing.continuation_task_ids(batch, records)
     try:
         return await continuation([{"role": "system", "content": continuation_directive(batch)}])
     finally:
@@ -480,11 +489,20 @@ class _Pumps:
 
     def __init__(self, subscription: TaskSubscription) -> None:
         self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self.settled: dict[str, TaskRecord] = {}
+        """Task id -> its record as of its latest :class:`TaskSettled` event: the outcome the
+        continuation turn is about (its span, for the turn's links), with no storage read."""
         self.tasks = [asyncio.create_task(self._events(subscription))]
 
     async def _events(self, subscription: TaskSubscription) -> None:
-        async for event in subscription:
-            self.queue.put_nowait(("task", event))
+        while True:
+            try:
+                event = await subscription.next_event()
+            except StopAsyncIteration:
+                return
+            if isinstance(event, TaskSettled):
+                self.settled[event.record.id] = event.record
+            self.queue.put_nowait(("task", event.chunk))
 
     def start_turn(self, out: RunOutput) -> None:
         self.tasks.append(asyncio.create_task(self._turn(out)))

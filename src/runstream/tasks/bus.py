@@ -20,20 +20,32 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Protocol
 
 from runstream._clock import iso_datetime
-from runstream.chunks import AnyChunk
 from runstream.storage import TaskRecord
 from runstream.storage.records import utc_now
+from runstream.tasks.lifecycle import TaskChunk
+from runstream.tasks.settling import MemoryWrite
 
 
 @dataclass(frozen=True, slots=True)
 class TaskEvent:
     """One lifecycle event: the chunk consumers see and the task record as of that moment."""
 
-    chunk: AnyChunk
+    chunk: TaskChunk
     record: TaskRecord
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSettled(TaskEvent):
+    """A task reached a settled state (completed, failed, timed out, cancelled or suspended),
+    published only once its outcome is written where the conversation holds the call: the
+    result or error (``record``), the thread and resource (``record.thread_id``/``resource_id``)
+    and what came of the write (``written``) travel together, so a reader woken by this event
+    needs no other read to know the outcome is in memory."""
+
+    written: MemoryWrite = "memory"
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +193,7 @@ def settled_key(record: TaskRecord) -> tuple[str, str, str] | None:
     return None if moment is None else (record.id, record.status, iso_datetime(moment))
 
 
-Snapshot = Callable[[], Awaitable[list[AnyChunk]]]
+Snapshot = Callable[[], Awaitable[list[TaskEvent]]]
 
 
 class TaskSubscription:
@@ -195,23 +207,31 @@ class TaskSubscription:
     def __init__(self, source: BusSubscription, snapshot: Snapshot | None = None) -> None:
         self._source = source
         self._snapshot = snapshot
-        self._prelude: deque[AnyChunk] = deque()
-        self._seen_running: set[tuple[str, Any]] = set()
+        self._prelude: deque[TaskEvent] = deque()
+        self._seen_running: set[tuple[str, datetime | None]] = set()
 
     def __aiter__(self) -> TaskSubscription:
         return self
 
-    async def __anext__(self) -> AnyChunk:
+    async def __anext__(self) -> TaskChunk:
+        return (await self.next_event()).chunk
+
+    async def next_event(self) -> TaskEvent:
+        """The next event whole: its chunk and record (a :class:`TaskSettled` for a settled
+        state, with what came of its memory write)."""
         if self._snapshot is not None:
             snapshot, self._snapshot = self._snapshot, None
             self._prelude.extend(await snapshot())
-            self._seen_running = {_running_key(chunk) for chunk in self._prelude}
+            self._seen_running = {_running_key(event.record) for event in self._prelude}
         if self._prelude:
             return self._prelude.popleft()
         while True:
-            chunk = (await anext(self._source)).chunk
-            if chunk.type != "background-task-running" or _running_key(chunk) not in self._seen_running:
-                return chunk
+            event = await anext(self._source)
+            if (
+                event.chunk.type != "background-task-running"
+                or _running_key(event.record) not in self._seen_running
+            ):
+                return event
 
     async def close(self) -> None:
         self._prelude.clear()
@@ -226,5 +246,6 @@ class TaskSubscription:
         await self.close()
 
 
-def _running_key(chunk: AnyChunk) -> tuple[str, Any]:
-    return (chunk.payload["taskId"], chunk.payload["startedAt"])
+def _running_key(record: TaskRecord) -> tuple[str, datetime | None]:
+    """A task's run by its start (a running chunk's ``taskId`` and ``startedAt``)."""
+    return (record.id, record.started_at)

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from runstream._config_mapping import CONFIG, Amount, Count, Flag, PositiveCount, read_dataclass
 from runstream.errors import NotFoundError, RunstreamError, StateConflictError
 from runstream.storage import TaskRecord
+from runstream.tasks.settling import RunTarget
 from runstream.tools import Tool
 
 Backpressure = Literal["queue", "reject", "fallback-sync"]
@@ -56,7 +57,7 @@ class RetryConfig:
 
     @classmethod
     def coerce(
-        cls, value: RetryConfig | Mapping[str, Any] | None, where: str = "defaultRetries"
+        cls, value: RetryConfig | Mapping[str, object] | None, where: str = "defaultRetries"
     ) -> RetryConfig:
         if value is None:
             return cls()
@@ -74,7 +75,7 @@ class CleanupConfig:
     cleanup_interval_ms: PositiveCount = 60_000
 
     @classmethod
-    def coerce(cls, value: CleanupConfig | Mapping[str, Any], where: str = "cleanup") -> CleanupConfig:
+    def coerce(cls, value: CleanupConfig | Mapping[str, object], where: str = "cleanup") -> CleanupConfig:
         if isinstance(value, CleanupConfig):
             return value
         return read_dataclass(cls, value, where=where)
@@ -120,7 +121,7 @@ class BackgroundTaskConfig:
 
     @classmethod
     def coerce(
-        cls, value: BackgroundTaskConfig | Mapping[str, Any] | bool | None
+        cls, value: BackgroundTaskConfig | Mapping[str, object] | bool | None
     ) -> BackgroundTaskConfig | None:
         """Accept a config, ``True``, or Mastra's camelCase mapping (``{"enabled": True, ...}``)."""
         if value is None or value is False:
@@ -131,11 +132,6 @@ class BackgroundTaskConfig:
             return value if value.enabled else None
         config = read_dataclass(cls, value, where="background_tasks")
         return config if config.enabled else None
-
-
-TerminalHook = Callable[[TaskRecord], Awaitable[None]]
-"""Called with the final record after it is stored and *before* the terminal event is published
-(this is where the agent writes the real result into memory)."""
 
 
 @dataclass(slots=True)
@@ -151,12 +147,14 @@ class TaskRequest:
     resource_id: str | None = None
     timeout_ms: int | None = None
     max_retries: int | None = None
-    on_terminal: TerminalHook | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    target: RunTarget | None = None
+    """Where the task's settled outcome is written before its event is published (the enqueuing
+    run, else its thread's memory); without one, nothing is written for this request."""
+    metadata: dict[str, str] = field(default_factory=dict)
     """Stored with the task (the run's trace context, so its span can link to the run)."""
     on_complete: TaskHook | None = None
     """The tool's ``on_complete`` or else the agent's ``on_task_complete`` (as Mastra picks),
-    called after ``on_terminal`` and before the event is published."""
+    called after the outcome is written and before the event is published."""
     on_failed: TaskHook | None = None
     disposition: Literal["deferred", "awaited"] = "deferred"
     request_context: dict[str, Any] = field(default_factory=dict)

@@ -11,7 +11,8 @@ the coordinator holds what does not depend on that:
   and the executions running here;
 * how an attempt runs (:func:`~runstream.tasks.execution.run_attempt`), how its outcome is stored
   (:meth:`TaskCoordinator.store_outcome`) and announced (:meth:`TaskCoordinator.announce`: the
-  result into memory first, then the lifecycle event, then the hooks);
+  result into the conversation first, then one :class:`~runstream.tasks.bus.TaskSettled` event
+  carrying it and what came of that write, then the hooks);
 * how a cancel and a resume are stored, and the reading side (``wait_for``, ``subscribe``,
   progress, cleanup).
 """
@@ -28,7 +29,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from runstream import _tracing as tracing
-from runstream.chunks import AnyChunk, BackgroundTaskProgressChunk
+from runstream.chunks import BackgroundTaskProgressChunk
 from runstream.memory import Memory
 from runstream.storage import (
     InvalidArgumentError,
@@ -39,7 +40,7 @@ from runstream.storage import (
     TaskStatus,
 )
 from runstream.storage.records import utc_now
-from runstream.tasks.bus import EventBus, TaskEvent, TaskEventFilter, TaskSubscription
+from runstream.tasks.bus import EventBus, TaskEvent, TaskEventFilter, TaskSettled, TaskSubscription
 from runstream.tasks.config import (
     BackgroundTaskConfig,
     BackgroundTaskError,
@@ -51,7 +52,8 @@ from runstream.tasks.config import (
     TaskStateError,
 )
 from runstream.tasks.execution import SUSPENDED_RUN_KEY, Execution, Outcome, error_of, run_attempt
-from runstream.tasks.lifecycle import lifecycle_chunk, resumed_chunk, running_chunk
+from runstream.tasks.lifecycle import TaskChunk, lifecycle_chunk, resumed_chunk, running_chunk
+from runstream.tasks.settling import MemoryWrite
 from runstream.tasks.slots import Slots
 from runstream.tools import Tool, resume_schema_of
 
@@ -82,7 +84,7 @@ class TaskManager(Protocol):
     def register_tool(self, agent_id: str, tool: Tool) -> None: ...
     async def enqueue(self, request: TaskRequest) -> TaskRecord | None: ...
     async def cancel(self, task_id: str) -> None: ...
-    async def resume(self, task_id: str, data: Any = None) -> TaskRecord: ...
+    async def resume(self, task_id: str, data: object = None) -> TaskRecord: ...
     async def get_task(self, task_id: str) -> TaskRecord | None: ...
     async def list_tasks(self, task_filter: TaskFilter | None = None) -> Page[TaskRecord]: ...
     def is_active(self, task_id: str) -> bool: ...
@@ -224,41 +226,44 @@ class TaskCoordinator:
             )
 
     async def announce(self, record: TaskRecord) -> None:
-        """After a settled state is stored: the state into memory (the enqueuing request's
-        ``on_terminal`` hook, or :meth:`write_outcome` when the request is not here), the
-        request's own hooks, the lifecycle event, then the global hooks."""
+        """After a settled state is stored: the state into the conversation
+        (:meth:`write_outcome`), the request's own hooks, the :class:`TaskSettled` event, then
+        the global hooks."""
         request = self.requests.get(record.id)
         if record.status in TERMINAL_STATUSES:
             self.requests.pop(record.id, None)
-        if request is None:
-            await self.write_outcome(record)
-        elif request.on_terminal is not None:
-            try:
-                await request.on_terminal(record)
-            except Exception:
-                logger.exception("background task %s: on_terminal hook failed", record.id)
+        written = await self.write_outcome(record, request)
         failed = record.status in ("failed", "timed_out")
         if request is not None:  # the tool's or agent's own hook, before the event (as Mastra)
             own = (
                 request.on_complete if record.status == "completed" else request.on_failed if failed else None
             )
             await call_hook(own, record)
-        self.publish(record, lifecycle_chunk(record))
+        self.bus.publish(TaskSettled(lifecycle_chunk(record), record, written))
         hooks = {"completed": self.on_task_complete, "cancelled": self.config.on_task_cancelled}
         await call_hook(self.on_task_failed if failed else hooks.get(record.status), record)
 
-    async def write_outcome(self, record: TaskRecord) -> None:
-        """The settled state into the message holding the task's call, in the memory kept in
-        ``storage`` (:meth:`Memory.apply_task_outcome`, which the agents' hook uses too)."""
+    async def write_outcome(self, record: TaskRecord, request: TaskRequest | None) -> MemoryWrite:
+        """The settled state where the conversation holds the task's call: where the enqueuing
+        request says (:class:`~runstream.tasks.settling.RunTarget`: its live run, else its
+        thread's memory), or, when the request is not in this process, into the message holding
+        the call in the memory kept in ``storage`` (:meth:`Memory.apply_task_outcome`, which
+        the run's target uses too). A failed write is logged: the event still goes out."""
         try:
-            resume_schema = (
-                resume_schema_of(self.resolve_tool(record)) if record.status == "suspended" else None
-            )
-            await self.memory.apply_task_outcome(record, resume_schema)
+            suspended = record.status == "suspended"
+            if request is not None:
+                if request.target is None:
+                    return "none"
+                return await request.target.write(
+                    record, resume_schema_of(request.tool) if suspended else None
+                )
+            resume_schema = resume_schema_of(self.resolve_tool(record)) if suspended else None
+            return "memory" if await self.memory.apply_task_outcome(record, resume_schema) else "none"
         except Exception:
             logger.exception("task %s: could not write its %s state into memory", record.id, record.status)
+            return "failed"
 
-    def publish(self, record: TaskRecord, chunk: AnyChunk) -> None:
+    def publish(self, record: TaskRecord, chunk: TaskChunk) -> None:
         self.bus.publish(TaskEvent(chunk, record))
 
     async def fail_stale(
@@ -295,7 +300,7 @@ class TaskCoordinator:
         if execution is not None:
             await execution.stop(reason)
 
-    async def store_resume(self, task_id: str, data: Any) -> tuple[TaskRecord, Any]:
+    async def store_resume(self, task_id: str, data: object) -> tuple[TaskRecord, object]:
         """Store the resume of a suspended task (``running``, with ``resume_data``) if a slot
         is free, and publish ``background-task-resumed``; the record and the payload it was
         suspended with. Call under ``slot_lock``. Like Mastra, a resume is not queued."""
@@ -371,7 +376,7 @@ class TaskCoordinator:
         matching tasks running at that moment."""
         source = self.bus.subscribe(wanted)
 
-        async def snapshot() -> list[AnyChunk]:
+        async def snapshot() -> list[TaskEvent]:
             running = await self.storage.list_tasks(
                 TaskFilter(
                     status="running",
@@ -381,7 +386,7 @@ class TaskCoordinator:
                     resource_id=wanted.resource_id,
                 )
             )
-            return [running_chunk(r) for r in running.items if wanted.matches(r)]
+            return [TaskEvent(running_chunk(r), r) for r in running.items if wanted.matches(r)]
 
         return TaskSubscription(source, snapshot if include_existing else None)
 

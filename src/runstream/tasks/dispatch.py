@@ -9,6 +9,7 @@ from typing import Any
 
 from runstream import _tracing as tracing
 from runstream._messages import rewrite_prompt_result
+from runstream._payloads import ProviderMetadata
 from runstream.abort import AbortError, AbortSignal
 from runstream.chunks import (
     AgentChunk,
@@ -19,7 +20,7 @@ from runstream.chunks import (
 )
 from runstream.run._run_state import LoopConfig, RunState, ToolCall, ToolOutcome
 from runstream.storage import TaskRecord
-from runstream.tasks.config import BackgroundTaskError, TaskHook, TaskRequest, TerminalHook
+from runstream.tasks.config import BackgroundTaskError, TaskHook, TaskRequest
 from runstream.tasks.coordination import TaskManager
 from runstream.tasks.policy import (
     BACKGROUND_ARG,
@@ -28,21 +29,16 @@ from runstream.tasks.policy import (
     placeholder_text,
     resolve,
 )
+from runstream.tasks.settling import RunTarget
 from runstream.tools import BackgroundToolConfig, Tool, ToolArgumentsError
 
 
 class BackgroundDispatcher:
     """The loop's ``dispatch_tool`` hook for an agent with background tasks."""
 
-    def __init__(
-        self,
-        manager: TaskManager,
-        config: AgentBackgroundConfig,
-        on_terminal: Callable[[RunState, LoopConfig], TerminalHook],
-    ) -> None:
+    def __init__(self, manager: TaskManager, config: AgentBackgroundConfig) -> None:
         self.manager = manager
         self.config = config
-        self._on_terminal = on_terminal
 
     def eligible_tools(self, tools: Mapping[str, Tool]) -> list[str]:
         return [name for name, tool in tools.items() if eligibility(tool, self.config) is not None]
@@ -79,7 +75,7 @@ class BackgroundDispatcher:
                     resource_id=cfg.resource_id,
                     timeout_ms=resolved.timeout_ms,
                     max_retries=resolved.max_retries,
-                    on_terminal=self._on_terminal(state, cfg),
+                    target=RunTarget(state, cfg.memory, cfg.thread_id, cfg.resource_id),
                     metadata=tracing.traceparent(state.span),
                     on_complete=_first_hook(tool.background, "on_complete", self.config.on_task_complete),
                     on_failed=_first_hook(tool.background, "on_failed", self.config.on_task_failed),
@@ -138,7 +134,7 @@ async def wait_in_loop(
     abort_signal: AbortSignal,
     *,
     wait_timeout_ms: int | None = None,
-) -> AsyncIterator[AgentChunk]:
+) -> AsyncIterator[BackgroundTaskProgressChunk | ToolResultChunk | ToolErrorChunk]:
     """Durable agents wait for their background tasks inside the loop, as Mastra's durable loop.
 
     While none of ``task_ids`` has settled: a ``background-task-progress`` snapshot at once and
@@ -193,18 +189,29 @@ def _settled(wait: asyncio.Future[TaskRecord]) -> bool:
 
 def _outcome_chunk(state: RunState, record: TaskRecord) -> ToolResultChunk | ToolErrorChunk | None:
     """A settled task's outcome as the loop reports it (none for a suspension)."""
-    payload: dict[str, Any] = {
-        "toolCallId": record.tool_call_id,
-        "toolName": record.tool_name,
-        "args": record.args,
-    }
     if record.status == "completed":
-        chunk = ToolResultChunk(state.run_id, {**payload, "result": record.result})  # type: ignore[typeddict-item]
-        state.tool_results.append(chunk)
-        return chunk
+        result = ToolResultChunk(
+            state.run_id,
+            {
+                "toolCallId": record.tool_call_id,
+                "toolName": record.tool_name,
+                "args": record.args,
+                "result": record.result,
+            },
+        )
+        state.tool_results.append(result)
+        return result
     if record.status in ("failed", "timed_out", "cancelled"):
         message = (record.error or {}).get("message") or f"Background task {record.status}"
-        return ToolErrorChunk(state.run_id, {**payload, "error": BackgroundTaskError(message)})  # type: ignore[typeddict-item]
+        return ToolErrorChunk(
+            state.run_id,
+            {
+                "toolCallId": record.tool_call_id,
+                "toolName": record.tool_name,
+                "args": record.args,
+                "error": BackgroundTaskError(message),
+            },
+        )
     return None
 
 
@@ -214,10 +221,10 @@ def _first_hook(own: BackgroundToolConfig | None, name: str, agent_hook: TaskHoo
     return hook if hook is not None else agent_hook
 
 
-def _task_link(task_id: str, status: str) -> dict[str, Any]:
+def _task_link(task_id: str, status: str) -> ProviderMetadata:
     """Mastra's link from a tool result to its background task; a settled task's result, as
     Mastra writes it, also records that there is no model-output override."""
-    mastra: dict[str, Any] = {"backgroundTask": {"taskId": task_id, "status": status}}
+    mastra: dict[str, object] = {"backgroundTask": {"taskId": task_id, "status": status}}
     if status != "running":
         mastra["modelOutput"] = None
     return {"mastra": mastra}

@@ -13,7 +13,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from runstream import _tracing as tracing
 from runstream.abort import AbortController, AbortError
@@ -22,13 +22,15 @@ from runstream.storage import TaskError, TaskRecord, TaskUpdate
 from runstream.storage.records import utc_now
 from runstream.tasks.adoption import BackgroundTaskAdoption
 from runstream.tasks.config import TaskRequest
-from runstream.tasks.lifecycle import output_chunk
+from runstream.tasks.lifecycle import TaskChunk, output_chunk
 from runstream.tools import Tool, ToolContext, ToolSuspended, ToolWriter, private_error_text
+
+T = TypeVar("T")
 
 ABORT_GRACE_S = 0.1
 """How long an aborted tool may take to stop on its own before its asyncio task is cancelled."""
 
-Publish = Callable[[TaskRecord, AnyChunk], None]
+Publish = Callable[[TaskRecord, TaskChunk], None]
 SUSPENDED_RUN_KEY = "suspendedToolRunId"
 """Task metadata: the delegated run a suspended task waits on (Mastra's ``suspendedToolRunId``)."""
 
@@ -77,7 +79,7 @@ class Execution:
         await settle(self.runner)
 
 
-async def settle(task: asyncio.Task[Any] | None) -> None:
+async def settle(task: asyncio.Task[T] | None) -> None:
     """Wait ``ABORT_GRACE_S`` for ``task`` to end, then cancel it (and wait as long again)."""
     if task is None or task.done() or task is asyncio.current_task():
         return

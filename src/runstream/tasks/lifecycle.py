@@ -6,8 +6,10 @@ the task (in-process or on Temporal).
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import cast
 
+from runstream._payloads import TaskCompletedPayload, TaskEventPayload, TaskRunningPayload
 from runstream.chunks import (
     AnyChunk,
     BackgroundTaskCancelledChunk,
@@ -20,8 +22,26 @@ from runstream.chunks import (
 )
 from runstream.storage import TaskRecord
 
+TaskChunk = (
+    BackgroundTaskRunningChunk
+    | BackgroundTaskResumedChunk
+    | BackgroundTaskOutputChunk
+    | BackgroundTaskCompletedChunk
+    | BackgroundTaskFailedChunk
+    | BackgroundTaskCancelledChunk
+    | BackgroundTaskSuspendedChunk
+)
+"""The chunk of a task's lifecycle event, as the bus carries it."""
+SettledChunk = (
+    BackgroundTaskCompletedChunk
+    | BackgroundTaskFailedChunk
+    | BackgroundTaskCancelledChunk
+    | BackgroundTaskSuspendedChunk
+)
+"""The chunk announcing a settled state."""
 
-def base_payload(record: TaskRecord) -> dict[str, Any]:
+
+def base_payload(record: TaskRecord) -> TaskEventPayload:
     """The fields every task chunk carries."""
     return {
         "taskId": record.id,
@@ -32,8 +52,9 @@ def base_payload(record: TaskRecord) -> dict[str, Any]:
     }
 
 
-def running_payload(record: TaskRecord) -> Any:
-    return {**base_payload(record), "startedAt": record.started_at, "args": record.args}
+def running_payload(record: TaskRecord) -> TaskRunningPayload:
+    started_at = cast(datetime, record.started_at)  # (set whenever a task runs)
+    return {**base_payload(record), "startedAt": started_at, "args": record.args}
 
 
 def running_chunk(record: TaskRecord) -> BackgroundTaskRunningChunk:
@@ -47,23 +68,35 @@ def resumed_chunk(record: TaskRecord) -> BackgroundTaskResumedChunk:
 
 def output_chunk(record: TaskRecord, chunk: AnyChunk) -> BackgroundTaskOutputChunk:
     """``background-task-output``: one chunk the tool wrote, wrapped."""
-    payload: Any = {**base_payload(record), "payload": chunk.to_wire()}
-    return BackgroundTaskOutputChunk(record.run_id, payload)
+    return BackgroundTaskOutputChunk(record.run_id, {**base_payload(record), "payload": chunk.to_wire()})
 
 
-def lifecycle_chunk(record: TaskRecord) -> AnyChunk:
+def lifecycle_chunk(record: TaskRecord) -> SettledChunk:
     """The event announcing a stored settled state (``timed_out`` is published as failed)."""
-    payload: Any = base_payload(record)
+    base = base_payload(record)
     if record.status == "completed":
-        payload.update(result=record.result, completedAt=record.completed_at)
-        return BackgroundTaskCompletedChunk(record.run_id, payload)
+        completed: TaskCompletedPayload = {
+            "taskId": record.id,
+            "toolName": record.tool_name,
+            "toolCallId": record.tool_call_id,
+            "runId": record.run_id,
+            "agentId": record.agent_id,
+            "result": record.result,
+            "completedAt": cast(datetime, record.completed_at),  # (stored with every terminal status)
+        }
+        return BackgroundTaskCompletedChunk(record.run_id, completed)
     if record.status == "suspended":
-        payload.update(
-            args=record.args, suspendPayload=record.suspend_payload, suspendedAt=record.suspended_at
+        return BackgroundTaskSuspendedChunk(
+            record.run_id,
+            {
+                **base,
+                "args": record.args,
+                "suspendPayload": record.suspend_payload,
+                "suspendedAt": cast(datetime, record.suspended_at),
+            },
         )
-        return BackgroundTaskSuspendedChunk(record.run_id, payload)
-    payload["completedAt"] = record.completed_at
+    completed_at = cast(datetime, record.completed_at)
     if record.status == "cancelled":
-        return BackgroundTaskCancelledChunk(record.run_id, payload)
-    payload["error"] = dict(record.error or {"message": "Unknown error"})
-    return BackgroundTaskFailedChunk(record.run_id, payload)
+        return BackgroundTaskCancelledChunk(record.run_id, {**base, "completedAt": completed_at})
+    error = dict(record.error or {"message": "Unknown error"})
+    return BackgroundTaskFailedChunk(record.run_id, {**base, "completedAt": completed_at, "error": error})

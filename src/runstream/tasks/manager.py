@@ -9,9 +9,10 @@ Behaviour follows Mastra's ``BackgroundTaskManager``. What it shares with every 
 * The queue is the ``pending`` tasks this process enqueued or recovered at start, oldest first:
   a process never steals another live process's pending task (whose tool closure it lacks).
 * Each running task is an asyncio task here, retrying its tool per ``default_retries``.
-* On a terminal outcome or a suspension: persist, then the result into memory (the request's
-  ``on_terminal`` hook), then publish the lifecycle event. A consumer woken by the event can
-  therefore always read the result from memory.
+* On a terminal outcome or a suspension: persist, then the result into the conversation (where
+  the request's ``target`` says), then publish one ``TaskSettled`` event carrying the record and
+  what came of that write. A consumer woken by the event can therefore always read the result
+  from memory.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Collection, Iterable
-from typing import Any
+from typing import Any, Unpack
 
 from runstream.abort import AbortController, sleep
 from runstream.chunks import BackgroundTaskProgressChunk
@@ -43,7 +44,7 @@ from runstream.tasks.coordination import (
 )
 from runstream.tasks.execution import Execution, Outcome
 from runstream.tasks.lifecycle import running_chunk
-from runstream.tasks.waiting import wait_for_next_task
+from runstream.tasks.waiting import WaitOptions, wait_for_next_task
 from runstream.tools import Tool, ToolArgumentsError
 
 __all__ = ["SETTLED_STATUSES", "STALE_TASK_MESSAGE", "TERMINAL_STATUSES", "BackgroundTaskManager"]
@@ -301,7 +302,7 @@ class BackgroundTaskManager:
         await self._announce(cancelled)
         await self._drain()
 
-    async def resume(self, task_id: str, data: Any = None) -> TaskRecord:
+    async def resume(self, task_id: str, data: object = None) -> TaskRecord:
         """Run a suspended task's tool again from the start with ``ctx.resume_data = data``.
 
         Like Mastra, a resume is not queued: with no free slot it raises
@@ -365,7 +366,7 @@ class BackgroundTaskManager:
         """The task's record once it is terminal or suspended (see ``TaskCoordinator.wait_for``)."""
         return await self.tasks.wait_for(task_id, timeout_ms)
 
-    async def wait_for_next_task(self, task_ids: Iterable[str], **options: Any) -> TaskRecord:
+    async def wait_for_next_task(self, task_ids: Iterable[str], **options: Unpack[WaitOptions]) -> TaskRecord:
         """The first of ``task_ids`` to end (Mastra's ``waitForNextTask``): see
         :func:`runstream.tasks.waiting.wait_for_next_task` for the options."""
         return await wait_for_next_task(self, task_ids, **options)

@@ -13,7 +13,7 @@ import copy
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, TypeVar
 
 from runstream._config_mapping import CONFIG, Count, Flag, PositiveCount, read_dataclass
 from runstream._json import JsonObject
@@ -23,9 +23,11 @@ from runstream.tools import Tool, ToolArgumentsError
 
 Disposition = Literal["foreground", "deferred", "awaited"]
 
+T = TypeVar("T")
+
 BACKGROUND_ARG = "_background"
 
-BACKGROUND_ARG_SCHEMA: dict[str, Any] = {
+BACKGROUND_ARG_SCHEMA: JsonObject = {
     "type": "object",
     "description": "Optional: how to run this call. Omit to use the tool's default.",
     "properties": {
@@ -59,7 +61,9 @@ class ToolBackgroundEntry:
     default_disposition: Literal["foreground", "deferred"] | None = None
 
     @classmethod
-    def coerce(cls, value: ToolBackgroundEntry | Mapping[str, Any] | bool, where: str) -> ToolBackgroundEntry:
+    def coerce(
+        cls, value: ToolBackgroundEntry | Mapping[str, object] | bool, where: str
+    ) -> ToolBackgroundEntry:
         if isinstance(value, ToolBackgroundEntry):
             return value
         if isinstance(value, bool):
@@ -88,7 +92,7 @@ class AgentBackgroundConfig:
     on_task_failed: TaskHook | None = None
 
     @classmethod
-    def coerce(cls, value: AgentBackgroundConfig | Mapping[str, Any] | None) -> AgentBackgroundConfig:
+    def coerce(cls, value: AgentBackgroundConfig | Mapping[str, object] | None) -> AgentBackgroundConfig:
         if value is None:
             return cls()
         if isinstance(value, AgentBackgroundConfig):
@@ -147,15 +151,16 @@ def eligibility(tool: Tool, agent: AgentBackgroundConfig) -> ToolBackgroundEntry
     )
 
 
-def _first(*values: Any) -> Any:
+def _first(*values: T | None) -> T | None:
     return next((value for value in values if value is not None), None)
 
 
-def resolve(entry: ToolBackgroundEntry, override: Any) -> Resolved:
-    """Apply the model's ``_background`` override to an eligible tool."""
-    if override is not None and not isinstance(override, Mapping):
+def resolve(entry: ToolBackgroundEntry, override: object) -> Resolved:
+    """Apply the model's ``_background`` override (the call's argument, if any) to an eligible tool."""
+    if override is None:
+        override = {}
+    if not isinstance(override, Mapping):
         raise ToolArgumentsError(f"{BACKGROUND_ARG} must be an object, got {type(override).__name__}")
-    override = override or {}
     disposition: Disposition = entry.default_disposition or "deferred"
     if "enabled" in override:
         disposition = "deferred" if override["enabled"] else "foreground"

@@ -2,9 +2,9 @@
 
 Every event reaches this process's subscribers at once (through an :class:`InProcessEventBus`)
 and goes to the Redis channel ``<prefix>:events`` for the other processes; a bus skips its own
-messages when they come back. A message is ``{"origin", "chunk", "record"}``: the chunk's wire
-JSON and ``TaskRecord.to_wire()``, rebuilt with :func:`chunk_from_wire` and
-:func:`record_from_wire`. Subscriptions filter locally.
+messages when they come back. A message is ``{"origin", "n", "chunk", "record"}`` (and, for a
+:class:`~runstream.tasks.bus.TaskSettled`, ``"written"``): the chunk's wire JSON and
+``TaskRecord.to_wire()``, rebuilt with :func:`record_from_wire` and :func:`chunk_from_wire`. Subscriptions filter locally.
 
 Delivery guarantee:
 
@@ -41,7 +41,7 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
+from typing import Any, ParamSpec, TypeVar, cast
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -54,7 +54,15 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, w
 from runstream.chunks import chunk_from_wire, dumps
 from runstream.errors import InvalidInputError
 from runstream.storage import TaskRecord
-from runstream.tasks.bus import BusSubscription, InProcessEventBus, MissedEvents, TaskEvent, TaskEventFilter
+from runstream.tasks.bus import (
+    BusSubscription,
+    InProcessEventBus,
+    MissedEvents,
+    TaskEvent,
+    TaskEventFilter,
+    TaskSettled,
+)
+from runstream.tasks.lifecycle import TaskChunk
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +89,7 @@ connection may have written the stream twice)."""
 RETRY_FOR_S = 30.0
 """How long :func:`retrying` calls Redis again after dropped connections before giving up."""
 T = TypeVar("T")
+P = ParamSpec("P")
 
 BeforeDelivery = Callable[[TaskEvent], Awaitable[bool]]
 """Runs before another process's event reaches the subscribers here; ``False`` drops it."""
@@ -98,7 +107,7 @@ def redis_client(url: str, name: str) -> Redis:
     )
 
 
-async def retrying(call: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+async def retrying(call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
     """``call(*args, **kwargs)``, made again on a fresh connection after a dropped one
     (``CLIENT KILL``, a Redis restart), with jittered backoff, for :data:`RETRY_FOR_S` at most.
     Only for calls that are idempotent (reads, and writes keyed by a sequence number)."""
@@ -326,15 +335,16 @@ class RedisEventBus:
         self._local.publish(event)
         self._sent += 1
         record = event.record
+        message: dict[str, object] = {
+            "origin": self._origin,
+            "n": self._sent,
+            "chunk": event.chunk.to_wire(),
+            "record": record.to_wire(),
+        }
+        if isinstance(event, TaskSettled):
+            message["written"] = event.written
         try:
-            payload = dumps(
-                {
-                    "origin": self._origin,
-                    "n": self._sent,
-                    "chunk": event.chunk.to_wire(),
-                    "record": record.to_wire(),
-                }
-            )
+            payload = dumps(message)
         except (TypeError, ValueError):
             logger.exception("task %s: event is not JSON, not sent to other processes", record.id)
             return
@@ -386,7 +396,7 @@ class RedisEventBus:
         message = json.loads(data)
         if message.get("origin") == self._origin:
             return
-        event = TaskEvent(chunk_from_wire(message["chunk"]), record_from_wire(message["record"]))
+        event = _event_from_wire(message)
         if self._before_delivery is None or await self._before_delivery(event):
             self._local.publish(event)
 
@@ -449,12 +459,21 @@ class ThreadEvents:
         if mark in self._seen:  # written twice by a send retried after a dropped connection
             return
         self._seen.append(mark)
-        record = record_from_wire(message["record"])
-        if self.wanted.matches(record):
-            self._ready.append((entry_id, TaskEvent(chunk_from_wire(message["chunk"]), record)))
+        event = _event_from_wire(message)
+        if self.wanted.matches(event.record):
+            self._ready.append((entry_id, event))
 
     async def close(self) -> None:
         self._closed = True
+
+
+def _event_from_wire(message: Mapping[str, Any]) -> TaskEvent:
+    """The event of a bus message: a :class:`TaskSettled` when it says what came of the
+    outcome's memory write."""
+    chunk = cast(TaskChunk, chunk_from_wire(message["chunk"]))  # (a bus message holds a task's chunk)
+    record = record_from_wire(message["record"])
+    written = message.get("written")
+    return TaskEvent(chunk, record) if written is None else TaskSettled(chunk, record, written)
 
 
 def record_from_wire(wire: Mapping[str, Any]) -> TaskRecord:

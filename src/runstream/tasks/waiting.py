@@ -13,7 +13,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from runstream.abort import AbortSignal
 from runstream.errors import InvalidInputError
@@ -31,6 +31,15 @@ class _Manager(Protocol):
     def bus(self) -> EventBus: ...
 
 
+class WaitOptions(TypedDict, total=False):
+    """The options of :func:`wait_for_next_task` (and the managers' ``wait_for_next_task``)."""
+
+    timeout_ms: float | None
+    on_progress: Callable[[int], object] | None
+    progress_interval_ms: float
+    abort_signal: AbortSignal | None
+
+
 TERMINAL = frozenset({"completed", "failed", "cancelled", "timed_out"})
 DEFAULT_PROGRESS_INTERVAL_MS = 3000
 MAX_WAIT_MS = 24 * 3600 * 1000
@@ -41,7 +50,7 @@ async def wait_for_next_task(
     task_ids: Iterable[str],
     *,
     timeout_ms: float | None = None,
-    on_progress: Callable[[int], Any] | None = None,
+    on_progress: Callable[[int], object] | None = None,
     progress_interval_ms: float = DEFAULT_PROGRESS_INTERVAL_MS,
     abort_signal: AbortSignal | None = None,
 ) -> TaskRecord:

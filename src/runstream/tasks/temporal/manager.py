@@ -28,8 +28,8 @@ How the task semantics map:
   ``global_concurrency`` in all and the agent's limit of one agent, across every worker.
 * events: with ``redis_url`` every process's subscribers see every task's events (Redis pub/sub,
   :class:`RedisEventBus`); the worker writes a result into memory before publishing its event,
-  and the process that enqueued the task runs its ``on_terminal`` hook before delivering it
-  (:mod:`.settlements`). Without Redis only this process's events are seen (a local worker:
+  and the process that enqueued the task writes it where its request's target says (its live run)
+  before delivering it (:mod:`.settlements`). Without Redis only this process's events are seen (a local worker:
   ``run_worker=True``), and the enqueuer learns of other processes' outcomes by re-reading.
 """
 
@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Collection, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -69,7 +69,7 @@ from runstream.tasks.temporal.slots import (
     slots_workflow_id,
 )
 from runstream.tasks.temporal.workflow import RESUME_SIGNAL, BackgroundTaskWorkflow, ResumeSignal, TaskPlan
-from runstream.tasks.waiting import wait_for_next_task
+from runstream.tasks.waiting import WaitOptions, wait_for_next_task
 from runstream.tools import Tool
 
 if TYPE_CHECKING:
@@ -334,7 +334,7 @@ class TemporalTaskManager:
             await self.workflow_handle(record.id).terminate("its slot could not be requested")
             raise
 
-    def workflow_handle(self, task_id: str) -> WorkflowHandle[Any, Any]:
+    def workflow_handle(self, task_id: str) -> WorkflowHandle[BackgroundTaskWorkflow, str]:
         """The Temporal workflow of a task."""
         return self.client.get_workflow_handle(self.temporal.workflow_id(task_id))
 
@@ -353,7 +353,7 @@ class TemporalTaskManager:
         except RPCError as exc:  # already closed, or never started (cancelled while pending)
             logger.debug("task %s: workflow not cancelled: %s", task_id, exc)
 
-    async def resume(self, task_id: str, data: Any = None) -> TaskRecord:
+    async def resume(self, task_id: str, data: object = None) -> TaskRecord:
         """Store the resume (with a free slot, as in-process), then signal the task's workflow
         to run the tool again with ``ctx.resume_data = data``."""
         self._check_open()
@@ -476,7 +476,7 @@ class TemporalTaskManager:
             task_id, timeout_ms, recheck_ms=self.temporal.recheck_interval_ms, announced=is_announced
         )
 
-    async def wait_for_next_task(self, task_ids: Iterable[str], **options: Any) -> TaskRecord:
+    async def wait_for_next_task(self, task_ids: Iterable[str], **options: Unpack[WaitOptions]) -> TaskRecord:
         """The first of ``task_ids`` to end (Mastra's ``waitForNextTask``; storage is re-read at
         each progress interval): see :func:`runstream.tasks.waiting.wait_for_next_task`."""
         return await wait_for_next_task(self, task_ids, **options)

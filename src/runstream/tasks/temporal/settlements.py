@@ -1,8 +1,8 @@
 """What the process that enqueued a task hears of it when another process settles it.
 
 A worker settles a task (stores it, writes it into memory, publishes the event); the process
-that enqueued it holds its request, whose ``on_terminal`` hook must run before that process's
-subscribers see the event (the hook may rewrite a run still streaming there). Events come over
+that enqueued it holds its request, whose target (the run, still streaming there, or its thread's
+memory) must get the outcome before that process's subscribers see the event. Events come over
 Redis pub/sub, which can lose some, so the enqueuer also re-reads its unsettled tasks after a
 reconnect and every ``recheck_interval_ms``, and delivers a settled state it missed; each state
 is delivered once.
@@ -23,9 +23,10 @@ from datetime import datetime
 from runstream._clock import iso_datetime
 from runstream.storage import TaskFilter, TaskRecord
 from runstream.storage.records import utc_now
-from runstream.tasks.bus import TaskEvent, TaskEventFilter
+from runstream.tasks.bus import TaskEvent, TaskEventFilter, TaskSettled
 from runstream.tasks.coordination import SETTLED_STATUSES, TERMINAL_STATUSES, TaskCoordinator
 from runstream.tasks.lifecycle import lifecycle_chunk
+from runstream.tasks.settling import MemoryWrite
 
 logger = logging.getLogger(__name__)
 
@@ -74,16 +75,16 @@ class Settlements:
                 self._suspended.discard(record.id)
             return True
         if record.id in self.tasks.requests:
-            return await self.settled_elsewhere(record)
+            return await self.settled_elsewhere(record) is not None
         return not (record.status in TERMINAL_STATUSES and record.id in self._finished)
 
-    async def settled_elsewhere(self, record: TaskRecord) -> bool:
-        """Run the request's hook for a settled state stored by another process; whether that
-        state is new here."""
+    async def settled_elsewhere(self, record: TaskRecord) -> MemoryWrite | None:
+        """Write a settled state stored by another process where the request here says (its
+        run, else its thread's memory); what came of it, or ``None`` if that state is not new here."""
         request = self.tasks.requests.get(record.id)
         key = settled_key(record)
         if request is None or self._delivered.get(record.id) == key:
-            return False
+            return None
         self._delivered[record.id] = key
         if record.status in TERMINAL_STATUSES:
             del self.tasks.requests[record.id]
@@ -94,17 +95,12 @@ class Settlements:
                 self._finished.popitem(last=False)
         else:
             self._suspended.add(record.id)
-        if request.on_terminal is not None:
-            try:
-                await request.on_terminal(record)
-            except Exception:
-                logger.exception("background task %s: on_terminal hook failed", record.id)
-        return True
+        return await self.tasks.write_outcome(record, request)
 
     async def recheck(self) -> list[TaskEvent]:
         """Re-read the tasks enqueued here; the events of settled states never delivered here
-        (their hooks have run), for this process's subscribers."""
-        missed = []
+        (their outcomes written where their requests say), for this process's subscribers."""
+        missed: list[TaskEvent] = []
         for task_id in list(self.tasks.requests):
             try:
                 record = await self.tasks.storage.get_task(task_id)
@@ -113,15 +109,17 @@ class Settlements:
                 continue
             if record is None:
                 self.tasks.requests.pop(task_id, None)
-            elif record.status in SETTLED_STATUSES and await self.settled_elsewhere(record):
-                logger.info("task %s: %s found in storage, its event was lost", task_id, record.status)
-                missed.append(TaskEvent(lifecycle_chunk(record), record))
+            elif record.status in SETTLED_STATUSES:
+                written = await self.settled_elsewhere(record)
+                if written is not None:
+                    logger.info("task %s: %s found in storage, its event was lost", task_id, record.status)
+                    missed.append(TaskSettled(lifecycle_chunk(record), record, written))
         return missed
 
     async def missed(self, wanted: TaskEventFilter, since: datetime) -> tuple[list[TaskEvent], bool]:
         """The events of the settled states of tasks matching ``wanted`` stored since ``since``
         and announced, oldest first, but for tasks enqueued here (:meth:`recheck` delivers
-        those, after their hooks); whether some such state is not announced yet."""
+        those, after writing them); whether some such state is not announced yet."""
         storage = self.tasks.storage
         if wanted.task_ids is not None:
             found = [await storage.get_task(task_id) for task_id in sorted(wanted.task_ids)]
@@ -136,15 +134,16 @@ class Settlements:
             ended = replace(scope, status=TERMINAL_STATUSES, date_field="completed_at", from_date=since)
             records = (await storage.list_tasks(ended)).items
             records += (await storage.list_tasks(replace(scope, status="suspended"))).items
-        events, waiting = [], False
+        events: list[TaskEvent] = []
+        waiting = False
         settled = [
             (moment, r) for r in records if (moment := settled_moment(r)) is not None and moment >= since
         ]
         for _, record in sorted(settled, key=lambda pair: pair[0]):
             if record.id in self.tasks.requests or not wanted.matches(record):
                 continue
-            if is_announced(record):
-                events.append(TaskEvent(lifecycle_chunk(record), record))
+            if is_announced(record):  # (its outcome is in memory)
+                events.append(TaskSettled(lifecycle_chunk(record), record, "memory"))
             else:
                 waiting = True
         return events, waiting
