@@ -14,7 +14,9 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TypeAlias, TypedDict
+
+from runstream.observability._sql import SqlValue
 
 METRICS: dict[str, tuple[str, str]] = {
     "mastra_agent_duration_ms": ("agent_run", "duration"),
@@ -35,7 +37,38 @@ INTERVALS = {
 }
 COMPARE_PERIODS = ("previous_period", "previous_day", "previous_week")
 
-Point = Mapping[str, Any]
+Point: TypeAlias = Mapping[str, SqlValue]
+"""An observation (``SpanStore.metric_points``): ``timestamp`` (ISO text), ``value``, the
+dimensions metrics filter and group by, and ``name`` once the server adds it."""
+
+
+class Group(TypedDict):
+    """A breakdown's group: its dimensions' values and its aggregate."""
+
+    dimensions: dict[str, str | None]
+    value: float
+
+
+class SeriesPoint(TypedDict):
+    """A bucket of a series: its start and its aggregate (or percentile)."""
+
+    timestamp: datetime
+    value: float
+
+
+class Series(TypedDict):
+    name: str
+    points: list[SeriesPoint]
+
+
+class PercentileSeries(TypedDict):
+    percentile: float
+    points: list[SeriesPoint]
+
+
+def _number(value: SqlValue) -> float:
+    """A point's ``value`` (the store keeps only points with one)."""
+    return float(value or 0)
 
 
 def aggregate(points: Sequence[Point], aggregation: str, distinct_column: str | None = None) -> float | None:
@@ -47,7 +80,7 @@ def aggregate(points: Sequence[Point], aggregation: str, distinct_column: str | 
         return float(len({point.get(distinct_column) for point in points} - {None}))
     if not points:
         return None
-    values = [float(point["value"]) for point in points]
+    values = [_number(point["value"]) for point in points]
     if aggregation == "sum":
         return math.fsum(values)
     if aggregation == "avg":
@@ -82,7 +115,7 @@ def breakdown(
     distinct_column: str | None,
     limit: int | None,
     descending: bool,
-) -> list[Point]:
+) -> list[Group]:
     groups: dict[tuple[str | None, ...], list[Point]] = defaultdict(list)
     for point in points:
         groups[group_key(point, group_by)].append(point)
@@ -91,7 +124,7 @@ def breakdown(
         key=lambda pair: pair[0],
         reverse=descending,
     )
-    rows: list[Point] = [
+    rows: list[Group] = [
         {"dimensions": dict(zip(group_by, key, strict=True)), "value": value} for value, key in values
     ]
     return rows[:limit] if limit is not None else rows
@@ -107,7 +140,7 @@ def bucket(moment: str, interval: timedelta) -> datetime:
 def _buckets(points: Iterable[Point], interval: timedelta) -> dict[datetime, list[Point]]:
     buckets: dict[datetime, list[Point]] = defaultdict(list)
     for point in points:
-        buckets[bucket(point["timestamp"], interval)].append(point)
+        buckets[bucket(str(point["timestamp"]), interval)].append(point)
     return dict(sorted(buckets.items()))
 
 
@@ -119,7 +152,7 @@ def time_series(
     *,
     distinct_column: str | None,
     group_by: Sequence[str] | None,
-) -> list[Point]:
+) -> list[Series]:
     """Series of ``{timestamp, value}`` buckets: one named ``name``, or one per group (named by
     the group's values joined with ``|``)."""
     grouped: dict[str, list[Point]] = defaultdict(list)
@@ -149,13 +182,13 @@ def percentile(values: Sequence[float], fraction: float) -> float:
 
 def percentile_series(
     points: Sequence[Point], fractions: Sequence[float], interval: timedelta
-) -> list[Point]:
+) -> list[PercentileSeries]:
     buckets = _buckets(points, interval)
     return [
         {
             "percentile": fraction,
             "points": [
-                {"timestamp": moment, "value": percentile([float(p["value"]) for p in members], fraction)}
+                {"timestamp": moment, "value": percentile([_number(p["value"]) for p in members], fraction)}
                 for moment, members in buckets.items()
             ],
         }

@@ -211,7 +211,7 @@ class MetricsRoutes:
         if filters.traceIds:
             trace_ids = set(filters.traceIds)
             points = [point for point in points if point["traceId"] in trace_ids]
-        points.sort(key=lambda point: point["timestamp"])
+        points.sort(key=lambda point: str(point["timestamp"]))
         return points
 
     async def aggregate(self, request: Request) -> Response:
@@ -319,7 +319,7 @@ class MetricsRoutes:
         return _page("logs", items, total, page, per_page)
 
 
-def _dated(points: Sequence[metrics.Point]) -> list[metrics.Point]:
+def _dated(points: Sequence[metrics.SeriesPoint]) -> list[dict[str, object]]:
     return [{**point, "timestamp": iso(point["timestamp"])} for point in points]
 
 
