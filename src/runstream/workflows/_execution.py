@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from runstream.abort import AbortSignal
+from runstream.workflows._results import StepResult
 from runstream.workflows.events import Sink
 from runstream.workflows.flow import Resume, StepEntry, WorkflowSpec
 from runstream.workflows.output import WorkflowResult
@@ -26,7 +27,7 @@ class StepCall:
     resume_data: Any
     suspend_data: Any
     was_suspended: bool
-    info: dict[str, Any]
+    info: StepResult
     path: list[int]
     foreach_index: int | None
     resume: Resume | None
@@ -64,7 +65,7 @@ class Runner(Protocol):
         iteration: int | None = None,
         foreach_index: int | None = None,
         resume: Any = ...,
-    ) -> dict[str, Any]: ...
+    ) -> StepResult: ...
 
     def begin_step(
         self,
@@ -77,7 +78,7 @@ class Runner(Protocol):
         resume: Any = ...,
     ) -> StepCall: ...
 
-    async def complete_step(self, call: StepCall) -> dict[str, Any]: ...
+    async def complete_step(self, call: StepCall) -> StepResult: ...
 
     def nested(
         self, workflow: WorkflowSpec, run_id: str, sink: Sink, abort: AbortSignal, store: RunStore

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from runstream.abort import AbortSignal, sleep
-from runstream.workflows._results import now_ms
+from runstream.workflows._results import StepResult, now_ms
 from runstream.workflows.flow import (
     BranchEntry,
     ConditionContext,
@@ -29,9 +29,7 @@ if TYPE_CHECKING:
     from runstream.workflows.flow import Resume
 
 
-async def run_block(
-    ex: Runner, entry: ParallelEntry | BranchEntry, path: list[int], prev: Any
-) -> dict[str, Any]:
+async def run_block(ex: Runner, entry: ParallelEntry | BranchEntry, path: list[int], prev: Any) -> StepResult:
     branch = isinstance(entry, BranchEntry)
     if ex.resume is not None and ex.resume.path:
         index = ex.resume.path.pop(0)
@@ -39,12 +37,12 @@ async def run_block(
         await ex.run_step(child, ex.resumed_input(child.id, prev), [*path, index])
         return _resumed_result(ex, entry, path)
     chosen = await _branches_to_run(ex, entry, prev) if isinstance(entry, BranchEntry) else entry.steps
-    results: list[dict[str, Any]] = [{} for _ in chosen]
+    results: list[StepResult] = [{} for _ in chosen]
     started: list[tuple[int, StepCall]] = []
     for i, step in enumerate(chosen):
-        done = ex.results.get(step.id)
-        if branch and isinstance(done, Mapping) and done.get("status") in ("success", "failed"):
-            results[i] = dict(done)  # Mastra does not run a branch step that already finished
+        done: StepResult | None = ex.results.get(step.id)
+        if branch and done is not None and done.get("status") in ("success", "failed"):
+            results[i] = done.copy()  # Mastra does not run a branch step that already finished
         else:
             started.append((i, ex.begin_step(step, prev, [*path, entry.steps.index(step)])))
     finished = await asyncio.gather(*(ex.complete_step(call) for _, call in started))
@@ -66,9 +64,7 @@ async def _branches_to_run(ex: Runner, entry: BranchEntry, prev: Any) -> list[St
     return chosen
 
 
-def _block_result(
-    ex: Runner, steps: list[StepEntry], results: list[dict[str, Any]], branch: bool
-) -> dict[str, Any]:
+def _block_result(ex: Runner, steps: list[StepEntry], results: list[StepResult], branch: bool) -> StepResult:
     failed = next((r for r in results if r["status"] == "failed"), None)
     if failed is not None:
         return {"status": "failed", "error": failed.get("error"), "tripwire": failed.get("tripwire")}
@@ -77,7 +73,7 @@ def _block_result(
         return {"status": "bailed", "output": bailed.get("output")}
     suspended = next((r for r in results if r["status"] == "suspended"), None)
     if suspended is not None:
-        out = {"status": "suspended", "suspendPayload": suspended.get("suspendPayload")}
+        out: StepResult = {"status": "suspended", "suspendPayload": suspended.get("suspendPayload")}
         if branch:
             out["suspendedAt"] = suspended.get("suspendedAt")
         return out
@@ -91,7 +87,7 @@ def _block_result(
     return {"status": "success", "output": output}
 
 
-def _resumed_result(ex: Runner, entry: ParallelEntry | BranchEntry, path: list[int]) -> dict[str, Any]:
+def _resumed_result(ex: Runner, entry: ParallelEntry | BranchEntry, path: list[int]) -> StepResult:
     """After resuming one step of a block: done if every (executed) step succeeded."""
     branch = isinstance(entry, BranchEntry)
     relevant = [s for s in entry.steps if not branch or s.id in ex.results]
@@ -118,12 +114,12 @@ def _resumed_result(ex: Runner, entry: ParallelEntry | BranchEntry, path: list[i
     return {"status": "suspended", "payload": payload, "suspendPayload": payload}
 
 
-async def run_loop(ex: Runner, entry: LoopEntry, path: list[int], prev: Any) -> dict[str, Any]:
+async def run_loop(ex: Runner, entry: LoopEntry, path: list[int], prev: Any) -> StepResult:
     """``dowhile`` / ``dountil``; iterations continue the count of an earlier (suspended) run."""
     previous = ex.results.get(entry.step.id)
     previous = previous if isinstance(previous, Mapping) else {}
     iteration = max(int((previous.get("metadata") or {}).get("iterationCount", 0)) - 1, 0)
-    result: dict[str, Any] = {"status": "success", "output": previous.get("payload", prev)}
+    result: StepResult = {"status": "success", "output": previous.get("payload", prev)}
     resume: Resume | None = ex.resume
     while True:
         if ex.abort.aborted:
@@ -146,7 +142,7 @@ async def run_loop(ex: Runner, entry: LoopEntry, path: list[int], prev: Any) -> 
             return result
 
 
-async def run_sleep(ex: Runner, entry: SleepEntry, prev: Any) -> dict[str, Any]:
+async def run_sleep(ex: Runner, entry: SleepEntry, prev: Any) -> StepResult:
     started = now_ms()
     ex.sink.event(
         "workflow-step-waiting", {"id": entry.id, "payload": prev, "startedAt": started, "status": "waiting"}
@@ -156,7 +152,13 @@ async def run_sleep(ex: Runner, entry: SleepEntry, prev: Any) -> dict[str, Any]:
     if ex.abort.aborted:
         return {"status": "canceled"}
     ended = now_ms()
-    result = {"payload": prev, "startedAt": started, "endedAt": ended, "status": "success", "output": prev}
+    result: StepResult = {
+        "payload": prev,
+        "startedAt": started,
+        "endedAt": ended,
+        "status": "success",
+        "output": prev,
+    }
     ex.results[entry.id] = result
     ex.sink.event(
         "workflow-step-result", {"id": entry.id, "endedAt": ended, "status": "success", "output": prev}

@@ -28,13 +28,13 @@ from runstream.abort import AbortSignal
 from runstream.processors import TripWire
 from runstream.workflows import control, foreach
 from runstream.workflows._execution import StepCall
-from runstream.workflows._results import UNDEFINED, now_ms, omit_completion
+from runstream.workflows._results import UNDEFINED, StepResult, now_ms, omit_completion
 from runstream.workflows.errors import WorkflowError
 from runstream.workflows.events import Sink
 from runstream.workflows.flow import Entry, ForeachEntry, LoopEntry, Resume, SleepEntry, StepEntry
 from runstream.workflows.nested import run_nested
 from runstream.workflows.output import WorkflowResult
-from runstream.workflows.snapshots import RunStore
+from runstream.workflows.snapshots import RunStore, WorkflowSnapshot
 from runstream.workflows.step import StepBailed, StepContext, StepSuspended, StepWriter
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class Execution:
         entries = self.workflow.entries
         if not entries:
             raise WorkflowError("Workflow must have at least one step")
-        last: dict[str, Any] = {"status": "success", "output": self.results.get("input")}
+        last: StepResult = {"status": "success", "output": self.results.get("input")}
         for i in range(start, len(entries)):
             if self.abort.aborted:
                 return await self._finish({"status": "canceled"})
@@ -106,7 +106,7 @@ class Execution:
                 return await self._finish(last)
         return await self._finish(last)
 
-    async def run_entry(self, entry: Entry, path: list[int], prev: Any) -> dict[str, Any]:
+    async def run_entry(self, entry: Entry, path: list[int], prev: Any) -> StepResult:
         if isinstance(entry, StepEntry):
             if self.resume is None or entry.id not in self.resume.steps:
                 self.step_path.append(entry.id)
@@ -149,12 +149,12 @@ class Execution:
         result = self.results.get(step_id)
         return result.get("output", UNDEFINED) if isinstance(result, Mapping) else UNDEFINED
 
-    async def _finish(self, last: dict[str, Any]) -> WorkflowResult:
+    async def _finish(self, last: StepResult) -> WorkflowResult:
         result = self.result(last)
         await self.store.save(self.snapshot(result.status, result))
         return result
 
-    def result(self, last: Mapping[str, Any]) -> WorkflowResult:
+    def result(self, last: StepResult) -> WorkflowResult:
         out = WorkflowResult(
             status=last["status"],
             run_id=self.run_id,
@@ -178,8 +178,8 @@ class Execution:
                     out.suspended.append([step_id, *meta.get("path", [])])
         return out
 
-    def snapshot(self, status: str, result: WorkflowResult | None = None) -> dict[str, Any]:
-        snapshot: dict[str, Any] = {
+    def snapshot(self, status: str, result: WorkflowResult | None = None) -> WorkflowSnapshot:
+        snapshot: WorkflowSnapshot = {
             "workflowId": self.workflow.id,
             "runId": self.run_id,
             "status": status,
@@ -206,7 +206,7 @@ class Execution:
         iteration: int | None = None,
         foreach_index: int | None = None,
         resume: Any = _DEFAULT,
-    ) -> dict[str, Any]:
+    ) -> StepResult:
         call = self.begin_step(
             entry, prev, path, iteration=iteration, foreach_index=foreach_index, resume=resume
         )
@@ -236,9 +236,9 @@ class Execution:
         info = omit_completion(previous)
         now = now_ms()
         if resume_data is not None:
-            info.update(resumePayload=resume_data, resumedAt=now)
+            info.update({"resumePayload": resume_data, "resumedAt": now})
         else:
-            info.update(payload=prev, startedAt=now)
+            info.update({"payload": prev, "startedAt": now})
         info["status"] = "running"
         if iteration:
             info["metadata"] = {"iterationCount": iteration}
@@ -260,7 +260,7 @@ class Execution:
             self.sink.event("workflow-step-start", {"id": step.id, "stepCallId": call.call_id, **info})
         return call
 
-    async def complete_step(self, call: StepCall) -> dict[str, Any]:
+    async def complete_step(self, call: StepCall) -> StepResult:
         """Run the step (with retries) and emit its result or suspension."""
         step = call.entry.step
         retries = step.retries if step.retries is not None else self.workflow.retry_attempts
@@ -282,7 +282,7 @@ class Execution:
         tracing.end_workflow_span(span, outcome.status, error)
         now = now_ms()
         if outcome.status == "failed":
-            ending: dict[str, Any] = {"status": "failed", "error": error, "endedAt": now}
+            ending: StepResult = {"status": "failed", "error": error, "endedAt": now}
             if isinstance(error, TripWire):
                 ending["tripwire"] = {
                     "reason": error.reason,
@@ -299,7 +299,7 @@ class Execution:
                 ending["output"] = outcome.value
         if outcome.state is not None:
             self.state.update(outcome.state)
-        result = {**call.info, **ending}
+        result: StepResult = {**call.info, **ending}
         self.results[step.id] = result
         if not call.skip_emits:
             kind = "workflow-step-suspended" if outcome.status == "suspended" else "workflow-step-result"

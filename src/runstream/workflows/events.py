@@ -17,9 +17,9 @@ from runstream.chunks import AnyChunk, DataChunk, UnknownChunk, WorkflowChunk
 
 
 class Sink(Protocol):
-    def event(self, type_: str, payload: dict[str, Any]) -> None: ...
+    def event(self, type_: str, payload: Mapping[str, object]) -> None: ...
 
-    def output(self, step_name: str, run_id: str, value: Any) -> None: ...
+    def output(self, step_name: str, run_id: str, value: object) -> None: ...
 
     def custom(self, chunk: Mapping[str, Any]) -> None: ...
 
@@ -31,12 +31,12 @@ class PrefixSink:
         self.parent = parent
         self.prefix = prefix
 
-    def event(self, type_: str, payload: dict[str, Any]) -> None:
+    def event(self, type_: str, payload: Mapping[str, object]) -> None:
         if "id" in payload:
             payload = {**payload, "id": f"{self.prefix}.{payload['id']}"}
         self.parent.event(type_, payload)
 
-    def output(self, step_name: str, run_id: str, value: Any) -> None:
+    def output(self, step_name: str, run_id: str, value: object) -> None:
         self.parent.output(step_name, run_id, value)
 
     def custom(self, chunk: Mapping[str, Any]) -> None:
@@ -47,7 +47,7 @@ class DetachedSink(PrefixSink):
     """A nested workflow run by a foreach item: Mastra gives it a run id of its own, so the
     parent stream drops its lifecycle events; its writer output still arrives."""
 
-    def event(self, type_: str, payload: dict[str, Any]) -> None:
+    def event(self, type_: str, payload: Mapping[str, object]) -> None:
         return
 
 
@@ -71,12 +71,12 @@ class ChunkSink:
         self._resumed = resumed
         self._on_change = on_change
 
-    def event(self, type_: str, payload: dict[str, Any]) -> None:
+    def event(self, type_: str, payload: Mapping[str, object]) -> None:
         body = {"stepName": payload["id"], **payload} if "id" in payload else dict(payload)
         self._push(WorkflowChunk(type_, self.run_id, body))
         self._on_change()
 
-    def output(self, step_name: str, run_id: str, value: Any) -> None:
+    def output(self, step_name: str, run_id: str, value: object) -> None:
         payload = {"stepName": step_name, "output": value, "runId": run_id}
         self._push(WorkflowChunk("workflow-step-output", self.run_id, payload, "USER"))
 

@@ -69,7 +69,7 @@ class ConditionContext:
 
 
 ConditionFn = Callable[[ConditionContext], bool | Awaitable[bool]]
-Condition = Mapping[str, Any] | ConditionFn
+Condition = Mapping[str, object] | ConditionFn
 """A predicate of Mastra's declarative DSL (see :mod:`.predicates`) or a callable."""
 
 

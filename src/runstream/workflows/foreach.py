@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from runstream.workflows._results import now_ms, omit_completion
+from runstream.workflows._results import StepResult, now_ms, omit_completion
 from runstream.workflows.errors import WorkflowError
 from runstream.workflows.flow import ForeachEntry
 
@@ -33,12 +33,12 @@ class _Items:
     """Per item: its last step result (kept in the snapshot for a resume)."""
     outputs: list[Any]
     completed: int = 0
-    suspended: dict[int, dict[str, Any]] = field(default_factory=dict)
-    error: dict[str, Any] | None = None
-    exit: dict[str, Any] | None = None
+    suspended: dict[int, StepResult] = field(default_factory=dict)
+    error: StepResult | None = None
+    exit: StepResult | None = None
 
 
-async def run_foreach(ex: Runner, entry: ForeachEntry, path: list[int], items: Any) -> dict[str, Any]:
+async def run_foreach(ex: Runner, entry: ForeachEntry, path: list[int], items: Any) -> StepResult:
     if not isinstance(items, list):
         raise WorkflowError(
             f"foreach step {entry.step.id!r} needs an array as input, got {type(items).__name__}"
@@ -48,9 +48,9 @@ async def run_foreach(ex: Runner, entry: ForeachEntry, path: list[int], items: A
     previous = previous if isinstance(previous, Mapping) else {}
     info = omit_completion(previous)
     if ex.resume is not None and ex.resume.steps[:1] == [step_id]:
-        info.update(resumePayload=ex.resume.payload, resumedAt=now_ms())
+        info.update({"resumePayload": ex.resume.payload, "resumedAt": now_ms()})
     else:
-        info.update(payload=items, startedAt=now_ms())
+        info.update({"payload": items, "startedAt": now_ms()})
     ex.sink.event("workflow-step-start", {"id": step_id, **info, "status": "running"})
 
     state, queue = _plan(ex, previous, len(items))
@@ -93,7 +93,7 @@ def _plan(
     return state, queue
 
 
-def _record(ex: Runner, step_id: str, state: _Items, k: int, result: dict[str, Any]) -> None:
+def _record(ex: Runner, step_id: str, state: _Items, k: int, result: StepResult) -> None:
     status = result["status"]
     if status == "success":
         state.completed += 1
@@ -112,7 +112,7 @@ def _record(ex: Runner, step_id: str, state: _Items, k: int, result: dict[str, A
     state.results[k] = result if status == "suspended" else {**result, "suspendPayload": {}}
 
 
-def _finish(ex: Runner, step_id: str, path: list[int], info: dict[str, Any], state: _Items) -> dict[str, Any]:
+def _finish(ex: Runner, step_id: str, path: list[int], info: StepResult, state: _Items) -> StepResult:
     if ex.abort.aborted:
         return {**info, "status": "canceled", "output": state.outputs, "endedAt": now_ms()}
     if state.error is not None:
@@ -145,7 +145,7 @@ def _finish(ex: Runner, step_id: str, path: list[int], info: dict[str, Any], sta
     return {**info, "status": "success", "output": state.outputs, "endedAt": ended}
 
 
-def _suspension(result: Mapping[str, Any]) -> dict[str, Any]:
+def _suspension(result: Mapping[str, Any]) -> StepResult:
     return {
         "status": "suspended",
         "suspendPayload": result.get("suspendPayload"),
@@ -154,7 +154,7 @@ def _suspension(result: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _progress(ex: Runner, step_id: str, state: _Items, index: int, status: str, output: Any = None) -> None:
-    payload: dict[str, Any] = {
+    payload: dict[str, object] = {
         "id": step_id,
         "completedCount": state.completed,
         "totalCount": state.total,

@@ -46,7 +46,7 @@ def mapping_step(step_id: str, config: MappingConfig) -> Step:
         if callable(config):
             result = config(ctx)
             return await result if inspect.isawaitable(result) else result
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         for key, source in config.items():
             value = await _resolve_source(source, ctx)
             if value is not _UNDEFINED:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runstream.chunks import AnyChunk, Chunk, WorkflowChunk
+from runstream.workflows._results import StepResult, TripwireRecord
 
 USAGE_KEYS = (
     "inputTokens",
@@ -34,7 +35,7 @@ class WorkflowResult:
     status: str
     """``success``, ``failed``, ``suspended`` or ``canceled``."""
     run_id: str
-    steps: dict[str, Any]
+    steps: dict[str, StepResult]
     input: Any
     state: dict[str, Any] = field(default_factory=dict)
     result: Any = None
@@ -42,7 +43,7 @@ class WorkflowResult:
     suspended: list[list[str]] = field(default_factory=list)
     """Paths of the suspended steps (``["outer-step", "inner-step"]`` for a nested one)."""
     suspend_payload: dict[str, Any] = field(default_factory=dict)
-    tripwire: dict[str, Any] | None = None
+    tripwire: TripwireRecord | None = None
 
 
 class WorkflowRunOutput:
@@ -90,7 +91,7 @@ class WorkflowRunOutput:
             return
         if self.status == "running":
             self.status = "success"
-        payload: dict[str, Any] = {
+        payload: dict[str, object] = {
             "workflowStatus": self.status,
             "metadata": {"error": self.error, "errorMessage": str(self.error)} if self.error else {},
             "output": {"usage": dict(self._usage)},

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from runstream import _tracing as tracing
+from runstream._json import JsonObject
 from runstream.abort import AbortController
 from runstream.chunks import WatchChunk, to_jsonable
 from runstream.workflows._results import now_ms
@@ -165,10 +166,10 @@ class WorkflowRun:
             if final and self.status not in _OPEN_STATUSES:
                 queue.put_nowait(None)
 
-    def _state(self, final: bool) -> dict[str, Any]:
+    def _state(self, final: bool) -> JsonObject:
         execution = self._execution
         results = execution.results if execution is not None else {}
-        state: dict[str, Any] = {
+        state: JsonObject = {
             "status": self.status,
             "steps": to_jsonable({k: v for k, v in results.items() if k != "input"}),
         }

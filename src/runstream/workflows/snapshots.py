@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 from runstream.chunks import to_jsonable
 from runstream.storage import Storage
@@ -22,6 +22,26 @@ if TYPE_CHECKING:
 
 NAMESPACE = "workflow-runs"
 
+
+class WorkflowSnapshot(TypedDict):
+    """A run's saved state (Mastra's ``WorkflowRunState``), after every entry of a run.
+
+    ``context`` holds the step results by step id (:class:`~._results.StepResult`) and the run's
+    input under ``"input"``; ``state`` is the workflow state (the steps' own values)."""
+
+    workflowId: str
+    runId: str
+    status: str
+    context: dict[str, Any]
+    state: dict[str, Any]
+    suspendedPaths: dict[str, list[int]]
+    activePaths: list[int]
+    stepExecutionPath: list[str]
+    updatedAt: int
+    result: NotRequired[Any]
+    error: NotRequired[Any]
+
+
 StepPath = str | Sequence["str | Step"]
 """A step to resume: ``"id"``, ``"outer.inner"``, or a list of ids / steps (outer to inner)."""
 
@@ -31,11 +51,12 @@ class RunStore:
     storage: Storage
     key: str
 
-    async def save(self, snapshot: Mapping[str, Any]) -> None:
+    async def save(self, snapshot: WorkflowSnapshot) -> None:
         await self.storage.save_snapshot(NAMESPACE, self.key, to_jsonable(snapshot))
 
-    async def load(self) -> dict[str, Any] | None:
-        return await self.storage.load_snapshot(NAMESPACE, self.key)
+    async def load(self) -> WorkflowSnapshot | None:
+        """The snapshot :meth:`save` stored (JSON of a :class:`WorkflowSnapshot`)."""
+        return cast("WorkflowSnapshot | None", await self.storage.load_snapshot(NAMESPACE, self.key))
 
     def child(self, step_id: str) -> RunStore:
         return RunStore(self.storage, f"{self.key}/{step_id}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import BaseModel
@@ -23,14 +23,15 @@ if TYPE_CHECKING:
     from runstream.workflows.events import Sink
 
 SchemaLike = Schema | type[BaseModel] | Mapping[str, Any] | None
-Execute = Callable[["StepContext"], Awaitable[Any] | Any]
+Execute = Callable[["StepContext"], object]
+"""A step's code: its output, or an awaitable of it."""
 
 
 class StepSuspended(BaseException):
     """Raised by :meth:`StepContext.suspend`; a ``BaseException`` so ``except Exception`` in step
     code does not swallow it."""
 
-    def __init__(self, payload: Any) -> None:
+    def __init__(self, payload: object) -> None:
         super().__init__("step suspended")
         self.payload = payload
 
@@ -38,7 +39,7 @@ class StepSuspended(BaseException):
 class StepBailed(BaseException):
     """Raised by :meth:`StepContext.bail`."""
 
-    def __init__(self, value: Any) -> None:
+    def __init__(self, value: object) -> None:
         super().__init__("step bailed")
         self.value = value
 
@@ -76,7 +77,7 @@ class Step:
         self.retries = retries
         self._execute = execute
 
-    async def execute(self, ctx: StepContext) -> Any:
+    async def execute(self, ctx: StepContext) -> object:
         result = self._execute(ctx)
         if inspect.isawaitable(result):
             return await result
@@ -130,7 +131,7 @@ class StepWriter:
         self.step_name = step_name
         self.run_id = run_id
 
-    async def write(self, value: Any) -> None:
+    async def write(self, value: object) -> None:
         self._sink.output(self.step_name, self.run_id, value)
         await asyncio.sleep(0)
 
@@ -170,20 +171,20 @@ class StepContext:
         self._step = step
         self._results = results
 
-    async def set_state(self, state: Mapping[str, Any]) -> None:
+    async def set_state(self, state: Mapping[str, object]) -> None:
         """Update the workflow state; later steps (and loop iterations) see it merged in."""
         if self._step.state_schema is not None:
             self._step.state_schema.validate(state, "Step state data validation failed:")
         self.state_update = dict(state)
 
-    async def suspend(self, payload: Any = None) -> NoReturn:
+    async def suspend(self, payload: object = None) -> NoReturn:
         """Suspend the step (and the run); ``run.resume_stream()`` runs it again with
         ``ctx.resume_data``."""
         if payload is not None and self._step.suspend_schema is not None:
             self._step.suspend_schema.validate(payload, "Step suspend data validation failed:")
         raise StepSuspended(payload)
 
-    def bail(self, value: Any = None) -> NoReturn:
+    def bail(self, value: object = None) -> NoReturn:
         """End the workflow successfully now, with ``value`` as its result."""
         raise StepBailed(value)
 

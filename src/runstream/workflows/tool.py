@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from runstream._json import JsonObject
 from runstream._schema import Schema
 from runstream.chunks import AnyChunk, Chunk, StepOutputChunk
-from runstream.tools import Tool, ToolContext
+from runstream.tools import Tool, ToolArgs, ToolContext
 from runstream.workflows.output import USAGE_KEYS, WorkflowResult
 from runstream.workflows.run import WorkflowRun
 from runstream.workflows.step import Step
@@ -49,7 +50,7 @@ class RunnableWorkflow(Protocol):
 def workflow_tool(workflow: RunnableWorkflow, name: str, *, step_output: bool = False) -> Tool:
     suspended_runs: dict[tuple[str, str], WorkflowRun] = {}
 
-    async def execute(args: dict[str, Any], ctx: ToolContext) -> Any:
+    async def execute(args: ToolArgs, ctx: ToolContext) -> Any:
         key = (ctx.run_id, ctx.tool_call_id)
         run = suspended_runs.pop(key, None)
         if run is not None and ctx.resume_data is not None:
@@ -81,16 +82,17 @@ def workflow_tool(workflow: RunnableWorkflow, name: str, *, step_output: bool = 
             "runId": run.run_id,
         }
 
-    input_schema: dict[str, Any] = {
+    properties: JsonObject = {
+        "inputData": _json(workflow.input_schema) or {"type": "object", "additionalProperties": True}
+    }
+    if workflow.state_schema is not None:
+        properties["initialState"] = _json(workflow.state_schema)
+    input_schema: JsonObject = {
         "type": "object",
-        "properties": {
-            "inputData": _json(workflow.input_schema) or {"type": "object", "additionalProperties": True}
-        },
+        "properties": properties,
         "required": ["inputData"],
         "additionalProperties": True,
     }
-    if workflow.state_schema is not None:
-        input_schema["properties"]["initialState"] = _json(workflow.state_schema)
     tool = Tool(
         f"workflow-{name}",
         execute,
@@ -100,11 +102,11 @@ def workflow_tool(workflow: RunnableWorkflow, name: str, *, step_output: bool = 
     return tool
 
 
-def _json(schema: Any) -> dict[str, Any] | None:
+def _json(schema: Schema | None) -> JsonObject | None:
     return dict(schema.json_schema) if schema is not None else None
 
 
-def _resume_schema(workflow: RunnableWorkflow, result: WorkflowResult) -> dict[str, Any] | None:
+def _resume_schema(workflow: RunnableWorkflow, result: WorkflowResult) -> JsonObject | None:
     """The resume schema of the first suspended step (walking into nested workflows); the tool
     passes it to ``ctx.suspend`` so ``tool-call-suspended`` shows what this call's resume needs."""
     current = workflow
