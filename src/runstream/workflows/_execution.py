@@ -6,6 +6,7 @@ dispatches to them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Protocol
 
 from runstream.abort import AbortSignal
@@ -14,6 +15,12 @@ from runstream.workflows.events import Sink
 from runstream.workflows.flow import Resume, StepEntry, WorkflowSpec
 from runstream.workflows.output import WorkflowResult
 from runstream.workflows.snapshots import RunStore
+
+
+class RunResume(Enum):
+    """``run_step``'s ``resume`` left out: the step takes the run's own resume."""
+
+    RUN = "run"
 
 
 @dataclass(slots=True)
@@ -54,28 +61,28 @@ class Runner(Protocol):
 
     async def run_from(self, start: int) -> WorkflowResult: ...
 
-    def resumed_input(self, step_id: str, prev: Any) -> Any: ...
+    def resumed_input(self, step_id: str, prev: object) -> object: ...
 
     async def run_step(
         self,
         entry: StepEntry,
-        prev: Any,
+        prev: object,
         path: list[int],
         *,
         iteration: int | None = None,
         foreach_index: int | None = None,
-        resume: Any = ...,
+        resume: Resume | RunResume | None = ...,
     ) -> StepResult: ...
 
     def begin_step(
         self,
         entry: StepEntry,
-        prev: Any,
+        prev: object,
         path: list[int],
         *,
         iteration: int | None = None,
         foreach_index: int | None = None,
-        resume: Any = ...,
+        resume: Resume | RunResume | None = ...,
     ) -> StepCall: ...
 
     async def complete_step(self, call: StepCall) -> StepResult: ...

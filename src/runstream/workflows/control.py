@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from runstream.abort import AbortSignal, sleep
 from runstream.workflows._results import StepResult, now_ms
@@ -29,7 +29,9 @@ if TYPE_CHECKING:
     from runstream.workflows.flow import Resume
 
 
-async def run_block(ex: Runner, entry: ParallelEntry | BranchEntry, path: list[int], prev: Any) -> StepResult:
+async def run_block(
+    ex: Runner, entry: ParallelEntry | BranchEntry, path: list[int], prev: object
+) -> StepResult:
     branch = isinstance(entry, BranchEntry)
     if ex.resume is not None and ex.resume.path:
         index = ex.resume.path.pop(0)
@@ -51,7 +53,7 @@ async def run_block(ex: Runner, entry: ParallelEntry | BranchEntry, path: list[i
     return _block_result(ex, chosen, results, branch)
 
 
-async def _branches_to_run(ex: Runner, entry: BranchEntry, prev: Any) -> list[StepEntry]:
+async def _branches_to_run(ex: Runner, entry: BranchEntry, prev: object) -> list[StepEntry]:
     ctx = ConditionContext(prev, ex.state, ex.results.get("input"), ex.results)
     chosen = []
     for step, condition in zip(entry.steps, entry.conditions, strict=True):
@@ -114,7 +116,7 @@ def _resumed_result(ex: Runner, entry: ParallelEntry | BranchEntry, path: list[i
     return {"status": "suspended", "payload": payload, "suspendPayload": payload}
 
 
-async def run_loop(ex: Runner, entry: LoopEntry, path: list[int], prev: Any) -> StepResult:
+async def run_loop(ex: Runner, entry: LoopEntry, path: list[int], prev: object) -> StepResult:
     """``dowhile`` / ``dountil``; iterations continue the count of an earlier (suspended) run."""
     previous = ex.results.get(entry.step.id)
     previous = previous if isinstance(previous, Mapping) else {}
@@ -142,7 +144,7 @@ async def run_loop(ex: Runner, entry: LoopEntry, path: list[int], prev: Any) -> 
             return result
 
 
-async def run_sleep(ex: Runner, entry: SleepEntry, prev: Any) -> StepResult:
+async def run_sleep(ex: Runner, entry: SleepEntry, prev: object) -> StepResult:
     started = now_ms()
     ex.sink.event(
         "workflow-step-waiting", {"id": entry.id, "payload": prev, "startedAt": started, "status": "waiting"}

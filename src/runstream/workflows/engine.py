@@ -27,7 +27,7 @@ from runstream._schema import SchemaValidationError, to_plain
 from runstream.abort import AbortSignal
 from runstream.processors import TripWire
 from runstream.workflows import control, foreach
-from runstream.workflows._execution import StepCall
+from runstream.workflows._execution import RunResume, StepCall
 from runstream.workflows._results import UNDEFINED, StepResult, now_ms, omit_completion
 from runstream.workflows.errors import WorkflowError
 from runstream.workflows.events import Sink
@@ -48,9 +48,6 @@ class _Outcome:
     status: str
     value: Any = UNDEFINED
     state: dict[str, Any] | None = None
-
-
-_DEFAULT: Any = object()
 
 
 @dataclass(slots=True)
@@ -106,7 +103,7 @@ class Execution:
                 return await self._finish(last)
         return await self._finish(last)
 
-    async def run_entry(self, entry: Entry, path: list[int], prev: Any) -> StepResult:
+    async def run_entry(self, entry: Entry, path: list[int], prev: object) -> StepResult:
         if isinstance(entry, StepEntry):
             if self.resume is None or entry.id not in self.resume.steps:
                 self.step_path.append(entry.id)
@@ -128,7 +125,7 @@ class Execution:
             self.sink.event("workflow-canceled", {})
         return result
 
-    def resumed_input(self, step_id: str, prev: Any) -> Any:
+    def resumed_input(self, step_id: str, prev: object) -> object:
         """A resumed step runs on the input it had when it suspended."""
         if self.resume is not None and step_id in self.resume.steps:
             previous = self.results.get(step_id)
@@ -136,7 +133,7 @@ class Execution:
                 return previous["payload"]
         return prev
 
-    def entry_output(self, entry: Entry) -> Any:
+    def entry_output(self, entry: Entry) -> object:
         """The input the entry after ``entry`` receives."""
         if isinstance(entry, StepEntry | LoopEntry | ForeachEntry):
             step_id = entry.id if isinstance(entry, StepEntry) else entry.step.id
@@ -145,7 +142,7 @@ class Execution:
             return self._output_of(entry.id)
         return {s.id: self._output_of(s.id) for s in entry.steps if self._output_of(s.id) is not UNDEFINED}
 
-    def _output_of(self, step_id: str) -> Any:
+    def _output_of(self, step_id: str) -> object:
         result = self.results.get(step_id)
         return result.get("output", UNDEFINED) if isinstance(result, Mapping) else UNDEFINED
 
@@ -200,12 +197,12 @@ class Execution:
     async def run_step(
         self,
         entry: StepEntry,
-        prev: Any,
+        prev: object,
         path: list[int],
         *,
         iteration: int | None = None,
         foreach_index: int | None = None,
-        resume: Any = _DEFAULT,
+        resume: Resume | RunResume | None = RunResume.RUN,
     ) -> StepResult:
         call = self.begin_step(
             entry, prev, path, iteration=iteration, foreach_index=foreach_index, resume=resume
@@ -215,16 +212,16 @@ class Execution:
     def begin_step(
         self,
         entry: StepEntry,
-        prev: Any,
+        prev: object,
         path: list[int],
         *,
         iteration: int | None = None,
         foreach_index: int | None = None,
-        resume: Any = _DEFAULT,
+        resume: Resume | RunResume | None = RunResume.RUN,
     ) -> StepCall:
         """Validate the input and emit ``workflow-step-start`` (skipped for foreach items)."""
         step = entry.step
-        active: Resume | None = self.resume if resume is _DEFAULT else resume
+        active = self.resume if resume is RunResume.RUN else resume
         validation_error: Exception | None = None
         if step.input_schema is not None and self.workflow.validate_inputs:
             try:

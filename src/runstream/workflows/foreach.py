@@ -38,7 +38,7 @@ class _Items:
     exit: StepResult | None = None
 
 
-async def run_foreach(ex: Runner, entry: ForeachEntry, path: list[int], items: Any) -> StepResult:
+async def run_foreach(ex: Runner, entry: ForeachEntry, path: list[int], items: object) -> StepResult:
     if not isinstance(items, list):
         raise WorkflowError(
             f"foreach step {entry.step.id!r} needs an array as input, got {type(items).__name__}"

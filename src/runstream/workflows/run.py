@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from runstream import _tracing as tracing
 from runstream._json import JsonObject
@@ -46,7 +46,7 @@ class WorkflowRun:
         return f"WorkflowRun({self.workflow.id!r}, {self.run_id!r}, status={self.status!r})"
 
     # -- running ---------------------------------------------------------------------------------
-    async def stream(self, *, input_data: Any = None, initial_state: Any = None) -> WorkflowRunOutput:
+    async def stream(self, *, input_data: object = None, initial_state: object = None) -> WorkflowRunOutput:
         """Start the run; its chunks stream from ``out.full_stream`` (it runs even if unread)."""
         if self.status != "pending":
             raise WorkflowError(
@@ -61,7 +61,7 @@ class WorkflowRun:
         return self._launch(start, resumed=False, on_error="failed")
 
     async def resume_stream(
-        self, *, resume_data: Any = None, step: StepPath | None = None, foreach_index: int | None = None
+        self, *, resume_data: object = None, step: StepPath | None = None, foreach_index: int | None = None
     ) -> WorkflowRunOutput:
         """Resume a suspended step (``step``; the only suspended one when omitted) with
         ``resume_data`` (``foreach_index``: which suspended item of a foreach step). A run that
@@ -80,13 +80,13 @@ class WorkflowRun:
 
         return self._launch(resume, resumed=True, on_error=self.status)
 
-    async def start(self, *, input_data: Any = None, initial_state: Any = None) -> WorkflowResult:
+    async def start(self, *, input_data: object = None, initial_state: object = None) -> WorkflowResult:
         """Run to the end (or to a suspension) without reading the stream."""
         out = await self.stream(input_data=input_data, initial_state=initial_state)
         return await out.result
 
     async def resume(
-        self, *, resume_data: Any = None, step: StepPath | None = None, foreach_index: int | None = None
+        self, *, resume_data: object = None, step: StepPath | None = None, foreach_index: int | None = None
     ) -> WorkflowResult:
         """Resume and wait; raises :class:`~.errors.RunNotSuspendedError` if nothing is suspended."""
         out = await self.resume_stream(resume_data=resume_data, step=step, foreach_index=foreach_index)

@@ -22,7 +22,7 @@ from runstream.errors import ConfigurationError
 if TYPE_CHECKING:
     from runstream.workflows.events import Sink
 
-SchemaLike = Schema | type[BaseModel] | Mapping[str, Any] | None
+SchemaLike = Schema | type[BaseModel] | Mapping[str, object] | None
 Execute = Callable[["StepContext"], object]
 """A step's code: its output, or an awaitable of it."""
 
