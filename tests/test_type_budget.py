@@ -23,7 +23,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "runstream"
 
 MAX_DICT_STR_ANY = 403
-MAX_PUBLIC_ANY_SHARE = 0.130
+MAX_PUBLIC_ANY_SHARE = 0.128
 
 
 def is_any(node: ast.expr, any_names: frozenset[str] = frozenset({"Any"})) -> bool:

@@ -77,7 +77,7 @@ class Execution:
         return Execution(workflow, run_id, sink, abort, store)
 
     # -- the run -------------------------------------------------------------------------------
-    async def start(self, input_data: Any, state: dict[str, Any]) -> WorkflowResult:
+    async def start(self, input_data: object, state: dict[str, Any]) -> WorkflowResult:
         self.results = {"input": input_data}
         self.state = state
         await self.store.save(self.snapshot("running"))

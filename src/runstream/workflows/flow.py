@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from runstream.workflows.predicates import evaluate
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from runstream.storage import Storage
@@ -34,7 +36,7 @@ class WorkflowSpec(Protocol):
     @property
     def validate_outputs(self) -> bool: ...
 
-    def validate_input(self, input_data: Any) -> Any: ...
+    def validate_input(self, input_data: T) -> T: ...
 
     def validate_state(self, state: Any) -> Any: ...
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from runstream._schema import Schema
 from runstream.errors import ConfigurationError
@@ -47,6 +47,8 @@ from runstream.workflows.step import SchemaLike, Step, StepContext
 if TYPE_CHECKING:
     from runstream.agent import Agent
     from runstream.tools import Tool
+
+T = TypeVar("T")
 
 
 class Workflow:
@@ -192,7 +194,7 @@ class Workflow:
         )
 
     # -- runs ------------------------------------------------------------------------------------
-    def validate_input(self, input_data: Any) -> Any:
+    def validate_input(self, input_data: T) -> T:
         if self.input_schema is not None and self.validate_inputs:
             self.input_schema.validate(input_data, "Invalid input data:")
         return input_data
