@@ -15,13 +15,15 @@ import inspect
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, NotRequired, TypedDict, cast
 
 from pydantic_core import from_json
 
 from runstream._clock import now_utc
+from runstream._json import JsonObject
+from runstream._payloads import GoalPayload, ScorerResult
 from runstream._schema import UNDEFINED, Schema
 from runstream.chunks import AgentChunk, DataChunk, GoalChunk
 from runstream.errors import InvalidInputError
@@ -46,7 +48,35 @@ JUDGE_PROMPT = (
     "The reason goes back to the assistant when the goal is not done: say precisely what is still missing."
 )
 
-VERDICT_SCHEMA: dict[str, Any] = {
+
+class ObjectiveState(TypedDict):
+    """An objective as a thread's state keeps it (Mastra's goal record)."""
+
+    id: str
+    objective: str
+    status: GoalStatus
+    runsUsed: int
+    activeDurationMs: int
+    startedAt: int
+    updatedAt: int
+    maxRuns: NotRequired[int]
+    prompt: NotRequired[str]
+    pausedReason: NotRequired[str]
+
+
+class _GoalBase(TypedDict):
+    objective: str
+    maxRuns: int
+
+
+class Verdict(TypedDict):
+    """The judge's answer (checked against :data:`VERDICT_SCHEMA`)."""
+
+    decision: Literal["done", "continue", "waiting"]
+    reason: str
+
+
+VERDICT_SCHEMA: JsonObject = {
     "type": "object",
     "properties": {
         "decision": {"type": "string", "enum": ["done", "continue", "waiting"]},
@@ -103,8 +133,8 @@ class Objective:
     active_duration_ms: int = 0
     """Time spent judging so far (Mastra's ``activeDurationMs``)."""
 
-    def to_state(self) -> dict[str, Any]:
-        state = {
+    def to_state(self) -> ObjectiveState:
+        state: ObjectiveState = {
             "id": self.id,
             "objective": self.objective,
             "status": self.status,
@@ -113,17 +143,16 @@ class Objective:
             "startedAt": self.started_at,
             "updatedAt": self.updated_at,
         }
-        for key, value in (
-            ("maxRuns", self.max_runs),
-            ("prompt", self.prompt),
-            ("pausedReason", self.paused_reason),
-        ):
-            if value is not None:
-                state[key] = value
+        if self.max_runs is not None:
+            state["maxRuns"] = self.max_runs
+        if self.prompt is not None:
+            state["prompt"] = self.prompt
+        if self.paused_reason is not None:
+            state["pausedReason"] = self.paused_reason
         return state
 
     @classmethod
-    def from_state(cls, state: Mapping[str, Any]) -> Objective:
+    def from_state(cls, state: ObjectiveState) -> Objective:
         return cls(
             objective=state["objective"],
             status=state.get("status", "active"),
@@ -162,7 +191,7 @@ class Goals:
 
     async def get(self, thread_id: str) -> Objective | None:
         state = await self.storage.get_thread_state(thread_id, STATE_KEY)
-        return Objective.from_state(state) if state else None
+        return Objective.from_state(cast(ObjectiveState, state)) if state else None  # as to_state() wrote it
 
     async def update(
         self,
@@ -251,7 +280,7 @@ class GoalCheck:
         if record is None or record.status != "active":
             return
         max_runs = record.max_runs or self.config.max_runs
-        base: dict[str, Any] = {"objective": record.objective, "maxRuns": max_runs}
+        base: _GoalBase = {"objective": record.objective, "maxRuns": max_runs}
         if record.runs_used >= max_runs:  # budget already spent: park it without judging
             reason = _budget_reason(max_runs)
             record.status, record.paused_reason = "paused", reason
@@ -262,8 +291,9 @@ class GoalCheck:
             yield CheckVerdict(continue_loop=False, authoritative=True)
             return
         iteration = record.runs_used + 1
-        pending = {
-            **base,
+        pending: GoalPayload = {
+            "objective": base["objective"],
+            "maxRuns": base["maxRuns"],
             "iteration": iteration,
             "passed": False,
             "status": "active",
@@ -274,7 +304,7 @@ class GoalCheck:
             "suppressFeedback": True,
             "pending": True,
         }
-        yield GoalChunk(state.run_id, dict(pending))  # type: ignore[arg-type]
+        yield GoalChunk(state.run_id, pending.copy())
         started = time.perf_counter()
         judge_input = _judge_input(record.objective, state, text)
         try:
@@ -287,7 +317,7 @@ class GoalCheck:
         if not failed and reason:
             yield GoalChunk(
                 state.run_id,
-                {**pending, "activity": [{"type": "reason", "message": reason}]},  # type: ignore[typeddict-item]
+                {**pending, "activity": [{"type": "reason", "message": reason}]},
             )
         record.runs_used = iteration
         done = not failed and decision == "done"
@@ -371,7 +401,7 @@ class GoalCheck:
         return str(verdict["decision"]), str(verdict["reason"])
 
 
-def _parse_verdict(text: str) -> dict[str, Any]:
+def _parse_verdict(text: str) -> Verdict:
     """The judge's JSON answer, checked the way Mastra checks structured output (zod's words)."""
     try:
         value = from_json(text) if text.strip() else UNDEFINED
@@ -390,7 +420,7 @@ def _budget_reason(max_runs: int) -> str:
     )
 
 
-def _result(score: float, passed: bool, reason: str, duration: int) -> dict[str, Any]:
+def _result(score: float, passed: bool, reason: str, duration: int) -> ScorerResult:
     return {
         "score": score,
         "passed": passed,
@@ -403,20 +433,21 @@ def _result(score: float, passed: bool, reason: str, duration: int) -> dict[str,
 
 def _final(
     run_id: str,
-    base: dict[str, Any],
+    base: _GoalBase,
     record: Objective,
     *,
     passed: bool,
     reason: str,
-    results: list[dict[str, Any]],
+    results: list[ScorerResult],
     duration: int,
     budget: bool,
     judge_failed: bool = False,
     waiting: bool = False,
     should_continue: bool = False,
 ) -> GoalChunk:
-    payload: dict[str, Any] = {
-        **base,
+    payload: GoalPayload = {
+        "objective": base["objective"],
+        "maxRuns": base["maxRuns"],
         "iteration": record.runs_used,
         "passed": passed,
         "status": record.status,
@@ -432,7 +463,7 @@ def _final(
     }
     if record.paused_reason and record.status == "paused":
         payload["pausedReason"] = record.paused_reason
-    return GoalChunk(run_id, payload)  # type: ignore[arg-type]
+    return GoalChunk(run_id, payload)
 
 
 def _judge_input(objective: str, state: RunState, text: str) -> JudgeInput:
