@@ -70,7 +70,7 @@ def build_tool(spec: Mapping[str, Any], log: ToolExecutionLog) -> Tool:
     name = spec["name"]
     behavior = spec["behavior"]
 
-    async def execute(args: dict[str, Any], ctx: ToolContext) -> Any:
+    async def execute(args: dict[str, object], ctx: ToolContext) -> Any:
         key = (name, ctx.tool_call_id)
         log.attempts[key] += 1
         facts = {

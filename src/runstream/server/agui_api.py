@@ -13,7 +13,6 @@ conversation. The route sits behind the app's auth like every other.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from typing import Any
 
 from ag_ui.core import BaseEvent, RunAgentInput
 from pydantic import ValidationError
@@ -21,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from runstream._json import JsonObject
 from runstream.agent import Agent
 from runstream.agui import EventMapper, client_tools, context_messages, prompt_messages
 from runstream.memory import MemoryScope
@@ -90,7 +90,7 @@ class AGUIRoutes:
         return MemoryScope(run_input.thread_id, resource)
 
 
-def _parse(body: dict[str, Any]) -> RunAgentInput:
+def _parse(body: JsonObject) -> RunAgentInput:
     try:
         run_input = RunAgentInput.model_validate(body)
     except ValidationError as exc:

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import html
 import os
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from runstream._json import JsonValue
 from runstream.scoring import Scorer
 from runstream.server.context import ServerContext, json_body, json_response
 
@@ -30,7 +31,10 @@ STUDIO_VERSION = "1.31.0"
 _EMPTY_PAGE = {"total": 0, "page": 0, "hasMore": False}
 
 
-def _constant(value: Any) -> Any:
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _constant(value: JsonValue) -> Handler:
     """Always ``value``."""
 
     async def answer(request: Request) -> Response:
@@ -44,7 +48,7 @@ def _per_page(request: Request, default: int) -> int:
     return int(raw) if raw.isdigit() and 0 < int(raw) <= 1000 else default
 
 
-def _paged(key: str, default_per_page: int) -> Any:
+def _paged(key: str, default_per_page: int) -> Handler:
     """An empty list with Mastra's ``pagination`` block and delta cursor (``perPage`` echoed)."""
 
     async def answer(request: Request) -> Response:
@@ -54,7 +58,7 @@ def _paged(key: str, default_per_page: int) -> Any:
     return answer
 
 
-def _unsupported(code: str, message: str) -> Any:
+def _unsupported(code: str, message: str) -> Handler:
     """Mastra's 501 when its observability store cannot answer a query."""
 
     async def answer(request: Request) -> Response:
@@ -65,7 +69,7 @@ def _unsupported(code: str, message: str) -> Any:
 
 
 # Answers Mastra gives when the feature is not configured (recorded from Mastra's server).
-EMPTY_GET: dict[str, Any] = {
+EMPTY_GET: dict[str, JsonValue] = {
     "/auth/capabilities": {"enabled": False, "login": None},
     "/editor/builder/settings": {"enabled": False, "modelPolicy": {"active": False}},
     "/editor/builder/models/available": {"providers": []},
