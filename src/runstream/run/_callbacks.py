@@ -26,8 +26,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runstream.chunks import AgentChunk
-from runstream.run._run_state import LoopConfig, RunState
+from runstream.chunks import AgentChunk, ToolResultPayload
+from runstream.run._run_state import LoopConfig, RunState, StepRecord
 
 Callback = Callable[[Any], Awaitable[None] | None]
 
@@ -98,7 +98,15 @@ class CallbackObserver:
         return ()
 
 
-def _step_event(state: RunState, model: dict[str, str]) -> dict[str, Any]:
+class StepFinishEvent(StepRecord):
+    """What ``on_step_finish`` gets: the step, its tools' results, the run and the model."""
+
+    toolResults: list[ToolResultPayload]
+    runId: str
+    model: dict[str, str]
+
+
+def _step_event(state: RunState, model: dict[str, str]) -> StepFinishEvent:
     step = state.steps[-1]
     ids = {call["toolCallId"] for call in step.get("toolCalls", [])}
     results = [c.payload for c in state.tool_results if c.payload.get("toolCallId") in ids]

@@ -43,11 +43,13 @@ from runstream.run._run_state import (
     End,
     Failed,
     Finish,
+    FinishFields,
     LoopConfig,
     PendingToolStep,
     ResumeAction,
     RunState,
     StepRecord,
+    StepResultFields,
     Suspend,
     Tripwire,
 )
@@ -392,7 +394,7 @@ class FailedToolsRan(Node):
 
     __slots__ = ("record", "step_result")
 
-    def __init__(self, record: StepRecord, step_result: dict[str, Any]) -> None:
+    def __init__(self, record: StepRecord, step_result: StepResultFields) -> None:
         self.record = record
         self.step_result = step_result
 
@@ -473,7 +475,7 @@ async def _review_step(
             f"{trip.reason}. Please try again with the feedback in mind."
         )
         turn.retry_feedback.append({"role": "system", "content": feedback})
-        retry_result = {
+        retry_result: StepResultFields = {
             "reason": "retry",
             "isContinued": True,
             "retryReason": trip.reason,
@@ -541,7 +543,7 @@ class ChecksDone(Node):
         # every reason but stop, error, length and content-filter)
         wants_more = step.finish_reason in _GOES_ON or any(v.continue_loop for v in chosen)
         cont = wants_more and await _goes_on(cfg, state)
-        extra: dict[str, Any] = {}
+        extra: FinishFields = {}
         for verdict in verdicts:
             extra.update(verdict.payload_extra)
         step_finish = step_finish_chunk(
@@ -628,7 +630,7 @@ class ToolCalls(Node):
     __slots__ = ("cfg", "pending", "step", "step_result")
 
     def __init__(
-        self, cfg: LoopConfig, pending: PendingToolStep, step: ModelStep | None, step_result: dict[str, Any]
+        self, cfg: LoopConfig, pending: PendingToolStep, step: ModelStep | None, step_result: StepResultFields
     ) -> None:
         self.cfg = cfg
         self.pending = pending

@@ -20,6 +20,7 @@ from opentelemetry.trace import use_span
 from runstream import _tracing as tracing
 from runstream._clock import iso_now
 from runstream._ids import new_id
+from runstream._json import JsonObject
 from runstream.abort import AbortError
 from runstream.chunks import (
     AgentChunk,
@@ -51,9 +52,9 @@ from runstream.models.base import (
     PromptMessage,
     tool_result_output,
 )
-from runstream.models.prompt import AssistantPart, FilePart, ToolCallPart, ToolResultOutput
+from runstream.models.prompt import AssistantPart, FilePart, ToolCallPart, ToolResultOutput, ToolResultPart
 from runstream.processors import ProcessorContext, TripWire, run_stream_processors
-from runstream.run._run_state import LoopConfig, RunState, ToolCall
+from runstream.run._run_state import LoopConfig, RunState, StepResultFields, ToolCall
 from runstream.run._sources import PartSource, SubStream
 from runstream.run._step_results import content_blocks, empty_end, normalize_usage
 from runstream.run._tool_step import EagerTools, model_view, shows_model_output, tool_call_limit, with_run_id
@@ -174,7 +175,9 @@ class ModelStep(PartSource):
         self.block_starts: list[tuple[str, int]] = []  # each text/reasoning block: kind, first delta
         self.text_ids: dict[str, str] = {}  # a numbered text block's id -> its fresh id
         self.block_ids: dict[tuple[str, str], int] = {}  # (kind, part id) -> its block's position
-        self.block_meta: dict[int, Any] | None = None  # block position -> its provider metadata
+        self.block_meta: dict[int, parts.ProviderMetadata] | None = (
+            None  # block position -> its provider metadata
+        )
         self.placed: list[tuple[int, Any]] = []
         """Tool calls, provider-executed results and files, each with the number of text and
         reasoning blocks started before it (where it goes in the step's content)."""
@@ -182,10 +185,10 @@ class ModelStep(PartSource):
         self.calls: list[ToolCall] = []
         """The calls the loop executes (not those the provider executed)."""
         self.provider_metadata: Any = None  # the finish part's
-        self.usage: dict[str, Any] = {}
-        self.step_result: dict[str, Any] = {}
-        self.response: dict[str, Any] = {}
-        self.request: dict[str, Any] = {}
+        self.usage: JsonObject = {}
+        self.step_result: StepResultFields = {}
+        self.response: dict[str, object] = {}
+        self.request: JsonObject = {}
         self.finish_reason = "unknown"
         self.error: BaseException | None = None
         self.tripwire: TripWire | None = None
@@ -580,7 +583,7 @@ class ModelStep(PartSource):
                 payload[key] = part[key]
         chunk = ToolResultChunk(self.state.run_id, payload)
         self.state.tool_results.append(chunk)
-        result: dict[str, Any] = {
+        result: ToolResultPart = {
             "type": "tool-result",
             "toolCallId": payload["toolCallId"],
             "toolName": payload["toolName"],
@@ -669,7 +672,7 @@ _TRANSLATORS: dict[str, Callable[[ModelStep, Any], AgentChunk | None]] = {
 """Provider part type -> its translator (``None``: the part streams nothing)."""
 
 
-def default_response_metadata(model: LanguageModel) -> dict[str, Any]:
+def default_response_metadata(model: LanguageModel) -> dict[str, object]:
     """A step's response metadata when the model sent none (or its call failed), as Mastra
     fills it in: a generated id, the time, and the model."""
     return {
@@ -722,7 +725,7 @@ def _parse_tool_call(part: parts.ToolCallPart, streamed: str) -> ToolCall:
     return call
 
 
-def _streamed_args(deltas: list[str] | None) -> dict[str, Any]:
+def _streamed_args(deltas: list[str] | None) -> JsonObject:
     text = "".join(deltas or ())
     try:
         args = json.loads(text) if text.strip() else {}

@@ -12,7 +12,7 @@ changes last one step; the run's conversation is not rewritten.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any, cast
 
@@ -20,8 +20,7 @@ from runstream._config_mapping import read_config
 from runstream.errors import ConfigurationError, ConfigurationTypeError, InvalidInputError
 from runstream.models.base import LanguageModel, PromptMessage, ToolChoice
 from runstream.run._run_state import LoopConfig, RunState
-
-PrepareStep = Callable[[dict[str, Any]], Mapping[str, Any] | Awaitable[Mapping[str, Any] | None] | None]
+from runstream.tools import Tool
 
 _RESULT_FIELDS = {"model": None, "tool_choice": None, "active_tools": None, "messages": None, "system": None}
 
@@ -65,7 +64,7 @@ async def prepared_step(cfg: LoopConfig, state: RunState) -> tuple[LoopConfig, l
     return step_cfg, list(messages) if messages is not None else None
 
 
-def _active(cfg: LoopConfig, names: Any) -> dict[str, Any]:
+def _active(cfg: LoopConfig, names: Iterable[str]) -> dict[str, Tool]:
     unknown = [name for name in names if name not in cfg.tools]
     if unknown:
         raise ConfigurationError(

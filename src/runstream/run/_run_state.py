@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, TypeVar
 
-from runstream._json import JsonObject
+from runstream._json import JsonObject, JsonValue
 from runstream._messages import ContinuedMessage
 from runstream.abort import AbortSignal
 from runstream.chunks import (
@@ -43,6 +43,7 @@ from runstream.run._run_snapshot import (
     SavedToolCall,
     read_snapshot,
 )
+from runstream.stop_conditions import StopCondition
 from runstream.structured import StructuredOutput
 from runstream.tools import Tool
 
@@ -63,8 +64,53 @@ BackgroundWaiter = Callable[["RunState", list[str], AbortSignal], AsyncIterator[
 """Waits for background tasks inside the loop (until they end or the run is aborted); yields
 progress chunks and their final results."""
 
+PrepareStep = Callable[[dict[str, Any]], Mapping[str, Any] | Awaitable[Mapping[str, Any] | None] | None]
+"""Mastra's ``prepareStep``: gets the coming step, returns what this step uses instead (or
+``None``); see ``runstream.run._prepare_step``."""
+
 CompletionCheck = Callable[["LoopConfig", "RunState", str], AsyncIterator["AgentChunk | CheckVerdict"]]
 """Runs after a step that ends the model's turn; yields chunks, then one :class:`CheckVerdict`."""
+
+
+class StepResultFields(TypedDict, total=False):
+    """What a step adds to its ``stepResult`` (``reason`` and ``isContinued`` are the payload's
+    own: a step's fields come between them)."""
+
+    reason: str
+    isContinued: bool
+    rawReason: JsonValue
+    """The vendor's own finish reason (AI SDK v3)."""
+    warnings: list[JsonValue]
+    retryReason: str
+    """A processor rejected the step: why, its metadata and its id (the retry's step-finish)."""
+    retryMetadata: object
+    retryProcessorId: str | None
+    messageId: str
+    """A resumed tool step's: the response message it streams as."""
+
+
+class FinishFields(TypedDict, total=False):
+    """What completion checks add to the ``step-finish`` and ``finish`` payloads."""
+
+    isTaskCompleteCheckFailed: bool
+
+
+class CutStep(TypedDict, total=False):
+    """The step an abort cut short, as its ``finish`` reports it."""
+
+    text: str
+    request: JsonObject
+    response: dict[str, object]
+
+
+class StepToolCall(TypedDict):
+    """A tool call as a step's ``toolCalls`` lists it."""
+
+    toolCallId: str
+    toolName: str
+    args: JsonObject
+    providerExecuted: NotRequired[bool]
+    providerMetadata: NotRequired[ProviderMetadata]
 
 
 @dataclass(slots=True)
@@ -76,7 +122,7 @@ class CheckVerdict:
     """Messages the model sees in the next step when the loop continues."""
     authoritative: bool = False
     """An authoritative verdict (the goal judge) overrides the others."""
-    payload_extra: dict[str, Any] = field(default_factory=dict)
+    payload_extra: FinishFields = field(default_factory=lambda: FinishFields())
     """Extra fields for the step-finish payload."""
     next_message_id: str | None = None
     """The response message id the next iteration streams under (Mastra starts a new response
@@ -125,11 +171,11 @@ class LoopConfig:
     tool_call_strategy: Literal["available", "called"] = "available"
     """Whether a tool that may need approval or suspend forces one call at a time when it is
     offered (``available``) or only when it is called (``called``)."""
-    request_context: dict[str, Any] = field(default_factory=dict)
+    request_context: dict[str, object] = field(default_factory=dict)
     """The run's :class:`~runstream.request_context.RequestContext` (tools get it)."""
-    stop_when: list[Callable[[dict[str, Any]], bool | Awaitable[bool]]] = field(default_factory=list)
+    stop_when: list[StopCondition] = field(default_factory=list)
     """Conditions that end the run after a step (``runstream.stop_conditions``)."""
-    prepare_step: Callable[[dict[str, Any]], Any] | None = None
+    prepare_step: PrepareStep | None = None
     """Changes each step before the model is called (``runstream.run._prepare_step``)."""
     approval_policy: Callable[[dict[str, Any]], bool | Awaitable[bool]] | None = None
     """Decides per call whether it waits for approval (Mastra's ``requireToolApproval`` as a
@@ -151,29 +197,44 @@ class StepRecord(TypedDict):
     text: str
     content: list[Mapping[str, Any]]
     """The message parts as Mastra's step content reports them (see ``_step_results``)."""
-    usage: dict[str, Any]
+    usage: JsonObject
     finishReason: str
     warnings: list[Any]
-    request: dict[str, Any]
-    response: dict[str, Any]
-    toolCalls: list[dict[str, Any]]
+    request: JsonObject
+    response: dict[str, object]
+    """The model's response metadata (``id``, ``timestamp``, ``modelId`` ... as it sent them)."""
+    toolCalls: list[StepToolCall]
     responseMessages: list[PromptMessage]
     tripwire: NotRequired[TripwirePayload]
     providerMetadata: NotRequired[ProviderMetadata]
     """The finish part's provider metadata (response id, service tier, vendor usage ...)."""
 
 
+class PublicStep(TypedDict):
+    """A step as the ``step-finish`` / ``finish`` payloads list it (their ``output.steps``)."""
+
+    content: list[Mapping[str, Any]]
+    usage: JsonObject
+    warnings: list[Any]
+    request: JsonObject
+    response: Mapping[str, object]
+    """The step's response metadata with its ``headers`` and ``messages``."""
+    providerMetadata: NotRequired[ProviderMetadata]
+    finishReason: NotRequired[str]
+    tripwire: NotRequired[TripwirePayload]
+
+
 @dataclass(slots=True)
 class ToolCall:
     tool_call_id: str
     tool_name: str
-    args: dict[str, Any]
+    args: JsonObject
     """The arguments the tool gets."""
     args_error: str | None = None
     args_unreadable: bool = False
     """The model's argument text was not JSON at all: the call has no arguments to show."""
     provider_metadata: ProviderMetadata | None = None
-    model_input: dict[str, Any] | None = None
+    model_input: JsonObject | None = None
     """The arguments as the model sent them, when they differ from ``args`` (e.g. with a
     ``_background`` override); the conversation keeps these."""
     provider_executed: bool = False
@@ -182,7 +243,7 @@ class ToolCall:
     """The provider metadata its ``tool-call`` chunk showed (its result's chunk shows it too)."""
 
     @property
-    def sent_args(self) -> dict[str, Any]:
+    def sent_args(self) -> JsonObject:
         return self.args if self.model_input is None else self.model_input
 
     def to_json(self) -> SavedToolCall:
@@ -230,7 +291,7 @@ class ToolOutcome:
     """Extra tool-result metadata (the background-task link)."""
     model_output: ToolResultOutput | None = None
     """What the model sees instead of ``value`` (e.g. a background placeholder)."""
-    resume_schema: dict[str, Any] | None = None
+    resume_schema: JsonObject | None = None
     """For a suspension: the schema of the data that resumes it (if the call gave one)."""
     run_id: str | None = None
     """For a suspension: the delegated run it waits on (``ToolContext.suspend(run_id=)``)."""
@@ -268,17 +329,17 @@ class PendingToolStep:
     calls: list[ToolCall]
     step_record: StepRecord
     awaiting_approval: set[str] = field(default_factory=set)
-    suspended: dict[str, Any] = field(default_factory=dict)
-    """tool call id -> suspend payload"""
+    suspended: dict[str, object] = field(default_factory=dict)
+    """tool call id -> suspend payload (the tool's own value)"""
     done: dict[str, ToolOutcome] = field(default_factory=dict)
     approved: list[str] = field(default_factory=list)
     """Approved calls (they run when the step goes on)."""
-    resume_data: dict[str, Any] = field(default_factory=dict)
-    """tool call id -> the data a suspended call resumes with"""
+    resume_data: dict[str, object] = field(default_factory=dict)
+    """tool call id -> the data a suspended call resumes with (the caller's own value)"""
     suspended_run_ids: dict[str, str] = field(default_factory=dict)
     """tool call id -> the delegated run a suspended call waits on (its resumed execution gets
     it as ``ToolContext.suspended_tool_run_id``)"""
-    results: list[dict[str, Any]] = field(default_factory=list)
+    results: list[ToolResultPart] = field(default_factory=list)
     """The step's tool-result parts once its tools ran; they join the step's content after its
     ``step-finish`` (as in Mastra)."""
 
@@ -340,7 +401,8 @@ class RunState:
     """The conversation in model-prompt form: input (history + new user) then responses."""
     input_count: int
     steps: list[StepRecord] = field(default_factory=list)
-    usage: dict[str, Any] = field(default_factory=dict)
+    usage: JsonObject = field(default_factory=dict)
+    """The steps' usage summed (``runstream.run._step_results.add_usage``)."""
     finish_reason: str | None = None
     status: Status = "running"
     error: BaseException | None = None
@@ -379,7 +441,7 @@ class RunState:
     continued: ContinuedMessage | None = None
     """For a run without new input: the thread's last stored message, an assistant one, which
     the run's response is appended to (see ``runstream.memory``)."""
-    public_steps: list[dict[str, Any]] = field(default_factory=list, repr=False, compare=False)
+    public_steps: list[PublicStep] = field(default_factory=list, repr=False, compare=False)
     """The public form (``output.steps`` of ``step-finish``/``finish``) of the first steps, as
     last built: later payloads share it instead of copying every earlier step again. A cache,
     not saved (``runstream.run._step_results``)."""
@@ -534,8 +596,8 @@ class Finish:
     """The run ended well: stream ``finish`` with this reason."""
 
     reason: str
-    step_result: dict[str, Any] = field(default_factory=dict)
-    payload_extra: dict[str, Any] = field(default_factory=dict)
+    step_result: StepResultFields = field(default_factory=lambda: StepResultFields())
+    payload_extra: FinishFields = field(default_factory=lambda: FinishFields())
     """Extra fields for the finish payload (completion checks' verdicts)."""
 
 
@@ -548,8 +610,8 @@ class Suspend:
 class Abort:
     """The run was aborted. ``current`` describes the step the abort cut short, if any."""
 
-    current: dict[str, Any] | None = None
-    step_result: dict[str, Any] | None = None
+    current: CutStep | None = None
+    step_result: StepResultFields | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -568,7 +630,7 @@ class Failed:
     """The step failed; its ``error`` chunk is out, ``step-finish`` and ``finish`` follow."""
 
     record: StepRecord
-    step_result: dict[str, Any] | None = None
+    step_result: StepResultFields | None = None
 
 
 End = Finish | Suspend | Abort | Tripwire | Failed

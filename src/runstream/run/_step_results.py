@@ -9,16 +9,33 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 from runstream._clock import iso_now, now_utc
-from runstream._messages import StoredPart, merge_metadata, parts_to_steps, parts_to_ui, responses_to_parts
+from runstream._json import JsonObject, JsonValue
+from runstream._messages import (
+    StoredPart,
+    UIPart,
+    merge_metadata,
+    parts_to_steps,
+    parts_to_ui,
+    responses_to_parts,
+)
 from runstream.chunks import FinishChunk, StepFinishChunk
 from runstream.models.base import ModelCallError, PromptMessage
-from runstream.models.prompt import AssistantPart, ReasoningPart, TextPart, ToolCallPart
+from runstream.models.parts import ProviderMetadata
+from runstream.models.prompt import AssistantPart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 
 if TYPE_CHECKING:
-    from runstream.run._run_state import LoopConfig, RunState, StepRecord
+    from runstream.run._run_state import (
+        CutStep,
+        LoopConfig,
+        PublicStep,
+        RunState,
+        StepRecord,
+        StepResultFields,
+        StepToolCall,
+    )
 
 _USAGE_KEYS = ("inputTokens", "outputTokens", "totalTokens")
 _PER_STEP = frozenset({"cacheCreationInputTokens5m", "cacheCreationInputTokens1h"})
@@ -27,7 +44,48 @@ _NUMBERS = (int, float)
 _ROLE = itemgetter("role")
 
 
-def normalize_usage(usage: Any, provider_metadata: Any = None) -> dict[str, Any]:
+class StepResultPayload(TypedDict):
+    """A ``step-finish`` / ``finish`` payload's ``stepResult``."""
+
+    reason: str
+    isContinued: bool
+    rawReason: NotRequired[JsonValue]
+    warnings: NotRequired[list[JsonValue]]
+    retryReason: NotRequired[str]
+    retryMetadata: NotRequired[object]
+    retryProcessorId: NotRequired[str | None]
+    messageId: NotRequired[str]
+
+
+class StepMessages(TypedDict):
+    """A payload's ``messages``: the conversation, the run's new user input, its response."""
+
+    all: list[PromptMessage]
+    user: list[PromptMessage]
+    nonUser: list[PromptMessage]
+
+
+class StepOutput(TypedDict):
+    """A payload's ``output``: the step's text and calls, usage, every step so far."""
+
+    text: str
+    toolCalls: list[StepToolCall]
+    usage: JsonObject
+    steps: list[PublicStep]
+    object: NotRequired[object]
+    """The structured output's object, once there is one."""
+
+
+class UIMessage(TypedDict):
+    """The run's response as an AI SDK UI message (``finish``'s ``response.uiMessages``)."""
+
+    id: str
+    role: Literal["assistant"]
+    metadata: Mapping[str, object]
+    parts: list[UIPart]
+
+
+def normalize_usage(usage: object, provider_metadata: object = None) -> JsonObject:
     """A step's usage as Mastra reports it: AI SDK v2 usage as is; v3's nested usage flattened
     (a count the provider did not report stays out); Anthropic's cache-write split by lifetime
     taken from the finish part's provider metadata."""
@@ -39,7 +97,7 @@ def normalize_usage(usage: Any, provider_metadata: Any = None) -> dict[str, Any]
         inp = _innermost(inp or {})
         out = _innermost(out or {})
         total_in, total_out = inp.get("total"), out.get("total")
-        normalized = {
+        normalized: JsonObject = {
             "inputTokens": total_in,
             "outputTokens": total_out,
             "totalTokens": (total_in or 0) + (total_out or 0),
@@ -56,19 +114,20 @@ def normalize_usage(usage: Any, provider_metadata: Any = None) -> dict[str, Any]
     return normalized
 
 
-def _innermost(tokens: dict[str, Any]) -> dict[str, Any]:
+def _innermost(tokens: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The counts of a v3 usage entry (the vendor's numbers, read as such as Mastra does)."""
     while isinstance(tokens.get("total"), dict):
         tokens = tokens["total"]
     return tokens
 
 
-def _cache_creation_usage(provider_metadata: Any) -> dict[str, Any]:
+def _cache_creation_usage(provider_metadata: object) -> JsonObject:
     """``cacheCreationInputTokens5m`` / ``1h`` from Anthropic's ``cacheCreation`` metadata."""
     anthropic = provider_metadata.get("anthropic") if isinstance(provider_metadata, dict) else None
     details = anthropic.get("cacheCreation") if isinstance(anthropic, dict) else None
     if not isinstance(details, dict):
         return {}
-    found = {}
+    found: JsonObject = {}
     for key, snake, camel in (
         ("cacheCreationInputTokens5m", "ephemeral_5m_input_tokens", "ephemeral5mInputTokens"),
         ("cacheCreationInputTokens1h", "ephemeral_1h_input_tokens", "ephemeral1hInputTokens"),
@@ -80,7 +139,10 @@ def _cache_creation_usage(provider_metadata: Any) -> dict[str, Any]:
 
 
 def content_blocks(
-    starts: list[tuple[str, int]], text: list[str], reasoning: list[str], meta: dict[int, Any] | None
+    starts: list[tuple[str, int]],
+    text: list[str],
+    reasoning: list[str],
+    meta: dict[int, ProviderMetadata] | None,
 ) -> list[TextPart | ReasoningPart | None]:
     """The step's text and reasoning as Mastra keeps them: one part per block (``*-start`` ...
     ``*-end``), in the order the blocks began, each with its provider metadata; an empty text
@@ -120,14 +182,15 @@ def _split(deltas: list[str], starts: list[int]) -> list[str]:
     return ["".join(deltas[start:end]) for start, end in zip(bounds, ends, strict=True)]
 
 
-def add_usage(total: dict[str, Any], step: dict[str, Any]) -> None:
+def add_usage(total: JsonObject, step: JsonObject) -> None:
     for key, value in step.items():
         if key == "raw":
             total["raw"] = value
         elif key in _PER_STEP:
             continue
         elif isinstance(value, _NUMBERS):
-            total[key] = total.get(key, 0) + value
+            before = total.get(key, 0)
+            total[key] = (before if isinstance(before, _NUMBERS) else 0) + value
     for key in _USAGE_KEYS:
         total.setdefault(key, 0)
 
@@ -136,14 +199,14 @@ def step_record(
     state: RunState,
     text: str,
     content: list[AssistantPart],
-    usage: dict[str, Any],
+    usage: JsonObject,
     reason: str,
-    request: dict[str, Any],
-    response_meta: dict[str, Any],
+    request: JsonObject,
+    response_meta: dict[str, object],
     warnings: list[Any],
     *,
     rejected: bool = False,
-    provider_metadata: Any = None,
+    provider_metadata: ProviderMetadata | None = None,
 ) -> StepRecord:
     """Record a finished step; a ``rejected`` step's message (a processor asked for a retry) is
     not in the conversation, but its record shows it among the response messages, as Mastra's."""
@@ -176,9 +239,13 @@ def step_record(
     return record
 
 
-def _tool_call_view(part: ToolCallPart) -> dict[str, Any]:
+def _tool_call_view(part: ToolCallPart) -> StepToolCall:
     """A tool-call part as a step's ``toolCalls`` lists it."""
-    call = {"toolCallId": part["toolCallId"], "toolName": part["toolName"], "args": part["input"]}
+    call: StepToolCall = {
+        "toolCallId": part["toolCallId"],
+        "toolName": part["toolName"],
+        "args": part["input"],
+    }
     if part.get("providerExecuted"):
         call["providerExecuted"] = True
     if part.get("providerOptions"):
@@ -187,8 +254,8 @@ def _tool_call_view(part: ToolCallPart) -> dict[str, Any]:
 
 
 def _durable_step_finish(
-    record: StepRecord, result: dict[str, Any], tool_results: list[dict[str, Any]]
-) -> dict[str, Any]:
+    record: StepRecord, result: StepResultPayload, tool_results: Sequence[ToolResultPart]
+) -> dict[str, object]:
     """A durable run's step-finish, as Mastra's durable loop sends it: the step's usage and its
     content (with the step's tool results) in AI SDK v4 terms; no conversation."""
     content = [*record["content"], *tool_results]
@@ -202,7 +269,7 @@ def _durable_step_finish(
     }
 
 
-def _durable_part(part: Mapping[str, Any]) -> dict[str, Any]:
+def _durable_part(part: Mapping[str, Any]) -> Mapping[str, object]:
     kind = part.get("type")
     if kind == "tool-call":
         return {
@@ -218,8 +285,8 @@ def _durable_part(part: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _durable_finish(
-    state: RunState, record: Mapping[str, Any], reason: str, usage: dict[str, Any]
-) -> dict[str, Any]:
+    state: RunState, record: Mapping[str, Any], reason: str, usage: JsonObject
+) -> dict[str, object]:
     """A durable run's finish: its steps in AI SDK v4 terms, the last step's usage as the
     step result's total (as Mastra's durable loop reports it)."""
     steps = []
@@ -251,11 +318,11 @@ def _durable_finish(
     }
 
 
-def _v4_call(part: Mapping[str, Any]) -> dict[str, Any]:
+def _v4_call(part: Mapping[str, Any]) -> dict[str, object]:
     return {"toolCallId": part["toolCallId"], "toolName": part["toolName"], "args": part["input"]}
 
 
-def add_tool_results(state: RunState, record: StepRecord, results: list[dict[str, Any]]) -> None:
+def add_tool_results(state: RunState, record: StepRecord, results: list[ToolResultPart]) -> None:
     """A tool step's content gains its results once its step-finish is out (as in Mastra); a
     step read from a continued message keeps what that message said at its step-finish."""
     if not _continues(state):
@@ -303,9 +370,9 @@ def _step_content_part(part: AssistantPart, content: list[AssistantPart]) -> Map
     return {"type": "file", "file": {"base64Data": base64_data, "mediaType": media_type, "type": "file"}}
 
 
-def _model_metadata(cfg: LoopConfig, record: Mapping[str, Any]) -> dict[str, Any]:
+def _model_metadata(cfg: LoopConfig, record: Mapping[str, Any]) -> dict[str, object]:
     response = record.get("response") or {}
-    meta: dict[str, Any] = dict(response)
+    meta: dict[str, object] = dict(response)
     meta["modelId"] = response.get("modelId", cfg.model.model_id)
     meta["headers"] = {}
     meta["modelMetadata"] = {
@@ -365,7 +432,7 @@ def _nth_step_content(parts: list[StoredPart], number: int) -> list[Mapping[str,
     return content
 
 
-def _messages_payload(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
+def _messages_payload(cfg: LoopConfig, state: RunState) -> StepMessages:
     """The conversation (``all``: context messages other than system ones, history, input and
     response), the run's new user input and its response (``nonUser``)."""
     history = state.messages[: state.history_count]
@@ -385,8 +452,8 @@ def _messages_payload(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
     }
 
 
-def _output_payload(state: RunState, record: Mapping[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
-    output: dict[str, Any] = {
+def _output_payload(state: RunState, record: Mapping[str, Any], usage: JsonObject) -> StepOutput:
+    output: StepOutput = {
         "text": record["text"],
         "toolCalls": record["toolCalls"],
         "usage": usage,
@@ -397,7 +464,7 @@ def _output_payload(state: RunState, record: Mapping[str, Any], usage: dict[str,
     return output
 
 
-def _public_steps(state: RunState) -> list[dict[str, Any]]:
+def _public_steps(state: RunState) -> list[PublicStep]:
     """The steps as payloads list them: each step's public form is built once and shared by
     every later payload (built again only when its content grows: :func:`_content_grew`)."""
     built = state.public_steps
@@ -406,9 +473,9 @@ def _public_steps(state: RunState) -> list[dict[str, Any]]:
     return list(built)
 
 
-def _public_step(record: StepRecord) -> dict[str, Any]:
+def _public_step(record: StepRecord) -> PublicStep:
     """A step as payloads list it."""
-    step: dict[str, Any] = {
+    step: PublicStep = {
         "content": list(record["content"]),
         "usage": record["usage"],
         "warnings": record["warnings"],
@@ -431,15 +498,15 @@ def step_finish_chunk(
     reason: str,
     *,
     continued: bool,
-    step_result: dict[str, Any] | None = None,
-    tool_results: Sequence[dict[str, Any]] = (),
+    step_result: StepResultFields | None = None,
+    tool_results: Sequence[ToolResultPart] = (),
 ) -> StepFinishChunk:
     """``tool_results``: a tool step's result parts (not in its record's content yet)."""
-    result: dict[str, Any] = {"reason": reason, **(step_result or {}), "isContinued": continued}
+    result: StepResultPayload = {"reason": reason, **(step_result or {}), "isContinued": continued}
     if cfg.durable:
-        durable = _durable_step_finish(record, result, list(tool_results))
+        durable = _durable_step_finish(record, result, tool_results)
         return StepFinishChunk(state.run_id, durable)  # type: ignore[arg-type]
-    payload: dict[str, Any] = {
+    payload: dict[str, object] = {
         "messageId": state.message_id,
         "stepResult": result,
         "metadata": _model_metadata(cfg, record),
@@ -457,8 +524,8 @@ def finish_chunk(
     state: RunState,
     reason: str,
     *,
-    step_result: dict[str, Any] | None = None,
-    current: dict[str, Any] | None = None,
+    step_result: StepResultFields | None = None,
+    current: CutStep | None = None,
 ) -> FinishChunk:
     """The run's ``finish``; its metadata and text are the last finished step's, or those of
     the ``current`` step (``text``, ``request``, ``response``) when that one was cut short."""
@@ -475,8 +542,8 @@ def finish_chunk(
         usage.setdefault(key, 0)
     if cfg.durable:
         return FinishChunk(state.run_id, _durable_finish(state, record, reason, usage))  # type: ignore[arg-type]
-    result: dict[str, Any] = {**(step_result or {}), "reason": reason, "isContinued": False}
-    payload: dict[str, Any] = {
+    result: StepResultPayload = {**(step_result or {}), "reason": reason, "isContinued": False}
+    payload: dict[str, object] = {
         "messageId": state.message_id,
         "stepResult": result,
         "metadata": _model_metadata(cfg, record),
@@ -486,13 +553,14 @@ def finish_chunk(
     }
     if _background_task_pending(cfg, state):
         payload["backgroundTaskPending"] = True
-    payload["response"] = {
+    response = {
         **_model_metadata(cfg, record),
         "messages": response_view(state),
         "uiMessages": _ui_messages(cfg, state),
     }
-    payload["response"].pop("request", None)
-    payload["response"].pop("providerMetadata", None)  # (Mastra's response has none)
+    response.pop("request", None)
+    response.pop("providerMetadata", None)  # (Mastra's response has none)
+    payload["response"] = response
     return FinishChunk(state.run_id, payload)  # type: ignore[arg-type]
 
 
@@ -506,12 +574,12 @@ def model_label(cfg: LoopConfig) -> str:
     return f"{cfg.model.provider}/{cfg.model.model_id}"
 
 
-def run_metadata(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
+def run_metadata(cfg: LoopConfig, state: RunState) -> JsonObject:
     """The response message's metadata: the model, and the background tasks its calls started."""
-    metadata: dict[str, Any] = {"modelId": cfg.model.model_id, "provider": cfg.model.provider}
+    metadata: JsonObject = {"modelId": cfg.model.model_id, "provider": cfg.model.provider}
     if state.object is not None:
         metadata["structuredOutput"] = state.object
-    background: dict[str, Any] = {}
+    background: JsonObject = {}
     for message in state.response_messages:
         if message["role"] != "assistant":
             continue
@@ -528,7 +596,7 @@ def run_metadata(cfg: LoopConfig, state: RunState) -> dict[str, Any]:
     return metadata
 
 
-def _ui_messages(cfg: LoopConfig, state: RunState) -> list[dict[str, Any]]:
+def _ui_messages(cfg: LoopConfig, state: RunState) -> list[UIMessage]:
     """The run's response as AI SDK UI messages (what a ``useChat`` client would hold): one,
     or one per response message when signals split the response (each marked as bounded)."""
     if _continues(state):
@@ -561,16 +629,14 @@ def _after_tool_results(messages: list[PromptMessage], start: int) -> int:
     return start
 
 
-def _ui_message(
-    cfg: LoopConfig, message_id: str, parts: list[StoredPart], metadata: dict[str, Any]
-) -> dict[str, Any]:
-    metadata["createdAt"] = now_utc()
+def _ui_message(cfg: LoopConfig, message_id: str, parts: list[StoredPart], metadata: JsonObject) -> UIMessage:
+    shown: dict[str, object] = {**metadata, "createdAt": now_utc()}
     if cfg.thread_id is not None:
-        metadata.update(threadId=cfg.thread_id, resourceId=cfg.resource_id)
+        shown.update(threadId=cfg.thread_id, resourceId=cfg.resource_id)
     return {
         "id": message_id,
         "role": "assistant",
-        "metadata": metadata,
+        "metadata": shown,
         "parts": parts_to_ui(parts, metadata),
     }
 

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Coroutine
 from functools import partial
 from itertools import islice
-from typing import Any, cast
+from typing import Any
 
 from runstream import _tracing as tracing
 from runstream.abort import AbortError
@@ -45,6 +45,7 @@ from runstream.run._run_state import (
 from runstream.tools import (
     APPROVAL_RESUME_SCHEMA,
     Tool,
+    ToolArgs,
     ToolArgumentsError,
     ToolContext,
     ToolExecutionError,
@@ -377,13 +378,15 @@ def _results(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> list
             if cfg.wait_for_background is None or not _is_placeholder(outcome):
                 results.append(result_chunk)  # in durable mode the real result follows once the task ends
         elif outcome.kind == "error":
-            error_payload: dict[str, Any] = {"error": outcome.value}
-            if not call.args_unreadable:
-                error_payload["args"] = call.args
-            error_payload.update(toolCallId=call.tool_call_id, toolName=call.tool_name)
+            error, call_id, name = outcome.value, call.tool_call_id, call.tool_name
+            error_payload: ToolErrorPayload = (
+                {"error": error, "toolCallId": call_id, "toolName": name}
+                if call.args_unreadable  # (no arguments to show)
+                else {"error": error, "args": call.args, "toolCallId": call_id, "toolName": name}
+            )
             if outcome.provider_metadata:  # e.g. the failed background task it ran as
                 error_payload["providerMetadata"] = outcome.provider_metadata
-            errors.append(ToolErrorChunk(run_id, cast(ToolErrorPayload, error_payload)))
+            errors.append(ToolErrorChunk(run_id, error_payload))
             hidden = private_error_text(outcome.value, call.tool_name)
             if hidden is not None:  # the model sees the text; memory keeps this
                 state.hidden_tool_errors[call.tool_call_id] = hidden
@@ -405,7 +408,14 @@ def _results(cfg: LoopConfig, state: RunState, pending: PendingToolStep) -> list
         state.messages.append({"role": "tool", "content": [*tool_parts]})
     # The step's content gains its tool results once its step-finish is out (as in Mastra).
     pending.results = [
-        {k: p[k] for k in ("type", "toolCallId", "toolName", "output", "input")} for p in tool_parts
+        {
+            "type": p["type"],
+            "toolCallId": p["toolCallId"],
+            "toolName": p["toolName"],
+            "output": p["output"],
+            "input": p["input"],
+        }
+        for p in tool_parts
     ]
     return [*errors, *results]
 
@@ -526,7 +536,7 @@ async def execute_call(
     return outcome
 
 
-async def run_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext, call: ToolCall) -> ToolOutcome:
+async def run_tool(tool: Tool, args: ToolArgs, ctx: ToolContext, call: ToolCall) -> ToolOutcome:
     """Execute a tool and classify how it ended (result, error or suspension)."""
     try:
         result = await tool.execute(args, ctx)

@@ -17,8 +17,10 @@ import asyncio
 import logging
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
+from types import TracebackType
 from typing import Any, Generic, TypeVar, cast
 
+from runstream._json import JsonObject
 from runstream.abort import AbortController
 from runstream.chunks import (
     AgentChunk,
@@ -490,7 +492,7 @@ class RunOutput:
         return self.state.tripwire
 
 
-class Aggregate(Coroutine[Any, Any, T], Generic[T]):
+class Aggregate(Coroutine[object, object, T], Generic[T]):
     """An awaitable aggregate of a run (``out.text``, ``out.usage`` …): a coroutine made when
     awaited. Printed without ``await`` it says so (and warns) instead of showing
     ``<coroutine object ...>``; never awaited, it does not warn at garbage collection."""
@@ -510,11 +512,20 @@ class Aggregate(Coroutine[Any, Any, T], Generic[T]):
     def __await__(self) -> Generator[Any, None, T]:
         return self._inner().__await__()
 
-    def send(self, value: Any) -> Any:
+    def send(self, value: object) -> object:
         return self._inner().send(value)
 
-    def throw(self, *args: Any) -> Any:
-        return self._inner().throw(*args)
+    def throw(
+        self,
+        typ: type[BaseException] | BaseException,
+        val: object = None,
+        tb: TracebackType | None = None,
+        /,
+    ) -> object:
+        inner = self._inner()
+        if isinstance(typ, BaseException):  # (an exception object takes no separate value)
+            return inner.throw(typ, None, tb)
+        return inner.throw(typ, val, tb)
 
     def close(self) -> None:
         if self._coro is not None:
@@ -531,7 +542,8 @@ class Aggregate(Coroutine[Any, Any, T], Generic[T]):
     __str__ = __repr__
 
 
-def total_usage(state: RunState) -> dict[str, Any]:
+def total_usage(state: RunState) -> JsonObject:
+    """The run's usage without the last step's raw one, the three counts always there."""
     usage = {k: v for k, v in state.usage.items() if k != "raw"}
     for key in ("inputTokens", "outputTokens", "totalTokens"):
         usage.setdefault(key, 0)
