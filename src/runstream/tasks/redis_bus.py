@@ -13,13 +13,17 @@ Delivery guarantee:
   events one after another, and a send that fails on a dropped connection is retried (with
   backoff) before the next, so a publisher's outage loses nothing while fewer than
   ``max_backlog`` events wait.
-* But Redis pub/sub is at-most-once: a subscriber whose connection is down misses what is
-  published meanwhile. The reader reconnects with backoff, re-subscribes, logs the gap and calls
-  ``on_reconnect``. The record in storage stays the truth: the bus's owner then calls
-  :meth:`RedisEventBus.reconcile`, which hands every subscriber here the settled states
-  (terminal, suspended) stored since the last message heard before the gap, each once
-  (``TemporalTaskManager`` does, in any process, for every subscriber). Non-terminal events
-  (``running``, ``output``) published during a gap are lost to pub/sub subscribers.
+* Redis pub/sub alone is at-most-once: a subscriber whose connection is down misses what is
+  published meanwhile. So every event also goes, in the same atomic script, to the bus's
+  replay log (a Redis stream, ``<prefix>:events-log``, about :data:`EVENTS_LOG_KEPT` entries),
+  and its pub/sub message names its log entry. A reader that lost its connection
+  re-subscribes, then reads the log after the last entry it heard and delivers what it missed
+  (``running`` and ``output`` events too), in order, before the messages that follow; each
+  event once. It also calls ``on_reconnect``: where the log no longer holds the gap (trimmed,
+  or Redis restarted without its data), the record in storage stays the truth, and the bus's
+  owner calls :meth:`RedisEventBus.reconcile`, which hands every subscriber here the settled
+  states (terminal, suspended) stored since the last message heard before the gap, each once
+  (``TemporalTaskManager`` does, in any process, for every subscriber).
 * An event of a task on a thread also goes, in the same round trip, to the thread's replay
   stream (a Redis stream, about :data:`THREAD_EVENTS_KEPT` entries): a
   :class:`ThreadEvents` reader (a durable until-idle flow) reads it after a known entry, so
@@ -78,10 +82,15 @@ _TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
 GAP_MARGIN_S = 2.0
 """How far before the last message heard a gap is taken to start: a message may be lost in a
 dying connection's buffers, and another process's clock stamps the records read back."""
+EVENTS_LOG_KEPT = 10_000
+"""About how many events the bus's replay log keeps (a reader's gap up to that many events is
+replayed; see the module docstring)."""
 THREAD_EVENTS_KEPT = 10_000
 """About how many events of one thread its replay stream keeps (:class:`ThreadEvents`)."""
 THREAD_EVENTS_TTL_S = 86_400
 """How long a thread's replay stream lives after its last event (an until-idle flow's limit)."""
+REPLAY_BATCH = 500
+"""How many entries of the bus's log a reader back from a gap reads per call."""
 REPLAY_BLOCK_MS = 1000
 REPLAY_SEEN = 1000
 """How many events a replay remembers by publisher and number (a send retried after a dropped
@@ -134,12 +143,29 @@ class _Backoff:
         self.delay = BACKOFF_MIN_S
 
 
+_SEND = """
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'm', ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+if #KEYS > 1 then
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'm', ARGV[2])
+  redis.call('EXPIRE', KEYS[2], ARGV[5])
+end
+redis.call('PUBLISH', ARGV[1], '{"entry":"' .. id .. '",' .. string.sub(ARGV[2], 2))
+return id
+"""
+"""A message to the channel's log (and a thread's stream), then to the channel with its log
+entry's id as the first key of its JSON object (readers that do not know it ignore it)."""
+_ENTRY_PREFIX = '{"entry":"'
+
+
 class RedisChannel:
     """One pub/sub channel: ``send`` queues (never blocks) for a single writer task, so messages
     leave in order; a reader task awaits ``on_message`` for each incoming message, one after
     another. Both reconnect with exponential backoff; ``on_reconnect`` is called when the reader
-    is subscribed again after losing its connection (messages may have been missed). The tasks
-    start on first use inside a running event loop."""
+    is subscribed again after losing its connection. With ``log_key`` (messages must then be
+    JSON objects), every message also goes to that Redis stream, and a reader back from a lost
+    connection first delivers the messages logged after the last one it heard: none is missed
+    while the log holds them. The tasks start on first use inside a running event loop."""
 
     def __init__(
         self,
@@ -149,9 +175,15 @@ class RedisChannel:
         *,
         on_reconnect: Callable[[], None] | None = None,
         max_backlog: int = 10_000,
+        log_key: str | None = None,
     ) -> None:
         self.client = client
         self.name = name
+        self.log_key = log_key
+        self._send_logged = client.register_script(_SEND)
+        self._last_entry: str | None = None
+        """The log entry of the last message heard (or, before any, the log's end when the
+        reader first subscribed): a reader back from a gap replays the log after it."""
         self._on_message = on_message
         self._on_reconnect = on_reconnect
         self._max_backlog = max_backlog
@@ -242,6 +274,17 @@ class RedisChannel:
             backoff.reset()
 
     async def _send(self, payload: str, stream_key: str | None) -> None:
+        if self.log_key is not None:
+            keys = [self.log_key] if stream_key is None else [self.log_key, stream_key]
+            args: list[str | int] = [
+                self.name,
+                payload,
+                EVENTS_LOG_KEPT,
+                THREAD_EVENTS_KEPT,
+                THREAD_EVENTS_TTL_S,
+            ]
+            await self._send_logged(keys=keys, args=args)
+            return
         if stream_key is None:
             await self.client.publish(self.name, payload)
             return
@@ -257,6 +300,8 @@ class RedisChannel:
         while True:
             pubsub = self.client.pubsub()
             try:
+                if self._last_entry is None:
+                    await self._mark_log_end()
                 await pubsub.subscribe(self.name)
                 while True:
                     message = await pubsub.get_message(timeout=READ_POLL_S)
@@ -264,13 +309,15 @@ class RedisChannel:
                         continue
                     self._heard = time.time()
                     if message["type"] == "subscribe":
+                        if lost:
+                            await self._replay()
                         self._subscribed.set()
                         backoff.reset()
                         if lost and self._on_reconnect is not None:
                             self._on_reconnect()
                         lost = False
                     elif message["type"] == "message":
-                        await self._deliver(message["data"])
+                        await self._heard_message(message["data"])
             except (RedisError, OSError) as exc:
                 if self._subscribed.is_set():
                     lost = True
@@ -291,11 +338,50 @@ class RedisChannel:
                         cast(Any, pubsub).aclose(), CLOSE_FLUSH_S
                     )  # (typed from redis 8 on)
 
+    async def _heard_message(self, data: str) -> None:
+        """A pub/sub message: its log entry is noted, and one already replayed is skipped."""
+        if data.startswith(_ENTRY_PREFIX):
+            entry = data[len(_ENTRY_PREFIX) : data.index('"', len(_ENTRY_PREFIX))]
+            if self._last_entry is not None and _entry_order(entry) <= _entry_order(self._last_entry):
+                return
+            self._last_entry = entry
+        await self._deliver(data)
+
+    async def _mark_log_end(self) -> None:
+        """Where a first gap's replay starts: the log's end before the reader first subscribes
+        (what is published from its subscription on comes through pub/sub)."""
+        if self.log_key is None:
+            return
+        last = await self.client.xrevrange(self.log_key, count=1)
+        self._last_entry = str(last[0][0]) if last else "0-0"
+
+    async def _replay(self) -> None:
+        """Deliver the messages logged after the last one heard (called once subscribed again,
+        so whatever is published from then on comes through pub/sub, after these)."""
+        if self.log_key is None or self._last_entry is None:
+            return
+        while True:
+            entries: list[tuple[str, dict[str, str]]] = cast(
+                Any, await self.client.xrange(self.log_key, f"({self._last_entry}", "+", count=REPLAY_BATCH)
+            )  # (decode_responses: strings)
+            for entry_id, fields in entries:
+                self._last_entry = entry_id
+                await self._deliver(fields["m"])
+            if len(entries) < REPLAY_BATCH:
+                if entries:
+                    logger.info("Redis channel %s: replayed the messages of a gap from its log", self.name)
+                return
+
     async def _deliver(self, data: str) -> None:
         try:
             await self._on_message(data)
         except Exception:
             logger.exception("Redis channel %s: could not handle a message", self.name)
+
+
+def _entry_order(entry: str) -> tuple[int, int]:
+    milliseconds, _, sequence = entry.partition("-")
+    return int(milliseconds), int(sequence or 0)
 
 
 class RedisEventBus:
@@ -322,7 +408,11 @@ class RedisEventBus:
             self._receive,
             on_reconnect=on_reconnect,
             max_backlog=max_backlog,
+            log_key=f"{channel_prefix}:events-log",
         )
+        self._heard: dict[str, int] = {}
+        """The last message number heard from each publishing bus (a send retried after a
+        dropped connection may have reached Redis twice)."""
 
     async def connect(self, timeout_s: float = 5.0) -> bool:
         """Start the Redis tasks; whether the bus receives other processes' events (in time).
@@ -394,11 +484,20 @@ class RedisEventBus:
 
     async def _receive(self, data: str) -> None:
         message = json.loads(data)
-        if message.get("origin") == self._origin:
+        origin = message.get("origin")
+        if origin == self._origin or not self._first_time(str(origin), int(message.get("n") or 0)):
             return
         event = _event_from_wire(message)
         if self._before_delivery is None or await self._before_delivery(event):
             self._local.publish(event)
+
+    def _first_time(self, origin: str, n: int) -> bool:
+        """Whether message ``n`` of ``origin`` is new (each bus numbers its messages in the
+        order it sends them, and they reach Redis in that order)."""
+        if n and n <= self._heard.get(origin, 0):
+            return False
+        self._heard[origin] = n
+        return True
 
 
 class ThreadEvents:
