@@ -101,7 +101,9 @@ class RunActivities:
         snapshot, seq, action = step.snapshot, step.seq, step.action
         checkpoint = await log.checkpoint(step.segment) if attempt > 1 else None
         if checkpoint is not None and checkpoint.get("fence") == step.fence:  # a lost attempt's last step
-            snapshot, seq, action = checkpoint["snapshot"], int(checkpoint["seq"]), Action("continue")
+            saved, at = checkpoint.get("snapshot"), checkpoint.get("seq")
+            if isinstance(saved, dict) and isinstance(at, int):  # (as step_ended wrote them)
+                snapshot, seq, action = saved, at, Action("continue")
         state, options = suspension.restore(snapshot)
         state.saved = False
         state.status = "running"

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from runstream._json import JsonObject
 from runstream.abort import AbortController
 from runstream.agent import RunNotFoundError
 from runstream.agent import _suspension as suspension
@@ -158,11 +159,11 @@ class IdleActivities:
                 driver.start(turns[-1])
             else:
                 driver.restore(checkpoint)
-                if checkpoint["turnActive"]:
-                    run_id = checkpoint["turnRunId"]
+                run_id, taken = checkpoint.get("turnRunId"), checkpoint.get("turnChunks")
+                if checkpoint.get("turnActive") and isinstance(run_id, str) and isinstance(taken, int):
                     segment = plan.first_segment if run_id == plan.run_id else None
-                    turns.append(runs.attach(run_id, checkpoint["turnChunks"], segment))
-                    driver.resume_turn(turns[-1], checkpoint["turnChunks"])
+                    turns.append(runs.attach(run_id, taken, segment))
+                    driver.resume_turn(turns[-1], taken)
             await self._publish(driver, plan, manager.storage.get_task, replay)
         finally:
             await driver.close()
@@ -209,7 +210,7 @@ async def _hand_answer(runs: FlowRuns, run_id: str, answer: Continuation) -> Non
 
 
 def _replay(
-    manager: TaskManager, agent_id: str, scope: MemoryScope, checkpoint: Mapping[str, Any] | None
+    manager: TaskManager, agent_id: str, scope: MemoryScope, checkpoint: JsonObject | None
 ) -> ThreadEvents | None:
     """The thread's events from its replay stream (with a Redis event bus), after where the
     checkpoint's attempt took them up to: the events published while no attempt listened
@@ -218,7 +219,8 @@ def _replay(
     if not isinstance(bus, RedisEventBus):
         return None
     wanted = TaskEventFilter(agent_id=agent_id, thread_id=scope.thread_id, resource_id=scope.resource_id)
-    return bus.thread_events(wanted, None if checkpoint is None else checkpoint.get(EVENTS_AFTER))
+    after = None if checkpoint is None else checkpoint.get(EVENTS_AFTER)
+    return bus.thread_events(wanted, after if isinstance(after, str) else None)
 
 
 async def _reconcile(driver: IdleDriver, get_task: Callable[[str], Awaitable[Any]]) -> None:

@@ -19,11 +19,12 @@ than one already seen is refused, so a worker taken for dead cannot write after 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, TypedDict
 
 from redis.asyncio import Redis
 
+from runstream._json import JsonObject
 from runstream.errors import ConfigurationError, StateConflictError
 from runstream.tasks.redis_bus import retrying
 
@@ -64,6 +65,13 @@ return 1
 """
 
 
+class FlowOwner(TypedDict):
+    """Who may read an until-idle flow's stream: its agent and the thread's resource."""
+
+    agentId: str
+    resourceId: str | None
+
+
 class FencedOffError(StateConflictError, RuntimeError):
     """A newer attempt of the run's step writes its log: this one must stop."""
 
@@ -87,7 +95,7 @@ class RunLog:
         base = f"{self.prefix}:{segment}"
         return [f"{base}:seq", f"{base}:events", f"{base}:info"]
 
-    async def open(self, segment: str, owner: dict[str, Any] | None = None) -> None:
+    async def open(self, segment: str, owner: FlowOwner | None = None) -> None:
         """Create an empty segment (before its run or continuation starts, so readers wait);
         ``owner``: who may read it (an until-idle flow's agent and resource)."""
         info = self._keys(segment)[2]
@@ -120,27 +128,30 @@ class RunLog:
             raise FencedOffError(f"log segment {segment} is written by a newer attempt or has ended")
         return added
 
-    async def end(self, segment: str, state: dict[str, Any]) -> None:
+    async def end(self, segment: str, state: Mapping[str, object]) -> None:
         """End the segment (once) with the run's state; its readers stop after the last chunk."""
         args: list[str | int] = [json.dumps(state), self.ttl_s]
         await retrying(lambda: self._end(keys=self._keys(segment), args=args))
 
-    async def checkpoint(self, segment: str) -> dict[str, Any] | None:
+    async def checkpoint(self, segment: str) -> JsonObject | None:
         """The checkpoint stored with the segment's last chunks (``None``: none yet)."""
         raw = await retrying(lambda: self.client.hget(self._keys(segment)[2], "checkpoint"))
-        return None if raw is None else dict(json.loads(raw))
+        return None if raw is None else _object(raw)
 
-    async def owner(self, segment: str) -> dict[str, Any] | None:
+    async def owner(self, segment: str) -> FlowOwner | None:
         """The ``owner`` the segment was opened with (``None``: unknown segment, or none)."""
         raw = await retrying(lambda: self.client.hget(self._keys(segment)[2], "owner"))
-        return None if raw is None else dict(json.loads(raw))
+        if raw is None:
+            return None
+        owner: FlowOwner = json.loads(raw)  # (as open wrote it)
+        return owner
 
     async def last_seq(self, segment: str) -> int:
         return int(await retrying(lambda: self.client.get(self._keys(segment)[0])) or 0)
 
-    async def final_state(self, segment: str) -> dict[str, Any] | None:
+    async def final_state(self, segment: str) -> JsonObject | None:
         raw = await retrying(lambda: self.client.hget(self._keys(segment)[2], "state"))
-        return None if raw is None else dict(json.loads(raw))
+        return None if raw is None else _object(raw)
 
     async def read(self, segment: str, after: int = 0) -> AsyncIterator[tuple[int, str]]:
         """``(seq, data)`` of the segment's chunks after ``after``, live ones too, until it ends.
@@ -177,3 +188,9 @@ class RunLog:
 
     async def close(self) -> None:
         await self.client.aclose()
+
+
+def _object(raw: str | bytes) -> JsonObject:
+    """A JSON object this log wrote (a checkpoint, a run's state)."""
+    data: JsonObject = json.loads(raw)
+    return data

@@ -29,21 +29,24 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from runstream._json import JsonObject
 from runstream.abort import AbortController, AbortSignal
 from runstream.agent import Agent, RunNotFoundError
 from runstream.agent import _suspension as suspension
 from runstream.agent._idle_stream import durable_flow
 from runstream.agent.run_options import RunOptions
+from runstream.agent.until_idle import IdleOptions
 from runstream.chunks import StreamChunk, chunk_from_wire
 from runstream.durable.activities import RunActivities
 from runstream.durable.idle import IdleActivities, flow_segment, turn_segment
-from runstream.durable.log import RunLog
+from runstream.durable.log import FlowOwner, RunLog
 from runstream.durable.slots import RunSlots
 from runstream.durable.workflow import (
     CONTINUE_UPDATE,
     Action,
     AgentRunWorkflow,
     Continuation,
+    IdleLimits,
     IdlePlan,
     RunPlan,
     UntilIdleWorkflow,
@@ -278,7 +281,10 @@ class TemporalRuns:
         flow of the same run, ended, is replaced."""
         scope = options.memory
         segment = flow_segment(state.run_id)
-        owner = {"agentId": agent_id, "resourceId": scope.resource_id if scope is not None else None}
+        owner: FlowOwner = {
+            "agentId": agent_id,
+            "resourceId": scope.resource_id if scope is not None else None,
+        }
         await self.log.discard_ended(segment)
         await self.log.open(segment, owner)
         await self.log.clear_abort(state.run_id)
@@ -286,7 +292,7 @@ class TemporalRuns:
             run_id=state.run_id,
             agent_id=agent_id,
             snapshot=suspension.snapshot(agent_id, state, options),
-            until_idle=dict(until_idle) if isinstance(until_idle, Mapping) else None,
+            until_idle=_idle_limits(until_idle),
             segment=segment,
             activity_queue=self.task_queue,
             heartbeat_timeout_ms=self.heartbeat_timeout_ms,
@@ -331,7 +337,7 @@ class TemporalRuns:
     async def flow_owner(self, run_id: str) -> tuple[str, str | None] | None:
         """``(agent id, resource id)`` of the until-idle flow ``run_id`` (``None``: no such flow)."""
         owner = await self.log.owner(flow_segment(run_id))
-        return None if owner is None else (str(owner["agentId"]), owner.get("resourceId"))
+        return None if owner is None else (owner["agentId"], owner["resourceId"])
 
     def read_flow(self, run_id: str, after: int) -> AsyncIterator[tuple[int, str]]:
         """``(seq, wire JSON)`` of the flow's stream after ``after``, live, until it ends."""
@@ -428,7 +434,20 @@ def _segment(run_id: str) -> str:
     return f"{run_id}:{uuid.uuid4().hex[:12]}"
 
 
-def _refresh(state: RunState, data: dict[str, Any]) -> None:
+def _idle_limits(until_idle: object) -> IdleLimits | None:
+    """The flow's until-idle options (``until_idle``: ``True`` or a mapping of them, already
+    checked by the agent), by their Mastra names."""
+    if not isinstance(until_idle, Mapping):
+        return None
+    idle = IdleOptions.coerce(dict(until_idle), progress_interval_ms=0)
+    return {
+        "maxIdleMs": idle.max_idle_ms,
+        "resumeWindowMs": idle.resume_window_ms,
+        "maxContinuations": idle.max_continuations,
+    }
+
+
+def _refresh(state: RunState, data: JsonObject) -> None:
     """Give the API process's state object the run's final state (for the output's aggregates)."""
     restored = RunState.from_json(data)
     for item in fields(RunState):

@@ -22,13 +22,18 @@ A run's life as a workflow:
 * Past ``max_history_events`` (or when Temporal suggests it) the workflow continues as new when
   a human's answer arrives, carrying the state and the answer: its history stays short.
 * :class:`UntilIdleWorkflow` is an until-idle stream's flow (:mod:`runstream.durable.idle`).
+
+A run's state travels as ``snapshot: dict[str, Any]`` on purpose: Temporal's data converter
+rebuilds each field by its type hint, and ``Any`` hands the decoded JSON over as it is, where a
+precise type (a ``TypedDict`` of the saved run) would be walked and rebuilt value by value at
+every step of every run. Its shape is :func:`runstream.agent._suspension.snapshot`'s.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -246,6 +251,14 @@ MAX_FLOW_ATTEMPTS = 20
 """Attempts of an until-idle flow's driver (a lost worker costs one); also its fences' stride."""
 
 
+class IdleLimits(TypedDict, total=False):
+    """An until-idle stream's options, checked by the API process (``IdleOptions``' names)."""
+
+    maxIdleMs: float
+    resumeWindowMs: float
+    maxContinuations: int
+
+
 @dataclass
 class IdlePlan:
     """An until-idle stream as a durable flow (see :mod:`runstream.durable.idle`)."""
@@ -255,7 +268,7 @@ class IdlePlan:
     agent_id: str
     snapshot: dict[str, Any]
     """The first turn's state and options, as the API process built them."""
-    until_idle: dict[str, Any] | None
+    until_idle: IdleLimits | None
     segment: str
     """The log segment of the merged stream."""
     activity_queue: str
