@@ -35,7 +35,7 @@ class AbortSignal:
         self._callbacks: list[Callable[[object], Any]] = []
         self._event: asyncio.Event | None = None
 
-    def add_listener(self, callback: Callable[[object], Any]) -> Callable[[], None]:
+    def add_listener(self, callback: Callable[[object], object]) -> Callable[[], None]:
         """Call ``callback(reason)`` when the signal fires (at once if it already has).
 
         Returns a function that removes the listener again.

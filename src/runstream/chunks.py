@@ -688,7 +688,7 @@ def error_to_wire(error: BaseException) -> dict[str, Any]:
     return {"message": str(error), "name": name if isinstance(name, str) else type(error).__name__}
 
 
-def _default(value: Any) -> Any:
+def _default(value: object) -> object:
     if isinstance(value, datetime):
         return iso_datetime(value)
     if isinstance(value, bytes | bytearray | memoryview):
@@ -712,7 +712,7 @@ _ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | or
 """Dates and dataclasses (chunks among them) go through :func:`_default`, as with the json module."""
 
 
-def dumps(value: Any) -> str:
+def dumps(value: object) -> str:
     """Serialise to compact one-line JSON the way a Mastra wire carries it (NaN becomes null).
 
     orjson does it several times faster than the json module, and every SSE frame and bus message
@@ -725,7 +725,7 @@ def dumps(value: Any) -> str:
         return json.dumps(value, default=_default, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def dumps_bytes(value: Any) -> bytes:
+def dumps_bytes(value: object) -> bytes:
     """:func:`dumps` as UTF-8 bytes, straight from orjson (no decode and re-encode). A lone
     surrogate, which UTF-8 cannot hold, becomes ``?``."""
     try:

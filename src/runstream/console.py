@@ -58,7 +58,7 @@ QUIET = frozenset(
 )
 
 
-def compact(value: Any, limit: int) -> str:
+def compact(value: object, limit: int) -> str:
     """``value`` as one line of compact JSON (plain strings as they are), cut at ``limit`` chars."""
     line = (
         value

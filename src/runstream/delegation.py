@@ -68,7 +68,7 @@ class DelegationConfig:
     sub-agent's prompt verbatim, in labelled blocks (references live for one run)."""
 
     @classmethod
-    def coerce(cls, value: DelegationConfig | Mapping[str, Any] | None) -> DelegationConfig | None:
+    def coerce(cls, value: DelegationConfig | Mapping[str, object] | None) -> DelegationConfig | None:
         if value is None or isinstance(value, DelegationConfig):
             return value
         return read_dataclass(cls, value, where="delegation")
@@ -89,15 +89,15 @@ class DelegationRun:
         self.results[ref] = (name, text)
         return ref
 
-    def expand(self, refs: Any, prompt: str) -> tuple[str, list[str]]:
+    def expand(self, refs: object, prompt: str) -> tuple[str, list[str]]:
         """``prompt`` with the referenced results before it, each in a block of its own under an
         unguessable tag (text in one block cannot close another), as Mastra; and the refs not
         found."""
         blocks, missing = [], []
-        for item in refs or []:
+        for item in refs if isinstance(refs, list) else []:  # (the tool's schema: a list or null)
             ref, label, note = (
                 (item, None, None)
-                if isinstance(item, str)
+                if not isinstance(item, Mapping)
                 else (item.get("ref"), item.get("as"), item.get("note"))
             )
             entry = self.results.get(ref) if isinstance(ref, str) else None
@@ -105,7 +105,7 @@ class DelegationRun:
                 missing.append(str(ref))
                 continue
             tag = f"delegation_result_{secrets.token_hex(6)}"
-            attrs = [f'ref="{_attribute(ref)}"', f'from="{_attribute(entry[0])}"']
+            attrs = [f'ref="{_attribute(str(ref))}"', f'from="{_attribute(entry[0])}"']
             attrs += [f'as="{_attribute(label)}"'] if label else []
             attrs += [f'note="{_attribute(note)}"'] if note else []
             blocks.append(f"<{tag} {' '.join(attrs)}>\n{entry[1]}\n</{tag}>")
@@ -161,7 +161,7 @@ def _attribute(value: str) -> str:
 
 
 def record_hook_error(
-    hook: str, exc: BaseException, context: Mapping[str, Any], request_context: dict[str, Any]
+    hook: str, exc: BaseException, context: Mapping[str, object], request_context: dict[str, Any]
 ) -> None:
     entry = {
         "hook": hook,
@@ -174,7 +174,7 @@ def record_hook_error(
     request_context[HOOK_ERRORS_KEY] = [*request_context.get(HOOK_ERRORS_KEY, []), entry]
 
 
-def hook_result(value: Any, hook: str) -> Mapping[str, Any]:
+def hook_result(value: object, hook: str) -> Mapping[str, Any]:
     """A hook's returned object (``None`` means no change)."""
     if value is None:
         return {}

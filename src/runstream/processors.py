@@ -58,7 +58,7 @@ class ProcessorContext:
     stream_parts: list[AgentChunk] = field(default_factory=list)
 
     def abort(
-        self, reason: str = "Processor aborted", *, retry: bool = False, metadata: Any = None
+        self, reason: str = "Processor aborted", *, retry: bool = False, metadata: object = None
     ) -> NoReturn:
         raise TripWire(reason, retry=retry, metadata=metadata, processor_id=self.processor_id)
 

@@ -211,7 +211,7 @@ class Runstream:
         await self.close()
 
 
-def read_recovery(recovery: Mapping[str, Any] | None) -> bool:
+def read_recovery(recovery: Mapping[str, object] | None) -> bool:
     """Whether ``recovery={"durableAgents": "auto"}`` (Mastra's default ``"off"``)."""
     if recovery is None:
         return False

@@ -51,7 +51,7 @@ def policy_of(agent: Agent) -> RequestPolicy:
     return policy if isinstance(policy, RequestPolicy) else DEFAULT_POLICY
 
 
-async def author_options(agent: Agent, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+async def author_options(agent: Agent, context: Mapping[str, object] | None = None) -> dict[str, Any]:
     """The agent's ``default_options`` (resolved for ``context`` when a function), by their
     Python names."""
     defaults = agent.default_options
@@ -63,7 +63,7 @@ async def author_options(agent: Agent, context: Mapping[str, Any] | None = None)
 
 
 def trusted_context(
-    agent: Agent, given: Mapping[str, Any] | None, reserved: Mapping[str, Any] | None = None
+    agent: Agent, given: Mapping[str, object] | None, reserved: Mapping[str, object] | None = None
 ) -> RequestContext:
     """A request's ``requestContext``: the keys the author allows, then the reserved keys (what
     the auth hook set for the caller), which a request cannot override."""
@@ -182,7 +182,7 @@ def _memory(agent: Agent, scope: MemoryScope) -> MemoryScope:
 
 
 async def needs_approval(
-    agent: Agent | None, tool: Tool, args: Mapping[str, Any], context: Mapping[str, Any] | None = None
+    agent: Agent | None, tool: Tool, args: Mapping[str, object], context: Mapping[str, object] | None = None
 ) -> bool:
     """Whether running ``tool`` with ``args`` for ``agent`` needs a person's approval: its own
     flag, or the author's ``require_tool_approval`` (``True``, or a policy function asked about
