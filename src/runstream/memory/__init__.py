@@ -47,7 +47,7 @@ from runstream._config_mapping import (
     read_config,
     read_dataclass,
 )
-from runstream._json import JsonValue
+from runstream._json import JsonObject, JsonValue
 from runstream._messages import (
     ContinuedMessage,
     StoredPart,
@@ -119,7 +119,7 @@ class MemoryScope:
     on_title_generated: Callable[[str], Any] | None = None
 
     @classmethod
-    def coerce(cls, value: MemoryScope | Mapping[str, Any] | None) -> MemoryScope | None:
+    def coerce(cls, value: MemoryScope | Mapping[str, object] | None) -> MemoryScope | None:
         if value is None or isinstance(value, MemoryScope):
             return value
         given = read_dataclass(_ScopeOptions, value, where="memory")
@@ -139,12 +139,15 @@ class MemoryScope:
             on_title_generated=given.on_title_generated,
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The scope as a restored run gets it back (only the JSON-valued options are kept)."""
-        data: dict[str, Any] = {"thread": self.thread_id, "resource": self.resource_id}
+        data: JsonObject = {"thread": self.thread_id, "resource": self.resource_id}
         if self.title is not None or self.metadata is not None:
-            data["thread"] = {"id": self.thread_id, "title": self.title, "metadata": self.metadata}
-        kept = {camel(k): v for k, v in self.options.items() if k in ("last_messages", "read_only")}
+            metadata = None if self.metadata is None else dict(self.metadata)
+            data["thread"] = {"id": self.thread_id, "title": self.title, "metadata": metadata}
+        kept: JsonObject = {
+            camel(k): v for k, v in self.options.items() if k in ("last_messages", "read_only")
+        }
         working = self.options.get("working_memory")
         if isinstance(working, Mapping) and not isinstance(working.get("schema"), type):
             kept["workingMemory"] = dict(working)  # Mastra's JSON mapping (a pydantic schema is not kept)
@@ -218,7 +221,7 @@ _OPTION_FIELDS: dict[str, Check | None] = {
 }
 
 
-def memory_options(value: Mapping[str, Any], *, where: str) -> dict[str, Any]:
+def memory_options(value: Mapping[str, object], *, where: str) -> dict[str, Any]:
     """Mastra's memory options (``{"lastMessages": 20, "readOnly": true, ...}``), checked, by
     their snake_case names."""
     return read_config(value, _OPTION_FIELDS, where=where, unsupported=_UNSUPPORTED_MEMORY)
@@ -261,7 +264,7 @@ class Memory:
             )
 
     @classmethod
-    def coerce(cls, value: Memory | Mapping[str, Any] | bool | None) -> Memory | None:
+    def coerce(cls, value: Memory | Mapping[str, object] | bool | None) -> Memory | None:
         """Accept a Memory, ``True``, or Mastra's options (``{"lastMessages": 50, ...}``)."""
         if value is None or value is False:
             return None

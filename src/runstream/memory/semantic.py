@@ -60,7 +60,7 @@ class SemanticRecall:
     index_name: str | None = None
 
     @classmethod
-    def coerce(cls, value: Any, *, where: str = "semantic_recall") -> SemanticRecall | None:
+    def coerce(cls, value: object, *, where: str = "semantic_recall") -> SemanticRecall | None:
         if value is None or value is False:
             return None
         if value is True:

@@ -60,7 +60,7 @@ class TitleGeneration:
     """Title the thread before the run's ``finish`` and stream a ``data-thread-title`` chunk."""
 
     @classmethod
-    def coerce(cls, value: Any, *, where: str) -> TitleGeneration | None:
+    def coerce(cls, value: object, *, where: str) -> TitleGeneration | None:
         """``True``/``False``, a ``TitleGeneration``, or ``{"model", "instructions", "minMessages"}``."""
         if value is None or value is False:
             return None

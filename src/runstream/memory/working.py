@@ -87,7 +87,7 @@ class WorkingMemory:
                 ) from None
 
     @classmethod
-    def coerce(cls, value: WorkingMemory | Mapping[str, Any] | bool | None) -> WorkingMemory | None:
+    def coerce(cls, value: WorkingMemory | Mapping[str, object] | bool | None) -> WorkingMemory | None:
         """A config, ``True``, or Mastra's mapping (``{"enabled": true, "template": ...}``; as in
         Mastra, a mapping without ``enabled`` leaves working memory off)."""
         if value is None or value is False:
@@ -101,10 +101,10 @@ class WorkingMemory:
         )
         return config if config.enabled else None
 
-    def merged(self, update: Mapping[str, Any]) -> WorkingMemory | None:
+    def merged(self, update: Mapping[str, object]) -> WorkingMemory | None:
         """This config with a per-call ``workingMemory`` mapping over it (Mastra deep-merges the
         call's memory options into the agent's; a schema replaces the template)."""
-        base: dict[str, Any] = {
+        base: dict[str, object] = {
             "enabled": self.enabled,
             "scope": self.scope,
             "agent_managed": self.agent_managed,

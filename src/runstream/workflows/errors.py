@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from runstream.errors import NotFoundError, RunstreamError, StateConflictError
 
@@ -23,7 +22,7 @@ class WorkflowRunNotFoundError(NotFoundError):
     """``workflow.get_run(run_id)`` found no stored run with that id."""
 
 
-def error_from_wire(value: Any) -> Exception:
+def error_from_wire(value: object) -> Exception:
     """An error read back from a snapshot (``{"message", "name"}``) as an exception."""
     if isinstance(value, Mapping):
         error = WorkflowError(str(value.get("message", "")))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from runstream.abort import AbortController, AbortSignal
 from runstream.processors import TripWire
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from runstream.workflows._execution import Runner, StepCall
 
 
-async def run_nested(ex: Runner, call: StepCall, ctx: StepContext) -> Any:
+async def run_nested(ex: Runner, call: StepCall, ctx: StepContext) -> object:
     """Run (or resume) the nested workflow of ``call``; its result is the step's output."""
     workflow = call.entry.workflow
     assert workflow is not None
