@@ -3,6 +3,6 @@ as ``agent.stream()`` returns it. It lives with the run (``runstream.run.output`
 public import path."""
 
 from runstream.run._sources import Observer
-from runstream.run.output import Aggregate, RunOutput, StepRecord
+from runstream.run.output import Aggregate, FullOutput, RunOutput, StepRecord
 
-__all__ = ["Aggregate", "Observer", "RunOutput", "StepRecord"]
+__all__ = ["Aggregate", "FullOutput", "Observer", "RunOutput", "StepRecord"]

@@ -58,7 +58,7 @@ from runstream.run._prepare_step import normalize_tool_choice
 from runstream.run._run_state import LoopConfig, ResumeAction, RunState
 from runstream.run._sources import Observer
 from runstream.run._step_results import model_label, run_metadata
-from runstream.run.output import RunOutput, full_output
+from runstream.run.output import FullOutput, RunOutput, full_output
 from runstream.scoring import TaskCompletion
 from runstream.storage import Storage
 from runstream.structured import StructuredOutput
@@ -663,7 +663,7 @@ class Agent:
         run_id: str | None = None,
         until_idle: UntilIdle | None = None,
         **options: Unpack[StreamOptions],
-    ) -> dict[str, Any]:
+    ) -> FullOutput:
         """Run to the end and return the full output (``text``, ``usage``, ``steps`` …); the
         options are ``stream()``'s."""
         out = await self.stream(messages, run_id=run_id, until_idle=until_idle, **options)
@@ -715,15 +715,15 @@ class Agent:
             run_id, ResumeAction("resume", tool_call_id, data=data), until_idle, options
         )
 
-    async def resume_generate(self, data: Any, *, run_id: str, **options: Any) -> dict[str, Any]:
+    async def resume_generate(self, data: Any, *, run_id: str, **options: Any) -> FullOutput:
         """``resume_stream`` run to the end: the full output (Mastra's ``resumeGenerate``)."""
         return await (await self.resume_stream(data, run_id=run_id, **options)).get_full_output()
 
-    async def approve_tool_call_generate(self, *, run_id: str, **options: Any) -> dict[str, Any]:
+    async def approve_tool_call_generate(self, *, run_id: str, **options: Any) -> FullOutput:
         """``approve_tool_call`` run to the end (Mastra's ``approveToolCallGenerate``)."""
         return await (await self.approve_tool_call(run_id=run_id, **options)).get_full_output()
 
-    async def decline_tool_call_generate(self, *, run_id: str, **options: Any) -> dict[str, Any]:
+    async def decline_tool_call_generate(self, *, run_id: str, **options: Any) -> FullOutput:
         """``decline_tool_call`` run to the end (Mastra's ``declineToolCallGenerate``)."""
         return await (await self.decline_tool_call(run_id=run_id, **options)).get_full_output()
 

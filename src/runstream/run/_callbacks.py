@@ -28,6 +28,7 @@ from typing import Any
 
 from runstream.chunks import AgentChunk, ToolResultPayload
 from runstream.run._run_state import LoopConfig, RunState, StepRecord
+from runstream.run.output import FullOutput
 
 Callback = Callable[[Any], Awaitable[None] | None]
 
@@ -69,7 +70,7 @@ class CallbackObserver:
         cfg: LoopConfig,
         state: RunState,
         callbacks: RunCallbacks,
-        full_output: Callable[[], dict[str, Any]],
+        full_output: Callable[[], FullOutput],
     ) -> None:
         self.callbacks = callbacks
         self.state = state

@@ -18,7 +18,7 @@ import logging
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
 from types import TracebackType
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypedDict, TypeVar, cast
 
 from runstream._json import JsonObject
 from runstream.abort import AbortController
@@ -26,19 +26,23 @@ from runstream.chunks import (
     AgentChunk,
     ChunkFrom,
     FileChunk,
+    FilePayload,
     ObjectChunk,
     ReasoningDeltaChunk,
     SourceChunk,
+    SourcePayload,
     StreamChunk,
     TextDeltaChunk,
     ToolCallChunk,
+    ToolCallPayload,
     ToolResultChunk,
+    ToolResultPayload,
     TripwirePayload,
     Usage,
 )
 from runstream.errors import RunFailedError
 from runstream.models.base import PromptMessage
-from runstream.run._run_state import RunState
+from runstream.run._run_state import RunState, Status
 from runstream.run._run_state import StepRecord as StepRecord
 from runstream.run._sources import SUB_STREAM, Observer, PartSource, SubStream
 
@@ -471,7 +475,7 @@ class RunOutput:
     def _usage(self) -> Usage:
         return cast(Usage, total_usage(self.state))
 
-    async def get_full_output(self) -> dict[str, Any]:
+    async def get_full_output(self) -> FullOutput:
         """Everything at once, after the run ends; a failed run raises :class:`RunFailedError`
         (as Mastra's ``getFullOutput()`` rejects)."""
         await self.consume()
@@ -550,7 +554,32 @@ def total_usage(state: RunState) -> JsonObject:
     return usage
 
 
-def full_output(state: RunState) -> dict[str, Any]:
+class FullOutput(TypedDict):
+    """A run's aggregates at once (``await out.get_full_output()``, ``agent.generate()``; what
+    ``on_finish`` gets, with the ``model``)."""
+
+    runId: str
+    text: str
+    reasoningText: str
+    usage: JsonObject
+    totalUsage: JsonObject
+    steps: list[StepRecord]
+    finishReason: str | None
+    toolCalls: list[ToolCallPayload]
+    toolResults: list[ToolResultPayload]
+    sources: list[SourcePayload]
+    files: list[FilePayload]
+    object: Any
+    """The structured output's object (the user's own value)."""
+    error: BaseException | None
+    tripwire: TripwirePayload | None
+    suspendPayload: Any
+    """What the tool that suspended the run gave (the tool's own value)."""
+    messages: list[PromptMessage]
+    status: Status
+
+
+def full_output(state: RunState) -> FullOutput:
     """A run's aggregates in one mapping (``get_full_output``, and what ``on_finish`` gets)."""
     return {
         "runId": state.run_id,

@@ -236,13 +236,14 @@ async def full_output(run: Run) -> dict[str, Any]:
     """Mastra's ``generate`` response, with ChunkType-style ``toolCalls`` (client-js reads ``payload``)."""
     out = run.out
     await out.consume()
-    full = output_full_output(out.state)  # a failed run's error is in the body, as Mastra's server sends it
+    result = output_full_output(out.state)  # a failed run's error is in the body, as Mastra's server sends it
+    full: dict[str, object] = dict(result)  # (reshaped for the wire below)
     state = out.state
     full["toolCalls"] = [chunk.to_wire() for chunk in state.tool_calls]
     full["toolResults"] = [chunk.to_wire() for chunk in state.tool_results]
     full["finishReason"] = state.finish_reason
     full["response"] = {"id": state.message_id, "messages": full.pop("messages")}
-    full["steps"] = [{k: v for k, v in step.items() if k != "request"} for step in full["steps"]]
+    full["steps"] = [{k: v for k, v in step.items() if k != "request"} for step in result["steps"]]
     return full
 
 
