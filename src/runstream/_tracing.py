@@ -42,6 +42,7 @@ from opentelemetry.trace import (
     StatusCode,
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import AttributeValue
 
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 TRACEPARENT_KEY = "traceparent"
@@ -160,7 +161,7 @@ def start_agent_span(
     untraced = _untraced_child(None)
     if untraced is not None:
         return untraced
-    attributes: dict[str, Any] = {
+    attributes: dict[str, AttributeValue] = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.id": agent_id,
         "gen_ai.agent.name": agent_name,
@@ -247,7 +248,7 @@ def start_chat_span(parent: Span | None, provider: str, model: str, step: int, r
     untraced = _untraced_child(parent)
     if untraced is not None:
         return untraced
-    attributes: dict[str, Any] = {
+    attributes: dict[str, AttributeValue] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": _provider(provider),
         "gen_ai.request.model": model,
@@ -309,10 +310,10 @@ def finish_reason_of(reason: str) -> str:
     )
 
 
-def _message(message: Mapping[str, Any]) -> dict[str, Any]:
+def _message(message: Mapping[str, Any]) -> dict[str, object]:
     """A prompt message in the convention's JSON shape (role + typed parts)."""
     content = message.get("content")
-    parts: list[dict[str, Any]] = []
+    parts: list[dict[str, object]] = []
     for part in content if isinstance(content, list) else [{"type": "text", "text": str(content)}]:
         kind = part.get("type")
         if kind == "text":
@@ -335,10 +336,10 @@ def _message(message: Mapping[str, Any]) -> dict[str, Any]:
     return {"role": message.get("role"), "parts": parts}
 
 
-def output_parts(text_pieces: Iterable[str], calls: Iterable[Any]) -> list[dict[str, Any]]:
+def output_parts(text_pieces: Iterable[str], calls: Iterable[Any]) -> list[dict[str, object]]:
     """A step's text and tool calls as output parts (``calls``: the loop's ``ToolCall``s)."""
     text = "".join(text_pieces)
-    parts: list[dict[str, Any]] = [{"type": "text", "content": text}] if text else []
+    parts: list[dict[str, object]] = [{"type": "text", "content": text}] if text else []
     parts += [
         {"type": "tool_call", "id": c.tool_call_id, "name": c.tool_name, "arguments": c.sent_args}
         for c in calls
@@ -359,7 +360,7 @@ def start_tool_span(
     untraced = _untraced_child(parent)
     if untraced is not None:
         return untraced
-    attributes: dict[str, Any] = {
+    attributes: dict[str, AttributeValue] = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": tool_name,
         "gen_ai.tool.call.id": call_id,
