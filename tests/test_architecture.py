@@ -65,6 +65,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # within a layer: module (or package prefix) -> what it must never import (module or package prefixes)
     "runstream.errors": ("runstream",),
     "runstream._payloads": ("runstream",),
+    "runstream._json": ("runstream",),
     "runstream._clock": ("runstream",),
     "runstream.models": ("runstream.chunks",),
     # the run's data sits below its algorithm; the output drives a run without knowing the loop
@@ -82,6 +83,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "runstream.run._model_step": ("runstream.run._loop",),
     "runstream.run._tool_step": ("runstream.run._loop",),
     "runstream.run._step_results": ("runstream.run._loop",),
+}
+ALLOWED: dict[str, tuple[str, ...]] = {
+    # exceptions to FORBIDDEN: the chunk payloads' JSON fields use the JSON types (a leaf)
+    "runstream._payloads": ("runstream._json",),
 }
 SERVER_USERS = ("runstream.server", "runstream.cli", "runstream.__main__", "runstream.mcp.cli")
 """The server's own package and the commands that start a server."""
@@ -157,7 +162,9 @@ def test_imports_run_the_documented_way(layer: str) -> None:
         for name in modules()
         if within(name, layer)
         for target in sorted(imported(name))
-        if any(within(target, banned) for banned in FORBIDDEN[layer]) and not within(target, layer)
+        if any(within(target, banned) for banned in FORBIDDEN[layer])
+        and not within(target, layer)
+        and target not in ALLOWED.get(layer, ())
     ]
     assert not wrong, "\n".join(wrong)
 

@@ -7,6 +7,7 @@ import base64
 import json
 import re
 import types
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal, NotRequired, Union, get_args, get_origin, get_type_hints
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from typing_extensions import is_typeddict
 
 from runstream._clock import iso_datetime
+from runstream._json import JsonValue
 from runstream.chunks import (
     CHUNK_CLASSES,
     WORKFLOW_CHUNK_TYPES,
@@ -86,8 +88,12 @@ from_values: st.SearchStrategy[ChunkFrom] = st.sampled_from(
 def strategy_for(hint: Any) -> st.SearchStrategy[Any]:
     """Values of a payload field's declared type."""
     origin = get_origin(hint)
-    if hint is Any:
+    if hint is Any or hint is object:
         return wire_values
+    if hint is JsonValue:
+        return json_values
+    if hint is type(None):
+        return st.none()
     if hint is bool:
         return st.booleans()
     if hint is int:
@@ -104,7 +110,7 @@ def strategy_for(hint: Any) -> st.SearchStrategy[Any]:
         return st.sampled_from(get_args(hint))
     if origin is list:
         return st.lists(strategy_for(get_args(hint)[0]), max_size=3)
-    if origin is dict:
+    if origin is dict or origin is Mapping:
         return st.dictionaries(small_text, strategy_for(get_args(hint)[1]), max_size=3)
     if origin in (Union, types.UnionType):
         return st.one_of(*(strategy_for(arg) for arg in get_args(hint)))

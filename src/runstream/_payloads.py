@@ -5,17 +5,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal, NotRequired, TypeAlias
 
 from pydantic import ConfigDict, with_config
 from typing_extensions import TypedDict
 
+from runstream._json import JsonObject
+
 _OPEN = ConfigDict(extra="allow", arbitrary_types_allowed=True)
 
-ProviderMetadata: TypeAlias = dict[str, dict[str, Any]]
+ProviderMetadata: TypeAlias = dict[str, JsonObject]
 """``Record<provider, Record<string, JSON>>``: each vendor's own JSON under its name (the same shape
-as ``runstream.models.parts.ProviderMetadata``; this module imports nothing of runstream)."""
+as ``runstream.models.parts.ProviderMetadata``; this module imports nothing of runstream but the
+JSON types)."""
 
 
 @with_config(_OPEN)
@@ -27,7 +31,7 @@ class StartPayload(TypedDict, total=False):
 @with_config(_OPEN)
 class StepStartPayload(TypedDict, total=False):
     messageId: str
-    request: dict[str, Any]
+    request: JsonObject
     warnings: list[Any]
     startedAt: int
     inputMessages: list[Any]
@@ -130,7 +134,7 @@ class ToolInputEndPayload(TypedDict):
 class ToolCallPayload(TypedDict):
     toolCallId: str
     toolName: str
-    args: NotRequired[dict[str, Any]]
+    args: NotRequired[JsonObject]
     providerExecuted: NotRequired[bool]
     dynamic: NotRequired[bool]
     title: NotRequired[str]
@@ -143,7 +147,7 @@ class ToolResultPayload(TypedDict):
     toolCallId: str
     toolName: str
     result: Any
-    args: NotRequired[dict[str, Any]]
+    args: NotRequired[JsonObject]
     isError: NotRequired[bool]
     providerExecuted: NotRequired[bool]
     dynamic: NotRequired[bool]
@@ -156,7 +160,7 @@ class ToolErrorPayload(TypedDict):
     toolName: str
     error: Any
     id: NotRequired[str]
-    args: NotRequired[dict[str, Any]]
+    args: NotRequired[JsonObject]
     providerExecuted: NotRequired[bool]
     providerMetadata: NotRequired[ProviderMetadata]
 
@@ -172,7 +176,7 @@ class ToolOutputPayload(TypedDict):
 class ToolCallApprovalPayload(TypedDict):
     toolCallId: str
     toolName: str
-    args: dict[str, Any]
+    args: JsonObject
     resumeSchema: str
 
 
@@ -181,16 +185,25 @@ class ToolCallSuspendedPayload(TypedDict):
     toolCallId: str
     toolName: str
     suspendPayload: Any
-    args: dict[str, Any]
+    args: JsonObject
     resumeSchema: NotRequired[str]
+
+
+@with_config(_OPEN)
+class ToolApproval(TypedDict, total=False):
+    """A user's answer to an approval request (a denied call's ``approval``)."""
+
+    id: str
+    approved: bool
+    reason: str | None
 
 
 @with_config(_OPEN)
 class ToolOutputDeniedPayload(TypedDict):
     toolCallId: str
     toolName: str
-    args: NotRequired[dict[str, Any]]
-    approval: NotRequired[dict[str, Any]]
+    args: NotRequired[JsonObject]
+    approval: NotRequired[ToolApproval]
 
 
 @with_config(_OPEN)
@@ -207,11 +220,13 @@ class StepFinishPayload(TypedDict, total=False):
     id: str
     messageId: str
     stepResult: StepResult
-    output: dict[str, Any]
-    metadata: dict[str, Any]
-    messages: dict[str, Any]
-    totalUsage: dict[str, Any]
-    response: dict[str, Any]
+    output: Mapping[str, object]
+    """``text``, ``toolCalls``, ``usage``, ``steps`` (and ``object``) as Mastra's payload has them."""
+    metadata: Mapping[str, object]
+    messages: Mapping[str, object]
+    """``all``, ``user`` and ``nonUser``: the conversation's prompt messages."""
+    totalUsage: Mapping[str, object]
+    response: Mapping[str, object]
     providerMetadata: ProviderMetadata
     processorRetryCount: int
     processorRetryFeedback: str
@@ -276,7 +291,7 @@ class GoalPayload(TypedDict):
     judgeFailed: NotRequired[bool]
     shouldContinue: NotRequired[bool]
     pending: NotRequired[bool]
-    activity: NotRequired[list[dict[str, Any]]]
+    activity: NotRequired[list[JsonObject]]
 
 
 @with_config(_OPEN)
@@ -310,7 +325,7 @@ class TaskEventPayload(TypedDict):
 
 class TaskRunningPayload(TaskEventPayload):
     startedAt: datetime
-    args: dict[str, Any]
+    args: JsonObject
 
 
 @with_config(_OPEN)
@@ -331,7 +346,8 @@ class TaskCompletedPayload(TaskEventPayload):
 
 
 class TaskFailedPayload(TaskEventPayload):
-    error: dict[str, Any]
+    error: Mapping[str, object]
+    """The stored error (``message``, and ``name`` when its text is public)."""
     completedAt: datetime
 
 
@@ -340,14 +356,14 @@ class TaskCancelledPayload(TaskEventPayload):
 
 
 class TaskSuspendedPayload(TaskEventPayload):
-    args: dict[str, Any]
+    args: JsonObject
     suspendPayload: NotRequired[Any]
     suspendedAt: NotRequired[datetime]
 
 
 class TaskResumedPayload(TaskEventPayload):
     startedAt: datetime
-    args: dict[str, Any]
+    args: JsonObject
 
 
 class Usage(TypedDict):
