@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from runstream import _tracing as tracing
+from runstream._json import JsonObject
 from runstream._messages import rewrite_prompt_result
 from runstream._payloads import ProviderMetadata
 from runstream.abort import AbortError, AbortSignal
@@ -224,7 +225,7 @@ def _first_hook(own: BackgroundToolConfig | None, name: str, agent_hook: TaskHoo
 def _task_link(task_id: str, status: str) -> ProviderMetadata:
     """Mastra's link from a tool result to its background task; a settled task's result, as
     Mastra writes it, also records that there is no model-output override."""
-    mastra: dict[str, object] = {"backgroundTask": {"taskId": task_id, "status": status}}
+    mastra: JsonObject = {"backgroundTask": {"taskId": task_id, "status": status}}
     if status != "running":
         mastra["modelOutput"] = None
     return {"mastra": mastra}
