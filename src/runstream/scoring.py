@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from runstream._config_mapping import CONFIG, Amount, Flag, read_dataclass
+from runstream._payloads import IsTaskCompletePayload, ScorerResult
 from runstream.chunks import AgentChunk, IsTaskCompleteChunk
 from runstream.models.base import PromptMessage
 from runstream.run._run_state import CheckVerdict, LoopConfig, RunState
@@ -42,7 +43,7 @@ class Scorer:
     description: str = ""
     threshold: float = 1.0
 
-    async def run(self, data: ScoreInput) -> dict[str, Any]:
+    async def run(self, data: ScoreInput) -> ScorerResult:
         started = time.perf_counter()
         outcome = self.score(data)
         score, reason = await outcome if inspect.isawaitable(outcome) else outcome
@@ -97,7 +98,7 @@ class TaskCompletion:
         passed = bool(verdicts) and (all(verdicts) if self.strategy == "all" else any(verdicts))
         max_reached = not passed and state.step_number >= cfg.max_steps
         reasons = [r["reason"] for r in results if r["passed"] == passed and r.get("reason")]
-        payload: dict[str, Any] = {
+        payload: IsTaskCompletePayload = {
             "iteration": iteration,
             "passed": passed,
             "results": results,
@@ -107,7 +108,7 @@ class TaskCompletion:
             "maxIterationReached": max_reached,
             "suppressFeedback": self.suppress_feedback,
         }
-        yield IsTaskCompleteChunk(state.run_id, payload)  # type: ignore[arg-type]
+        yield IsTaskCompleteChunk(state.run_id, payload)
         feedback: list[PromptMessage] = (
             [] if passed else [{"role": "assistant", "content": [{"type": "text", "text": _report(payload)}]}]
         )
@@ -120,7 +121,7 @@ class TaskCompletion:
         )
 
 
-def _report(payload: Mapping[str, Any]) -> str:
+def _report(payload: IsTaskCompletePayload) -> str:
     """The feedback the model sees when the check fails."""
     lines = [
         "#### Completion Check Results",
