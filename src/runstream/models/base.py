@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, Protocol, TypedDict, runtime_checkable
 
+from runstream._json import JsonObject
 from runstream.abort import AbortSignal
 from runstream.errors import RunstreamError
 from runstream.models import parts, prompt
@@ -50,7 +51,7 @@ class FunctionToolSpec(TypedDict):
     type: Literal["function"]
     name: str
     description: str
-    inputSchema: dict[str, Any]
+    inputSchema: JsonObject
 
 
 class ToolChoice(TypedDict):
@@ -96,8 +97,10 @@ class ModelStream:
     """The result of :meth:`LanguageModel.stream`: the parts plus request/response info."""
 
     parts: AsyncIterator[StreamPart]
-    request: dict[str, Any] = field(default_factory=dict)
-    response: dict[str, Any] = field(default_factory=dict)
+    request: JsonObject = field(default_factory=dict)
+    """What was sent (``{"body": ...}``: the vendor's request JSON)."""
+    response: JsonObject = field(default_factory=dict)
+    """What came back besides the parts (``{"headers": ...}``)."""
 
 
 class ModelCallError(RunstreamError):

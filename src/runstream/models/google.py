@@ -142,7 +142,7 @@ class GoogleModel(ProviderModel["Client"]):
             translate=translate_error,
             vendor="Google",
         )
-        return ModelStream(parts, request={"body": body}, response={"headers": source.headers})
+        return ModelStream(parts, request={"body": body}, response={"headers": dict(source.headers)})
 
 
 def _http_options(headers: Mapping[str, str] | None) -> HttpOptions:
