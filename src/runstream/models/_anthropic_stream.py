@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from runstream._ids import new_id
+from runstream._json import JsonObject, JsonValue
 from runstream.models.base import StreamPart
 from runstream.models.parts import (
     FinishPart,
@@ -63,7 +64,7 @@ class _Block:
         self.server = False
         self.tool: str | None = None  # the vendor's name of a server tool
         self.input_type: str | None = None
-        self.citations: list[dict[str, Any]] = []
+        self.citations: list[JsonObject] = []
         self.meta: ProviderMetadata | None = None
 
 
@@ -109,9 +110,9 @@ class AnthropicMapper:
         self._raw_usage: dict[str, Any] | None = None
         self._cache_write: int | None = None
         self._stop_sequence: str | None = None
-        self._stop_details: dict[str, Any] | None = None
-        self._container: dict[str, Any] | None = None
-        self._context: dict[str, Any] | None = None
+        self._stop_details: JsonObject | None = None
+        self._container: JsonObject | None = None
+        self._context: JsonObject | None = None
         self._finish: FinishReasonV3 = {"unified": "other", "raw": None}
         self._documents = documents or []  # the prompt's documents, which document citations index
         self._mcp: dict[str, _Block] = {}  # MCP tool calls by id, for their results
@@ -197,7 +198,7 @@ class AnthropicMapper:
             return None
         usage = self._usage
         iterations = usage.get("iterations")
-        meta: dict[str, Any] = {
+        meta: JsonObject = {
             "usage": self._raw_usage if self._raw_usage is not None else None,
             "cacheCreationInputTokens": self._cache_write,
             "stopSequence": self._stop_sequence,
@@ -546,8 +547,8 @@ def _v3_usage(usage: dict[str, Any], raw: dict[str, Any] | None) -> UsageV3:
     }
 
 
-def _iteration(it: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": it.get("type")}
+def _iteration(it: dict[str, Any]) -> JsonObject:
+    out: JsonObject = {"type": it.get("type")}
     if it.get("model") is not None:
         out["model"] = it["model"]
     out["inputTokens"] = it.get("input_tokens")
@@ -559,10 +560,10 @@ def _iteration(it: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _stop_details(details: Any) -> dict[str, Any] | None:
+def _stop_details(details: Any) -> JsonObject | None:
     if not isinstance(details, dict):
         return None
-    out: dict[str, Any] = {"type": details.get("type")}
+    out: JsonObject = {"type": details.get("type")}
     for key, name in (
         ("category", "category"),
         ("explanation", "explanation"),
@@ -573,7 +574,7 @@ def _stop_details(details: Any) -> dict[str, Any] | None:
     return out
 
 
-def _container(container: dict[str, Any]) -> dict[str, Any]:
+def _container(container: dict[str, Any]) -> JsonObject:
     skills = container.get("skills")
     return {
         "expiresAt": container.get("expires_at"),
@@ -586,8 +587,8 @@ def _container(container: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _context_management(value: dict[str, Any]) -> dict[str, Any]:
-    edits = []
+def _context_management(value: dict[str, Any]) -> JsonObject:
+    edits: list[JsonValue] = []
     for edit in value.get("applied_edits") or ():
         kind = edit.get("type")
         if kind == "clear_tool_uses_20250919":
