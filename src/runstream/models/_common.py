@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, Self, TypedDict, TypeVar
 
 from opentelemetry import trace
+from opentelemetry.util.types import AttributeValue
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from runstream.abort import AbortError, AbortSignal
@@ -177,7 +178,7 @@ async def with_retries(
         error = state.outcome.exception() if state.outcome is not None else None
         delay = state.next_action.sleep if state.next_action is not None else 0.0
         status = getattr(error, "status_code", None)
-        attributes: dict[str, Any] = {
+        attributes: dict[str, AttributeValue] = {
             "runstream.retry.attempt": state.attempt_number,
             "runstream.retry.max_retries": max_retries,
             "runstream.retry.delay_ms": round(delay * 1000),

@@ -21,10 +21,11 @@ import json
 import secrets
 import string
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypedDict
 
 from typing_extensions import Unpack
 
+from runstream._json import JsonObject
 from runstream.models._common import (
     AbortScope,
     ClientOptions,
@@ -414,7 +415,7 @@ class _GoogleMapper:
     def _file(self, part: Any) -> list[StreamPart]:
         out = self._close_blocks()
         blob = part.inline_data
-        google: dict[str, Any] = {}
+        google: JsonObject = {}
         if part.thought:
             google["thought"] = True
         signature = _signature(part)
@@ -480,7 +481,7 @@ class _GoogleMapper:
 
 
 def _server_meta(part: Any, call_id: str, tool_type: str) -> ProviderMetadata:
-    google: dict[str, Any] = {}
+    google: JsonObject = {}
     signature = _signature(part)
     if signature is not None:
         google.update(signature["google"])
@@ -488,7 +489,41 @@ def _server_meta(part: Any, call_id: str, tool_type: str) -> ProviderMetadata:
     return {"google": google}
 
 
-def v3_usage(usage: Mapping[str, Any] | None) -> UsageV3:
+class GeminiUsage(TypedDict, total=False):
+    """The token counts of Gemini's ``usageMetadata`` that v3 usage reads (other keys pass to ``raw``)."""
+
+    promptTokenCount: int
+    candidatesTokenCount: int
+    cachedContentTokenCount: int
+    thoughtsTokenCount: int
+
+
+class _GroundingUrl(TypedDict, total=False):
+    uri: str
+    sourceUri: str
+    title: str
+
+
+class _RetrievedContext(TypedDict, total=False):
+    uri: str
+    fileSearchStore: str
+    title: str
+
+
+class _GroundingChunk(TypedDict, total=False):
+    web: _GroundingUrl
+    image: _GroundingUrl
+    retrievedContext: _RetrievedContext
+    maps: _GroundingUrl
+
+
+class GroundingMetadata(TypedDict, total=False):
+    """The part of Gemini's ``groundingMetadata`` that ``source`` parts are made of."""
+
+    groundingChunks: list[_GroundingChunk]
+
+
+def v3_usage(usage: GeminiUsage | None) -> UsageV3:
     """Gemini ``usageMetadata`` as AI SDK v3 usage (thought tokens are output tokens)."""
     if usage is None:
         return {"inputTokens": {}, "outputTokens": {}}
@@ -503,11 +538,12 @@ def v3_usage(usage: Mapping[str, Any] | None) -> UsageV3:
     }
 
 
-def extract_sources(grounding: Mapping[str, Any] | None) -> list[SourcePart]:
+def extract_sources(grounding: GroundingMetadata | None) -> list[SourcePart]:
     """``source`` parts of grounding chunks (web, image, retrieved context, maps)."""
     sources: list[SourcePart] = []
     for chunk in (grounding or {}).get("groundingChunks") or ():
-        web, image, context, maps = (chunk.get(k) for k in ("web", "image", "retrievedContext", "maps"))
+        web, image, maps = chunk.get("web"), chunk.get("image"), chunk.get("maps")
+        context = chunk.get("retrievedContext")
         if web is not None:
             sources.append(_url_source(web["uri"], web.get("title")))
         elif image is not None:
@@ -538,7 +574,7 @@ _DOCUMENT_TYPES = {
 }
 
 
-def _context_source(context: Mapping[str, Any]) -> SourcePart | None:
+def _context_source(context: _RetrievedContext) -> SourcePart | None:
     uri, store = context.get("uri"), context.get("fileSearchStore")
     if uri and uri.startswith(("http://", "https://")):
         return _url_source(uri, context.get("title"))
@@ -558,8 +594,9 @@ def _context_source(context: Mapping[str, Any]) -> SourcePart | None:
 
 # What the AI SDK's response schema keeps of each metadata object (zod drops other keys):
 # True keeps a value as is, a dict keeps those keys (lists are picked item by item).
-_TOKEN_DETAILS = {"modality": True, "tokenCount": True}
-USAGE_SHAPE: dict[str, Any] = {
+Shape: TypeAlias = "dict[str, Literal[True] | Shape]"
+_TOKEN_DETAILS: Shape = {"modality": True, "tokenCount": True}
+USAGE_SHAPE: Shape = {
     "cachedContentTokenCount": True,
     "thoughtsTokenCount": True,
     "promptTokenCount": True,
@@ -570,12 +607,12 @@ USAGE_SHAPE: dict[str, Any] = {
     "promptTokensDetails": _TOKEN_DETAILS,
     "candidatesTokensDetails": _TOKEN_DETAILS,
 }
-RATING_SHAPE: dict[str, Any] = dict.fromkeys(
+RATING_SHAPE: Shape = dict.fromkeys(
     ("category", "probability", "probabilityScore", "severity", "severityScore", "blocked"), True
 )
-FEEDBACK_SHAPE: dict[str, Any] = {"blockReason": True, "safetyRatings": RATING_SHAPE}
-URL_CONTEXT_SHAPE: dict[str, Any] = {"urlMetadata": {"retrievedUrl": True, "urlRetrievalStatus": True}}
-GROUNDING_SHAPE: dict[str, Any] = {
+FEEDBACK_SHAPE: Shape = {"blockReason": True, "safetyRatings": RATING_SHAPE}
+URL_CONTEXT_SHAPE: Shape = {"urlMetadata": {"retrievedUrl": True, "urlRetrievalStatus": True}}
+GROUNDING_SHAPE: Shape = {
     "webSearchQueries": True,
     "imageSearchQueries": True,
     "retrievalQueries": True,
@@ -596,7 +633,7 @@ GROUNDING_SHAPE: dict[str, Any] = {
 }
 
 
-def pick(value: Any, shape: Any) -> Any:
+def pick(value: Any, shape: Literal[True] | Shape) -> Any:
     """``value`` with only the keys ``shape`` names, recursively."""
     if shape is True or value is None:
         return value
