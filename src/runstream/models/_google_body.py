@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, TypedDict, TypeVar, cast
 
+from runstream._json import JsonObject, JsonValue
 from runstream.errors import InvalidInputError
 from runstream.models._common import file_data, part_metadata
 from runstream.models.base import ModelRequest, PromptMessage
@@ -49,7 +50,72 @@ def uses_gemini3_features(model_id: str) -> bool:
     )
 
 
-def google_body(request: ModelRequest, model_id: str) -> tuple[dict[str, Any], list[CallWarning]]:
+_V = TypeVar("_V")
+
+
+class _Blob(TypedDict):
+    mimeType: str
+    data: str
+
+
+class _FileData(TypedDict):
+    mimeType: str
+    fileUri: str
+
+
+class _FunctionCall(TypedDict):
+    id: str
+    name: str
+    args: Any  # the model's own arguments, replayed as they were parsed
+
+
+class _FunctionResult(TypedDict):
+    name: str
+    content: Any  # a tool's result as the tool returned it
+
+
+class _FunctionResponse(TypedDict):
+    id: str
+    name: str
+    response: _FunctionResult
+
+
+class _ServerToolCall(TypedDict):
+    toolType: str
+    args: Any
+    id: str
+
+
+class _ServerToolResponse(TypedDict):
+    toolType: str
+    response: Any
+    id: str
+
+
+class GeminiPart(TypedDict, total=False):
+    """A Gemini ``Part`` of the request's ``contents`` (one of its data fields is set)."""
+
+    text: str
+    thought: bool
+    thoughtSignature: str
+    inlineData: _Blob
+    fileData: _FileData
+    functionCall: _FunctionCall
+    functionResponse: _FunctionResponse
+    toolCall: _ServerToolCall
+    toolResponse: _ServerToolResponse
+
+
+class GeminiContent(TypedDict):
+    role: Literal["user", "model"]
+    parts: list[GeminiPart]
+
+
+class GeminiSystemInstruction(TypedDict):
+    parts: list[GeminiPart]
+
+
+def google_body(request: ModelRequest, model_id: str) -> tuple[JsonObject, list[CallWarning]]:
     """The request body and the call's warnings."""
     settings = request.settings
     options: Mapping[str, Any] = settings.provider_options.get("google") or {}
@@ -59,14 +125,14 @@ def google_body(request: ModelRequest, model_id: str) -> tuple[dict[str, Any], l
     system, contents = google_contents(request.prompt, gemini3=gemini3, gemma=gemma, warnings=warnings)
     fmt = request.response_format or {}
     json_format = fmt.get("type") == "json"
-    generation: dict[str, Any] = {
+    generation: JsonObject = {
         "maxOutputTokens": settings.max_output_tokens,
         "temperature": settings.temperature,
         "topK": settings.top_k,
         "topP": settings.top_p,
         "frequencyPenalty": settings.frequency_penalty,
         "presencePenalty": settings.presence_penalty,
-        "stopSequences": settings.stop_sequences,
+        "stopSequences": cast("list[JsonValue] | None", settings.stop_sequences),
         "seed": settings.seed,
         "responseMimeType": "application/json" if json_format else None,
         "responseSchema": (
@@ -83,10 +149,12 @@ def google_body(request: ModelRequest, model_id: str) -> tuple[dict[str, Any], l
     tools, tool_config = _tools(request)
     if options.get("retrievalConfig"):
         tool_config = {**(tool_config or {}), "retrievalConfig": options["retrievalConfig"]}
-    body: dict[str, Any] = {
+    # The wire TypedDicts are JSON by construction (a tool's arguments and results included), which
+    # a TypedDict cannot say to the type checker: the body is JSON from here on.
+    body: JsonObject = {
         "generationConfig": _defined(generation),
-        "contents": contents,
-        "systemInstruction": None if gemma else system,
+        "contents": cast("list[JsonValue]", contents),
+        "systemInstruction": None if gemma else cast("JsonObject | None", system),
         "safetySettings": safety,
         "tools": tools,
         "toolConfig": tool_config,
@@ -95,22 +163,22 @@ def google_body(request: ModelRequest, model_id: str) -> tuple[dict[str, Any], l
     return _defined(body), warnings
 
 
-def _defined(values: dict[str, Any]) -> dict[str, Any]:
+def _defined(values: dict[str, _V]) -> dict[str, _V]:
     """Without the ``None`` values (what ``JSON.stringify`` leaves out as ``undefined``)."""
     return {key: value for key, value in values.items() if value is not None}
 
 
-def _tools(request: ModelRequest) -> tuple[list[dict[str, Any]] | None, dict[str, Any] | None]:
+def _tools(request: ModelRequest) -> tuple[list[JsonValue] | None, JsonObject | None]:
     if not request.tools:
         return None, None
-    declarations = []
+    declarations: list[JsonValue] = []
     for tool in request.tools:
-        declaration = {"name": tool["name"], "description": tool.get("description") or ""}
+        declaration: JsonObject = {"name": tool["name"], "description": tool.get("description") or ""}
         parameters = openapi_schema(tool["inputSchema"])
         if parameters is not None:
             declaration["parameters"] = parameters
         declarations.append(declaration)
-    tools = [{"functionDeclarations": declarations}]
+    tools: list[JsonValue] = [{"functionDeclarations": declarations}]
     choice = request.tool_choice
     if choice is None:
         return tools, None
@@ -136,7 +204,7 @@ def openapi_schema(schema: Any, root: bool = True) -> Any:
         return {"type": "object"}
     if isinstance(schema, bool):
         return {"type": "boolean", "properties": {}}
-    result: dict[str, Any] = {}
+    result: JsonObject = {}
     if schema.get("description"):
         result["description"] = schema["description"]
     if schema.get("required"):
@@ -178,7 +246,7 @@ def openapi_schema(schema: Any, root: bool = True) -> Any:
     return result
 
 
-def _any_of(result: dict[str, Any], schemas: list[Any]) -> None:
+def _any_of(result: JsonObject, schemas: list[Any]) -> None:
     def is_null(s: Any) -> bool:
         return isinstance(s, Mapping) and s.get("type") == "null"
 
@@ -211,14 +279,14 @@ def google_contents(
     gemini3: bool,
     gemma: bool = False,
     warnings: list[CallWarning] | None = None,
-) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+) -> tuple[GeminiSystemInstruction | None, list[GeminiContent]]:
     """An AI SDK prompt as Gemini ``systemInstruction`` and ``contents``.
 
     Assistant text, reasoning (``thought: true``) and function calls carry their
     ``thoughtSignature`` back; tool results become a user turn of ``functionResponse`` parts.
     """
-    system: list[dict[str, Any]] = []
-    contents: list[dict[str, Any]] = []
+    system: list[GeminiPart] = []
+    contents: list[GeminiContent] = []
     unsigned: list[str] = []
     for message in prompt:
         if message["role"] == "system":
@@ -249,7 +317,7 @@ def google_contents(
     return ({"parts": system} if system and not gemma else None), contents
 
 
-def _user_part(part: UserPart) -> dict[str, Any]:
+def _user_part(part: UserPart) -> GeminiPart:
     if part["type"] == "text":
         return {"text": part["text"]}
     if part["type"] != "file":
@@ -261,15 +329,15 @@ def _user_part(part: UserPart) -> dict[str, Any]:
     return {"inlineData": {"mimeType": media_type, "data": value}}
 
 
-def _model_parts(content: list[AssistantPart], gemini3: bool, unsigned: list[str]) -> list[dict[str, Any]]:
-    parts: list[dict[str, Any]] = []
+def _model_parts(content: list[AssistantPart], gemini3: bool, unsigned: list[str]) -> list[GeminiPart]:
+    parts: list[GeminiPart] = []
     signed_call = False
     for part in content:
         meta = part_metadata(part, "google")
         signature = str(meta["thoughtSignature"]) if meta.get("thoughtSignature") is not None else None
         if part["type"] == "text" or part["type"] == "reasoning":
             if part["text"]:
-                out: dict[str, Any] = {"text": part["text"]}
+                out: GeminiPart = {"text": part["text"]}
                 if part["type"] == "reasoning":
                     out["thought"] = True
                 parts.append(_signed(out, signature))
@@ -290,10 +358,14 @@ def _model_parts(content: list[AssistantPart], gemini3: bool, unsigned: list[str
                 signed_call = True
             if server is not None:
                 args = part["input"]
-                call = {"toolType": server[1], "args": args, "id": server[0]}
+                call: _ServerToolCall = {"toolType": server[1], "args": args, "id": server[0]}
                 parts.append(_signed({"toolCall": call}, signature))
             else:
-                function_call = {"id": part["toolCallId"], "name": part["toolName"], "args": part["input"]}
+                function_call: _FunctionCall = {
+                    "id": part["toolCallId"],
+                    "name": part["toolName"],
+                    "args": part["input"],
+                }
                 parts.append(_signed({"functionCall": function_call}, signature))
         elif part["type"] == "tool-result":
             server = _server_tool(meta)
@@ -302,28 +374,28 @@ def _model_parts(content: list[AssistantPart], gemini3: bool, unsigned: list[str
     return parts
 
 
-def _signed(part: dict[str, Any], signature: str | None) -> dict[str, Any]:
+def _signed(part: GeminiPart, signature: str | None) -> GeminiPart:
     if signature is not None:
         part["thoughtSignature"] = signature
     return part
 
 
-def _server_tool(meta: Mapping[str, Any]) -> tuple[str, str] | None:
+def _server_tool(meta: Mapping[str, object]) -> tuple[str, str] | None:
     """``(id, type)`` of a Gemini server-side tool call (Gemini 3 built-in tools)."""
     call_id, tool_type = meta.get("serverToolCallId"), meta.get("serverToolType")
     return (str(call_id), str(tool_type)) if call_id is not None and tool_type is not None else None
 
 
-def _tool_response(part: ToolResultPart, server: tuple[str, str]) -> dict[str, Any]:
+def _tool_response(part: ToolResultPart, server: tuple[str, str]) -> GeminiPart:
     output: Mapping[str, Any] = part["output"]
     response = output["value"] if output.get("type") == "json" else {}
     return {"toolResponse": {"toolType": server[1], "response": response, "id": server[0]}}
 
 
 def _tool_parts(
-    content: list[ToolResultPart | ToolApprovalResponsePart], contents: list[dict[str, Any]], gemini3: bool
+    content: list[ToolResultPart | ToolApprovalResponsePart], contents: list[GeminiContent], gemini3: bool
 ) -> None:
-    parts: list[dict[str, Any]] = []
+    parts: list[GeminiPart] = []
     for part in content:
         if part["type"] != "tool-result":
             continue
@@ -341,7 +413,7 @@ def _tool_parts(
         if kind == "content" and not gemini3:  # Gemini 2: one functionResponse per text item
             for item in output["value"]:
                 if item.get("type") == "text":
-                    response = {"name": name, "content": item["text"]}
+                    response: _FunctionResult = {"name": name, "content": item["text"]}
                     parts.append(
                         {"functionResponse": {"id": part["toolCallId"], "name": name, "response": response}}
                     )
