@@ -20,10 +20,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from runstream._json import JsonObject, JsonValue
 from runstream.errors import InvalidInputError
 from runstream.models._common import call_error, data_url, file_data, part_metadata
 from runstream.models.base import FinishReason, ModelCallError, PromptMessage, StreamPart
-from runstream.models.parts import InputTokensV3, ToolCallPart, ToolInputStartPart, UsageV3
+from runstream.models.parts import InputTokensV3, ProviderMetadata, ToolCallPart, ToolInputStartPart, UsageV3
 from runstream.models.parts import ToolResultPart as ToolResultStreamPart
 from runstream.models.prompt import AssistantPart, ReasoningPart, ToolResultPart, UserPart
 
@@ -38,14 +39,14 @@ def _json(value: object) -> str:
 
 def responses_input(
     prompt: list[PromptMessage], system_role: str, *, store: bool = True, vendor: str = "openai"
-) -> list[dict[str, Any]]:
+) -> list[JsonValue]:
     """An AI SDK prompt as Responses ``input`` items (``convertToOpenAIResponsesInput``).
 
     With ``store`` (the API's default) assistant text, reasoning and provider-executed tool
     results that carry their item id go back as ``item_reference``; without it reasoning goes back
     in full with its ``encrypted_content`` and provider-executed results are left out.
     """
-    items: list[dict[str, Any]] = []
+    items: list[JsonValue] = []
     for message in prompt:
         if message["role"] == "system":
             items.append({"role": system_role, "content": message["content"]})
@@ -65,10 +66,8 @@ def responses_input(
     return items
 
 
-def _assistant_items(
-    content: list[AssistantPart], items: list[dict[str, Any]], store: bool, vendor: str
-) -> None:
-    reasoning: dict[str, dict[str, Any]] = {}
+def _assistant_items(content: list[AssistantPart], items: list[JsonValue], store: bool, vendor: str) -> None:
+    reasoning: dict[str, JsonObject] = {}
     for part in content:
         meta = part_metadata(part, vendor)
         item_id = meta.get("itemId")
@@ -76,7 +75,7 @@ def _assistant_items(
             if store and item_id is not None:
                 items.append({"type": "item_reference", "id": item_id})
                 continue
-            item: dict[str, Any] = {
+            item: JsonObject = {
                 "role": "assistant",
                 "content": [{"type": "output_text", "text": part["text"]}],
             }
@@ -111,8 +110,8 @@ def _assistant_items(
 def _reasoning_item(
     part: ReasoningPart,
     meta: Mapping[str, Any],
-    seen: dict[str, dict[str, Any]],
-    items: list[dict[str, Any]],
+    seen: dict[str, JsonObject],
+    items: list[JsonValue],
     store: bool,
 ) -> None:
     """Parts of one reasoning item (same ``itemId``) become one item: a reference when stored,
@@ -120,7 +119,7 @@ def _reasoning_item(
     item_id = meta.get("itemId")
     encrypted = meta.get("reasoningEncryptedContent")
     text = part.get("text") or ""
-    summary = [{"type": "summary_text", "text": text}] if text else []
+    summary: list[JsonValue] = [{"type": "summary_text", "text": text}] if text else []
     if item_id is None:
         if encrypted is not None:  # reasoning without an id (not stored): sent by its content
             items.append({"type": "reasoning", "encrypted_content": encrypted, "summary": summary})
@@ -132,13 +131,20 @@ def _reasoning_item(
             seen[item_id] = {}
         return
     if known is None:
-        item = {"type": "reasoning", "id": item_id, "encrypted_content": encrypted, "summary": summary}
+        item: JsonObject = {
+            "type": "reasoning",
+            "id": item_id,
+            "encrypted_content": encrypted,
+            "summary": summary,
+        }
         if encrypted is None:
             del item["encrypted_content"]
         seen[item_id] = item
         items.append(item)
         return
-    known["summary"].extend(summary)
+    known_summary = known["summary"]
+    if isinstance(known_summary, list):  # always (set above): narrows the JSON value for mypy
+        known_summary.extend(summary)
     if encrypted is not None:
         known["encrypted_content"] = encrypted
 
@@ -155,7 +161,7 @@ def _output_text(part: ToolResultPart) -> str:
     return _json(value)
 
 
-def _user_part(part: UserPart, index: int, vendor: str) -> dict[str, Any]:
+def _user_part(part: UserPart, index: int, vendor: str) -> JsonObject:
     if part["type"] == "text":
         return {"type": "input_text", "text": part["text"]}
     media_type = str(part["mediaType"])
@@ -163,7 +169,7 @@ def _user_part(part: UserPart, index: int, vendor: str) -> dict[str, Any]:
         media_type = "image/jpeg"
         part = {**part, "mediaType": media_type}
     if media_type.startswith("image/"):
-        image = {"type": "input_image", "image_url": data_url(part)}
+        image: JsonObject = {"type": "input_image", "image_url": data_url(part)}
         detail = part_metadata(part, vendor).get("imageDetail")
         if detail is not None:
             image["detail"] = detail
@@ -183,18 +189,19 @@ def _user_part(part: UserPart, index: int, vendor: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- events -> parts
 
 
-def _web_search_result(action: Any) -> dict[str, Any]:
+def _web_search_result(action: Any) -> JsonObject:
     """``mapWebSearchOutput``: the result part of a ``web_search_call``."""
     if action is None:
         return {}
     data = action if isinstance(action, Mapping) else action.to_dict()
     kind = data.get("type")
     if kind == "search":
-        result: dict[str, Any] = {"action": {"type": "search"}}
+        search: JsonObject = {"type": "search"}
+        result: JsonObject = {"action": search}
         if data.get("query") is not None:
-            result["action"]["query"] = data["query"]
+            search["query"] = data["query"]
         if data.get("queries") is not None:
-            result["action"]["queries"] = data["queries"]
+            search["queries"] = data["queries"]
         if data.get("sources") is not None:
             result["sources"] = data["sources"]
         return result
@@ -250,7 +257,7 @@ class ResponsesMapper:
         self._by_item: dict[str, str] = {}  # item id seen in an event -> that part id (one lookup per delta)
         self._tools: dict[int, list[Any]] = {}  # output_index -> [call id, tool name, container id]
         self._reasoning: dict[int, list[Any]] = {}  # output_index -> [encrypted content, {index: state}]
-        self._annotations: list[Any] = []
+        self._annotations: list[JsonValue] = []
         self._phase: str | None = None
         self._function_call = False
         self._response_id: str | None = None
@@ -277,7 +284,7 @@ class ResponsesMapper:
         part_id = self._by_item[item_id] = self._ids.get(index, item_id)
         return part_id
 
-    def _meta(self, **values: Any) -> dict[str, Any]:
+    def _meta(self, **values: Any) -> ProviderMetadata:
         return {self._vendor: values}
 
     # ----------------------------------------------------------------- text and reasoning
@@ -434,7 +441,7 @@ class ResponsesMapper:
         item, index = event.item, event.output_index
         kind = item.type
         if kind == "message":
-            meta: dict[str, Any] = {"itemId": item.id}
+            meta: JsonObject = {"itemId": item.id}
             phase = _field(item, "phase") or self._phase
             self._phase = None
             if phase is not None:
@@ -465,9 +472,11 @@ class ResponsesMapper:
             base = self._ids.pop(index, item.id)
             state = self._reasoning.pop(index, None)
             status: dict[int, str] = state[1] if state is not None else {0: "active"}
-            meta = self._meta(itemId=item.id, reasoningEncryptedContent=_field(item, "encrypted_content"))
+            reasoning_meta = self._meta(
+                itemId=item.id, reasoningEncryptedContent=_field(item, "encrypted_content")
+            )
             return [
-                {"type": "reasoning-end", "id": f"{base}:{i}", "providerMetadata": meta}
+                {"type": "reasoning-end", "id": f"{base}:{i}", "providerMetadata": reasoning_meta}
                 for i, value in status.items()
                 if value in ("active", "can-conclude")
             ]
@@ -580,7 +589,7 @@ class ResponsesMapper:
             self._finish = self._finish_part(response.usage, reason, raw or "error")
             return []
         # The AI SDK streams this event's fields as the error value, which Mastra reports as its JSON.
-        summary: dict[str, Any] = {
+        summary: JsonObject = {
             "error": {"code": error.code, "message": error.message},
             "incomplete_details": None if details is None else _dump(details),
         }
@@ -597,7 +606,7 @@ class ResponsesMapper:
         return [{"type": "error", "error": _stream_error(event.message, body, code)}]
 
     def _finish_part(self, usage: Any, reason: FinishReason, raw: str | None) -> StreamPart:
-        meta: dict[str, Any] = {"responseId": self._response_id}
+        meta: JsonObject = {"responseId": self._response_id}
         if self._service_tier is not None:
             meta["serviceTier"] = self._service_tier
         return {
