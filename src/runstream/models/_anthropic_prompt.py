@@ -14,8 +14,9 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, TypedDict
 
+from runstream._json import JsonObject, JsonValue
 from runstream.errors import InvalidInputError
 from runstream.models._anthropic_stream import pick
 from runstream.models._common import file_data
@@ -41,12 +42,19 @@ _SERVER_TOOLS = (
 )
 
 
-def compact_json(value: Any) -> str:
+class AnthropicMessage(TypedDict):
+    """One entry of the Messages API's ``messages`` (a later ``system`` message rides here too)."""
+
+    role: Literal["system", "user", "assistant"]
+    content: list[JsonObject]
+
+
+def compact_json(value: object) -> str:
     """``JSON.stringify``: no spaces, non-ASCII kept."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def _anthropic(options: Any) -> Mapping[str, Any]:
+def _anthropic(options: object) -> Mapping[str, Any]:
     inner = options.get("anthropic") if isinstance(options, Mapping) else None
     return inner if isinstance(inner, Mapping) else {}
 
@@ -60,9 +68,9 @@ class CacheControl:
         self.count = 0
         self.warnings = warnings
 
-    def get(self, options: Any, where: str, *, can_cache: bool = True) -> Any:
+    def get(self, options: object, where: str, *, can_cache: bool = True) -> JsonValue:
         meta = _anthropic(options)
-        value = meta.get("cacheControl") or meta.get("cache_control")
+        value: JsonValue = meta.get("cacheControl") or meta.get("cache_control")
         if not value:
             return None
         if not can_cache:
@@ -88,7 +96,7 @@ class CacheControl:
         return value
 
 
-def _cached(block: dict[str, Any], cache: Any) -> dict[str, Any]:
+def _cached(block: JsonObject, cache: JsonValue) -> JsonObject:
     if cache:
         block["cache_control"] = cache
     return block
@@ -112,13 +120,13 @@ def anthropic_messages(
     cache: CacheControl | None = None,
     send_reasoning: bool = True,
     betas: set[str] | None = None,
-) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]]]:
+) -> tuple[list[JsonObject] | None, list[AnthropicMessage]]:
     """``(system, messages)`` for a prompt; ``system`` is None when the prompt has none."""
     warnings = [] if warnings is None else warnings
     cache = CacheControl(warnings) if cache is None else cache
     betas = set() if betas is None else betas
-    system: list[dict[str, Any]] | None = None
-    messages: list[dict[str, Any]] = []
+    system: list[JsonObject] | None = None
+    messages: list[AnthropicMessage] = []
     groups = _groups(prompt)
     for i, (kind, group) in enumerate(groups):
         if kind == "system":
@@ -128,6 +136,7 @@ def anthropic_messages(
                     cache.get(m.get("providerOptions"), "system message"),
                 )
                 for m in group
+                if m["role"] == "system"  # all of the group: narrows the type
             ]
             if i == 0 or system is None:
                 system = content
@@ -147,8 +156,8 @@ def anthropic_messages(
 
 def _user_content(
     group: list[PromptMessage], cache: CacheControl, warnings: list[CallWarning], betas: set[str]
-) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+) -> list[JsonObject]:
+    out: list[JsonObject] = []
     for message in group:
         if message["role"] == "tool":
             results = message["content"]
@@ -161,8 +170,8 @@ def _user_content(
     return out
 
 
-def _user_blocks(message: UserMessage, cache: CacheControl, betas: set[str]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _user_blocks(message: UserMessage, cache: CacheControl, betas: set[str]) -> list[JsonObject]:
+    out: list[JsonObject] = []
     content = message["content"]
     for j, part in enumerate(content):
         last = j == len(content) - 1
@@ -176,10 +185,10 @@ def _user_blocks(message: UserMessage, cache: CacheControl, betas: set[str]) -> 
     return out
 
 
-def _file_block(part: FilePart, betas: set[str]) -> dict[str, Any]:
+def _file_block(part: FilePart, betas: set[str]) -> JsonObject:
     media_type = str(part["mediaType"])
     kind, value = file_data(part)
-    url = {"type": "url", "url": value} if kind == "url" else None
+    url: JsonObject | None = {"type": "url", "url": value} if kind == "url" else None
     if media_type.startswith("image/"):
         image = "image/jpeg" if media_type == "image/*" else media_type
         return {"type": "image", "source": url or {"type": "base64", "media_type": image, "data": value}}
@@ -192,7 +201,7 @@ def _file_block(part: FilePart, betas: set[str]) -> dict[str, Any]:
     else:
         text = base64.b64decode(value).decode("utf-8") if url is None else ""
         source = url or {"type": "text", "media_type": "text/plain", "data": text}
-    block: dict[str, Any] = {"type": "document", "source": source}
+    block: JsonObject = {"type": "document", "source": source}
     title = options.get("title") or part.get("filename")
     if title is not None:
         block["title"] = title
@@ -211,7 +220,7 @@ def _tool_result(
     cache: CacheControl,
     warnings: list[CallWarning],
     betas: set[str],
-) -> dict[str, Any]:
+) -> JsonObject:
     output: Mapping[str, Any] = part["output"]
     out_options = output.get("providerOptions")
     if out_options is None and output.get("type") == "content":
@@ -224,7 +233,7 @@ def _tool_result(
     if control is None and last:
         control = cache.get(message.get("providerOptions"), "tool result message")
     kind = output.get("type")
-    value: Any
+    value: JsonValue
     if kind == "content":
         value = [b for p in output["value"] if (b := _content_block(p, warnings, betas)) is not None]
     elif kind in ("text", "error-text"):
@@ -233,15 +242,15 @@ def _tool_result(
         value = output.get("reason") or "Tool call execution denied."
     else:
         value = compact_json(output.get("value"))
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": part["toolCallId"], "content": value}
+    block: JsonObject = {"type": "tool_result", "tool_use_id": part["toolCallId"], "content": value}
     if kind in ("error-text", "error-json"):
         block["is_error"] = True
     return _cached(block, control)
 
 
 def _content_block(
-    part: dict[str, Any], warnings: list[CallWarning], betas: set[str]
-) -> dict[str, Any] | None:
+    part: Mapping[str, Any], warnings: list[CallWarning], betas: set[str]
+) -> JsonObject | None:
     kind = part.get("type")
     if kind == "text":
         return {"type": "text", "text": part["text"]}
@@ -278,8 +287,8 @@ def _assistant_content(
     warnings: list[CallWarning],
     send_reasoning: bool,
     last_group: bool,
-) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+) -> list[JsonObject]:
+    out: list[JsonObject] = []
     mcp_ids: set[str] = set()
     for j, message in enumerate(group):
         if message["role"] != "assistant":
@@ -308,11 +317,11 @@ def _assistant_content(
     return out
 
 
-def _text_block(part: TextPart, control: Any, *, trim: bool) -> dict[str, Any]:
+def _text_block(part: TextPart, control: JsonValue, *, trim: bool) -> JsonObject:
     meta = _anthropic(part.get("providerOptions"))
     if meta.get("type") == "compaction":
         return _cached({"type": "compaction", "content": part["text"]}, control)
-    block: dict[str, Any] = {"type": "text", "text": part["text"].strip() if trim else part["text"]}
+    block: JsonObject = {"type": "text", "text": part["text"].strip() if trim else part["text"]}
     if meta.get("citations") is not None:
         block["citations"] = meta["citations"]
     return _cached(block, control)
@@ -320,7 +329,7 @@ def _text_block(part: TextPart, control: Any, *, trim: bool) -> dict[str, Any]:
 
 def _reasoning_block(
     part: ReasoningPart, cache: CacheControl, warnings: list[CallWarning], send: bool
-) -> dict[str, Any] | None:
+) -> JsonObject | None:
     if not send:
         warnings.append({"type": "other", "message": "sending reasoning content is disabled for this model"})
         return None
@@ -337,12 +346,12 @@ def _reasoning_block(
 
 
 def _tool_call_block(
-    part: ToolCallPart, control: Any, warnings: list[CallWarning], mcp_ids: set[str]
-) -> dict[str, Any] | None:
+    part: ToolCallPart, control: JsonValue, warnings: list[CallWarning], mcp_ids: set[str]
+) -> JsonObject | None:
     meta = _anthropic(part.get("providerOptions"))
     call_id, name, args = part["toolCallId"], part["toolName"], part.get("input")
     if not part.get("providerExecuted"):
-        block: dict[str, Any] = {"type": "tool_use", "id": call_id, "name": name, "input": args}
+        block: JsonObject = {"type": "tool_use", "id": call_id, "name": name, "input": args}
         caller = meta.get("caller")
         if isinstance(caller, Mapping):
             if caller.get("type") in ("code_execution_20250825", "code_execution_20260120") and caller.get(
@@ -380,13 +389,13 @@ def _tool_call_block(
 
 
 def _server_result_block(
-    part: ToolResultPart, control: Any, warnings: list[CallWarning], mcp_ids: set[str]
-) -> dict[str, Any] | None:
+    part: ToolResultPart, control: JsonValue, warnings: list[CallWarning], mcp_ids: set[str]
+) -> JsonObject | None:
     """A provider-executed tool's result, sent back in the assistant message."""
     call_id, name = part["toolCallId"], part["toolName"]
     output: Mapping[str, Any] = part.get("output") or {}
     kind, value = output.get("type"), output.get("value")
-    content: Any = None
+    content: JsonValue = None
     block_type = f"{name}_tool_result"
     if call_id in mcp_ids:
         if kind in ("json", "error-json"):
@@ -421,7 +430,9 @@ def _server_result_block(
         and kind == "json"
         and isinstance(value, list)
     ):
-        references = [{"type": "tool_reference", "tool_name": r.get("toolName")} for r in value]
+        references: list[JsonValue] = [
+            {"type": "tool_reference", "tool_name": r.get("toolName")} for r in value
+        ]
         block_type = "tool_search_tool_result"
         content = {"type": "tool_search_tool_search_result", "tool_references": references}
     if content is None:
@@ -434,7 +445,7 @@ def _server_result_block(
     return _cached({"type": block_type, "tool_use_id": call_id, "content": content}, control)
 
 
-def _error_value(value: Any) -> Mapping[str, Any]:
+def _error_value(value: object) -> Mapping[str, Any]:
     if isinstance(value, str):
         try:
             parsed = json.loads(value)
@@ -444,7 +455,7 @@ def _error_value(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _web_fetch_content(value: Mapping[str, Any]) -> dict[str, Any]:
+def _web_fetch_content(value: Mapping[str, Any]) -> JsonObject:
     doc = value.get("content") or {}
     source = doc.get("source") or {}
     return {
@@ -458,7 +469,7 @@ def _web_fetch_content(value: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _code_result(kind: Any, value: Any) -> tuple[str, Any]:
+def _code_result(kind: object, value: object) -> tuple[str, JsonValue]:
     """The block type and content a code execution result goes back as."""
     if kind in ("error-text", "error-json"):
         info = _error_value(value)
@@ -488,10 +499,10 @@ def _code_result(kind: Any, value: Any) -> tuple[str, Any]:
     return "text_editor_code_execution_tool_result", dict(value)
 
 
-def _tool_use_last(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _tool_use_last(content: list[JsonObject]) -> list[JsonObject]:
     """``moveToolUseBlocksToEnd``: within each stretch between thinking blocks, tool_use last."""
-    result: list[dict[str, Any]] = []
-    segment: list[dict[str, Any]] = []
+    result: list[JsonObject] = []
+    segment: list[JsonObject] = []
 
     def flush() -> None:
         result.extend(b for b in segment if b["type"] != "tool_use")

@@ -11,7 +11,7 @@ v3 usage and ``providerMetadata.anthropic`` as the AI SDK reports them.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from runstream._ids import new_id
 from runstream._json import JsonObject, JsonValue
@@ -48,6 +48,14 @@ _SERVER_TOOLS = (
     "bash_code_execution",
 )
 _CODE_TOOLS = ("text_editor_code_execution", "bash_code_execution")
+
+
+class CitationDocument(TypedDict):
+    """A prompt document with citations enabled, as document citations index it."""
+
+    title: str | None  # a fetched web page's may be missing
+    mediaType: str | None
+    filename: NotRequired[str]
 
 
 class _Block:
@@ -95,7 +103,7 @@ class AnthropicMapper:
         "done",
     )
 
-    def __init__(self, documents: list[dict[str, Any]] | None = None, *, json_tool: bool = False) -> None:
+    def __init__(self, documents: list[CitationDocument] | None = None, *, json_tool: bool = False) -> None:
         self.done = False
         self._json = json_tool  # structured output through the "json" tool (models without output_config)
         self._json_used = False
@@ -430,7 +438,7 @@ def pick(source: Any, **names: str) -> dict[str, Any]:
 
 
 def _tool_result(
-    kind: Any, part: dict[str, Any], documents: list[dict[str, Any]], mcp: dict[str, _Block]
+    kind: Any, part: dict[str, Any], documents: list[CitationDocument], mcp: dict[str, _Block]
 ) -> list[StreamPart]:
     """A server tool's result block as a provider-executed ``tool-result`` (plus its sources)."""
     call_id = part.get("tool_use_id")

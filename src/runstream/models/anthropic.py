@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 from typing_extensions import Unpack
 
+from runstream._json import JsonValue
 from runstream.models._anthropic_prompt import CacheControl, anthropic_messages
-from runstream.models._anthropic_stream import AnthropicMapper
+from runstream.models._anthropic_stream import AnthropicMapper, CitationDocument
 from runstream.models._common import (
     AbortScope,
     ClientOptions,
@@ -34,7 +35,7 @@ from runstream.models._common import (
     vendor_message,
     without_sdk_retries,
 )
-from runstream.models.base import ModelCallError, ModelRequest, ModelStream
+from runstream.models.base import FunctionToolSpec, ModelCallError, ModelRequest, ModelStream
 from runstream.models.parts import CallWarning
 
 if TYPE_CHECKING:
@@ -158,7 +159,7 @@ class AnthropicModel(ProviderModel["AsyncAnthropic"]):
         )
         return ModelStream(parts, request={"body": body}, response={"headers": dict(source.response.headers)})
 
-    def _json_tool(self, request: ModelRequest) -> dict[str, Any] | None:
+    def _json_tool(self, request: ModelRequest) -> FunctionToolSpec | None:
         """The AI SDK's ``json`` tool, for structured output from a model without ``output_config``."""
         fmt = request.response_format
         if fmt is None or fmt.get("type") != "json" or fmt.get("schema") is None:
@@ -250,11 +251,19 @@ class AnthropicModel(ProviderModel["AsyncAnthropic"]):
 _SETTING = {"temperature": "temperature", "top_k": "topK", "top_p": "topP"}
 
 
-def _thinking(value: Any, warnings: list[CallWarning]) -> dict[str, Any] | None:
+class _Thinking(TypedDict):
+    """The body's ``thinking``."""
+
+    type: Literal["enabled", "adaptive", "disabled"]
+    budget_tokens: NotRequired[int]
+    display: NotRequired[JsonValue]
+
+
+def _thinking(value: object, warnings: list[CallWarning]) -> _Thinking | None:
     """``providerOptions.anthropic.thinking`` (``budgetTokens`` or the vendor's ``budget_tokens``)."""
     if not isinstance(value, Mapping) or value.get("type") not in ("enabled", "adaptive", "disabled"):
         return None
-    thinking: dict[str, Any] = {"type": value["type"]}
+    thinking: _Thinking = {"type": value["type"]}
     budget = value.get("budgetTokens", value.get("budget_tokens"))
     if value["type"] == "enabled":
         if budget is None:
@@ -299,7 +308,7 @@ def _tools(
     cache: CacheControl,
     betas: set[str],
     structured: bool,
-    json_tool: dict[str, Any] | None = None,
+    json_tool: FunctionToolSpec | None = None,
 ) -> None:
     """``tools`` and ``tool_choice`` as the AI SDK's ``prepareTools`` makes them (with the ``json``
     tool: that tool required, no parallel calls)."""
@@ -344,9 +353,9 @@ def _tools(
     body["tool_choice"] = tool_choice
 
 
-def _citation_documents(request: ModelRequest) -> list[dict[str, Any]]:
+def _citation_documents(request: ModelRequest) -> list[CitationDocument]:
     """The prompt's user documents with citations enabled, which document citations index."""
-    documents = []
+    documents: list[CitationDocument] = []
     for message in request.prompt:
         if message["role"] != "user":
             continue
@@ -356,7 +365,10 @@ def _citation_documents(request: ModelRequest) -> list[dict[str, Any]]:
             options = (part.get("providerOptions") or {}).get("anthropic") or {}
             if (options.get("citations") or {}).get("enabled"):
                 filename = part.get("filename")
-                doc = {"title": filename or "Untitled Document", "mediaType": part["mediaType"]}
+                doc: CitationDocument = {
+                    "title": filename or "Untitled Document",
+                    "mediaType": part["mediaType"],
+                }
                 if filename is not None:
                     doc["filename"] = filename
                 documents.append(doc)
