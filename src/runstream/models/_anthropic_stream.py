@@ -58,6 +58,44 @@ class CitationDocument(TypedDict):
     filename: NotRequired[str]
 
 
+class _Iteration(TypedDict):
+    """One entry of the vendor's ``usage.iterations``."""
+
+    type: str
+    model: NotRequired[str | None]
+    input_tokens: NotRequired[int | None]
+    output_tokens: NotRequired[int | None]
+    cache_creation_input_tokens: NotRequired[int | None]
+    cache_read_input_tokens: NotRequired[int | None]
+
+
+class _Skill(TypedDict):
+    type: str
+    skill_id: str
+    version: str
+
+
+class _Container(TypedDict):
+    """The vendor's ``container`` (code execution's, with the skills it loaded)."""
+
+    id: str
+    expires_at: str
+    skills: NotRequired[list[_Skill] | None]
+
+
+class _AppliedEdit(TypedDict):
+    type: str
+    cleared_tool_uses: NotRequired[int]
+    cleared_thinking_turns: NotRequired[int]
+    cleared_input_tokens: NotRequired[int]
+
+
+class _ContextManagement(TypedDict):
+    """The vendor's ``context_management`` of a ``message_delta``."""
+
+    applied_edits: NotRequired[list[_AppliedEdit] | None]
+
+
 class _Block:
     """One open content block: text, reasoning or a tool call being streamed."""
 
@@ -429,7 +467,7 @@ def _mcp_call(part: dict[str, Any], calls: dict[str, _Block]) -> ToolCallPart:
     }
 
 
-def pick(source: Any, **names: str) -> dict[str, Any]:
+def pick(source: object, **names: str) -> JsonObject:
     """``{out: source[in]}`` for the keys ``source`` has: JSON drops what JavaScript leaves
     ``undefined``, so a key the vendor did not send stays out (an explicit null stays)."""
     if not isinstance(source, dict):
@@ -555,7 +593,7 @@ def _v3_usage(usage: dict[str, Any], raw: dict[str, Any] | None) -> UsageV3:
     }
 
 
-def _iteration(it: dict[str, Any]) -> JsonObject:
+def _iteration(it: _Iteration) -> JsonObject:
     out: JsonObject = {"type": it.get("type")}
     if it.get("model") is not None:
         out["model"] = it["model"]
@@ -582,7 +620,7 @@ def _stop_details(details: Any) -> JsonObject | None:
     return out
 
 
-def _container(container: dict[str, Any]) -> JsonObject:
+def _container(container: _Container) -> JsonObject:
     skills = container.get("skills")
     return {
         "expiresAt": container.get("expires_at"),
@@ -595,7 +633,7 @@ def _container(container: dict[str, Any]) -> JsonObject:
     }
 
 
-def _context_management(value: dict[str, Any]) -> JsonObject:
+def _context_management(value: _ContextManagement) -> JsonObject:
     edits: list[JsonValue] = []
     for edit in value.get("applied_edits") or ():
         kind = edit.get("type")
