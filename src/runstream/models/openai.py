@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
 
+from runstream._json import JsonObject, JsonValue
 from runstream.errors import InvalidInputError
 from runstream.models._common import (
     AbortScope,
@@ -326,12 +327,12 @@ class OpenAIChatModel(_OpenAIModel):
 
 def chat_messages(
     prompt: list[PromptMessage], system_role: str, *, reasoning: bool = False
-) -> list[dict[str, Any]]:
+) -> list[JsonValue]:
     """An AI SDK prompt as Chat Completions ``messages``, serialised as the AI SDK does
     (``JSON.stringify``'s compact JSON). With ``reasoning`` (OpenAI-compatible servers, as
     ``@ai-sdk/openai-compatible``) an assistant turn's reasoning goes back as ``reasoning_content``;
     OpenAI itself takes none."""
-    messages: list[dict[str, Any]] = []
+    messages: list[JsonValue] = []
     for message in prompt:
         if message["role"] == "system":
             messages.append({"role": system_role, "content": message["content"]})
@@ -361,10 +362,10 @@ def _compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def _chat_assistant(content: list[AssistantPart], reasoning: bool) -> dict[str, Any]:
+def _chat_assistant(content: list[AssistantPart], reasoning: bool) -> JsonObject:
     text = "".join(part["text"] for part in content if part["type"] == "text")
     thought = "".join(part.get("text") or "" for part in content if part["type"] == "reasoning")
-    calls = [
+    calls: list[JsonValue] = [
         {
             "id": part["toolCallId"],
             "type": "function",
@@ -373,7 +374,7 @@ def _chat_assistant(content: list[AssistantPart], reasoning: bool) -> dict[str, 
         for part in content
         if part["type"] == "tool-call" and not part.get("providerExecuted")
     ]
-    message: dict[str, Any] = {"role": "assistant", "content": (text or None) if calls else text}
+    message: JsonObject = {"role": "assistant", "content": (text or None) if calls else text}
     if reasoning and thought:
         message["reasoning_content"] = thought
     if calls:
@@ -394,7 +395,7 @@ def _chat_tool_output(output: ToolResultOutput) -> str:
 _AUDIO_FORMATS = {"audio/wav": "wav", "audio/mpeg": "mp3", "audio/mp3": "mp3"}
 
 
-def _chat_user_part(part: UserPart) -> dict[str, Any]:
+def _chat_user_part(part: UserPart) -> JsonObject:
     if part["type"] == "text":
         return {"type": "text", "text": part["text"]}
     media_type = str(part["mediaType"])
@@ -584,7 +585,7 @@ class _ChatMapper:
             parts.append({"type": "reasoning-end", "id": "reasoning-0"})
 
 
-def _chat_usage(usage: Any) -> tuple[UsageV3, dict[str, Any]]:
+def _chat_usage(usage: Any) -> tuple[UsageV3, JsonObject]:
     """v3 usage (the AI SDK's ``convertOpenAICompatibleChatUsage``) and the provider metadata counts."""
     if usage is None:
         empty: InputTokensV3 = {"total": None, "noCache": None, "cacheRead": None, "cacheWrite": None}
@@ -599,7 +600,7 @@ def _chat_usage(usage: Any) -> tuple[UsageV3, dict[str, Any]]:
         "outputTokens": {"total": completion, "text": completion - reasoning, "reasoning": reasoning},
         "raw": usage.to_dict(),
     }
-    metadata: dict[str, Any] = {}
+    metadata: JsonObject = {}
     if details is not None and details.accepted_prediction_tokens is not None:
         metadata["acceptedPredictionTokens"] = details.accepted_prediction_tokens
     if details is not None and details.rejected_prediction_tokens is not None:
