@@ -2,10 +2,10 @@
 scoring, ``POST /api/observability/traces/score``).
 
 The target is a span (the trace's root when none is named). Its scorer input is read from the
-span store, not written anew: a span's own ``input``/``output`` when it has them (model and tool
-spans, with message content captured), else, for an agent run, its model calls' — the first
-one's input messages and the last one's answer, what the run was asked and what it said. The
-run's span itself stores no copy, so scoring costs the hot path nothing.
+span store, not written anew: for an agent run, its model calls' — the first one's input messages
+and the last one's answer, what the run was asked and what it said (the run span's own input is
+only the turn's new messages, and a turn that only started a tool has no answer text of its own);
+for any other span (model, tool), its own ``input``/``output``, with message content captured.
 """
 
 from __future__ import annotations
@@ -32,15 +32,15 @@ def target_span(spans: Sequence[Span], span_id: str | None) -> Span | None:
 def score_input(spans: Sequence[Span], target: Span) -> ScoreInput | None:
     """The target's input messages and output text; ``None`` when the store kept no output for
     it (message content is captured only on request, see docs/otel.md)."""
-    input_value, output_value = target.get("input"), target.get("output")
-    if output_value is None:
-        calls = [
-            span
-            for span in spans
-            if span["parentSpanId"] == target["spanId"] and span["spanType"] == "model_generation"
-        ]
-        if calls:
-            input_value, output_value = calls[0].get("input"), calls[-1].get("output")
+    calls = [
+        span
+        for span in spans
+        if span["parentSpanId"] == target["spanId"] and span["spanType"] == "model_generation"
+    ]
+    if calls:  # a run: what its first model call was asked, and its last call's answer
+        input_value, output_value = calls[0].get("input"), calls[-1].get("output")
+    else:
+        input_value, output_value = target.get("input"), target.get("output")
     if output_value is None:
         return None
     return ScoreInput(text=_text(output_value), messages=_messages(input_value), iteration=1)
