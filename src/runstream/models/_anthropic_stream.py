@@ -69,6 +69,21 @@ class _Iteration(TypedDict):
     cache_read_input_tokens: NotRequired[int | None]
 
 
+class _OutputDetails(TypedDict, total=False):
+    thinking_tokens: int | None
+
+
+class _Usage(TypedDict, total=False):
+    """The vendor's ``usage`` (``message_start``, then each ``message_delta``), as read."""
+
+    input_tokens: int | None
+    output_tokens: int | None
+    cache_creation_input_tokens: int | None
+    cache_read_input_tokens: int | None
+    output_tokens_details: _OutputDetails | None
+    iterations: list[_Iteration] | None
+
+
 class _Skill(TypedDict):
     type: str
     skill_id: str
@@ -94,6 +109,55 @@ class _ContextManagement(TypedDict):
     """The vendor's ``context_management`` of a ``message_delta``."""
 
     applied_edits: NotRequired[list[_AppliedEdit] | None]
+
+
+class _StopDelta(TypedDict, total=False):
+    """A ``message_delta``'s ``delta``."""
+
+    stop_reason: str | None
+    stop_sequence: str | None
+    stop_details: JsonValue
+    container: _Container | None
+
+
+class _MessageDelta(TypedDict, total=False):
+    """A ``message_delta`` event (its usage read through :class:`_Usage`, kept as JSON too)."""
+
+    delta: _StopDelta
+    usage: _Usage | None
+    context_management: _ContextManagement | None
+
+
+class _Caller(TypedDict, total=False):
+    type: str
+    tool_id: str
+
+
+class _ContentBlock(TypedDict, total=False):
+    """A ``content_block_start``'s block (or a pre-filled one of ``message_start``): the keys
+    the mapper reads from text, thinking, tool use and server tool result blocks."""
+
+    type: str
+    id: str
+    name: str
+    input: JsonValue
+    caller: _Caller | None
+    data: str
+    server_name: str
+    tool_use_id: str
+    content: JsonValue
+    is_error: bool | None
+
+
+class _Message(TypedDict, total=False):
+    """``message_start``'s message."""
+
+    id: str
+    model: str
+    usage: _Usage | None
+    container: _Container | None
+    stop_reason: str | None
+    content: list[_ContentBlock] | None
 
 
 class _Block:
@@ -147,13 +211,14 @@ class AnthropicMapper:
         self._json_used = False
         self._blocks: dict[int, _Block] = {}
         self._kind: str | None = None  # the type of the block being streamed
-        self._usage: dict[str, Any] = {
+        self._usage: _Usage = {
             "input_tokens": 0,
             "output_tokens": 0,
             "cache_creation_input_tokens": 0,
             "cache_read_input_tokens": 0,
         }
-        self._raw_usage: dict[str, Any] | None = None
+        self._raw_usage: JsonObject | None = None
+        """The vendor's usage as it came (every key, for ``providerMetadata``)."""
         self._cache_write: int | None = None
         self._stop_sequence: str | None = None
         self._stop_details: JsonObject | None = None
@@ -174,22 +239,25 @@ class AnthropicMapper:
             block = self._blocks.pop(event.index, None)
             return [] if block is None else self._block_stop(block)
         if kind == "message_start":
-            return self._message_start(event.message.to_dict())
+            message = event.message.to_dict()
+            return self._message_start(message, message.get("usage") or {})
         if kind == "message_delta":
-            self._message_delta(event.to_dict())
+            delta = event.to_dict()
+            self._message_delta(delta, delta.get("usage") or {})
         elif kind == "message_stop":
             self.done = True
         return []
 
     # -- message events ------------------------------------------------------------------------
 
-    def _message_start(self, message: dict[str, Any]) -> list[StreamPart]:
+    def _message_start(self, message: _Message, raw_json: JsonObject) -> list[StreamPart]:
+        """``raw_json``: the message's usage as JSON (all of it goes into ``providerMetadata``)."""
         raw = message.get("usage") or {}
         usage = self._usage
         usage["input_tokens"] = raw.get("input_tokens") or 0
         usage["cache_read_input_tokens"] = raw.get("cache_read_input_tokens") or 0
         usage["cache_creation_input_tokens"] = raw.get("cache_creation_input_tokens") or 0
-        self._raw_usage = dict(raw)
+        self._raw_usage = dict(raw_json)
         self._cache_write = raw.get("cache_creation_input_tokens")
         container = message.get("container")
         if container is not None:
@@ -216,15 +284,19 @@ class AnthropicMapper:
                 ]
         return parts
 
-    def _message_delta(self, event: dict[str, Any]) -> None:
+    def _message_delta(self, event: _MessageDelta, raw_json: JsonObject) -> None:
+        """``raw_json``: the event's usage as JSON (merged into the kept raw usage)."""
         raw = event.get("usage") or {}
         usage = self._usage
         if raw.get("input_tokens") is not None:
             usage["input_tokens"] = raw["input_tokens"]
         usage["output_tokens"] = raw.get("output_tokens") or 0
-        for key in ("output_tokens_details", "cache_read_input_tokens", "iterations"):
-            if raw.get(key) is not None:
-                usage[key] = raw[key]
+        if raw.get("output_tokens_details") is not None:
+            usage["output_tokens_details"] = raw["output_tokens_details"]
+        if raw.get("cache_read_input_tokens") is not None:
+            usage["cache_read_input_tokens"] = raw["cache_read_input_tokens"]
+        if raw.get("iterations") is not None:
+            usage["iterations"] = raw["iterations"]
         if raw.get("cache_creation_input_tokens") is not None:
             usage["cache_creation_input_tokens"] = self._cache_write = raw["cache_creation_input_tokens"]
         delta = event.get("delta") or {}
@@ -234,9 +306,10 @@ class AnthropicMapper:
         self._stop_details = _stop_details(delta.get("stop_details"))
         container = delta.get("container")
         self._container = None if container is None else _container(container)
-        if event.get("context_management"):
-            self._context = _context_management(event["context_management"])
-        self._raw_usage = {**(self._raw_usage or {}), **raw}
+        context = event.get("context_management")
+        if context:
+            self._context = _context_management(context)
+        self._raw_usage = {**(self._raw_usage or {}), **raw_json}
 
     def end(self) -> FinishPart | None:
         """The finish part (after ``message_stop``), or None when the stream was cut."""
@@ -263,7 +336,7 @@ class AnthropicMapper:
 
     # -- content blocks ------------------------------------------------------------------------
 
-    def _block_start(self, index: int, part: dict[str, Any]) -> list[StreamPart]:
+    def _block_start(self, index: int, part: _ContentBlock) -> list[StreamPart]:
         kind = part.get("type")
         self._kind = kind
         if kind == "text" and self._json:
@@ -293,7 +366,7 @@ class AnthropicMapper:
             return [_mcp_call(part, self._mcp)]
         return _tool_result(kind, part, self._documents, self._mcp)
 
-    def _tool_start(self, index: int, part: dict[str, Any]) -> list[StreamPart]:
+    def _tool_start(self, index: int, part: _ContentBlock) -> list[StreamPart]:
         block = self._blocks[index] = _Block("tool", part["id"])
         block.name = part["name"]
         block.input = _initial_input(part.get("input"))
@@ -305,7 +378,7 @@ class AnthropicMapper:
             }
         return [{"type": "tool-input-start", "id": block.id, "toolName": block.name}]
 
-    def _server_tool_start(self, index: int, part: dict[str, Any]) -> list[StreamPart]:
+    def _server_tool_start(self, index: int, part: _ContentBlock) -> list[StreamPart]:
         name = part.get("name", "")
         block = _Block("tool", part["id"])
         block.server = True
@@ -394,7 +467,7 @@ class AnthropicMapper:
         block.first = False
         return [{"type": "tool-input-delta", "id": block.id, "delta": text}]
 
-    def _citation(self, index: int, citation: dict[str, Any]) -> list[StreamPart]:
+    def _citation(self, index: int, citation: JsonObject) -> list[StreamPart]:
         block = self._blocks.get(index)
         kind = citation.get("type")
         if block is not None and block.kind == "text" and kind == "web_search_result_location":
@@ -422,7 +495,7 @@ class AnthropicMapper:
                 startCharIndex="start_char_index",
                 endCharIndex="end_char_index",
             )
-        title = citation.get("document_title") or doc.get("title")
+        title = _text(citation.get("document_title")) or doc.get("title")
         document: SourcePart = {"type": "source", "sourceType": "document", "id": new_id()}
         document["mediaType"] = doc.get("mediaType")
         document["title"] = title
@@ -432,7 +505,7 @@ class AnthropicMapper:
         return [document]
 
 
-def _initial_input(value: Any) -> str:
+def _initial_input(value: JsonValue) -> str:
     if isinstance(value, dict) and value:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     return ""
@@ -451,7 +524,7 @@ def _programmatic(text: str) -> str:
     return text
 
 
-def _mcp_call(part: dict[str, Any], calls: dict[str, _Block]) -> ToolCallPart:
+def _mcp_call(part: _ContentBlock, calls: dict[str, _Block]) -> ToolCallPart:
     meta = {"anthropic": {"type": "mcp-tool-use", "serverName": part.get("server_name")}}
     block = _Block("mcp", part["id"])
     block.name, block.meta = part.get("name", ""), meta
@@ -476,21 +549,24 @@ def pick(source: object, **names: str) -> JsonObject:
 
 
 def _tool_result(
-    kind: Any, part: dict[str, Any], documents: list[CitationDocument], mcp: dict[str, _Block]
+    kind: str | None, part: _ContentBlock, documents: list[CitationDocument], mcp: dict[str, _Block]
 ) -> list[StreamPart]:
     """A server tool's result block as a provider-executed ``tool-result`` (plus its sources)."""
-    call_id = part.get("tool_use_id")
+    call_id = part.get("tool_use_id") or ""
     content = part.get("content")
     if kind == "web_search_tool_result":
         return _web_search_result(call_id, content)
     if kind == "web_fetch_tool_result" and isinstance(content, dict):
         if content.get("type") == "web_fetch_result":
-            doc = content.get("content") or {}
-            source = doc.get("source") or {}
+            doc = _object(content.get("content"))
+            source = _object(doc.get("source"))
             documents.append(
-                {"title": doc.get("title") or content.get("url"), "mediaType": source.get("media_type")}
+                {
+                    "title": _text(doc.get("title")) or _text(content.get("url")),
+                    "mediaType": _text(source.get("media_type")),
+                }
             )
-            result = {
+            result: JsonObject = {
                 "type": "web_fetch_result",
                 **pick(content, url="url", retrievedAt="retrieved_at"),
                 "content": {
@@ -508,7 +584,7 @@ def _tool_result(
     if kind in ("bash_code_execution_tool_result", "text_editor_code_execution_tool_result"):
         return [_result(call_id, "code_execution", content)]
     if kind == "mcp_tool_result":
-        call = mcp.pop(str(call_id), None)
+        call = mcp.pop(call_id, None)
         mcp_result = _result(call_id, call.name if call else "", content, is_error=bool(part.get("is_error")))
         mcp_result["dynamic"] = True
         if call is not None and call.meta is not None:
@@ -517,39 +593,50 @@ def _tool_result(
     return []
 
 
-def _web_search_result(call_id: Any, content: Any) -> list[StreamPart]:
+def _web_search_result(call_id: str, content: JsonValue) -> list[StreamPart]:
     if not isinstance(content, list):
         error = {"type": "web_search_tool_result_error", **pick(content, errorCode="error_code")}
         return [_result(call_id, "web_search", error, is_error=True)]
-    results = [
+    items = [_object(item) for item in content]
+    results: list[JsonValue] = [
         {
             **pick(item, url="url", title="title"),
             "pageAge": item.get("page_age"),
             **pick(item, encryptedContent="encrypted_content", type="type"),
         }
-        for item in content
+        for item in items
     ]
     parts: list[StreamPart] = [_result(call_id, "web_search", results)]
-    parts += (_url_source(item, {"anthropic": {"pageAge": item.get("page_age")}}) for item in content)
+    parts += (_url_source(item, {"anthropic": {"pageAge": item.get("page_age")}}) for item in items)
     return parts
 
 
-def _url_source(found: dict[str, Any], metadata: ProviderMetadata) -> SourcePart:
+def _object(value: JsonValue) -> JsonObject:
+    """A vendor JSON value read as an object (``{}`` for a missing one)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: JsonValue) -> str | None:
+    """A vendor JSON value read as a string (``None`` for a missing one)."""
+    return value if isinstance(value, str) else None
+
+
+def _url_source(found: JsonObject, metadata: ProviderMetadata) -> SourcePart:
     """A ``url`` source with the ``url`` and ``title`` the vendor sent (a missing one stays out)."""
     source: SourcePart = {"type": "source", "sourceType": "url", "id": new_id()}
     if "url" in found:
-        source["url"] = found["url"]
+        source["url"] = _text(found["url"])
     if "title" in found:
-        source["title"] = found["title"]
+        source["title"] = _text(found["title"])
     source["providerMetadata"] = metadata
     return source
 
 
-def _code_result(call_id: Any, content: dict[str, Any]) -> list[StreamPart]:
+def _code_result(call_id: str, content: JsonObject) -> list[StreamPart]:
     kind = content.get("type")
     if kind in ("code_execution_result", "encrypted_code_execution_result"):
         out = "encrypted_stdout" if kind == "encrypted_code_execution_result" else "stdout"
-        result = {
+        result: JsonObject = {
             "type": kind,
             **pick(content, **{out: out}, stderr="stderr", return_code="return_code"),
             "content": content.get("content") or [],
@@ -561,7 +648,7 @@ def _code_result(call_id: Any, content: dict[str, Any]) -> list[StreamPart]:
     return []
 
 
-def _result(call_id: Any, name: str, result: Any, *, is_error: bool = False) -> ToolResultPart:
+def _result(call_id: str, name: str, result: JsonValue, *, is_error: bool = False) -> ToolResultPart:
     part: ToolResultPart = {"type": "tool-result", "toolCallId": call_id, "toolName": name}
     if is_error:
         part["isError"] = True
@@ -569,7 +656,7 @@ def _result(call_id: Any, name: str, result: Any, *, is_error: bool = False) -> 
     return part
 
 
-def _v3_usage(usage: dict[str, Any], raw: dict[str, Any] | None) -> UsageV3:
+def _v3_usage(usage: _Usage, raw: JsonObject | None) -> UsageV3:
     """``convertAnthropicMessagesUsage``: input totals include cache reads and writes."""
     write = usage.get("cache_creation_input_tokens") or 0
     read = usage.get("cache_read_input_tokens") or 0
@@ -606,7 +693,7 @@ def _iteration(it: _Iteration) -> JsonObject:
     return out
 
 
-def _stop_details(details: Any) -> JsonObject | None:
+def _stop_details(details: JsonValue) -> JsonObject | None:
     if not isinstance(details, dict):
         return None
     out: JsonObject = {"type": details.get("type")}

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from pydantic import SkipValidation, TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # (pydantic reads only these on Python 3.11)
 
+from runstream._json import JsonObject, JsonValue
 from runstream.chunks import TripwirePayload
 from runstream.errors import RunstreamError
 from runstream.models.base import PromptMessage
@@ -117,7 +118,7 @@ class SavedRunState(TypedDict):
 _ADAPTER: list[TypeAdapter[SavedRunState]] = []
 """The snapshot's validator, built on the first load (not when runstream is imported)."""
 
-Migration = Callable[[dict[str, Any]], dict[str, Any]]
+Migration = Callable[[JsonObject], JsonObject]
 
 
 def read_snapshot(data: Mapping[str, Any]) -> SavedRunState:
@@ -128,7 +129,7 @@ def read_snapshot(data: Mapping[str, Any]) -> SavedRunState:
             f"saved run {data.get('runId')!r} has state version {version!r}; this runstream "
             f"reads versions 1 to {STATE_VERSION} (a newer runstream wrote it?)"
         )
-    current = dict(data)
+    current: JsonObject = dict(data)
     for older in range(version, STATE_VERSION):
         current = _MIGRATIONS[older](current)
     try:
@@ -144,16 +145,23 @@ def read_snapshot(data: Mapping[str, Any]) -> SavedRunState:
         ) from None
 
 
-def _from_version_1(data: dict[str, Any]) -> dict[str, Any]:
+def _from_version_1(data: JsonObject) -> JsonObject:
     """Version 1 kept the tool step's control keys in its step record, and the record was the
-    run's last step (saved twice, no ``stepIndex``)."""
-    pending = data.get("pending")
-    if pending is None:
+    run's last step (saved twice, no ``stepIndex``). A snapshot of another shape is left as it
+    is, for the check after the migrations to name what is wrong."""
+    pending, saved_steps = data.get("pending"), data.get("steps", [])
+    if not isinstance(pending, dict) or not isinstance(saved_steps, list):
         return data
-    record = dict(pending["stepRecord"])
-    control = {"approved": record.pop("approved", []), "resumeData": record.pop("resume_data", {})}
-    steps, index = list(data.get("steps", [])), None
-    if steps and _without_control_keys(steps[-1]) == record:
+    saved_record = pending.get("stepRecord")
+    if not isinstance(saved_record, dict):
+        return data
+    record = dict(saved_record)
+    control: JsonObject = {
+        "approved": record.pop("approved", []),
+        "resumeData": record.pop("resume_data", {}),
+    }
+    steps, index = list(saved_steps), None
+    if steps and isinstance(steps[-1], dict) and _without_control_keys(steps[-1]) == record:
         steps[-1], index = record, len(steps) - 1
     return {
         **data,
@@ -166,7 +174,7 @@ def _without_control_keys(record: Mapping[str, object]) -> dict[str, object]:
     return {k: v for k, v in record.items() if k not in ("approved", "resume_data", "pendingResults")}
 
 
-_VERSION_2_DEFAULTS: dict[str, object] = {
+_VERSION_2_DEFAULTS: JsonObject = {
     "finishReason": None,
     "status": "suspended",
     "tripwire": None,
@@ -181,33 +189,43 @@ _VERSION_2_DEFAULTS: dict[str, object] = {
     "continued": None,
     "pending": None,
 }
-_PENDING_DEFAULTS: dict[str, object] = {
+_PENDING_DEFAULTS: JsonObject = {
     "approved": [],
     "resumeData": {},
     "suspendedRunIds": {},
     "stepIndex": None,
 }
-_CALL_DEFAULTS: dict[str, object] = {
+_CALL_DEFAULTS: JsonObject = {
     "argsError": None,
     "argsUnreadable": False,
     "providerMetadata": None,
     "modelInput": None,
 }
-_OUTCOME_DEFAULTS: dict[str, object] = {"providerMetadata": None, "modelOutput": None, "resumeSchema": None}
+_OUTCOME_DEFAULTS: JsonObject = {"providerMetadata": None, "modelOutput": None, "resumeSchema": None}
 
 
-def _from_version_2(data: dict[str, Any]) -> dict[str, Any]:
+def _from_version_2(data: JsonObject) -> JsonObject:
     """Version 2 gained keys over its life: a snapshot may lack the later ones (their defaults)."""
     migrated = {**_VERSION_2_DEFAULTS, **data}
     pending = migrated["pending"]
-    if pending is not None:
+    if isinstance(pending, dict):
+        calls, done = pending.get("calls", []), pending.get("done", {})
         migrated["pending"] = {
             **_PENDING_DEFAULTS,
             **pending,
-            "calls": [{**_CALL_DEFAULTS, **call} for call in pending.get("calls", [])],
-            "done": {key: {**_OUTCOME_DEFAULTS, **done} for key, done in pending.get("done", {}).items()},
+            "calls": [_with_defaults(_CALL_DEFAULTS, call) for call in calls]
+            if isinstance(calls, list)
+            else calls,
+            "done": {key: _with_defaults(_OUTCOME_DEFAULTS, value) for key, value in done.items()}
+            if isinstance(done, dict)
+            else done,
         }
     return migrated
+
+
+def _with_defaults(defaults: JsonObject, value: JsonValue) -> JsonValue:
+    """``value`` with the keys it lacks from ``defaults`` (a value that is no object as it is)."""
+    return {**defaults, **value} if isinstance(value, dict) else value
 
 
 _MIGRATIONS: dict[int, Migration] = {1: _from_version_1, 2: _from_version_2}
