@@ -50,7 +50,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     ("runstream.memory",),
     # one run: its data, the loop, its output (``runstream.output`` is its public path); checks on runs
-    ("runstream.run", "runstream.output", "runstream.scoring", "runstream.goals", "runstream.console"),
+    (
+        "runstream.run",
+        "runstream.output",
+        "runstream.scoring",
+        "runstream.background_scoring",
+        "runstream.goals",
+        "runstream.console",
+    ),
     ("runstream.tasks",),
     ("runstream.agent", "runstream.trust", "runstream.agui"),
     ("runstream.workflows", "runstream.durable"),

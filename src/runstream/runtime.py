@@ -12,6 +12,7 @@ from runstream.agent import Agent
 from runstream.agent._durable_api import RecoveredRuns
 from runstream.agent._services import DurableRunner, RuntimeServices, Toolset
 from runstream.api_routes import ApiRoute, check_api_routes
+from runstream.background_scoring import ScoringRunner
 from runstream.errors import ConfigurationError, NotFoundError
 from runstream.observability.store import SpanStore
 from runstream.scoring import Scorer
@@ -53,6 +54,7 @@ class Runstream:
         observability: SpanStore | None = None,
         api_routes: Iterable[ApiRoute] = (),
         scorers: Iterable[Scorer] = (),
+        scoring: ScoringRunner | None = None,
     ) -> None:
         self.storage: Storage = storage if storage is not None else InMemoryStorage()
         self.vectors: dict[str, VectorStore] = dict(vectors or {})
@@ -73,6 +75,9 @@ class Runstream:
             if scorer.id in self.scorers:
                 raise ConfigurationError(f"a scorer with id {scorer.id!r} is already registered")
             self.scorers[scorer.id] = scorer
+        self.scoring = scoring if scoring is not None else ScoringRunner()
+        """Where scorers run off the caller's path (trace scoring, agents' ``scorers``): bounded
+        concurrency and queue (``ScoringRunner(concurrency=4, max_pending=256)``); closed first."""
         config = BackgroundTaskConfig.coerce(background_tasks)
         if task_manager is None and config is not None and config.mode == "producer":
             raise ConfigurationError(
@@ -176,6 +181,7 @@ class Runstream:
             await toolset.start()
 
     async def close(self) -> None:
+        await self.scoring.close()  # before the stores its jobs write to
         for recovery in self.recoveries:
             recovery.cancel()
         await asyncio.gather(*self.recoveries, return_exceptions=True)

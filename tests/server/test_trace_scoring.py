@@ -1,11 +1,15 @@
 """Registered scorers (``Runstream(scorers=...)``): listed at ``/api/scores/scorers`` in Mastra's
 entries, and run over a stored trace by ``POST /api/observability/traces/score`` (what Studio's
-"Score trace" sends); the score is listed with the trace's and its span's scores. On SQLite and
-PostgreSQL span stores; another resource's trace is a 404 like a missing one."""
+"Score trace" sends): the request checks the body and targets and answers at once, the scorer
+runs in the runtime's background scoring runner, and the score is listed with the trace's and its
+span's scores. On SQLite and PostgreSQL span stores; another resource's trace is a 404 like a
+missing one; a failing scorer leaves a log record and no score; a full runner answers 429."""
 
 from __future__ import annotations
 
 import asyncio
+import math
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +18,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from runstream import _tracing as tracing
+from runstream.background_scoring import ScoringRunner
 from runstream.models.base import PromptMessage
 from runstream.observability import PostgresSpanStore, SpanStore
 from runstream.scoring import ScoreInput, Scorer
@@ -43,6 +48,28 @@ def broken(data: ScoreInput) -> tuple[float, str]:
     raise RuntimeError("judge unreachable")
 
 
+def not_a_number(data: ScoreInput) -> tuple[float, str]:
+    return math.nan, "lost count"
+
+
+GATE = threading.Event()
+"""What the ``slow`` scorer waits for (off the server's event loop)."""
+STARTED = threading.Event()
+
+
+async def slow(data: ScoreInput) -> tuple[float, str]:
+    STARTED.set()
+    await asyncio.to_thread(GATE.wait, 30)
+    return 0.5, "took its time"
+
+
+def settle(s: Secured) -> None:
+    """Wait until the server's background scorer runs have ended."""
+    runner = s.context.runstream.scoring
+    if runner._loop is not None:
+        asyncio.run_coroutine_threadsafe(runner.join(), runner._loop).result(30)
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def scored(request: pytest.FixtureRequest, tmp_path: Path, spans: InMemorySpanExporter) -> Iterator[Secured]:
     """A served runtime with registered scorers and a span store keeping message content."""
@@ -50,7 +77,12 @@ def scored(request: pytest.FixtureRequest, tmp_path: Path, spans: InMemorySpanEx
     runtime.scorers = {
         "echo": Scorer(id="echo", score=echo, name="Echo", description="Quotes the run"),
         "broken": Scorer(id="broken", score=broken),
+        "nan": Scorer(id="nan", score=not_a_number),
+        "slow": Scorer(id="slow", score=slow),
     }
+    runtime.scoring = ScoringRunner(concurrency=1, max_pending=2)
+    GATE.clear()
+    STARTED.clear()
     if request.param == "postgres":
         require_postgres(unreachable_reason())
         store: SpanStore = PostgresSpanStore(POSTGRES_URL, schema=f"scoring_test_{uuid.uuid4().hex}")
@@ -62,6 +94,7 @@ def scored(request: pytest.FixtureRequest, tmp_path: Path, spans: InMemorySpanEx
         with serve_secured(runtime) as server:
             yield server
     finally:
+        GATE.set()  # a slow scorer left waiting ends with the server
         tracing.configure(capture_content=None)
         if isinstance(store, PostgresSpanStore):
             asyncio.run(drop_schema(store.schema))
@@ -69,7 +102,7 @@ def scored(request: pytest.FixtureRequest, tmp_path: Path, spans: InMemorySpanEx
 
 def test_registered_scorers_are_listed_as_mastra_entries(scored: Secured) -> None:
     listed = scored.a.get("/api/scores/scorers").json()
-    assert sorted(listed) == ["broken", "echo"]
+    assert sorted(listed) == ["broken", "echo", "nan", "slow"]
     config = {"id": "echo", "name": "Echo", "description": "Quotes the run"}
     assert listed["echo"] == {
         "scorer": {**config, "config": config},
@@ -91,6 +124,7 @@ def test_a_trace_scored_by_a_registered_scorer_is_listed(scored: Secured) -> Non
     answer = s.a.post(f"{OBS}/traces/score", json={"scorerName": "echo", "targets": [{"traceId": trace_id}]})
     assert answer.status_code == 200, answer.text
     assert answer.json() == {"status": "success", "message": "Scoring started for 1 trace", "traceCount": 1}
+    settle(s)
     (score,) = s.a.get(f"{OBS}/scores", params={"traceId": trace_id}).json()["scores"]
     last_answer = [span for span in spans if span["spanType"] == "model_generation"][-1]["output"]
     said = "".join(p["content"] for p in last_answer[-1]["parts"] if p["type"] == "text")
@@ -111,6 +145,7 @@ def test_a_trace_scored_by_a_registered_scorer_is_listed(scored: Secured) -> Non
     assert (
         s.a.post(f"{OBS}/traces/score", json={"scorerName": "echo", "targets": [target]}).status_code == 200
     )
+    settle(s)
     (on_tool,) = s.a.get(f"{OBS}/traces/{trace_id}/{tool['spanId']}/scores").json()["scores"]
     assert on_tool["score"] == 1.0
     # B cannot score A's trace: the 404 of a missing one; nothing was stored for it.
@@ -140,11 +175,11 @@ def test_trace_score_bodies_are_checked(scored: Secured) -> None:
             404,
             "Span with id nope",
         ),
-        ({"scorerName": "broken", "targets": one}, 422, "judge unreachable"),
     ):
         answer = s.a.post(f"{OBS}/traces/score", json=body)
         assert answer.status_code == status and words in answer.json()["error"], (body, answer.text)
     assert s.a.post(f"{OBS}/traces/score", content=b"[1]").status_code == 400
+    settle(s)
     assert s.a.get(f"{OBS}/scores", params={"traceId": trace_id}).json()["scores"] == []
 
 
@@ -155,3 +190,51 @@ def test_a_trace_without_captured_content_is_refused(scored: Secured) -> None:
         f"{OBS}/traces/score", json={"scorerName": "echo", "targets": [{"traceId": trace_id}]}
     )
     assert answer.status_code == 400 and "no stored output to score" in answer.json()["error"]
+
+
+def test_the_answer_does_not_wait_for_the_scorer(scored: Secured) -> None:
+    s = scored
+    trace_id = a_traced_run(s)
+    answer = s.a.post(f"{OBS}/traces/score", json={"scorerName": "slow", "targets": [{"traceId": trace_id}]})
+    assert answer.status_code == 200 and answer.json()["traceCount"] == 1
+    assert STARTED.wait(10) and not GATE.is_set()  # answered while the scorer is still running
+    assert s.a.get(f"{OBS}/scores", params={"traceId": trace_id}).json()["scores"] == []
+    GATE.set()
+    settle(s)
+    (score,) = s.a.get(f"{OBS}/scores", params={"traceId": trace_id}).json()["scores"]
+    assert (score["scorerId"], score["score"], score["reason"]) == ("slow", 0.5, "took its time")
+
+
+def test_a_full_scoring_runner_answers_429_and_starts_nothing(scored: Secured) -> None:
+    s = scored
+    trace_id = a_traced_run(s)
+    two = {"scorerName": "slow", "targets": [{"traceId": trace_id}] * 2}
+    assert s.a.post(f"{OBS}/traces/score", json=two).status_code == 200  # the runner's 2 places
+    assert STARTED.wait(10)
+    full = s.a.post(f"{OBS}/traces/score", json={"scorerName": "echo", "targets": [{"traceId": trace_id}]})
+    assert full.status_code == 429 and full.headers["retry-after"] == "1"
+    assert full.json() == {"error": "Scoring queue is full (2 of 2 scorer runs pending); try again later"}
+    GATE.set()
+    settle(s)
+    scores = s.a.get(f"{OBS}/scores", params={"traceId": trace_id}).json()["scores"]
+    assert [score["scorerId"] for score in scores] == ["slow", "slow"]  # the refused echo ran nowhere
+
+
+def test_a_failing_scorer_is_logged_and_stores_nothing(scored: Secured) -> None:
+    s = scored
+    trace_id = a_traced_run(s)
+    for name in ("broken", "nan"):
+        body = {"scorerName": name, "targets": [{"traceId": trace_id}]}
+        assert s.a.post(f"{OBS}/traces/score", json=body).status_code == 200
+    settle(s)
+    s.context.runstream._log_keeper.flush()
+    assert s.a.get(f"{OBS}/scores", params={"traceId": trace_id}).json()["scores"] == []
+    logs = s.a.get(f"{OBS}/logs", params={"traceId": trace_id, "level": "error"}).json()["logs"]
+    by_scorer = {log["data"]["scorerId"]: log for log in logs}
+    assert sorted(by_scorer) == ["broken", "nan"]
+    assert by_scorer["broken"]["message"] == (
+        f"Scorer 'broken' failed (traceId {trace_id}, resourceId user-a): RuntimeError: judge unreachable"
+    )
+    assert "not a finite number" in by_scorer["nan"]["message"] and trace_id in by_scorer["nan"]["message"]
+    assert {log["resourceId"] for log in logs} == {"user-a"}
+    assert s.b.get(f"{OBS}/logs", params={"traceId": trace_id}).json()["logs"] == []

@@ -3,7 +3,8 @@
 A :class:`LogKeeper` puts a queue handler on the ``runstream`` logger: a record costs the
 logging thread one ``put`` (a full queue drops it); a listener thread turns records into Mastra's
 log records and writes them. A record logged with ``extra={"runId": ...}`` (the loop and tool
-step do so) gets the run's trace, resource and thread from the span processor feeding the store.
+step do so) gets the run's trace, resource and thread from the span processor feeding the store;
+one with ``traceId``/``resourceId``/``scorerId`` (a scorer's failure) is kept under those.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from runstream.observability.records import LogRecord
 from runstream.observability.store import SpanStore, iso
 
 _LEVELS = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warn", logging.ERROR: "error"}
+
+
+_ABOUT = ("traceId", "resourceId", "scorerId")
+"""What a record not about a run may say it is about (``extra=``): a scorer's failure on a trace."""
 
 
 def level_name(levelno: int) -> str:
@@ -50,16 +55,18 @@ def log_record(record: logging.LogRecord, store: SpanStore) -> LogRecord:
     run_id = getattr(record, "runId", None)
     run_id = run_id if isinstance(run_id, str) else None
     context = store.run_context(run_id) if run_id is not None and store.run_context is not None else {}
+    trace_id, resource_id, scorer_id = (getattr(record, key, None) for key in _ABOUT)
+    data = {"logger": record.name, **({"scorerId": scorer_id} if isinstance(scorer_id, str) else {})}
     return {
         "logId": str(uuid.uuid4()),
         "timestamp": iso(datetime.fromtimestamp(record.created, UTC)),
         "level": level_name(record.levelno),
         "message": record.getMessage(),
-        "data": {"logger": record.name},
-        "traceId": context.get("traceId"),
+        "data": data,
+        "traceId": context.get("traceId") or (trace_id if isinstance(trace_id, str) else None),
         "spanId": context.get("spanId"),
         "runId": run_id,
-        "resourceId": context.get("resourceId"),
+        "resourceId": context.get("resourceId") or (resource_id if isinstance(resource_id, str) else None),
         "threadId": context.get("threadId"),
         "entityType": "agent" if context.get("entityId") else None,
         "entityId": context.get("entityId"),

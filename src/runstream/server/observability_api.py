@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import orjson
@@ -21,17 +20,19 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from runstream._json import JsonObject
+from runstream.background_scoring import Job, ScoringQueueFullError
 from runstream.observability.store import TRACE_FILTERS, TRACE_ORDER, SpanStore, TraceQuery
 from runstream.observability.trace_query import TraceQueryError, plan_trace_query
+from runstream.scoring import Scorer
 from runstream.server.auth import principal_of
 from runstream.server.context import ServerContext, json_body, json_response, query_date, query_int
 from runstream.server.errors import ApiError
 from runstream.server.limits import MAX_METADATA_BYTES, MAX_PAGE, bounded_number, check_id, parse_json
-from runstream.server.trace_scoring import score_input, score_record, target_span
+from runstream.server.trace_scoring import score_input, scoring_job, target_span
 
 MAX_PER_PAGE = 100
 MAX_SCORE_TARGETS = 20
-"""Traces one ``traces/score`` request may score (each runs the scorer once, in the request)."""
+"""Traces one ``traces/score`` request may score (each runs the scorer once, in the background)."""
 MAX_TRACE_QUERY_BYTES = 256 * 1024
 """Mastra's body limit for a trace query (413 above it)."""
 _HEAVY = frozenset({"input", "output", "attributes", "metadata", "tags", "links"})
@@ -147,13 +148,17 @@ class ObservabilityRoutes:
 
     async def _owned_trace(self, request: Request, trace_id: str) -> SpanStore:
         """The store, once the caller may see ``trace_id`` (404 naming it otherwise)."""
+        return (await self._trace_and_owner(request, trace_id))[0]
+
+    async def _trace_and_owner(self, request: Request, trace_id: str) -> tuple[SpanStore, str | None]:
+        """The store and the trace's resource, once the caller may see ``trace_id``."""
         store = self.store
         exists, owner = (
             await asyncio.to_thread(store.trace_owner, trace_id) if store is not None else (False, None)
         )
         if store is None or not exists or not principal_of(request).owns(owner):
             raise ApiError(404, f"Trace with id {trace_id} not found")
-        return store
+        return store, owner
 
     # -- traces -----------------------------------------------------------------------------------
     async def traces(self, request: Request) -> Response:
@@ -260,8 +265,10 @@ class ObservabilityRoutes:
 
     async def score_traces(self, request: Request) -> Response:
         """Mastra's ``score`` (Studio's "Score trace"): a registered scorer run over each target
-        span's input and output as stored, its score kept on the span. Mastra starts this in the
-        background; here it runs in the request, so a bad target or a failing scorer is answered."""
+        span's input and output as stored, its score kept on the span. The body, the scorer and
+        every target (found, the caller's, with a stored output) are checked here; the scorer
+        runs then go to the runtime's :class:`~runstream.background_scoring.ScoringRunner` and the
+        answer comes at once, as Mastra's (a full runner: 429, nothing started)."""
         body = await json_body(request)
         name = check_id(body.get("scorerName"), "scorerName")
         targets = body.get("targets")
@@ -272,42 +279,11 @@ class ObservabilityRoutes:
         scorer = self.ctx.runstream.scorers.get(name)
         if scorer is None:
             raise ApiError(404, f"Scorer '{name}' not found")
-        principal = principal_of(request)
-        work = []
-        for index, target in enumerate(targets):
-            if not isinstance(target, dict):
-                raise ApiError(400, f"Invalid request body: 'targets.{index}' must be an object")
-            trace_id = check_id(target.get("traceId"), f"targets.{index}.traceId")
-            span_id = target.get("spanId")
-            if span_id is not None:
-                span_id = check_id(span_id, f"targets.{index}.spanId")
-            store = self.store
-            exists, owner = (
-                await asyncio.to_thread(store.trace_owner, trace_id) if store is not None else (False, None)
-            )
-            if store is None or not exists or not principal.owns(owner):
-                raise ApiError(404, f"Trace with id {trace_id} not found")
-            spans = await asyncio.to_thread(store.get_trace, trace_id)
-            span = target_span(spans, span_id)
-            if span is None:
-                raise ApiError(404, f"Span with id {span_id} not found in trace {trace_id}")
-            data = score_input(spans, span)
-            if data is None:
-                raise ApiError(
-                    400,
-                    f"Trace {trace_id} has no stored output to score: spans keep message content "
-                    "only when it is captured (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true)",
-                )
-            work.append((store, span, data, owner))
-        for store, span, data, owner in work:
-            try:
-                result = await scorer.run(data)
-            except Exception as exc:  # the app's scorer: its failure is the answer, not a 500
-                raise ApiError(422, f"Scorer '{name}' failed: {type(exc).__name__}: {exc}") from exc
-            score = result["score"]
-            if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
-                raise ApiError(422, f"Scorer '{name}' returned a score that is not a finite number")
-            await asyncio.to_thread(store.add_signal, "score", score_record(scorer, result, span), owner)
+        jobs = [await self._score_job(request, scorer, index, target) for index, target in enumerate(targets)]
+        try:
+            self.ctx.runstream.scoring.submit(jobs)
+        except ScoringQueueFullError as exc:
+            raise ApiError(429, str(exc), headers={"Retry-After": "1"}) from None
         noun = "trace" if len(targets) == 1 else "traces"
         return json_response(
             {
@@ -316,6 +292,28 @@ class ObservabilityRoutes:
                 "traceCount": len(targets),
             }
         )
+
+    async def _score_job(self, request: Request, scorer: Scorer, index: int, target: object) -> Job:
+        """The scorer run for ``targets[index]``, once the target is checked (400/404 otherwise)."""
+        if not isinstance(target, dict):
+            raise ApiError(400, f"Invalid request body: 'targets.{index}' must be an object")
+        trace_id = check_id(target.get("traceId"), f"targets.{index}.traceId")
+        span_id = target.get("spanId")
+        if span_id is not None:
+            span_id = check_id(span_id, f"targets.{index}.spanId")
+        store, owner = await self._trace_and_owner(request, trace_id)
+        spans = await asyncio.to_thread(store.get_trace, trace_id)
+        span = target_span(spans, span_id)
+        if span is None:
+            raise ApiError(404, f"Span with id {span_id} not found in trace {trace_id}")
+        data = score_input(spans, span)
+        if data is None:
+            raise ApiError(
+                400,
+                f"Trace {trace_id} has no stored output to score: spans keep message content "
+                "only when it is captured (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true)",
+            )
+        return scoring_job(scorer, data, span, store, owner)
 
     # -- scores and feedback ----------------------------------------------------------------------
     async def scores(self, request: Request) -> Response:

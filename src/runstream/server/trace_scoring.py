@@ -1,5 +1,5 @@
 """What a registered scorer sees of a stored trace, and the score it leaves (Mastra's trace
-scoring, ``POST /api/observability/traces/score``).
+scoring, ``POST /api/observability/traces/score``), and the background job that scores it.
 
 The target is a span (the trace's root when none is named). Its scorer input is read from the
 span store, not written anew: for an agent run, its model calls' — the first one's input messages
@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from functools import partial
 
+from runstream.background_scoring import Job, score_once, uninterrupted
 from runstream.models.base import PromptMessage
+from runstream.observability.store import SpanStore
 from runstream.scoring import ScoreInput, Scorer
 
 Span = Mapping[str, object]
@@ -44,6 +47,20 @@ def score_input(spans: Sequence[Span], target: Span) -> ScoreInput | None:
     if output_value is None:
         return None
     return ScoreInput(text=_text(output_value), messages=_messages(input_value), iteration=1)
+
+
+def scoring_job(scorer: Scorer, data: ScoreInput, target: Span, store: SpanStore, owner: str | None) -> Job:
+    """The background run of ``scorer`` over ``data``, its score stored on ``target`` under the
+    trace's resource (a failure is logged by :func:`~runstream.background_scoring.score_once`)."""
+
+    async def job() -> None:
+        trace_id = str(target["traceId"])
+        result = await score_once(scorer, data, traceId=trace_id, resourceId=owner)
+        if result is not None:
+            record = score_record(scorer, result, target)
+            await uninterrupted(partial(store.add_signal, "score", record, owner))
+
+    return job
 
 
 def score_record(scorer: Scorer, result: Mapping[str, object], target: Span) -> dict[str, object]:
