@@ -21,6 +21,17 @@ ProviderMetadata: TypeAlias = dict[str, JsonObject]
 as ``runstream.models.parts.ProviderMetadata``; this module imports nothing of runstream but the
 JSON types)."""
 
+WireChunk: TypeAlias = dict[str, object]
+"""A chunk in wire shape (``type``, ``runId``, ``from``, ``payload`` ...) with its values still
+Python (a payload ``TypedDict``, a datetime, a tool's own result): what ``dumps`` writes."""
+
+
+class WireError(TypedDict):
+    """An exception on the wire, as Mastra serialises it."""
+
+    message: str
+    name: str
+
 
 @with_config(_OPEN)
 class StartPayload(TypedDict, total=False):
@@ -336,7 +347,7 @@ class TaskProgressPayload(TypedDict):
 
 
 class TaskOutputPayload(TaskEventPayload):
-    payload: dict[str, Any]
+    payload: WireChunk
 
 
 class TaskCompletedPayload(TaskEventPayload):

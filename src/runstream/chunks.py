@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from functools import cache
 from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
@@ -24,6 +24,7 @@ import orjson
 from pydantic import TypeAdapter, ValidationError
 
 from runstream._clock import iso_datetime
+from runstream._json import JsonObject
 from runstream._payloads import (
     CustomPayload as CustomPayload,
 )
@@ -153,11 +154,11 @@ from runstream._payloads import (
 from runstream._payloads import (
     WatchPayload as WatchPayload,
 )
+from runstream._payloads import WireChunk as WireChunk
+from runstream._payloads import WireError
 from runstream.errors import InvalidInputError, RunstreamError
 
 ChunkFrom = Literal["AGENT", "USER", "SYSTEM", "WORKFLOW", "NETWORK"]
-JSON = Any
-
 
 # ---------------------------------------------------------------------------------------------
 # Chunk classes
@@ -185,12 +186,9 @@ class Chunk(Generic[P]):
         self.from_ = from_
         self.payload = payload
 
-    def to_wire(self) -> dict[str, Any]:
-        """The chunk as a JSON-ready dict (values still Python: see :func:`dumps`).
-
-        A chunk read from the wire without ``runId`` (Mastra omits it on some types) is written
-        back without the envelope; every chunk runstream makes has one.
-        """
+    def to_wire(self) -> WireChunk:
+        """The chunk in wire shape. One read from the wire without ``runId`` (Mastra omits it on
+        some types) is written back without the envelope; every chunk runstream makes has one."""
         if not self.run_id:
             return {"type": self.type, "payload": self.payload}
         return {"type": self.type, "runId": self.run_id, "from": self.from_, "payload": self.payload}
@@ -522,7 +520,7 @@ class _ObjectChunkBase(Chunk[None]):
     __match_args__ = ("object",)
 
     def __init__(
-        self, run_id: str, obj: Any, from_: ChunkFrom = "AGENT", metadata: dict[str, Any] | None = None
+        self, run_id: str, obj: Any, from_: ChunkFrom = "AGENT", metadata: JsonObject | None = None
     ) -> None:
         super().__init__(run_id, None, from_)
         self.object = obj
@@ -530,8 +528,8 @@ class _ObjectChunkBase(Chunk[None]):
         """Mastra's ``{"from": "structured-output"}`` (a separate structuring model's object) and
         ``{"fallback": true}`` (an ``errorStrategy: "fallback"`` value); ``None`` otherwise."""
 
-    def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = (
+    def to_wire(self) -> WireChunk:
+        wire: WireChunk = (
             {"type": self.type, "object": self.object}
             if not self.run_id
             else {"type": self.type, "runId": self.run_id, "from": self.from_, "object": self.object}
@@ -591,8 +589,8 @@ class DataChunk(Chunk[None]):
     def name(self) -> str:
         return self.type.removeprefix("data-")
 
-    def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = {"type": self.type, "data": self.data}
+    def to_wire(self) -> WireChunk:
+        wire: WireChunk = {"type": self.type, "data": self.data}
         if self.id is not None:
             wire["id"] = self.id
         if self.transient is not None:
@@ -608,12 +606,13 @@ class UnknownChunk(Chunk[Any]):
 
     __slots__ = ("raw",)
 
-    def __init__(self, raw: dict[str, Any]) -> None:
-        super().__init__(str(raw.get("runId", "")), raw.get("payload"), raw.get("from", "AGENT"))
+    def __init__(self, raw: WireChunk) -> None:
+        from_ = cast(ChunkFrom, raw.get("from", "AGENT"))  # (kept as it came, like the rest)
+        super().__init__(str(raw.get("runId", "")), raw.get("payload"), from_)
         self.type = str(raw.get("type"))
         self.raw = raw
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> WireChunk:
         return self.raw
 
 
@@ -682,7 +681,7 @@ the wire whose type this version does not know."""
 # ---------------------------------------------------------------------------------------------
 
 
-def error_to_wire(error: BaseException) -> dict[str, Any]:
+def error_to_wire(error: BaseException) -> WireError:
     """An exception as Mastra serialises it: ``{"message", "name"}``."""
     name = getattr(error, "name", None)
     return {"message": str(error), "name": name if isinstance(name, str) else type(error).__name__}
@@ -753,7 +752,7 @@ def _payload_adapter(payload_type: Any) -> TypeAdapter[Any]:
     return TypeAdapter(payload_type)
 
 
-def chunk_from_wire(raw: dict[str, Any] | str) -> StreamChunk:
+def chunk_from_wire(raw: Mapping[str, object] | str) -> StreamChunk:
     """Build a chunk from its wire JSON (a dict or a JSON string), validating the payload.
 
     Unknown types become :class:`UnknownChunk` (kept, not dropped).
@@ -763,20 +762,21 @@ def chunk_from_wire(raw: dict[str, Any] | str) -> StreamChunk:
             raw = json.loads(raw)
         except ValueError as exc:
             raise ChunkDecodeError(f"chunk is not valid JSON: {exc}") from exc
-    if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+    type_ = raw.get("type") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict) or not isinstance(type_, str):
         raise ChunkDecodeError("a chunk must be a JSON object with a string 'type'")
-    wire: dict[str, Any] = raw
-    type_: str = wire["type"]
+    wire: WireChunk = raw
     run_id = str(wire.get("runId", ""))
     from_ = cast(ChunkFrom, wire.get("from", "AGENT"))
     if type_.startswith("data-"):
+        id_, transient = wire.get("id"), wire.get("transient")
         return DataChunk(
             type_,
             wire.get("data"),
             run_id=run_id,
             from_=from_,
-            id=wire.get("id"),
-            transient=wire.get("transient"),
+            id=id_ if isinstance(id_, str) else None,
+            transient=transient if isinstance(transient, bool) else None,
         )
     if type_ in ("object", "object-result"):
         cls = ObjectChunk if type_ == "object" else ObjectResultChunk

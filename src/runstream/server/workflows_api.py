@@ -468,4 +468,9 @@ async def _outcome(out: WorkflowRunOutput) -> JsonObject:
     try:
         return result_json(await out.result)
     except Exception as exc:
-        return {"status": "failed", "error": error_to_wire(exc), "steps": {}}
+        error = error_to_wire(exc)
+        return {
+            "status": "failed",
+            "error": {"message": error["message"], "name": error["name"]},
+            "steps": {},
+        }

@@ -28,6 +28,11 @@ USAGE_KEYS = (
 )
 
 
+def mapping_or_empty(value: object) -> Mapping[str, object]:
+    """A wire value read as an object (``{}`` when it is missing or no object)."""
+    return value if isinstance(value, Mapping) else {}
+
+
 @dataclass(slots=True)
 class WorkflowResult:
     """How a run (or one resume of it) ended."""
@@ -108,8 +113,8 @@ class WorkflowRunOutput:
         wire = inner.to_wire() if isinstance(inner, Chunk) else inner
         if not isinstance(wire, Mapping) or wire.get("type") != "finish":
             return
-        body = wire.get("payload") or {}
-        usage = body.get("usage") or (body.get("output") or {}).get("usage")
+        body = mapping_or_empty(wire.get("payload"))
+        usage = body.get("usage") or mapping_or_empty(body.get("output")).get("usage")
         if not isinstance(usage, Mapping):
             return
         if "promptTokens" in usage and "inputTokens" not in usage:

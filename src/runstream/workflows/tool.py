@@ -20,7 +20,7 @@ from runstream._json import JsonObject
 from runstream._schema import Schema
 from runstream.chunks import AnyChunk, Chunk, StepOutputChunk
 from runstream.tools import Tool, ToolArgs, ToolContext
-from runstream.workflows.output import USAGE_KEYS, WorkflowResult
+from runstream.workflows.output import USAGE_KEYS, WorkflowResult, mapping_or_empty
 from runstream.workflows.run import WorkflowRun
 from runstream.workflows.step import Step
 
@@ -133,11 +133,14 @@ class _StepUsage:
             inner = payload.get("output")
             wire = inner.to_wire() if isinstance(inner, Chunk) else inner
             if isinstance(wire, Mapping) and wire.get("type") == "finish":
-                body = wire.get("payload") or {}
-                usage = (body.get("output") or {}).get("usage") or body.get("usage") or {}
+                body = mapping_or_empty(wire.get("payload"))
+                usage = mapping_or_empty(
+                    mapping_or_empty(body.get("output")).get("usage") or body.get("usage")
+                )
                 total = self.by_step.setdefault(str(payload.get("stepName")), dict.fromkeys(USAGE_KEYS, 0))
                 for k in USAGE_KEYS:
-                    total[k] += int(usage.get(k) or 0)
+                    count = usage.get(k) or 0
+                    total[k] += int(count) if isinstance(count, int | float | str) else 0
             return None
         if chunk.type != "workflow-step-result":
             return None
