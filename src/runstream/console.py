@@ -16,7 +16,7 @@ redirected or captured output gets plain text (``rich`` decides).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Mapping
 from typing import Any
 
 import orjson
@@ -129,7 +129,7 @@ class ConsoleRenderer:
             self.console.print(chunk.to_json(), markup=False, highlight=False, soft_wrap=True)
             return
         kind = chunk.type
-        payload: dict[str, Any] = chunk.payload if isinstance(chunk.payload, dict) else {}
+        payload: Mapping[str, object] = chunk.payload if isinstance(chunk.payload, dict) else {}
         if kind == "text-delta":
             self._delta(kind, str(payload.get("text", "")), TEXT_STYLE)
         elif kind == "reasoning-delta":
@@ -168,7 +168,7 @@ class ConsoleRenderer:
             detail = self._v(payload) if self.verbose else ""
             self._line(f"[{kind}]", detail, QUIET_STYLE)
 
-    def _task(self, kind: str, payload: dict[str, Any]) -> None:
+    def _task(self, kind: str, payload: Mapping[str, object]) -> None:
         call_id = payload.get("toolCallId", "")
         if kind == "background-task-progress":
             running, elapsed = payload.get("runningCount"), payload.get("elapsedMs")
@@ -191,7 +191,7 @@ class ConsoleRenderer:
             detail = f"{call_id} {name}" if name else str(call_id)
         self._line(f"[{kind}]", detail, TASK_STYLE)
 
-    def _finish(self, payload: dict[str, Any]) -> None:
+    def _finish(self, payload: Mapping[str, object]) -> None:
         self._close_line()
         step = payload.get("stepResult")
         if isinstance(step, dict) and step.get("reason"):

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from runstream._config_mapping import CONFIG, Flag, read_dataclass
 from runstream.errors import ConfigurationTypeError
+from runstream.stop_conditions import StopEvent
 
 logger = logging.getLogger("runstream.delegation")
 
@@ -113,7 +114,7 @@ class DelegationRun:
             return prompt, missing
         return f"{REF_PREAMBLE}\n\n" + "\n\n".join(blocks) + f"\n\n{prompt}", missing
 
-    def stop_after_bail(self, _: dict[str, Any]) -> bool:
+    def stop_after_bail(self, _: StopEvent) -> bool:
         """A stop condition: true once after ``bail()`` (Mastra ends the run after that step)."""
         if self.bailed:
             self.bailed = False

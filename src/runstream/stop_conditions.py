@@ -12,15 +12,22 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import TypedDict
 
-StopCondition = Callable[[dict[str, Any]], bool | Awaitable[bool]]
+
+class StopEvent(TypedDict):
+    """What a condition gets: the run's finished steps, as ``await out.steps`` shows them."""
+
+    steps: list[Mapping[str, object]]
+
+
+StopCondition = Callable[[StopEvent], bool | Awaitable[bool]]
 
 
 def step_count_is(count: int) -> StopCondition:
     """Stop once the run has had ``count`` steps."""
 
-    def condition(event: dict[str, Any]) -> bool:
+    def condition(event: StopEvent) -> bool:
         return len(event["steps"]) == count
 
     return condition
@@ -29,14 +36,17 @@ def step_count_is(count: int) -> StopCondition:
 def has_tool_call(tool_name: str) -> StopCondition:
     """Stop after a step that called ``tool_name``."""
 
-    def condition(event: dict[str, Any]) -> bool:
+    def condition(event: StopEvent) -> bool:
         steps = event["steps"]
-        return bool(steps) and any(call["toolName"] == tool_name for call in steps[-1].get("toolCalls", []))
+        calls = steps[-1].get("toolCalls") if steps else None
+        return isinstance(calls, list) and any(
+            isinstance(call, Mapping) and call.get("toolName") == tool_name for call in calls
+        )
 
     return condition
 
 
-async def should_stop(conditions: Sequence[StopCondition], steps: Sequence[Mapping[str, Any]]) -> bool:
+async def should_stop(conditions: Sequence[StopCondition], steps: Sequence[Mapping[str, object]]) -> bool:
     """Whether any condition says the run stops after its latest step."""
     for condition in conditions:
         verdict = condition({"steps": list(steps)})

@@ -18,8 +18,11 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
 
 from runstream._config_mapping import Check, mapping, one_of, read_config
+from runstream._json import JsonObject
 from runstream._schema import Schema
 from runstream.errors import InvalidInputError, InvalidTypeError, RunstreamError
+from runstream.models.base import ResponseFormat
+from runstream.models.prompt import ProviderOptions
 from runstream.models.registry import as_model
 
 logger = logging.getLogger(__name__)
@@ -48,7 +51,7 @@ class StructuredOutput:
     the run without an object, ``fallback`` makes ``fallback_value`` the object.
     """
 
-    schema: dict[str, Any]
+    schema: JsonObject
     model: type[BaseModel] | None = None
     """The pydantic model the object is validated into (when the schema came from one)."""
     error_strategy: ErrorStrategy = "strict"
@@ -63,7 +66,7 @@ class StructuredOutput:
     """``True``/``"system"``: the schema goes into the system prompt instead of the model's
     response format; ``"inline"``: into the latest user message; ``"auto"``: the native format
     for providers that have one (openai, anthropic, google), ``"inline"`` otherwise."""
-    provider_options: dict[str, Any] | None = None
+    provider_options: ProviderOptions | None = None
     """Provider options of the structuring model's call (e.g. ``{"openai": {"reasoningEffort":
     "low"}}``), with ``structuring_model``."""
 
@@ -99,7 +102,7 @@ class StructuredOutput:
             f"structured_output must be a pydantic model or a JSON schema, not {type(value).__name__}"
         )
 
-    def response_format(self, provider: str = "") -> dict[str, Any] | None:
+    def response_format(self, provider: str = "") -> ResponseFormat | None:
         """The model's native JSON response format, unless the schema goes into the prompt (or
         a separate structuring model makes the object)."""
         if self.structuring_model is not None or self.injection(provider):

@@ -123,8 +123,9 @@ def google_body(request: ModelRequest, model_id: str) -> tuple[JsonObject, list[
     gemma = model_id.lower().startswith("gemma-")
     gemini3 = uses_gemini3_features(model_id)
     system, contents = google_contents(request.prompt, gemini3=gemini3, gemma=gemma, warnings=warnings)
-    fmt = request.response_format or {}
-    json_format = fmt.get("type") == "json"
+    fmt = request.response_format
+    json_format = fmt is not None and fmt["type"] == "json"
+    schema = fmt.get("schema") if fmt is not None else None
     generation: JsonObject = {
         "maxOutputTokens": settings.max_output_tokens,
         "temperature": settings.temperature,
@@ -136,8 +137,8 @@ def google_body(request: ModelRequest, model_id: str) -> tuple[JsonObject, list[
         "seed": settings.seed,
         "responseMimeType": "application/json" if json_format else None,
         "responseSchema": (
-            openapi_schema(fmt["schema"])
-            if json_format and fmt.get("schema") is not None and options.get("structuredOutputs", True)
+            openapi_schema(schema)
+            if json_format and schema is not None and options.get("structuredOutputs", True)
             else None
         ),
     }

@@ -162,7 +162,8 @@ class AnthropicModel(ProviderModel["AsyncAnthropic"]):
     def _json_tool(self, request: ModelRequest) -> FunctionToolSpec | None:
         """The AI SDK's ``json`` tool, for structured output from a model without ``output_config``."""
         fmt = request.response_format
-        if fmt is None or fmt.get("type") != "json" or fmt.get("schema") is None:
+        schema = fmt.get("schema") if fmt is not None and fmt["type"] == "json" else None
+        if schema is None:
             return None
         options = request.settings.provider_options.get("anthropic") or {}
         mode = options.get("structuredOutputMode", "auto")
@@ -172,7 +173,7 @@ class AnthropicModel(ProviderModel["AsyncAnthropic"]):
             "type": "function",
             "name": "json",
             "description": "Respond with a JSON object.",
-            "inputSchema": fmt["schema"],
+            "inputSchema": schema,
         }
 
     def _body(self, request: ModelRequest) -> tuple[dict[str, Any], list[CallWarning], list[str]]:

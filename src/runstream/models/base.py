@@ -61,6 +61,16 @@ class ToolChoice(TypedDict):
     toolName: NotRequired[str]
 
 
+class ResponseFormat(TypedDict):
+    """``LanguageModelV2CallOptions.responseFormat``: text, or JSON (with a schema, a name and a
+    description when given)."""
+
+    type: Literal["text", "json"]
+    schema: NotRequired[JsonObject | None]
+    name: NotRequired[str]
+    description: NotRequired[str]
+
+
 @dataclass(slots=True)
 class ModelSettings:
     """Per-call sampling settings (``model_settings=`` on ``stream()``/``generate()``)."""
@@ -85,8 +95,7 @@ class ModelRequest:
     prompt: list[PromptMessage]
     tools: list[FunctionToolSpec] = field(default_factory=list)
     tool_choice: ToolChoice | None = None
-    response_format: dict[str, Any] | None = None
-    """``{"type": "text"}`` or ``{"type": "json", "schema": ..., "name"?: ...}``."""
+    response_format: ResponseFormat | None = None
     include_raw_chunks: bool = False
     settings: ModelSettings = field(default_factory=ModelSettings)
     abort_signal: AbortSignal | None = None
