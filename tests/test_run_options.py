@@ -6,17 +6,28 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import pytest
+from pydantic import PlainValidator, SkipValidation
 
 from runstream import Agent, tool
-from runstream._config_mapping import ConfigKeyError
-from runstream.agent.run_options import OPTIONS_VERSION, RunOptions, StreamOptions, client_tool
+from runstream._config_mapping import ConfigKeyError, camel
+from runstream.abort import AbortController
+from runstream.agent.run_options import (
+    OPTIONS_VERSION,
+    InvalidOptionError,
+    RunOptions,
+    RunOptionsJson,
+    StreamOptions,
+    client_tool,
+)
 from runstream.memory import Memory, MemoryScope
 from runstream.models.base import ModelSettings
 from runstream.run._run_snapshot import UnsupportedRunStateError
 from runstream.runtime import Runstream
+from runstream.scoring import Scorer
+from runstream.stop_conditions import step_count_is
 from runstream.storage import SqliteStorage
 from runstream.testing import RecordedCall, ScriptedModel
 
@@ -226,3 +237,115 @@ async def test_a_restored_run_keeps_every_option(tmp_path: Path) -> None:
     assert any("Some context." in json.dumps(m) for m in live.prompt)
     assert {**dataclasses.asdict(restored), "index": None} == {**dataclasses.asdict(live), "index": None}
     assert restored_end == live_end == {"object": {"answer": "deleted"}, "status": "success"}
+
+
+def _done(data: object) -> tuple[float, str]:
+    return 1.0, "done"
+
+
+def _prepare(step: dict[str, Any]) -> None:
+    return None
+
+
+SIGNAL = AbortController().signal
+MODEL = ScriptedModel.text("never")
+PROCESSOR = object()
+SAMPLES: StreamOptions = {
+    "max_steps": 4,
+    "tool_choice": "required",
+    "include_raw_chunks": True,
+    "structured_output": {"schema": ANSWER},
+    "output_processors": [PROCESSOR],
+    "input_processors": [PROCESSOR],
+    "max_processor_retries": 2,
+    "model_settings": ModelSettings(temperature=0.5),
+    "abort_signal": SIGNAL,
+    "context": [{"role": "user", "content": "Some context."}],
+    "memory": {"thread": "t", "resource": "r"},
+    "disable_background_tasks": True,
+    "is_task_complete": {"scorers": [Scorer("done", _done)], "strategy": "any"},
+    "client_tools": [ASK_USER],
+    "request_context": {"tenant": "acme"},
+    "on_chunk": print,
+    "on_step_finish": print,
+    "on_finish": print,
+    "on_error": print,
+    "on_abort": print,
+    "instructions": "Per-call instructions.",
+    "system": "An extra system message.",
+    "model": MODEL,
+    "active_tools": ["ask_user"],
+    "require_tool_approval": True,
+    "tool_call_concurrency": {"limit": 2, "strategy": "called"},
+    "stop_when": step_count_is(2),
+    "prepare_step": _prepare,
+    "delegation": {"hookErrorStrategy": "throw"},
+}
+"""A value for each option that is not its default."""
+
+
+def test_every_option_is_read_in_both_spellings_into_its_field() -> None:
+    """Each option of ``StreamOptions``, as Python's name or Mastra's camelCase, sets the
+    ``RunOptions`` field of its name (and nothing else of the defaults)."""
+    assert set(SAMPLES) == set(StreamOptions.__annotations__)
+    default = RunOptions()
+    for name, value in SAMPLES.items():
+        snake = RunOptions.of({name: value})
+        assert RunOptions.of({camel(name): value}) == snake, name
+        assert getattr(snake, name) != getattr(default, name), name
+        changed = {
+            f.name
+            for f in dataclasses.fields(RunOptions)
+            if getattr(snake, f.name) != getattr(default, f.name)
+        }
+        assert changed == {name} | ({"tool_call_strategy"} if name == "tool_call_concurrency" else set())
+        assert RunOptions.of({name: None}) == default  # None: left unset
+
+
+def test_every_option_has_a_reader() -> None:
+    """An option added to ``StreamOptions`` (and so to ``RunOptions``, see above) without saying
+    how it is read would be checked against its annotation alone: each names its reader."""
+    for name, hint in get_type_hints(StreamOptions, include_extras=True).items():
+        readers = [
+            m for m in getattr(hint, "__metadata__", ()) if isinstance(m, PlainValidator | SkipValidation)
+        ]
+        assert len(readers) == 1, name
+
+
+def test_an_option_given_in_both_spellings_is_an_error() -> None:
+    with pytest.raises(
+        ConfigKeyError, match=r"stream\(\): 'maxSteps' is given twice \(as 'max_steps' and 'maxSteps'\)"
+    ):
+        RunOptions.of({"max_steps": 3, "maxSteps": 4})
+
+
+async def test_a_call_option_replaces_its_default_in_either_spelling() -> None:
+    for defaults in ({"maxSteps": 5, "toolChoice": "none"}, {"max_steps": 5, "tool_choice": "none"}):
+        model = ScriptedModel(calls=[[{"type": "finish", "finishReason": "stop", "usage": USAGE}]] * 2)
+        agent = Agent("a", model=model, tools=[echo], default_options=defaults)
+        await (await agent.stream("x", toolChoice="required")).consume()  # type: ignore[call-arg]
+        await (await agent.stream("x")).consume()
+        assert [call.tool_choice for call in model.recorded] == [{"type": "required"}, {"type": "none"}]
+
+
+def test_bad_values_are_errors_in_the_options_words() -> None:
+    with pytest.raises(InvalidOptionError, match=r"^tool_call_concurrency.limit must be at least 1, got 0$"):
+        RunOptions.of({"toolCallConcurrency": {"limit": 0}})
+    with pytest.raises(
+        ConfigKeyError, match=r"^tool_call_concurrency: unknown option 'limt'; did you mean 'limit'"
+    ):
+        RunOptions.of({"tool_call_concurrency": {"limt": 2}})
+    with pytest.raises(InvalidOptionError, match=r"^on_finish must be a function, got int$"):
+        RunOptions.of({"onFinish": 3})
+    with pytest.raises(InvalidOptionError, match="system must be a string or a list of strings"):
+        RunOptions.of({"system": [3]})
+    with pytest.raises(ConfigKeyError, match=r"did you mean until_idle=\.\.\.\?"):
+        RunOptions.of({"max_steps": 2, "untilIdle": True})
+
+
+def test_the_saved_options_are_stream_options_by_their_mastra_names() -> None:
+    """``from_json`` reads a snapshot as ``stream()``'s options are read: each key but the
+    version names an option (one left out of the JSON fails ``test_every_option_survives_json``)."""
+    keys = set(RunOptions.of(EVERY_OPTION).to_json()) - {"optionsVersion"}
+    assert keys <= {camel(name) for name in StreamOptions.__annotations__}
+    assert keys == set(RunOptionsJson.__annotations__) - {"optionsVersion"}

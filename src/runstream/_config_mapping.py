@@ -9,8 +9,11 @@ A configuration dataclass is read by pydantic (:func:`read_dataclass`): its fiel
 what each value may be (the annotated types below: :data:`Count`, :data:`Flag` ...), pydantic
 takes both spellings (``CONFIG``: camelCase aliases, names too, no other key) and checks them,
 and :func:`_config_error` words its first error as runstream always has (the option as the
-caller spelt it, a did-you-mean, Mastra's names). :func:`read_config` reads the few mappings that
-are not one dataclass (run options, a hook's result) key by key.
+caller spelt it, a did-you-mean, Mastra's names). A mapping whose keys are kept as given (only
+those present: ``stream()``'s options, memory options) is a ``TypedDict`` read the same way
+(:func:`read_typed_dict`); a field whose check is runstream's own function says so with
+:func:`checked`. :func:`read_config` reads the few mappings that are not one model (a hook's
+result) key by key.
 """
 
 from __future__ import annotations
@@ -20,10 +23,19 @@ import difflib
 import math
 from collections.abc import Callable, Mapping
 from types import UnionType
-from typing import Annotated, Any, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
-from pydantic import ConfigDict, Field, StrictBool, TypeAdapter, ValidationError
+from pydantic import (
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictBool,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+)
 from pydantic_core import ErrorDetails
+from typing_extensions import is_typeddict
 
 from runstream.errors import InvalidInputError, InvalidTypeError, RunstreamError
 
@@ -61,33 +73,97 @@ def read_dataclass(
 ) -> _C:
     """A ``cls`` (a dataclass with ``__pydantic_config__ = CONFIG``) from a mapping of its options;
     an error names the first wrong option as the caller spelt it, under ``where``."""
-    if not isinstance(value, Mapping):
-        raise InvalidTypeError(f"{where} must be a mapping, not {type(value).__name__}")
-    _reject_twice_given(cls, value, where)
-    try:
-        made: _C = _adapter(cls).validate_python(value)
-    except ValidationError as exc:
-        raise _config_error(cls, value, exc.errors(), where, unsupported or {}) from None
+    made: _C = _read(cls, value, where, unsupported)
     return made
 
 
-_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
+def read_typed_dict(
+    cls: type[_C], value: object, *, where: str, unsupported: Mapping[str, str] | None = None
+) -> _C:
+    """The options in ``value`` by their snake_case names, only those given, each read by its
+    field's type: ``cls`` is a ``typing_extensions.TypedDict`` (``total=False``) decorated with
+    ``@with_config(CONFIG)``. Errors as :func:`read_dataclass`'s."""
+    made: _C = _read(cls, value, where, unsupported)
+    return made
 
 
-def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
+def _read(cls: type[Any], value: object, where: str, unsupported: Mapping[str, str] | None) -> Any:
+    if not isinstance(value, dict) and not isinstance(value, Mapping):  # (the ABC check is slow)
+        raise InvalidTypeError(f"{where} must be a mapping, not {type(value).__name__}")
+    model = _model(cls)
+    for key in value:  # pydantic would take one spelling and call the other unknown
+        other = model.spellings.get(key)
+        if other is not None and other in value:
+            snake, alias = (key, other) if camel(key) == other else (other, key)
+            raise ConfigKeyError(f"{where}: {alias!r} is given twice (as {snake!r} and {alias!r})")
+    try:  # (a context costs a run's options a third of their reading: given only when used)
+        if model.checked:
+            return model.adapter.validate_python(value, context=_Reading(where, value))
+        return model.adapter.validate_python(value)
+    except ValidationError as exc:
+        errors = sorted(exc.errors(), key=lambda error: error["type"] != "extra_forbidden")
+        raise _config_error(cls, value, errors, where, unsupported or {}) from None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Model:
+    adapter: TypeAdapter[Any]
+    spellings: Mapping[str, str]
+    """Each option's snake_case name and camelCase alias (where they differ) -> the other."""
+    checked: bool
+    """Whether a field is read by a :func:`checked` check (it needs a :class:`_Reading`)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Reading:
+    """What a :func:`checked` field needs to word its error: where the mapping is, and the
+    mapping (for how the caller spelt the option)."""
+
+    where: str
+    value: Mapping[str, Any]
+
+
+_MODELS: dict[type[Any], _Model] = {}
+
+
+def _model(cls: type[Any]) -> _Model:
     """The class's validator, built on first use (its annotations name classes defined later)."""
-    adapter = _ADAPTERS.get(cls)
-    if adapter is None:
-        adapter = _ADAPTERS[cls] = TypeAdapter(cls)
-    return adapter
+    model = _MODELS.get(cls)
+    if model is None:
+        pairs = {name: camel(name) for name in _field_names(cls) if name != camel(name)}
+        hints = get_type_hints(cls, include_extras=True).values()
+        checks = any(
+            isinstance(meta, _Checked) for hint in hints for meta in getattr(hint, "__metadata__", ())
+        )
+        model = _MODELS[cls] = _Model(
+            TypeAdapter(cls), pairs | {alias: name for name, alias in pairs.items()}, checks
+        )
+    return model
 
 
-def _reject_twice_given(cls: type[Any], value: Mapping[str, Any], where: str) -> None:
-    for spec in dataclasses.fields(cls):
-        if spec.name in value and camel(spec.name) in value and spec.name != camel(spec.name):
-            raise ConfigKeyError(
-                f"{where}: {camel(spec.name)!r} is given twice (as {spec.name!r} and {camel(spec.name)!r})"
-            )
+def _field_names(cls: type[Any]) -> list[str]:
+    """The options of a configuration dataclass or ``TypedDict`` (none for another type)."""
+    if dataclasses.is_dataclass(cls):
+        return [spec.name for spec in dataclasses.fields(cls)]
+    return list(getattr(cls, "__annotations__", {})) if is_typeddict(cls) else []
+
+
+class _Checked(PlainValidator):
+    """A :func:`checked` field's validator."""
+
+
+def checked(check: Check) -> PlainValidator:
+    """A top-level field read by ``check(where, value)``, one of runstream's own checks (below),
+    in its own words (``where`` names the option as the caller spelt it); ``None`` is kept, unchecked."""
+
+    def validate(value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        reading = cast(_Reading, info.context)
+        name = info.field_name or ""
+        return check(f"{reading.where}.{name if name in reading.value else camel(name)}", value)
+
+    return _Checked(validate)
 
 
 def _config_error(
@@ -127,8 +203,7 @@ def _config_error(
     kind, got = error["type"], error["input"]
     ctx = error.get("ctx") or {}
     if kind in ("unexpected_keyword_argument", "extra_forbidden"):
-        known = [spec.name for spec in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else []
-        return ConfigKeyError(_unknown_key_message(last, where, known, unsupported))
+        return ConfigKeyError(_unknown_key_message(last, where, _field_names(cls), unsupported))
     if kind == "missing":
         return InvalidInputError(f"{where} needs {last!r}")
     where = f"{where}.{_spelt(inner, last)}"

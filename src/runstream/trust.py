@@ -167,7 +167,7 @@ def _memory(agent: Agent, scope: MemoryScope) -> MemoryScope:
     memory = agent.memory
     if memory is None or not scope.options:
         return scope
-    options = dict(scope.options)
+    options = scope.options.copy()
     if memory.read_only:
         options["read_only"] = True
     last = options.get("last_messages")

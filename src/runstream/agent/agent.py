@@ -12,6 +12,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Unpack
 
 from runstream import _tracing as tracing
+from runstream._config_mapping import camel
 from runstream._ids import new_id
 from runstream._messages import ContinuedMessage
 from runstream.abort import AbortController, AbortSignal
@@ -264,7 +265,8 @@ class Agent:
             until_idle = until_idle if until_idle is not None else given.pop("until_idle", None)
             given.pop("run_id", None)
             given.pop("until_idle", None)
-            options = {**given, **options}
+            # the call's options (in either spelling) over the defaults (by their Python names)
+            options = {**{k: v for k, v in given.items() if camel(k) not in options}, **options}
         idle = until_idle if until_idle is not None else False
         check_idle_options(idle)
         return RunOptions.of(options), run_id, idle

@@ -2,7 +2,8 @@
 ``generate()``, continuation turns, restored runs and the server all use.
 
 Callers give options as keywords (:class:`StreamOptions`: ``max_steps=3``, Mastra's camelCase in
-``default_options``); :meth:`RunOptions.of` reads them once into the frozen value (an unknown
+``default_options``); :meth:`RunOptions.of` reads them once into the frozen value, through
+:class:`StreamOptions` as a pydantic model (each field's reader in its annotation; an unknown
 option is an error naming it); :meth:`RunOptions.loop_config` derives the loop's configuration
 from it and the agent's defaults; :meth:`RunOptions.to_json` / :meth:`RunOptions.from_json` are
 its form in a saved run. Also the input normalisation the options share.
@@ -14,12 +15,22 @@ import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, replace
 from dataclasses import fields as dataclass_fields
-from typing import Any, Literal, Protocol, TypedDict, cast
+from typing import Annotated, Any, Literal, Protocol, cast
 
-from typing_extensions import TypeIs
+from pydantic import PlainValidator, SkipValidation, ValidationInfo, with_config
+from typing_extensions import TypedDict, TypeIs
 
-from runstream._config_mapping import ConfigKeyError, camel, one_of, positive_int, read_config
-from runstream._json import JsonValue
+from runstream._config_mapping import (
+    CONFIG,
+    ConfigKeyError,
+    camel,
+    checked,
+    one_of,
+    positive_int,
+    read_config,
+    read_typed_dict,
+)
+from runstream._json import JsonObject, JsonValue
 from runstream.abort import AbortSignal
 from runstream.delegation import DelegationConfig, DelegationRun
 from runstream.errors import ConfigurationTypeError
@@ -30,51 +41,93 @@ from runstream.run._callbacks import Callback, RunCallbacks
 from runstream.run._prepare_step import InvalidOptionError as InvalidOptionError
 from runstream.run._prepare_step import normalize_tool_choice
 from runstream.run._run_snapshot import UnsupportedRunStateError
-from runstream.run._run_state import LoopConfig
+from runstream.run._run_state import LoopConfig, PrepareStep
 from runstream.scoring import TaskCompletion
 from runstream.stop_conditions import StopCondition
-from runstream.structured import StructuredOutput
+from runstream.structured import ErrorStrategy, StructuredOutput
 from runstream.tools import Tool, ToolArgs, ToolContext
 
 MessagesInput = str | Sequence[str] | Sequence[Mapping[str, object]]
 """A prompt, prompts, or ``{"role", "content"}`` messages (content: a string or the parts)."""
 ToolsInput = Iterable[Tool] | Mapping[str, Tool]
+ApprovalPolicy = Callable[[dict[str, Any]], Any]
+"""``require_tool_approval`` as a function: it gets ``{"toolName", "args", "requestContext"}``
+and returns (or awaits) whether the call waits for approval."""
 
 
+@with_config(CONFIG)
+class ToolCallConcurrency(TypedDict, total=False):
+    """Mastra's ``toolCallConcurrency: {limit, strategy}``: at most ``limit`` tool calls of a step
+    run at once, ``"available"`` (start each as a slot frees) or ``"called"`` (in call order)."""
+
+    limit: Annotated[int | None, checked(positive_int)]
+    strategy: Annotated[Literal["available", "called"] | None, checked(one_of("available", "called"))]
+
+
+def _option(convert: Callable[[Any], object]) -> PlainValidator:
+    """How :meth:`RunOptions.of` reads an option of :class:`StreamOptions`: ``convert`` checks and
+    normalises it (an error of its, whatever the class, is an :class:`InvalidOptionError` with its
+    message); ``None`` is kept (the option is left unset)."""
+
+    def read(value: Any) -> object:
+        if value is None:
+            return None
+        try:
+            return convert(value)
+        except (ConfigKeyError, InvalidOptionError):
+            raise
+        except (TypeError, ValueError) as exc:  # the checks' tree errors too: one class
+            raise InvalidOptionError(str(exc)) from exc
+
+    return PlainValidator(read)
+
+
+def _function(value: Any, info: ValidationInfo) -> object:
+    if value is not None and not callable(value):
+        raise InvalidOptionError(f"{info.field_name} must be a function, got {type(value).__name__}")
+    return value
+
+
+_CALLBACK = PlainValidator(_function)
+
+
+@with_config(CONFIG)
 class StreamOptions(TypedDict, total=False):
-    """The keyword options of ``Agent.stream()`` / ``generate()``, as callers give them (read
-    into a :class:`RunOptions` by :meth:`RunOptions.of`; ``tests/test_run_options.py`` checks the
-    two name the same options). See ``Agent.stream`` for what each does."""
+    """The keyword options of ``Agent.stream()`` / ``generate()``, as callers give them: also the
+    model :meth:`RunOptions.of` reads them by (each annotation's reader normalises the value into
+    the :class:`RunOptions` field of that name; ``SkipValidation``: taken as given;
+    ``tests/test_run_options.py`` checks the two name the same options). See ``Agent.stream`` for
+    what each does."""
 
-    max_steps: int | None
-    tool_choice: str | Mapping[str, Any] | None
-    include_raw_chunks: bool
-    structured_output: Any
-    output_processors: Iterable[Any] | None
-    input_processors: Iterable[Any] | None
-    max_processor_retries: int | None
-    model_settings: ModelSettings | None
-    abort_signal: AbortSignal | None
-    context: Sequence[Mapping[str, Any]]
-    memory: MemoryScope | Mapping[str, Any] | None
-    disable_background_tasks: bool
-    is_task_complete: TaskCompletion | Mapping[str, Any] | None
-    client_tools: Iterable[Tool] | Mapping[str, Tool]
-    request_context: RequestContext | Mapping[str, Any] | None
-    on_chunk: Callback | None
-    on_step_finish: Callback | None
-    on_finish: Callback | None
-    on_error: Callback | None
-    on_abort: Callback | None
-    instructions: str | Dynamic[str] | None
-    system: str | Sequence[str] | None
-    model: LanguageModel | Dynamic[LanguageModel] | None
-    active_tools: Sequence[str] | None
-    require_tool_approval: bool | Callable[[dict[str, Any]], Any]
-    tool_call_concurrency: int | Mapping[str, Any] | None
-    stop_when: StopCondition | Sequence[StopCondition]
-    prepare_step: Callable[[dict[str, Any]], Any] | None
-    delegation: DelegationConfig | Mapping[str, Any] | None
+    max_steps: SkipValidation[int | None]
+    tool_choice: Annotated[str | Mapping[str, Any] | None, _option(normalize_tool_choice)]
+    include_raw_chunks: Annotated[bool, _option(bool)]
+    structured_output: Annotated[Any, _option(StructuredOutput.coerce)]
+    output_processors: Annotated[Iterable[Any] | None, _option(tuple)]
+    input_processors: Annotated[Iterable[Any] | None, _option(tuple)]
+    max_processor_retries: SkipValidation[int | None]
+    model_settings: SkipValidation[ModelSettings | None]
+    abort_signal: SkipValidation[AbortSignal | None]
+    context: Annotated[Sequence[Mapping[str, Any]], _option(_context)]
+    memory: Annotated[MemoryScope | Mapping[str, Any] | None, _option(MemoryScope.coerce)]
+    disable_background_tasks: Annotated[bool, _option(bool)]
+    is_task_complete: Annotated[TaskCompletion | Mapping[str, Any] | None, _option(TaskCompletion.coerce)]
+    client_tools: Annotated[Iterable[Tool] | Mapping[str, Tool], _option(by_name)]
+    request_context: Annotated[RequestContext | Mapping[str, Any] | None, _option(RequestContext.coerce)]
+    on_chunk: Annotated[Callback | None, _CALLBACK]
+    on_step_finish: Annotated[Callback | None, _CALLBACK]
+    on_finish: Annotated[Callback | None, _CALLBACK]
+    on_error: Annotated[Callback | None, _CALLBACK]
+    on_abort: Annotated[Callback | None, _CALLBACK]
+    instructions: SkipValidation[str | Dynamic[str] | None]
+    system: Annotated[str | Sequence[str] | None, _option(system_messages)]
+    model: SkipValidation[LanguageModel | Dynamic[LanguageModel] | None]
+    active_tools: Annotated[Sequence[str] | None, _option(tuple)]
+    require_tool_approval: SkipValidation[bool | ApprovalPolicy]
+    tool_call_concurrency: Annotated[int | ToolCallConcurrency | None, _option(_concurrency)]
+    stop_when: Annotated[StopCondition | Sequence[StopCondition], _option(_conditions)]
+    prepare_step: SkipValidation[PrepareStep | None]
+    delegation: Annotated[DelegationConfig | Mapping[str, Any] | None, _option(DelegationConfig.coerce)]
 
 
 class AgentDefaults(Protocol):
@@ -161,11 +214,11 @@ class RunOptions:
     """Replaces the agent's model for this call; not kept when a run is restored elsewhere."""
     active_tools: tuple[str, ...] | None = None
     """Only these tools are offered (and run) in this call."""
-    require_tool_approval: bool | Callable[[dict[str, Any]], Any] = False
+    require_tool_approval: bool | ApprovalPolicy = False
     """``True``: every tool call of this run waits for approval; a function decides per call
     (it gets ``{"toolName", "args", "requestContext"}``)."""
     stop_when: tuple[StopCondition, ...] = ()
-    prepare_step: Callable[[dict[str, Any]], Any] | None = None
+    prepare_step: PrepareStep | None = None
     tool_call_concurrency: int | None = None
     tool_call_strategy: Literal["available", "called"] = "available"
     delegation: DelegationConfig | None = None
@@ -175,27 +228,10 @@ class RunOptions:
     def of(cls, options: Mapping[str, object], *, where: str = "stream()") -> RunOptions:
         """Read ``stream()``'s keyword options (Python's names or Mastra's camelCase); ``None``
         leaves an option unset. An unknown option is a ``ConfigKeyError`` naming it."""
-        fields: dict[str, Any] = {}
-        for key, value in options.items():
-            name = _SPELLINGS.get(key)
-            if name is None:
-                if key in _KEYWORDS:  # a keyword argument of its own, in Python's spelling
-                    raise ConfigKeyError(
-                        f"{where}: unknown option {key!r}; did you mean {_KEYWORDS[key]}=...?"
-                        f" (Mastra's {key!r} is the keyword argument {_KEYWORDS[key]!r} here)"
-                    )
-                read_config(options, _NAMES, where=where)  # raises, naming the option
-            elif value is not None:
-                try:
-                    fields.update(_READERS[name](value))
-                except (ConfigKeyError, InvalidOptionError):
-                    raise
-                except (TypeError, ValueError) as exc:  # the checks' tree errors too: one class
-                    raise InvalidOptionError(str(exc)) from exc
-        return cls._made(fields)
+        return cls._made(_fields(options, where) if options else {})
 
     @classmethod
-    def _made(cls, fields: Mapping[str, Any]) -> RunOptions:
+    def _made(cls, fields: Mapping[str, object]) -> RunOptions:
         """An instance with these fields over the defaults. A frozen dataclass's ``__init__``
         sets each of its 30 fields through ``object.__setattr__``, a third of a run's setup
         before its first chunk; :meth:`of` has read every value already, so the instance's
@@ -211,12 +247,7 @@ class RunOptions:
     def replaced(self, options: Mapping[str, object], *, where: str = "resume") -> RunOptions:
         """These options with the given ones (``stream()``'s keywords) replacing theirs, one by
         one: Mastra's ``resumeStream(data, options)`` and ``approveToolCall({runId, ...options})``."""
-        RunOptions.of(options, where=where)  # an unknown or bad option is an error naming it
-        changed: dict[str, Any] = {}
-        for key, value in options.items():
-            if value is not None:
-                changed.update(_READERS[_SPELLINGS[key]](value))
-        return replace(self, **changed)
+        return RunOptions._made({**vars(self), **_fields(options, where)})
 
     @property
     def callbacks(self) -> RunCallbacks:
@@ -295,9 +326,9 @@ class RunOptions:
             cfg.stop_when.append(run.stop_after_bail)
         return cfg
 
-    def to_json(self) -> dict[str, Any]:
-        """The options a restored run gets back; those that are code (processors, callbacks,
-        signals, functions) are left out and come from the agent's defaults."""
+    def to_json(self) -> RunOptionsJson:
+        """The options a restored run gets back, by their Mastra names; those that are code
+        (processors, callbacks, signals, functions) are left out and come from the agent's defaults."""
         structured = self.structured_output
         return {
             "optionsVersion": OPTIONS_VERSION,
@@ -330,54 +361,68 @@ class RunOptions:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunOptions:
-        """Options saved by :meth:`to_json`, of this version or an older one. An unknown
-        version or key fails (:class:`~runstream.run._run_state.UnsupportedRunStateError`) rather
-        than continuing a run with an option dropped."""
+        """Options saved by :meth:`to_json`, of this version or an older one, read as
+        ``stream()``'s options are (by their Mastra names). An unknown version or key fails
+        (:class:`~runstream.run._run_state.UnsupportedRunStateError`) rather than continuing a run
+        with an option dropped."""
         version = data.get("optionsVersion", 1)
         if version not in (1, OPTIONS_VERSION) or isinstance(version, bool):
             raise UnsupportedRunStateError(
                 f"saved run options of version {version!r}: this runstream reads versions 1 to {OPTIONS_VERSION}"
             )
-        unknown = sorted(set(data) - _JSON_KEYS)
+        unknown = sorted(set(data) - set(RunOptionsJson.__annotations__))
         if unknown:
             raise UnsupportedRunStateError(f"saved run options have an unknown option {unknown[0]!r}")
+        saved: dict[str, object] = {key: value for key, value in data.items() if key != "optionsVersion"}
         structured = data.get("structuredOutput")
         if structured and version == 1:  # version 1 kept the bare schema
-            structured = {"schema": structured}
-        return cls.of(
-            {
-                "max_steps": data.get("maxSteps"),
-                "tool_choice": data.get("toolChoice"),
-                "include_raw_chunks": data.get("includeRawChunks"),
-                "structured_output": structured or None,
-                "max_processor_retries": data.get("maxProcessorRetries"),
-                "model_settings": ModelSettings(**data["modelSettings"])
-                if data.get("modelSettings")
-                else None,
-                "memory": data.get("memory"),
-                "disable_background_tasks": data.get("disableBackgroundTasks"),
-                "context": data.get("context"),
-                "request_context": data.get("requestContext"),
-                "instructions": data.get("instructions"),
-                "system": data.get("system"),
-                "active_tools": data.get("activeTools"),
-                "require_tool_approval": data.get("requireToolApproval"),
-                "tool_call_concurrency": data.get("toolCallConcurrency"),
-                "client_tools": [
-                    client_tool(
-                        name, description=spec.get("description", ""), input_schema=spec.get("inputSchema")
-                    )
-                    for name, spec in (data.get("clientTools") or {}).items()
-                ],
-            },
-            where="saved run options",
-        )
+            saved["structuredOutput"] = {"schema": structured}
+        settings = data.get("modelSettings")
+        saved["modelSettings"] = ModelSettings(**settings) if settings else None
+        saved["clientTools"] = [
+            client_tool(name, description=spec.get("description", ""), input_schema=spec.get("inputSchema"))
+            for name, spec in (data.get("clientTools") or {}).items()
+        ]
+        return cls.of(saved, where="saved run options")
+
+
+class _StructuredOutputJson(TypedDict):
+    schema: JsonObject
+    errorStrategy: ErrorStrategy
+    fallbackValue: JsonValue
+
+
+class _ClientToolJson(TypedDict):
+    description: str
+    inputSchema: JsonObject
+
+
+class RunOptionsJson(TypedDict):
+    """:meth:`RunOptions.to_json`: the options that are data, by their Mastra names (each a key
+    :class:`StreamOptions` reads; ``tests/test_run_options.py`` checks), and the format's version."""
+
+    optionsVersion: int
+    maxSteps: int | None
+    toolChoice: ToolChoice | None
+    includeRawChunks: bool
+    structuredOutput: _StructuredOutputJson | None
+    maxProcessorRetries: int | None
+    modelSettings: JsonObject | None
+    memory: JsonObject | None
+    disableBackgroundTasks: bool
+    context: list[PromptMessage]
+    requestContext: JsonObject
+    instructions: str | None
+    system: list[str]
+    activeTools: list[str] | None
+    requireToolApproval: bool
+    toolCallConcurrency: ToolCallConcurrency
+    clientTools: dict[str, _ClientToolJson]
 
 
 _DEFAULTS = {
     option.name: option.default for option in dataclass_fields(RunOptions) if option.default is not MISSING
 }
-_JSON_KEYS = frozenset(RunOptions().to_json())
 
 
 def read_default_options(defaults: Mapping[str, Any]) -> dict[str, Any]:
@@ -496,67 +541,42 @@ async def resolve_instructions(value: str | Dynamic[str], context: RequestContex
     return instructions
 
 
-def concurrency_options(value: int | Mapping[str, Any]) -> dict[str, Any]:
-    """``tool_call_concurrency=n`` or Mastra's ``{"limit": n, "strategy": "available" | "called"}``,
-    as ``RunOptions`` fields."""
+def _concurrency(value: object) -> int | ToolCallConcurrency:
     if isinstance(value, Mapping):
-        options = read_config(
-            value,
-            {"limit": positive_int, "strategy": one_of("available", "called")},
-            where="tool_call_concurrency",
-        )
-        return {
-            "tool_call_concurrency": options.get("limit"),
-            "tool_call_strategy": options.get("strategy", "available"),
-        }
-    return {"tool_call_concurrency": positive_int("tool_call_concurrency", value)}
+        return read_typed_dict(ToolCallConcurrency, value, where="tool_call_concurrency")
+    return positive_int("tool_call_concurrency", value)
 
 
-def _as(name: str, convert: Callable[[Any], Any] = lambda value: value) -> Callable[[Any], dict[str, Any]]:
-    return lambda value: {name: convert(value)}
+def _context(value: Iterable[Mapping[str, object]]) -> tuple[PromptMessage, ...]:
+    return tuple(normalize_messages(list(value)))
 
 
-def _callback(name: str) -> Callable[[Any], dict[str, Any]]:
-    def read(value: Any) -> dict[str, Any]:
-        if not callable(value):
-            raise InvalidOptionError(f"{name} must be a function, got {type(value).__name__}")
-        return {name: value}
-
-    return read
+def _conditions(value: StopCondition | Sequence[StopCondition]) -> tuple[StopCondition, ...]:
+    return (value,) if callable(value) else tuple(value)
 
 
-def _tuple_or_none(value: Any) -> tuple[Any, ...] | None:
-    return tuple(value) if value is not None else None
+def _fields(options: Mapping[str, object], where: str) -> dict[str, object]:
+    """The :class:`RunOptions` fields ``stream()``'s ``options`` set, read by :class:`StreamOptions`
+    (an option given as ``None`` sets none)."""
+    try:
+        read = read_typed_dict(StreamOptions, options, where=where)
+    except ConfigKeyError:
+        unknown = next((key for key in options if key not in _SPELLINGS), None)
+        if isinstance(unknown, str) and unknown in _KEYWORDS:  # a keyword argument of its own
+            raise ConfigKeyError(
+                f"{where}: unknown option {unknown!r}; did you mean {_KEYWORDS[unknown]}=...?"
+                f" (Mastra's {unknown!r} is the keyword argument {_KEYWORDS[unknown]!r} here)"
+            ) from None
+        raise
+    fields: dict[str, object] = {name: value for name, value in read.items() if value is not None}
+    concurrency = read.get("tool_call_concurrency")
+    if isinstance(concurrency, dict):  # a limit and a strategy (a number: the limit alone)
+        fields["tool_call_concurrency"] = concurrency.get("limit")
+        fields["tool_call_strategy"] = concurrency.get("strategy") or "available"
+    return fields
 
 
-_READERS: dict[str, Callable[[Any], dict[str, Any]]] = {
-    "max_steps": _as("max_steps"),
-    "tool_choice": _as("tool_choice", normalize_tool_choice),
-    "include_raw_chunks": _as("include_raw_chunks", bool),
-    "structured_output": _as("structured_output", StructuredOutput.coerce),
-    "output_processors": _as("output_processors", _tuple_or_none),
-    "input_processors": _as("input_processors", _tuple_or_none),
-    "max_processor_retries": _as("max_processor_retries"),
-    "model_settings": _as("model_settings"),
-    "abort_signal": _as("abort_signal"),
-    "context": _as("context", lambda value: tuple(normalize_messages(list(value)))),
-    "memory": _as("memory", MemoryScope.coerce),
-    "disable_background_tasks": _as("disable_background_tasks", bool),
-    "is_task_complete": _as("is_task_complete", TaskCompletion.coerce),
-    "client_tools": _as("client_tools", by_name),
-    "request_context": _as("request_context", RequestContext.coerce),
-    **{name: _callback(name) for name in ("on_chunk", "on_step_finish", "on_finish", "on_error", "on_abort")},
-    "instructions": _as("instructions"),
-    "system": _as("system", system_messages),
-    "model": _as("model"),
-    "active_tools": _as("active_tools", tuple),
-    "require_tool_approval": _as("require_tool_approval"),
-    "tool_call_concurrency": concurrency_options,
-    "stop_when": _as("stop_when", lambda value: (value,) if callable(value) else tuple(value)),
-    "prepare_step": _as("prepare_step"),
-    "delegation": _as("delegation", DelegationConfig.coerce),
+_SPELLINGS = frozenset(StreamOptions.__annotations__) | {
+    camel(name) for name in StreamOptions.__annotations__
 }
-"""Each of :class:`StreamOptions` -> the :class:`RunOptions` fields it sets (checked, normalised)."""
-
-_NAMES: dict[str, None] = dict.fromkeys(_READERS)
-_SPELLINGS = {camel(name): name for name in _READERS} | {name: name for name in _READERS}
+"""The keys :class:`StreamOptions` takes."""

@@ -34,18 +34,18 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Annotated, Any, Literal, cast
 
-from pydantic import SkipValidation
+from pydantic import SkipValidation, with_config
+from typing_extensions import TypedDict
 
 from runstream._config_mapping import (
     CONFIG,
-    Check,
     boolean,
-    camel,
+    checked,
     non_negative_int,
-    read_config,
     read_dataclass,
+    read_typed_dict,
 )
 from runstream._json import JsonObject, JsonValue
 from runstream._messages import (
@@ -114,7 +114,7 @@ class MemoryScope:
     resource_id: str
     title: str | None = None
     metadata: Mapping[str, Any] | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: MemoryOptions = field(default_factory=lambda: MemoryOptions())
     """The call's memory options by their snake_case names (validated)."""
     on_title_generated: Callable[[str], Any] | None = None
 
@@ -145,12 +145,15 @@ class MemoryScope:
         if self.title is not None or self.metadata is not None:
             metadata = None if self.metadata is None else dict(self.metadata)
             data["thread"] = {"id": self.thread_id, "title": self.title, "metadata": metadata}
-        kept: JsonObject = {
-            camel(k): v for k, v in self.options.items() if k in ("last_messages", "read_only")
-        }
+        kept: JsonObject = {}
+        if "last_messages" in self.options:
+            kept["lastMessages"] = self.options["last_messages"]
+        if "read_only" in self.options:
+            kept["readOnly"] = self.options["read_only"]
         working = self.options.get("working_memory")
         if isinstance(working, Mapping) and not isinstance(working.get("schema"), type):
-            kept["workingMemory"] = dict(working)  # Mastra's JSON mapping (a pydantic schema is not kept)
+            # Mastra's JSON mapping (a pydantic schema is not kept)
+            kept["workingMemory"] = cast(JsonObject, dict(working))
         if kept:
             data["options"] = kept
         return data
@@ -193,38 +196,61 @@ _UNSUPPORTED_MEMORY = {
 }
 
 
-def _last_messages(where: str, value: Any) -> int:
+def _last_messages(where: str, value: object) -> int:
     """Mastra's ``lastMessages``: a count, or ``false`` for no history."""
     return 0 if value is False else non_negative_int(where, value)
 
 
-def _working_memory(where: str, value: Any) -> Any:
+def _working_memory(where: str, value: object) -> WorkingMemory | Mapping[str, object] | bool:
     if not isinstance(value, WorkingMemory | Mapping | bool):
         raise InvalidTypeError(f"{where} must be a mapping such as {{'enabled': True, 'template': ...}}")
     return value
 
 
-def _generate_title(where: str, value: Any) -> Any:
+def _generate_title(where: str, value: object) -> TitleGeneration | Literal[False]:
     return TitleGeneration.coerce(value, where=where) or False
 
 
-def _semantic_recall(where: str, value: Any) -> Any:
+def _semantic_recall(where: str, value: object) -> SemanticRecall | Literal[False]:
     return SemanticRecall.coerce(value, where=where) or False
 
 
-_OPTION_FIELDS: dict[str, Check | None] = {
-    "semantic_recall": _semantic_recall,
-    "last_messages": _last_messages,
-    "read_only": boolean,
-    "working_memory": _working_memory,
-    "generate_title": _generate_title,
-}
+@with_config(CONFIG)
+class MemoryOptions(TypedDict, total=False):
+    """Mastra's memory options (``{"lastMessages": 20, "readOnly": true, ...}``) by their
+    snake_case names, only those given, checked (``None`` is kept: "as the memory has it")."""
+
+    semantic_recall: Annotated[SemanticRecall | Literal[False] | None, checked(_semantic_recall)]
+    last_messages: Annotated[int | None, checked(_last_messages)]
+    read_only: Annotated[bool | None, checked(boolean)]
+    working_memory: Annotated[WorkingMemory | Mapping[str, object] | bool | None, checked(_working_memory)]
+    generate_title: Annotated[TitleGeneration | Literal[False] | None, checked(_generate_title)]
 
 
-def memory_options(value: Mapping[str, object], *, where: str) -> dict[str, Any]:
-    """Mastra's memory options (``{"lastMessages": 20, "readOnly": true, ...}``), checked, by
-    their snake_case names."""
-    return read_config(value, _OPTION_FIELDS, where=where, unsupported=_UNSUPPORTED_MEMORY)
+class _Shared(TypedDict, total=False):
+    """What a :class:`Memory` and its copies (:meth:`Memory.with_options`) make once, on first use."""
+
+    embedder: Embedder
+    embedder_source: Embedder | str | None
+    """The ``Memory.embedder`` the ``embedder`` was resolved from."""
+    vector: VectorStore
+    queue: EmbeddingQueue
+
+
+class _Changes(TypedDict, total=False):
+    """What a call's :class:`MemoryOptions` change in a :class:`Memory`."""
+
+    last_messages: int | None
+    read_only: bool
+    generate_title: TitleGeneration | None
+    semantic_recall: SemanticRecall | None
+    working_memory: WorkingMemory | None
+
+
+def memory_options(value: Mapping[str, object], *, where: str) -> MemoryOptions:
+    """Mastra's memory options, read by :class:`MemoryOptions` (an unknown or unsupported option
+    is an error naming it)."""
+    return read_typed_dict(MemoryOptions, value, where=where, unsupported=_UNSUPPORTED_MEMORY)
 
 
 @dataclass
@@ -251,7 +277,7 @@ class Memory:
     (``"openai/text-embedding-3-small"``)."""
     embedding_queue_limit: int = 10_000
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict, repr=False, compare=False)
-    _shared: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _shared: _Shared = field(default_factory=lambda: _Shared(), repr=False, compare=False)
     _titles: set[asyncio.Task[None]] = field(default_factory=set, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -274,17 +300,17 @@ class Memory:
             return value
         return cls().with_options(memory_options(value, where="memory"))
 
-    def with_options(self, options: Mapping[str, Any]) -> Memory:
+    def with_options(self, options: MemoryOptions) -> Memory:
         """A copy with Mastra's memory options (snake_case, as :func:`memory_options` returns
         them) applied; it shares this memory's storage and locks. ``working_memory`` given as a
         mapping merges into the current one, as Mastra deep-merges a call's options."""
         if not options:
             return self
-        changes: dict[str, Any] = {}
+        changes: _Changes = {}
         if "last_messages" in options:
             changes["last_messages"] = options["last_messages"]
         if "read_only" in options:
-            changes["read_only"] = options["read_only"]
+            changes["read_only"] = options["read_only"] is True
         if "generate_title" in options:
             changes["generate_title"] = options["generate_title"] or None
         if "semantic_recall" in options:
@@ -753,6 +779,7 @@ __all__ = [
     "DEFAULT_LAST_MESSAGES",
     "Memory",
     "MemoryInput",
+    "MemoryOptions",
     "MemoryScope",
     "MissingStorageError",
     "SemanticRecall",

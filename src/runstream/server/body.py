@@ -22,7 +22,7 @@ import jsonschema
 from runstream._json import JsonObject, JsonValue
 from runstream.agent.run_options import StreamOptions, client_tool
 from runstream.errors import InvalidInputError
-from runstream.memory import MemoryScope, memory_options
+from runstream.memory import MemoryOptions, MemoryScope, memory_options
 from runstream.memory.working import WorkingMemory
 from runstream.models.base import ModelSettings, PromptMessage
 from runstream.server.auth import Principal
@@ -146,13 +146,13 @@ MAX_LAST_MESSAGES = 10_000
 _HTTP_MEMORY_OPTIONS = ("lastMessages", "readOnly", "workingMemory", "generateTitle")
 
 
-def memory_call_options(value: JsonValue, where: str = "memory.options") -> dict[str, Any]:
+def memory_call_options(value: JsonValue, where: str = "memory.options") -> MemoryOptions:
     """A request's memory options: Mastra's JSON-valued ones, bounded and fully checked here, so
     a mistake is a 400 before anything runs (a title model, its instructions and a working-memory
     schema are the server's to choose, so ``generateTitle`` is a boolean here and ``schema`` is
     refused)."""
     if value is None:
-        return {}
+        return MemoryOptions()
     if not isinstance(value, Mapping):
         raise invalid(f"'{where}' must be an object")
     unknown = sorted(set(value) - set(_HTTP_MEMORY_OPTIONS))
