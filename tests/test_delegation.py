@@ -231,6 +231,47 @@ async def test_message_filter_chooses_the_context() -> None:
     assert "secret question" not in prompt_texts and "Research solana" in prompt_texts
 
 
+@pytest.mark.parametrize(
+    ("delegation", "error"),
+    [
+        (
+            {"onDelegationStart": lambda _: {"modifiedMaxSteps": "3"}},
+            "onDelegationStart returned modifiedMaxSteps: Input should be a valid integer",
+        ),
+        (
+            {"onDelegationComplete": lambda _: {"resultText": 42}},
+            "onDelegationComplete returned resultText: Input should be a valid string",
+        ),
+        ({"onDelegationStart": lambda _: "go"}, "onDelegationStart must return a mapping or None, not str"),
+        ({"messageFilter": lambda _: 7}, "messageFilter must return a list of messages, not int"),
+    ],
+)
+async def test_a_hook_answer_of_the_wrong_shape_fails_the_delegation_clearly(
+    delegation: dict[str, Any], error: str
+) -> None:
+    """What a hook returns is checked against its TypedDict (no coercion): the delegation's tool
+    call fails with the hook's name and the key at fault; the supervisor's run goes on."""
+    supervisor, _, model, _ = team({"prompt": "Research solana"}, memory=False)
+    chunks = await drain(await supervisor.stream("x", delegation=delegation))
+    assert [str(c.payload["error"]) for c in chunks if c.type == "tool-error"] == [error]
+    assert model.call_count == 2  # the supervisor's model saw the failed call and answered
+
+
+async def test_a_hook_answer_keeps_the_keys_it_knows() -> None:
+    """Keys a hook's answer has besides Mastra's are left out; ``None`` values mean no change."""
+    seen: list[str] = []
+
+    def start(context: Any) -> dict[str, object]:
+        seen.append(context["prompt"])
+        return {"modifiedPrompt": "[PRIORITY] " + context["prompt"], "modifiedMaxSteps": None, "mine": 1}
+
+    supervisor, _, _, sub_model = team({"prompt": "Research solana"}, memory=False)
+    chunks = await drain(await supervisor.stream("x", delegation={"on_delegation_start": start}))
+    assert seen == ["Research solana"]
+    assert tool_result(chunks)["text"] == "Solana is a blockchain."
+    assert "[PRIORITY] Research solana" in json.dumps(sub_model.recorded[0].prompt)
+
+
 def test_unknown_delegation_key_is_an_error() -> None:
     with pytest.raises(ValueError, match="'onDelegationStrat'; did you mean 'onDelegationStart'"):
         DelegationConfig.coerce({"onDelegationStrat": print})

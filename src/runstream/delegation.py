@@ -26,12 +26,16 @@ import inspect
 import logging
 import re
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Generic, Literal, NotRequired, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+from typing_extensions import TypedDict  # (pydantic reads only these on Python 3.11)
 
 from runstream._config_mapping import CONFIG, Flag, read_dataclass
 from runstream.errors import ConfigurationTypeError
+from runstream.request_context import RequestContext
 from runstream.stop_conditions import StopEvent
 
 logger = logging.getLogger("runstream.delegation")
@@ -39,7 +43,103 @@ logger = logging.getLogger("runstream.delegation")
 HOOK_ERRORS_KEY = "__mastra_delegationHookErrors"
 """Where hook failures are recorded on the run's request context (Mastra's key)."""
 
-Hook = Callable[[dict[str, Any]], Any]
+HookName = Literal["onDelegationStart", "onDelegationComplete", "messageFilter"]
+Messages = Sequence[Mapping[str, object]]
+"""Prompt messages (``{"role", "content"}``) as the hooks see and return them."""
+
+
+class DelegationParams(TypedDict, total=False):
+    """The delegation's own inputs, those the supervisor's model gave."""
+
+    threadId: str
+    resourceId: str
+    instructions: str
+    maxSteps: int
+
+
+class DelegationOrigin(TypedDict):
+    """Which delegation a hook sees: the sub-agent, and the supervisor's run, step and call."""
+
+    primitiveId: str
+    primitiveType: Literal["agent"]
+    iteration: int
+    """The supervisor's step (its assistant turns so far, at least 1)."""
+    runId: str
+    parentAgentId: str
+    parentAgentName: str
+    toolCallId: str
+
+
+class _Delegation(DelegationOrigin):
+    """What every hook's context holds (Mastra's keys)."""
+
+    prompt: str
+    messages: Messages
+
+
+class DelegationStart(_Delegation):
+    """What ``on_delegation_start`` gets; ``requestContext`` is the sub-agent's own copy."""
+
+    params: DelegationParams
+    threadId: str | None
+    resourceId: str | None
+    requestContext: RequestContext
+
+
+class DelegationMessages(_Delegation):
+    """What ``message_filter`` gets: ``messages`` are the supervisor's."""
+
+    threadId: str | None
+
+
+class DelegationResult(TypedDict):
+    """The sub-agent's result as ``on_delegation_complete`` sees it."""
+
+    text: str
+    subAgentThreadId: str
+    subAgentResourceId: str
+    subAgentToolResults: NotRequired[list[object]]
+    finishReason: str | None
+    usage: object
+
+
+class DelegationComplete(_Delegation):
+    """What ``on_delegation_complete`` gets; ``bail()`` ends the supervisor's run after this step."""
+
+    result: DelegationResult
+    duration: int
+    """Milliseconds."""
+    success: bool
+    error: NotRequired[object]
+    bail: Callable[[], None]
+
+
+class DelegationStartResult(TypedDict, total=False):
+    """What ``on_delegation_start`` may return: a refusal, or changes to the delegation."""
+
+    proceed: bool | None
+    rejectionReason: str | None
+    modifiedPrompt: str
+    modifiedInstructions: str | None
+    modifiedMaxSteps: int | None
+
+
+class DelegationCompleteResult(TypedDict, total=False):
+    """What ``on_delegation_complete`` may return: the text the supervisor gets instead, and
+    feedback saved on the supervisor's thread."""
+
+    resultText: str | None
+    feedback: str | None
+
+
+StartHook = Callable[
+    [DelegationStart], DelegationStartResult | Awaitable[DelegationStartResult | None] | None
+]
+CompleteHook = Callable[
+    [DelegationComplete], DelegationCompleteResult | Awaitable[DelegationCompleteResult | None] | None
+]
+MessageFilter = Callable[[DelegationMessages], Messages | Awaitable[Messages]]
+Context = TypeVar("Context", DelegationStart, DelegationMessages, DelegationComplete)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,15 +148,11 @@ class DelegationConfig:
 
     __pydantic_config__ = CONFIG
 
-    on_delegation_start: Hook | None = None
-    """Gets ``{primitiveId, primitiveType, prompt, params, iteration, runId, threadId,
-    resourceId, parentAgentId, parentAgentName, toolCallId, messages, requestContext}``; may
-    return ``{proceed, rejectionReason, modifiedPrompt, modifiedInstructions, modifiedMaxSteps}``."""
-    on_delegation_complete: Hook | None = None
-    """Gets ``{primitiveId, primitiveType, prompt, result, duration, success, error?, iteration,
-    runId, toolCallId, parentAgentId, parentAgentName, messages, bail}``; may return
-    ``{resultText, feedback}``. ``bail()`` ends the supervisor's run after the current step."""
-    message_filter: Hook | None = None
+    on_delegation_start: StartHook | None = None
+    """Gets a :class:`DelegationStart`; may return a :class:`DelegationStartResult`."""
+    on_delegation_complete: CompleteHook | None = None
+    """Gets a :class:`DelegationComplete`; may return a :class:`DelegationCompleteResult`."""
+    message_filter: MessageFilter | None = None
     """Gets ``{messages, primitiveId, prompt, ...}`` and returns the parent messages the
     sub-agent sees as context (runs after ``on_delegation_start``)."""
     hook_error_strategy: Literal["warn", "throw"] = "warn"
@@ -121,20 +217,44 @@ class DelegationRun:
             return True
         return False
 
-    async def call(
+    async def start(
+        self, context: DelegationStart, request_context: MutableMapping[str, object]
+    ) -> DelegationStartResult:
+        """``on_delegation_start``'s answer (``{}``: no change)."""
+        hook = self.config.on_delegation_start if self.config else None
+        value = await self._call("onDelegationStart", hook, context, request_context)
+        return _START_RESULT.read(value, "onDelegationStart")
+
+    async def complete(
+        self, context: DelegationComplete, request_context: MutableMapping[str, object]
+    ) -> DelegationCompleteResult:
+        """``on_delegation_complete``'s answer (``{}``: no change)."""
+        hook = self.config.on_delegation_complete if self.config else None
+        value = await self._call("onDelegationComplete", hook, context, request_context)
+        return _COMPLETE_RESULT.read(value, "onDelegationComplete")
+
+    async def filter_messages(
+        self, context: DelegationMessages, request_context: MutableMapping[str, object]
+    ) -> Messages | None:
+        """The messages ``message_filter`` chose (``None``: no filter, or it failed)."""
+        hook = self.config.message_filter if self.config else None
+        value = await self._call("messageFilter", hook, context, request_context)
+        if value is None or isinstance(value, Sequence):
+            return value
+        raise ConfigurationTypeError(
+            f"messageFilter must return a list of messages, not {type(value).__name__}"
+        )
+
+    async def _call(
         self,
-        hook: Literal["onDelegationStart", "onDelegationComplete", "messageFilter"],
-        context: dict[str, Any],
-        request_context: dict[str, Any],
-    ) -> Any:
+        hook: HookName,
+        function: Callable[[Context], object] | None,
+        context: Context,
+        request_context: MutableMapping[str, object],
+    ) -> object:
         """Run a hook; a failure is recorded on the supervisor run's ``request_context`` and
         logged (``warn``) or raised (``throw``)."""
         config = self.config
-        function = {
-            "onDelegationStart": config.on_delegation_start if config else None,
-            "onDelegationComplete": config.on_delegation_complete if config else None,
-            "messageFilter": config.message_filter if config else None,
-        }[hook]
         if function is None:
             return None
         try:
@@ -162,9 +282,9 @@ def _attribute(value: str) -> str:
 
 
 def record_hook_error(
-    hook: str, exc: BaseException, context: Mapping[str, object], request_context: dict[str, Any]
+    hook: str, exc: BaseException, context: Mapping[str, object], request_context: MutableMapping[str, object]
 ) -> None:
-    entry = {
+    entry: dict[str, object] = {
         "hook": hook,
         "primitiveId": context.get("primitiveId"),
         "toolCallId": context.get("toolCallId"),
@@ -172,13 +292,35 @@ def record_hook_error(
         "name": type(exc).__name__,
         "message": str(exc),
     }
-    request_context[HOOK_ERRORS_KEY] = [*request_context.get(HOOK_ERRORS_KEY, []), entry]
+    earlier = request_context.get(HOOK_ERRORS_KEY)
+    request_context[HOOK_ERRORS_KEY] = [*(earlier if isinstance(earlier, list) else []), entry]
 
 
-def hook_result(value: object, hook: str) -> Mapping[str, Any]:
-    """A hook's returned object (``None`` means no change)."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigurationTypeError(f"{hook} must return a mapping or None, not {type(value).__name__}")
-    return value
+Result = TypeVar("Result", DelegationStartResult, DelegationCompleteResult)
+
+
+class _HookResult(Generic[Result]):
+    """Checks what a hook returned against its ``TypedDict`` (the validator is built on first use)."""
+
+    def __init__(self, shape: type[Result]) -> None:
+        self._shape: type[Result] = shape
+        self._adapter: TypeAdapter[Result] | None = None
+
+    def read(self, value: object, hook: HookName) -> Result:
+        """The hook's answer (``None`` means no change; keys of its own are left out)."""
+        if value is None:
+            value = {}
+        if not isinstance(value, Mapping):
+            raise ConfigurationTypeError(f"{hook} must return a mapping or None, not {type(value).__name__}")
+        if self._adapter is None:
+            self._adapter = TypeAdapter(self._shape)
+        try:
+            return self._adapter.validate_python(dict(value), strict=True)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(map(str, first["loc"]))
+            raise ConfigurationTypeError(f"{hook} returned {where}: {first['msg']}") from None
+
+
+_START_RESULT = _HookResult(DelegationStartResult)
+_COMPLETE_RESULT = _HookResult(DelegationCompleteResult)

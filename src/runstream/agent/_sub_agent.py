@@ -22,13 +22,21 @@ import logging
 import time
 import uuid
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NotRequired, TypedDict
 
 from runstream._json import JsonObject
 from runstream.agent.run_options import normalize_messages
 from runstream.chunks import AnyChunk, TextDeltaChunk
-from runstream.delegation import DelegationRun, hook_result
+from runstream.delegation import (
+    DelegationComplete,
+    DelegationOrigin,
+    DelegationParams,
+    DelegationResult,
+    DelegationRun,
+    DelegationStart,
+    DelegationStartResult,
+)
 from runstream.errors import InvalidInputError, RunstreamError
 from runstream.memory import Memory, MemoryScope
 from runstream.models.base import PromptMessage
@@ -195,19 +203,16 @@ async def _delegate(
     instructions = given if isinstance(given := args.get("instructions"), str) and given else None
     max_steps = _max_steps(args.get("maxSteps"))
     sub_context = RequestContext(ctx.request_context)  # the hooks may add to it, not to the parent's
-    base = {
-        "primitiveId": sub.id,
-        "primitiveType": "agent",
-        "iteration": max(1, sum(1 for m in ctx.messages if m.get("role") == "assistant")),
-        "runId": ctx.run_id,
-        "parentAgentId": ctx.agent_id,
-        "parentAgentName": ctx.agent_name,
-        "toolCallId": ctx.tool_call_id,
-    }
-    params = {"threadId": ctx.thread_id, "resourceId": ctx.resource_id, "instructions": instructions}
-    start = await _start_hook(
-        run, ctx, {**base, "prompt": prompt, "requestContext": sub_context}, params, max_steps
+    base = DelegationOrigin(
+        primitiveId=sub.id,
+        primitiveType="agent",
+        iteration=max(1, sum(1 for m in ctx.messages if m.get("role") == "assistant")),
+        runId=ctx.run_id,
+        parentAgentId=ctx.agent_id,
+        parentAgentName=ctx.agent_name,
+        toolCallId=ctx.tool_call_id,
     )
+    start = await _start_hook(run, ctx, base, prompt, sub_context, instructions, max_steps)
     cap = _default_max_steps(sub)
     if max_steps is not None and cap is not None and max_steps > cap:
         max_steps = cap
@@ -223,14 +228,11 @@ async def _delegate(
         instructions = f"{own}\n\n{instructions}" if own else instructions
     # As before delegation inputs existed here: the sub-agent sees what the user asked the supervisor.
     context: list[PromptMessage] = [m for m in ctx.messages if m["role"] == "user"]
-    filtered = await run.call(
-        "messageFilter",
-        {**base, "messages": context, "prompt": prompt, "threadId": ctx.thread_id},
-        ctx.request_context,
+    filtered = await run.filter_messages(
+        {**base, "messages": context, "prompt": prompt, "threadId": ctx.thread_id}, ctx.request_context
     )
     if filtered is not None:
         context = normalize_messages(filtered)
-    complete = {**base, "prompt": prompt, "messages": [], "bail": _bail(run)}
     waiting_run = ctx.suspended_tool_run_id if ctx.resume_data is not None else None
     resumed = waiting_run is not None  # the supervisor resumes: the sub-agent's suspended run goes on
     if waiting_run is not None:
@@ -258,46 +260,89 @@ async def _delegate(
         "subAgentToolResults": tool_results,
     }
     failed = state.status == "failed"
-    outcome = {
-        **complete,
-        "result": {**result, "finishReason": state.finish_reason, "usage": state.usage},
-        "duration": round((time.monotonic() - started_at) * 1000),
-        "success": not failed and state.finish_reason != "error",
-        **({"error": state.error} if failed else {}),
-    }
-    done = hook_result(
-        await run.call("onDelegationComplete", outcome, ctx.request_context), "onDelegationComplete"
-    )
+    outcome = _outcome(base, prompt, run, result, state, started_at)
+    done = await run.complete(outcome, ctx.request_context)
     await _feedback(parent, ctx, done)
     if failed:  # the caller's model sees Mastra's words for it
         raise AgentToolError(
             done.get("resultText")
             or f"[Agent:{ctx.agent_name or ctx.agent_id}] - Failed agent tool execution for {sub.id}"
         )
-    if isinstance(done.get("resultText"), str):
-        result["text"] = done["resultText"]
+    text = done.get("resultText")
+    if text is not None:
+        result["text"] = text
     if refs_on and not ctx.is_background_task and result["text"].strip() and state.finish_reason != "error":
         result["ref"] = run.register(name, result["text"])
     return result
 
 
+def _outcome(
+    base: DelegationOrigin,
+    prompt: str,
+    run: DelegationRun,
+    result: SubAgentResult,
+    state: Any,
+    started_at: float,
+) -> DelegationComplete:
+    """``onDelegationComplete``'s context: the sub-agent's result, how long it took, and ``bail``."""
+    failed = state.status == "failed"
+    seen: DelegationResult = {
+        "text": result["text"],
+        "subAgentThreadId": result["subAgentThreadId"],
+        "subAgentResourceId": result["subAgentResourceId"],
+        "subAgentToolResults": result.get("subAgentToolResults", []),
+        "finishReason": state.finish_reason,
+        "usage": state.usage,
+    }
+    outcome: DelegationComplete = {  # (an optional key, so no **base: mypy wants each key named)
+        "primitiveId": base["primitiveId"],
+        "primitiveType": base["primitiveType"],
+        "iteration": base["iteration"],
+        "runId": base["runId"],
+        "parentAgentId": base["parentAgentId"],
+        "parentAgentName": base["parentAgentName"],
+        "toolCallId": base["toolCallId"],
+        "prompt": prompt,
+        "messages": [],
+        "bail": _bail(run),
+        "result": seen,
+        "duration": round((time.monotonic() - started_at) * 1000),
+        "success": not failed and state.finish_reason != "error",
+    }
+    if failed:
+        outcome["error"] = state.error
+    return outcome
+
+
 async def _start_hook(
     run: DelegationRun,
     ctx: ToolContext,
-    context: dict[str, Any],
-    params: dict[str, Any],
+    base: DelegationOrigin,
+    prompt: str,
+    request_context: RequestContext,
+    instructions: str | None,
     max_steps: int | None,
-) -> Mapping[str, Any]:
+) -> DelegationStartResult:
     """``onDelegationStart`` with Mastra's context; what it returned (``{}``: no change)."""
-    given = {k: v for k, v in {**params, "maxSteps": max_steps}.items() if v is not None}
-    context = {
-        **context,
-        "params": given,
+    params: DelegationParams = {}
+    if ctx.thread_id is not None:
+        params["threadId"] = ctx.thread_id
+    if ctx.resource_id is not None:
+        params["resourceId"] = ctx.resource_id
+    if instructions is not None:
+        params["instructions"] = instructions
+    if max_steps is not None:
+        params["maxSteps"] = max_steps
+    context: DelegationStart = {
+        **base,
+        "prompt": prompt,
+        "requestContext": request_context,
+        "params": params,
         "threadId": ctx.thread_id,
         "resourceId": ctx.resource_id,
         "messages": list(ctx.messages),
     }
-    return hook_result(await run.call("onDelegationStart", context, ctx.request_context), "onDelegationStart")
+    return await run.start(context, ctx.request_context)
 
 
 async def _relay(out: Any, ctx: ToolContext) -> tuple[Any, list[Any], AnyChunk | None]:
@@ -353,7 +398,7 @@ async def _reject(
     return {"text": text, "subAgentThreadId": scope.thread_id, "subAgentResourceId": scope.resource_id}
 
 
-def _bail(run: DelegationRun) -> Any:
+def _bail(run: DelegationRun) -> Callable[[], None]:
     def bail() -> None:
         run.bailed = True
 

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from runstream._json import JsonValue
 from runstream.abort import AbortController
 from runstream.agent import Agent
 from runstream.chunks import AnyChunk
@@ -172,15 +173,16 @@ def _stop_condition(spec: Mapping[str, Any]) -> StopCondition:
     raise UnsupportedScenario(f"stop condition {spec!r} is not supported")
 
 
-def _delegation(spec: Mapping[str, Any]) -> dict[str, Any]:
+def _delegation(spec: Mapping[str, Any]) -> dict[str, object]:
     """The scenario format's declarative hooks: each returns the given result (``"bail"``:
     calls ``bail()``), as the Node runner's extension does."""
-    out: dict[str, Any] = {k: v for k, v in spec.items() if not k.startswith("onDelegation")}
+    out: dict[str, object] = {k: v for k, v in spec.items() if not k.startswith("onDelegation")}
 
-    def hook(result: Any) -> Callable[[dict[str, Any]], Any]:
-        def call(context: dict[str, Any]) -> Any:
-            if result == "bail":
-                context["bail"]()
+    def hook(result: JsonValue) -> Callable[[Mapping[str, object]], JsonValue]:
+        def call(context: Mapping[str, object]) -> JsonValue:
+            bail = context.get("bail")
+            if result == "bail" and callable(bail):
+                bail()
                 return None
             return result
 
