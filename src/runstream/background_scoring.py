@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import random
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
@@ -29,6 +30,8 @@ T = TypeVar("T")
 
 DEFAULT_CONCURRENCY = 4
 DEFAULT_MAX_PENDING = 256
+MAX_REASON = 10_000
+"""A scorer's reason is kept up to this many characters."""
 
 
 class ScoringQueueFullError(RunstreamError):
@@ -39,15 +42,23 @@ Job = Callable[[], Awaitable[None]]
 
 
 class ScoringRunner:
-    """Runs scorer jobs in the background, ``concurrency`` at a time, at most ``max_pending`` held."""
+    """Runs scorer jobs in the background, ``concurrency`` at a time, at most ``max_pending`` held.
+
+    ``sample`` draws the number (from 0 to 1) that decides whether a sampled scorer scores a run
+    (it does when the number is below its rate); give a seeded one for reproducible sampling."""
 
     def __init__(
-        self, *, concurrency: int = DEFAULT_CONCURRENCY, max_pending: int = DEFAULT_MAX_PENDING
+        self,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        sample: Callable[[], float] = random.random,
     ) -> None:
         if concurrency < 1 or max_pending < concurrency:
             raise ConfigurationError("concurrency must be at least 1 and max_pending at least concurrency")
         self.concurrency = concurrency
         self.max_pending = max_pending
+        self.sample = sample
         self._slots: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -66,8 +77,8 @@ class ScoringRunner:
             raise ScoringQueueFullError("Scoring is shut down: the runtime is closing")
         if len(self._tasks) + len(batch) > self.max_pending:
             raise ScoringQueueFullError(
-                f"Scoring queue is full ({len(self._tasks)} of {self.max_pending} scorer runs pending); "
-                "try again later"
+                f"Scoring queue is full ({len(self._tasks)} of {self.max_pending} scorer runs pending, "
+                f"{len(batch)} more asked); try again later"
             )
         loop = asyncio.get_running_loop()
         if self._slots is None or self._loop is not loop:  # (after close, or a new event loop)

@@ -112,7 +112,16 @@ class Runstream:
         if agent.id in self.agents:
             raise ConfigurationError(f"an agent with id {agent.id!r} is already registered")
         self.agents[agent.id] = agent
-        agent.bind(RuntimeServices(self.storage, self.task_manager, self.start, self.durable_runs))
+        agent.bind(
+            RuntimeServices(
+                self.storage,
+                self.task_manager,
+                self.start,
+                self.durable_runs,
+                scoring=lambda: self.scoring,
+                span_store=lambda: self.observability,
+            )
+        )
         return agent
 
     def add_workflow(self, workflow: Workflow) -> Workflow:

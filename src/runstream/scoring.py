@@ -1,8 +1,11 @@
-"""``is_task_complete``: scorers that judge the final answer of each loop iteration.
+"""Scorers: ``is_task_complete`` checks, and an agent's own ``scorers`` (their configuration).
 
-After a step that ends the model's turn (no tool calls), every scorer scores the answer; the loop
-emits an ``is-task-complete`` chunk and, when the check fails and steps remain, continues with the
-results as feedback (an assistant message the model sees next).
+After a step that ends the model's turn (no tool calls), every ``is_task_complete`` scorer scores
+the answer; the loop emits an ``is-task-complete`` chunk and, when the check fails and steps
+remain, continues with the results as feedback (an assistant message the model sees next).
+
+An agent's ``scorers`` (:class:`AgentScorer`, Mastra's ``scorers: {key: {scorer, sampling}}``)
+score a run after it ends, in the background (``runstream.agent._scorers``).
 """
 
 from __future__ import annotations
@@ -12,11 +15,14 @@ import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
 
 from runstream._config_mapping import CONFIG, Amount, Flag, read_dataclass
 from runstream._payloads import IsTaskCompletePayload, ScorerResult
 from runstream.chunks import AgentChunk, IsTaskCompleteChunk
+from runstream.errors import ConfigurationError, ConfigurationTypeError
 from runstream.models.base import PromptMessage
 from runstream.run._run_state import CheckVerdict, LoopConfig, RunState
 
@@ -55,6 +61,82 @@ class Scorer:
             "scorerName": self.name or self.id,
             "duration": round((time.perf_counter() - started) * 1000),
         }
+
+
+Rate = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False, strict=True)]
+"""A fraction of runs, from 0 to 1."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """Mastra's ``sampling``: ``{"type": "none"}`` (every run) or ``{"type": "ratio", "rate": r}``."""
+
+    __pydantic_config__ = CONFIG
+
+    type: Literal["none", "ratio"]
+    rate: Rate | None = None
+
+    def __post_init__(self) -> None:
+        if self.type == "ratio" and self.rate is None:
+            raise ConfigurationError("sampling of type 'ratio' needs a 'rate' from 0 to 1")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentScorer:
+    """One of an agent's ``scorers``: ``scorer`` scores a ``sampling`` fraction of its runs (a
+    number from 0 to 1, or Mastra's :class:`Sampling`; every run by default)."""
+
+    __pydantic_config__ = CONFIG
+
+    scorer: Scorer
+    sampling: Rate | Sampling = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.scorer, Scorer):
+            raise ConfigurationTypeError(f"scorer must be a Scorer, not {type(self.scorer).__name__}")
+        rate = self.rate
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+            raise ConfigurationError(f"sampling must be a number from 0 to 1, got {self.sampling!r}")
+
+    @property
+    def rate(self) -> float:
+        """The fraction of runs scored."""
+        sampling = self.sampling
+        if isinstance(sampling, Sampling):
+            return 1.0 if sampling.type == "none" or sampling.rate is None else sampling.rate
+        return sampling
+
+    @classmethod
+    def coerce_all(
+        cls, value: Mapping[str, Scorer | AgentScorer | Mapping[str, object]] | Sequence[Scorer] | None
+    ) -> dict[str, AgentScorer]:
+        """``Agent(scorers=...)``: a mapping of keys to a :class:`Scorer`, an
+        :class:`AgentScorer` or Mastra's ``{"scorer": ..., "sampling": ...}``; or a list of
+        scorers (keyed by their ids)."""
+        if value is None:
+            return {}
+        if isinstance(value, Sequence) and not isinstance(value, str):
+            value = {getattr(item, "id", str(index)): item for index, item in enumerate(value)}
+        if not isinstance(value, Mapping):
+            raise ConfigurationTypeError(
+                f"scorers must be a mapping of names to scorers or a list of Scorer, not {type(value).__name__}"
+            )
+        read: dict[str, AgentScorer] = {}
+        for key, entry in value.items():
+            where = f"scorers[{key!r}]"
+            if not isinstance(key, str) or not key:
+                raise ConfigurationTypeError(f"scorers: a key must be a non-empty string, got {key!r}")
+            if isinstance(entry, Scorer):
+                entry = cls(entry)
+            elif isinstance(entry, Mapping):
+                entry = read_dataclass(cls, entry, where=where)
+            elif not isinstance(entry, AgentScorer):
+                raise ConfigurationTypeError(
+                    f"{where} must be a Scorer, an AgentScorer or a mapping with 'scorer', "
+                    f"not {type(entry).__name__}"
+                )
+            read[key] = entry
+        return read
 
 
 _UNSUPPORTED = {"parallel": "scorers always run in parallel", "onComplete": "not implemented"}

@@ -21,7 +21,7 @@ from runstream import _tracing as tracing
 from runstream.background_scoring import ScoringRunner
 from runstream.models.base import PromptMessage
 from runstream.observability import PostgresSpanStore, SpanStore
-from runstream.scoring import ScoreInput, Scorer
+from runstream.scoring import AgentScorer, ScoreInput, Scorer
 from runstream.storage import SqliteStorage
 from tests.conftest import POSTGRES_URL
 from tests.otel_testkit import spans
@@ -213,7 +213,9 @@ def test_a_full_scoring_runner_answers_429_and_starts_nothing(scored: Secured) -
     assert STARTED.wait(10)
     full = s.a.post(f"{OBS}/traces/score", json={"scorerName": "echo", "targets": [{"traceId": trace_id}]})
     assert full.status_code == 429 and full.headers["retry-after"] == "1"
-    assert full.json() == {"error": "Scoring queue is full (2 of 2 scorer runs pending); try again later"}
+    assert full.json() == {
+        "error": "Scoring queue is full (2 of 2 scorer runs pending, 1 more asked); try again later"
+    }
     GATE.set()
     settle(s)
     scores = s.a.get(f"{OBS}/scores", params={"traceId": trace_id}).json()["scores"]
@@ -238,3 +240,35 @@ def test_a_failing_scorer_is_logged_and_stores_nothing(scored: Secured) -> None:
     assert "not a finite number" in by_scorer["nan"]["message"] and trace_id in by_scorer["nan"]["message"]
     assert {log["resourceId"] for log in logs} == {"user-a"}
     assert s.b.get(f"{OBS}/logs", params={"traceId": trace_id}).json()["logs"] == []
+
+
+def test_an_agents_own_scorers_are_listed_and_their_scores_confined(scored: Secured) -> None:
+    s = scored
+    agent = s.context.runstream.agents["assistant"]
+    agent.scorers = AgentScorer.coerce_all(
+        {
+            "echo": Scorer(id="echo", score=echo, name="Echo"),
+            "tone": Scorer(id="tone", score=lambda d: (0.25, "flat")),
+        }
+    )
+    trace_id = a_traced_run(s, "weather in Paris?")
+    settle(s)
+    scores = s.a.get(f"{OBS}/scores", params={"traceId": trace_id}).json()["scores"]
+    by_id = {score["scorerId"]: score for score in scores}
+    assert sorted(by_id) == ["echo", "tone"] and by_id["tone"]["score"] == 0.25
+    root = next(
+        span for span in s.a.get(f"{OBS}/traces/{trace_id}").json()["spans"] if span["parentSpanId"] is None
+    )
+    assert {(x["source"], x["entityId"], x["spanId"], x["runId"]) for x in scores} == {
+        ("LIVE", "assistant", root["spanId"], root["runId"])
+    }
+    assert by_id["echo"]["reason"].startswith("asked 'weather in Paris?'; said ")
+    assert s.b.get(f"{OBS}/scores").json()["scores"] == []  # B does not see A's run's scores
+    listed = s.a.get("/api/scores/scorers").json()
+    assert (listed["echo"]["agentIds"], listed["echo"]["agentNames"], listed["echo"]["isRegistered"]) == (
+        ["assistant"],
+        [agent.name],
+        True,
+    )
+    assert (listed["tone"]["agentIds"], listed["tone"]["isRegistered"]) == (["assistant"], False)
+    assert s.a.get("/api/scores/scorers/tone").json() == listed["tone"]

@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from runstream.background_scoring import ScoringRunner
+from runstream.observability.store import SpanStore
 from runstream.storage import Storage
 from runstream.tasks.coordination import TaskManager
 from runstream.tools import Tool
@@ -30,6 +32,10 @@ class RuntimeServices:
     """Initialises the storage and starts the task manager (idempotent)."""
     durable_runs: DurableRunner | None = None
     """Where the agents' runs run when they are durable on an engine (``runstream.durable``)."""
+    scoring: Callable[[], ScoringRunner] | None = None
+    """The runtime's scoring runner (agents' ``scorers`` run there)."""
+    span_store: Callable[[], SpanStore | None] | None = None
+    """The runtime's span store, if any (agents' scores are kept there)."""
 
 
 class DurableRunner(Protocol):

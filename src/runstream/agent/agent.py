@@ -19,6 +19,7 @@ from runstream.abort import AbortController, AbortSignal
 from runstream.agent import _durable_api as durable_api
 from runstream.agent._idle_stream import IdleStreams, UntilIdle, check_idle_options
 from runstream.agent._plain_runs import PlainRuns
+from runstream.agent._scorers import RunScoring
 from runstream.agent._sub_agent import agent_tool, offer_result_references, with_full_results
 from runstream.agent._suspension import (
     DURABLE_NAMESPACE,
@@ -60,7 +61,7 @@ from runstream.run._run_state import LoopConfig, ResumeAction, RunState
 from runstream.run._sources import Observer
 from runstream.run._step_results import model_label, run_metadata
 from runstream.run.output import FullOutput, RunOutput, full_output
-from runstream.scoring import TaskCompletion
+from runstream.scoring import AgentScorer, Scorer, TaskCompletion
 from runstream.storage import Storage
 from runstream.structured import StructuredOutput
 from runstream.tasks.policy import system_prompt_section, tool_schema_with_override, warn_without_manager
@@ -107,6 +108,7 @@ class Agent:
         durable: bool = False,
         max_retries: int = 0,
         default_options: Mapping[str, Any] | Dynamic[Mapping[str, Any]] | None = None,
+        scorers: Mapping[str, Scorer | AgentScorer | Mapping[str, object]] | Sequence[Scorer] | None = None,
     ) -> None:
         from runstream.tasks.policy import AgentBackgroundConfig
 
@@ -147,12 +149,7 @@ class Agent:
             dict(workflows) if isinstance(workflows, Mapping) else {w.id: w for w in workflows}
         )
         """Workflows by name, each offered as the tool ``workflow-<name>`` (Mastra's ``workflows``)."""
-        for key, sub in self.agents.items():
-            sub_tool = agent_tool(sub, key, self)
-            self.tools[sub_tool.name] = sub_tool
-        for key, workflow in self.workflows.items():
-            workflow_tool = workflow.as_tool(name=key)
-            self.tools[workflow_tool.name] = workflow_tool
+        self._offer_delegates()
         self.max_steps = max_steps
         self.tool_choice = normalize_tool_choice(tool_choice)
         self.structured_output = StructuredOutput.coerce(structured_output)
@@ -167,6 +164,10 @@ class Agent:
         self.goal = goal
         self.durable = durable
         self.is_task_complete = TaskCompletion.coerce(is_task_complete)
+        self.scorers: dict[str, AgentScorer] = AgentScorer.coerce_all(scorers)
+        """Mastra's ``scorers``: each scores the runs that succeed (its sampling's share of them),
+        after they end, in the background (``runstream.agent._scorers``; ``await out.scores``)."""
+        self.scoring = RunScoring()
         if isinstance(default_options, Mapping):  # a misspelt option fails here, not at the first call
             read_default_options(default_options)
         self.default_options = default_options
@@ -182,9 +183,19 @@ class Agent:
     def __repr__(self) -> str:
         return f"Agent({self.id!r})"
 
+    def _offer_delegates(self) -> None:
+        """Offer each sub-agent as the tool ``agent-<name>`` and each workflow as ``workflow-<name>``."""
+        for key, sub in self.agents.items():
+            sub_tool = agent_tool(sub, key, self)
+            self.tools[sub_tool.name] = sub_tool
+        for key, workflow in self.workflows.items():
+            workflow_tool = workflow.as_tool(name=key)
+            self.tools[workflow_tool.name] = workflow_tool
+
     def bind(self, services: RuntimeServices) -> None:
         """Give the agent a runtime's storage and task manager (``Runstream`` does this)."""
         self.services = services
+        self.scoring.runner_of, self.scoring.store_of = services.scoring, services.span_store
         if self.memory is not None and self.memory.storage is None:
             self.memory.storage = services.storage
         for sub in self.agents.values():  # a sub-agent's memory and tasks live in its supervisor's runtime
@@ -628,6 +639,8 @@ class Agent:
             if resume is not None and storage is not None:
                 await storage.delete_snapshot(NAMESPACE, state.run_id)
             await self._save_turn(cfg, state, options)
+            if self.scorers and state.status == "success":
+                out.scoring = self.scoring.start(self.id, self.name, self.scorers, cfg, state)
 
         observers: list[Observer] = []
         if memory is not None and options.memory is not None:  # generateTitle's emitEvent
@@ -640,7 +653,8 @@ class Agent:
             observers.append(CallbackObserver(cfg, state, options.callbacks, partial(full_output, state)))
         if run_log is not None:
             observers.append(run_log)
-        return run_output(cfg, state, resume, controller, observers=observers, on_close=on_close)
+        out = run_output(cfg, state, resume, controller, observers=observers, on_close=on_close)
+        return out  # (named: on_close gives it the run's scoring)
 
     def _run_storage(self) -> Storage | None:
         if self.memory is not None and self.memory.storage is not None:

@@ -18,7 +18,7 @@ import logging
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
 from types import TracebackType
-from typing import Any, Generic, TypedDict, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, cast
 
 from runstream._json import JsonObject
 from runstream.abort import AbortController
@@ -45,6 +45,9 @@ from runstream.models.base import PromptMessage
 from runstream.run._run_state import RunState, Status
 from runstream.run._run_state import StepRecord as StepRecord
 from runstream.run._sources import SUB_STREAM, Observer, PartSource, SubStream
+
+if TYPE_CHECKING:
+    from runstream.run._run_scores import RunScore, RunScores
 
 logger = logging.getLogger("runstream.run")
 T = TypeVar("T")
@@ -467,6 +470,21 @@ class RunOutput:
     def messages(self) -> Aggregate[list[PromptMessage]]:
         """The response messages of this run (assistant and tool messages)."""
         return self._after(lambda: list(self.state.response_messages), "messages")
+
+    scoring: RunScores | None = None
+    """The jobs of the agent's ``scorers`` on this run, once it ended with success (see :attr:`scores`)."""
+
+    @property
+    def scores(self) -> Aggregate[list[RunScore]]:
+        """The run's scores from its agent's ``scorers`` (``runstream.agent._scorers``): after the
+        run ends, those its scorers made (sampled, not failed), once they are in; ``[]`` for a run
+        that did not succeed or an agent without scorers. (A closed runtime cancels scoring.)"""
+
+        async def wait() -> list[RunScore]:
+            await self.consume()
+            return [] if self.scoring is None else await self.scoring.wait()
+
+        return Aggregate(wait, "scores")
 
     @property
     def suspend_payload(self) -> Aggregate[Any]:

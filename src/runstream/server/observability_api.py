@@ -105,7 +105,7 @@ def _score_row(score: Mapping[str, object]) -> dict[str, object]:
         "id": score["scoreId"],
         "scorerId": score["scorerId"],
         "entityId": score.get("spanId") or score.get("traceId") or "",
-        "runId": score.get("traceId") or "",
+        "runId": score.get("runId") or score.get("traceId") or "",
         "score": score["score"],
         "reason": score.get("reason"),
         "scorer": {"id": score["scorerId"], "name": score.get("scorerName") or score["scorerId"]},

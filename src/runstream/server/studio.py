@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import html
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from runstream._json import JsonValue
+from runstream.agent import Agent
+from runstream.runtime import Runstream
 from runstream.scoring import Scorer
 from runstream.server.context import ServerContext, json_body, json_response
 
@@ -93,18 +95,35 @@ EMPTY_PAGED: dict[str, tuple[str, int]] = {
 }
 
 
-def scorer_entry(scorer: Scorer) -> dict[str, object]:
-    """Mastra's scorer entry: the scorer's config, the agents and workflows using it (none: a
-    runstream scorer is registered on the app), and that it is registered."""
+def scorer_entry(
+    scorer: Scorer, agents: Sequence[Agent] = (), *, registered: bool = True
+) -> dict[str, object]:
+    """Mastra's scorer entry: the scorer's config, the agents using it (their ``scorers``; no
+    workflow has any), and whether it is registered on the app (``Runstream(scorers=...)``)."""
     config = {"id": scorer.id, "name": scorer.name or scorer.id, "description": scorer.description}
     return {
         "scorer": {**config, "config": config},
-        "agentIds": [],
-        "agentNames": [],
+        "agentIds": [agent.id for agent in agents],
+        "agentNames": [agent.name for agent in agents],
         "workflowIds": [],
-        "isRegistered": True,
+        "isRegistered": registered,
         "source": "code",
     }
+
+
+def scorer_entries(runtime: Runstream) -> dict[str, dict[str, object]]:
+    """Every scorer of the app by id: the registered ones, then those only agents have."""
+    users: dict[str, list[Agent]] = {}
+    found: dict[str, Scorer] = {}
+    for agent in runtime.agents.values():
+        for entry in agent.scorers.values():
+            found.setdefault(entry.scorer.id, entry.scorer)
+            if agent not in users.setdefault(entry.scorer.id, []):
+                users[entry.scorer.id].append(agent)
+    entries = {id: scorer_entry(s, users.get(id, ())) for id, s in runtime.scorers.items()}
+    for id, scorer in found.items():
+        entries.setdefault(id, scorer_entry(scorer, users[id], registered=False))
+    return entries
 
 
 class StudioRoutes:
@@ -180,14 +199,13 @@ class StudioRoutes:
         )
 
     async def scorers(self, request: Request) -> Response:
-        """The app's registered scorers (``Runstream(scorers=...)``) in Mastra's entries: Studio
-        offers them in "Score trace"."""
-        return json_response({id: scorer_entry(s) for id, s in self.ctx.runstream.scorers.items()})
+        """The app's scorers in Mastra's entries: the registered ones (``Runstream(scorers=...)``,
+        offered by Studio's "Score trace") and the agents' own (``Agent(scorers=...)``)."""
+        return json_response(scorer_entries(self.ctx.runstream))
 
     async def scorer(self, request: Request) -> Response:
-        """One registered scorer's entry; ``null`` for an unknown id, as Mastra answers."""
-        scorer = self.ctx.runstream.scorers.get(request.path_params["scorer_id"])
-        return json_response(None if scorer is None else scorer_entry(scorer))
+        """One scorer's entry; ``null`` for an unknown id, as Mastra answers."""
+        return json_response(scorer_entries(self.ctx.runstream).get(request.path_params["scorer_id"]))
 
     async def speakers(self, request: Request) -> Response:
         self.ctx.agent(request.path_params["agent_id"])

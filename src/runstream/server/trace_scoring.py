@@ -14,14 +14,12 @@ import json
 from collections.abc import Mapping, Sequence
 from functools import partial
 
-from runstream.background_scoring import Job, score_once, uninterrupted
+from runstream.background_scoring import MAX_REASON, Job, score_once, uninterrupted
 from runstream.models.base import PromptMessage
 from runstream.observability.store import SpanStore
 from runstream.scoring import ScoreInput, Scorer
 
 Span = Mapping[str, object]
-MAX_REASON = 10_000
-"""A scorer's reason is kept up to this many characters."""
 
 
 def target_span(spans: Sequence[Span], span_id: str | None) -> Span | None:
