@@ -263,6 +263,10 @@ def test_an_agents_own_scorers_are_listed_and_their_scores_confined(scored: Secu
         ("LIVE", "assistant", root["spanId"], root["runId"])
     }
     assert by_id["echo"]["reason"].startswith("asked 'weather in Paris?'; said ")
+    rows = s.a.get(f"{OBS}/traces/{trace_id}/{root['spanId']}/scores").json()["scores"]
+    assert {(r["entityId"], r["entity"]["name"], r["runId"], r["source"]) for r in rows} == {
+        ("assistant", agent.name, root["runId"], "LIVE")
+    }
     assert s.b.get(f"{OBS}/scores").json()["scores"] == []  # B does not see A's run's scores
     listed = s.a.get("/api/scores/scorers").json()
     assert (listed["echo"]["agentIds"], listed["echo"]["agentNames"], listed["echo"]["isRegistered"]) == (
