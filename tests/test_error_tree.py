@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from runstream import Agent, Memory, MemoryScope, Runstream, StructuredOutput, Tool, tool
-from runstream._config_mapping import ConfigKeyError, read_config
+from runstream._config_mapping import ConfigKeyError
 from runstream.abort import AbortController
 from runstream.agent.run_options import InvalidOptionError
 from runstream.agent.until_idle import IdleOptions
@@ -31,7 +31,7 @@ from runstream.errors import (
     RunstreamError,
     StateConflictError,
 )
-from runstream.memory import MissingStorageError, WorkingMemory
+from runstream.memory import MissingStorageError, WorkingMemory, memory_options
 from runstream.models.fallback import FallbackModel
 from runstream.models.registry import resolve_model
 from runstream.runtime import AgentNotFoundError
@@ -229,7 +229,7 @@ async def test_agents_tools_and_run_options() -> None:
 
     raised(ConfigurationTypeError, "tool lookup: parameter 'city' has no type hint", lambda: tool(lookup))
     raised(ConfigurationError, "a tool needs a name", lambda: Tool("", lambda args, ctx: None))
-    raised(InvalidTypeError, "memory must be a mapping, not int", lambda: read_config(5, {}, where="memory"))  # type: ignore[arg-type]
+    raised(InvalidTypeError, "memory must be a mapping, not int", lambda: memory_options(5, where="memory"))  # type: ignore[arg-type]
     raised(
         InvalidTypeError,
         "structured_output must be a pydantic model or a JSON schema, not int",

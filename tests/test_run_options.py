@@ -349,3 +349,14 @@ def test_the_saved_options_are_stream_options_by_their_mastra_names() -> None:
     keys = set(RunOptions.of(EVERY_OPTION).to_json()) - {"optionsVersion"}
     assert keys <= {camel(name) for name in StreamOptions.__annotations__}
     assert keys == set(RunOptionsJson.__annotations__) - {"optionsVersion"}
+
+
+def test_default_options_are_read_when_the_agent_is_made() -> None:
+    """An agent's ``default_options`` go through the same model as ``stream()``'s: a bad value
+    fails where the agent is made, not at its first call."""
+    with pytest.raises(InvalidOptionError, match=r"^on_finish must be a function, got int$"):
+        Agent("a", model=ScriptedModel.text("x"), default_options={"onFinish": 3})
+    with pytest.raises(
+        ConfigKeyError, match=r"default_options: unknown option 'runID'; did you mean 'runId'"
+    ):
+        Agent("a", model=ScriptedModel.text("x"), default_options={"runID": "r"})

@@ -12,8 +12,7 @@ and :func:`_config_error` words its first error as runstream always has (the opt
 caller spelt it, a did-you-mean, Mastra's names). A mapping whose keys are kept as given (only
 those present: ``stream()``'s options, memory options) is a ``TypedDict`` read the same way
 (:func:`read_typed_dict`); a field whose check is runstream's own function says so with
-:func:`checked`. :func:`read_config` reads the few mappings that are not one model (a hook's
-result) key by key.
+:func:`checked`.
 """
 
 from __future__ import annotations
@@ -298,33 +297,6 @@ def _nested_dataclass(cls: type[Any], key: int | str) -> type[Any]:
     return cls
 
 
-def read_config(
-    value: Mapping[str, Any],
-    fields: Mapping[str, Check | None],
-    *,
-    where: str,
-    unsupported: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """The options in ``value`` by their snake_case names (only the keys present).
-
-    ``fields`` maps each snake_case name to an optional check; its camelCase spelling is
-    accepted too. ``unsupported`` maps Mastra names runstream does not implement to a hint.
-    """
-    if not isinstance(value, Mapping):
-        raise InvalidTypeError(f"{where} must be a mapping, not {type(value).__name__}")
-    by_spelling = {camel(name): name for name in fields} | {name: name for name in fields}
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        name = by_spelling.get(key) if isinstance(key, str) else None
-        if name is None:
-            raise ConfigKeyError(_unknown_key_message(key, where, list(fields), unsupported or {}))
-        if name in out:
-            raise ConfigKeyError(f"{where}: {camel(name)!r} is given twice (as {name!r} and {camel(name)!r})")
-        check = fields[name]
-        out[name] = check(f"{where}.{key}", item) if check is not None and item is not None else item
-    return out
-
-
 def _unknown_key_message(key: object, where: str, fields: list[str], unsupported: Mapping[str, str]) -> str:
     if isinstance(key, str) and key in unsupported:
         return f"{where}: Mastra's {key!r} is not supported by runstream ({unsupported[key]})"
@@ -352,21 +324,9 @@ def positive_int(where: str, value: Any) -> int:
     return number
 
 
-def non_negative_number(where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise InvalidInputError(f"{where} must be a number >= 0, got {value!r}")
-    return float(value)
-
-
 def boolean(where: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise InvalidTypeError(f"{where} must be true or false, got {value!r}")
-    return value
-
-
-def callback(where: str, value: Any) -> Any:
-    if not callable(value):
-        raise InvalidTypeError(f"{where} must be a function, got {type(value).__name__}")
     return value
 
 

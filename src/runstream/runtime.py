@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from runstream._config_mapping import one_of, read_config
+from pydantic import with_config
+from typing_extensions import TypedDict
+
+from runstream._config_mapping import CONFIG, checked, one_of, read_typed_dict
 from runstream.agent import Agent
 from runstream.agent._durable_api import RecoveredRuns
 from runstream.agent._services import DurableRunner, RuntimeServices, Toolset
@@ -230,5 +233,11 @@ def read_recovery(recovery: Mapping[str, object] | None) -> bool:
     """Whether ``recovery={"durableAgents": "auto"}`` (Mastra's default ``"off"``)."""
     if recovery is None:
         return False
-    options = read_config(recovery, {"durable_agents": one_of("auto", "off")}, where="recovery")
-    return bool(options.get("durable_agents", "off") == "auto")
+    return read_typed_dict(_Recovery, recovery, where="recovery").get("durable_agents") == "auto"
+
+
+@with_config(CONFIG)
+class _Recovery(TypedDict, total=False):
+    """Mastra's ``recovery`` option of the runtime."""
+
+    durable_agents: Annotated[Literal["auto", "off"] | None, checked(one_of("auto", "off"))]

@@ -11,13 +11,14 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import jsonschema
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, SkipValidation, ValidationError, with_config
 from pydantic_core import from_json
+from typing_extensions import TypedDict
 
-from runstream._config_mapping import Check, mapping, one_of, read_config
+from runstream._config_mapping import CONFIG, checked, mapping, one_of, read_typed_dict
 from runstream._json import JsonObject
 from runstream._schema import Schema
 from runstream.errors import InvalidInputError, InvalidTypeError, RunstreamError
@@ -81,8 +82,10 @@ class StructuredOutput:
             inner: Any = value
             options: dict[str, Any] = {}
             if "schema" in value and not _is_json_schema_keyword_use(value):
-                options = read_config(
-                    value, _OPTIONS, where="structured_output", unsupported=_UNSUPPORTED_OPTIONS
+                options = dict(
+                    read_typed_dict(
+                        _Options, value, where="structured_output", unsupported=_UNSUPPORTED_OPTIONS
+                    )
                 )
                 inner = options.pop("schema")
                 if "model" in options:  # Mastra's name for the structuring model
@@ -191,15 +194,24 @@ def _model(where: str, value: Any) -> Any:
         raise InvalidTypeError(f"{where}: {exc}") from None
 
 
-_OPTIONS: dict[str, Check | None] = {
-    "schema": None,
-    "error_strategy": one_of("strict", "warn", "fallback"),
-    "fallback_value": None,
-    "model": _model,
-    "instructions": _text,
-    "json_prompt_injection": _injection,
-    "provider_options": lambda where, value: dict(mapping(where, value)),
-}
+@with_config(CONFIG)
+class _Options(TypedDict, total=False):
+    """``structured_output={"schema": ..., ...}``: Mastra's ``structuredOutput`` options."""
+
+    schema: SkipValidation[object]
+    """(Checked by :meth:`StructuredOutput.coerce`: a pydantic model class or a JSON schema.)"""
+    error_strategy: Annotated[ErrorStrategy | None, checked(one_of("strict", "warn", "fallback"))]
+    fallback_value: SkipValidation[object]
+    model: Annotated[object, checked(_model)]
+    instructions: Annotated[str | None, checked(_text)]
+    json_prompt_injection: Annotated[JsonPromptInjection | None, checked(_injection)]
+    provider_options: Annotated[ProviderOptions | None, checked(_provider_options)]
+
+
+def _provider_options(where: str, value: object) -> dict[str, Any]:
+    return dict(mapping(where, value))
+
+
 _UNSUPPORTED_OPTIONS = {
     name: "not implemented: schema, model, instructions, jsonPromptInjection, providerOptions, errorStrategy and fallbackValue are"
     for name in ("useAgent", "logger")

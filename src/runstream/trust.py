@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from runstream.agent.run_options import (
     DEFAULT_POLICY,
+    DefaultOptions,
     InvalidOptionError,
     RequestPolicy,
     read_default_options,
@@ -51,12 +52,12 @@ def policy_of(agent: Agent) -> RequestPolicy:
     return policy if isinstance(policy, RequestPolicy) else DEFAULT_POLICY
 
 
-async def author_options(agent: Agent, context: Mapping[str, object] | None = None) -> dict[str, Any]:
+async def author_options(agent: Agent, context: Mapping[str, object] | None = None) -> DefaultOptions:
     """The agent's ``default_options`` (resolved for ``context`` when a function), by their
     Python names."""
     defaults = agent.default_options
     if defaults is None:
-        return {}
+        return DefaultOptions()
     if not isinstance(defaults, Mapping):
         defaults = await resolve(defaults, RequestContext(context or {}))
     return read_default_options(defaults)

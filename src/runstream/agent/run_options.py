@@ -27,7 +27,6 @@ from runstream._config_mapping import (
     checked,
     one_of,
     positive_int,
-    read_config,
     read_typed_dict,
 )
 from runstream._json import JsonObject, JsonValue
@@ -425,11 +424,19 @@ _DEFAULTS = {
 }
 
 
-def read_default_options(defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """An agent's ``default_options`` (``stream()``'s options, Mastra's names or Python's, plus
-    ``run_id`` / ``until_idle``) by their Python names; an unknown option is an error naming it."""
-    names = [*StreamOptions.__annotations__, "run_id", "until_idle"]
-    return read_config(defaults, dict.fromkeys(names), where="default_options")
+@with_config(CONFIG)
+class DefaultOptions(StreamOptions, total=False):
+    """An agent's ``default_options``: ``stream()``'s options (read as :class:`StreamOptions`
+    reads them) and its ``run_id`` / ``until_idle`` keywords (checked where ``stream()`` checks them)."""
+
+    run_id: SkipValidation[str | None]
+    until_idle: SkipValidation[bool | Mapping[str, object] | None]
+
+
+def read_default_options(defaults: Mapping[str, object]) -> DefaultOptions:
+    """An agent's ``default_options`` (Mastra's names or Python's) by their Python names, read;
+    an unknown option or a bad value is an error naming it."""
+    return read_typed_dict(DefaultOptions, defaults, where="default_options")
 
 
 def normalize_messages(messages: MessagesInput | None) -> list[PromptMessage]:

@@ -16,9 +16,12 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Annotated, Any
 
-from runstream._config_mapping import boolean, non_negative_int, read_config
+from pydantic import SkipValidation, with_config
+from typing_extensions import TypedDict
+
+from runstream._config_mapping import CONFIG, boolean, checked, non_negative_int, read_typed_dict
 from runstream.abort import AbortError, AbortSignal
 from runstream.errors import ConfigurationError, ConfigurationTypeError, RunstreamError
 from runstream.models import _common
@@ -142,6 +145,17 @@ async def _close(parts: AsyncIterator[StreamPart]) -> None:
         await close()
 
 
+@with_config(CONFIG)
+class _ChoiceOptions(TypedDict, total=False):
+    """A model entry given as Mastra's mapping: ``{"model", "maxRetries", "enabled", "id"}``."""
+
+    model: SkipValidation[object]
+    """(Checked by :func:`_choice`: a model.)"""
+    max_retries: Annotated[int | None, checked(non_negative_int)]
+    enabled: Annotated[bool | None, checked(boolean)]
+    id: SkipValidation[object]
+
+
 def _choice(
     entry: ModelChoice | Mapping[str, Any] | LanguageModel, max_retries: int, index: int
 ) -> ModelChoice:
@@ -150,12 +164,11 @@ def _choice(
     if isinstance(entry, LanguageModel):
         return ModelChoice(entry, max_retries)
     where = f"model[{index}]"
-    options = read_config(
-        entry,
-        {"model": None, "max_retries": non_negative_int, "enabled": boolean, "id": None},
-        where=where,
-    )
+    options = read_typed_dict(_ChoiceOptions, entry, where=where)
     model = options.get("model")
     if not isinstance(model, LanguageModel):
         raise ConfigurationTypeError(f"{where}.model must be a model, got {type(model).__name__}")
-    return ModelChoice(model, options.get("max_retries", max_retries), options.get("enabled", True))
+    retries = options.get("max_retries")  # None, as absent: the default
+    return ModelChoice(
+        model, max_retries if retries is None else retries, options.get("enabled") is not False
+    )

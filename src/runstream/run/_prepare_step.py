@@ -16,13 +16,27 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any, cast
 
-from runstream._config_mapping import read_config
+from pydantic import SkipValidation, with_config
+from typing_extensions import TypedDict
+
+from runstream._config_mapping import CONFIG, read_typed_dict
 from runstream.errors import ConfigurationError, ConfigurationTypeError, InvalidInputError
 from runstream.models.base import LanguageModel, PromptMessage, ToolChoice
 from runstream.run._run_state import LoopConfig, RunState
 from runstream.tools import Tool
 
-_RESULT_FIELDS = {"model": None, "tool_choice": None, "active_tools": None, "messages": None, "system": None}
+
+@with_config(CONFIG)
+class _StepChanges(TypedDict, total=False):
+    """What a ``prepare_step`` function may return (Mastra's names or Python's), each taken as
+    given (checked where it is used)."""
+
+    model: SkipValidation[object]
+    tool_choice: SkipValidation[str | Mapping[str, object] | None]
+    active_tools: SkipValidation[Iterable[str] | None]
+    messages: SkipValidation[Iterable[Mapping[str, object]] | None]
+    """(The caller's messages, taken as the prompt messages they say they are.)"""
+    system: SkipValidation[str | Iterable[str] | None]
 
 
 async def prepared_step(cfg: LoopConfig, state: RunState) -> tuple[LoopConfig, list[PromptMessage] | None]:
@@ -44,7 +58,7 @@ async def prepared_step(cfg: LoopConfig, state: RunState) -> tuple[LoopConfig, l
         result = await result
     if result is None:
         return cfg, None
-    changes = read_config(result, _RESULT_FIELDS, where="prepare_step result")
+    changes = read_typed_dict(_StepChanges, result, where="prepare_step result")
     step_cfg = cfg
     if changes.get("model") is not None:
         if not isinstance(changes["model"], LanguageModel):
@@ -54,14 +68,14 @@ async def prepared_step(cfg: LoopConfig, state: RunState) -> tuple[LoopConfig, l
         step_cfg = replace(step_cfg, model=changes["model"])
     if changes.get("tool_choice") is not None:
         step_cfg = replace(step_cfg, tool_choice=normalize_tool_choice(changes["tool_choice"]))
-    if changes.get("active_tools") is not None:
-        step_cfg = replace(step_cfg, tools=_active(cfg, changes["active_tools"]))
-    if changes.get("system") is not None:
-        system = changes["system"]
+    active, system = changes.get("active_tools"), changes.get("system")
+    if active is not None:
+        step_cfg = replace(step_cfg, tools=_active(cfg, active))
+    if system is not None:
         texts = [system] if isinstance(system, str) else list(system)
         step_cfg = replace(step_cfg, system=[{"role": "system", "content": str(text)} for text in texts])
     messages = changes.get("messages")
-    return step_cfg, list(messages) if messages is not None else None
+    return step_cfg, cast(list[PromptMessage], list(messages)) if messages is not None else None
 
 
 def _active(cfg: LoopConfig, names: Iterable[str]) -> dict[str, Tool]:
