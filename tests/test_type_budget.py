@@ -22,8 +22,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "runstream"
 
-MAX_DICT_STR_ANY = 92
-MAX_PUBLIC_ANY_SHARE = 0.08
+MAX_DICT_STR_ANY = 88
+MAX_PUBLIC_ANY_SHARE = 0.079
 
 
 def is_any(node: ast.expr, any_names: frozenset[str] = frozenset({"Any"})) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, Protocol, runtime_checkable
+from typing import Any, NoReturn, Protocol, TypedDict, runtime_checkable
 
 from runstream.chunks import AgentChunk, TripwirePayload
 from runstream.errors import RunstreamError
@@ -63,12 +63,18 @@ class ProcessorContext:
         raise TripWire(reason, retry=retry, metadata=metadata, processor_id=self.processor_id)
 
 
+class StepToolCall(TypedDict):
+    """A call the step made, by id."""
+
+    toolCallId: str
+
+
 @dataclass(slots=True)
 class StepView:
     """A finished model step as ``process_output_step`` sees it."""
 
     text: str
-    tool_calls: list[dict[str, Any]]
+    tool_calls: list[StepToolCall]
     finish_reason: str
     step_number: int
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
 
+from runstream._json import JsonObject
+
 ProviderOptions: TypeAlias = dict[str, dict[str, Any]]
 """``Record<provider, Record<string, JSON>>`` (what a part carries back to its vendor)."""
 
@@ -25,7 +27,7 @@ class JsonOutput(TypedDict):
 
 class ContentOutput(TypedDict):
     type: Literal["content"]
-    value: list[dict[str, Any]]
+    value: list[JsonObject]
 
 
 class DeniedOutput(TypedDict):

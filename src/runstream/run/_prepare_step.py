@@ -22,7 +22,7 @@ from typing_extensions import TypedDict
 from runstream._config_mapping import CONFIG, read_typed_dict
 from runstream.errors import ConfigurationError, ConfigurationTypeError, InvalidInputError
 from runstream.models.base import LanguageModel, PromptMessage, ToolChoice
-from runstream.run._run_state import LoopConfig, RunState
+from runstream.run._run_state import LoopConfig, RunState, StepPreparation
 from runstream.tools import Tool
 
 
@@ -42,7 +42,7 @@ class _StepChanges(TypedDict, total=False):
 async def prepared_step(cfg: LoopConfig, state: RunState) -> tuple[LoopConfig, list[PromptMessage] | None]:
     """The configuration of the coming step (and its conversation, if replaced)."""
     assert cfg.prepare_step is not None
-    event = {
+    event: StepPreparation = {
         "stepNumber": state.step_number - 1,
         "steps": list(state.steps),
         "messages": list(state.messages),

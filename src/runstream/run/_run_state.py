@@ -64,9 +64,27 @@ BackgroundWaiter = Callable[["RunState", list[str], AbortSignal], AsyncIterator[
 """Waits for background tasks inside the loop (until they end or the run is aborted); yields
 progress chunks and their final results."""
 
-PrepareStep = Callable[[dict[str, Any]], Mapping[str, Any] | Awaitable[Mapping[str, Any] | None] | None]
+
+class StepPreparation(TypedDict):
+    """What ``prepare_step`` gets: the coming step (``stepNumber`` 0-based), the run so far, and
+    what the step would use (``tools`` and ``activeTools`` are tool names)."""
+
+    stepNumber: int
+    steps: list[StepRecord]
+    messages: list[PromptMessage]
+    model: LanguageModel
+    tools: list[str]
+    toolChoice: ToolChoice | None
+    activeTools: list[str]
+    system: list[str]
+    requestContext: dict[str, object]
+
+
+PrepareStep = Callable[
+    [StepPreparation], Mapping[str, object] | Awaitable[Mapping[str, object] | None] | None
+]
 """Mastra's ``prepareStep``: gets the coming step, returns what this step uses instead (or
-``None``); see ``runstream.run._prepare_step``."""
+``None``; its keys are checked, see ``runstream.run._prepare_step``)."""
 
 CompletionCheck = Callable[["LoopConfig", "RunState", str], AsyncIterator["AgentChunk | CheckVerdict"]]
 """Runs after a step that ends the model's turn; yields chunks, then one :class:`CheckVerdict`."""
@@ -154,7 +172,7 @@ class LoopConfig:
     memory: Memory | None = None
     """The run's memory, with the call's memory options applied (``Memory.with_options``)."""
     dispatch_tool: ToolDispatcher | None = None
-    tool_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tool_schemas: dict[str, JsonObject] = field(default_factory=dict)
     """Input schemas offered to the model instead of a tool's own (e.g. with ``_background``)."""
     completion_checks: list[CompletionCheck] = field(default_factory=list)
     after_input: list[PromptMessage] = field(default_factory=list)
