@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from runstream import (
     tool,
 )
 from runstream.chunks import AnyChunk, DataChunk
-from runstream.models.base import StreamPart
+from runstream.models.base import ModelRequest, ModelStream, StreamPart
 from runstream.output import RunOutput
 from runstream.testing import ScriptedError, ScriptedModel
 from runstream.tools import ToolContext, ToolNotFoundError
@@ -892,3 +893,48 @@ async def test_an_awaited_background_failure_links_its_tool_error_to_the_task() 
     error = of_type(chunks, "tool-error")[0].payload
     task_id = of_type(chunks, "background-task-started")[0].payload["taskId"]
     assert error["providerMetadata"]["mastra"]["backgroundTask"] == {"taskId": task_id, "status": "failed"}
+
+
+class _IteratorParts:
+    """A provider stream that is an async iterator object rather than a generator."""
+
+    def __init__(self, parts: list[StreamPart]) -> None:
+        self._parts = iter(parts)
+        self.closed = False
+
+    def __aiter__(self) -> _IteratorParts:
+        return self
+
+    async def __anext__(self) -> StreamPart:
+        try:
+            return next(self._parts)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class _IteratorModel:
+    calls: list[list[StreamPart]]
+    streams: list[_IteratorParts] = field(default_factory=list)
+    provider: str = "test"
+    model_id: str = "iterator-model"
+    specification_version: str = "v2"
+
+    async def stream(self, request: ModelRequest) -> ModelStream:
+        self.streams.append(_IteratorParts(self.calls[len(self.streams)]))
+        return ModelStream(parts=self.streams[-1])
+
+
+async def test_a_provider_stream_that_is_not_a_generator_is_closed_once_its_parts_ran_out() -> None:
+    # A step whose parts are an async generator ends without closing it (it ended: a no-op);
+    # any other stream is closed, as it may hold a connection until then.
+    model = _IteratorModel([tool_step(call("c1", "ping", {})), reply("pong")])
+    out = await Agent("a", model=model, tools=[ping]).stream("ping?")
+    chunks = await collect(out)
+    assert [s.closed for s in model.streams] == [True, True]
+    assert types(chunks).count("step-finish") == 2 and types(chunks)[-1] == "finish"
+    assert of_type(chunks, "tool-result")[0].payload["result"] == "pong"
+    assert await out.text == "pong"

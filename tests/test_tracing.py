@@ -4,16 +4,19 @@ content capture, background task spans linked to their run, continuation turns l
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import NonRecordingSpan, SpanContext, StatusCode, TraceFlags
 
 from runstream import Agent, ToolContext, tool
 from runstream import _tracing as tracing
 from runstream.memory import Memory
+from runstream.models.base import ModelRequest, ModelStream
 from runstream.runtime import Runstream
 from runstream.storage import InMemoryStorage
 from runstream.testing import ScriptedModel
@@ -187,3 +190,37 @@ async def test_background_task_and_continuation_turn_spans(spans: InMemorySpanEx
     assert triggered_by.attributes is not None
     assert triggered_by.attributes["runstream.background_task.id"] == task_id
     assert second.attributes["gen_ai.conversation.id"] == "t"
+
+
+@dataclass
+class _TraceWatchingModel:
+    """Answers at once, noting the trace id of the span that is current while it is called."""
+
+    seen: list[int] = field(default_factory=list)
+    provider: str = "test"
+    model_id: str = "watcher"
+    specification_version: str = "v2"
+
+    async def stream(self, request: ModelRequest) -> ModelStream:
+        self.seen.append(trace.get_current_span().get_span_context().trace_id)
+        return ModelStream(parts=_parts(say("ok")))
+
+
+async def _parts(parts: list[dict[str, Any]]) -> AsyncIterator[Any]:
+    for part in parts:
+        yield part
+
+
+async def test_the_model_is_called_within_the_runs_trace() -> None:
+    # Traced or not (the SDK of another test may be installed), the span current during the
+    # model call belongs to the trace the run started in, wherever its stream is read.
+    caller = NonRecordingSpan(
+        SpanContext(trace_id=0xA1B2, span_id=0xC3, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    )
+    model = _TraceWatchingModel()
+    agent = Agent("a", model=model)
+    with trace.use_span(caller):
+        read_elsewhere = await agent.stream("hi")
+        await (await agent.stream("hi")).consume()  # read where it started
+    await read_elsewhere.consume()
+    assert model.seen == [0xA1B2, 0xA1B2]

@@ -444,7 +444,9 @@ def _with_options(prompt_part: _Part, stored: _WithProviderMetadata) -> _Part:
 
 def parts_to_ui(parts: Sequence[StoredPart], metadata: JsonObject | None = None) -> list[UIPart]:
     """Stored parts as AI SDK UI message parts (what a ``useChat`` client holds); a call the
-    metadata lists as suspended is followed by a ``data-tool-call-suspended`` part."""
+    metadata lists as suspended is followed by a ``data-tool-call-suspended`` part. The parts
+    are the caller's own, made for this message (:func:`responses_to_parts`, a copy of a stored
+    message's): a tool part takes its call's metadata as it is, without a copy."""
     suspended = (metadata or {}).get("suspendedTools")
     ui: list[UIPart] = []
     for part in parts:
@@ -474,7 +476,8 @@ def _stored_options(stored: _WithProviderMetadata) -> _WithProviderOptions:
 
 
 def ui_tool_part(part: ToolInvocationPart) -> UIToolPart:
-    """A stored tool invocation as an AI SDK v5 UI tool part."""
+    """A stored tool invocation as an AI SDK v5 UI tool part (holding its call's metadata, not
+    a copy: see :func:`parts_to_ui`)."""
     inv = part["toolInvocation"]
     tool: UIToolPart = {
         "type": f"tool-{inv['toolName']}",
@@ -492,7 +495,7 @@ def ui_tool_part(part: ToolInvocationPart) -> UIToolPart:
         metadata.setdefault("mastra", {}).setdefault("createdAt", int(time.time() * 1000))
         tool["callProviderMetadata"], tool["providerExecuted"] = metadata, True
     elif part.get("providerMetadata"):
-        tool["callProviderMetadata"] = copy_json(part["providerMetadata"])
+        tool["callProviderMetadata"] = part["providerMetadata"]
     return tool
 
 

@@ -27,6 +27,7 @@ import json
 import os
 from collections import OrderedDict
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol, TypeVar
 
 from opentelemetry import trace
@@ -241,6 +242,17 @@ _SETTINGS = {
     "presence_penalty": "gen_ai.request.presence_penalty",
     "frequency_penalty": "gen_ai.request.frequency_penalty",
 }
+
+
+_UNCHANGED: AbstractContextManager[object] = nullcontext()
+
+
+def made_current(span: Span) -> AbstractContextManager[object]:
+    """``span`` as the current span while the block runs (no context is attached when it is
+    current already, as an untraced run's span is during its model calls)."""
+    if span is trace.get_current_span():
+        return _UNCHANGED
+    return trace.use_span(span, record_exception=False, set_status_on_exception=False)
 
 
 def start_chat_span(parent: Span | None, provider: str, model: str, step: int, request: Any) -> Span:

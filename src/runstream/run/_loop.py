@@ -35,7 +35,7 @@ from runstream.chunks import (
 )
 from runstream.models.prompt import AssistantPart
 from runstream.processors import ProcessorContext, StepView, TripWire, run_step_processors
-from runstream.run._model_step import ModelStep, Turn, default_response_metadata
+from runstream.run._model_step import ModelStep, Turn
 from runstream.run._prepare_step import prepared_step
 from runstream.run._run_state import (
     Abort,
@@ -57,6 +57,7 @@ from runstream.run._sources import Observer, PartSource, SubStream
 from runstream.run._step_results import (
     add_feedback,
     add_tool_results,
+    default_response_metadata,
     finish_chunk,
     step_finish_chunk,
     step_record,

@@ -13,12 +13,10 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import AsyncGeneratorType
 from typing import Any
 
-from opentelemetry.trace import use_span
-
 from runstream import _tracing as tracing
-from runstream._clock import iso_now
 from runstream._ids import new_id
 from runstream._json import JsonObject
 from runstream.abort import AbortError
@@ -47,7 +45,6 @@ from runstream.chunks import (
 from runstream.models import parts
 from runstream.models.base import (
     FunctionToolSpec,
-    LanguageModel,
     ModelRequest,
     PromptMessage,
     tool_result_output,
@@ -56,7 +53,7 @@ from runstream.models.prompt import AssistantPart, FilePart, ToolCallPart, ToolR
 from runstream.processors import ProcessorContext, TripWire, run_stream_processors
 from runstream.run._run_state import LoopConfig, RunState, StepResultFields, ToolCall
 from runstream.run._sources import PartSource, SubStream
-from runstream.run._step_results import content_blocks, empty_end, normalize_usage
+from runstream.run._step_results import content_blocks, default_response_metadata, empty_end, normalize_usage
 from runstream.run._tool_step import EagerTools, model_view, shows_model_output, tool_call_limit, with_run_id
 from runstream.structured import StructuredOutput, partial_object
 
@@ -229,7 +226,7 @@ class ModelStep(PartSource):
             state.span, cfg.model.provider, cfg.model.model_id, state.step_number, request
         )
         try:  # the span is current while the request is made (and retried: retries are its events)
-            with use_span(self.span, record_exception=False, set_status_on_exception=False):
+            with tracing.made_current(self.span):
                 model_stream = await cfg.model.stream(request)
         except Exception as exc:  # the request itself failed
             self.error = exc
@@ -355,6 +352,15 @@ class ModelStep(PartSource):
         if not self.started_emitted:
             yield self._step_start()
         self._close(self.span)
+
+    def ran_out(self) -> bool:
+        """Settled at once when its start is out and its parts an async generator that ended
+        (closing one does nothing): a step's usual end, without :meth:`end`'s sub-stream."""
+        parts = self.parts
+        if not self.started_emitted or not isinstance(parts, AsyncGeneratorType) or parts.ag_frame:
+            return False
+        self._close(self.span)
+        return True
 
     def _close(self, span: Any) -> None:
         """Settle the step's reason, error and response metadata once its stream ended."""
@@ -670,18 +676,6 @@ _TRANSLATORS: dict[str, Callable[[ModelStep, Any], AgentChunk | None]] = {
     "finish": ModelStep._finish,
 }
 """Provider part type -> its translator (``None``: the part streams nothing)."""
-
-
-def default_response_metadata(model: LanguageModel) -> dict[str, object]:
-    """A step's response metadata when the model sent none (or its call failed), as Mastra
-    fills it in: a generated id, the time, and the model."""
-    return {
-        "id": new_id(),
-        "timestamp": iso_now(),
-        "modelId": model.model_id,
-        "modelVersion": model.specification_version,
-        "modelProvider": model.provider,
-    }
 
 
 def _with_pm(payload: dict[str, Any], part: parts.MetadataPart) -> Any:

@@ -51,6 +51,11 @@ class PartSource:
         parts first."""
         raise NotImplementedError
 
+    def ran_out(self) -> bool:
+        """The parts ran out: ``True`` when that settled the source with no chunk left to
+        stream and nothing to close (the usual end), ``False`` when :meth:`end` must run."""
+        return False
+
     async def aclose(self) -> None:
         """Close the provider's stream (a no-op once it ended)."""
         aclose = getattr(self.parts, "aclose", None)

@@ -12,6 +12,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 from runstream._clock import iso_now, now_utc
+from runstream._ids import new_id
 from runstream._json import JsonObject, JsonValue
 from runstream._messages import (
     StoredPart,
@@ -22,7 +23,7 @@ from runstream._messages import (
     responses_to_parts,
 )
 from runstream.chunks import FinishChunk, StepFinishChunk
-from runstream.models.base import ModelCallError, PromptMessage
+from runstream.models.base import LanguageModel, ModelCallError, PromptMessage
 from runstream.models.parts import ProviderMetadata
 from runstream.models.prompt import AssistantPart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 
@@ -368,6 +369,18 @@ def _step_content_part(part: AssistantPart, content: list[AssistantPart]) -> Map
     media_type = part["mediaType"]
     base64_data = str(part["data"]).removeprefix(f"data:{media_type};base64,")
     return {"type": "file", "file": {"base64Data": base64_data, "mediaType": media_type, "type": "file"}}
+
+
+def default_response_metadata(model: LanguageModel) -> dict[str, object]:
+    """A step's response metadata when the model sent none (or its call failed), as Mastra
+    fills it in: a generated id, the time, and the model."""
+    return {
+        "id": new_id(),
+        "timestamp": iso_now(),
+        "modelId": model.model_id,
+        "modelVersion": model.specification_version,
+        "modelProvider": model.provider,
+    }
 
 
 def _model_metadata(cfg: LoopConfig, record: Mapping[str, Any]) -> dict[str, object]:

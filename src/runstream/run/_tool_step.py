@@ -479,7 +479,7 @@ async def wait_for_background(cfg: LoopConfig, state: RunState) -> AsyncGenerato
 def calls_client_tools(cfg: LoopConfig, pending: PendingToolStep) -> bool:
     """A step that called client tools ends the run (reason ``tool-calls``), as in Mastra: the
     client executes them and sends their results with its next request."""
-    return any(call.tool_name in cfg.client_tools for call in pending.calls)
+    return bool(cfg.client_tools) and any(call.tool_name in cfg.client_tools for call in pending.calls)
 
 
 async def execute_call(

@@ -311,10 +311,11 @@ class RunOutput:
         self._source = source
 
     def _pop(self) -> bool:
-        """The current stream ended: a part source goes on with its last chunks, a sub-stream
-        back to the stream that handed it over. ``False`` when the run's own stream ended."""
+        """The current stream ended: a part source goes on with its last chunks (unless it
+        :meth:`~runstream.run._sources.PartSource.ran_out` with none), a sub-stream back to the
+        stream that handed it over. ``False`` when the run's own stream ended."""
         source = self._source
-        if source is not None:
+        if source is not None and not source.ran_out():
             self._end_parts(source, None)
             return True
         if not self._outer:
