@@ -309,7 +309,8 @@ async def test_streams_only_see_their_own_threads_tasks() -> None:
     other_model = ScriptedModel(calls=[call(("c9", "research", '{"topic":"theirs"}')), say("Started.")])
     runtime, agent = build(model, gate)
     other = Agent("bg", instructions="x", model=other_model, tools=agent.tools, memory=Memory())
-    other.bind(runtime)
+    assert agent.services is not None
+    other.bind(agent.services)  # the same runtime's services, without registering it
     async with runtime:
         theirs = await other.stream("Research theirs", memory={"thread": "t2", "resource": "u2"})
         await theirs.consume()
