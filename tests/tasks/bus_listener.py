@@ -22,7 +22,9 @@ from runstream.tasks.bus import TaskEventFilter
 from runstream.tasks.redis_bus import RedisEventBus
 
 REDIS_URL = os.environ.get("RUNSTREAM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-LINE_TIMEOUT_S = 20.0
+# Generous: under CI load a fresh interpreter takes many seconds just to import runstream.
+# Every wait on a process is on its output (event-driven), so this bound only ends a hang.
+LINE_TIMEOUT_S = 60.0
 
 
 def require_redis() -> None:
@@ -47,7 +49,7 @@ def say(**message: Any) -> None:
 async def listen(prefix: str, count: int) -> None:
     bus = RedisEventBus(REDIS_URL, channel_prefix=prefix)
     events = bus.subscribe(TaskEventFilter())
-    assert await bus.connect()
+    assert await bus.connect(timeout_s=LINE_TIMEOUT_S)
     say(event="ready")
     for _ in range(count):
         event = await anext(events)
@@ -68,15 +70,16 @@ class ScriptProcess:
         self.lines: list[dict[str, Any]] = []
 
     @classmethod
-    async def start(cls, tmp_path: Path, *args: str, script: Path = Path(__file__)) -> ScriptProcess:
+    async def spawn(cls, tmp_path: Path, *args: str, script: Path = Path(__file__)) -> ScriptProcess:
         """Run ``script`` (this one by default) with ``args``; its stderr goes to a log file."""
         stderr = (tmp_path / f"{script.stem}-{os.urandom(4).hex()}.log").open("wb")
         process = await asyncio.create_subprocess_exec(
             sys.executable, str(script), *args, stdout=asyncio.subprocess.PIPE, stderr=stderr
         )
-        started = cls(process, stderr)
-        await started.expect(lambda line: line["event"] == "ready")
-        return started
+        return cls(process, stderr)
+
+    async def ready(self) -> None:
+        await self.expect(lambda line: line["event"] == "ready")
 
     async def expect(self, match: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
         for line in self.lines:
@@ -105,16 +108,11 @@ class ScriptProcess:
             await self.process.wait()
         return self.lines
 
-    async def stop(self) -> None:
-        """SIGTERM (graceful shutdown) and wait; SIGKILL if it hangs."""
+    async def kill(self) -> None:
+        """SIGKILL and reap: a test's teardown, whatever state the process is in."""
         if self.process.returncode is None:
-            self.process.terminate()
-            try:
-                async with asyncio.timeout(LINE_TIMEOUT_S):
-                    await self.process.wait()
-            except TimeoutError:
-                self.process.kill()
-                await self.process.wait()
+            self.process.kill()
+        await self.process.wait()
         self.stderr.close()
 
 

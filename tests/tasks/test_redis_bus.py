@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -217,8 +217,27 @@ async def test_a_subscriber_held_away_gets_what_was_published_meanwhile_once_in_
     assert seqs(await take(events, 1)) == [5]
 
 
-async def test_events_fan_out_to_every_process(make_bus: MakeBus, prefix: str, tmp_path: Path) -> None:
-    listeners = [await ScriptProcess.start(tmp_path, "listen", prefix, "40") for _ in range(2)]
+@pytest.fixture
+async def spawn(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[ScriptProcess]]]:
+    """Starts ``bus_listener.py`` processes; each is killed and reaped at teardown, whatever
+    the test's outcome (a failed or timed-out test must not leave listeners running)."""
+    spawned: list[ScriptProcess] = []
+
+    async def start(*args: str) -> ScriptProcess:
+        spawned.append(await ScriptProcess.spawn(tmp_path, *args))
+        return spawned[-1]
+
+    try:
+        yield start
+    finally:
+        await asyncio.gather(*(process.kill() for process in spawned))
+
+
+async def test_events_fan_out_to_every_process(
+    make_bus: MakeBus, prefix: str, spawn: Callable[..., Awaitable[ScriptProcess]]
+) -> None:
+    listeners = [await spawn("listen", prefix, "40") for _ in range(2)]
+    await asyncio.gather(*(listener.ready() for listener in listeners))  # both start at once
     bus = make_bus()
     tasks = [record("task-a"), record("task-b")]
     for seq in range(40):
@@ -228,7 +247,6 @@ async def test_events_fan_out_to_every_process(make_bus: MakeBus, prefix: str, t
         assert [line["seq"] for line in lines] == list(range(40))
         assert {line["task"] for line in lines[::2]} == {"task-a"}
         assert listener.process.returncode == 0
-        await listener.stop()
 
 
 async def test_a_reconnected_subscriber_says_so(prefix: str) -> None:
