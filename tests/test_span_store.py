@@ -5,6 +5,9 @@ contract runs on both backends (SQLite, PostgreSQL in a fresh schema)."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -222,6 +225,43 @@ async def test_the_store_shares_a_sqlite_storage_file(tmp_path: Path) -> None:
         store.close()
     finally:
         await storage.close()
+
+
+def test_a_write_waiting_for_the_files_lock_is_kept_and_reads_do_not_wait(tmp_path: Path) -> None:
+    """Another connection to the file (a SqliteStorage's: its transactions span event-loop turns,
+    so under load they can hold the write lock for seconds) holds the lock longer than the 5 s
+    busy timeout the store used to have: a log and a span written meanwhile wait and are kept
+    (they were lost: 'database is locked'), and reads answer while the write waits (they queued
+    behind it)."""
+    path = tmp_path / "runstream.db"
+    store = SpanStore(str(path))
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    held_since = time.monotonic()
+    now = datetime.now(UTC)
+    failures: list[Exception] = []
+
+    def write() -> None:
+        try:
+            store.write_logs([{"timestamp": iso(now), "level": "error", "message": "m", "traceId": "t"}])
+            store.write_spans([record("t", "s", now)])
+        except Exception as exc:
+            failures.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert store.list_logs(filters={}, page=0, per_page=10)[1] == 0
+        assert writer.is_alive()  # the read did not wait for the write
+        time.sleep(max(0.0, held_since + 5.5 - time.monotonic()))
+    finally:
+        other.execute("COMMIT")
+        other.close()
+        writer.join()
+    assert failures == []
+    assert store.list_logs(filters={}, page=0, per_page=10)[1] == 1
+    assert [root["traceId"] for root in store.list_traces(TraceQuery())[0]] == ["t"]
+    store.close()
 
 
 async def test_a_runtime_feeds_its_store_once(spans: InMemorySpanExporter) -> None:

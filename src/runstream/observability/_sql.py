@@ -222,22 +222,31 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+WRITE_WAIT_S = 60.0
+"""How long a write waits for SQLite's write lock. Another connection to the file (a
+:class:`~runstream.storage.SqliteStorage`'s, whose transactions span event-loop turns) may hold
+it for seconds under load; the store's writers are off a run's path (the span processor's
+worker, the log listener), so they wait rather than lose the batch."""
+
+
 class SqliteBackend:
-    """One ``sqlite3`` connection guarded by a lock (WAL on a file, so it can share a
-    :class:`~runstream.storage.SqliteStorage`'s file)."""
+    """A write connection and, on a file, a read connection (WAL: reads never queue behind a
+    write waiting for the lock), each guarded by a lock. WAL lets the file be shared with a
+    :class:`~runstream.storage.SqliteStorage`."""
 
     def __init__(self, path: str) -> None:
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=5.0)
-        self._db.row_factory = lambda cursor, row: {
-            column[0]: value for column, value in zip(cursor.description, row, strict=True)
-        }
+        self._db = _connect(path, WRITE_WAIT_S)
         if path != ":memory:":
             self._db.execute("PRAGMA journal_mode=WAL")
             # Spans are telemetry: a power cut may lose the last batches, never corrupt the file.
             self._db.execute("PRAGMA synchronous=NORMAL")
         # In one transaction: another process opening the file at once waits for the view.
         self.write([(statement, (), False) for statement in tables("sqlite")])
+        # (":memory:" is a database per connection: there the writer reads too)
+        self._reader, self._read_lock = (
+            (self._db, self._lock) if path == ":memory:" else (_connect(path, 5.0), threading.Lock())
+        )
 
     def write(self, steps: SqlSteps) -> None:
         with self._lock:
@@ -254,12 +263,22 @@ class SqliteBackend:
                 raise
 
     def rows(self, sql: str, params: Iterable[SqlParam] = ()) -> list[SqlRow]:
-        with self._lock:
-            return list(self._db.execute(sql, tuple(params)).fetchall())
+        with self._read_lock:
+            return list(self._reader.execute(sql, tuple(params)).fetchall())
 
     def close(self) -> None:
+        with self._read_lock:
+            self._reader.close()
         with self._lock:
             self._db.close()
+
+
+def _connect(path: str, busy_timeout_s: float) -> sqlite3.Connection:
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=busy_timeout_s)
+    db.row_factory = lambda cursor, row: {
+        column[0]: value for column, value in zip(cursor.description, row, strict=True)
+    }
+    return db
 
 
 class PostgresBackend:

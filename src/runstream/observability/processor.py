@@ -329,9 +329,11 @@ class StoreSpanProcessor(SpanProcessor):
             self._write_waiting()
         self._write_waiting()
 
-    def _write_waiting(self) -> None:
+    def _write_waiting(self) -> bool:
         """Write what waits in the queue, a batch at a time (instrumentation suppressed: a
-        traced database driver would otherwise add spans for the store's own writes)."""
+        traced database driver would otherwise add spans for the store's own writes); whether
+        every batch was written."""
+        written = True
         with self._writing:
             while self._queue:
                 batch = [self._queue.popleft() for _ in range(min(self._batch, len(self._queue)))]
@@ -340,13 +342,14 @@ class StoreSpanProcessor(SpanProcessor):
                     self.store.write_batches(_batches(batch, self.traces))
                 except Exception:  # a write failure loses the batch, never the worker
                     _log.exception("Could not write %d spans to the span store", len(batch))
+                    written = False
                 finally:
                     detach(token)
+        return written
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        """Write every waiting span now (on the calling thread)."""
-        self._write_waiting()
-        return True
+        """Write every waiting span now (on the calling thread); ``False`` if a batch was lost."""
+        return self._write_waiting()
 
     def shutdown(self) -> None:
         """Write what waits and stop the worker; spans that end afterwards are not kept."""
