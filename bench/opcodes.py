@@ -54,7 +54,8 @@ async def _per_unit(
 ) -> float:
     """Instructions per token (or step) between runs of ``small`` and ``large`` of them."""
     counter = _Counter()
-    await run(script(small), suspend)  # warm-up: first-call paths and caches
+    for size in (small, large):  # warm-up: first-call paths and caches (an agent per script)
+        await run(script(size), suspend)
     few = await counter.counted(run(script(small), suspend))
     many = await counter.counted(run(script(large), suspend))
     return (many - few) / (large - small)

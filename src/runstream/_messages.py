@@ -446,7 +446,8 @@ def parts_to_ui(parts: Sequence[StoredPart], metadata: JsonObject | None = None)
     """Stored parts as AI SDK UI message parts (what a ``useChat`` client holds); a call the
     metadata lists as suspended is followed by a ``data-tool-call-suspended`` part. The parts
     are the caller's own, made for this message (:func:`responses_to_parts`, a copy of a stored
-    message's): a tool part takes its call's metadata as it is, without a copy."""
+    message's): a tool part takes its call's metadata as it is, and a part of another kind (a
+    step start, a source, data) goes in itself, without copies."""
     suspended = (metadata or {}).get("suspendedTools")
     ui: list[UIPart] = []
     for part in parts:
@@ -465,7 +466,7 @@ def parts_to_ui(parts: Sequence[StoredPart], metadata: JsonObject | None = None)
         elif part["type"] == "file":
             ui.append({"type": "file", "mediaType": part.get("mediaType"), "url": part.get("data")})
         else:
-            ui.append(copy_json(part))
+            ui.append(part)
     return ui
 
 
