@@ -17,6 +17,7 @@ from runstream.scoring import TaskCompletion
 from runstream.tasks.config import BackgroundTaskConfig, CleanupConfig, RetryConfig
 from runstream.tasks.policy import ToolBackgroundEntry
 from runstream.tools import BackgroundToolConfig
+from runstream.vector.base import IndexConfig
 
 
 @pytest.mark.parametrize(
@@ -100,3 +101,38 @@ def test_a_memory_scope_reads_its_thread_as_an_id_or_a_mapping() -> None:
         MemoryScope.coerce({"thread": {"id": "t", "title": 5}, "resource": "r"})
     with pytest.raises(InvalidTypeError, match=r"memory.thread must be a string or a mapping, got int"):
         MemoryScope.coerce({"thread": 5, "resource": "r"})
+
+
+def test_an_index_config_reads_mastras_nested_and_the_flat_settings() -> None:
+    nested = IndexConfig.coerce({"type": "hnsw", "hnsw": {"m": 8, "efConstruction": 32}, "filterKeys": ["t"]})
+    assert nested == IndexConfig("hnsw", m=8, ef_construction=32, filter_keys=("t",))
+    assert IndexConfig.coerce({"type": "ivfflat", "ivf": {"lists": 7}}) == IndexConfig("ivfflat", lists=7)
+    assert IndexConfig.coerce({"m": 4, "ef_construction": 5, "lists": 6}) == IndexConfig("hnsw", 4, 5, 6)
+    assert IndexConfig.coerce({"m": 4, "hnsw": {"m": 9}}).m == 9  # Mastra's section first
+    assert IndexConfig.coerce(None) == IndexConfig.coerce({}) == IndexConfig()
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (
+            {"type": "btree"},
+            InvalidInputError,
+            "index_config.type must be one of 'hnsw', 'ivfflat' or 'flat'",
+        ),
+        ({"hnsw": {"m": 0}}, InvalidInputError, "index_config.hnsw.m must be at least 1, got 0"),
+        ({"lists": 20_000}, InvalidInputError, "index_config.lists must be at most 10000, got 20000"),
+        ({"hnsw": {"efConstrution": 9}}, ConfigKeyError, "did you mean 'efConstruction'?"),
+        ({"metric": "cosine"}, ConfigKeyError, "index_config: unknown option 'metric'"),
+        ({"filterKeys": "tenant"}, InvalidTypeError, "index_config.filterKeys must be a list"),
+        (
+            {"filter_keys": ["a", "b", "c", "d", "e"]},
+            InvalidInputError,
+            "index_config.filter_keys: at most 4",
+        ),
+    ],
+)
+def test_a_bad_index_config_names_the_option(value: Any, error: type[Exception], message: str) -> None:
+    with pytest.raises(error) as info:
+        IndexConfig.coerce(value)
+    assert message in str(info.value)

@@ -18,8 +18,11 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NotRequired, Protocol, TypedDict, get_args, runtime_checkable
+from typing import Annotated, Literal, NotRequired, Protocol, TypedDict, get_args, runtime_checkable
 
+from pydantic import Field
+
+from runstream._config_mapping import CONFIG, checked, read_dataclass
 from runstream._json import JsonMapping, JsonObject
 from runstream.errors import InvalidInputError, InvalidTypeError, NotFoundError, StateConflictError
 from runstream.vector.filter import Node, parse_filter
@@ -113,47 +116,75 @@ class IndexConfig:
 
     @classmethod
     def coerce(cls, value: IndexConfig | Mapping[str, object] | None) -> IndexConfig:
+        """A config, or Mastra's ``indexConfig`` mapping (``{"type", "hnsw": {"m",
+        "efConstruction"}, "ivf": {"lists"}, "filterKeys"}``; ``m``, ``ef_construction`` and
+        ``lists`` at its top level too); an unknown or bad option is an error naming it."""
         if value is None:
             return cls()
         if isinstance(value, IndexConfig):
             return value
-        if not isinstance(value, Mapping):
-            raise InvalidTypeError("index_config must be a mapping such as {'type': 'hnsw'}")
-        kind = value.get("type", "hnsw")
-        if kind not in ("hnsw", "ivfflat", "flat"):
-            raise InvalidInputError(f"index type must be 'hnsw', 'ivfflat' or 'flat', got {kind!r}")
-        hnsw, ivf = _section(value, "hnsw"), _section(value, "ivf")
-        m = _setting("m", hnsw.get("m", value.get("m", 16)))
-        ef_construction = _setting(
-            "ef_construction", hnsw.get("efConstruction", value.get("ef_construction", 64))
+        given = read_dataclass(_IndexOptions, value, where="index_config")
+        hnsw, ivf = given.hnsw or _Hnsw(), given.ivf or _Ivf()
+        return cls(
+            given.type,
+            _first(hnsw.m, given.m, 16),
+            _first(hnsw.ef_construction, given.ef_construction, 64),
+            _first(ivf.lists, given.lists, 100),
+            given.filter_keys,
         )
-        lists = _setting("lists", ivf.get("lists", value.get("lists", 100)))
-        keys = _filter_keys(value.get("filterKeys", value.get("filter_keys", ())))
-        return cls(kind, m, ef_construction, lists, keys)
 
 
-def _section(value: Mapping[str, object], name: str) -> Mapping[str, object]:
-    """Mastra's nested ``hnsw``/``ivf`` settings (absent: none)."""
-    found = value.get(name)
-    return found if isinstance(found, Mapping) else {}
+_Setting = Annotated[int, Field(ge=1, le=10_000, strict=True)]
 
 
-def _setting(name: str, number: object) -> int:
-    if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 10_000:
-        raise InvalidInputError(f"index_config {name} must be an integer from 1 to 10000")
-    return number
+@dataclass(frozen=True, slots=True)
+class _Hnsw:
+    """Mastra's ``indexConfig.hnsw``."""
+
+    __pydantic_config__ = CONFIG
+
+    m: _Setting | None = None
+    ef_construction: _Setting | None = None
 
 
-def _filter_keys(value: object) -> tuple[str, ...]:
+@dataclass(frozen=True, slots=True)
+class _Ivf:
+    """Mastra's ``indexConfig.ivf``."""
+
+    __pydantic_config__ = CONFIG
+
+    lists: _Setting | None = None
+
+
+def _filter_keys(where: str, value: object) -> tuple[str, ...]:
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-        raise InvalidTypeError("index_config filter_keys must be a list of metadata field names")
+        raise InvalidTypeError(f"{where} must be a list of metadata field names")
     keys = tuple(dict.fromkeys(value))
     if len(keys) > MAX_FILTER_KEYS or not all(isinstance(k, str) and _KEY.match(k) for k in keys):
         raise InvalidInputError(
-            f"index_config filter_keys: at most {MAX_FILTER_KEYS} top-level field names "
-            "(letters, digits and underscores)"
+            f"{where}: at most {MAX_FILTER_KEYS} top-level field names (letters, digits and underscores)"
         )
     return keys
+
+
+@dataclass(frozen=True, slots=True)
+class _IndexOptions:
+    """The mapping form of :class:`IndexConfig`, read by pydantic (``read_dataclass``)."""
+
+    __pydantic_config__ = CONFIG
+
+    type: Literal["hnsw", "ivfflat", "flat"] = "hnsw"
+    hnsw: _Hnsw | None = None
+    ivf: _Ivf | None = None
+    m: _Setting | None = None
+    ef_construction: _Setting | None = None
+    lists: _Setting | None = None
+    filter_keys: Annotated[tuple[str, ...], checked(_filter_keys)] = ()
+
+
+def _first(*settings: int | None) -> int:
+    """The first setting given (the last is the default)."""
+    return next(setting for setting in settings if setting is not None)
 
 
 @runtime_checkable
