@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import tracemalloc
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -10,7 +11,8 @@ import pytest
 
 from runstream import Agent, tool
 from runstream.abort import AbortController
-from runstream.chunks import AnyChunk, StartChunk
+from runstream.chunks import AnyChunk, DataChunk, StartChunk, TextDeltaChunk
+from runstream.errors import StateConflictError
 from runstream.models.base import StreamPart
 from runstream.output import RunOutput
 from runstream.run._run_state import RunState
@@ -302,3 +304,74 @@ async def test_a_first_chunk_known_up_front_is_read_without_entering_the_source(
         await anext(first)
     assert entered == ["source"]
     assert state.status == "failed"
+
+
+async def test_a_relayed_run_streams_every_chunk_and_keeps_none() -> None:
+    """``relay()`` is for a reader that keeps the chunks itself (an until-idle stream): the same
+    chunks as ``full_stream``, none kept by the run, which then has no other stream; its
+    aggregates wait for the relay to end it."""
+    tokens = [f"token {i} " for i in range(50)]
+    kept_out = await Agent("a", model=ScriptedModel(calls=[reply(*tokens)])).stream("hi")
+    out = await Agent("a", model=ScriptedModel(calls=[reply(*tokens)])).stream("hi")
+    text = asyncio.ensure_future(out.text)  # (waits for the relay's end; pulls nothing)
+    kept = [(c.type, c.payload.get("text")) async for c in kept_out.full_stream]
+    relayed = [(c.type, c.payload.get("text")) async for c in out.relay()]
+    assert relayed == kept  # (the two runs' ids differ, their chunks' types and texts do not)
+    assert await text == "".join(tokens)
+    with pytest.raises(StateConflictError, match="relayed"):
+        out.full_stream  # noqa: B018
+    with pytest.raises(StateConflictError, match="relayed"):
+        out.text_stream  # noqa: B018
+
+    async def peak_bytes(relayed: bool) -> int:
+        async def source() -> AsyncIterator[AnyChunk]:
+            for i in range(2000):
+                yield DataChunk("data-page", f"{i:04d}" + "x" * 1000, run_id="run-1")
+
+        out = RunOutput(source(), RunState("run-1", "msg-1", [], 0), AbortController())
+        tracemalloc.start()
+        try:
+            async for _ in out.relay() if relayed else out.full_stream:
+                pass
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    kept_peak, relayed_peak = await peak_bytes(relayed=False), await peak_bytes(relayed=True)
+    assert kept_peak > 2_000_000  # every page kept for a later reader
+    assert relayed_peak < 100_000, relayed_peak  # about one page at a time
+
+
+async def test_closing_a_relay_mid_run_aborts_the_run() -> None:
+    """Nobody else drives a relayed run: its reader stopping ends it as a cancelled reader
+    does (aborted, closed), and its aggregates answer."""
+    release = asyncio.Event()
+    out = await gated_agent(release).stream("hi")
+    relay = out.relay()
+    async with asyncio.timeout(5):
+        async for chunk in relay:
+            if chunk.type == "tool-call":
+                break
+        await relay.aclose()
+        assert out.status == "aborted"
+        assert await out.text == ""
+
+
+async def test_a_relay_passes_on_what_observers_add() -> None:
+    """An observer's chunks come just before the chunk they came with, through a relay too
+    (held only until the reader takes them)."""
+    run_id = "run-1"
+    chunks = [TextDeltaChunk(run_id, {"id": "t", "text": t}) for t in ("a", "b", "c")]
+
+    async def source() -> AsyncIterator[AnyChunk]:
+        for chunk in chunks:
+            yield chunk
+
+    async def note_b(chunk: AnyChunk) -> list[DataChunk]:
+        is_b = chunk.type == "text-delta" and chunk.payload["text"] == "b"
+        return [DataChunk("data-note", "before b", run_id=run_id)] if is_b else []
+
+    out = RunOutput(source(), RunState(run_id, "msg-1", [], 0), AbortController(), observers=[note_b])
+    seen = [chunk async for chunk in out.relay()]
+    assert [c.type for c in seen] == ["text-delta", "data-note", "text-delta", "text-delta"]
+    assert seen[0] is chunks[0] and seen[2] is chunks[1] and seen[3] is chunks[2]

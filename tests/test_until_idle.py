@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import tracemalloc
 import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,7 +13,9 @@ from typing import Any
 import pytest
 
 from runstream import AbortController, Agent, ToolContext, tool
-from runstream.chunks import AnyChunk
+from runstream.agent.until_idle import IdleDriver, IdleOptions, read_snapshot
+from runstream.chunks import AnyChunk, chunk_from_wire, dumps
+from runstream.errors import InvalidInputError
 from runstream.memory import Memory, MemoryScope
 from runstream.runtime import Runstream
 from runstream.storage import InMemoryStorage, SqliteStorage, TaskFilter
@@ -702,3 +706,91 @@ async def test_a_result_landing_in_a_live_run_leaves_streamed_payloads_as_they_w
         }
         assert before["chunk"].to_json() == before["wire"]
         assert "Background task started" in before["wire"]
+
+
+async def test_a_long_continuation_turn_is_held_once() -> None:
+    """A turn's chunks are kept once, by the until-idle stream: the turn is relayed (it keeps
+    none itself) and read at most a few dozen chunks ahead of the reader, so reading a long
+    continuation costs what reading the same turn as a plain stream does. (Kept twice, by the
+    turn and by the stream, with the turn run ahead in between: 2.4 times as much.)"""
+    tokens = [f"token-{i:05d}-of-a-long-continuation " for i in range(3000)]
+    long_turn = [
+        {"type": "stream-start", "warnings": []},
+        {"type": "text-start", "id": "long"},
+        *({"type": "text-delta", "id": "long", "delta": token} for token in tokens),
+        {"type": "text-end", "id": "long"},
+        {"type": "finish", "finishReason": "stop", "usage": USAGE},
+    ]
+
+    async def peak_bytes(calls: list[list[dict[str, Any]]], **options: Any) -> tuple[int, str]:
+        gate = Gate()
+        gate.get("r").set()
+        runtime, agent = build(ScriptedModel(calls=calls), gate)
+        async with runtime:
+            tracemalloc.start()
+            try:
+                out = await agent.stream("Research r", memory=MEMORY, **options)
+                text = "".join([c.payload["text"] async for c in out.full_stream if c.type == "text-delta"])
+                return tracemalloc.get_traced_memory()[1], text
+            finally:
+                tracemalloc.stop()
+
+    plain, plain_text = await peak_bytes([long_turn])
+    idle, idle_text = await peak_bytes(
+        [call(("c1", "research", '{"topic":"r"}')), say("Started."), long_turn], until_idle=True
+    )
+    assert plain_text == "".join(tokens)
+    assert idle_text == "Started." + "".join(tokens)
+    assert idle < 1.5 * plain, (idle, plain)
+
+
+async def test_a_driver_snapshot_goes_through_json_and_a_malformed_one_is_refused() -> None:
+    """A durable flow stores :meth:`IdleDriver.snapshot` as JSON and a later attempt restores
+    it (``read_snapshot`` checks it): the restored driver's snapshot is the stored one."""
+    runtime, _ = build(ScriptedModel(calls=[say("Hi.")]), Gate())
+    completed = chunk_from_wire(
+        {
+            "type": "background-task-completed",
+            "runId": "run-1",
+            "payload": {
+                "taskId": "task-2",
+                "toolName": "research",
+                "toolCallId": "c2",
+                "agentId": "bg",
+                "runId": "run-1",
+                "completedAt": "2026-12-06T16:00:00.000Z",
+                "result": "done",
+            },
+        }
+    )
+
+    async def no_turn(_: list[Any]) -> Any:
+        raise AssertionError("no continuation here")
+
+    async with runtime:
+        manager = runtime.task_manager
+        assert manager is not None
+
+        def driver() -> IdleDriver:
+            subscription = manager.subscribe(thread_id="t1", resource_id="u1", include_existing=False)
+            return IdleDriver(
+                no_turn, subscription, options=IdleOptions(), controller=AbortController(), running={"task-1"}
+            )
+
+        first, second = driver(), driver()
+        try:
+            first.ledger.task_event(completed)
+            stored = json.loads(dumps(first.snapshot()))
+            second.restore(read_snapshot(stored))
+            again = json.loads(dumps(second.snapshot()))
+            assert again["ledger"] == stored["ledger"]
+            assert again["ledger"]["queued"][0]["payload"]["taskId"] == "task-2"
+            assert again["ledger"]["processed"] == [["task-2", "background-task-completed"]]
+            assert {k: v for k, v in again.items() if k != "ledger"} == pytest.approx(
+                {k: v for k, v in stored.items() if k != "ledger"}
+            )
+            with pytest.raises(InvalidInputError, match="not an until-idle driver snapshot"):
+                read_snapshot({**stored, "turnChunks": "many"})
+        finally:
+            await first.close()
+            await second.close()

@@ -2,7 +2,9 @@
 background tasks, and a continuation turn each time the agent is idle with finished tasks.
 
 The outer stream merges two sources — the current turn's chunks and the task manager's events
-for this thread and resource — through one queue. Between turns, while tasks run, it emits a
+for this thread and resource — in the order they come (:class:`_Inbox`). A turn is read
+through :meth:`RunOutput.relay`, a few dozen chunks at most ahead of the reader, so its chunks
+are kept once: in the outer stream's buffer. Between turns, while tasks run, it emits a
 ``background-task-progress`` snapshot every ``progress_interval_ms`` and closes silently after
 ``max_idle_ms`` without events. When no task runs and terminal events are queued, it starts one
 continuation turn (``agent.stream([], …)`` with a system directive naming the finished tool
@@ -28,16 +30,26 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Final, Literal, NotRequired
 
-from pydantic import StrictFloat, StrictInt
+from pydantic import StrictFloat, StrictInt, TypeAdapter, ValidationError
+from typing_extensions import TypedDict
 
 from runstream import _tracing as tracing
 from runstream._config_mapping import CONFIG, read_dataclass
+from runstream._json import JsonObject
 from runstream.abort import AbortController
-from runstream.chunks import AnyChunk, BackgroundTaskProgressChunk, ErrorChunk, chunk_from_wire
+from runstream.chunks import (
+    AnyChunk,
+    BackgroundTaskProgressChunk,
+    ErrorChunk,
+    TaskProgressPayload,
+    WireChunk,
+    chunk_from_wire,
+)
 from runstream.errors import InvalidInputError, RunstreamError
 from runstream.models.base import PromptMessage
 from runstream.run.output import RunOutput
@@ -57,6 +69,51 @@ STARTS_RUNNING = {"background-task-started", "background-task-running", "backgro
 
 StartTurn = Callable[[list[PromptMessage]], Awaitable[RunOutput]]
 """Starts a continuation turn given its extra system context messages."""
+
+EVENTS_AFTER: Final = "eventsAfter"
+"""A durable flow's key in a snapshot: where the thread's replay stream is taken up again."""
+
+
+class LedgerJson(TypedDict):
+    """:class:`_Ledger`'s state in a :class:`DriverSnapshot` (chunks as their wire JSON, times
+    as wall-clock epochs)."""
+
+    running: list[str]
+    queued: list[WireChunk]
+    resumeWindows: dict[str, float]
+    processed: list[tuple[str, str]]
+    unansweredCalls: list[str]
+    held: dict[str, list[WireChunk]]
+    turnRun: str | None
+    announced: list[str]
+    beforeStart: dict[str, list[WireChunk]]
+
+
+class DriverSnapshot(TypedDict):
+    """:meth:`IdleDriver.snapshot`: the driver's state between two items, as JSON."""
+
+    runId: str
+    turnActive: bool
+    turnRunId: str | None
+    turnChunks: int
+    continuations: int
+    idleDeadline: float | None
+    nextProgress: float | None
+    waitingSince: float | None
+    ledger: LedgerJson
+    eventsAfter: NotRequired[str]
+    """Set by a durable flow: see :data:`EVENTS_AFTER`."""
+
+
+_SNAPSHOT = TypeAdapter(DriverSnapshot)
+
+
+def read_snapshot(raw: JsonObject) -> DriverSnapshot:
+    """A stored :class:`DriverSnapshot`, checked (a malformed one is an error, not a guess)."""
+    try:
+        return _SNAPSHOT.validate_python(raw, strict=False)
+    except ValidationError as exc:
+        raise InvalidInputError(f"not an until-idle driver snapshot: {exc}") from None
 
 
 @dataclass(slots=True)
@@ -197,13 +254,14 @@ class _Ledger:
             return []
         return self._accepted([event])
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> LedgerJson:
         wire = _wire_list
+        now, wall = time.monotonic(), time.time()
         return {
             "running": sorted(self.running),
             "queued": wire(self.queued),
-            "resumeWindows": {task: _epoch(end) for task, end in self.resume_windows.items()},
-            "processed": sorted(list(key) for key in self._processed),
+            "resumeWindows": {task: wall + (end - now) for task, end in self.resume_windows.items()},
+            "processed": sorted(self._processed),
             "unansweredCalls": sorted(self._unanswered_calls),
             "held": {call: wire(events) for call, events in self._held.items()},
             "turnRun": self._turn_run,
@@ -211,13 +269,13 @@ class _Ledger:
             "beforeStart": {task: wire(events) for task, events in self._before_start.items()},
         }
 
-    def restore(self, data: dict[str, Any]) -> None:
+    def restore(self, data: LedgerJson) -> None:
         chunks = _chunk_list
         self.running.clear()
         self.running.update(data["running"])
         self.queued = chunks(data["queued"])
         self.resume_windows = {task: _monotonic(end) or 0.0 for task, end in data["resumeWindows"].items()}
-        self._processed = {(task, kind) for task, kind in data["processed"]}
+        self._processed = set(data["processed"])
         self._unanswered_calls = set(data["unansweredCalls"])
         self._held = {call: chunks(events) for call, events in data["held"].items()}
         self._turn_run = data["turnRun"]
@@ -303,8 +361,11 @@ class IdleDriver:
         self.options = options
         self.controller = controller
         self.ledger = _Ledger(running, options.resume_window_ms)
-        self.pumps = _Pumps(subscription)
-        self.stop_waiting: asyncio.Future[Any] = asyncio.ensure_future(controller.signal.wait())
+        self.inbox = _Inbox()
+        self.pumps = _Pumps(subscription, self.inbox)
+        self._unlisten = controller.signal.add_listener(lambda _reason: self.inbox.wake())
+        self._abort_taken = False
+        """Whether :meth:`steps` has seen the abort (mid-turn it goes on to the turn's end)."""
         self.turn_active = False
         self.turn_chunks = 0
         """Chunks of the turn in flight taken in so far."""
@@ -330,12 +391,12 @@ class IdleDriver:
 
     def inject(self, event: AnyChunk) -> None:
         """A task event found some other way than the subscription (e.g. re-read from storage)."""
-        self.pumps.queue.put_nowait(("injected", event))
+        self.inbox.put("injected", event)
 
     async def steps(self) -> AsyncIterator[list[AnyChunk]]:
         """The chunks made of each item taken, until the stream ends."""
-        options, ledger = self.options, self.ledger
-        running, queue = ledger.running, self.pumps.queue
+        options, ledger, inbox = self.options, self.ledger, self.inbox
+        running, items = ledger.running, inbox.items
         while True:
             if not self.turn_active and not running:  # idle: a continuation turn, or the end
                 if ledger.queued:
@@ -348,58 +409,67 @@ class IdleDriver:
                     self._follow(await _continue(self.continuation, ledger.take_batch(), self.pumps.settled))
                 elif not ledger.window_open():
                     return
+            if self.controller.signal.aborted and not self._abort_taken:
+                self._abort_taken = True
+                if not self.turn_active:  # aborted between turns: pending continuations never start
+                    yield _already_queued_task_events(items)
+                    return
+                # Aborted mid-turn: drain the turn (its abort and finish chunks), then close.
             now = time.monotonic()
             if not self.turn_active and running and self.idle_deadline is None:
                 self.idle_deadline = now + options.max_idle_ms / 1000
-            wait = (
-                None
-                if self.turn_active
-                else _wait_s(now, running, self.idle_deadline, self.next_progress, ledger)
-            )
-            getter = asyncio.ensure_future(queue.get())
-            done, _ = await asyncio.wait(
-                {getter, self.stop_waiting}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
-            )
-            if getter not in done:
-                getter.cancel()
-                if self.stop_waiting in done:
-                    if not self.turn_active:  # aborted between turns: pending continuations never start
-                        yield _already_queued_task_events(queue)
+            if not items:
+                wait = (
+                    None
+                    if self.turn_active
+                    else _wait_s(now, running, self.idle_deadline, self.next_progress, ledger)
+                )
+                await inbox.wait(wait)
+                if not items:  # the abort, or the time to wait is up
+                    progress = self._timed_out()
+                    if progress is None:
                         return
-                    # Aborted mid-turn: drain the turn (its abort and finish chunks), then close.
-                    self.stop_waiting = asyncio.get_running_loop().create_future()
+                    if progress:
+                        yield progress
                     continue
-                now = time.monotonic()
-                if self.idle_deadline is not None and now >= self.idle_deadline:
-                    return  # idle timeout: close silently
-                if not running:  # only resume windows were open, and they have ended
-                    return
-                if now >= self.next_progress:
-                    self.next_progress = now + options.progress_interval_ms / 1000
-                    yield [_progress(self.run_id, running, round((now - self.waiting_since) * 1000))]
-                continue
-            kind, item = getter.result()
-            if kind == "turn":
-                self.turn_chunks += 1
-                yield ledger.turn_chunk(item)
-                continue
-            if kind in ("task", "injected"):
-                self.events_taken += kind == "task"
-                events = ledger.task_event(item)
-                if events:
-                    self.idle_deadline = None  # every manager event re-arms the idle window
-                    yield events
-            else:  # turn-end
+            kind, chunk = inbox.take()
+            if chunk is None:  # the turn ended
                 self.turn_active = False
                 released = ledger.turn_ended()
                 self.waiting_since = time.monotonic()
                 self.next_progress = self.waiting_since + options.progress_interval_ms / 1000
                 if self.controller.signal.aborted:  # what already happened still reaches the reader
-                    yield [*released, *_already_queued_task_events(queue)]
+                    yield [*released, *_already_queued_task_events(items)]
                     return
                 yield released
+            elif kind == "turn":
+                self.turn_chunks += 1
+                yield ledger.turn_chunk(chunk)
+            else:  # a task event
+                self.events_taken += kind == "task"
+                events = ledger.task_event(chunk)
+                if events:
+                    self.idle_deadline = None  # every manager event re-arms the idle window
+                    yield events
 
-    def snapshot(self) -> dict[str, Any]:
+    def _timed_out(self) -> list[AnyChunk] | None:
+        """Woken with no item: the chunks to stream (a progress snapshot, or none), or ``None``
+        when the stream ends (the idle timeout, or the resume windows over with nothing to wait
+        for)."""
+        if self.turn_active or (self.controller.signal.aborted and not self._abort_taken):
+            return []  # (the abort: handled at the top of the loop)
+        now = time.monotonic()
+        if self.idle_deadline is not None and now >= self.idle_deadline:
+            return None  # idle timeout: close silently
+        running = self.ledger.running
+        if not running:
+            return [] if self.ledger.window_open() else None
+        if now >= self.next_progress:
+            self.next_progress = now + self.options.progress_interval_ms / 1000
+            return [_progress(self.run_id, running, round((now - self.waiting_since) * 1000))]
+        return []
+
+    def snapshot(self) -> DriverSnapshot:
         """The driver's state between two items, as JSON (times as wall-clock epochs)."""
         return {
             "runId": self.run_id,
@@ -413,10 +483,10 @@ class IdleDriver:
             "ledger": self.ledger.to_json(),
         }
 
-    def restore(self, data: dict[str, Any]) -> None:
+    def restore(self, data: DriverSnapshot) -> None:
         """Take the state of a :meth:`snapshot` (before following the turn in flight again)."""
         self.run_id = data["runId"]
-        self.continuations = int(data["continuations"])
+        self.continuations = data["continuations"]
         self.idle_deadline = _monotonic(data["idleDeadline"])
         self.next_progress = _monotonic(data["nextProgress"]) or 0.0
         self.waiting_since = _monotonic(data["waitingSince"]) or 0.0
@@ -428,7 +498,7 @@ class IdleDriver:
         self.turn_chunks = taken
 
     async def close(self) -> None:
-        self.stop_waiting.cancel()
+        self._unlisten()
         if not self.controller.signal.aborted and (self.turn_active or self.ledger.running):
             # The reader went away mid-stream: stop the turn in flight (tasks keep running).
             self.controller.abort("until-idle stream closed")
@@ -444,11 +514,11 @@ def _monotonic(epoch: float | None) -> float | None:
     return None if epoch is None else time.monotonic() + (epoch - time.time())
 
 
-def _wire_list(chunks: list[AnyChunk]) -> list[dict[str, Any]]:
+def _wire_list(chunks: list[AnyChunk]) -> list[WireChunk]:
     return [chunk.to_wire() for chunk in chunks]
 
 
-def _chunk_list(wire: list[dict[str, Any]]) -> list[AnyChunk]:
+def _chunk_list(wire: list[WireChunk]) -> list[AnyChunk]:
     return [chunk_from_wire(raw) for raw in wire]
 
 
@@ -482,19 +552,78 @@ def _wait_s(
     return None
 
 
-class _Pumps:
-    """Feeds the manager's task events and each turn's chunks into one queue, which the
-    until-idle stream reads: ``("task", event)``, ``("turn", chunk)``, ``("turn-end", out)``
-    (and :meth:`IdleDriver.inject`'s ``("injected", event)``)."""
+_Kind = Literal["turn", "task", "injected"]
 
-    def __init__(self, subscription: TaskSubscription) -> None:
-        self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+RELAY_AHEAD = 64
+"""How many items a turn's pump puts in the :class:`_Inbox` ahead of the reader before it
+waits for room (until half of them are taken): a fast model's long turn is held once, in the
+outer stream's buffer, not a second time in flight."""
+
+
+class _Inbox:
+    """The items the driver takes in, in the order they came: ``("turn", chunk)`` and, when
+    the turn ends, ``("turn", None)`` from the turn in flight; ``("task", event)`` from the
+    manager; ``("injected", event)`` from :meth:`IdleDriver.inject`. An item costs an append;
+    the driver waits (one future) only when there is none, a turn's pump only when
+    :data:`RELAY_AHEAD` items wait."""
+
+    def __init__(self) -> None:
+        self.items: deque[tuple[_Kind, AnyChunk | None]] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._room: asyncio.Future[None] | None = None
+
+    def take(self) -> tuple[_Kind, AnyChunk | None]:
+        items = self.items
+        item = items.popleft()
+        room = self._room
+        if room is not None and len(items) <= RELAY_AHEAD // 2 and not room.done():
+            room.set_result(None)
+        return item
+
+    async def room(self) -> None:
+        """Until the reader has taken half of the items waiting."""
+        room = self._room = asyncio.get_running_loop().create_future()
+        try:
+            await room
+        finally:
+            self._room = None
+
+    def put(self, kind: _Kind, chunk: AnyChunk | None) -> None:
+        self.items.append((kind, chunk))
+        self.wake()
+
+    def wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, at_most_s: float | None) -> None:
+        """Until an item comes or :meth:`wake` (the abort), at most ``at_most_s`` seconds."""
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = None if at_most_s is None else loop.call_later(at_most_s, self.wake)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+
+class _Pumps:
+    """Feed the manager's task events and each turn's chunks into the :class:`_Inbox`. A turn
+    is read through :meth:`RunOutput.relay`: it keeps none of its chunks (the outer stream
+    does), and it runs at most :data:`RELAY_AHEAD` items ahead of the outer stream's reader."""
+
+    def __init__(self, subscription: TaskSubscription, inbox: _Inbox) -> None:
+        self.inbox = inbox
         self.settled: dict[str, TaskRecord] = {}
         """Task id -> its record as of its latest :class:`TaskSettled` event: the outcome the
         continuation turn is about (its span, for the turn's links), with no storage read."""
         self.tasks = [asyncio.create_task(self._events(subscription))]
 
     async def _events(self, subscription: TaskSubscription) -> None:
+        put = self.inbox.put
         while True:
             try:
                 event = await subscription.next_event()
@@ -502,17 +631,22 @@ class _Pumps:
                 return
             if isinstance(event, TaskSettled):
                 self.settled[event.record.id] = event.record
-            self.queue.put_nowait(("task", event.chunk))
+            put("task", event.chunk)
 
     def start_turn(self, out: RunOutput) -> None:
         self.tasks.append(asyncio.create_task(self._turn(out)))
 
     async def _turn(self, out: RunOutput) -> None:
+        inbox = self.inbox
+        relay = out.relay()
         try:
-            async for chunk in out.full_stream:
-                self.queue.put_nowait(("turn", chunk))
+            async for chunk in relay:
+                inbox.put("turn", chunk)
+                if len(inbox.items) >= RELAY_AHEAD:
+                    await inbox.room()
         finally:
-            self.queue.put_nowait(("turn-end", out))
+            inbox.put("turn", None)
+            await relay.aclose()  # (stopped mid-turn: the turn ends as with a cancelled reader)
 
     async def close(self) -> None:
         for pump in self.tasks:
@@ -521,7 +655,11 @@ class _Pumps:
 
 
 def _progress(run_id: str, running: set[str], elapsed_ms: int) -> AnyChunk:
-    payload: Any = {"taskIds": sorted(running), "runningCount": len(running), "elapsedMs": elapsed_ms}
+    payload: TaskProgressPayload = {
+        "taskIds": sorted(running),
+        "runningCount": len(running),
+        "elapsedMs": elapsed_ms,
+    }
     return BackgroundTaskProgressChunk(run_id, payload)
 
 
@@ -537,11 +675,8 @@ def _continuation_limit_error(run_id: str, limit: int) -> ErrorChunk:
     return ErrorChunk(run_id, {"error": ContinuationLimitError(message)})
 
 
-def _already_queued_task_events(queue: asyncio.Queue[tuple[str, Any]]) -> list[AnyChunk]:
+def _already_queued_task_events(items: deque[tuple[_Kind, AnyChunk | None]]) -> list[AnyChunk]:
     """The task events that arrived before the stream was aborted (no waiting for more)."""
-    events = []
-    while not queue.empty():
-        kind, item = queue.get_nowait()
-        if kind in ("task", "injected"):
-            events.append(item)
+    events = [chunk for kind, chunk in items if kind != "turn" and chunk is not None]
+    items.clear()
     return events

@@ -39,7 +39,7 @@ from runstream._json import JsonObject
 from runstream.abort import AbortController
 from runstream.agent import RunNotFoundError
 from runstream.agent import _suspension as suspension
-from runstream.agent.until_idle import IdleDriver, IdleOptions
+from runstream.agent.until_idle import EVENTS_AFTER, IdleDriver, IdleOptions, read_snapshot
 from runstream.chunks import dumps
 from runstream.durable.activities import _Publisher, watched_step
 from runstream.durable.log import RunLog
@@ -76,8 +76,6 @@ class FlowRuns(Protocol):
     async def hand_answer(self, run_id: str, answer: Continuation) -> None: ...
 
 
-EVENTS_AFTER = "eventsAfter"
-"""The checkpoint's key of the thread's replay stream entry after which the next attempt reads."""
 RECONCILE_INTERVAL_S = 1.0
 """How often the flow re-reads its unsettled tasks from storage (an event lost on the way)."""
 
@@ -158,9 +156,10 @@ class IdleActivities:
                     turns.append(await runs.flow_first_turn(agent.id, state, options))
                 driver.start(turns[-1])
             else:
-                driver.restore(checkpoint)
-                run_id, taken = checkpoint.get("turnRunId"), checkpoint.get("turnChunks")
-                if checkpoint.get("turnActive") and isinstance(run_id, str) and isinstance(taken, int):
+                snapshot = read_snapshot(checkpoint)
+                driver.restore(snapshot)
+                run_id, taken = snapshot["turnRunId"], snapshot["turnChunks"]
+                if snapshot["turnActive"] and run_id is not None:
                     segment = plan.first_segment if run_id == plan.run_id else None
                     turns.append(runs.attach(run_id, taken, segment))
                     driver.resume_turn(turns[-1], taken)

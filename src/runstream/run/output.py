@@ -5,7 +5,9 @@ any number of consumers, each from the first chunk, whenever they start: chunks 
 buffer, and whichever consumer is ahead pulls the next chunk from the generator (the others wait
 for it). With one consumer that is a plain pull-through, no task and no queue. Text and
 reasoning deltas are buffered as plain strings, so a late consumer gets equal (not identical)
-delta chunks; that keeps a long reply at a few bytes per token.
+delta chunks; that keeps a long reply at a few bytes per token. A run whose one reader keeps
+the chunks itself (an until-idle stream's turn) is read through :meth:`RunOutput.relay`,
+which keeps none.
 
 Aggregates (``await out.text``, ``await out.usage`` …) drive the stream to its end if nobody
 else does, then read the run's state.
@@ -16,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, cast
 
@@ -40,7 +42,7 @@ from runstream.chunks import (
     TripwirePayload,
     Usage,
 )
-from runstream.errors import RunFailedError
+from runstream.errors import RunFailedError, StateConflictError
 from runstream.models.base import PromptMessage
 from runstream.run._run_state import RunState, Status
 from runstream.run._run_state import StepRecord as StepRecord
@@ -57,6 +59,18 @@ _DeltaChunk = TextDeltaChunk | ReasoningDeltaChunk
 """The chunks the replay buffer keeps as runs of plain strings."""
 
 _DELTA_CLASSES = (TextDeltaChunk, ReasoningDeltaChunk)
+
+
+class _Dropped(list[str]):
+    """Where a relayed run's delta texts go (:meth:`RunOutput.relay`): nowhere."""
+
+    __slots__ = ()
+
+    def append(self, text: str, /) -> None:
+        pass
+
+
+_DROPPED = _Dropped()
 
 
 class _DeltaRun:
@@ -117,6 +131,9 @@ class RunOutput:
         self._open_index = 0
         self._on_close = on_close
         self._observers = tuple(observers)
+        self._keeps = True
+        """``False`` once :meth:`relay` took the run: its buffer then holds no more than the
+        chunks an observer added last, with the chunk they came with (for the reader to take)."""
         self.state = state
         self._controller = controller
         if first is not None:
@@ -144,9 +161,35 @@ class RunOutput:
         ``case DataChunk(data)``. (A run's own chunks are all of it; a stream read back from the
         wire, a durable run's log or an until-idle stream's task events, may hold a chunk of a
         type this version does not know, streamed as it came: :class:`~runstream.chunks.UnknownChunk`.)"""
+        if not self._keeps:
+            raise StateConflictError(
+                f"run {self.run_id}'s chunks are relayed to another stream: read that one"
+            )
         return cast("AsyncIterator[AgentChunk]", self._iterate())
 
-    async def _iterate(self) -> AsyncIterator[StreamChunk]:
+    def relay(self) -> AsyncGenerator[AgentChunk, None]:
+        """Every chunk of the run, for its one reader, which keeps them itself: none is kept
+        here, so a long run is held once. An until-idle stream reads each turn this way (its
+        own buffer keeps the turn's chunks). Call it before anything reads the run; the run has
+        no other stream then (:class:`~runstream.errors.StateConflictError`), and its
+        aggregates wait for the relay to end the run. Closing the relay before the run's end
+        (``aclose()``) ends the run as a cancelled reader does: aborted."""
+        self._keeps = False
+        self._open_run = None
+        return cast("AsyncGenerator[AgentChunk, None]", self._relayed())
+
+    async def _relayed(self) -> AsyncGenerator[StreamChunk, None]:
+        chunks = self._iterate()
+        try:
+            async for chunk in chunks:
+                yield chunk
+        except GeneratorExit:  # the one reader stopped: nobody else will drive the run
+            await chunks.aclose()
+            if not self._done:
+                await self._cancelled(self._source)
+            raise
+
+    async def _iterate(self) -> AsyncGenerator[StreamChunk, None]:
         buffer = self._buffer
         i = 0  # position: entry i of the buffer, and j texts into it when it is a delta run
         j = 0
@@ -178,7 +221,7 @@ class RunOutput:
             run = self._open_run
             chunk: Any  # a chunk, a sub-stream, a part source, or a provider part while a part
             # source is pulled: told apart by their classes below, with no call per token
-            texts: list[str] = run.texts if run is not None else []
+            texts: list[str] = run.texts if run is not None else [] if self._keeps else _DROPPED
             kept = self._kept
             while True:
                 source = self._source  # a model step's parts being pulled (else chunks)
@@ -278,6 +321,10 @@ class RunOutput:
 
     def _keep_all(self, chunks: list[StreamChunk]) -> tuple[int, int]:
         """Keep ``chunks``; returns the position of the first one."""
+        if not self._keeps:  # a relay: held until its one reader (past the earlier ones) takes them
+            self._kept += len(chunks)
+            self._buffer[:] = chunks
+            return 0, 0
         run = self._open_run
         position = (self._open_index, len(run.texts)) if run is not None else (len(self._buffer), 0)
         for each in chunks:
@@ -339,6 +386,8 @@ class RunOutput:
         """
         self._kept += 1
         buffer = self._buffer
+        if not self._keeps:  # a relay keeps nothing
+            return len(buffer), 0
         if isinstance(chunk, _DELTA_CLASSES):
             payload = chunk.payload
             if len(payload) == 2:
@@ -370,6 +419,7 @@ class RunOutput:
         if self._done:
             return
         self._done = True
+        self._wake_waiters()  # (an aggregate waiting for a relay's end)
         if self._on_close is not None:
             on_close, self._on_close = self._on_close, None
             await on_close()
@@ -378,8 +428,10 @@ class RunOutput:
     def text_stream(self) -> AsyncIterator[str]:
         """Only the text deltas."""
 
+        chunks = self.full_stream
+
         async def texts() -> AsyncIterator[str]:
-            async for chunk in self._iterate():
+            async for chunk in chunks:
                 if isinstance(chunk, TextDeltaChunk):
                     yield chunk.payload["text"]
             self.raise_if_failed()
@@ -390,8 +442,10 @@ class RunOutput:
     def object_stream(self) -> AsyncIterator[Any]:
         """The partial objects of a structured-output run."""
 
+        chunks = self.full_stream
+
         async def objects() -> AsyncIterator[Any]:
-            async for chunk in self._iterate():
+            async for chunk in chunks:
                 if isinstance(chunk, ObjectChunk):
                     yield chunk.object
 
@@ -403,9 +457,16 @@ class RunOutput:
         self._controller.abort(reason)
 
     async def consume(self) -> None:
-        """Drive the stream to its end (without keeping a reference to the chunks)."""
-        async for _ in self._iterate():
-            pass
+        """Drive the stream to its end (without keeping a reference to the chunks); a relayed
+        run's reader drives it: wait for the end."""
+        if self._keeps:
+            async for _ in self._iterate():
+                pass
+            return
+        while not self._done:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
 
     def raise_if_failed(self) -> None:
         """Raise :class:`RunFailedError` (its cause: the run's error) if the run failed."""
