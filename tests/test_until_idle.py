@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from runstream import AbortController, Agent, ToolContext, tool
-from runstream.agent.until_idle import IdleDriver, IdleOptions, read_snapshot
+from runstream.agent.until_idle import RELAY_AHEAD, IdleDriver, IdleOptions, read_snapshot
 from runstream.chunks import AnyChunk, chunk_from_wire, dumps
 from runstream.errors import InvalidInputError
 from runstream.memory import Memory, MemoryScope
@@ -794,3 +794,37 @@ async def test_a_driver_snapshot_goes_through_json_and_a_malformed_one_is_refuse
         finally:
             await first.close()
             await second.close()
+
+
+async def test_a_turn_runs_a_bounded_way_ahead_and_a_closed_stream_aborts_it() -> None:
+    """A turn's chunks wait for the reader at most ``RELAY_AHEAD`` deep (a fast model's long
+    turn is not held a second time in flight); a stream closed while the turn waits there
+    ends the turn as a reader that went away does: aborted, its aggregates answered."""
+    deltas = [{"type": "text-delta", "id": "long", "delta": f"t{i} "} for i in range(500)]
+    long_turn = [{"type": "text-start", "id": "long"}, *deltas, {"type": "text-end", "id": "long"}]
+    runtime, agent = build(ScriptedModel(calls=[[*long_turn, *say("")[-1:]]]), Gate())
+
+    async def no_turn(_: list[Any]) -> Any:
+        raise AssertionError("no continuation here")
+
+    async with runtime:
+        manager = runtime.task_manager
+        assert manager is not None
+        subscription = manager.subscribe(thread_id="t1", resource_id="u1", include_existing=False)
+        controller = AbortController()
+        driver = IdleDriver(
+            no_turn, subscription, options=IdleOptions(), controller=controller, running=set()
+        )
+        out = await agent.stream("Say a lot", memory=MEMORY)
+        controller.signal.add_listener(out.abort)
+        driver.start(out)
+        async with asyncio.timeout(5):
+            while len(driver.inbox.items) < RELAY_AHEAD:  # the turn's pump fills the inbox ...
+                await driver.inbox.wait(None)  # (woken by each item put)
+            for _ in range(20):  # ... and goes no further while nobody reads
+                await asyncio.sleep(0)
+            assert len(driver.inbox.items) == RELAY_AHEAD
+            assert out.status == "running"
+            await driver.close()
+            assert out.status == "aborted"
+            assert len(await out.text) < len("".join(d["delta"] for d in deltas))
