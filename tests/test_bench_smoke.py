@@ -98,3 +98,17 @@ def test_the_vector_bench_runs() -> None:
     assert rows[1]["backend"] == "sqlite-vec (filter key tag: vec0)" and rows[1]["filtered"]["p50_ms"] > 0
     assert rows[-1]["thread_messages"] == 60 and rows[-1]["turn_ms_with_recall"] > 0
     assert "added_cpu_ms" in rows[-1]
+
+
+def test_the_metrics_bench_runs() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.bench_metrics", "--spans", "300", "--rounds", "1", "--no-pg"],
+        cwd=Path(__file__).parent.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    (row,) = [json.loads(line) for line in out.splitlines()]
+    assert row["backend"] == "sqlite" and row["spans"] >= 300
+    assert len(row["median_ms"]) == 12 and all(ms > 0 for ms in row["median_ms"].values())

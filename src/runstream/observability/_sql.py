@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeAlias
 
 SqlValue: TypeAlias = str | int | float | None
@@ -86,6 +86,34 @@ _TABLES = (
         record TEXT NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS ai_logs_time ON ai_logs (timestamp)",
+    # A narrow row per stored span (records.columns_facts), written from its batch before
+    # metrics and discovery read (SpanStore.index_facts), deleted with it. Keyed by its batch's
+    # ``upto`` (retention, and what is indexed already) and its place in the batch,
+    # clustered so on SQLite; ``started_ms``: its start in epoch milliseconds (the ISO text's
+    # precision: compared and ordered as that text).
+    """CREATE TABLE IF NOT EXISTS ai_span_facts (
+        upto BIGINT NOT NULL,
+        position INTEGER NOT NULL,
+        trace_id {text} NOT NULL,
+        span_type {text} NOT NULL,
+        entity_type {text},
+        entity_id {text},
+        entity_name {text},
+        resource_id {text},
+        thread_id {text},
+        run_id {text},
+        service_name {text},
+        environment {text},
+        has_error INTEGER NOT NULL,
+        started_ms BIGINT,
+        duration_ms {real},
+        input_tokens BIGINT,
+        output_tokens BIGINT,
+        provider {text},
+        model {text},
+        PRIMARY KEY (upto, position)
+    ){clustered}""",
+    "CREATE INDEX IF NOT EXISTS ai_span_facts_metric ON ai_span_facts (span_type, started_ms, upto, position)",
 )
 _OPERATION = {
     "invoke_agent": "agent_run",
@@ -203,19 +231,34 @@ _RETIRED = "DROP TABLE IF EXISTS ai_spans"
 
 def tables(dialect: str) -> list[str]:
     """The statements making the store's tables and view (``sqlite`` or ``postgres``), run at
-    open: the view is made anew each time, so it follows this code's version."""
-    serial = "INTEGER" if dialect == "sqlite" else "BIGSERIAL"
+    open: the view is made anew each time, so it follows this code's version (a store written
+    before ``ai_span_facts`` existed gets its spans' facts when first read, as new spans do)."""
+    pg = dialect == "postgres"
+    types = {
+        "serial": "BIGSERIAL" if pg else "INTEGER",
+        "text": 'TEXT COLLATE "C"' if pg else "TEXT",  # compared and ordered as Python does
+        "real": "DOUBLE PRECISION" if pg else "REAL",
+        "clustered": "" if pg else " WITHOUT ROWID",
+    }
     return [
         _RETIRED,
-        *(statement.format(serial=serial) for statement in _TABLES),
+        *(statement.format(**types) for statement in _TABLES),
         "DROP VIEW IF EXISTS ai_span_rows",
         _span_rows_view(dialect),
     ]
 
 
+Then: TypeAlias = Callable[[list[SqlRow]], SqlSteps]
+"""What to write, given what a transaction read first."""
+
+
 class Backend(Protocol):
     def write(self, steps: SqlSteps) -> None:
         """Run ``(sql, params, many)`` steps in one transaction."""
+
+    def transact(self, sql: str, params: Sequence[SqlParam], then: Then) -> None:
+        """In one transaction, other writers of the store kept out: read ``sql``, then run the
+        steps ``then`` makes of its rows."""
 
     def rows(self, sql: str, params: Iterable[SqlParam] = ()) -> list[SqlRow]: ...
 
@@ -249,10 +292,13 @@ class SqliteBackend:
         )
 
     def write(self, steps: SqlSteps) -> None:
+        self.transact("SELECT 1", (), lambda _: steps)
+
+    def transact(self, sql: str, params: Sequence[SqlParam], then: Then) -> None:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                for step in steps:
+                for step in then(list(self._db.execute(sql, tuple(params)).fetchall())):
                     if step[2]:
                         self._db.executemany(step[0], step[1])
                     else:
@@ -311,12 +357,24 @@ class PostgresBackend:
         return sql.replace("?", "%s")
 
     def write(self, steps: SqlSteps) -> None:
+        self.transact("SELECT 1", (), lambda _: steps)
+
+    def transact(self, sql: str, params: Sequence[SqlParam], then: Then) -> None:
+        # Writers of the schema's store one at a time (as SQLite's BEGIN IMMEDIATE): batches
+        # commit in the order of their ``upto``, which is what ``SpanStore.index_facts`` follows.
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
-            for step in steps:
-                if step[2]:
-                    cursor.executemany(self._sql(step[0]), step[1])
-                else:
-                    cursor.execute(self._sql(step[0]), tuple(step[1]))
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('runstream.span_store.' || current_schema()))"
+            )
+            cursor.execute(self._sql(sql), tuple(params))
+            self._run(cursor, then(list(cursor.fetchall())))
+
+    def _run(self, cursor: Any, steps: SqlSteps) -> None:
+        for step in steps:
+            if step[2]:
+                cursor.executemany(self._sql(step[0]), step[1])
+            else:
+                cursor.execute(self._sql(step[0]), tuple(step[1]))
 
     def rows(self, sql: str, params: Iterable[SqlParam] = ()) -> list[SqlRow]:
         with self._pool.connection() as conn:

@@ -3,20 +3,20 @@
 Mastra records a metric observation per span as it ends; runstream derives the same observations
 from the span store when asked: ``mastra_agent_duration_ms`` per agent run (a continuation turn
 is a run of its own), ``mastra_workflow_duration_ms`` per workflow run, ``mastra_tool_duration_ms``
-per tool call, ``mastra_model_duration_ms`` and the token counts per model call. Aggregates,
-breakdowns, time series and percentiles are computed here over those points, the same way
-whichever backend stored them.
+per tool call, ``mastra_model_duration_ms`` and the token counts per model call. The database
+aggregates, groups, buckets and ranks them (:mod:`.metric_sql`); this module names the metrics
+and shapes its rows into Mastra's answers.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TypeAlias, TypedDict
+from typing import TypedDict
 
-from runstream.observability._sql import SqlValue
+from runstream.observability._sql import SqlRow, SqlValue
 
 METRICS: dict[str, tuple[str, str]] = {
     "mastra_agent_duration_ms": ("agent_run", "duration"),
@@ -36,10 +36,6 @@ INTERVALS = {
     "1d": timedelta(days=1),
 }
 COMPARE_PERIODS = ("previous_period", "previous_day", "previous_week")
-
-Point: TypeAlias = Mapping[str, SqlValue]
-"""An observation (``SpanStore.metric_points``): ``timestamp`` (ISO text), ``value``, the
-dimensions metrics filter and group by, and ``name`` once the server adds it."""
 
 
 class Group(TypedDict):
@@ -66,30 +62,10 @@ class PercentileSeries(TypedDict):
     points: list[SeriesPoint]
 
 
-def _number(value: SqlValue) -> float:
-    """A point's ``value`` (the store keeps only points with one)."""
-    return float(value or 0)
-
-
-def aggregate(points: Sequence[Point], aggregation: str, distinct_column: str | None = None) -> float | None:
-    """One value over ``points`` (``None`` when there are none, as Mastra's null)."""
-    if aggregation == "count":
-        return float(len(points))
-    if aggregation == "count_distinct":
-        assert distinct_column is not None
-        return float(len({point.get(distinct_column) for point in points} - {None}))
-    if not points:
-        return None
-    values = [_number(point["value"]) for point in points]
-    if aggregation == "sum":
-        return math.fsum(values)
-    if aggregation == "avg":
-        return math.fsum(values) / len(values)
-    if aggregation == "min":
-        return min(values)
-    if aggregation == "max":
-        return max(values)
-    return values[-1]  # last: points are oldest first
+def number(value: SqlValue) -> float | None:
+    """An aggregate as Mastra's number (``None``, Mastra's null, when there was nothing to
+    aggregate; PostgreSQL's exact sums and averages of integers come as decimals)."""
+    return None if value is None else float(value)
 
 
 def change_percent(value: float | None, previous: float | None) -> float | None:
@@ -103,94 +79,73 @@ def previous_window(start: datetime, end: datetime, period: str) -> tuple[dateti
     return start - shift, end - shift
 
 
-def group_key(point: Point, group_by: Sequence[str]) -> tuple[str | None, ...]:
-    return tuple(None if point.get(name) is None else str(point.get(name)) for name in group_by)
+def _in_order(rows: Sequence[SqlRow]) -> list[SqlRow]:
+    """Groups as their first observations came."""
+    return sorted(rows, key=lambda row: str(row["first"]))
 
 
 def breakdown(
-    points: Sequence[Point],
-    group_by: Sequence[str],
-    aggregation: str,
-    *,
-    distinct_column: str | None,
-    limit: int | None,
-    descending: bool,
+    rows: Sequence[SqlRow], group_by: Sequence[str], *, limit: int | None, descending: bool
 ) -> list[Group]:
-    groups: dict[tuple[str | None, ...], list[Point]] = defaultdict(list)
-    for point in points:
-        groups[group_key(point, group_by)].append(point)
-    values = sorted(
-        ((aggregate(members, aggregation, distinct_column) or 0.0, key) for key, members in groups.items()),
-        key=lambda pair: pair[0],
-        reverse=descending,
-    )
-    rows: list[Group] = [
-        {"dimensions": dict(zip(group_by, key, strict=True)), "value": value} for value, key in values
-    ]
-    return rows[:limit] if limit is not None else rows
-
-
-def bucket(moment: str, interval: timedelta) -> datetime:
-    """The start of ``interval``'s bucket holding the ISO timestamp ``moment`` (UTC-aligned)."""
-    seconds = datetime.fromisoformat(moment).timestamp()
-    step = interval.total_seconds()
-    return datetime.fromtimestamp(seconds // step * step, UTC)
-
-
-def _buckets(points: Iterable[Point], interval: timedelta) -> dict[datetime, list[Point]]:
-    buckets: dict[datetime, list[Point]] = defaultdict(list)
-    for point in points:
-        buckets[bucket(str(point["timestamp"]), interval)].append(point)
-    return dict(sorted(buckets.items()))
-
-
-def time_series(
-    points: Sequence[Point],
-    name: str,
-    interval: timedelta,
-    aggregation: str,
-    *,
-    distinct_column: str | None,
-    group_by: Sequence[str] | None,
-) -> list[Series]:
-    """Series of ``{timestamp, value}`` buckets: one named ``name``, or one per group (named by
-    the group's values joined with ``|``)."""
-    grouped: dict[str, list[Point]] = defaultdict(list)
-    for point in points:
-        key = name if not group_by else "|".join(value or "" for value in group_key(point, group_by))
-        grouped[key].append(point)
-    return [
+    """``metric_sql.grouped`` rows as Mastra's groups, by value (ties as they first came)."""
+    groups: list[Group] = [
         {
-            "name": key,
-            "points": [
-                {"timestamp": moment, "value": aggregate(members, aggregation, distinct_column) or 0.0}
-                for moment, members in _buckets(series, interval).items()
-            ],
+            "dimensions": {
+                name: None if row[f"g{i}"] is None else str(row[f"g{i}"]) for i, name in enumerate(group_by)
+            },
+            "value": number(row["value"]) or 0.0,
         }
-        for key, series in grouped.items()
+        for row in _in_order(rows)
     ]
+    groups.sort(key=lambda group: group["value"], reverse=descending)
+    return groups[:limit] if limit is not None else groups
 
 
-def percentile(values: Sequence[float], fraction: float) -> float:
-    """Linear interpolation between the closest ranks (PostgreSQL's ``percentile_cont``)."""
-    ordered = sorted(values)
-    rank = fraction * (len(ordered) - 1)
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+def _moment(bucket: SqlValue) -> datetime:
+    return datetime.fromtimestamp(int(bucket or 0), UTC)
+
+
+def time_series(rows: Sequence[SqlRow], name: str) -> list[Series]:
+    """``metric_sql.grouped`` rows (per series and bucket) as Mastra's series: one named
+    ``name``, or one per group (named by the group's values joined with ``|``)."""
+    series: dict[str, list[SeriesPoint]] = defaultdict(list)
+    for row in _in_order(rows):
+        series[str(row["series"]) if "series" in row else name]
+    for row in sorted(rows, key=lambda row: int(row["bucket"] or 0)):
+        key = str(row["series"]) if "series" in row else name
+        series[key].append({"timestamp": _moment(row["bucket"]), "value": number(row["value"]) or 0.0})
+    return [{"name": key, "points": points} for key, points in series.items()]
+
+
+def interpolate(rows: Sequence[SqlRow], fractions: Sequence[float]) -> dict[int, list[float]]:
+    """SQLite's ``metric_sql.percentiles`` rows (the ranks each fraction reads) as each bucket's
+    percentiles: linear interpolation between the closest ranks (PostgreSQL's ``percentile_cont``)."""
+    ranked: dict[int, dict[int, float]] = defaultdict(dict)
+    counts: dict[int, int] = {}
+    for row in rows:
+        bucket = int(row["bucket"] or 0)
+        ranked[bucket][int(row["rn"] or 0)] = float(row["value"] or 0)
+        counts[bucket] = int(row["n"] or 0)
+    answer: dict[int, list[float]] = {}
+    for bucket, values in ranked.items():
+        answer[bucket] = []
+        for fraction in fractions:
+            rank = fraction * (counts[bucket] - 1)
+            low = math.floor(rank)
+            high = min(low + 1, counts[bucket] - 1)
+            answer[bucket].append(values[low] + (values[high] - values[low]) * (rank - low))
+    return answer
 
 
 def percentile_series(
-    points: Sequence[Point], fractions: Sequence[float], interval: timedelta
+    buckets: Mapping[int, Sequence[float]], fractions: Sequence[float]
 ) -> list[PercentileSeries]:
-    buckets = _buckets(points, interval)
+    """Each fraction's series over the buckets (bucket start, epoch seconds → its percentiles)."""
+    ordered = sorted(buckets.items())
     return [
         {
             "percentile": fraction,
-            "points": [
-                {"timestamp": moment, "value": percentile([_number(p["value"]) for p in members], fraction)}
-                for moment, members in buckets.items()
-            ],
+            "points": [{"timestamp": _moment(bucket), "value": values[i]} for bucket, values in ordered],
         }
-        for fraction in fractions
+        for i, fraction in enumerate(fractions)
     ]

@@ -14,6 +14,7 @@ import functools
 import json
 import time
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import NotRequired, TypeAlias, TypedDict
 
 SPAN_TYPES = {
@@ -211,6 +212,66 @@ def span_columns(trace: TraceContext, entry: SpanEntry) -> SpanColumns:
             "otelTraceId": trace["otelTraceId"],
         },
     }
+
+
+FACT_COLUMNS = (
+    "upto",
+    "position",
+    "trace_id",
+    "span_type",
+    "entity_type",
+    "entity_id",
+    "entity_name",
+    "resource_id",
+    "thread_id",
+    "run_id",
+    "service_name",
+    "environment",
+    "has_error",
+    "started_ms",
+    "duration_ms",
+    "input_tokens",
+    "output_tokens",
+    "provider",
+    "model",
+)
+"""A span's row of ``ai_span_facts`` (what metrics and discovery read): its batch's ``upto``
+(retention) and its ``position`` in the batch, the :class:`SpanColumns` metrics read, its start
+as epoch milliseconds (``started_ms``: ``started_at``'s precision, compared as it)."""
+SpanFacts: TypeAlias = tuple[
+    str, str, str | None, str | None, str | None, str | None, str | None, str | None, str | None,
+    str | None, int, int | None, float | None, int | None, int | None, str | None, str | None,
+]  # fmt: skip
+"""A span's :data:`FACT_COLUMNS` but ``upto`` and ``position`` (its batch's, and its place in it)."""
+
+
+def columns_facts(columns: SpanColumns) -> SpanFacts:
+    """A stored span's facts, from its :class:`SpanColumns` (:func:`span_columns`)."""
+    c = columns
+    return (
+        *(c["trace_id"], c["span_type"], c["entity_type"], c["entity_id"], c["entity_name"]),
+        *(c["resource_id"], c["thread_id"], c["run_id"], c["service_name"], c["environment"]),
+        *(c["has_error"], epoch_ms(c["started_at"]), c["duration_ms"]),
+        *(_count(c["input_tokens"]), _count(c["output_tokens"]), c["provider"], c["model"]),
+    )
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def epoch_ms(moment: str) -> int | None:
+    """ISO 8601 text as epoch milliseconds (``None`` if it is not such text; without a zone,
+    local time, as ``datetime.timestamp``)."""
+    try:
+        parsed = datetime.fromisoformat(moment)
+    except ValueError:
+        return None
+    return (parsed.astimezone(UTC) - _EPOCH) // timedelta(milliseconds=1)
+
+
+def _count(value: object) -> int | None:
+    """An integer attribute as the database keeps it (a boolean as 0 or 1, as Python's ``int``)."""
+    return int(value) if isinstance(value, int) else None
 
 
 def _loads(value: object) -> object:

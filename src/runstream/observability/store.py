@@ -30,6 +30,7 @@ from typing import TypeAlias
 import orjson
 
 from runstream.errors import ConfigurationError
+from runstream.observability import metric_sql
 from runstream.observability._sql import (
     Backend,
     PostgresBackend,
@@ -37,9 +38,20 @@ from runstream.observability._sql import (
     SqlParam,
     SqlRow,
     SqlStep,
+    SqlSteps,
     SqlValue,
 )
-from runstream.observability.records import LogRecord, SpanColumns, mastra_span, span_columns
+from runstream.observability.metrics import interpolate
+from runstream.observability.records import (
+    FACT_COLUMNS,
+    LogRecord,
+    SpanColumns,
+    columns_facts,
+    epoch_ms,
+    iso_ns,
+    mastra_span,
+    span_columns,
+)
 from runstream.observability.trace_query import TraceQueryPlan, encode_cursor, trace_row
 
 _TRACE_COLUMNS = (
@@ -69,6 +81,10 @@ _INSERT_ROOT = (
     "VALUES ((SELECT MAX(upto) FROM ai_span_batches WHERE trace_id = ?), "
     f"{', '.join('?' for _ in _TRACE_COLUMNS)}, ?)"
 )
+_FACTS_A_STATEMENT = 500
+"""Facts inserted a statement (a multi-row ``VALUES``: a round trip each on PostgreSQL)."""
+_INDEX_BATCHES = 2_000
+"""Batches indexed a transaction (``SpanStore.index_facts``): the writer waits at most that long."""
 _READ_ROOT = f"NULL AS parent_span_id, {', '.join(_TRACE_COLUMNS)}, record"
 _LOG_COLUMNS = ("timestamp", "level", "trace_id", "run_id", "resource_id", "record")
 TRACE_FILTERS = {
@@ -95,28 +111,6 @@ DISCOVERY = {
 
 Record: TypeAlias = Mapping[str, object]
 """A stored record as Mastra's JSON (span, score, feedback or log)."""
-
-METRIC_COLUMNS = {
-    "duration": "duration_ms",
-    "input_tokens": "input_tokens",
-    "output_tokens": "output_tokens",
-}
-METRIC_DIMENSIONS = {
-    "entityType": "entity_type",
-    "entityId": "entity_id",
-    "entityName": "entity_name",
-    "resourceId": "resource_id",
-    "threadId": "thread_id",
-    "runId": "run_id",
-    "traceId": "trace_id",
-    "serviceName": "service_name",
-    "environment": "environment",
-    "provider": "provider",
-    "model": "model",
-    "status": "status",
-}
-"""Metric filters and group-by fields (Mastra's name → a span's column; ``status`` is
-``ok``/``error`` as Mastra's metric label, what Studio's Trace Volume chart groups by)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,15 +164,11 @@ class _Where:
             self.params.append(value)
         return self
 
-    def within(
-        self, start: datetime | None, end: datetime | None, column: str, end_column: str | None = None
-    ) -> _Where:
-        """``column >= start`` and ``end_column <= end`` (the same column unless a row spans a
-        range: a batch is in a window when its last span starts after it opens and its first
-        before it closes)."""
-        for bound, operator, name in ((start, ">=", column), (end, "<=", end_column or column)):
+    def within(self, start: datetime | None, end: datetime | None, column: str) -> _Where:
+        """``column >= start`` and ``column <= end``."""
+        for bound, operator in ((start, ">="), (end, "<=")):
             if bound is not None:
-                self.conditions.append(f"{name} {operator} ?")
+                self.conditions.append(f"{column} {operator} ?")
                 self.params.append(_text(bound))
         return self
 
@@ -243,7 +233,7 @@ class SpanStore:
 
     def write_batches(self, batches: Sequence[SpanBatch], *, now: datetime | None = None) -> None:
         """Append span batches (the processor's, one per trace of its batch) and their roots in
-        one transaction, then apply retention."""
+        one transaction, then apply retention (their facts, if indexed, go with them)."""
         if not batches:
             return
         cutoff = _text((now or datetime.now(UTC)) - self.max_age)
@@ -261,6 +251,11 @@ class SpanStore:
                 ],
                 True,
             ),
+            (
+                "DELETE FROM ai_span_facts WHERE upto IN (SELECT upto FROM ai_span_batches WHERE last_started < ?)",
+                (cutoff,),
+                False,
+            ),
             ("DELETE FROM ai_span_batches WHERE last_started < ?", (cutoff,), False),
             ("DELETE FROM ai_traces WHERE started_at < ?", (cutoff,), False),
             *(
@@ -269,7 +264,7 @@ class SpanStore:
                     (self.max_spans,),
                     False,
                 )
-                for table in ("ai_span_batches", "ai_traces")
+                for table in ("ai_span_facts", "ai_span_batches", "ai_traces")
             ),
         ]
         if roots:
@@ -503,6 +498,43 @@ class SpanStore:
         )
         return [orjson.loads(str(row["record"])) for row in rows], total
 
+    def index_facts(self) -> None:
+        """Write the facts (``ai_span_facts``: a narrow row per span) of the batches stored since
+        the last time, what metrics and discovery read: run before they read, so a span costs
+        its writer nothing more and is decoded once (as the read path decodes it), a few
+        thousand batches a transaction."""
+        while self._unindexed() and self._index_batches() == _INDEX_BATCHES:
+            pass
+
+    def _unindexed(self) -> bool:
+        (latest,) = self._rows(
+            "SELECT (SELECT MAX(upto) FROM ai_span_batches) AS batches, "
+            "(SELECT MAX(upto) FROM ai_span_facts) AS facts"
+        )
+        return latest["batches"] is not None and latest["batches"] != latest["facts"]
+
+    def _index_batches(self) -> int:
+        """Index the next batches (in one transaction, writers kept out); returns how many."""
+        read: list[int] = []
+
+        def steps(batches: list[SqlRow]) -> SqlSteps:
+            read.append(len(batches))
+            facts = [
+                value
+                for batch in batches
+                for position, columns in enumerate(_batch_spans(str(batch["spans"])))
+                for value in (batch["upto"], position, *columns_facts(columns))
+            ]
+            return _insert_facts(facts)
+
+        self._backend.transact(
+            "SELECT upto, spans FROM ai_span_batches "
+            "WHERE upto > (SELECT COALESCE(MAX(upto), 0) FROM ai_span_facts) ORDER BY upto LIMIT ?",
+            (_INDEX_BATCHES,),
+            steps,
+        )
+        return read[0]
+
     def metric_points(
         self,
         span_type: str,
@@ -514,41 +546,82 @@ class SpanStore:
         resource_id: str | None,
         limit: int = 100_000,
     ) -> list[SqlRow]:
-        """The spans of ``span_type`` with a value in ``column`` (a :data:`METRIC_COLUMNS` name),
-        oldest first: ``timestamp``, ``value`` and the dimensions metrics group and filter by.
-        The batches in the window and the resource are read (a batch's spans share its
-        resource), their spans filtered exactly."""
-        since, until = (_text(bound) if bound is not None else None for bound in (start, end))
-        wanted = [(METRIC_DIMENSIONS[key], value) for key, value in filters.items()]
-        value_column = METRIC_COLUMNS[column]
-        where = _Where().within(start, end, "last_started", "first_started").resource(resource_id)
-        points: list[SqlRow] = [
+        """The spans of ``span_type`` with a value in ``column`` (a
+        :data:`~runstream.observability.metric_sql.METRIC_COLUMNS` name), oldest first:
+        ``timestamp``, ``value`` and the dimensions metrics group and filter by."""
+        self.index_facts()
+        selection = metric_sql.Selection(
+            [metric_sql.Member("", span_type, column)],
+            filters,
+            start=None if start is None else epoch_ms(_text(start)),
+            end=None if end is None else epoch_ms(_text(end)),
+            resource_id=resource_id,
+            limit=limit,
+        )
+        source, params = metric_sql.points(selection)
+        dimensions = ", ".join(f'{name} AS "{key}"' for key, name in metric_sql.METRIC_DIMENSIONS.items())
+        rows = self._rows(
+            f"SELECT started_ms, value, {dimensions} FROM ({source}) p ORDER BY started_ms, upto, position",
+            params,
+        )
+        return [
             {
-                "timestamp": span["started_at"],
-                "value": _value(span.get(value_column)),
-                **{key: _value(span.get(name)) for key, name in METRIC_DIMENSIONS.items()},
+                "timestamp": iso_ns(int(row["started_ms"] or 0) * 1_000_000),
+                **{key: value for key, value in row.items() if key != "started_ms"},
             }
-            for span in self._batches(where)
-            if span["span_type"] == span_type
-            and span.get(value_column) is not None
-            and (since is None or span["started_at"] >= since)
-            and (until is None or span["started_at"] <= until)
-            and all(span.get(name) == value for name, value in wanted)
+            for row in rows
         ]
-        points.sort(key=lambda point: str(point["timestamp"]))
-        return points[:limit]
+
+    def metric_groups(
+        self,
+        selection: metric_sql.Selection,
+        *,
+        aggregation: str,
+        distinct: str | None = None,
+        group_by: Sequence[str] = (),
+        series: bool = False,
+        step: int | None = None,
+    ) -> list[SqlRow]:
+        """The selected observations aggregated per group (:func:`.metric_sql.grouped`)."""
+        self.index_facts()
+        sql, params = metric_sql.grouped(
+            selection,
+            self.dialect,
+            aggregation=aggregation,
+            distinct=distinct,
+            group_by=group_by,
+            series=series,
+            step=step,
+        )
+        return self._rows(sql, params)
+
+    def metric_percentiles(
+        self, selection: metric_sql.Selection, fractions: Sequence[float], step: int
+    ) -> dict[int, list[float]]:
+        """Each bucket's (start, epoch seconds) percentiles of the selected values, in the order of
+        ``fractions``."""
+        self.index_facts()
+        sql, params = metric_sql.percentiles(selection, self.dialect, fractions, step)
+        if self.dialect == "sqlite":
+            return interpolate(self._rows(sql, params), fractions)
+        return {int(row["bucket"] or 0): _floats(row["percentiles"]) for row in self._rows(sql, params)}
 
     def distinct(
         self, column: str, *, entity_type: str | None = None, resource_id: str | None = None
     ) -> list[str]:
-        """Distinct non-null values of a discovery column (a key of :data:`DISCOVERY`)."""
+        """Distinct non-null values of a discovery column (a key of :data:`DISCOVERY`), the first
+        1,000 in order."""
+        self.index_facts()
         name = DISCOVERY[column]
-        values = {
-            str(span.get(name))
-            for span in self._batches(_Where().resource(resource_id))
-            if span.get(name) is not None and (entity_type is None or span["entity_type"] == entity_type)
-        }
-        return sorted(values)[:1000]
+        where = _Where(f"{name} IS NOT NULL").resource(resource_id)
+        if entity_type is not None:
+            where.conditions.append("entity_type = ?")
+            where.params.append(entity_type)
+        rows = self._rows(
+            f"SELECT DISTINCT {name} AS value FROM ai_span_facts WHERE {where.sql} ORDER BY value LIMIT 1000",
+            where.params,
+        )
+        return [str(row["value"]) for row in rows]
 
 
 class PostgresSpanStore(SpanStore):
@@ -660,6 +733,23 @@ def _trace_row(trace_id: str, columns: SpanColumns, record: str) -> tuple[SqlVal
         *(c["entity_id"], c["entity_name"], c["resource_id"], c["thread_id"], c["run_id"]),
         *(c["service_name"], c["environment"], c["has_error"], c["started_at"], c["ended_at"], record),
     )
+
+
+def _insert_facts(values: Sequence[SqlValue]) -> list[SqlStep]:
+    """Statements inserting facts (``values``: their :data:`FACT_COLUMNS`, one after the other)."""
+    width = len(FACT_COLUMNS)
+    row = f"({', '.join('?' for _ in FACT_COLUMNS)})"
+    steps: list[SqlStep] = []
+    for start in range(0, len(values), width * _FACTS_A_STATEMENT):
+        chunk = values[start : start + width * _FACTS_A_STATEMENT]
+        rows = ", ".join(row for _ in range(len(chunk) // width))
+        steps.append((f"INSERT INTO ai_span_facts ({', '.join(FACT_COLUMNS)}) VALUES {rows}", chunk, False))
+    return steps
+
+
+def _floats(value: object) -> list[float]:
+    """PostgreSQL's array of percentiles."""
+    return [float(item) for item in value] if isinstance(value, list) else []
 
 
 def _optional_text(value: object) -> str | None:

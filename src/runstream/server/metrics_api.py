@@ -21,8 +21,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from runstream.observability import metrics
-from runstream.observability.store import METRIC_DIMENSIONS, SpanStore, iso
+from runstream.observability import metric_sql, metrics
+from runstream.observability._sql import SqlRow
+from runstream.observability.metric_sql import METRIC_DIMENSIONS
+from runstream.observability.records import epoch_ms
+from runstream.observability.store import SpanStore, iso
 from runstream.server.auth import principal_of
 from runstream.server.context import ServerContext, json_body, json_response
 from runstream.server.errors import ApiError
@@ -174,56 +177,84 @@ class MetricsRoutes:
     def store(self) -> SpanStore | None:
         return self.ctx.runstream.observability
 
-    async def _points(
+    def _selection(
         self,
         request: Request,
         names: Sequence[str],
         filters: _Filters | None,
         window: tuple[datetime | None, datetime | None] | None = None,
-    ) -> list[metrics.Point]:
-        """The observations of the metrics ``names`` that ``filters`` select, oldest first."""
+    ) -> metric_sql.Selection | None:
+        """The observations of the metrics ``names`` that ``filters`` select (``None``: none)."""
         filters = filters or _Filters()
         extra = filters.model_extra or {}
         if self.store is None or any(value is not None for value in extra.values()):
-            return []
+            return None
         if window is None:
             window = (filters.timestamp.start, filters.timestamp.end) if filters.timestamp else (None, None)
-        equal = {
-            key: value for key in METRIC_DIMENSIONS if isinstance(value := getattr(filters, key, None), str)
-        }
         wanted = [
-            name for name in names if name in metrics.METRICS and (not filters.name or name in filters.name)
+            metric_sql.Member(name, *metrics.METRICS[name])
+            for name in names
+            if name in metrics.METRICS and (not filters.name or name in filters.name)
         ]
-        points: list[metrics.Point] = []
-        for name in wanted:
-            span_type, column = metrics.METRICS[name]
-            found = await asyncio.to_thread(
-                self.store.metric_points,
-                span_type,
-                column,
-                filters=equal,
-                start=window[0],
-                end=window[1],
-                resource_id=principal_of(request).resource_id,
-                limit=_POINTS_PER_METRIC,
+        if not wanted:
+            return None
+        return metric_sql.Selection(
+            wanted,
+            {
+                key: value
+                for key in METRIC_DIMENSIONS
+                if isinstance(value := getattr(filters, key, None), str)
+            },
+            start=None if window[0] is None else epoch_ms(iso(window[0])),
+            end=None if window[1] is None else epoch_ms(iso(window[1])),
+            resource_id=principal_of(request).resource_id,
+            trace_ids=filters.traceIds,
+            limit=_POINTS_PER_METRIC,
+        )
+
+    async def _groups(
+        self,
+        selection: metric_sql.Selection | None,
+        aggregation: str,
+        distinct: str | None,
+        group_by: Sequence[str] = (),
+        step: int | None = None,
+    ) -> list[SqlRow]:
+        """The selection aggregated per group (and per bucket of ``step`` seconds: a series)."""
+        if selection is None or self.store is None:
+            return []
+        store = self.store
+        return await asyncio.to_thread(
+            lambda: store.metric_groups(
+                selection,
+                aggregation=aggregation,
+                distinct=distinct,
+                group_by=group_by,
+                series=step is not None,
+                step=step,
             )
-            points.extend({**point, "name": name} for point in found)
-        if filters.traceIds:
-            trace_ids = set(filters.traceIds)
-            points = [point for point in points if point["traceId"] in trace_ids]
-        points.sort(key=lambda point: str(point["timestamp"]))
-        return points
+        )
+
+    async def _value(
+        self, selection: metric_sql.Selection | None, aggregation: str, distinct: str | None
+    ) -> float | None:
+        """One aggregate over the selection (``count``s are 0, others Mastra's null, over nothing)."""
+        rows = await self._groups(selection, aggregation, distinct)
+        if not rows:
+            return 0.0 if aggregation in ("count", "count_distinct") else None
+        return metrics.number(rows[0]["value"])
 
     async def aggregate(self, request: Request) -> Response:
         body = await _body(request, _Aggregate)
-        points = await self._points(request, body.name, body.filters)
-        value = metrics.aggregate(points, body.aggregation, body.distinctColumn)
+        value = await self._value(
+            self._selection(request, body.name, body.filters), body.aggregation, body.distinctColumn
+        )
         previous = None
         timestamp = body.filters.timestamp if body.filters else None
         if body.comparePeriod and timestamp and timestamp.start and timestamp.end:
             window = metrics.previous_window(timestamp.start, timestamp.end, body.comparePeriod)
-            earlier = await self._points(request, body.name, body.filters, window)
-            previous = metrics.aggregate(earlier, body.aggregation, body.distinctColumn)
+            earlier = self._selection(request, body.name, body.filters, window)
+            previous = await self._value(earlier, body.aggregation, body.distinctColumn)
         return json_response(
             {
                 "value": value,
@@ -238,14 +269,10 @@ class MetricsRoutes:
 
     async def breakdown(self, request: Request) -> Response:
         body = await _body(request, _Breakdown)
-        points = await self._points(request, body.name, body.filters)
+        selection = self._selection(request, body.name, body.filters)
+        rows = await self._groups(selection, body.aggregation, body.distinctColumn, body.groupBy)
         groups = metrics.breakdown(
-            points,
-            body.groupBy,
-            body.aggregation,
-            distinct_column=body.distinctColumn,
-            limit=body.limit,
-            descending=body.orderDirection != "ASC",
+            rows, body.groupBy, limit=body.limit, descending=body.orderDirection != "ASC"
         )
         return json_response(
             {"groups": [{**group, "estimatedCost": None, "costUnit": None} for group in groups]}
@@ -253,23 +280,28 @@ class MetricsRoutes:
 
     async def time_series(self, request: Request) -> Response:
         body = await _body(request, _TimeSeries)
-        points = await self._points(request, body.name, body.filters)
-        series = metrics.time_series(
-            points,
-            body.name[0] if len(body.name) == 1 else ",".join(body.name),
-            metrics.INTERVALS[body.interval],
+        selection = self._selection(request, body.name, body.filters)
+        rows = await self._groups(
+            selection,
             body.aggregation,
-            distinct_column=body.distinctColumn,
-            group_by=body.groupBy,
+            body.distinctColumn,
+            body.groupBy or (),
+            _seconds(body.interval),
         )
+        series = metrics.time_series(rows, body.name[0] if len(body.name) == 1 else ",".join(body.name))
         return json_response(
             {"series": [{**one, "costUnit": None, "points": _dated(one["points"])} for one in series]}
         )
 
     async def percentiles(self, request: Request) -> Response:
         body = await _body(request, _Percentiles)
-        points = await self._points(request, [body.name], body.filters)
-        series = metrics.percentile_series(points, body.percentiles, metrics.INTERVALS[body.interval])
+        selection = self._selection(request, [body.name], body.filters)
+        buckets: dict[int, list[float]] = {}
+        if selection is not None and self.store is not None:
+            buckets = await asyncio.to_thread(
+                self.store.metric_percentiles, selection, body.percentiles, _seconds(body.interval)
+            )
+        series = metrics.percentile_series(buckets, body.percentiles)
         return json_response({"series": [{**one, "points": _dated(one["points"])} for one in series]})
 
     # -- discovery --------------------------------------------------------------------------------
@@ -317,6 +349,10 @@ class MetricsRoutes:
             resource_id=principal_of(request).resource_id,
         )
         return _page("logs", items, total, page, per_page)
+
+
+def _seconds(interval: str) -> int:
+    return int(metrics.INTERVALS[interval].total_seconds())
 
 
 def _dated(points: Sequence[metrics.SeriesPoint]) -> list[dict[str, object]]:
