@@ -60,6 +60,8 @@ class ResponseMetadataPayload(TypedDict, total=False):
 @with_config(_OPEN)
 class TextPayload(TypedDict):
     id: str
+    type: NotRequired[Literal["text-end"]]
+    """(Mastra's ``text-end`` payload repeats its type.)"""
     providerMetadata: NotRequired[ProviderMetadata]
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import jsonschema
 from pydantic import BaseModel, ValidationError
 
+from runstream._json import JsonObject
 from runstream.errors import InvalidTypeError, RunstreamError
 
 UNDEFINED: Any = object()
@@ -34,7 +35,7 @@ Issue = tuple[str, str]
 class Schema:
     """A schema given as a JSON schema dict or a pydantic model class."""
 
-    json_schema: dict[str, Any]
+    json_schema: JsonObject
     model: type[BaseModel] | None = None
 
     @classmethod

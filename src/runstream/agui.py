@@ -93,6 +93,7 @@ from runstream.chunks import (
 )
 from runstream.models.base import PromptMessage
 from runstream.models.prompt import AssistantPart, JsonOutput, TextOutput
+from runstream.models.prompt import SystemMessage as SystemPromptMessage
 from runstream.models.prompt import ToolResultPart as ToolResultPromptPart
 from runstream.tools import Tool
 
@@ -180,9 +181,9 @@ def client_tools(run_input: RunAgentInput) -> list[Tool]:
     ]
 
 
-def context_messages(run_input: RunAgentInput) -> list[dict[str, Any]]:
+def context_messages(run_input: RunAgentInput) -> list[SystemPromptMessage]:
     """The client's context entries and state, as system messages for the model."""
-    context = [
+    context: list[SystemPromptMessage] = [
         {"role": "system", "content": f"{entry.description}: {entry.value}"}
         for entry in run_input.context or []
     ]

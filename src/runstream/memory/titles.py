@@ -244,14 +244,19 @@ def transcript(messages: list[StoredMessage]) -> str:
     return "\n".join(lines)
 
 
-def _part_lines(parts: list[dict[str, Any]], role: str) -> list[str]:
+def _part_lines(parts: Sequence[object], role: str) -> list[str]:
+    """A stored message's parts (Mastra's, or what a client saved: not checked) as lines."""
     lines: list[str] = []
     for part in parts:
+        if not isinstance(part, Mapping):
+            continue
         kind = part.get("type")
         if kind == "text":
             lines.append(f"{role}: {part.get('text', '')}")
         elif kind == "tool-invocation":
-            call = part.get("toolInvocation") or {}
+            call = part.get("toolInvocation")
+            if not isinstance(call, Mapping):
+                call = {}
             if call.get("state") == "result":
                 result = call.get("result")
                 shown = result if isinstance(result, str) else json.dumps(result, separators=(",", ":"))

@@ -8,7 +8,6 @@ calls, usage, error or tripwire are on the object for the loop to decide what co
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +26,7 @@ from runstream.chunks import (
     RawChunk,
     ReasoningDeltaChunk,
     ReasoningEndChunk,
+    ReasoningPayload,
     ReasoningStartChunk,
     ResponseMetadataChunk,
     SourceChunk,
@@ -34,12 +34,15 @@ from runstream.chunks import (
     StepStartPayload,
     TextDeltaChunk,
     TextEndChunk,
+    TextPayload,
     TextStartChunk,
     ToolCallChunk,
     ToolCallDeltaChunk,
+    ToolCallDeltaPayload,
     ToolCallInputStreamingEndChunk,
     ToolCallInputStreamingStartChunk,
     ToolCallPayload,
+    ToolInputEndPayload,
     ToolResultChunk,
 )
 from runstream.models import parts
@@ -51,6 +54,7 @@ from runstream.models.base import (
 )
 from runstream.models.prompt import AssistantPart, FilePart, ToolCallPart, ToolResultOutput, ToolResultPart
 from runstream.processors import ProcessorContext, TripWire, run_stream_processors
+from runstream.run._part_payloads import file_payload, source_payload, with_metadata
 from runstream.run._run_state import LoopConfig, RunState, StepResultFields, ToolCall
 from runstream.run._sources import PartSource, SubStream
 from runstream.run._step_results import content_blocks, default_response_metadata, empty_end, normalize_usage
@@ -507,20 +511,24 @@ class ModelStep(PartSource):
             self.__class__ = _RenumberedStep
         self._block("text", part, self.text_deltas)
         self._block_metadata("text", part, self.text_deltas)
-        return TextStartChunk(self.state.run_id, _with_pm({"id": part["id"]}, part))
+        payload: TextPayload = {"id": part["id"]}
+        return TextStartChunk(self.state.run_id, with_metadata(payload, part))
 
     def _text_end(self, part: parts.TextEndPart) -> AgentChunk:
         self._block_metadata("text", part, self.text_deltas)
-        return TextEndChunk(self.state.run_id, _with_pm({"type": "text-end", "id": part["id"]}, part))
+        payload: TextPayload = {"type": "text-end", "id": part["id"]}
+        return TextEndChunk(self.state.run_id, with_metadata(payload, part))
 
     def _reasoning_start(self, part: parts.ReasoningStartPart) -> AgentChunk:
         self._block("reasoning", part, self.reasoning)
         self._block_metadata("reasoning", part, self.reasoning)
-        return ReasoningStartChunk(self.state.run_id, _with_pm({"id": part["id"]}, part))
+        payload: ReasoningPayload = {"id": part["id"]}
+        return ReasoningStartChunk(self.state.run_id, with_metadata(payload, part))
 
     def _reasoning_end(self, part: parts.ReasoningEndPart) -> AgentChunk:
         self._block_metadata("reasoning", part, self.reasoning)
-        return ReasoningEndChunk(self.state.run_id, _with_pm({"id": part["id"]}, part))
+        payload: ReasoningPayload = {"id": part["id"]}
+        return ReasoningEndChunk(self.state.run_id, with_metadata(payload, part))
 
     def _tool_input_start(self, part: parts.ToolInputStartPart) -> AgentChunk:
         self.tool_names[part["id"]] = part["toolName"]
@@ -534,15 +542,16 @@ class ModelStep(PartSource):
 
     def _tool_input_delta(self, part: parts.ToolInputDeltaPart) -> AgentChunk:
         self.streamed_args.setdefault(part["id"], []).append(part["delta"])
-        payload: dict[str, Any] = {
+        payload: ToolCallDeltaPayload = {
             "argsTextDelta": part["delta"],
             "toolCallId": part["id"],
             "toolName": self.tool_names.get(part["id"], ""),
         }
-        return ToolCallDeltaChunk(self.state.run_id, _with_pm(payload, part))
+        return ToolCallDeltaChunk(self.state.run_id, with_metadata(payload, part))
 
     def _tool_input_end(self, part: parts.ToolInputEndPart) -> AgentChunk:
-        return ToolCallInputStreamingEndChunk(self.state.run_id, _with_pm({"toolCallId": part["id"]}, part))
+        payload: ToolInputEndPayload = {"toolCallId": part["id"]}
+        return ToolCallInputStreamingEndChunk(self.state.run_id, with_metadata(payload, part))
 
     def _tool_call(self, part: parts.ToolCallPart) -> AgentChunk:
         cfg, state = self.cfg, self.state
@@ -601,12 +610,12 @@ class ModelStep(PartSource):
         return chunk
 
     def _source(self, part: parts.SourcePart) -> AgentChunk:
-        chunk = SourceChunk(self.state.run_id, _source_payload(part))
+        chunk = SourceChunk(self.state.run_id, source_payload(part))
         self.state.sources.append(chunk)
         return chunk
 
     def _file(self, part: parts.FileStreamPart) -> AgentChunk:
-        chunk = FileChunk(self.state.run_id, _file_payload(part))
+        chunk = FileChunk(self.state.run_id, file_payload(part))
         self.state.files.append(chunk)
         file = _file_content(chunk.payload)
         self.files.append(file)
@@ -678,13 +687,6 @@ _TRANSLATORS: dict[str, Callable[[ModelStep, Any], AgentChunk | None]] = {
 """Provider part type -> its translator (``None``: the part streams nothing)."""
 
 
-def _with_pm(payload: dict[str, Any], part: parts.MetadataPart) -> Any:
-    pm = part.get("providerMetadata")
-    if pm:
-        payload["providerMetadata"] = pm
-    return payload
-
-
 def _parse_tool_call(part: parts.ToolCallPart, streamed: str) -> ToolCall:
     """A ``tool-call`` part as a call. As in Mastra, the argument text streamed before it (tool
     input deltas) wins over the part's own input when it is a JSON object."""
@@ -726,24 +728,6 @@ def _streamed_args(deltas: list[str] | None) -> JsonObject:
     except ValueError:
         return {}
     return args if isinstance(args, dict) else {}
-
-
-def _source_payload(part: parts.SourcePart) -> Any:
-    payload: dict[str, Any] = {"id": part.get("id", ""), "sourceType": part.get("sourceType", "url")}
-    found = (
-        ("title", part.get("title")),
-        ("mimeType", part.get("mediaType")),
-        ("filename", part.get("filename")),
-        ("url", part.get("url")),
-    )
-    payload.update((name, value) for name, value in found if value is not None)
-    return _with_pm(payload, part)
-
-
-def _file_payload(part: parts.FileStreamPart) -> Any:
-    data = part.get("data", "")
-    b64 = base64.b64encode(data).decode("ascii") if isinstance(data, bytes | bytearray) else str(data)
-    return _with_pm({"data": b64, "base64": b64, "mimeType": part.get("mediaType", "")}, part)
 
 
 def _placed_part(item: Any) -> AssistantPart:
