@@ -232,6 +232,11 @@ async def test_an_approval_continued_until_idle_is_merged_by_a_durable_flow(clus
         assert "".join(c.payload["text"] for c in seen if c.type == "text-delta").endswith(
             "All the research is in."
         )
+        approved_turn = seen[: types.index("finish")]  # the aggregates describe it (as in-process)
+        assert await approved.text == "".join(
+            c.payload["text"] for c in approved_turn if c.type == "text-delta"
+        )
+        assert (await approved.text).startswith("survey dunes gave ")
         here, runs = rt.durable_runs, elsewhere.durable_runs
         assert isinstance(here, TemporalRuns) and isinstance(runs, TemporalRuns)
         assert await here.client.get_workflow_handle(f"runstream-idle-{asked.run_id}").result() == "ended"
@@ -324,20 +329,59 @@ async def test_a_durable_run_streams_the_chunks_of_an_in_process_run(cluster: Cl
     durable = runtime()
     async with local, durable:
         streams: dict[str, list[list[AnyChunk]]] = {}
+        aggregates: dict[str, list[tuple[Any, ...]]] = {}
         for name, rt in (("local", local), ("durable", durable)):
             await cluster.open_gate("lookup-sol")
             agent = rt.get_agent("durable")
             looked = await agent.stream("lookup sol", memory={"thread": f"look-{name}", "resource": "u1"})
             asked = await agent.stream("wire 7", memory={"thread": f"wire-{name}", "resource": "u1"})
             runs = [[c async for c in looked.full_stream], [c async for c in asked.full_stream]]
+            aggregates[name] = [await totals(looked), await totals(asked)]  # (before the approval)
             call_id = next(c.payload["toolCallId"] for c in runs[1] if c.type == "tool-call-approval")
             approved = await agent.approve_tool_call(run_id=asked.run_id, tool_call_id=call_id)
             runs.append([c async for c in approved.full_stream])
             assert await approved.text == 'wire 7 gave {"sent": 7} as you asked'  # the aggregates too
             streams[name] = runs
+            aggregates[name].append(await totals(approved))
     for local_run, durable_run in zip(streams["local"], streams["durable"], strict=True):
         assert [c.type for c in durable_run] == [c.type for c in local_run]
         assert comparable(durable_run) == comparable(local_run)
+    assert aggregates["durable"] == aggregates["local"]
+
+
+async def totals(out: RunOutput) -> tuple[Any, ...]:
+    """A run's aggregates that must match between two runs of one script."""
+    calls = [(c.payload["toolName"], c.payload["args"]) for c in await out.tool_calls]
+    return await out.text, await out.finish_reason, await out.usage, calls
+
+
+async def test_a_durable_until_idle_streams_aggregates_are_the_in_process_ones(cluster: Cluster) -> None:
+    """The aggregates of an until-idle stream describe its first turn (as in-process): a durable
+    flow's output takes them from the first turn's final state once the flow's stream ends
+    (they were empty: nothing filled the output's state)."""
+    await cluster.start_worker(WORKER)
+    local = Runstream(agents=[build_agent()], background_tasks={"enabled": True})
+    durable = runtime()
+    aggregates: dict[str, tuple[Any, ...]] = {}
+    async with local, durable:
+        for name, rt in (("local", local), ("durable", durable)):
+            out = await rt.get_agent("durable").stream(
+                f"research {name}", memory={"thread": f"idle-{name}", "resource": "u1"}, until_idle=True
+            )
+            seen: list[AnyChunk] = []
+            async with asyncio.timeout(60):
+                async for chunk in out.full_stream:
+                    seen.append(chunk)
+                    if chunk.type == "finish" and [c.type for c in seen].count("finish") == 1:
+                        await cluster.open_gate(f"research-{name}")  # the first turn is over
+            first_turn = seen[: [c.type for c in seen].index("finish") + 1]
+            text, reason, usage, calls = await totals(out)
+            assert text == "".join(c.payload["text"] for c in first_turn if c.type == "text-delta")
+            assert text.startswith(f"research {name} gave ") and calls == [("research", {"topic": name})]
+            assert reason == first_turn[-1].payload["stepResult"]["reason"] == "stop"
+            assert usage["totalTokens"] > 0
+            aggregates[name] = (text.replace(name, "X").split("Task ID")[0], reason, usage, len(calls))
+    assert aggregates["durable"] == aggregates["local"]
 
 
 def comparable(chunks: list[AnyChunk]) -> list[Any]:

@@ -307,7 +307,9 @@ class TemporalRuns:
             raise StateConflictError(f"run {state.run_id!r} is already running") from None
         except RPCError as exc:
             raise DurableRunError(f"could not start run {state.run_id!r} on Temporal: {exc}") from exc
-        return self._output(state, segment, controller, options.abort_signal, final=False)
+        # its aggregates describe the first turn (as in-process): that turn's final state
+        first = turn_segment(state.run_id) if answer is None else answer.segment
+        return self._output(state, segment, controller, options.abort_signal, state_from=first)
 
     @staticmethod
     @contextlib.contextmanager
@@ -405,17 +407,17 @@ class TemporalRuns:
         abort_signal: AbortSignal | None,
         *,
         after: int = 0,
-        final: bool = True,
+        state_from: str | None = None,
     ) -> RunOutput:
         """The run as the API process sees it: the segment's chunks (after the first ``after``),
-        then (``final``) the run's final state."""
+        then the final state of the run that ended ``state_from`` (by default ``segment``)."""
         log = self.log
         run_id = state.run_id
 
         async def source() -> AsyncIterator[StreamChunk]:
             async for _, data in log.read(segment, after):
                 yield chunk_from_wire(json.loads(data))
-            ended = await log.final_state(segment) if final else None
+            ended = await log.final_state(state_from or segment)
             if ended is not None:
                 _refresh(state, ended)
 
