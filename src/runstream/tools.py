@@ -365,7 +365,6 @@ class Tool:
         self.background = BackgroundToolConfig.coerce(background)
         self._execute = execute
         self._args_model = args_model
-        self._arg_names = tuple(args_model.model_fields) if args_model is not None else ()
         if args_model is None:
             _check_schema(self.input_schema)
         self._schema = Schema(self.input_schema)
@@ -389,13 +388,13 @@ class Tool:
         report pydantic's.
         """
         if self._args_model is not None:
-            try:
-                model = self._args_model.model_validate(args)
+            try:  # (the model's validator itself: model_validate's keyword handling costs as much)
+                model = self._args_model.__pydantic_validator__.validate_python(args)
             except ValidationError as exc:
                 self._reject(
                     args, [(".".join(str(p) for p in err["loc"]), err["msg"]) for err in exc.errors()]
                 )
-            return {name: getattr(model, name) for name in self._arg_names}
+            return dict(model.__dict__)  # its fields' values, by name
         issues = self._schema.issues(args)
         if issues:
             self._reject(args, issues)
