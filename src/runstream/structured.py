@@ -205,10 +205,10 @@ class _Options(TypedDict, total=False):
     model: Annotated[object, checked(_model)]
     instructions: Annotated[str | None, checked(_text)]
     json_prompt_injection: Annotated[JsonPromptInjection | None, checked(_injection)]
-    provider_options: Annotated[ProviderOptions | None, checked(_provider_options)]
+    provider_options: Annotated[Mapping[str, object] | None, checked(_provider_options)]
 
 
-def _provider_options(where: str, value: object) -> dict[str, Any]:
+def _provider_options(where: str, value: object) -> dict[str, object]:
     return dict(mapping(where, value))
 
 

@@ -40,7 +40,7 @@ from runstream.run._callbacks import Callback, RunCallbacks
 from runstream.run._prepare_step import InvalidOptionError as InvalidOptionError
 from runstream.run._prepare_step import normalize_tool_choice
 from runstream.run._run_snapshot import UnsupportedRunStateError
-from runstream.run._run_state import LoopConfig, PrepareStep
+from runstream.run._run_state import ApprovalPolicy, LoopConfig, PrepareStep
 from runstream.scoring import TaskCompletion
 from runstream.stop_conditions import StopCondition
 from runstream.structured import ErrorStrategy, StructuredOutput
@@ -49,9 +49,6 @@ from runstream.tools import Tool, ToolArgs, ToolContext
 MessagesInput = str | Sequence[str] | Sequence[Mapping[str, object]]
 """A prompt, prompts, or ``{"role", "content"}`` messages (content: a string or the parts)."""
 ToolsInput = Iterable[Tool] | Mapping[str, Tool]
-ApprovalPolicy = Callable[[dict[str, Any]], Any]
-"""``require_tool_approval`` as a function: it gets ``{"toolName", "args", "requestContext"}``
-and returns (or awaits) whether the call waits for approval."""
 
 
 @with_config(CONFIG)

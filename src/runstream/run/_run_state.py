@@ -86,6 +86,18 @@ PrepareStep = Callable[
 """Mastra's ``prepareStep``: gets the coming step, returns what this step uses instead (or
 ``None``; its keys are checked, see ``runstream.run._prepare_step``)."""
 
+
+class ApprovalRequest(TypedDict):
+    """What a ``require_tool_approval`` function gets: one tool call and the run's request context."""
+
+    toolName: str
+    args: Mapping[str, object]
+    requestContext: dict[str, object]
+
+
+ApprovalPolicy = Callable[[ApprovalRequest], bool | Awaitable[bool]]
+"""``require_tool_approval`` as a function: whether the call waits for approval (sync or async)."""
+
 CompletionCheck = Callable[["LoopConfig", "RunState", str], AsyncIterator["AgentChunk | CheckVerdict"]]
 """Runs after a step that ends the model's turn; yields chunks, then one :class:`CheckVerdict`."""
 
@@ -195,7 +207,7 @@ class LoopConfig:
     """Conditions that end the run after a step (``runstream.stop_conditions``)."""
     prepare_step: PrepareStep | None = None
     """Changes each step before the model is called (``runstream.run._prepare_step``)."""
-    approval_policy: Callable[[dict[str, Any]], bool | Awaitable[bool]] | None = None
+    approval_policy: ApprovalPolicy | None = None
     """Decides per call whether it waits for approval (Mastra's ``requireToolApproval`` as a
     function): gets ``{"toolName", "args", "requestContext"}``."""
     durable: bool = False
