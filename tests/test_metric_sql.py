@@ -380,3 +380,41 @@ def test_a_store_written_before_the_facts_table_is_indexed_when_read(open_store:
     assert close(
         [list(row.values()) for row in reopened._rows(FACTS)], [list(row.values()) for row in before]
     )
+
+
+class _Racing(SpanStore):
+    """A store whose retention removes every batch just after indexing read them (a write of
+    another thread landing between the read and the indexing transaction)."""
+
+    armed = False
+
+    def _rows(self, sql: str, params: Any = ()) -> Any:
+        rows = super()._rows(sql, params)
+        if self.armed and sql.startswith("SELECT upto, spans FROM ai_span_batches"):
+            self.armed = False
+            late = START + timedelta(days=30)
+            self.write_spans(
+                [
+                    {
+                        "traceId": "late",
+                        "spanId": "l",
+                        "name": "r",
+                        "spanType": "agent_run",
+                        "startedAt": iso(late),
+                    }
+                ],
+                now=late,
+            )
+        return rows
+
+
+def test_facts_of_batches_removed_while_indexing_are_dropped(tmp_path: Path) -> None:
+    store = _Racing(str(tmp_path / "spans.db"))
+    try:
+        feed(store, 200)
+        store.armed = True
+        store.index_facts()
+        check_rows(store)  # only the late span's facts: none of the batches that went
+        assert [row["trace_id"] for row in store._rows(FACTS)] == ["late"]
+    finally:
+        store.close()

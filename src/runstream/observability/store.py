@@ -38,7 +38,6 @@ from runstream.observability._sql import (
     SqlParam,
     SqlRow,
     SqlStep,
-    SqlSteps,
     SqlValue,
 )
 from runstream.observability.metrics import interpolate
@@ -83,8 +82,8 @@ _INSERT_ROOT = (
 )
 _FACTS_A_STATEMENT = 500
 """Facts inserted a statement (a multi-row ``VALUES``: a round trip each on PostgreSQL)."""
-_INDEX_BATCHES = 2_000
-"""Batches indexed a transaction (``SpanStore.index_facts``): the writer waits at most that long."""
+_INDEX_BATCHES = 500
+"""Batches indexed a transaction (``SpanStore.index_facts``): the writer waits for their inserts."""
 _READ_ROOT = f"NULL AS parent_span_id, {', '.join(_TRACE_COLUMNS)}, record"
 _LOG_COLUMNS = ("timestamp", "level", "trace_id", "run_id", "resource_id", "record")
 TRACE_FILTERS = {
@@ -514,26 +513,33 @@ class SpanStore:
         return latest["batches"] is not None and latest["batches"] != latest["facts"]
 
     def _index_batches(self) -> int:
-        """Index the next batches (in one transaction, writers kept out); returns how many."""
-        read: list[int] = []
-
-        def steps(batches: list[SqlRow]) -> SqlSteps:
-            read.append(len(batches))
-            facts = [
-                value
-                for batch in batches
-                for position, columns in enumerate(_batch_spans(str(batch["spans"])))
-                for value in (batch["upto"], position, *columns_facts(columns))
-            ]
-            return _insert_facts(facts)
-
-        self._backend.transact(
-            "SELECT upto, spans FROM ai_span_batches "
-            "WHERE upto > (SELECT COALESCE(MAX(upto), 0) FROM ai_span_facts) ORDER BY upto LIMIT ?",
-            (_INDEX_BATCHES,),
-            steps,
+        """Index the next batches; returns how many were read. They are decoded before the
+        write transaction (the writer waits only for the inserts), which adds their facts unless
+        another reader did, and drops those of batches retention removed meanwhile."""
+        (mark,) = self._rows("SELECT COALESCE(MAX(upto), 0) AS n FROM ai_span_facts")
+        batches = self._rows(
+            "SELECT upto, spans FROM ai_span_batches WHERE upto > ? ORDER BY upto LIMIT ?",
+            (mark["n"], _INDEX_BATCHES),
         )
-        return read[0]
+        if not batches:
+            return 0
+        facts = [
+            value
+            for batch in batches
+            for position, columns in enumerate(_batch_spans(str(batch["spans"])))
+            for value in (batch["upto"], position, *columns_facts(columns))
+        ]
+        span = (batches[0]["upto"], batches[-1]["upto"])
+        gone = (
+            "DELETE FROM ai_span_facts WHERE upto BETWEEN ? AND ? "
+            "AND upto NOT IN (SELECT upto FROM ai_span_batches WHERE upto BETWEEN ? AND ?)"
+        )
+        self._backend.transact(
+            "SELECT COALESCE(MAX(upto), 0) AS n FROM ai_span_facts",
+            (),
+            lambda now: [*_insert_facts(facts), (gone, span * 2, False)] if now[0]["n"] == mark["n"] else [],
+        )
+        return len(batches)
 
     def metric_points(
         self,
