@@ -3,6 +3,7 @@ both spellings of each option, and errors in runstream's words naming the option
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from runstream._config_mapping import ConfigKeyError, read_dataclass
 from runstream.delegation import DelegationConfig
 from runstream.errors import InvalidInputError, InvalidTypeError
-from runstream.memory import MemoryScope
+from runstream.memory import MemoryScope, memory_options
 from runstream.memory.semantic import SemanticRecall
 from runstream.memory.titles import TitleGeneration
 from runstream.scoring import TaskCompletion
@@ -136,3 +137,31 @@ def test_a_bad_index_config_names_the_option(value: Any, error: type[Exception],
     with pytest.raises(error) as info:
         IndexConfig.coerce(value)
     assert message in str(info.value)
+
+
+def test_a_typed_dict_reads_every_order_of_its_keys_alike() -> None:
+    """A ``TypedDict`` model keeps a validator per set of keys given (for the first 64 sets,
+    then the whole model's): the same values and errors either way."""
+    given = {"lastMessages": 3, "read_only": True, "generateTitle": False, "semanticRecall": False}
+    first = [dict(order) for order in itertools.permutations(given.items())]  # 24 sets of keys
+    orders = [
+        *first,
+        *({**order, "workingMemory": None} for order in first),
+        *({"working_memory": {"enabled": True}, **order} for order in first),
+    ]
+    for order in orders:
+        assert memory_options(order, where="memory") == {_SNAKE[key]: value for key, value in order.items()}
+        with pytest.raises(InvalidTypeError, match=r"^memory.read_only must be true or false, got 3$"):
+            memory_options({**order, "read_only": 3}, where="memory")
+        with pytest.raises(ConfigKeyError, match=r"memory: unknown option 'lastMessage'; did you mean"):
+            memory_options({"lastMessage": 1, **order}, where="memory")
+
+
+_SNAKE = {
+    "lastMessages": "last_messages",
+    "read_only": "read_only",
+    "generateTitle": "generate_title",
+    "semanticRecall": "semantic_recall",
+    "workingMemory": "working_memory",
+    "working_memory": "working_memory",
+}

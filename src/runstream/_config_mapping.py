@@ -32,9 +32,10 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     ValidationInfo,
+    with_config,
 )
 from pydantic_core import ErrorDetails
-from typing_extensions import is_typeddict
+from typing_extensions import TypedDict, is_typeddict
 
 from runstream.errors import InvalidInputError, InvalidTypeError, RunstreamError
 
@@ -90,15 +91,13 @@ def _read(cls: type[Any], value: object, where: str, unsupported: Mapping[str, s
     if not isinstance(value, dict) and not isinstance(value, Mapping):  # (the ABC check is slow)
         raise InvalidTypeError(f"{where} must be a mapping, not {type(value).__name__}")
     model = _model(cls)
-    for key in value:  # pydantic would take one spelling and call the other unknown
-        other = model.spellings.get(key)
-        if other is not None and other in value:
-            snake, alias = (key, other) if camel(key) == other else (other, key)
-            raise ConfigKeyError(f"{where}: {alias!r} is given twice (as {snake!r} and {alias!r})")
+    adapter = model.by_keys.get(tuple(value))
+    if adapter is None:
+        adapter = _adapter_for(model, value, where)
     try:  # (a context costs a run's options a third of their reading: given only when used)
         if model.checked:
-            return model.adapter.validate_python(value, context=_Reading(where, value))
-        return model.adapter.validate_python(value)
+            return adapter.validate_python(value, context=_Reading(where, value))
+        return adapter.validate_python(value)
     except ValidationError as exc:
         errors = sorted(exc.errors(), key=lambda error: error["type"] != "extra_forbidden")
         raise _config_error(cls, value, errors, where, unsupported or {}) from None
@@ -106,11 +105,42 @@ def _read(cls: type[Any], value: object, where: str, unsupported: Mapping[str, s
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Model:
+    cls: type[Any]
     adapter: TypeAdapter[Any]
     spellings: Mapping[str, str]
     """Each option's snake_case name and camelCase alias (where they differ) -> the other."""
+    names: Mapping[object, str]
+    """Each option's snake_case name and camelCase alias -> its name."""
     checked: bool
     """Whether a field is read by a :func:`checked` check (it needs a :class:`_Reading`)."""
+    hints: Mapping[str, Any]
+    """The fields' annotations, resolved."""
+    by_keys: dict[tuple[object, ...], TypeAdapter[Any]]
+    """A ``TypedDict``'s validators by the keys given (see :func:`_adapter_for`)."""
+
+
+_KEY_SETS = 64
+"""How many sets of keys a ``TypedDict`` model keeps a validator for."""
+
+
+def _adapter_for(model: _Model, value: Mapping[str, Any], where: str) -> TypeAdapter[Any]:
+    """The validator for these keys, after checking no option is given twice. A ``TypedDict``'s
+    validation looks up each of its fields in both spellings (``stream()``'s options: 58 lookups
+    for a call that gives one), so a set of known keys gets a validator of its own: the model's
+    fields of those names, the same annotations and config (the first ``_KEY_SETS`` sets)."""
+    for key in value:  # pydantic would take one spelling and call the other unknown
+        other = model.spellings.get(key)
+        if other is not None and other in value:
+            snake, alias = (key, other) if camel(key) == other else (other, key)
+            raise ConfigKeyError(f"{where}: {alias!r} is given twice (as {snake!r} and {alias!r})")
+    names = [model.names.get(key) for key in value]
+    if not is_typeddict(model.cls) or len(model.by_keys) >= _KEY_SETS or None in names:
+        return model.adapter  # (an unknown key: the whole model names it)
+    typed_dict: Any = TypedDict  # (a class made here, from the model's own fields)
+    fields = {name: model.hints[name] for name in names if name is not None}
+    subset = typed_dict(f"{model.cls.__name__}[{', '.join(fields)}]", fields, total=False)
+    adapter = model.by_keys[tuple(value)] = TypeAdapter(with_config(CONFIG)(subset))
+    return adapter
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -130,13 +160,16 @@ def _model(cls: type[Any]) -> _Model:
     model = _MODELS.get(cls)
     if model is None:
         pairs = {name: camel(name) for name in _field_names(cls) if name != camel(name)}
-        hints = get_type_hints(cls, include_extras=True).values()
+        hints = get_type_hints(cls, include_extras=True)
         checks = any(
-            isinstance(meta, _Checked) for hint in hints for meta in getattr(hint, "__metadata__", ())
+            isinstance(meta, _Checked)
+            for hint in hints.values()
+            for meta in getattr(hint, "__metadata__", ())
         )
-        model = _MODELS[cls] = _Model(
-            TypeAdapter(cls), pairs | {alias: name for name, alias in pairs.items()}, checks
-        )
+        spellings = pairs | {alias: name for name, alias in pairs.items()}
+        names: dict[object, str] = {camel(name): name for name in hints}
+        names.update((name, name) for name in hints)
+        model = _MODELS[cls] = _Model(cls, TypeAdapter(cls), spellings, names, checks, hints, {})
     return model
 
 
