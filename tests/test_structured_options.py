@@ -135,6 +135,10 @@ def test_bad_options_are_errors() -> None:
         StructuredOutput.coerce({"schema": SCHEMA, "model": 42})
     with pytest.raises(ValueError, match="'useAgent' is not supported"):
         StructuredOutput.coerce({"schema": SCHEMA, "useAgent": True})
+    with pytest.raises(
+        TypeError, match=r"structured_output.providerOptions.openai must be a mapping, not str"
+    ):
+        StructuredOutput.coerce({"schema": SCHEMA, "providerOptions": {"openai": "low"}})
 
 
 class SettingsSeen:

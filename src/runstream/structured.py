@@ -208,8 +208,11 @@ class _Options(TypedDict, total=False):
     provider_options: Annotated[Mapping[str, object] | None, checked(_provider_options)]
 
 
-def _provider_options(where: str, value: object) -> dict[str, object]:
-    return dict(mapping(where, value))
+def _provider_options(where: str, value: object) -> ProviderOptions:
+    """``{provider: {option: value}}``: each provider's options a mapping of their own."""
+    return {
+        name: dict(mapping(f"{where}.{name}", options)) for name, options in mapping(where, value).items()
+    }
 
 
 _UNSUPPORTED_OPTIONS = {
