@@ -23,7 +23,8 @@ SqlStep: TypeAlias = (
     tuple[str, Sequence[SqlParam], Literal[False]] | tuple[str, Sequence[Sequence[SqlParam]], Literal[True]]
 )
 SqlSteps: TypeAlias = Sequence[SqlStep]
-"""A transaction's ``(sql, params, many)`` steps: ``many`` runs ``sql`` once per parameter row."""
+"""A transaction's ``(sql, params, many)`` steps: ``many`` runs ``sql`` once per parameter row
+(on PostgreSQL, a ``COPY ... FROM STDIN`` takes the rows as its data)."""
 
 _TABLES = (
     # A row per stored trace's root span: the trace list's filters and order, and its record.
@@ -371,7 +372,11 @@ class PostgresBackend:
 
     def _run(self, cursor: Any, steps: SqlSteps) -> None:
         for step in steps:
-            if step[2]:
+            if step[2] and step[0].startswith("COPY "):  # rows streamed in PostgreSQL's COPY
+                with cursor.copy(step[0]) as copy:
+                    for row in step[1]:
+                        copy.write_row(row)
+            elif step[2]:
                 cursor.executemany(self._sql(step[0]), step[1])
             else:
                 cursor.execute(self._sql(step[0]), tuple(step[1]))

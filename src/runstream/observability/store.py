@@ -80,8 +80,7 @@ _INSERT_ROOT = (
     "VALUES ((SELECT MAX(upto) FROM ai_span_batches WHERE trace_id = ?), "
     f"{', '.join('?' for _ in _TRACE_COLUMNS)}, ?)"
 )
-_FACTS_A_STATEMENT = 500
-"""Facts inserted a statement (a multi-row ``VALUES``: a round trip each on PostgreSQL)."""
+_FACT_LIST = ", ".join(FACT_COLUMNS)
 _INDEX_BATCHES = 500
 """Batches indexed a transaction (``SpanStore.index_facts``): the writer waits for their inserts."""
 _READ_ROOT = f"NULL AS parent_span_id, {', '.join(_TRACE_COLUMNS)}, record"
@@ -211,6 +210,11 @@ class SpanStore:
             if bound < 1:
                 raise ConfigurationError(f"{name} must be at least 1")
         self._backend = backend
+        self._insert_facts = (
+            f"COPY ai_span_facts ({_FACT_LIST}) FROM STDIN"  # (a statement a row is a round trip each)
+            if self.dialect == "postgres"
+            else f"INSERT INTO ai_span_facts ({_FACT_LIST}) VALUES ({', '.join('?' for _ in FACT_COLUMNS)})"
+        )
         self.max_age = max_age
         self.max_spans = max_spans
         self.max_signals = max_signals
@@ -524,10 +528,9 @@ class SpanStore:
         if not batches:
             return 0
         facts = [
-            value
+            (batch["upto"], position, *columns_facts(columns))
             for batch in batches
             for position, columns in enumerate(_batch_spans(str(batch["spans"])))
-            for value in (batch["upto"], position, *columns_facts(columns))
         ]
         span = (batches[0]["upto"], batches[-1]["upto"])
         gone = (
@@ -537,7 +540,11 @@ class SpanStore:
         self._backend.transact(
             "SELECT COALESCE(MAX(upto), 0) AS n FROM ai_span_facts",
             (),
-            lambda now: [*_insert_facts(facts), (gone, span * 2, False)] if now[0]["n"] == mark["n"] else [],
+            lambda now: (
+                [(self._insert_facts, facts, True), (gone, span * 2, False)]
+                if now[0]["n"] == mark["n"]
+                else []
+            ),
         )
         return len(batches)
 
@@ -739,18 +746,6 @@ def _trace_row(trace_id: str, columns: SpanColumns, record: str) -> tuple[SqlVal
         *(c["entity_id"], c["entity_name"], c["resource_id"], c["thread_id"], c["run_id"]),
         *(c["service_name"], c["environment"], c["has_error"], c["started_at"], c["ended_at"], record),
     )
-
-
-def _insert_facts(values: Sequence[SqlValue]) -> list[SqlStep]:
-    """Statements inserting facts (``values``: their :data:`FACT_COLUMNS`, one after the other)."""
-    width = len(FACT_COLUMNS)
-    row = f"({', '.join('?' for _ in FACT_COLUMNS)})"
-    steps: list[SqlStep] = []
-    for start in range(0, len(values), width * _FACTS_A_STATEMENT):
-        chunk = values[start : start + width * _FACTS_A_STATEMENT]
-        rows = ", ".join(row for _ in range(len(chunk) // width))
-        steps.append((f"INSERT INTO ai_span_facts ({', '.join(FACT_COLUMNS)}) VALUES {rows}", chunk, False))
-    return steps
 
 
 def _floats(value: object) -> list[float]:
