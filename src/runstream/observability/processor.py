@@ -1,13 +1,13 @@
 """An OpenTelemetry span processor that keeps runstream's spans in a :class:`SpanStore`.
 
 The same spans the OTLP exporter sees (one instrumentation, two observers, each optional). A
-finished span is queued as a tuple of what it holds (bounded queue, periodic flush, flushed at
-shutdown, a full queue drops rather than blocks a run) and a worker thread encodes and writes
-each batch: a row per trace, its spans as they are (ids, name, times, error, attributes, links)
-in one JSON document with the trace's context once, and a trace's root span once more for the
-trace list. Mastra's records are built when read (:mod:`.records`). On the run's own thread the
-processor does little: a dictionary look-up when a trace or an agent run starts, a tuple queued
-when a span ends (see :data:`_Queued` for what queuing more, or encoding there, cost).
+finished span is encoded (its ids, name, times, error, attributes and links as they are) and
+queued (bounded queue, periodic flush, flushed at shutdown, a full queue drops rather than blocks
+a run), and a worker thread writes each batch: a row per trace, its spans' entries in one JSON
+document with the trace's context once, and a trace's root span once more for the trace list.
+Mastra's records are built when read (:mod:`.records`). On the run's own thread the processor
+does little: a dictionary look-up when a trace or an agent run starts, an encoding and four
+items queued when a span ends (see :data:`_FIELDS` for why nothing else is held).
 
 Background task spans have an OTel trace of their own, linked to the run that started them, and a
 continuation turn of an until-idle stream is linked to the tasks that woke it (docs/otel.md). The
@@ -18,8 +18,8 @@ the turns they woke are one trace with one span tree.
 
 from __future__ import annotations
 
+import json
 import logging
-import operator
 import os
 import random
 import threading
@@ -27,7 +27,8 @@ import weakref
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from itertools import compress, groupby
+from typing import cast
 
 import orjson
 from opentelemetry import trace
@@ -36,7 +37,7 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach,
 from opentelemetry.context import Context as OtelContext
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
-from opentelemetry.trace import Link, StatusCode
+from opentelemetry.trace import Link, SpanContext, StatusCode
 
 from runstream.errors import ConfigurationError
 from runstream.observability.records import SpanEntry, TraceContext, iso_ns, span_columns
@@ -110,11 +111,11 @@ class _Traces:
         return self._known.get(trace_id)
 
     def started(self, span: Span) -> None:
+        """Learn what a trace's spans inherit from a span that starts a trace, comes from
+        another process, or runs an agent or a workflow (:meth:`StoreSpanProcessor.on_start`
+        passes no other)."""
         attributes = _attributes(span)
         operation = attributes.get("gen_ai.operation.name")
-        parent = span._parent
-        if operation not in _FILLED_BY and parent is not None and not parent[2]:  # (is_remote)
-            return  # a model or tool call under a span of this process: nothing to learn (most spans)
         context = span.get_span_context()
         known = self._known.get(context.trace_id)
         if known is None:
@@ -200,20 +201,54 @@ def _links(links: Sequence[Link]) -> list[tuple[str, str]]:
     return [(_hex_trace(link.context.trace_id), _hex_span(link.context.span_id)) for link in links]
 
 
-_Queued: TypeAlias = tuple[int, str | None, bool, SpanEntry]
-"""A finished span as queued: its OTel trace id, service name, whether it is its OTel trace's
-root, and its :data:`~runstream.observability.records.SpanEntry`. Encoded by the worker, a trace's spans in one call: encoded one at
-a time on the run's thread, each span cost ~1.9 µs (a fresh output buffer each, kept until the
-write), five times its share of one encoding of the batch. The queue holds two containers a span
-(the SDK's span object itself, queued as it is, held a dozen until the write, and the cyclic
-collector's passes on the run's thread cost more than encoding)."""
+def _entry(span: ReadableSpan, context: SpanContext, parent: SpanContext | None) -> SpanEntry:
+    """A span of another SDK as its :data:`SpanEntry` (through its public properties)."""
+    status, links = span.status, span.links
+    return (
+        context.span_id,
+        None if parent is None else parent.span_id,
+        span.name,
+        span.start_time or 0,
+        span.end_time,
+        (status.description or "Error") if status.status_code is _ERROR else None,
+        span.attributes or {},
+        _links(links) if links else None,
+    )
+
+
+_FIELDS = 4
+"""Queue items a finished span takes: its OTel trace id, its start (epoch ns), whether it is its
+OTel trace's root, and its :data:`~runstream.observability.records.SpanEntry` encoded (JSON).
+
+Nothing the cyclic collector tracks is held until the write: appended flat (one ``extend`` of a
+short-lived tuple, atomic under the GIL), a span leaves only integers, a flag and bytes in the
+queue. Queued as containers (a tuple or two a span, holding the SDK's attribute dict), W3's
+220 spans a block of runs kept the collector's young generation full: a collection in almost
+every run instead of one in three, and the objects alive mid-run promoted until full
+collections ran, ~14 µs of collector time a stored span where encoding one on the run's thread
+costs well under a microsecond."""
+
+
+def _encode(entry: SpanEntry) -> bytes | None:
+    """``entry`` as JSON. What orjson refuses (an integer beyond 64 bits, text with a lone
+    surrogate) goes through the standard library, a lone surrogate as ``?`` (the stored
+    document must stay readable); ``None`` (the span is dropped) if that fails too (a
+    non-finite number besides)."""
+    try:
+        return orjson.dumps(entry, default=_json_default)
+    except TypeError:  # (orjson.JSONEncodeError is a TypeError)
+        try:
+            text = json.dumps(entry, default=_json_default, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError):
+            return None
+        return text.encode(errors="replace")
 
 
 class StoreSpanProcessor(SpanProcessor):
     """Keeps finished spans in ``store``; ``sample_rate`` (0 to 1) of the traces are kept, whole.
 
-    Batched off the run's path like the SDK's batch processor: a finished span is a tuple
-    appended to a bounded queue (full: the span is dropped, a run never waits), written by a
+    Batched off the run's path like the SDK's batch processor: a finished span is encoded and
+    appended to a bounded queue (:data:`_FIELDS`) (full: the span is dropped, a run never waits), written by a
     worker thread every ``schedule_delay_millis``, as soon as ``max_export_batch_size`` are
     waiting, at :meth:`force_flush` and at :meth:`shutdown`, ``max_export_batch_size`` spans a
     transaction."""
@@ -236,14 +271,15 @@ class StoreSpanProcessor(SpanProcessor):
         self._sampling = sample_rate < 1.0
         self.stopped = False
         self.dropped = 0
-        """Spans dropped because the queue was full."""
+        """Spans dropped: the queue was full, or (never seen) a span could not be encoded."""
         store.fed = True
         store.run_context = self.traces.run_context
-        self._queue: deque[_Queued] = deque()
+        self._queue: deque[int | bytes] = deque()
+        """:data:`_FIELDS` items a span."""
         self._resource: object = None
         self._service: str | None = None
-        self._max_queue = max_queue_size
-        self._batch = max_export_batch_size
+        self._max_queue = max_queue_size * _FIELDS
+        self._batch = max_export_batch_size * _FIELDS
         self._delay = schedule_delay_millis / 1000
         self._wake = threading.Event()
         self._writing = threading.Lock()
@@ -265,60 +301,57 @@ class StoreSpanProcessor(SpanProcessor):
         self._worker = self._start_worker()
 
     def on_start(self, span: Span, parent_context: OtelContext | None = None) -> None:
+        parent = span._parent
+        if parent is not None and not parent[2]:  # under a span of this process (is_remote)
+            held = span._attributes
+            attributes = held._dict if type(held) is BoundedAttributes else (span.attributes or {})
+            if attributes.get("gen_ai.operation.name") not in _FILLED_BY:
+                return  # a model or tool call: nothing to learn (most spans), checked inline
         if not self.stopped:
             self.traces.started(span)
 
     def on_end(self, span: ReadableSpan) -> None:
         if type(span) is ReadableSpan:  # the SDK's (most): its fields, each property a Python call
-            context, parent, name, start, end = (
+            context, parent, status, links, held = (
                 span._context,
                 span._parent,
+                span._status,
+                span._links,
+                span._attributes,
+            )
+            if context is None or self.stopped:
+                return
+            # A SpanContext is a typed tuple (trace id, span id, ...): indexed, as its properties
+            # are a Python call each (and so are a Status's).
+            entry: SpanEntry = (
+                context[1],
+                None if parent is None else parent[1],
                 span._name,
-                span._start_time,
+                span._start_time or 0,
                 span._end_time,
+                (status._description or "Error") if status._status_code is _ERROR else None,
+                held._dict if type(held) is BoundedAttributes else span.attributes or {},
+                _links(links) if links else None,
             )
-            status, resource, links, held = span._status, span._resource, span._links, span._attributes
-            attributes = held._dict if type(held) is BoundedAttributes else span.attributes or {}
+            resource = span._resource
         else:  # a span of another SDK
-            context, parent, name, start, end = (
-                span.context,
-                span.parent,
-                span.name,
-                span.start_time,
-                span.end_time,
-            )
-            status, resource, links, attributes = (
-                span.status,
-                span.resource,
-                span.links,
-                span.attributes or {},
-            )
-        if context is None or self.stopped:
-            return
-        # A SpanContext is a typed tuple (trace id, span id, ...): indexed, as its properties
-        # are a Python call each.
+            context, parent, resource = span.context, span.parent, span.resource
+            if context is None or self.stopped:
+                return
+            entry = _entry(span, context, parent)
         trace_id = context[0]
         if self._sampling:
             known = self.traces.get(trace_id)
             if known is not None and not known.sampled:
                 return
         queue = self._queue
-        if len(queue) >= self._max_queue:
+        encoded = _encode(entry) if len(queue) < self._max_queue else None
+        if encoded is None:
             self.dropped += 1
             return
         if resource is not self._resource:  # one provider, one resource: looked up once
             self._resource, self._service = resource, _service(resource)
-        entry = (
-            context[1],
-            None if parent is None else parent[1],
-            name,
-            start or 0,
-            end,
-            (status.description or "Error") if status.status_code is _ERROR else None,
-            attributes,
-            _links(links) if links else None,
-        )
-        queue.append((trace_id, self._service, parent is None, entry))
+        queue.extend((trace_id, entry[3], parent is None, encoded))
         if len(queue) >= self._batch and not self._wake.is_set():
             self._wake.set()
 
@@ -336,12 +369,13 @@ class StoreSpanProcessor(SpanProcessor):
         written = True
         with self._writing:
             while self._queue:
-                batch = [self._queue.popleft() for _ in range(min(self._batch, len(self._queue)))]
+                popleft = self._queue.popleft  # (a span's items are appended at once: whole spans)
+                batch = [popleft() for _ in range(min(self._batch, len(self._queue)))]
                 token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
                 try:
-                    self.store.write_batches(_batches(batch, self.traces))
+                    self.store.write_batches(_batches(batch, self.traces, self._service))
                 except Exception:  # a write failure loses the batch, never the worker
-                    _log.exception("Could not write %d spans to the span store", len(batch))
+                    _log.exception("Could not write %d spans to the span store", len(batch) // _FIELDS)
                     written = False
                 finally:
                     detach(token)
@@ -360,45 +394,45 @@ class StoreSpanProcessor(SpanProcessor):
         self._worker.join()
 
 
-def _batches(queued: Sequence[_Queued], traces: _Traces) -> list[SpanBatch]:
-    """Queued spans as one :class:`SpanBatch` per trace: the trace's context once and its spans'
-    entries, encoded together, and its root spans' columns for the trace list."""
-    of_trace: dict[int, list[_Queued]] = {}
-    for queued_span in queued:  # (one look-up and one append a span: the rest is per trace, in C)
-        same_trace = of_trace.get(queued_span[0])
+def _batches(queued: Sequence[int | bytes], traces: _Traces, service: str | None) -> list[SpanBatch]:
+    """Queued spans (:data:`_FIELDS` items each) as one :class:`SpanBatch` per trace: the
+    trace's context once and its spans' encoded entries in one JSON document, and its root
+    spans' columns for the trace list."""
+    trace_ids = cast("Sequence[int]", queued[0::_FIELDS])
+    starts = cast("Sequence[int]", queued[1::_FIELDS])
+    is_root = queued[2::_FIELDS]
+    encoded = cast("Sequence[bytes]", queued[3::_FIELDS])
+    of_trace: dict[int, list[int]] = {}  # OTel trace id → its spans' positions
+    for trace_id, run in groupby(range(len(trace_ids)), trace_ids.__getitem__):
+        same_trace = of_trace.get(trace_id)  # (a look-up a run of one trace's spans)
         if same_trace is None:
-            of_trace[queued_span[0]] = [queued_span]
+            of_trace[trace_id] = list(run)
         else:
-            same_trace.append(queued_span)
+            same_trace.extend(run)
     batches = []
-    for trace_id, of_this in of_trace.items():
-        trace = _context(trace_id, traces.get(trace_id), of_this[0][1])
-        entries = list(map(_ENTRY, of_this))
+    for trace_id, positions in of_trace.items():
+        trace = _context(trace_id, traces.get(trace_id), service)
         roots = []
         if trace["rootParent"] is None:  # (a task's trace hangs under the run's span: no root)
-            for root in filter(_IS_ROOT, of_this):
-                columns = span_columns(trace, root[3])
+            for root in compress(positions, map(is_root.__getitem__, positions)):
+                columns = span_columns(trace, orjson.loads(encoded[root]))
                 roots.append(
                     (columns, orjson.dumps({"otel": columns["raw"]}, default=_json_default).decode())
                 )
-        starts = list(map(_START, entries))
+        span_starts = list(map(starts.__getitem__, positions))
+        spans = b",".join(map(encoded.__getitem__, positions))
         batches.append(
             SpanBatch(
                 trace_id=str(trace["traceId"]),
                 resource_id=trace["resourceId"],
-                first_started=iso_ns(min(starts)),
-                last_started=iso_ns(max(starts)),
-                count=len(entries),
-                spans=orjson.dumps({"trace": trace, "spans": entries}, default=_json_default).decode(),
+                first_started=iso_ns(min(span_starts)),
+                last_started=iso_ns(max(span_starts)),
+                count=len(positions),
+                spans=b"".join((b'{"trace":', orjson.dumps(trace), b',"spans":[', spans, b"]}")).decode(),
                 roots=roots,
             )
         )
     return batches
-
-
-_IS_ROOT = operator.itemgetter(2)
-_ENTRY = operator.itemgetter(3)
-_START = operator.itemgetter(3)
 
 
 def _service(resource: object) -> str | None:
