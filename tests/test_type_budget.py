@@ -22,7 +22,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "runstream"
 
-MAX_DICT_STR_ANY = 73
+MAX_DICT_STR_ANY = 69
 MAX_PUBLIC_ANY_SHARE = 0.076
 
 

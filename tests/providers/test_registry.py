@@ -43,6 +43,25 @@ def test_openai_chat_api_and_client_options() -> None:
     assert model.client.max_retries == 0  # runstream retries (models._common), not the SDK
 
 
+def test_a_given_sdk_client_is_used_without_a_key_and_must_be_the_providers() -> None:
+    from anthropic import AsyncAnthropic
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(api_key="sk-given", base_url="http://127.0.0.1:9/v1")
+    model = resolve_model("openai/gpt-4.1", client=client)  # no OPENAI_API_KEY needed
+    assert isinstance(model, OpenAIResponsesModel) and model.client.api_key == "sk-given"
+    gateway = resolve_model("openrouter/x", client=client)
+    assert isinstance(gateway, OpenAIChatModel) and gateway.client.api_key == "sk-given"
+    with pytest.raises(
+        TypeError,
+        match=r"client= for 'anthropic/claude-sonnet-4-5' must be the provider's SDK client \(AsyncAnthropic\), not AsyncOpenAI",
+    ):
+        resolve_model("anthropic/claude-sonnet-4-5", client=client)
+    assert isinstance(
+        resolve_model("anthropic/claude-sonnet-4-5", client=AsyncAnthropic(api_key="k")), AnthropicModel
+    )
+
+
 def test_anthropic_string(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-env")
     model = resolve_model("anthropic/claude-sonnet-4-5", headers={"x-team": "a"})

@@ -10,10 +10,22 @@ bring their own base URL and key variable. Everything else in ``**kw`` goes to t
 from __future__ import annotations
 
 import os
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypeVar
+
+from typing_extensions import Unpack
 
 from runstream.errors import ConfigurationError, ConfigurationTypeError
+from runstream.models._common import ClientOptions
 from runstream.models.base import LanguageModel, ModelRequest, ModelStream
+
+
+class ModelOptions(ClientOptions, total=False):
+    """:func:`resolve_model`'s keywords: the provider model's client options, plus ``api``
+    (``openai/…``: ``"responses"`` or ``"chat"``) and ``client``, a ready SDK client of the
+    provider's kind (``openai.AsyncOpenAI``, ``anthropic.AsyncAnthropic``, ``google.genai.Client``)."""
+
+    api: str
+    client: object
 
 
 class Gateway(NamedTuple):
@@ -44,7 +56,7 @@ KEYLESS = "EMPTY"
 """The placeholder key for servers that take none (the SDK insists on one; vLLM's docs use it)."""
 
 
-def resolve_model(spec: str | LanguageModel, **kw: Any) -> LanguageModel:
+def resolve_model(spec: str | LanguageModel, **kw: Unpack[ModelOptions]) -> LanguageModel:
     """A model for ``"<provider>/<model id>"``; a :class:`LanguageModel` is returned as is.
 
     Raises ``ValueError`` for an unknown provider, a malformed string or a missing API key (the
@@ -75,57 +87,102 @@ def split_model_string(spec: str) -> tuple[str, str]:
     return provider, model_id
 
 
-def _resolve(spec: str, provider: str, model_id: str, kw: dict[str, Any]) -> LanguageModel:
+def _resolve(spec: str, provider: str, model_id: str, kw: ModelOptions) -> LanguageModel:
+    client = kw.pop("client", None)
+    api = kw.pop("api", "responses")
+    options: ClientOptions = kw
     if provider == "openai":
+        from openai import AsyncOpenAI
+
         from runstream.models.openai import OpenAIChatModel, OpenAIResponsesModel
 
-        api = kw.pop("api", "responses")
         if api not in ("responses", "chat"):
             raise ConfigurationError(f"api must be 'responses' or 'chat', not {api!r}")
         cls = OpenAIResponsesModel if api == "responses" else OpenAIChatModel
-        return cls(model_id, **_with_key(kw, "OPENAI_API_KEY", spec))
+        sdk = _client(client, AsyncOpenAI, spec)
+        return cls(model_id, client=sdk, **_with_key(options, sdk, "OPENAI_API_KEY", spec))
     if provider == "anthropic":
+        from anthropic import AsyncAnthropic
+
         from runstream.models.anthropic import AnthropicModel
 
-        return AnthropicModel(model_id, **_with_key(kw, "ANTHROPIC_API_KEY", spec))
+        sdk_anthropic = _client(client, AsyncAnthropic, spec)
+        return AnthropicModel(
+            model_id, client=sdk_anthropic, **_with_key(options, sdk_anthropic, "ANTHROPIC_API_KEY", spec)
+        )
     if provider == "google":
+        from google.genai import Client
+
         from runstream.models.google import GoogleModel
 
-        if not kw.get("base_url"):  # Mastra's variable, then the google-genai SDK's
-            kw["base_url"] = os.environ.get("GOOGLE_BASE_URL") or os.environ.get("GOOGLE_GEMINI_BASE_URL")
-        return GoogleModel(model_id, **_with_key(kw, GOOGLE_KEY_ENVS, spec))
+        if not options.get("base_url"):  # Mastra's variable, then the google-genai SDK's
+            options["base_url"] = os.environ.get("GOOGLE_BASE_URL") or os.environ.get(
+                "GOOGLE_GEMINI_BASE_URL"
+            )
+        sdk_google = _client(client, Client, spec)
+        return GoogleModel(
+            model_id, client=sdk_google, **_with_key(options, sdk_google, GOOGLE_KEY_ENVS, spec)
+        )
     if provider == "openai-compatible":
-        if not kw.get("base_url") and "client" not in kw:
+        if not options.get("base_url") and client is None:
             raise ConfigurationError(f"{spec!r} needs base_url=..., the server's OpenAI-compatible endpoint")
-        return _compatible(provider, model_id, kw, "OPENAI_COMPATIBLE_API_KEY", required=False, spec=spec)
+        return _compatible(
+            provider, model_id, options, client, "OPENAI_COMPATIBLE_API_KEY", required=False, spec=spec
+        )
     gateway = GATEWAYS[provider]
-    kw.setdefault("base_url", gateway.base_url)
+    options.setdefault("base_url", gateway.base_url)
     key_env = gateway.key_env or f"{provider.upper()}_API_KEY"
-    return _compatible(provider, model_id, kw, key_env, required=gateway.key_env is not None, spec=spec)
+    return _compatible(
+        provider, model_id, options, client, key_env, required=gateway.key_env is not None, spec=spec
+    )
+
+
+SdkClient = TypeVar("SdkClient")
+
+
+def _client(client: object, kind: type[SdkClient], spec: str) -> SdkClient | None:
+    """``client=`` checked to be the provider's SDK client (``None``: the model makes one)."""
+    if client is None or isinstance(client, kind):
+        return client
+    raise ConfigurationTypeError(
+        f"client= for {spec!r} must be the provider's SDK client ({kind.__name__}), not {type(client).__name__}"
+    )
 
 
 def _compatible(
-    provider: str, model_id: str, kw: dict[str, Any], key_env: str, *, required: bool, spec: str
+    provider: str,
+    model_id: str,
+    options: ClientOptions,
+    client: object,
+    key_env: str,
+    *,
+    required: bool,
+    spec: str,
 ) -> LanguageModel:
+    from openai import AsyncOpenAI
+
     from runstream.models.openai import OpenAIChatModel
 
+    sdk = _client(client, AsyncOpenAI, spec)
     if required:
-        kw = _with_key(kw, key_env, spec)
-    elif "client" not in kw:
-        kw.setdefault("api_key", os.environ.get(key_env) or KEYLESS)
-    return OpenAIChatModel(model_id, provider=provider, **kw)
+        options = _with_key(options, sdk, key_env, spec)
+    elif sdk is None:
+        options.setdefault("api_key", os.environ.get(key_env) or KEYLESS)
+    return OpenAIChatModel(model_id, provider=provider, client=sdk, **options)
 
 
-def _with_key(kw: dict[str, Any], key_env: str | tuple[str, ...], spec: str) -> dict[str, Any]:
-    if "client" in kw or kw.get("api_key"):
-        return kw
+def _with_key(
+    options: ClientOptions, client: object, key_env: str | tuple[str, ...], spec: str
+) -> ClientOptions:
+    if client is not None or options.get("api_key"):
+        return options
     names = (key_env,) if isinstance(key_env, str) else key_env
     key = next((os.environ[name] for name in names if os.environ.get(name)), None)
     if not key:
         raise ConfigurationError(
             f"{' / '.join(names)} is not set: export it or pass api_key=... to resolve_model({spec!r})"
         )
-    return {**kw, "api_key": key}
+    return {**options, "api_key": key}
 
 
 class ModelString:
@@ -139,7 +196,7 @@ class ModelString:
 
     specification_version = "v2"
 
-    def __init__(self, spec: str, **kw: Any) -> None:
+    def __init__(self, spec: str, **kw: Unpack[ModelOptions]) -> None:
         self.provider, self.model_id = split_model_string(spec)
         self.spec = spec
         self._kw = kw
