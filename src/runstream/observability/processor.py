@@ -229,11 +229,11 @@ collections ran, ~14 µs of collector time a stored span where encoding one on t
 costs well under a microsecond."""
 
 
-def _encode(entry: SpanEntry) -> bytes | None:
-    """``entry`` as JSON. What orjson refuses (an integer beyond 64 bits, text with a lone
-    surrogate) goes through the standard library, a lone surrogate as ``?`` (the stored
-    document must stay readable); ``None`` (the span is dropped) if that fails too (a
-    non-finite number besides)."""
+def _encode_slowly(entry: SpanEntry) -> bytes | None:
+    """``entry`` as JSON (orjson, as :meth:`StoreSpanProcessor.on_end` tries first). What orjson
+    refuses (an integer beyond 64 bits, text with a lone surrogate) goes through the standard
+    library, a lone surrogate as ``?`` (the stored document must stay readable); ``None`` (the
+    span is dropped) if that fails too (a non-finite number besides)."""
     try:
         return orjson.dumps(entry, default=_json_default)
     except TypeError:  # (orjson.JSONEncodeError is a TypeError)
@@ -311,47 +311,68 @@ class StoreSpanProcessor(SpanProcessor):
             self.traces.started(span)
 
     def on_end(self, span: ReadableSpan) -> None:
-        if type(span) is ReadableSpan:  # the SDK's (most): its fields, each property a Python call
-            context, parent, status, links, held = (
-                span._context,
-                span._parent,
-                span._status,
-                span._links,
-                span._attributes,
-            )
-            if context is None or self.stopped:
-                return
-            # A SpanContext is a typed tuple (trace id, span id, ...): indexed, as its properties
-            # are a Python call each (and so are a Status's).
-            entry: SpanEntry = (
-                context[1],
-                None if parent is None else parent[1],
-                span._name,
-                span._start_time or 0,
-                span._end_time,
-                (status._description or "Error") if status._status_code is _ERROR else None,
-                held._dict if type(held) is BoundedAttributes else span.attributes or {},
-                _links(links) if links else None,
-            )
-            resource = span._resource
-        else:  # a span of another SDK
-            context, parent, resource = span.context, span.parent, span.resource
-            if context is None or self.stopped:
-                return
-            entry = _entry(span, context, parent)
-        trace_id = context[0]
-        if self._sampling:
-            known = self.traces.get(trace_id)
-            if known is not None and not known.sampled:
-                return
+        if type(span) is not ReadableSpan or self._sampling or self.stopped:
+            self._end_other(span)  # another SDK's span, a sampled store, a stopped one
+            return
+        # The SDK's span (most): its fields read directly, as its properties (and a Status's)
+        # are a Python call each, and a SpanContext (a typed tuple) indexed.
+        context, parent, status, links, held = (
+            span._context,
+            span._parent,
+            span._status,
+            span._links,
+            span._attributes,
+        )
+        if context is None:
+            return
+        start = span._start_time or 0
+        entry: SpanEntry = (
+            context[1],
+            None if parent is None else parent[1],
+            span._name,
+            start,
+            span._end_time,
+            (status._description or "Error") if status._status_code is _ERROR else None,
+            held._dict if type(held) is BoundedAttributes else span.attributes or {},
+            _links(links) if getattr(links, "_dq", links) else None,  # (a BoundedList's __len__ is Python)
+        )
         queue = self._queue
-        encoded = _encode(entry) if len(queue) < self._max_queue else None
+        if len(queue) >= self._max_queue:
+            self.dropped += 1
+            return
+        encoded: bytes | None
+        try:
+            encoded = orjson.dumps(entry, default=_json_default)
+        except TypeError:  # (orjson.JSONEncodeError is one)
+            encoded = _encode_slowly(entry)
         if encoded is None:
             self.dropped += 1
             return
-        if resource is not self._resource:  # one provider, one resource: looked up once
-            self._resource, self._service = resource, _service(resource)
-        queue.extend((trace_id, entry[3], parent is None, encoded))
+        if span._resource is not self._resource:  # one provider, one resource: looked up once
+            self._resource, self._service = span._resource, _service(span._resource)
+        queue.extend((context[0], start, parent is None, encoded))
+        if len(queue) >= self._batch and not self._wake.is_set():
+            self._wake.set()
+
+    def _end_other(self, span: ReadableSpan) -> None:
+        """:meth:`on_end` for a span of another SDK (through its public properties), or when
+        the store samples (a trace left out is skipped) or has stopped."""
+        context = span.context
+        if context is None or self.stopped:
+            return
+        if self._sampling:
+            known = self.traces.get(context.trace_id)
+            if known is not None and not known.sampled:
+                return
+        entry = _entry(span, context, span.parent)
+        queue = self._queue
+        encoded = _encode_slowly(entry) if len(queue) < self._max_queue else None
+        if encoded is None:
+            self.dropped += 1
+            return
+        if span.resource is not self._resource:
+            self._resource, self._service = span.resource, _service(span.resource)
+        queue.extend((context.trace_id, entry[3], span.parent is None, encoded))
         if len(queue) >= self._batch and not self._wake.is_set():
             self._wake.set()
 
