@@ -61,9 +61,9 @@ class ToolCallConcurrency(TypedDict, total=False):
 
 
 def _option(convert: Callable[[Any], object]) -> PlainValidator:
-    """How :meth:`RunOptions.of` reads an option of :class:`StreamOptions`: ``convert`` checks and
-    normalises it (an error of its, whatever the class, is an :class:`InvalidOptionError` with its
-    message); ``None`` is kept (the option is left unset)."""
+    """How :meth:`RunOptions.of` reads an option of :class:`StreamOptions`: ``convert`` checks
+    and normalises it (its error, whatever the class, becomes an :class:`InvalidOptionError`
+    with the same message); ``None`` is kept (the option is left unset)."""
 
     def read(value: Any) -> object:
         if value is None:
