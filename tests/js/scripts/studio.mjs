@@ -231,9 +231,12 @@ try {
   await spanButtons.filter({ hasText: "execute_tool research" }).click();
   await page.getByText(/"backgroundTaskId"/).waitFor({ timeout: TIMEOUT });
   const spanPanel = await page.evaluate(() => document.body.innerText);
-  // Its scores (the tool call's own: none); feedback left in Studio is stored and listed.
+  // Its scores (the tool call's own: none). The tab may still show the root span's count while
+  // Studio loads the tool call's, so wait until it shows what the API lists for that span.
+  const tool = tree.spans.find((span) => span.name === "execute_tool research");
+  const toolScores = (await api(`/observability/scores?traceId=${traceId}&spanId=${tool.spanId}`)).scores.length;
   await page.getByRole("tab", { name: /^Scores/ }).first().click();
-  await page.getByRole("tab", { name: /^Scores \(\d+\)$/ }).first().waitFor({ timeout: TIMEOUT });
+  await page.getByRole("tab", { name: `Scores (${toolScores})` }).first().waitFor({ timeout: TIMEOUT });
   const scores = (await page.getByRole("tab", { name: /^Scores/ }).first().innerText()).trim();
   await page.getByRole("tab", { name: /^Feedback/ }).first().click();
   await page.getByPlaceholder("Leave feedback...").first().fill("Clear and quick.");
