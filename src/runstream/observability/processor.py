@@ -27,7 +27,7 @@ import weakref
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress, groupby
+from itertools import compress, groupby, repeat, starmap
 from typing import cast
 
 import orjson
@@ -390,8 +390,10 @@ class StoreSpanProcessor(SpanProcessor):
         written = True
         with self._writing:
             while self._queue:
-                popleft = self._queue.popleft  # (a span's items are appended at once: whole spans)
-                batch = [popleft() for _ in range(min(self._batch, len(self._queue)))]
+                # Whole spans (a span's items are appended at once), popped in C: a Python
+                # loop cost 16 bytecode instructions an item, 64 a span.
+                taken = min(self._batch, len(self._queue))
+                batch = list(starmap(self._queue.popleft, repeat((), taken)))
                 token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
                 try:
                     self.store.write_batches(_batches(batch, self.traces, self._service))
