@@ -22,7 +22,8 @@ from types import UnionType
 from typing import Any, Protocol, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 from runstream.abort import AbortSignal
-from runstream.agent.run_options import RunOptions, is_model
+from runstream.agent._resolving import is_model
+from runstream.agent.run_options import RunOptions
 from runstream.models.base import ToolChoice
 from runstream.models.registry import ModelString
 from runstream.request_context import RequestContext

@@ -19,6 +19,7 @@ from runstream.abort import AbortController, AbortSignal
 from runstream.agent import _durable_api as durable_api
 from runstream.agent._idle_stream import IdleStreams, UntilIdle, check_idle_options
 from runstream.agent._plain_runs import PlainRuns
+from runstream.agent._resolving import is_function, is_model, resolve_instructions, resolve_model
 from runstream.agent._scorers import RunScoring
 from runstream.agent._sub_agent import agent_tool, offer_result_references, with_full_results
 from runstream.agent._suspension import (
@@ -39,12 +40,8 @@ from runstream.agent.run_options import (
     StreamOptions,
     ToolsInput,
     by_name,
-    is_function,
-    is_model,
     normalize_messages,
     read_default_options,
-    resolve_instructions,
-    resolve_model,
 )
 from runstream.chunks import AnyChunk
 from runstream.errors import ConfigurationError, ConfigurationTypeError

@@ -18,7 +18,7 @@ from dataclasses import fields as dataclass_fields
 from typing import Annotated, Any, Literal, Protocol, cast
 
 from pydantic import PlainValidator, SkipValidation, ValidationInfo, with_config
-from typing_extensions import TypedDict, TypeIs
+from typing_extensions import TypedDict
 
 from runstream._config_mapping import (
     CONFIG,
@@ -35,7 +35,7 @@ from runstream.delegation import DelegationConfig, DelegationRun
 from runstream.errors import ConfigurationTypeError
 from runstream.memory import MemoryScope
 from runstream.models.base import LanguageModel, ModelSettings, PromptMessage, ToolChoice
-from runstream.request_context import Dynamic, RequestContext, resolve
+from runstream.request_context import Dynamic, RequestContext
 from runstream.run._callbacks import Callback, RunCallbacks
 from runstream.run._prepare_step import InvalidOptionError as InvalidOptionError
 from runstream.run._prepare_step import normalize_tool_choice
@@ -493,16 +493,6 @@ def by_name(tools: Iterable[Tool] | Mapping[str, Tool]) -> dict[str, Tool]:
     return {tool.name: tool for tool in items}
 
 
-def is_model(value: object) -> TypeIs[LanguageModel]:
-    """A language model (it streams and names itself)."""
-    return hasattr(value, "stream") and hasattr(value, "model_id")
-
-
-def is_function(value: object) -> TypeIs[Callable[..., object]]:
-    """A per-request function rather than the value itself."""
-    return callable(value) and not isinstance(value, LanguageModel | Mapping | Tool)
-
-
 def system_messages(system: str | Sequence[str] | None) -> tuple[str, ...]:
     if system is None:
         return ()
@@ -519,30 +509,6 @@ def with_approval(tool: Tool) -> Tool:
     gated = copy.copy(tool)
     gated.require_approval = True
     return gated
-
-
-async def resolve_model(
-    value: LanguageModel | Dynamic[LanguageModel], context: RequestContext, owner: str
-) -> LanguageModel:
-    """A model, or what a per-request model function returns (checked)."""
-    # A duck check, not isinstance(): a runtime-checkable Protocol costs ~10 µs per check, and
-    # this runs at the start of every run.
-    model = value if is_model(value) else await resolve(value, context)
-    if not is_model(model):
-        raise ConfigurationTypeError(
-            f"{owner}: the model function returned {type(model).__name__}, not a model"
-        )
-    return model
-
-
-async def resolve_instructions(value: str | Dynamic[str], context: RequestContext, owner: str) -> str:
-    """Instructions, or what a per-request instructions function returns (checked)."""
-    instructions = value if isinstance(value, str) else await resolve(value, context)
-    if not isinstance(instructions, str):
-        raise ConfigurationTypeError(
-            f"{owner}: instructions must be a string, got {type(instructions).__name__}"
-        )
-    return instructions
 
 
 def _concurrency(value: object) -> int | ToolCallConcurrency:
