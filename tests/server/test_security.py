@@ -356,3 +356,13 @@ def test_a_background_tools_own_error_text_is_not_stored_nor_served(
         "Background task failed: Tool research failed",
         "Background task failed: the archive refuses this topic",
     ]
+
+
+def test_a_confined_callers_quiet_stream_starts_at_once(secured: Secured) -> None:
+    """A confined caller's responses go through the run-id middleware, which holds a response's
+    start until its first body (a whole body's length changes when tags are removed). A stream
+    has no length to fix, so its start is sent at once: a task-event stream with nothing to say
+    yet (this server sends no heartbeats) still answers 200 straight away."""
+    with secured.a.stream("GET", "/api/background-tasks/stream", timeout=5) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")

@@ -64,20 +64,21 @@ class RunIdMiddleware:
         async def untagged(message: Message) -> None:
             nonlocal start, verbatim
             if message["type"] == "http.response.start":
-                start = message  # held until the first body message: its length may change
+                if "content-length" in MutableHeaders(scope=message):
+                    start = message  # held until the first body message: its length may change
+                else:  # streamed (SSE): sent at once, or a quiet stream's client waits for an event
+                    await send(message)
                 return
             if message["type"] != "http.response.body" or verbatim:
                 await send(message)
                 return
             body = message.get("body", b"").replace(tag, b"")
             if start is not None:
-                headers = MutableHeaders(scope=start)
-                if "content-length" in headers:
-                    verbatim = message.get("more_body", False)
-                    if verbatim:
-                        body = message.get("body", b"")
-                    else:
-                        headers["content-length"] = str(len(body))
+                verbatim = message.get("more_body", False)
+                if verbatim:
+                    body = message.get("body", b"")
+                else:
+                    MutableHeaders(scope=start)["content-length"] = str(len(body))
                 await send(start)
                 start = None
             await send({**message, "body": body})
