@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "runstream._payloads",
         "runstream._json",
         "runstream._clock",
+        "runstream._uninterrupted",
         "runstream._ids",
         "runstream._tracing",
         "runstream._telemetry",

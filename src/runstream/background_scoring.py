@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
 from runstream._payloads import ScorerResult
+from runstream._uninterrupted import run_to_end
 from runstream.errors import ConfigurationError, RunstreamError
 from runstream.scoring import ScoreInput, Scorer
 
@@ -118,11 +119,9 @@ class ScoringRunner:
 async def uninterrupted(write: Callable[[], T]) -> T:
     """``write()`` in a thread; a cancellation waits for it to finish, then propagates."""
     future = asyncio.ensure_future(asyncio.to_thread(write))
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        await future
-        raise
+    if await run_to_end(future):
+        raise asyncio.CancelledError
+    return future.result()
 
 
 async def score_once(scorer: Scorer, data: ScoreInput, **about: str | None) -> ScorerResult | None:

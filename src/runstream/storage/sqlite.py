@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Awaitable, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from datetime import datetime
-from typing import Any, Unpack
+from typing import Unpack
 
 import aiosqlite
 
 from runstream._json import JsonObject, JsonValue
+from runstream._uninterrupted import run_to_end
 from runstream.storage import _sqlite_driver as _driver
 from runstream.storage import _sqlite_schema as schema
 from runstream.storage._query import (
@@ -174,22 +175,6 @@ class _Tx:
         await self.run(upsert_sql(table, row, conflict_columns, params), params.values)
 
 
-async def _run_to_end(statement: Awaitable[Any]) -> bool:
-    """Await ``statement`` to its end whatever cancellations arrive meanwhile (anyio, under
-    Starlette, re-delivers one at every await until its scope exits); True if one arrived.
-    Transaction control must never be abandoned half way."""
-    task = asyncio.ensure_future(statement)
-    cancelled = False
-    while True:
-        try:
-            await asyncio.shield(task)
-            return cancelled
-        except asyncio.CancelledError:
-            if task.done() and task.cancelled():
-                raise
-            cancelled = True
-
-
 class SqliteStorage:
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000) -> None:
         """``path`` is a file (created on first use) or ``":memory:"``.
@@ -231,7 +216,7 @@ class SqliteStorage:
 
         aiosqlite runs statements in its own thread, in order: a statement whose caller was
         cancelled still runs. So ``BEGIN``, ``COMMIT`` and ``ROLLBACK`` are awaited to the end even
-        when the caller is cancelled meanwhile (see :func:`_run_to_end`), and a rollback is queued
+        when the caller is cancelled meanwhile (see :func:`run_to_end`), and a rollback is queued
         behind whatever statement was in flight. Without this, a request cancelled at the wrong
         moment left the connection inside a transaction and every later call failed with "cannot
         start a transaction within a transaction".
@@ -239,19 +224,19 @@ class SqliteStorage:
         async with self._lock:
             with _translate_errors():
                 db = await self._connection()
-                if await _run_to_end(db.execute(begin)):
-                    await _run_to_end(db.execute("ROLLBACK"))
+                if await run_to_end(db.execute(begin)):
+                    await run_to_end(db.execute("ROLLBACK"))
                     raise asyncio.CancelledError()
                 try:
                     yield _Tx(db)
                 except BaseException:
-                    await _run_to_end(db.execute("ROLLBACK"))
+                    await run_to_end(db.execute("ROLLBACK"))
                     raise
                 try:
-                    cancelled = await _run_to_end(db.execute("COMMIT"))
+                    cancelled = await run_to_end(db.execute("COMMIT"))
                 except BaseException:
                     if db.in_transaction:
-                        await _run_to_end(db.execute("ROLLBACK"))
+                        await run_to_end(db.execute("ROLLBACK"))
                     raise
                 if cancelled:  # committed all the same; the caller still learns it was cancelled
                     raise asyncio.CancelledError()

@@ -36,6 +36,7 @@ import orjson
 import sqlite_vec  # type: ignore[import-untyped]
 
 from runstream._json import JsonMapping, JsonObject
+from runstream._uninterrupted import run_to_end
 from runstream.storage import _sqlite_driver as _driver
 from runstream.storage.errors import StorageClosedError, StorageError
 from runstream.storage.sqlite import SqliteStorage
@@ -146,23 +147,21 @@ class SqliteVector:
     @asynccontextmanager
     async def _session(self, write: bool = False) -> AsyncIterator[aiosqlite.Connection]:
         """The connection under the lock; a write runs in one ``BEGIN IMMEDIATE`` transaction."""
-        from runstream.storage.sqlite import _run_to_end
-
         async with self._lock:
             try:
                 db = await self._connection()
                 if not write:
                     yield db
                     return
-                if await _run_to_end(db.execute("BEGIN IMMEDIATE")):
-                    await _run_to_end(db.execute("ROLLBACK"))
+                if await run_to_end(db.execute("BEGIN IMMEDIATE")):
+                    await run_to_end(db.execute("ROLLBACK"))
                     raise asyncio.CancelledError()
                 try:
                     yield db
                 except BaseException:
-                    await _run_to_end(db.execute("ROLLBACK"))
+                    await run_to_end(db.execute("ROLLBACK"))
                     raise
-                if await _run_to_end(db.execute("COMMIT")):
+                if await run_to_end(db.execute("COMMIT")):
                     raise asyncio.CancelledError()
             except self._error_types as exc:
                 raise StorageError(f"SQLite error: {exc}") from exc
