@@ -280,6 +280,8 @@ SAMPLES: StreamOptions = {
     "stop_when": step_count_is(2),
     "prepare_step": _prepare,
     "delegation": {"hookErrorStrategy": "throw"},
+    "scorers": {"quality": {"scorer": "judge", "sampling": 0.5}},
+    "return_scorer_data": True,
 }
 """A value for each option that is not its default."""
 

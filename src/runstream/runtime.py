@@ -123,6 +123,7 @@ class Runstream:
                 self.durable_runs,
                 scoring=lambda: self.scoring,
                 span_store=lambda: self.observability,
+                scorers=lambda: self.scorers,
             )
         )
         return agent

@@ -81,6 +81,33 @@ class Sampling:
             raise ConfigurationError("sampling of type 'ratio' needs a 'rate' from 0 to 1")
 
 
+def sampled_rate(sampling: float | Sampling) -> float:
+    """The fraction of runs a ``sampling`` scores."""
+    if isinstance(sampling, Sampling):
+        return 1.0 if sampling.type == "none" or sampling.rate is None else sampling.rate
+    return sampling
+
+
+MAX_SCORER_NAME = 256
+
+
+@dataclass(frozen=True, slots=True)
+class ScorerRef:
+    """A scorer a run's ``scorers`` names instead of giving it (Mastra's ``{scorer: "name",
+    sampling}``; all a request over HTTP may give): a key of the agent's ``scorers``, or the id
+    of one of its scorers or of a scorer registered on the runtime (``Runstream(scorers=...)``),
+    looked up when the run starts (``runstream.agent._scorers.resolve_scorers``)."""
+
+    __pydantic_config__ = CONFIG
+
+    scorer: Annotated[str, Field(min_length=1, max_length=MAX_SCORER_NAME, strict=True)]
+    sampling: Rate | Sampling = 1.0
+
+    @property
+    def rate(self) -> float:
+        return sampled_rate(self.sampling)
+
+
 @dataclass(frozen=True, slots=True)
 class AgentScorer:
     """One of an agent's ``scorers``: ``scorer`` scores a ``sampling`` fraction of its runs (a
@@ -101,10 +128,7 @@ class AgentScorer:
     @property
     def rate(self) -> float:
         """The fraction of runs scored."""
-        sampling = self.sampling
-        if isinstance(sampling, Sampling):
-            return 1.0 if sampling.type == "none" or sampling.rate is None else sampling.rate
-        return sampling
+        return sampled_rate(self.sampling)
 
     @classmethod
     def coerce_all(
@@ -113,30 +137,59 @@ class AgentScorer:
         """``Agent(scorers=...)``: a mapping of keys to a :class:`Scorer`, an
         :class:`AgentScorer` or Mastra's ``{"scorer": ..., "sampling": ...}``; or a list of
         scorers (keyed by their ids)."""
-        if value is None:
-            return {}
-        if isinstance(value, Sequence) and not isinstance(value, str):
-            value = {getattr(item, "id", str(index)): item for index, item in enumerate(value)}
-        if not isinstance(value, Mapping):
-            raise ConfigurationTypeError(
-                f"scorers must be a mapping of names to scorers or a list of Scorer, not {type(value).__name__}"
-            )
-        read: dict[str, AgentScorer] = {}
-        for key, entry in value.items():
-            where = f"scorers[{key!r}]"
-            if not isinstance(key, str) or not key:
-                raise ConfigurationTypeError(f"scorers: a key must be a non-empty string, got {key!r}")
-            if isinstance(entry, Scorer):
-                entry = cls(entry)
-            elif isinstance(entry, Mapping):
-                entry = read_dataclass(cls, entry, where=where)
-            elif not isinstance(entry, AgentScorer):
-                raise ConfigurationTypeError(
-                    f"{where} must be a Scorer, an AgentScorer or a mapping with 'scorer', "
-                    f"not {type(entry).__name__}"
-                )
-            read[key] = entry
-        return read
+        read = _scorer_entries(value, "scorers", names=False)
+        return {key: entry for key, entry in read.items() if isinstance(entry, AgentScorer)}
+
+
+RunScorer = AgentScorer | ScorerRef
+"""One of a run's own ``scorers``: a scorer given, or one named (:class:`ScorerRef`)."""
+
+
+def run_scorers(value: object) -> dict[str, RunScorer]:
+    """``stream(scorers=...)``, Mastra's per-call ``scorers``: as ``Agent(scorers=...)`` takes
+    them, and also by name (a string, or ``{"scorer": "name", "sampling": ...}``)."""
+    return _scorer_entries(value, "scorers", names=True)
+
+
+def _scorer_entries(value: object, where: str, *, names: bool) -> dict[str, RunScorer]:
+    if value is None:
+        return {}
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        value = {_entry_key(item, str(index)): item for index, item in enumerate(value)}
+    if not isinstance(value, Mapping):
+        raise ConfigurationTypeError(
+            f"{where} must be a mapping of names to scorers or a list of Scorer, not {type(value).__name__}"
+        )
+    read: dict[str, RunScorer] = {}
+    for key, entry in value.items():
+        if not isinstance(key, str) or not key:
+            raise ConfigurationTypeError(f"{where}: a key must be a non-empty string, got {key!r}")
+        read[key] = _scorer_entry(entry, f"{where}[{key!r}]", names)
+    return read
+
+
+def _entry_key(item: object, default: str) -> str:
+    """A listed scorer's key: its id (a name given is its own key)."""
+    return item if isinstance(item, str) else str(getattr(item, "id", default))
+
+
+def _scorer_entry(entry: object, where: str, names: bool) -> RunScorer:
+    if isinstance(entry, AgentScorer):
+        return entry
+    if isinstance(entry, Scorer):
+        return AgentScorer(entry)
+    if names and isinstance(entry, ScorerRef):
+        return entry
+    if names and isinstance(entry, str):
+        return read_dataclass(ScorerRef, {"scorer": entry}, where=where)
+    if isinstance(entry, Mapping):
+        if names and isinstance(entry.get("scorer"), str):
+            return read_dataclass(ScorerRef, entry, where=where)
+        return read_dataclass(AgentScorer, entry, where=where)
+    what = "a Scorer, an AgentScorer, a scorer's name" if names else "a Scorer, an AgentScorer"
+    raise ConfigurationTypeError(
+        f"{where} must be {what} or a mapping with 'scorer', not {type(entry).__name__}"
+    )
 
 
 _UNSUPPORTED = {"parallel": "scorers always run in parallel", "onComplete": "not implemented"}

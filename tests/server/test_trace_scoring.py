@@ -276,3 +276,60 @@ def test_an_agents_own_scorers_are_listed_and_their_scores_confined(scored: Secu
     )
     assert (listed["tone"]["agentIds"], listed["tone"]["isRegistered"]) == (["assistant"], False)
     assert s.a.get("/api/scores/scorers/tone").json() == listed["tone"]
+
+
+def test_a_request_names_its_runs_scorers_and_gets_what_they_see(scored: Secured) -> None:
+    """Mastra's ``scorers`` and ``returnScorerData`` in a generate body: the run is scored by the
+    scorers the request names (registered on the runtime, or the agent's; they replace the
+    agent's for that run), stored under the caller's resource; the answer holds ``scoringData``."""
+    s = scored
+    assert "scoringData" not in s.a.post("/api/agents/assistant/generate", json={"messages": "hi"}).json()
+    s.context.runstream.agents["assistant"].scorers = AgentScorer.coerce_all(
+        {"tone": Scorer(id="tone", score=lambda d: (0.25, "flat"))}
+    )
+    body = {
+        "messages": "weather in Paris?",
+        "memory": {"thread": f"t-{uuid.uuid4().hex[:8]}"},  # (the run's resource: the caller's)
+        "scorers": {"quality": {"scorer": "echo", "sampling": {"type": "ratio", "rate": 1}}, "own": "tone"},
+        "returnScorerData": True,
+    }
+    answer = s.a.post("/api/agents/assistant/generate", json=body)
+    assert answer.status_code == 200, answer.text
+    out = answer.json()
+    data = out["scoringData"]
+    assert [m["role"] for m in data["input"]["inputMessages"]] == ["user"]
+    assert [m["role"] for m in data["output"]] == ["assistant", "tool", "assistant"]
+    settle(s)
+    scores = s.a.get(f"{OBS}/scores").json()["scores"]
+    assert sorted((x["scorerKey"], x["scorerId"], x["score"]) for x in scores) == [
+        ("own", "tone", 0.25),
+        ("quality", "echo", 1.0),
+    ]
+    assert {(x["source"], x["entityId"], x["runId"].split("~")[0]) for x in scores} == {
+        ("LIVE", "assistant", out["runId"])  # (stored under the caller's own run-id namespace)
+    }
+    assert s.b.get(f"{OBS}/scores").json()["scores"] == []  # B does not see A's run's scores
+
+
+def test_a_requests_scorers_are_checked(scored: Secured) -> None:
+    s = scored
+    for scorers, words in (
+        (
+            {"k": "ecko"},
+            "scorers['k']: no scorer 'ecko' on agent 'assistant' or its runtime; did you mean 'echo'?",
+        ),
+        (
+            {"k": {"scorer": {"id": "mine", "score": "1"}}},
+            "'scorers.k' must name a scorer of the agent or the server",
+        ),
+        ({"k": 5}, "'scorers.k' must name a scorer"),
+        (["echo"], "'scorers' must map at most 32 keys"),
+        ({f"k{i}": "echo" for i in range(33)}, "'scorers' must map at most 32 keys"),
+        ({"k": {"scorer": "echo", "smapling": 1}}, "unknown option 'smapling'; did you mean 'sampling'?"),
+        ({"k": {"scorer": "echo", "sampling": 1.5}}, "scorers['k'].sampling must be at most 1"),
+        ({"k\n": "echo"}, "scorers"),
+    ):
+        answer = s.a.post("/api/agents/assistant/stream", json={"messages": "hi", "scorers": scorers})
+        assert answer.status_code == 400 and words in answer.json()["error"], (scorers, answer.text)
+    bad_flag = s.a.post("/api/agents/assistant/generate", json={"messages": "hi", "returnScorerData": "yes"})
+    assert bad_flag.status_code == 400 and "'returnScorerData' must be a boolean" in bad_flag.json()["error"]

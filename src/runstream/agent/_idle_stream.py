@@ -14,6 +14,7 @@ from runstream.agent.run_options import InvalidOptionError, RunOptions
 from runstream.agent.until_idle import IdleOptions, until_idle_stream
 from runstream.chunks import StreamChunk
 from runstream.models.base import PromptMessage
+from runstream.run._run_scores import TurnScores
 from runstream.run.output import RunOutput
 
 if TYPE_CHECKING:
@@ -98,10 +99,14 @@ class IdleStreams:
             options.abort_signal.add_listener(controller.abort)
         controller.signal.add_listener(first.abort)
 
+        turns = [first]
+
         async def continuation(context: list[PromptMessage]) -> RunOutput:
-            return await next_turn(
+            turn = await next_turn(
                 replace(options, context=(*options.context, *context), abort_signal=controller.signal)
             )
+            turns.append(turn)
+            return turn
 
         async def the_first_turn() -> RunOutput:
             return first
@@ -116,4 +121,6 @@ class IdleStreams:
 
         # (the merge's task events are typed as any chunk until agent/until_idle.py is typed)
         chunks = cast("AsyncIterator[StreamChunk]", source)
-        return RunOutput(chunks, first.state, controller, on_close=forget)
+        merged = RunOutput(chunks, first.state, controller, on_close=forget)
+        merged.scoring = TurnScores(turns)  # each turn is scored as it ends: theirs, in turn order
+        return merged

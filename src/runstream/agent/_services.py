@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from runstream.background_scoring import ScoringRunner
 from runstream.observability.store import SpanStore
+from runstream.scoring import Scorer
 from runstream.storage import Storage
 from runstream.tasks.coordination import TaskManager
 from runstream.tools import Tool
@@ -36,6 +37,8 @@ class RuntimeServices:
     """The runtime's scoring runner (agents' ``scorers`` run there)."""
     span_store: Callable[[], SpanStore | None] | None = None
     """The runtime's span store, if any (agents' scores are kept there)."""
+    scorers: Callable[[], Mapping[str, Scorer]] | None = None
+    """The runtime's registered scorers by id (a run's ``scorers`` may name them)."""
 
 
 class DurableRunner(Protocol):

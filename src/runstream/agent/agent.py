@@ -54,6 +54,7 @@ from runstream.request_context import Dynamic, RequestContext, resolve
 from runstream.run._callbacks import CallbackObserver
 from runstream.run._loop import run_output
 from runstream.run._prepare_step import normalize_tool_choice
+from runstream.run._run_scores import scoring_data
 from runstream.run._run_state import LoopConfig, ResumeAction, RunState
 from runstream.run._sources import Observer
 from runstream.run._step_results import model_label, run_metadata
@@ -192,7 +193,7 @@ class Agent:
     def bind(self, services: RuntimeServices) -> None:
         """Give the agent a runtime's storage and task manager (``Runstream`` does this)."""
         self.services = services
-        self.scoring.runner_of, self.scoring.store_of = services.scoring, services.span_store
+        self.scoring.bind(services)
         if self.memory is not None and self.memory.storage is None:
             self.memory.storage = services.storage
         for sub in self.agents.values():  # a sub-agent's memory and tasks live in its supervisor's runtime
@@ -233,7 +234,8 @@ class Agent:
         ``instructions``/``model`` (replace the agent's), ``system`` (added system messages),
         ``active_tools``, ``require_tool_approval`` (``True`` or a function of the call),
         ``tool_call_concurrency`` (``n`` or ``{"limit", "strategy"}``), ``stop_when``
-        (``runstream.stop_conditions``) and ``prepare_step`` (``runstream.run._prepare_step``). They
+        (``runstream.stop_conditions``), ``prepare_step`` (``runstream.run._prepare_step``),
+        ``scorers`` (replace the agent's for this run; by name too) and ``return_scorer_data``. They
         are read once into a frozen :class:`~runstream.agent.run_options.RunOptions`, over the agent's
         ``default_options``; an unknown option is an error naming it.
 
@@ -277,7 +279,9 @@ class Agent:
             options = {**{k: v for k, v in given.items() if camel(k) not in options}, **options}
         idle = until_idle if until_idle is not None else False
         check_idle_options(idle)
-        return RunOptions.of(options), run_id, idle
+        run_options = RunOptions.of(options)
+        self.scoring.check(self, run_options)
+        return run_options, run_id, idle
 
     def _idles(self, until_idle: UntilIdle, options: RunOptions) -> bool:
         """Whether a stream stays open for its background tasks (it needs a task manager and a
@@ -625,6 +629,8 @@ class Agent:
             if run_log is not None:
                 run_log.close()
             tracing.end_agent_span(state.span, state)
+            if options.return_scorer_data:
+                out.scoring_data = scoring_data(cfg, state)
             self._durable_runs.finished(state.run_id)
             storage = self._run_storage()
             if cfg.on_step_end is not None and storage is not None:
@@ -636,8 +642,8 @@ class Agent:
             if resume is not None and storage is not None:
                 await storage.delete_snapshot(NAMESPACE, state.run_id)
             await self._save_turn(cfg, state, options)
-            if self.scorers and state.status == "success":
-                out.scoring = self.scoring.start(self.id, self.name, self.scorers, cfg, state)
+            if self.scorers or options.scorers:  # (a run without scorers: nothing more)
+                out.scoring = self.scoring.finish(self, cfg, state, options)
 
         observers: list[Observer] = []
         if memory is not None and options.memory is not None:  # generateTitle's emitEvent
@@ -759,7 +765,7 @@ class Agent:
     ) -> RunOutput:
         check_idle_options(until_idle)  # bad options fail before the run is touched
         if given:
-            RunOptions.of(given, where="resume")
+            self.scoring.check(self, RunOptions.of(given, where="resume"))
         stopped = await self._stopped.take(run_id, action, self._run_storage())
         state = stopped.state
         # The resume call's options replace the run's own (its configuration is then rebuilt).

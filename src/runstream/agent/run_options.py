@@ -41,7 +41,7 @@ from runstream.run._prepare_step import InvalidOptionError as InvalidOptionError
 from runstream.run._prepare_step import normalize_tool_choice
 from runstream.run._run_snapshot import UnsupportedRunStateError
 from runstream.run._run_state import ApprovalPolicy, LoopConfig, PrepareStep
-from runstream.scoring import TaskCompletion
+from runstream.scoring import AgentScorer, RunScorer, TaskCompletion, run_scorers
 from runstream.stop_conditions import StopCondition
 from runstream.structured import ErrorStrategy, StructuredOutput
 from runstream.tools import Tool, ToolArgs, ToolContext
@@ -124,6 +124,8 @@ class StreamOptions(TypedDict, total=False):
     stop_when: Annotated[StopCondition | Sequence[StopCondition], _option(_conditions)]
     prepare_step: SkipValidation[PrepareStep | None]
     delegation: Annotated[DelegationConfig | Mapping[str, Any] | None, _option(DelegationConfig.coerce)]
+    scorers: Annotated[Mapping[str, Any] | Sequence[Any] | None, _option(run_scorers)]
+    return_scorer_data: Annotated[bool, _option(bool)]
 
 
 class AgentDefaults(Protocol):
@@ -219,6 +221,12 @@ class RunOptions:
     tool_call_strategy: Literal["available", "called"] = "available"
     delegation: DelegationConfig | None = None
     """Hooks around the run's sub-agent calls (Mastra's ``delegation``, ``runstream.delegation``)."""
+    scorers: Mapping[str, RunScorer] | None = None
+    """The run's own scorers (Mastra's per-call ``scorers``): they replace the agent's for this
+    run (``{}``: none); ``None``: the agent's."""
+    return_scorer_data: bool = False
+    """Return what the scorers see with the result (Mastra's ``returnScorerData``:
+    ``scoringData`` in the full output)."""
 
     @classmethod
     def of(cls, options: Mapping[str, object], *, where: str = "stream()") -> RunOptions:
@@ -353,6 +361,8 @@ class RunOptions:
                 name: {"description": tool.description, "inputSchema": tool.input_schema}
                 for name, tool in self.client_tools.items()
             },
+            "scorers": _scorers_json(self.scorers),
+            "returnScorerData": self.return_scorer_data,
         }
 
     @classmethod
@@ -393,6 +403,12 @@ class _ClientToolJson(TypedDict):
     inputSchema: JsonObject
 
 
+class _ScorerJson(TypedDict):
+    scorer: str
+    """The scorer's name (a restored run looks it up as a name given in ``scorers``)."""
+    sampling: float
+
+
 class RunOptionsJson(TypedDict):
     """:meth:`RunOptions.to_json`: the options that are data, by their Mastra names (each a key
     :class:`StreamOptions` reads; ``tests/test_run_options.py`` checks), and the format's version."""
@@ -414,6 +430,22 @@ class RunOptionsJson(TypedDict):
     requireToolApproval: bool
     toolCallConcurrency: ToolCallConcurrency
     clientTools: dict[str, _ClientToolJson]
+    scorers: dict[str, _ScorerJson] | None
+    returnScorerData: bool
+
+
+def _scorers_json(scorers: Mapping[str, RunScorer] | None) -> dict[str, _ScorerJson] | None:
+    """A run's own scorers by name: a restored run (on another worker too) finds them again
+    among the agent's and the runtime's (a scorer known to neither is skipped there, logged)."""
+    if scorers is None:
+        return None
+    return {
+        key: {
+            "scorer": entry.scorer.id if isinstance(entry, AgentScorer) else entry.scorer,
+            "sampling": entry.rate,
+        }
+        for key, entry in scorers.items()
+    }
 
 
 _DEFAULTS = {

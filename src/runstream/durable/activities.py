@@ -8,8 +8,9 @@ Temporal between them: the loop's ``on_step_end`` hook (called after a step's to
 an in-process durable run saves its snapshot) stores the state in the log with the chunks
 before it, and a later attempt (after a lost worker) goes on from there. When the run ends or
 stops for a human, the activity does what :meth:`Agent._output`'s close does in-process: saves
-the turn into memory, or the suspended run's snapshot (for listings and approvals from any
-process), and the state goes back to the workflow.
+the turn into memory and starts its scorers (on this worker's scoring runner), or saves the
+suspended run's snapshot (for listings and approvals from any process), and the state goes
+back to the workflow.
 
 Every chunk goes to the run's log at the sequence number after the previous one, in batches
 (:meth:`RunLog.append_at`), so an attempt that runs a step again after a lost worker adds only
@@ -164,13 +165,16 @@ class RunActivities:
             await storage.save_snapshot(suspension.NAMESPACE, state.run_id, data)
 
     async def _finished(self, agent: Agent, cfg: LoopConfig, state: RunState, options: RunOptions) -> None:
-        """Save the turn (and start its thread's title, as in-process), then the outcomes of its
+        """Save the turn (and start its thread's title, as in-process), start its scorers (on
+        this worker's scoring runner, into its span store), then the outcomes of its
         background tasks that settled while other workers ran its earlier steps (their hooks
         had no turn in memory to write into)."""
         storage = agent._run_storage()
         if storage is not None:
             await storage.delete_snapshot(suspension.NAMESPACE, state.run_id)
         await agent._save_turn(cfg, state, options)
+        if agent.scorers or options.scorers:  # scored here, as in-process when its output closes
+            agent.scoring.finish(agent, cfg, state, options)
         memory = cfg.memory
         if memory is None or not state.saved or storage is None:
             return

@@ -20,7 +20,7 @@ import logging
 import warnings
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, NotRequired, TypedDict, TypeVar, cast
 
 from runstream._json import JsonObject
 from runstream.abort import AbortController
@@ -44,6 +44,7 @@ from runstream.chunks import (
 )
 from runstream.errors import RunFailedError, StateConflictError
 from runstream.models.base import PromptMessage
+from runstream.run._run_scores import ScoringData
 from runstream.run._run_state import RunState, Status
 from runstream.run._run_state import StepRecord as StepRecord
 from runstream.run._sources import SUB_STREAM, Observer, PartSource, SubStream
@@ -535,6 +536,9 @@ class RunOutput:
 
     scoring: RunScores | None = None
     """The jobs of the agent's ``scorers`` on this run, once it ended with success (see :attr:`scores`)."""
+    scoring_data: ScoringData | None = None
+    """What the scorers see of this run, once it ended, when it was asked for
+    (``return_scorer_data=True``): ``scoringData`` in :meth:`get_full_output`."""
 
     @property
     def scores(self) -> Aggregate[list[RunScore]]:
@@ -560,7 +564,10 @@ class RunOutput:
         (as Mastra's ``getFullOutput()`` rejects)."""
         await self.consume()
         self.raise_if_failed()
-        return full_output(self.state)
+        full = full_output(self.state)
+        if self.scoring_data is not None:
+            full["scoringData"] = self.scoring_data
+        return full
 
     # -- synchronous state ------------------------------------------------------------------------
     @property
@@ -657,6 +664,8 @@ class FullOutput(TypedDict):
     """What the tool that suspended the run gave (the tool's own value)."""
     messages: list[PromptMessage]
     status: Status
+    scoringData: NotRequired[ScoringData]
+    """What the scorers see of the run (asked for with ``return_scorer_data=True``)."""
 
 
 def full_output(state: RunState) -> FullOutput:

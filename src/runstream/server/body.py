@@ -3,7 +3,7 @@
 Field names are exactly those client-js sends (``messages``, ``memory``, ``runId``, ``maxSteps``,
 ``toolChoice``, ``modelSettings``, ``providerOptions``, ``structuredOutput``, ``untilIdle``,
 ``maxIdleMs``, ``context``, ``clientTools``, ``activeTools``, ``instructions``,
-``requireToolApproval``, ``requestContext``), plus runstream's ``resumeWindowMs`` and ``maxContinuations`` (see
+``requireToolApproval``, ``requestContext``, ``scorers`` by name, ``returnScorerData``), plus runstream's ``resumeWindowMs`` and ``maxContinuations`` (see
 ``agent/until_idle.py``). Fields client-js may send that runstream has no use for are listed in
 :data:`IGNORED_FIELDS`; any other field is a 400 naming it (Mastra's schema lets unknown keys
 through, so a misspelled option would silently do nothing). Every mistake is a 400 with a
@@ -25,6 +25,7 @@ from runstream.errors import InvalidInputError
 from runstream.memory import MemoryOptions, MemoryScope, memory_options
 from runstream.memory.working import WorkingMemory
 from runstream.models.base import ModelSettings, PromptMessage
+from runstream.scoring import RunScorer, run_scorers
 from runstream.server.auth import Principal
 from runstream.server.errors import ApiError
 from runstream.server.limits import (
@@ -68,12 +69,13 @@ FIELDS = frozenset(
         "messages", "memory", "runId", "maxSteps", "toolChoice", "modelSettings", "providerOptions",
         "structuredOutput", "untilIdle", "maxIdleMs", "resumeWindowMs", "maxContinuations", "context",
         "clientTools", "activeTools", "instructions", "requireToolApproval", "requestContext",
+        "scorers", "returnScorerData",
     }
 )  # fmt: skip
 IGNORED_FIELDS = frozenset(
     {
         # client-js and AI SDK transports send these; runstream has no use for them (yet)
-        "tracingOptions", "returnScorerData", "scorers", "versions", "format",
+        "tracingOptions", "versions", "format",
         "savePerStep", "tools", "actor", "id", "trigger", "messageId", "resourceId", "threadId",
     }
 )  # fmt: skip
@@ -301,6 +303,32 @@ def _client_tools(value: JsonValue) -> dict[str, Tool]:
     return tools
 
 
+MAX_RUN_SCORERS = 32
+
+
+def _scorers(value: JsonValue) -> dict[str, RunScorer] | None:
+    """``scorers: {key: name | {scorer: name, sampling?}}``: a run's own scorers, named only (a
+    scorer is the server's code: the agent's ``scorers`` or ``Runstream(scorers=...)``; the agent
+    refuses a name that is neither before the run starts)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or len(value) > MAX_RUN_SCORERS:
+        raise invalid(
+            f"'scorers' must map at most {MAX_RUN_SCORERS} keys to scorers' names ({{key: {{scorer, sampling?}}}})"
+        )
+    for key, entry in value.items():
+        check_id(key, "scorers")
+        if not isinstance(entry.get("scorer") if isinstance(entry, dict) else entry, str):
+            raise invalid(
+                f"'scorers.{key}' must name a scorer of the agent or the server: a name, or "
+                "{scorer: name, sampling?} (a request names scorers, it never gives one)"
+            )
+    try:
+        return run_scorers(value)
+    except (TypeError, ValueError) as exc:
+        raise invalid(str(exc)) from None
+
+
 CONTINUE_FIELDS = frozenset({"toolCallId", "reason", "resumeData"})
 """What approve/decline/resume bodies carry besides a stream body's options."""
 
@@ -365,6 +393,8 @@ def parse_stream_body(
         active_tools=active,
         instructions=_optional(body, "instructions", str, "a string"),
         request_context=_optional(body, "requestContext", dict, "an object"),
+        scorers=_scorers(body.get("scorers")),
+        return_scorer_data=_optional(body, "returnScorerData", bool, "a boolean") or False,
     )
     if _optional(body, "requireToolApproval", bool, "a boolean"):
         # only when the request asks for approval: an explicit False would override the agent's

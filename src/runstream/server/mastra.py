@@ -244,6 +244,8 @@ async def full_output(run: Run) -> dict[str, Any]:
     full["finishReason"] = state.finish_reason
     full["response"] = {"id": state.message_id, "messages": full.pop("messages")}
     full["steps"] = [{k: v for k, v in step.items() if k != "request"} for step in result["steps"]]
+    if out.scoring_data is not None:  # (returnScorerData)
+        full["scoringData"] = out.scoring_data
     return full
 
 
