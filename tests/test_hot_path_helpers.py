@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import os
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -23,6 +25,30 @@ def test_new_id_is_a_version_4_uuid_string_and_unique() -> None:
         assert parsed.variant == uuid.RFC_4122
         assert str(parsed) == text
     assert {text[19] for text in ids} == set("89ab")  # the variant keeps its two random bits
+
+
+def test_new_ids_are_unique_across_threads() -> None:
+    with ThreadPoolExecutor(4) as pool:
+        batches = list(pool.map(lambda _: [new_id() for _ in range(500)], range(8)))
+    ids = [text for batch in batches for text in batch]
+    assert len(set(ids)) == len(ids) == 4_000
+
+
+def test_a_forked_child_does_not_repeat_its_parents_ids() -> None:
+    new_id()  # the parent holds a draw of ids not handed out yet
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child's side
+        os.close(reader)
+        os.write(writer, " ".join(new_id() for _ in range(10)).encode())
+        os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader) as pipe:
+        childs = set(pipe.read().split())
+    os.waitpid(child, 0)
+    parents = {new_id() for _ in range(10)}
+    assert len(childs) == 10
+    assert not childs & parents
 
 
 def test_copy_json_equals_deepcopy_and_shares_nothing_mutable() -> None:

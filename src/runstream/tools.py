@@ -14,6 +14,7 @@ import json
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from types import CoroutineType
 from typing import (
     Any,
     Literal,
@@ -411,7 +412,7 @@ class Tool:
 
     async def execute(self, args: ToolArgs, ctx: ToolContext) -> Any:
         result = self._execute(args, ctx)
-        if inspect.isawaitable(result):
+        if type(result) is CoroutineType or inspect.isawaitable(result):  # (the first: no call)
             result = await result
         return self._checked_output(result)
 
@@ -500,14 +501,14 @@ def _from_function(
     schema.setdefault("properties", {})
     summary = " ".join(p for p in (doc.short_description, doc.long_description) if p)
 
-    async def execute(args: ToolArgs, ctx: ToolContext) -> Any:
+    def execute(args: ToolArgs, ctx: ToolContext) -> Any:
+        """The function's result, or its coroutine (awaited by :meth:`Tool.execute`: an async
+        function's call is one coroutine, not one inside another)."""
+        if ctx_param is None:
+            return fn(**args)
         call_args: dict[str, object] = dict(args)
-        if ctx_param is not None:
-            call_args[ctx_param] = ctx
-        result = fn(**call_args)
-        if inspect.isawaitable(result):
-            return await result
-        return result
+        call_args[ctx_param] = ctx
+        return fn(**call_args)
 
     return Tool(
         name or fn.__name__,

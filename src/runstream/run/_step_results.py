@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     )
 
 _USAGE_KEYS = ("inputTokens", "outputTokens", "totalTokens")
+_USAGE_KEY_SET = frozenset(_USAGE_KEYS)
 _PER_STEP = frozenset({"cacheCreationInputTokens5m", "cacheCreationInputTokens1h"})
 """Usage keys a step reports that Mastra's run total (the finish chunk) leaves out."""
 _NUMBERS = (int, float)
@@ -184,16 +185,18 @@ def _split(deltas: list[str], starts: list[int]) -> list[str]:
 
 
 def add_usage(total: JsonObject, step: JsonObject) -> None:
+    """Add a step's counts to the run's (the last step's ``raw`` usage is the run's)."""
+    counted = total.get
     for key, value in step.items():
-        if key == "raw":
+        if isinstance(value, _NUMBERS):
+            if key not in _PER_STEP:
+                before = counted(key, 0)
+                total[key] = (before if isinstance(before, _NUMBERS) else 0) + value
+        elif key == "raw":
             total["raw"] = value
-        elif key in _PER_STEP:
-            continue
-        elif isinstance(value, _NUMBERS):
-            before = total.get(key, 0)
-            total[key] = (before if isinstance(before, _NUMBERS) else 0) + value
-    for key in _USAGE_KEYS:
-        total.setdefault(key, 0)
+    if not total.keys() >= _USAGE_KEY_SET:  # (a set test in C: the counts are there after a step)
+        for key in _USAGE_KEYS:
+            total.setdefault(key, 0)
 
 
 def step_record(
@@ -231,7 +234,7 @@ def step_record(
     if record["toolCalls"]:
         messages.append({"role": "tool", "content": []})
     record["responseMessages"] = messages
-    if _continues(state):
+    if state.continued is not None:
         # Mastra takes a step's content from the response message by step position; continuing a
         # stored message, that is the stored message's step of the same number.
         record["content"] = _nth_step_content(_merged_parts(state), len(state.steps) + 1)
@@ -326,7 +329,7 @@ def _v4_call(part: Mapping[str, Any]) -> dict[str, object]:
 def add_tool_results(state: RunState, record: StepRecord, results: list[ToolResultPart]) -> None:
     """A tool step's content gains its results once its step-finish is out (as in Mastra); a
     step read from a continued message keeps what that message said at its step-finish."""
-    if not _continues(state):
+    if state.continued is None:
         record["content"].extend(results)
         _content_grew(state, record)
 
@@ -399,10 +402,6 @@ def _model_metadata(cfg: LoopConfig, record: Mapping[str, Any]) -> dict[str, obj
     return meta
 
 
-def _continues(state: RunState) -> bool:
-    return state.continued is not None
-
-
 def _merged_parts(state: RunState, model: str | None = None) -> list[StoredPart]:
     assert state.continued is not None
     return state.continued.merged_parts(state.response_messages, model)
@@ -411,7 +410,7 @@ def _merged_parts(state: RunState, model: str | None = None) -> list[StoredPart]
 def response_view(state: RunState) -> list[PromptMessage]:
     """The run's response messages as Mastra reports them: a run that continues a stored
     assistant message reports that whole message (with its own response appended)."""
-    if _continues(state):
+    if state.continued is not None:
         return [m for step in parts_to_steps(_merged_parts(state)) for m in step]
     return _own_messages(state.response_messages)
 
@@ -449,7 +448,7 @@ def _messages_payload(cfg: LoopConfig, state: RunState) -> StepMessages:
     """The conversation (``all``: context messages other than system ones, history, input and
     response), the run's new user input and its response (``nonUser``)."""
     history = state.messages[: state.history_count]
-    if _continues(state):
+    if state.continued is not None:
         assert state.continued is not None
         history = history[: len(history) - state.continued.prompt_count]
         conversation = responses = response_view(state)
@@ -556,10 +555,11 @@ def finish_chunk(
     if cfg.durable:
         return FinishChunk(state.run_id, _durable_finish(state, record, reason, usage))  # type: ignore[arg-type]
     result: StepResultPayload = {**(step_result or {}), "reason": reason, "isContinued": False}
+    metadata = _model_metadata(cfg, record)
     payload: dict[str, object] = {
         "messageId": state.message_id,
         "stepResult": result,
-        "metadata": _model_metadata(cfg, record),
+        "metadata": metadata,
         "output": _output_payload(state, record, usage),
         "messages": _messages_payload(cfg, state),
         "processorRetryCount": state.processor_retry_count,
@@ -567,7 +567,7 @@ def finish_chunk(
     if _background_task_pending(cfg, state):
         payload["backgroundTaskPending"] = True
     response = {
-        **_model_metadata(cfg, record),
+        **metadata,
         "messages": response_view(state),
         "uiMessages": _ui_messages(cfg, state),
     }
@@ -612,7 +612,7 @@ def run_metadata(cfg: LoopConfig, state: RunState) -> JsonObject:
 def _ui_messages(cfg: LoopConfig, state: RunState) -> list[UIMessage]:
     """The run's response as AI SDK UI messages (what a ``useChat`` client would hold): one,
     or one per response message when signals split the response (each marked as bounded)."""
-    if _continues(state):
+    if state.continued is not None:
         assert state.continued is not None
         metadata = merge_metadata(state.continued.metadata, run_metadata(cfg, state))
         return [_ui_message(cfg, state.continued.id, _merged_parts(state, model_label(cfg)), metadata)]
