@@ -53,6 +53,8 @@ _TABLES = (
     "CREATE INDEX IF NOT EXISTS ai_traces_upto ON ai_traces (upto)",
     # A row per trace per written batch: all its spans (roots too) in one JSON document, so a
     # span costs its encoding and a share of one insert (store.py: ``upto`` numbers the spans).
+    # ``roots``: how many of its spans are trace roots, put in ``ai_traces`` when it is first
+    # read (SpanStore.index_roots); a store made before has the column added at open.
     """CREATE TABLE IF NOT EXISTS ai_span_batches (
         seq {serial} PRIMARY KEY,
         upto BIGINT NOT NULL,
@@ -60,7 +62,8 @@ _TABLES = (
         resource_id TEXT,
         first_started TEXT NOT NULL,
         last_started TEXT NOT NULL,
-        spans TEXT NOT NULL
+        spans TEXT NOT NULL,
+        roots INTEGER NOT NULL DEFAULT 0
     )""",
     "CREATE INDEX IF NOT EXISTS ai_span_batches_trace ON ai_span_batches (trace_id)",
     "CREATE INDEX IF NOT EXISTS ai_span_batches_upto ON ai_span_batches (upto)",
@@ -231,12 +234,28 @@ _PAGE_SIZE = 16384
 
 _RETIRED = "DROP TABLE IF EXISTS ai_spans"
 """The first stores kept a row per span (``ai_spans``); that telemetry is dropped at open."""
+_ADD_ROOTS = "ALTER TABLE ai_span_batches ADD COLUMN {if_missing}roots INTEGER NOT NULL DEFAULT 0"
+"""A store made before ``roots`` existed (its batches' roots are in ``ai_traces`` already: 0)."""
+_LACKS_ROOTS = (
+    "SELECT 1 AS lacks FROM sqlite_master WHERE name = 'ai_span_batches' "
+    "AND NOT EXISTS (SELECT 1 FROM pragma_table_info('ai_span_batches') WHERE name = 'roots')"
+)
+"""Whether a SQLite store needs :data:`_ADD_ROOTS` (SQLite has no ``ADD COLUMN IF NOT EXISTS``)."""
+_MARKS = (
+    "CREATE TABLE IF NOT EXISTS ai_index_marks (name TEXT PRIMARY KEY, upto BIGINT NOT NULL)",
+    # The batches a store holds when it first gets the mark had their roots written with them.
+    "INSERT INTO ai_index_marks (name, upto) SELECT 'roots', (SELECT COALESCE(MAX(upto), 0) FROM ai_span_batches) "
+    "WHERE NOT EXISTS (SELECT 1 FROM ai_index_marks WHERE name = 'roots')",
+)
+"""``ai_index_marks``: the ``upto`` of the last batch whose roots are in ``ai_traces``."""
 
 
-def tables(dialect: str) -> list[str]:
+def tables(dialect: str, *, add_roots: bool = True) -> list[str]:
     """The statements making the store's tables and view (``sqlite`` or ``postgres``), run at
     open: the view is made anew each time, so it follows this code's version (a store written
-    before ``ai_span_facts`` existed gets its spans' facts when first read, as new spans do)."""
+    before ``ai_span_facts`` existed gets its spans' facts when first read, as new spans do).
+    ``add_roots``: add the ``roots`` column to a store made before it (always checked on
+    PostgreSQL; on SQLite, :data:`_LACKS_ROOTS` says)."""
     pg = dialect == "postgres"
     types = {
         "serial": "BIGSERIAL" if pg else "INTEGER",
@@ -247,6 +266,8 @@ def tables(dialect: str) -> list[str]:
     return [
         _RETIRED,
         *(statement.format(**types) for statement in _TABLES),
+        *([_ADD_ROOTS.format(if_missing="IF NOT EXISTS " if pg else "")] if add_roots else []),
+        *_MARKS,
         "DROP VIEW IF EXISTS ai_span_rows",
         _span_rows_view(dialect),
     ]
@@ -293,7 +314,11 @@ class SqliteBackend:
             # Spans are telemetry: a power cut may lose the last batches, never corrupt the file.
             self._db.execute("PRAGMA synchronous=NORMAL")
         # In one transaction: another process opening the file at once waits for the view.
-        self.write([(statement, (), False) for statement in tables("sqlite")])
+        self.transact(
+            _LACKS_ROOTS,
+            (),
+            lambda lacks: [(statement, (), False) for statement in tables("sqlite", add_roots=bool(lacks))],
+        )
         # (":memory:" is a database per connection: there the writer reads too)
         self._reader, self._read_lock = (
             (self._db, self._lock) if path == ":memory:" else (_connect(path, 5.0), threading.Lock())

@@ -4,7 +4,8 @@ The same spans the OTLP exporter sees (one instrumentation, two observers, each 
 finished span is encoded (its ids, name, times, error, attributes and links as they are) and
 queued (bounded queue, periodic flush, flushed at shutdown, a full queue drops rather than blocks
 a run), and a worker thread writes each batch: a row per trace, its spans' entries in one JSON
-document with the trace's context once, and a trace's root span once more for the trace list.
+document with the trace's context once and how many are roots (the trace list's rows, made when
+it is read).
 Mastra's records are built when read (:mod:`.records`). On the run's own thread the processor
 does little: a dictionary look-up when a trace or an agent run starts, an encoding and four
 items queued when a span ends (see :data:`_FIELDS` for why nothing else is held).
@@ -27,7 +28,7 @@ import weakref
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress, groupby, repeat, starmap
+from itertools import groupby, repeat, starmap
 from typing import cast
 
 import orjson
@@ -40,7 +41,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.trace import Link, SpanContext, StatusCode
 
 from runstream.errors import ConfigurationError
-from runstream.observability.records import SpanEntry, TraceContext, iso_ns, span_columns
+from runstream.observability.records import SpanEntry, TraceContext, iso_ns
 from runstream.observability.store import SpanBatch, SpanStore
 
 _MAX_TRACES = 10_000
@@ -419,11 +420,11 @@ class StoreSpanProcessor(SpanProcessor):
 
 def _batches(queued: Sequence[int | bytes], traces: _Traces, service: str | None) -> list[SpanBatch]:
     """Queued spans (:data:`_FIELDS` items each) as one :class:`SpanBatch` per trace: the
-    trace's context once and its spans' encoded entries in one JSON document, and its root
-    spans' columns for the trace list."""
+    trace's context once and its spans' encoded entries in one JSON document, and how many are
+    its roots (the trace list's rows, made when it is read)."""
     trace_ids = cast("Sequence[int]", queued[0::_FIELDS])
     starts = cast("Sequence[int]", queued[1::_FIELDS])
-    is_root = queued[2::_FIELDS]
+    is_root = cast("Sequence[bool]", queued[2::_FIELDS])
     encoded = cast("Sequence[bytes]", queued[3::_FIELDS])
     of_trace: dict[int, list[int]] = {}  # OTel trace id → its spans' positions
     for trace_id, run in groupby(range(len(trace_ids)), trace_ids.__getitem__):
@@ -435,24 +436,18 @@ def _batches(queued: Sequence[int | bytes], traces: _Traces, service: str | None
     batches = []
     for trace_id, positions in of_trace.items():
         trace = _context(trace_id, traces.get(trace_id), service)
-        roots = []
-        if trace["rootParent"] is None:  # (a task's trace hangs under the run's span: no root)
-            for root in compress(positions, map(is_root.__getitem__, positions)):
-                columns = span_columns(trace, orjson.loads(encoded[root]))
-                roots.append(
-                    (columns, orjson.dumps({"otel": columns["raw"]}, default=_json_default).decode())
-                )
         span_starts = list(map(starts.__getitem__, positions))
         spans = b",".join(map(encoded.__getitem__, positions))
         batches.append(
             SpanBatch(
-                trace_id=str(trace["traceId"]),
+                trace_id=trace["traceId"],
                 resource_id=trace["resourceId"],
                 first_started=iso_ns(min(span_starts)),
                 last_started=iso_ns(max(span_starts)),
                 count=len(positions),
                 spans=b"".join((b'{"trace":', orjson.dumps(trace), b',"spans":[', spans, b"]}")).decode(),
-                roots=roots,
+                # (a task's trace hangs under the run's span: its OTel root is not a trace's root)
+                roots=sum(map(is_root.__getitem__, positions)) if trace["rootParent"] is None else 0,
             )
         )
     return batches

@@ -9,14 +9,17 @@ Written by :class:`~runstream.observability.processor.StoreSpanProcessor` from i
 Spans are kept a row per trace per written batch (``ai_span_batches``: the trace's spans of that
 batch in one JSON document), and each trace's root span once more in ``ai_traces``, the trace
 list's index: a span costs its encoding and a share of one insert instead of a row with its
-indexes. Reads decode the batches of a trace (its tree, a span) or of a time range (metrics,
-discovery) and filter them exactly; the records are built then (:mod:`.records`).
+indexes. The roots are put in ``ai_traces`` when the trace list is next read
+(:meth:`SpanStore.index_roots`), and a span's facts in ``ai_span_facts`` when metrics are
+(:meth:`SpanStore.index_facts`), so a write touches one table (a commit's pages are most of a
+write's cost). Reads decode the batches of a trace (its tree, a span) or of a time range and
+filter them exactly; the records are built then (:mod:`.records`).
 
 Retention is bounded: spans older than ``max_age`` and all but the newest ``max_spans`` are
-deleted after each write, a batch at a time (``upto``, the number of a batch's last span among
-all spans written, is what the count is kept by; a batch goes when its last span is older than
-the newest ``max_spans``, and a trace's root with its batch). Scores and feedback: the newest
-``max_signals``; logs: ``max_age`` and the newest ``max_logs``.
+deleted after each write that finds the oldest stored row due, a batch at a time (``upto``, the
+number of a batch's last span among all spans written, is what the count is kept by; a batch goes
+when its last span is older than the newest ``max_spans``, and a trace's root with its batch).
+Scores and feedback: the newest ``max_signals``; logs: ``max_age`` and the newest ``max_logs``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import orjson
 
 from runstream.errors import ConfigurationError
 from runstream.observability import metric_sql
+from runstream.observability._indexes import TRACE_COLUMNS as TRACE_COLUMNS
+from runstream.observability._indexes import ReadIndexes, batch_spans, record_columns
 from runstream.observability._sql import (
     Backend,
     PostgresBackend,
@@ -45,45 +50,29 @@ from runstream.observability.records import (
     FACT_COLUMNS,
     LogRecord,
     SpanColumns,
-    columns_facts,
     epoch_ms,
     iso_ns,
     mastra_span,
-    span_columns,
 )
 from runstream.observability.trace_query import TraceQueryPlan, encode_cursor, trace_row
 
-_TRACE_COLUMNS = (
-    "trace_id",
-    "span_id",
-    "name",
-    "span_type",
-    "entity_type",
-    "entity_id",
-    "entity_name",
-    "resource_id",
-    "thread_id",
-    "run_id",
-    "service_name",
-    "environment",
-    "has_error",
-    "started_at",
-    "ended_at",
-)
-"""A root span's columns in ``ai_traces`` (its ``record`` besides)."""
 _INSERT_BATCH = (
-    "INSERT INTO ai_span_batches (upto, trace_id, resource_id, first_started, last_started, spans) "
-    "VALUES ((SELECT COALESCE(MAX(upto), 0) FROM ai_span_batches) + ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO ai_span_batches (upto, trace_id, resource_id, first_started, last_started, roots, spans) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
-_INSERT_ROOT = (
-    f"INSERT INTO ai_traces (upto, {', '.join(_TRACE_COLUMNS)}, record) "
-    "VALUES ((SELECT MAX(upto) FROM ai_span_batches WHERE trace_id = ?), "
-    f"{', '.join('?' for _ in _TRACE_COLUMNS)}, ?)"
+_WRITE_STATE = (
+    "SELECT (SELECT COALESCE(MAX(upto), 0) FROM ai_span_batches) AS upto, "
+    "(SELECT MIN(last_started) FROM ai_span_batches) AS batch_started, "
+    "(SELECT MIN(started_at) FROM ai_traces) AS root_started, "
+    "(SELECT MIN(upto) FROM ai_span_facts) AS ai_span_facts, "
+    "(SELECT MIN(upto) FROM ai_span_batches) AS ai_span_batches, "
+    "(SELECT MIN(upto) FROM ai_traces) AS ai_traces"
 )
+"""What a write reads first (each an index's end): the ``upto`` its batches number on from,
+and the oldest of each table, whether retention has anything to delete."""
+_RETAINED = ("ai_span_facts", "ai_span_batches", "ai_traces")
 _FACT_LIST = ", ".join(FACT_COLUMNS)
-_INDEX_BATCHES = 500
-"""Batches indexed a transaction (``SpanStore.index_facts``): the writer waits for their inserts."""
-_READ_ROOT = f"NULL AS parent_span_id, {', '.join(_TRACE_COLUMNS)}, record"
+_READ_ROOT = f"NULL AS parent_span_id, {', '.join(TRACE_COLUMNS)}, record"
 _LOG_COLUMNS = ("timestamp", "level", "trace_id", "run_id", "resource_id", "record")
 TRACE_FILTERS = {
     "traceId": "trace_id",
@@ -143,8 +132,9 @@ class SpanBatch:
     spans: str
     """JSON: ``{"trace": TRACE_CONTEXT, "spans": [entry, ...]}`` as the processor wrote it
     (:func:`~runstream.observability.records.span_columns`), or ``{"records": [record]}``."""
-    roots: Sequence[tuple[SpanColumns, str]] = ()
-    """Its root spans: their columns and their record (JSON) for ``ai_traces``."""
+    roots: int = 0
+    """How many of its spans are trace roots (``parentSpanId`` ``None``): not written to
+    ``ai_traces`` with it, but when the trace list is first read (:meth:`SpanStore.index_roots`)."""
 
 
 class _Where:
@@ -188,7 +178,7 @@ class _Where:
         return " AND ".join(self.conditions) or "1 = 1"
 
 
-class SpanStore:
+class SpanStore(ReadIndexes):
     """The span store on SQLite (``path``: a file, or ``":memory:"``)."""
 
     def __init__(
@@ -235,44 +225,67 @@ class SpanStore:
         self.write_batches([_record_batch(record) for record in records], now=now)
 
     def write_batches(self, batches: Sequence[SpanBatch], *, now: datetime | None = None) -> None:
-        """Append span batches (the processor's, one per trace of its batch) and their roots in
-        one transaction, then apply retention (their facts, if indexed, go with them)."""
+        """Append span batches (the processor's, one per trace of its batch) in one transaction,
+        then apply retention (their facts and roots, if indexed, go with them).
+
+        Their roots wait for the first read of the trace list (:meth:`index_roots`), as their
+        facts wait for metrics: a batch is one row, and a write touches one table's pages and
+        indexes. Retention runs only when the oldest batch, root or fact is due (the write reads
+        each table's oldest first, an index's end each)."""
         if not batches:
             return
         cutoff = _text((now or datetime.now(UTC)) - self.max_age)
-        roots = [
-            _trace_row(batch.trace_id, columns, record)
-            for batch in batches
-            for columns, record in batch.roots
-        ]
-        steps: list[SqlStep] = [
-            (
-                _INSERT_BATCH,
-                [
-                    (b.count, b.trace_id, b.resource_id, b.first_started, b.last_started, b.spans)
-                    for b in batches
-                ],
-                True,
-            ),
-            (
-                "DELETE FROM ai_span_facts WHERE upto IN (SELECT upto FROM ai_span_batches WHERE last_started < ?)",
-                (cutoff,),
-                False,
-            ),
-            ("DELETE FROM ai_span_batches WHERE last_started < ?", (cutoff,), False),
-            ("DELETE FROM ai_traces WHERE started_at < ?", (cutoff,), False),
-            *(
-                (
-                    f"DELETE FROM {table} WHERE upto <= (SELECT MAX(upto) FROM ai_span_batches) - ?",
-                    (self.max_spans,),
-                    False,
+
+        def steps(state: list[SqlRow]) -> list[SqlStep]:
+            upto = int(state[0]["upto"] or 0)
+            first = upto + batches[0].count
+            rows = []
+            for b in batches:
+                upto += b.count
+                rows.append(
+                    (upto, b.trace_id, b.resource_id, b.first_started, b.last_started, b.roots, b.spans)
                 )
-                for table in ("ai_span_facts", "ai_span_batches", "ai_traces")
-            ),
+            written = (min(b.last_started for b in batches), first)
+            return [(_INSERT_BATCH, rows, True), *self._retention(state[0], written, cutoff, upto)]
+
+        self._backend.transact(_WRITE_STATE, (), steps)
+
+    def _retention(self, state: SqlRow, written: tuple[str, int], cutoff: str, upto: int) -> list[SqlStep]:
+        """The deletes a write needs: ``state`` (:data:`_WRITE_STATE`) has each table's oldest
+        before it, ``written`` the oldest ``last_started`` and first ``upto`` of its batches,
+        ``upto`` its last."""
+        started, first = written
+        held_started, held_first = state["batch_started"], state["ai_span_batches"]
+        oldest = {
+            **state,
+            "batch_started": min(started, held_started) if isinstance(held_started, str) else started,
+            "ai_span_batches": first if held_first is None else min(first, int(held_first)),
+        }
+        steps: list[SqlStep] = []
+        if _before(oldest["batch_started"], cutoff):
+            steps += [
+                (
+                    "DELETE FROM ai_span_facts WHERE upto IN "
+                    "(SELECT upto FROM ai_span_batches WHERE last_started < ?)",
+                    (cutoff,),
+                    False,
+                ),
+                ("DELETE FROM ai_span_batches WHERE last_started < ?", (cutoff,), False),
+            ]
+        if _before(oldest["root_started"], cutoff):
+            steps.append(("DELETE FROM ai_traces WHERE started_at < ?", (cutoff,), False))
+        # (after deletes by age, the newest batch may be older than this write's last)
+        aged = bool(steps)
+        steps += [
+            (
+                f"DELETE FROM {table} WHERE upto <= (SELECT MAX(upto) FROM ai_span_batches) - ?",
+                (self.max_spans,),
+                False,
+            )
+            for table in _RETAINED
+            if oldest[table] is not None and (aged or int(oldest[table] or 0) <= upto - self.max_spans)
         ]
-        if roots:
-            steps.insert(1, (_INSERT_ROOT, roots, True))
-        self._backend.write(steps)
+        return steps
 
     def write_logs(self, records: Sequence[LogRecord], *, now: datetime | None = None) -> None:
         """Append log records (Mastra's log record shape), then apply retention."""
@@ -341,18 +354,16 @@ class SpanStore:
         return signal_id
 
     # -- reads ------------------------------------------------------------------------------------
-    def _rows(self, sql: str, params: Iterable[SqlParam] = ()) -> list[SqlRow]:
-        return self._backend.rows(sql, params)
-
     def _batches(self, where: _Where) -> Iterator[SpanColumns]:
         """The spans of the batches matching ``where``, oldest batch first, as their columns
-        (:func:`_batch_spans`)."""
+        (:func:`~runstream.observability._indexes.batch_spans`)."""
         rows = self._rows(f"SELECT spans FROM ai_span_batches WHERE {where.sql} ORDER BY seq", where.params)
         for row in rows:
-            yield from _batch_spans(str(row["spans"]))
+            yield from batch_spans(str(row["spans"]))
 
     def list_traces(self, query: TraceQuery) -> tuple[list[Record], int]:
         """A page of root spans and the number of matching traces."""
+        self.index_roots()
         where = _Where().equal(TRACE_FILTERS, query.filters)
         if query.status is not None:
             where.conditions.append("has_error = 1" if query.status == "error" else "has_error = 0")
@@ -369,12 +380,13 @@ class SpanStore:
     def trace_owner(self, trace_id: str) -> tuple[bool, str | None]:
         """Whether the trace exists, and the resource it belongs to (its root's, else its first
         batch's)."""
+        self.index_roots()
         for table in ("ai_traces", "ai_span_batches"):
             rows = self._rows(
                 f"SELECT resource_id FROM {table} WHERE trace_id = ? ORDER BY seq LIMIT 1", (trace_id,)
             )
             if rows:
-                return True, _optional_text(rows[0]["resource_id"])
+                return True, _text_or_none(rows[0]["resource_id"])
         return False, None
 
     def get_trace(self, trace_id: str) -> list[Record]:
@@ -397,6 +409,7 @@ class SpanStore:
         """Mastra's trace-query answer: completed traces (root spans that ended) started in the
         query's range and matching its predicate, a keyset or numbered page of them, or the
         distinct thread ids of such traces."""
+        self.index_roots()
         where = [
             "r.ended_at IS NOT NULL",
             "r.started_at >= ?",
@@ -500,53 +513,6 @@ class SpanStore:
             [*where.params, per_page, page * per_page],
         )
         return [orjson.loads(str(row["record"])) for row in rows], total
-
-    def index_facts(self) -> None:
-        """Write the facts (``ai_span_facts``: a narrow row per span) of the batches stored since
-        the last time, what metrics and discovery read: run before they read, so a span costs
-        its writer nothing more and is decoded once (as the read path decodes it), a few
-        thousand batches a transaction."""
-        while self._unindexed() and self._index_batches() == _INDEX_BATCHES:
-            pass
-
-    def _unindexed(self) -> bool:
-        (latest,) = self._rows(
-            "SELECT (SELECT MAX(upto) FROM ai_span_batches) AS batches, "
-            "(SELECT MAX(upto) FROM ai_span_facts) AS facts"
-        )
-        return latest["batches"] is not None and latest["batches"] != latest["facts"]
-
-    def _index_batches(self) -> int:
-        """Index the next batches; returns how many were read. They are decoded before the
-        write transaction (the writer waits only for the inserts), which adds their facts unless
-        another reader did, and drops those of batches retention removed meanwhile."""
-        (mark,) = self._rows("SELECT COALESCE(MAX(upto), 0) AS n FROM ai_span_facts")
-        batches = self._rows(
-            "SELECT upto, spans FROM ai_span_batches WHERE upto > ? ORDER BY upto LIMIT ?",
-            (mark["n"], _INDEX_BATCHES),
-        )
-        if not batches:
-            return 0
-        facts = [
-            (batch["upto"], position, *columns_facts(columns))
-            for batch in batches
-            for position, columns in enumerate(_batch_spans(str(batch["spans"])))
-        ]
-        span = (batches[0]["upto"], batches[-1]["upto"])
-        gone = (
-            "DELETE FROM ai_span_facts WHERE upto BETWEEN ? AND ? "
-            "AND upto NOT IN (SELECT upto FROM ai_span_batches WHERE upto BETWEEN ? AND ?)"
-        )
-        self._backend.transact(
-            "SELECT COALESCE(MAX(upto), 0) AS n FROM ai_span_facts",
-            (),
-            lambda now: (
-                [(self._insert_facts, facts, True), (gone, span * 2, False)]
-                if now[0]["n"] == mark["n"]
-                else []
-            ),
-        )
-        return len(batches)
 
     def metric_points(
         self,
@@ -673,18 +639,8 @@ def _started(columns: SpanColumns) -> str:
     return str(columns["started_at"])
 
 
-def _batch_spans(document: str) -> Sequence[SpanColumns]:
-    """A stored batch's spans as their columns: ``raw`` besides for the processor's, ``record``
-    (as given) for records."""
-    batch = orjson.loads(document)
-    if "records" in batch:
-        return [{**_record_columns(record), "record": record} for record in batch["records"]]
-    trace = batch["trace"]
-    return [span_columns(trace, entry) for entry in batch["spans"]]
-
-
 def _record_batch(record: Record) -> SpanBatch:
-    columns = _record_columns(record)
+    columns = record_columns(record)
     started = str(columns["started_at"])
     root = columns["parent_span_id"] is None
     return SpanBatch(
@@ -694,57 +650,7 @@ def _record_batch(record: Record) -> SpanBatch:
         last_started=started,
         count=1,
         spans=orjson.dumps({"records": [record]}, default=str).decode(),
-        roots=[(columns, orjson.dumps(record, default=str).decode())] if root else (),
-    )
-
-
-def _record_columns(record: Record) -> SpanColumns:
-    """A Mastra span record's columns (as :func:`~runstream.observability.records.span_columns`
-    gives a processor's span's)."""
-    attributes = record.get("attributes")
-    attributes = attributes if isinstance(attributes, Mapping) else {}
-    usage = attributes.get("usage")
-    usage = usage if isinstance(usage, Mapping) else {}
-    started, ended = record.get("startedAt"), record.get("endedAt")
-    duration = None
-    if isinstance(started, str) and isinstance(ended, str):
-        delta = datetime.fromisoformat(ended) - datetime.fromisoformat(started)
-        duration = delta.total_seconds() * 1000
-    get = record.get
-    return {
-        "trace_id": str(get("traceId")),
-        "span_id": str(get("spanId")),
-        "parent_span_id": _optional_text(get("parentSpanId")),
-        "name": str(get("name")),
-        "span_type": str(get("spanType")),
-        "entity_type": _optional_text(get("entityType")),
-        "entity_id": _optional_text(get("entityId")),
-        "entity_name": _optional_text(get("entityName")),
-        "resource_id": _optional_text(get("resourceId")),
-        "thread_id": _optional_text(get("threadId")),
-        "run_id": _optional_text(get("runId")),
-        "service_name": _optional_text(get("serviceName")),
-        "environment": _optional_text(get("environment")),
-        "has_error": 1 if get("error") else 0,
-        "status": "error" if get("error") else "ok",
-        "started_at": str(started),
-        "ended_at": _optional_text(ended),
-        "duration_ms": duration,
-        "input_tokens": _optional_int(usage.get("inputTokens")),
-        "output_tokens": _optional_int(usage.get("outputTokens")),
-        "provider": _optional_text(attributes.get("provider")),
-        "model": _optional_text(attributes.get("model")),
-    }
-
-
-def _trace_row(trace_id: str, columns: SpanColumns, record: str) -> tuple[SqlValue, ...]:
-    """A root span's row of ``ai_traces``: its trace (the batch's, whose ``upto`` it takes), the
-    :data:`_TRACE_COLUMNS` and its record."""
-    c = columns
-    return (
-        *(trace_id, c["trace_id"], c["span_id"], c["name"], c["span_type"], c["entity_type"]),
-        *(c["entity_id"], c["entity_name"], c["resource_id"], c["thread_id"], c["run_id"]),
-        *(c["service_name"], c["environment"], c["has_error"], c["started_at"], c["ended_at"], record),
+        roots=1 if root else 0,
     )
 
 
@@ -753,12 +659,13 @@ def _floats(value: object) -> list[float]:
     return [float(item) for item in value] if isinstance(value, list) else []
 
 
-def _optional_text(value: object) -> str | None:
+def _text_or_none(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _optional_int(value: object) -> int | None:
-    return value if isinstance(value, int) else None
+def _before(stored: SqlValue, cutoff: str) -> bool:
+    """Whether a stored ISO time (``NULL``: an empty table) is before ``cutoff``."""
+    return isinstance(stored, str) and stored < cutoff
 
 
 def _count(rows: Sequence[SqlRow]) -> int:
