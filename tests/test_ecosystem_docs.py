@@ -122,16 +122,18 @@ def test_ag_ui_page(served: str) -> None:
 def test_otel_page() -> None:
     """The in-process example, then the documented receiver, server and request as processes:
     the receiver prints what the page says (ports made free, the export's batch delay short);
-    the scorer registration and the scoring runner run as written (they print nothing)."""
+    the scorer registration and the scoring runner run as written (they print nothing), and the
+    scorers examples print what the page shows."""
     page = blocks("otel.md")
     assert [kind for kind, _ in page] == [
         *("python", "text", "sh", "sh", "sh", "text"),
-        *("python", "python", "python", "text"),
+        *("python", "python", "python", "text", "python", "text"),
     ]
     check_python(page[0][1], page[1][1])
     check_python(page[6][1], "")
     check_python(page[7][1], "")  # the scoring runner's bounds
     check_python(page[8][1], page[9][1])  # an agent's own scorers
+    check_python(page[10][1], page[11][1])  # a run's own scorers, by name
     port = free_port()
     receiver = subprocess.Popen(
         [sys.executable, *page[2][1].split()[1:-1], str(port)],
