@@ -1,11 +1,16 @@
 """What keeping spans costs: W1 and W3 with the span store on and off, alternating in one process.
 
-``python -m bench.bench_span_store [--reps N]``. Both sides trace with the OpenTelemetry SDK
+``python -m bench.bench_span_store [--reps N] [--w3-block RUNS]``. Both sides trace with the OpenTelemetry SDK
 (the store is fed by the SDK's spans; an application that exports OTLP pays for those already);
 "on" adds the :class:`StoreSpanProcessor` writing a :class:`SpanStore` on a SQLite file. Each
 sample is a block of runs ended by the store's flush (the processor batches as in service), so
 the conversion and the writes on the processor's worker thread are inside the measured time. Times are this process's CPU (all its threads), so
 other work on a shared machine does not count; the figure is the median over ``reps``.
+
+A W3 block is 10 runs by default: 220 spans, fewer than a batch (512), so the worker writes them
+in the flush, while the runs wait. ``--w3-block 50`` (1,100 spans) has the worker write batches
+while runs go on, as in a busy service: the two threads then contend for the GIL, and the same
+writes cost several times the CPU (docs/benchmarks.md).
 
 The two sides swap runstream's tracer (``_tracing._tracer``) between two SDK providers: the
 global provider can be set only once per process.
@@ -55,7 +60,7 @@ async def _cpu(
 
 
 async def measure(
-    reps: int, w1_tokens: int = 10_000, w3_steps: int = 10, w3_tokens: int = 20
+    reps: int, w1_tokens: int = 10_000, w3_steps: int = 10, w3_tokens: int = 20, w3_block: int = 10
 ) -> dict[str, dict[str, float]]:
     """Median CPU µs per W1 token and per W3 step, store off and on, and spans stored per W3 run."""
     with tempfile.TemporaryDirectory() as folder:
@@ -64,7 +69,7 @@ async def measure(
         on, off = TracerProvider(), TracerProvider()
         on.add_span_processor(processor)
         scripts = {"W1": reply(w1_tokens), "W3": tool_steps(w3_steps, w3_tokens)}
-        block = {"W1": 2, "W3": 10}
+        block = {"W1": 2, "W3": w3_block}
         units = {"W1": token_count(scripts["W1"]) * block["W1"], "W3": (w3_steps + 1) * block["W3"]}
         samples: dict[str, dict[str, list[float]]] = {w: {"off": [], "on": []} for w in scripts}
         for rep in range(reps + 1):  # repetition 0 warms up
@@ -91,8 +96,11 @@ async def measure(
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.bench_span_store", description=__doc__)
     parser.add_argument("--reps", type=int, default=11)
+    parser.add_argument(
+        "--w3-block", type=int, default=10, help="W3 runs a sample (10: flushed between runs)"
+    )
     args = parser.parse_args()
-    figures = asyncio.run(measure(args.reps))
+    figures = asyncio.run(measure(args.reps, w3_block=args.w3_block))
     for workload, unit in (("W1", "token"), ("W3", "tool step")):
         off, on = figures[workload]["off"], figures[workload]["on"]
         print(
