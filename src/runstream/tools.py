@@ -14,7 +14,6 @@ import json
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from types import CoroutineType
 from typing import (
     Any,
     Literal,
@@ -412,7 +411,7 @@ class Tool:
 
     async def execute(self, args: ToolArgs, ctx: ToolContext) -> Any:
         result = self._execute(args, ctx)
-        if type(result) is CoroutineType or inspect.isawaitable(result):  # (the first: no call)
+        if inspect.isawaitable(result):
             result = await result
         return self._checked_output(result)
 

@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     )
 
 _USAGE_KEYS = ("inputTokens", "outputTokens", "totalTokens")
-_USAGE_KEY_SET = frozenset(_USAGE_KEYS)
 _PER_STEP = frozenset({"cacheCreationInputTokens5m", "cacheCreationInputTokens1h"})
 """Usage keys a step reports that Mastra's run total (the finish chunk) leaves out."""
 _NUMBERS = (int, float)
@@ -186,17 +185,16 @@ def _split(deltas: list[str], starts: list[int]) -> list[str]:
 
 def add_usage(total: JsonObject, step: JsonObject) -> None:
     """Add a step's counts to the run's (the last step's ``raw`` usage is the run's)."""
-    counted = total.get
     for key, value in step.items():
-        if isinstance(value, _NUMBERS):
-            if key not in _PER_STEP:
-                before = counted(key, 0)
-                total[key] = (before if isinstance(before, _NUMBERS) else 0) + value
-        elif key == "raw":
+        if key == "raw":
             total["raw"] = value
-    if not total.keys() >= _USAGE_KEY_SET:  # (a set test in C: the counts are there after a step)
-        for key in _USAGE_KEYS:
-            total.setdefault(key, 0)
+        elif key in _PER_STEP:
+            continue
+        elif isinstance(value, _NUMBERS):
+            before = total.get(key, 0)
+            total[key] = (before if isinstance(before, _NUMBERS) else 0) + value
+    for key in _USAGE_KEYS:
+        total.setdefault(key, 0)
 
 
 def step_record(
@@ -449,7 +447,6 @@ def _messages_payload(cfg: LoopConfig, state: RunState) -> StepMessages:
     response), the run's new user input and its response (``nonUser``)."""
     history = state.messages[: state.history_count]
     if state.continued is not None:
-        assert state.continued is not None
         history = history[: len(history) - state.continued.prompt_count]
         conversation = responses = response_view(state)
     else:  # the run's own order: its responses with the signals among them (shared, see above)
@@ -613,7 +610,6 @@ def _ui_messages(cfg: LoopConfig, state: RunState) -> list[UIMessage]:
     """The run's response as AI SDK UI messages (what a ``useChat`` client would hold): one,
     or one per response message when signals split the response (each marked as bounded)."""
     if state.continued is not None:
-        assert state.continued is not None
         metadata = merge_metadata(state.continued.metadata, run_metadata(cfg, state))
         return [_ui_message(cfg, state.continued.id, _merged_parts(state, model_label(cfg)), metadata)]
     if not state.message_segments:
