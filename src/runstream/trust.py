@@ -20,6 +20,8 @@ AG-UI, the MCP server) passes the request's options through it before ``Agent.st
   ``generateTitle`` and working memory only turned off.
 - ``request_context``: only the keys the author's :class:`RequestPolicy` lists (a 400 naming
   the key otherwise); the keys the server's auth hook set (``reserved``) always win.
+- ``scorers``: a request's scorers (named ones only, over HTTP) join the author's; one under a
+  key of the author's is a 400 (a request cannot drop, replace or re-sample them).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from runstream.agent.run_options import (
 from runstream.memory import MemoryScope
 from runstream.models.base import ModelSettings
 from runstream.request_context import RequestContext, resolve
+from runstream.scoring import run_scorers
 
 __all__ = ["DEFAULT_POLICY", "RequestPolicy", "needs_approval", "request_options", "trusted_context"]
 
@@ -108,7 +111,23 @@ async def request_options(
         out["model_settings"] = _model_settings(base, out["model_settings"], policy_of(agent))
     if isinstance(out.get("memory"), MemoryScope):
         out["memory"] = _memory(agent, out["memory"])
+    if "scorers" in out:
+        out["scorers"] = _scorers(agent, author.get("scorers"), out["scorers"])
     return out
+
+
+def _scorers(agent: Agent, authors: object, given: Mapping[str, Any]) -> dict[str, Any]:
+    """A request's scorers join the author's (its ``default_options`` scorers, else the agent's;
+    ``stream(scorers=...)`` would replace them): a request may score a run more, never less, so
+    it cannot drop, replace or re-sample the author's."""
+    own: Mapping[str, Any] = agent.scorers if authors is None else run_scorers(authors)
+    taken = sorted(set(given) & set(own))
+    if taken:
+        raise InvalidOptionError(
+            f"'scorers.{taken[0]}' is agent {agent.id!r}'s own scorer: a request adds scorers "
+            "under other keys, it cannot replace the author's"
+        )
+    return {**own, **given}
 
 
 def _active_tools(agent: Agent, author: Mapping[str, Any], given: Mapping[str, Any]) -> list[str]:

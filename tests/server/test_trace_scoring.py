@@ -280,8 +280,9 @@ def test_an_agents_own_scorers_are_listed_and_their_scores_confined(scored: Secu
 
 def test_a_request_names_its_runs_scorers_and_gets_what_they_see(scored: Secured) -> None:
     """Mastra's ``scorers`` and ``returnScorerData`` in a generate body: the run is scored by the
-    scorers the request names (registered on the runtime, or the agent's; they replace the
-    agent's for that run), stored under the caller's resource; the answer holds ``scoringData``."""
+    scorers the request names (registered on the runtime, or the agent's) besides the agent's
+    own (a request adds scorers, never drops the author's), stored under the caller's resource;
+    the answer holds ``scoringData``."""
     s = scored
     assert "scoringData" not in s.a.post("/api/agents/assistant/generate", json={"messages": "hi"}).json()
     s.context.runstream.agents["assistant"].scorers = AgentScorer.coerce_all(
@@ -293,6 +294,8 @@ def test_a_request_names_its_runs_scorers_and_gets_what_they_see(scored: Secured
         "scorers": {"quality": {"scorer": "echo", "sampling": {"type": "ratio", "rate": 1}}, "own": "tone"},
         "returnScorerData": True,
     }
+    runner = s.context.runstream.scoring
+    runner.max_pending = 3  # (the author's one and the request's two)
     answer = s.a.post("/api/agents/assistant/generate", json=body)
     assert answer.status_code == 200, answer.text
     out = answer.json()
@@ -304,11 +307,19 @@ def test_a_request_names_its_runs_scorers_and_gets_what_they_see(scored: Secured
     assert sorted((x["scorerKey"], x["scorerId"], x["score"]) for x in scores) == [
         ("own", "tone", 0.25),
         ("quality", "echo", 1.0),
+        ("tone", "tone", 0.25),  # the author's own scorer still scores the run
     ]
     assert {(x["source"], x["entityId"], x["runId"].split("~")[0]) for x in scores} == {
         ("LIVE", "assistant", out["runId"])  # (stored under the caller's own run-id namespace)
     }
     assert s.b.get(f"{OBS}/scores").json()["scores"] == []  # B does not see A's run's scores
+    runner.max_pending = 2  # the request's two no longer fit beside the author's: only theirs go
+    second = s.a.post("/api/agents/assistant/generate", json=body).json()
+    settle(s)
+    keys = [
+        x["scorerKey"] for x in s.a.get(f"{OBS}/scores").json()["scores"] if second["runId"] in x["runId"]
+    ]
+    assert keys == ["tone"]
 
 
 def test_a_requests_scorers_are_checked(scored: Secured) -> None:
@@ -328,6 +339,15 @@ def test_a_requests_scorers_are_checked(scored: Secured) -> None:
         ({"k": {"scorer": "echo", "smapling": 1}}, "unknown option 'smapling'; did you mean 'sampling'?"),
         ({"k": {"scorer": "echo", "sampling": 1.5}}, "scorers['k'].sampling must be at most 1"),
         ({"k\n": "echo"}, "scorers"),
+    ):
+        answer = s.a.post("/api/agents/assistant/stream", json={"messages": "hi", "scorers": scorers})
+        assert answer.status_code == 400 and words in answer.json()["error"], (scorers, answer.text)
+    s.context.runstream.agents["assistant"].scorers = AgentScorer.coerce_all(
+        {"tone": Scorer(id="tone", score=lambda d: (0.25, "flat"))}
+    )
+    for scorers, words in (  # the author's scorers cannot be replaced, re-sampled or dropped
+        ({"tone": "echo"}, "'scorers.tone' is agent 'assistant''s own scorer"),
+        ({"tone": {"scorer": "tone", "sampling": 0}}, "cannot replace the author's"),
     ):
         answer = s.a.post("/api/agents/assistant/stream", json={"messages": "hi", "scorers": scorers})
         assert answer.status_code == 400 and words in answer.json()["error"], (scorers, answer.text)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import difflib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
@@ -108,7 +108,7 @@ class RunScoring:
         if state.status != "success":
             return None
         scorers = self.chosen(agent, options, strict=False)
-        return self.start(agent.id, agent.name, scorers, cfg, state) if scorers else None
+        return self.start(agent.id, agent.name, scorers, cfg, state, first=agent.scorers) if scorers else None
 
     def runner(self) -> ScoringRunner:
         if self.runner_of is not None:
@@ -127,8 +127,13 @@ class RunScoring:
         scorers: Mapping[str, AgentScorer],
         cfg: LoopConfig,
         state: RunState,
+        *,
+        first: Collection[str] = (),
     ) -> RunScores:
-        """Start the sampled scorers on the ended run ``state``; their scores gather in the result."""
+        """Start the sampled scorers on the ended run ``state``; their scores gather in the result.
+        Those under the keys ``first`` (the agent's own) are one batch for the runner, the rest
+        (a request's additions) another: more scorers than the runner can hold cost a run its
+        added scores, never the author's."""
         scores = RunScores()
         runner, store = self.runner(), self.store()
         drawn = dict(scores_drawn(scorers, runner))
@@ -145,11 +150,17 @@ class RunScoring:
             "resourceId": context.get("resourceId") or cfg.resource_id,
             "threadId": cfg.thread_id,
         }
-        jobs = [partial(_score, key, entry, data, base, store, scores) for key, entry in drawn.items()]
-        try:
-            scores.tasks = runner.submit(jobs)
-        except ScoringQueueFullError as exc:
-            logger.warning("Scoring of run %s skipped: %s", state.run_id, exc, extra={"runId": state.run_id})
+        jobs = {key: partial(_score, key, entry, data, base, store, scores) for key, entry in drawn.items()}
+        for batch in (
+            [job for key, job in jobs.items() if key in first],
+            [job for key, job in jobs.items() if key not in first],
+        ):
+            try:
+                scores.tasks += runner.submit(batch) if batch else []
+            except ScoringQueueFullError as exc:
+                logger.warning(
+                    "Scoring of run %s skipped: %s", state.run_id, exc, extra={"runId": state.run_id}
+                )
         return scores
 
 
