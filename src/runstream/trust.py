@@ -116,11 +116,11 @@ async def request_options(
     return out
 
 
-def _scorers(agent: Agent, authors: object, given: Mapping[str, Any]) -> dict[str, Any]:
+def _scorers(agent: Agent, authors: object, given: Mapping[str, object]) -> dict[str, object]:
     """A request's scorers join the author's (its ``default_options`` scorers, else the agent's;
     ``stream(scorers=...)`` would replace them): a request may score a run more, never less, so
     it cannot drop, replace or re-sample the author's."""
-    own: Mapping[str, Any] = agent.scorers if authors is None else run_scorers(authors)
+    own: Mapping[str, object] = agent.scorers if authors is None else run_scorers(authors)
     taken = sorted(set(given) & set(own))
     if taken:
         raise InvalidOptionError(
