@@ -9,7 +9,7 @@ await collect(await agent.stream("fail", { memory: { thread: unique("thread"), r
 // The store writes in batches (every second): wait for both runs' traces to be listed (the two
 // may be written in different batches).
 let listed;
-for (let attempt = 0; attempt < 100; attempt++) {
+for (let attempt = 0; attempt < 300; attempt++) { // (up to 30 s: a loaded CI machine)
   const all = await client.listTraces({ pagination: { page: 0, perPage: 10 } });
   listed = await client.listTraces({ filters: { threadId }, pagination: { page: 0, perPage: 10 } });
   if (listed.spans.length && all.spans.length >= 2) break;
@@ -41,7 +41,7 @@ const percentiles = await client.getMetricPercentiles({
   interval: "1d",
 });
 let logs;
-for (let attempt = 0; attempt < 100; attempt++) {
+for (let attempt = 0; attempt < 300; attempt++) { // (up to 30 s: a loaded CI machine)
   logs = await client.listLogsVNext({ filters: { level: "error" } });
   if (logs.logs.length) break;
   await new Promise((resolve) => setTimeout(resolve, 100));
