@@ -21,7 +21,7 @@ AG-UI, the MCP server) passes the request's options through it before ``Agent.st
 - ``request_context``: only the keys the author's :class:`RequestPolicy` lists (a 400 naming
   the key otherwise); the keys the server's auth hook set (``reserved``) always win.
 - ``scorers``: a request's scorers (named ones only, over HTTP) join the author's; one under a
-  key of the author's is a 400 (a request cannot drop, replace or re-sample them).
+  key of the author's leaves the author's in place (a request cannot drop, replace or re-sample them).
 """
 
 from __future__ import annotations
@@ -121,13 +121,7 @@ def _scorers(agent: Agent, authors: object, given: Mapping[str, object]) -> dict
     ``stream(scorers=...)`` would replace them): a request may score a run more, never less, so
     it cannot drop, replace or re-sample the author's."""
     own: Mapping[str, object] = agent.scorers if authors is None else run_scorers(authors)
-    taken = sorted(set(given) & set(own))
-    if taken:
-        raise InvalidOptionError(
-            f"'scorers.{taken[0]}' is agent {agent.id!r}'s own scorer: a request adds scorers "
-            "under other keys, it cannot replace the author's"
-        )
-    return {**own, **given}
+    return {**given, **own}  # (under a key of the author's, the author's stays)
 
 
 def _active_tools(agent: Agent, author: Mapping[str, Any], given: Mapping[str, Any]) -> list[str]:
