@@ -193,11 +193,17 @@ try {
   });
   const traceId = tree.traceId;
   const root = tree.spans.find((span) => span.parentSpanId === null);
-  // The failed run ended last: once its trace and log are stored, every run's are.
-  await until("the failed run's trace and log", async () => {
-    const failed = await api("/observability/traces?entityId=plain&status=error&perPage=1");
+  // Every run's trace: the weather chat, the background run (its continuation turn inside it),
+  // the approval's suspended run and its resumption, "hi there" and the failed run. A run's spans
+  // reach the store within the processor's flush delay, whichever ended last; a trace that never
+  // comes fails here with the ones that did.
+  const RUN_TRACES = 6;
+  await until("every run's trace and the failed run's log", async (seen) => {
+    const listed = await api(`/observability/traces?perPage=${RUN_TRACES + 4}`);
     const logs = await api("/observability/logs?perPage=1&level=error");
-    return failed.pagination.total === 1 && logs.logs.length === 1;
+    seen.traces = listed.spans.map((span) => [span.name, span.threadId ?? null, span.error ? "error" : "ok"]);
+    seen.errorLogs = logs.logs.length;
+    return listed.pagination.total >= RUN_TRACES && logs.logs.length === 1;
   });
   const stored = (await api("/observability/traces?perPage=1")).pagination.total;
 
@@ -235,8 +241,13 @@ try {
   // Studio loads the tool call's, so wait until it shows what the API lists for that span.
   const tool = tree.spans.find((span) => span.name === "execute_tool research");
   const toolScores = (await api(`/observability/scores?traceId=${traceId}&spanId=${tool.spanId}`)).scores.length;
-  await page.getByRole("tab", { name: /^Scores/ }).first().click();
-  await page.getByRole("tab", { name: `Scores (${toolScores})` }).first().waitFor({ timeout: TIMEOUT });
+  // (clicked again while waiting: a slow machine may show the tab before Studio has the span's)
+  await until("the tool call's scores tab", async (seen) => {
+    const tab = page.getByRole("tab", { name: /^Scores/ }).first();
+    await tab.click();
+    seen.tab = (await tab.innerText()).trim();
+    return seen.tab === `Scores (${toolScores})`;
+  });
   const scores = (await page.getByRole("tab", { name: /^Scores/ }).first().innerText()).trim();
   await page.getByRole("tab", { name: /^Feedback/ }).first().click();
   await page.getByPlaceholder("Leave feedback...").first().fill("Clear and quick.");
