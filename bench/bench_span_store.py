@@ -9,8 +9,9 @@ other work on a shared machine does not count; the figure is the median over ``r
 
 A W3 block is 10 runs by default: 220 spans, fewer than a batch (512), so the worker writes them
 in the flush, while the runs wait. ``--w3-block 50`` (1,100 spans) has the worker write batches
-while runs go on, as in a busy service: the two threads then contend for the GIL, and the same
-writes cost several times the CPU (docs/benchmarks.md).
+while runs go on, as in a busy service: the writer then works on the other CPU beside the runs
+and both slow down, the same writes costing several times the CPU (docs/benchmarks.md: the two
+CPUs interfering, not the GIL; a writer process measured worse).
 
 The two sides swap runstream's tracer (``_tracing._tracer``) between two SDK providers: the
 global provider can be set only once per process.

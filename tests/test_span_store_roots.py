@@ -102,3 +102,58 @@ def test_roots_of_batches_removed_while_indexing_are_dropped(tmp_path: Path) -> 
         assert store._rows("SELECT COUNT(*) AS n FROM ai_traces") == [{"n": 1}]
     finally:
         store.close()
+
+
+class _Overtaken(SpanStore):
+    """A store where another reader's indexing, begun before the last batch was written, commits
+    while this reader is between its read of the batches and its transaction."""
+
+    stage = "idle"
+    before_last = 0
+    """The newest batch the other reader saw."""
+
+    def _rows(self, sql: str, params: Any = ()) -> Any:
+        rows = super()._rows(sql, params)
+        if self.stage == "armed" and ("roots > 0" in sql or "ORDER BY upto LIMIT" in sql):
+            self.stage = "other"  # the other reader indexes (as it saw the store) and commits
+            self.index_roots() if "roots > 0" in sql else self.index_facts()
+            self.stage = "done"
+        elif self.stage == "other" and "AS latest" in sql:
+            rows = [{**rows[0], "latest": self.before_last}]
+        elif self.stage == "other" and "ORDER BY upto LIMIT" in sql:
+            rows = [row for row in rows if int(row["upto"]) <= self.before_last]
+        return rows
+
+
+def _late_record(at: int) -> dict[str, Any]:
+    return {
+        "traceId": f"late{at}",
+        "spanId": "l",
+        "name": "r",
+        "spanType": "agent_run",
+        "startedAt": iso(START + timedelta(hours=4)),
+    }
+
+
+def test_a_read_overtaken_by_another_readers_indexing_lists_every_stored_trace(tmp_path: Path) -> None:
+    """The trace list (and metrics) show every batch stored before the read began, also when
+    another reader, that saw fewer batches, indexed between this read's look and its write."""
+    store = _Overtaken(str(tmp_path / "spans.db"))
+    try:
+        feed(store, 200)
+        store.before_last = int(store._rows("SELECT MAX(upto) AS n FROM ai_span_batches")[0]["n"])
+        store.write_spans([_late_record(1)])
+        store.stage = "armed"
+        assert ("late1", "l") in listed(store)
+        assert store.stage == "done"  # (the other reader did index first)
+        assert listed(store) == roots_in_batches(store)
+
+        store.before_last = int(store._rows("SELECT MAX(upto) AS n FROM ai_span_batches")[0]["n"])
+        store.write_spans([_late_record(2)])
+        store.stage = "armed"
+        store.index_facts()
+        assert store.stage == "done"
+        facts = store._rows("SELECT COUNT(*) AS n FROM ai_span_facts")[0]["n"]
+        assert facts == len(list(store._batches(_Where())))
+    finally:
+        store.close()

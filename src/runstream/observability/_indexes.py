@@ -16,7 +16,7 @@ from datetime import datetime
 
 import orjson
 
-from runstream.observability._sql import Backend, SqlParam, SqlRow, SqlValue
+from runstream.observability._sql import Backend, SqlParam, SqlRow, SqlStep, SqlValue
 from runstream.observability.records import SpanColumns, columns_facts, span_columns
 
 TRACE_COLUMNS = (
@@ -60,21 +60,23 @@ class ReadIndexes:
     def index_roots(self) -> None:
         """Put the roots of the batches stored since the last time in ``ai_traces``, what the
         trace list reads: run before it reads (as :meth:`index_facts` before metrics), a few
-        hundred batches a transaction; nothing to do costs one query."""
-        while self._index_roots() == _INDEX_BATCHES:
+        hundred batches a transaction; nothing to do costs one query. Every batch stored before
+        the call is indexed when it returns, also when another reader indexed meanwhile."""
+        while not self._index_roots():
             pass
 
-    def _index_roots(self) -> int:
-        """Index the next batches with roots; returns how many were read. Decoded before the
-        write transaction, which adds their roots unless another reader did, and drops those of
-        batches retention removed meanwhile."""
+    def _index_roots(self) -> bool:
+        """Index the next batches with roots; whether that was the last of them. Decoded before
+        the write transaction, which adds their roots unless another reader indexed meanwhile
+        (then this one reads on from where that one stopped: it may have read fewer batches),
+        and drops those of batches retention removed meanwhile."""
         (state,) = self._rows(
             "SELECT (SELECT upto FROM ai_index_marks WHERE name = 'roots') AS mark, "
             "(SELECT MAX(upto) FROM ai_span_batches) AS latest"
         )
         mark, latest = int(state["mark"] or 0), state["latest"]
         if latest is None or int(latest) <= mark:
-            return 0
+            return True
         batches = self._rows(
             "SELECT spans, upto FROM ai_span_batches WHERE upto > ? AND upto <= ? AND roots > 0 "
             "ORDER BY upto LIMIT ?",
@@ -86,27 +88,27 @@ class ReadIndexes:
             "DELETE FROM ai_traces WHERE upto > ? AND upto <= ? "
             "AND upto NOT IN (SELECT upto FROM ai_span_batches WHERE upto > ? AND upto <= ?)"
         )
-        self._backend.transact(
-            "SELECT upto FROM ai_index_marks WHERE name = 'roots'",
-            (),
-            lambda now: (
-                [
-                    (_INSERT_ROOT, rows, True),
-                    (gone, (mark, until) * 2, False),
-                    ("UPDATE ai_index_marks SET upto = ? WHERE name = 'roots'", (until,), False),
-                ]
-                if now and now[0]["upto"] == mark
-                else []
-            ),
-        )
-        return len(batches)
+        marked = []
+
+        def steps(now: list[SqlRow]) -> list[SqlStep]:
+            if not now or now[0]["upto"] != mark:
+                return []  # another reader indexed meanwhile
+            marked.append(until)
+            return [
+                (_INSERT_ROOT, rows, True),
+                (gone, (mark, until) * 2, False),
+                ("UPDATE ai_index_marks SET upto = ? WHERE name = 'roots'", (until,), False),
+            ]
+
+        self._backend.transact("SELECT upto FROM ai_index_marks WHERE name = 'roots'", (), steps)
+        return bool(marked) and len(batches) < _INDEX_BATCHES
 
     def index_facts(self) -> None:
         """Write the facts (``ai_span_facts``: a narrow row per span) of the batches stored since
         the last time, what metrics and discovery read: run before they read, so a span costs
         its writer nothing more and is decoded once (as the read path decodes it), a few
         thousand batches a transaction."""
-        while self._unindexed() and self._index_batches() == _INDEX_BATCHES:
+        while self._unindexed() and not self._index_batches():
             pass
 
     def _unindexed(self) -> bool:
@@ -116,17 +118,18 @@ class ReadIndexes:
         )
         return latest["batches"] is not None and latest["batches"] != latest["facts"]
 
-    def _index_batches(self) -> int:
-        """Index the next batches; returns how many were read. They are decoded before the
-        write transaction (the writer waits only for the inserts), which adds their facts unless
-        another reader did, and drops those of batches retention removed meanwhile."""
+    def _index_batches(self) -> bool:
+        """Index the next batches; whether that was the last of them. They are decoded before
+        the write transaction (the writer waits only for the inserts), which adds their facts
+        unless another reader indexed meanwhile (then this one reads on from where that one
+        stopped), and drops those of batches retention removed meanwhile."""
         (mark,) = self._rows("SELECT COALESCE(MAX(upto), 0) AS n FROM ai_span_facts")
         batches = self._rows(
             "SELECT upto, spans FROM ai_span_batches WHERE upto > ? ORDER BY upto LIMIT ?",
             (mark["n"], _INDEX_BATCHES),
         )
         if not batches:
-            return 0
+            return True
         facts = [
             (batch["upto"], position, *columns_facts(columns))
             for batch in batches
@@ -137,16 +140,16 @@ class ReadIndexes:
             "DELETE FROM ai_span_facts WHERE upto BETWEEN ? AND ? "
             "AND upto NOT IN (SELECT upto FROM ai_span_batches WHERE upto BETWEEN ? AND ?)"
         )
-        self._backend.transact(
-            "SELECT COALESCE(MAX(upto), 0) AS n FROM ai_span_facts",
-            (),
-            lambda now: (
-                [(self._insert_facts, facts, True), (gone, span * 2, False)]
-                if now[0]["n"] == mark["n"]
-                else []
-            ),
-        )
-        return len(batches)
+        indexed = []
+
+        def steps(now: list[SqlRow]) -> list[SqlStep]:
+            if now[0]["n"] != mark["n"]:
+                return []  # another reader indexed meanwhile
+            indexed.append(span)
+            return [(self._insert_facts, facts, True), (gone, span * 2, False)]
+
+        self._backend.transact("SELECT COALESCE(MAX(upto), 0) AS n FROM ai_span_facts", (), steps)
+        return bool(indexed) and len(batches) < _INDEX_BATCHES
 
 
 def batch_spans(document: str) -> Sequence[SpanColumns]:
