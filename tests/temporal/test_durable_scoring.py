@@ -116,6 +116,24 @@ async def test_a_durable_run_is_scored_on_its_worker_as_in_process(
         ("u1", "t1", "scored", "LIVE")
     }
     assert await scores_of(durable, stored[0][0]["runId"], resource="u2") == []  # another resource's
+    # Each score is linked to its run's agent span, opened by the worker's activity: the run is one
+    # stored trace, its model call under the agent span.
+    store = durable.observability
+    assert store is not None
+    assert durable._span_processor is not None and durable._span_processor.force_flush()
+    for run in stored:
+        for score in run:
+            assert score["traceId"] is not None and score["spanId"] is not None
+            spans = store.get_trace(str(score["traceId"]))
+            root = next(span for span in spans if span["parentSpanId"] is None)
+            assert (root["spanId"], root["name"], root["metadata"]["runId"]) == (
+                score["spanId"],
+                "invoke_agent scored",
+                score["runId"],
+            )
+            assert [span["spanType"] for span in spans if span["parentSpanId"] == root["spanId"]] == [
+                "model_generation"
+            ]
     async with build(SpanStore(str(tmp_path / "local.db"))) as local:
         in_process = await two_runs(local)
     ids = ("runId", "traceId", "spanId", "scoreId", "timestamp")

@@ -2,7 +2,8 @@
 end of a log segment.
 
 ``run_step`` restores the run from the workflow's JSON, builds the loop configuration from the
-agent (as a run restored from a snapshot does, :meth:`Agent._configure`), and drives
+agent (as a run restored from a snapshot does, :meth:`Agent._configure`), opens the run's agent
+span (each attempt and each segment a trace, as an in-process run and its resumption), and drives
 :func:`runstream.run._loop.run_output` as in-process, step after step, with no round trip through
 Temporal between them: the loop's ``on_step_end`` hook (called after a step's tool calls, where
 an in-process durable run saves its snapshot) stores the state in the log with the chunks
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from runstream import _tracing as tracing
 from runstream._clock import iso_now
 from runstream.abort import AbortController
 from runstream.agent import _suspension as suspension
@@ -136,6 +138,18 @@ class RunActivities:
             titles = memory.title_observer(
                 options.memory, cfg.model, options.request_context, lambda: state.messages
             )
+        # The attempt's agent span, as an in-process run's (Agent._output): its model and tool
+        # calls under it, one trace, and the run's scores linked to it (the store maps the run)
+        state.span = tracing.start_agent_span(
+            agent.id,
+            agent.name,
+            state.run_id,
+            cfg.thread_id,
+            cfg.resource_id,
+            description=agent.description,
+            provider=cfg.model.provider,
+            model=cfg.model.model_id,
+        )
         out = run_output(cfg, state, resume, controller, observers=[titles] if titles else [])
         try:
             async for chunk in out.full_stream:
@@ -144,6 +158,8 @@ class RunActivities:
         except BaseException:
             await publisher.cancel()
             raise
+        finally:
+            tracing.end_agent_span(state.span, state)
         _raise_if_cancelled()
         seq = await publisher.close()
         if _status(state) == "suspended":
