@@ -20,7 +20,7 @@ from runstream.background_scoring import ScoringRunner
 from runstream.durable import TemporalRuns
 from runstream.errors import InvalidInputError
 from runstream.memory import Memory
-from runstream.observability import SpanStore
+from runstream.observability import SpanStore, TraceQuery
 from runstream.scoring import ScoreInput, Scorer
 from runstream.tasks.temporal import TemporalSettings
 from runstream.tasks.temporal.devserver import TemporalDevServer
@@ -134,6 +134,7 @@ async def test_a_durable_run_is_scored_on_its_worker_as_in_process(
             assert [span["spanType"] for span in spans if span["parentSpanId"] == root["spanId"]] == [
                 "model_generation"
             ]
+            assert store.list_traces(TraceQuery(filters={"runId": score["runId"]}))[1] == 1  # its only one
     async with build(SpanStore(str(tmp_path / "local.db"))) as local:
         in_process = await two_runs(local)
     ids = ("runId", "traceId", "spanId", "scoreId", "timestamp")
