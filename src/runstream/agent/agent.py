@@ -599,18 +599,8 @@ class Agent:
         """A paused run's new input into memory now (:func:`runstream.tasks.settling.save_input_early`)."""
         await save_input_early(cfg.memory, cfg.thread_id, cfg.resource_id, state)
 
-    def _output(
-        self,
-        cfg: LoopConfig,
-        state: RunState,
-        controller: AbortController,
-        resume: ResumeAction | None,
-        options: RunOptions,
-    ) -> RunOutput:
-        memory = cfg.memory if cfg.thread_id is not None else None
-
-        if cfg.on_step_end is not None:
-            self._durable_runs.live.add(state.run_id)
+    def _start_span(self, cfg: LoopConfig, state: RunState) -> None:
+        """Open the run's agent span (its calls' parent): in-process, and on a durable run's worker."""
         state.span = tracing.start_agent_span(
             self.id,
             self.name,
@@ -621,6 +611,19 @@ class Agent:
             provider=cfg.model.provider,
             model=cfg.model.model_id,
         )
+
+    def _output(
+        self,
+        cfg: LoopConfig,
+        state: RunState,
+        controller: AbortController,
+        resume: ResumeAction | None,
+        options: RunOptions,
+    ) -> RunOutput:
+        memory = cfg.memory if cfg.thread_id is not None else None
+        if cfg.on_step_end is not None:
+            self._durable_runs.live.add(state.run_id)
+        self._start_span(cfg, state)
 
         # a durable run is observable (Mastra's observe): its chunks are logged as they pass
         run_log = self._run_logs.observer(state.run_id) if cfg.on_step_end is not None else None

@@ -140,16 +140,7 @@ class RunActivities:
             )
         # The attempt's agent span, as an in-process run's (Agent._output): its model and tool
         # calls under it, one trace, and the run's scores linked to it (the store maps the run)
-        state.span = tracing.start_agent_span(
-            agent.id,
-            agent.name,
-            state.run_id,
-            cfg.thread_id,
-            cfg.resource_id,
-            description=agent.description,
-            provider=cfg.model.provider,
-            model=cfg.model.model_id,
-        )
+        agent._start_span(cfg, state)
         out = run_output(cfg, state, resume, controller, observers=[titles] if titles else [])
         try:
             async for chunk in out.full_stream:
