@@ -88,20 +88,14 @@ class ReadIndexes:
             "DELETE FROM ai_traces WHERE upto > ? AND upto <= ? "
             "AND upto NOT IN (SELECT upto FROM ai_span_batches WHERE upto > ? AND upto <= ?)"
         )
-        marked = []
-
-        def steps(now: list[SqlRow]) -> list[SqlStep]:
-            if not now or now[0]["upto"] != mark:
-                return []  # another reader indexed meanwhile
-            marked.append(until)
-            return [
-                (_INSERT_ROOT, rows, True),
-                (gone, (mark, until) * 2, False),
-                ("UPDATE ai_index_marks SET upto = ? WHERE name = 'roots'", (until,), False),
-            ]
-
-        self._backend.transact("SELECT upto FROM ai_index_marks WHERE name = 'roots'", (), steps)
-        return bool(marked) and len(batches) < _INDEX_BATCHES
+        steps: list[SqlStep] = [
+            (_INSERT_ROOT, rows, True),
+            (gone, (mark, until) * 2, False),
+            ("UPDATE ai_index_marks SET upto = ? WHERE name = 'roots'", (until,), False),
+        ]
+        unmoved = self._write_if_unmoved("SELECT upto FROM ai_index_marks WHERE name = 'roots'", mark, steps)
+        # (no mark row, which the store's opening adds, would never be unmoved: stop, not loop)
+        return (unmoved or state["mark"] is None) and len(batches) < _INDEX_BATCHES
 
     def index_facts(self) -> None:
         """Write the facts (``ai_span_facts``: a narrow row per span) of the batches stored since
@@ -140,16 +134,24 @@ class ReadIndexes:
             "DELETE FROM ai_span_facts WHERE upto BETWEEN ? AND ? "
             "AND upto NOT IN (SELECT upto FROM ai_span_batches WHERE upto BETWEEN ? AND ?)"
         )
-        indexed = []
+        steps: list[SqlStep] = [(self._insert_facts, facts, True), (gone, span * 2, False)]
+        unmoved = self._write_if_unmoved(
+            "SELECT COALESCE(MAX(upto), 0) AS upto FROM ai_span_facts", mark["n"], steps
+        )
+        return unmoved and len(batches) < _INDEX_BATCHES
 
-        def steps(now: list[SqlRow]) -> list[SqlStep]:
-            if now[0]["n"] != mark["n"]:
-                return []  # another reader indexed meanwhile
-            indexed.append(span)
-            return [(self._insert_facts, facts, True), (gone, span * 2, False)]
+    def _write_if_unmoved(self, sql: str, mark: SqlValue, steps: list[SqlStep]) -> bool:
+        """Run ``steps`` in one write transaction if the index's mark (``sql``'s ``upto``) is
+        still ``mark``, as this reader read it; ``False`` when another reader indexed meanwhile."""
+        unmoved = False
 
-        self._backend.transact("SELECT COALESCE(MAX(upto), 0) AS n FROM ai_span_facts", (), steps)
-        return bool(indexed) and len(batches) < _INDEX_BATCHES
+        def then(now: list[SqlRow]) -> list[SqlStep]:
+            nonlocal unmoved
+            unmoved = bool(now) and now[0]["upto"] == mark
+            return steps if unmoved else []
+
+        self._backend.transact(sql, (), then)
+        return unmoved
 
 
 def batch_spans(document: str) -> Sequence[SpanColumns]:
